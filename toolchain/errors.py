@@ -1,0 +1,50 @@
+"""Error classes. Each carries the exit code `cli.main()` uses; only `main()` prints and exits."""
+
+from __future__ import annotations
+
+
+class ToolError(Exception):
+    """An error a user can act on: `str(err)` says what failed; `hint` says what to do."""
+
+    return_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class UsageError(ToolError):
+    """Bad command-line input."""
+
+    return_code = 2
+
+
+class RecipeError(ToolError):
+    """A recipe (or lock) that cannot be used as written. Carries every problem found."""
+
+    return_code = 2
+
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        head = "invalid recipe" if len(self.problems) > 1 else self.problems[0]
+        body = "\n".join(f"  - {p}" for p in self.problems) if len(self.problems) > 1 else ""
+        super().__init__(f"{head}:\n{body}" if body else head, hint=hint)
+
+
+class SourceError(ToolError):
+    """A repository, commit or patch problem. Usually fixed by editing the recipe: exit 2."""
+
+    return_code = 2
+
+
+class BuildError(ToolError):
+    """A build step failed."""
+
+    return_code = 1
+
+
+class TestFailed(ToolError):
+    """A smoke/regression or verification step failed."""
+
+    __test__ = False  # not a pytest class
+    return_code = 1

@@ -1,0 +1,107 @@
+"""Atomic writes, file locks and hashing: caches survive kill -9 and concurrent runs."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def atomic_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def publish_dir(tmp_dir: Path, final: Path) -> bool:
+    """Move a fully written directory into place. Returns False when another writer won the race
+    (its entry is kept, ours is removed): entries are immutable once published."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(tmp_dir, final)
+        return True
+    except OSError:
+        if final.is_dir():
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            return False
+        raise
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """An advisory lock (flock) that the kernel releases when the holder dies, even by kill -9."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def clean_stale_tmp(parent: Path, prefix: str = ".tmp-") -> None:
+    """Remove temporary entries left by killed writers (only those nobody holds a lock on)."""
+    if not parent.is_dir():
+        return
+    for entry in parent.iterdir():
+        if not entry.name.startswith(prefix):
+            continue
+        lock = entry.with_name(entry.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644) if lock.parent.exists() else None
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live writer owns it
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            if fd is not None:
+                os.close(fd)

@@ -1,0 +1,244 @@
+"""The lock: `<out>/stack.lock.toml` (what was built, exactly) and `<out>/pylock.toml` (PEP 751).
+
+A lock is read back into a frozen `Lock`; every recorded hash is checked before a lock is trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__, tomlio
+from .errors import RecipeError, TestFailed
+from .fsutil import atomic_write_text, sha256_file
+
+LOCK_NAME = "stack.lock.toml"
+PYLOCK_NAME = "pylock.toml"
+WHEELS_DIR = "wheels"
+LOCK_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PatchRef:
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class WheelRef:
+    file: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ToolchainInfo:
+    """The oneAPI environment a stack was built with (all empty for a recipe without a toolchain)."""
+    setvars: str = ""
+    setvars_args: tuple[str, ...] = ()
+    oneapi_version: str = ""
+    cmplr_root: str = ""
+    env_diff_sha256: str = ""
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """Where the wheels were built, as probed inside the target (host or container)."""
+    runtime: str = "host"
+    python: str = "python3"
+    python_version: str = ""
+    python_tag: str = ""  # e.g. cp311
+    platform: str = ""  # e.g. linux_x86_64
+    pip_version: str = ""
+    torch_version: str = ""
+    torch_xpu: str = ""
+    image: str = ""
+    image_digest: str = ""
+    container: str = ""
+
+    def fingerprint(self) -> dict[str, str]:
+        return {k: v for k, v in asdict(self).items() if k != "container"}
+
+
+@dataclass(frozen=True)
+class LockedComponent:
+    name: str
+    url: str
+    ref: str
+    commit: str
+    describe: str
+    subdir: str
+    after: tuple[str, ...]
+    dist: str
+    import_name: str
+    version: str
+    install_args: tuple[str, ...]
+    patches: tuple[PatchRef, ...]
+    env: dict[str, str]
+    command: tuple[str, ...]
+    cache_key: str
+    build_seconds: float
+    wheel: WheelRef
+    fetchcontent: tuple[dict[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Lock:
+    recipe_name: str
+    recipe_path: str
+    recipe_sha256: str
+    recipe_text: str
+    toolchain: ToolchainInfo
+    target: TargetInfo
+    smoke: dict[str, Any]
+    components: tuple[LockedComponent, ...]
+    tool_version: str = __version__
+    normalizations: tuple[str, ...] = ()
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def wheels_dir(self) -> Path:
+        if self.path is None:
+            raise ValueError("lock has no path")
+        return self.path.parent / WHEELS_DIR
+
+    def wheel_path(self, comp: LockedComponent) -> Path:
+        return self.wheels_dir / comp.wheel.file
+
+    def component(self, name: str) -> LockedComponent:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def to_dict(lock: Lock) -> dict[str, Any]:
+    comps = []
+    for c in lock.components:
+        d = {
+            "name": c.name, "url": c.url, "ref": c.ref, "commit": c.commit, "describe": c.describe,
+            "subdir": c.subdir, "after": list(c.after), "dist": c.dist, "import": c.import_name,
+            "version": c.version, "install-args": list(c.install_args),
+            "patches": [{"path": p.path, "sha256": p.sha256} for p in c.patches],
+            "env": dict(sorted(c.env.items())), "command": list(c.command), "cache-key": c.cache_key,
+            "build-seconds": round(c.build_seconds, 3),
+            "wheel": {"file": c.wheel.file, "sha256": c.wheel.sha256, "size": c.wheel.size},
+        }
+        if c.fetchcontent:
+            d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
+        comps.append(d)
+    return {
+        "lock-version": LOCK_VERSION,
+        "tool-version": lock.tool_version,
+        "normalizations": list(lock.normalizations),
+        "recipe": {"name": lock.recipe_name, "path": lock.recipe_path, "sha256": lock.recipe_sha256,
+                   "text": lock.recipe_text},
+        "toolchain": _kebab(asdict(lock.toolchain)),
+        "target": _kebab(asdict(lock.target)),
+        "smoke": lock.smoke,
+        "components": comps,
+    }
+
+
+def _kebab(d: dict[str, Any]) -> dict[str, Any]:
+    return {k.replace("_", "-"): (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+
+def _snake(d: dict[str, Any]) -> dict[str, Any]:
+    return {k.replace("-", "_"): (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+
+
+def write_lock(lock: Lock, out_dir: Path) -> Path:
+    path = out_dir / LOCK_NAME
+    atomic_write_text(path, "# Written by toolchain; do not edit (hashes are verified).\n"
+                      + tomlio.dumps(to_dict(lock)))
+    atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock))
+    return path
+
+
+def pylock_text(lock: Lock) -> str:
+    """PEP 751: the built wheels by relative path with sha256, in install order."""
+    target = lock.target
+    packages = []
+    for c in lock.components:
+        name, version = wheel_name_version(c.wheel.file)
+        packages.append({
+            "name": name, "version": version,
+            "vcs-commit": c.commit,
+            "wheels": [{"name": c.wheel.file, "path": f"{WHEELS_DIR}/{c.wheel.file}", "size": c.wheel.size,
+                        "hashes": {"sha256": c.wheel.sha256}}],
+        })
+    data: dict[str, Any] = {"lock-version": "1.0", "created-by": "toolchain"}
+    if target.python_version:
+        major_minor = ".".join(target.python_version.split(".")[:2])
+        data["requires-python"] = f"=={major_minor}.*"
+    data["packages"] = [{k: v for k, v in p.items() if k != "vcs-commit"} for p in packages]
+    text = tomlio.dumps(data)
+    return "# PEP 751 lock of the wheels built by toolchain (install order).\n" + text
+
+
+def wheel_name_version(filename: str) -> tuple[str, str]:
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    name, version, _build, _tags = parse_wheel_filename(filename)
+    return str(canonicalize_name(name)), str(version)
+
+
+def read_lock(path: Path) -> Lock:
+    path = Path(path)
+    if path.is_dir():
+        path = path / LOCK_NAME
+    if not path.is_file():
+        raise RecipeError(f"{path}: no such lock file", hint="pass the stack.lock.toml written by `toolchain build`")
+    try:
+        data = tomlio.load_file(path)
+    except tomlio.TOMLDecodeError as exc:
+        raise RecipeError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        if data.get("lock-version") != LOCK_VERSION:
+            raise RecipeError(f"{path}: lock-version {data.get('lock-version')!r} is not supported "
+                              f"(this tool reads {LOCK_VERSION})")
+        comps = []
+        for c in data["components"]:
+            comps.append(LockedComponent(
+                name=c["name"], url=c["url"], ref=c.get("ref", ""), commit=c["commit"],
+                describe=c.get("describe", ""), subdir=c.get("subdir", ""), after=tuple(c.get("after", ())),
+                dist=c.get("dist", ""), import_name=c.get("import", ""), version=c.get("version", ""),
+                install_args=tuple(c.get("install-args", ())),
+                patches=tuple(PatchRef(p["path"], p["sha256"]) for p in c.get("patches", ())),
+                env=dict(c.get("env", {})), command=tuple(c["command"]), cache_key=c["cache-key"],
+                build_seconds=float(c.get("build-seconds", 0.0)),
+                wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
+                fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
+            ))
+        r = data["recipe"]
+        return Lock(
+            recipe_name=r["name"], recipe_path=r.get("path", ""), recipe_sha256=r["sha256"],
+            recipe_text=r.get("text", ""),
+            toolchain=ToolchainInfo(**_snake(data.get("toolchain", {}))),
+            target=TargetInfo(**_snake(data.get("target", {}))),
+            smoke=dict(data.get("smoke", {})), components=tuple(comps),
+            tool_version=data.get("tool-version", ""), normalizations=tuple(data.get("normalizations", ())),
+            path=path.resolve(),
+        )
+    except (KeyError, TypeError) as exc:
+        raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
+                          hint="locks are written by `toolchain build`; rebuild it") from None
+
+
+def verify_wheels(lock: Lock) -> None:
+    """Every wheel the lock names exists with the recorded size and sha256; raises TestFailed otherwise."""
+    problems = []
+    for c in lock.components:
+        p = lock.wheel_path(c)
+        if not p.is_file():
+            problems.append(f"{c.name}: wheel {p} is missing")
+            continue
+        digest = sha256_file(p)
+        if digest != c.wheel.sha256:
+            problems.append(f"{c.name}: {p.name} has sha256 {digest}, the lock records {c.wheel.sha256}")
+    if problems:
+        raise TestFailed("wheels do not match the lock " + str(lock.path) + ":\n"
+                         + "\n".join(f"  - {p}" for p in problems),
+                         hint="rebuild with `toolchain build --from-lock` or fetch the bundle again")

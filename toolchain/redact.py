@@ -1,0 +1,35 @@
+"""Secrets never reach a lock or a log: variables whose names contain these words are masked."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+MASK = "<redacted>"
+_MIN_SECRET_LEN = 4
+
+
+def is_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+def redact_env(env: Mapping[str, str | None]) -> dict[str, str | None]:
+    """A copy of `env` with secret values masked (names kept: the lock may say a secret was set)."""
+    return {k: (MASK if is_secret(k) and v is not None else v) for k, v in env.items()}
+
+
+def secret_values(env: Mapping[str, str | None]) -> list[str]:
+    vals = {v for k, v in env.items() if v and is_secret(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact_text(text: str, env: Mapping[str, str | None]) -> str:
+    """Mask every secret value of `env` (and `name=value` pairs with secret names) inside `text`."""
+    for value in secret_values(env):
+        text = text.replace(value, MASK)
+    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
+
+
+_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
