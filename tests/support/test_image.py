@@ -69,15 +69,6 @@ KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 
 # Written by tests/support/ci_setup.sh.
 CONTAINERS_CONF_PATH = "/etc/containers/toolchain-tests.conf"
-CONTAINERS_CONF_TEXT = """\
-# Written by tests/support/ci_setup.sh for the toolchain container tests.
-[containers]
-default_ulimits = []
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-"""
 
 ENGINES = ("podman", "docker")
 DEBOOTSTRAP_TIMEOUT = 45 * 60
