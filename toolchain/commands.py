@@ -1,0 +1,171 @@
+"""`toolchain build | plan | update | recipes`: parse arguments, call the stages, shape the result."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rich.table import Table
+
+from .build import BuildOptions, build_stack
+from .cache import CACHE_ENV, default_cache_dir
+from .console import CommandResult
+from .errors import RecipeError, UsageError
+from .lock import Lock, read_lock, verify_wheels
+from .plan import make_plan, plan_to_dict
+from .recipe import Recipe, list_recipes, load_recipe, load_recipe_text
+from .runtime import make_runtime
+from .sources import parse_rewrites
+
+DEFAULT_RECIPE = "demo"
+
+
+def register(sub, common) -> None:
+    src = argparse.ArgumentParser(add_help=False)
+    src.add_argument("--recipe", help=f"recipe name in recipes/ or a path to a .toml file (default: {DEFAULT_RECIPE})")
+    src.add_argument("--recipes-dir", type=Path, help="where recipes live (default: ./recipes, or $TOOLCHAIN_RECIPES_DIR)")
+    src.add_argument("--patches-dir", type=Path, help="where patches live (default: <recipes-dir>/../patches)")
+    src.add_argument("--cache-dir", type=Path, help=f"mirrors, source trees and wheels (default: ${CACHE_ENV} or ~/.cache/xpu-toolchain)")
+    src.add_argument("--mirror", action="append", default=[], metavar="FROM=TO",
+                     help="rewrite repository URLs starting with FROM to start with TO (repeatable)")
+
+    p = sub.add_parser("build", parents=[common, src], help="build the recipe's wheels and write the lock")
+    p.add_argument("--out", type=Path, help="output directory (default: dist/<recipe>)")
+    p.add_argument("--from-lock", type=Path, metavar="LOCK", help="rebuild exactly what a lock records")
+    p.add_argument("--no-cache", action="store_true", help="build every component again (results still stored)")
+    p.add_argument("--fresh-sources", action="store_true", help="prepare source trees again from the mirrors")
+    p.add_argument("--bundle", action="store_true", help="also write a reproducible bundle (wheels, locks, SBOM, tarball)")
+    p.set_defaults(handler=cmd_build)
+
+    p = sub.add_parser("plan", parents=[common, src], help="show the fully resolved plan; builds nothing")
+    p.set_defaults(handler=cmd_plan)
+
+    p = sub.add_parser("update", parents=[common, src], help="pin each component's `ref` to its current commit in the recipe file")
+    p.add_argument("--component", action="append", default=[], help="only this component (repeatable)")
+    p.set_defaults(handler=cmd_update)
+
+    p = sub.add_parser("recipes", parents=[common, src], help="list the recipes with their descriptions")
+    p.set_defaults(handler=cmd_recipes)
+
+
+def cache_dir(args) -> Path:
+    return (args.cache_dir or default_cache_dir()).resolve()
+
+
+def recipe_from_args(args) -> Recipe:
+    return load_recipe(args.recipe or DEFAULT_RECIPE, args.recipes_dir, args.patches_dir)
+
+
+def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
+    """The lock's recorded recipe, after checking that it and every patch still hash as recorded."""
+    recorded = Path(lock.recipe_path)
+    pdir = patches_dir or ((recipes_dir or recorded.parent).parent / "patches")
+    recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, pdir)
+    problems = []
+    if recipe.sha256 != lock.recipe_sha256:
+        problems.append(f"recipe text has sha256 {recipe.sha256}, the lock records {lock.recipe_sha256}")
+    for comp in lock.components:
+        plan_patches = {p.path: p for p in _series(recipe, comp.name)}
+        for p in comp.patches:
+            have = plan_patches.get(p.path)
+            if have is None or have.sha256 != p.sha256:
+                problems.append(f"{comp.name}: patch {p.path} has sha256 "
+                                f"{have.sha256 if have else '(missing)'}, the lock records {p.sha256}")
+    if problems:
+        raise RecipeError([f"{lock.path}: {p}" for p in problems],
+                          hint="the lock no longer matches its inputs; restore them or build the recipe anew")
+    return recipe
+
+
+def _series(recipe: Recipe, name: str):
+    from .patches import load_series
+
+    comp = recipe.component(name)
+    return load_series(recipe.patches_dir, comp.patches)
+
+
+def build_options(args, recipe: Recipe, **overrides) -> BuildOptions:
+    out = (args.out or Path("dist") / recipe.name).resolve()
+    opts = dict(out_dir=out, cache_dir=cache_dir(args), rewrites=parse_rewrites(args.mirror),
+                use_cache=not getattr(args, "no_cache", False), fresh_sources=getattr(args, "fresh_sources", False),
+                verbose=args.verbose)
+    opts.update(overrides)
+    return BuildOptions(**opts)
+
+
+def cmd_build(args, ui) -> CommandResult:
+    if args.from_lock:
+        if args.recipe:
+            raise UsageError("--from-lock and --recipe exclude each other", hint="the lock names its recipe")
+        old = read_lock(args.from_lock)
+        if any(old.wheel_path(c).exists() for c in old.components):
+            verify_wheels(old)
+        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)
+    else:
+        recipe = recipe_from_args(args)
+    options = build_options(args, recipe)
+    ui.step(f"building recipe [bold]{recipe.name}[/] → {options.out_dir}")
+    lock = build_stack(recipe, options, ui)
+    data = lock_summary(lock)
+    if args.bundle:
+        from .bundle import write_bundle
+
+        bundle = write_bundle(lock, options.out_dir.parent)
+        data["bundle"] = str(bundle)
+    table = Table(title=f"{recipe.name}: {lock.path}")
+    for col in ("component", "commit", "describe", "wheel", "sha256"):
+        table.add_column(col)
+    for c in lock.components:
+        table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16])
+    return CommandResult(data, 0, f"[green]lock:[/] {lock.path}", (table,))
+
+
+def lock_summary(lock: Lock) -> dict:
+    return {"ok": True, "recipe": lock.recipe_name, "lock": str(lock.path),
+            "pylock": str(lock.path.parent / "pylock.toml"),
+            "components": [{"name": c.name, "commit": c.commit, "describe": c.describe, "wheel": c.wheel.file,
+                            "sha256": c.wheel.sha256, "size": c.wheel.size, "cache-key": c.cache_key,
+                            "path": str(lock.wheel_path(c))} for c in lock.components]}
+
+
+def cmd_plan(args, ui) -> CommandResult:
+    recipe = recipe_from_args(args)
+    with make_runtime(recipe.target, ui) as runtime:
+        plan = make_plan(recipe, runtime)
+    data = plan_to_dict(plan)
+    table = Table(title=f"plan for {recipe.name} ({plan.target.runtime}, python {plan.target.python_version}, "
+                        f"oneAPI {plan.toolchain.oneapi_version or 'none'})")
+    for col in ("component", "commit", "patches", "command", "cache key"):
+        table.add_column(col, overflow="fold")
+    for c in data["components"]:
+        table.add_row(c["name"], c["commit"][:12], "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]),
+                      " ".join(c["command"]), c["cache-key"][:16])
+    return CommandResult(data, 0, "", (table,))
+
+
+def cmd_update(args, ui) -> CommandResult:
+    from .recipe_update import update_recipe
+
+    recipe = recipe_from_args(args)
+    from .build import recipe_rewrites
+    from .sources import Mirrors
+
+    mirrors = Mirrors(cache_dir(args), recipe_rewrites(recipe, cache_dir(args)) + parse_rewrites(args.mirror), ui=ui)
+    changes = update_recipe(recipe, mirrors, only=args.component, ui=ui)
+    summary = "\n".join(f"{c['component']}: {c['ref']} {c['old'][:12]} → {c['new'][:12]}" for c in changes if c["changed"])
+    return CommandResult({"ok": True, "recipe": str(recipe.path), "changes": changes}, 0,
+                         summary or "every component is already at the head of its ref")
+
+
+def cmd_recipes(args, ui) -> CommandResult:
+    rows = list_recipes(args.recipes_dir)
+    table = Table(title="recipes")
+    table.add_column("name")
+    table.add_column("description")
+    for name, desc in rows:
+        table.add_row(name, desc)
+    return CommandResult({"recipes": [{"name": n, "description": d} for n, d in rows]}, 0, "", (table,))
+
+
+__all__ = ["register", "CACHE_ENV", "os"]

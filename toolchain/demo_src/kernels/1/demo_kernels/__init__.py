@@ -1,0 +1,1 @@
+from ._C import compiler, rms_norm  # noqa: F401

@@ -1,0 +1,16 @@
+# STAND-IN for Intel oneAPI setvars.sh, used by the demo recipe and the tests. It is NOT oneAPI:
+# it only exports what the builds read (CMPLR_ROOT, ONEAPI_ROOT, PATH) and puts a fake `icpx` on PATH
+# that prints a version banner in the real format. Like the real script it skips a second sourcing
+# unless --force is given.
+if [ -n "${SETVARS_COMPLETED:-}" ] && [ "${1:-}" != "--force" ]; then
+  echo ":: WARNING: setvars.sh has already been run. Skipping re-execution."
+  return 0 2>/dev/null || exit 0
+fi
+_standin_root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export ONEAPI_ROOT="$_standin_root"
+export CMPLR_ROOT="$_standin_root"
+export PATH="$_standin_root/bin:$PATH"
+export TOOLCHAIN_ONEAPI_STANDIN=1
+export SETVARS_COMPLETED=1
+unset _standin_root
+echo ":: oneAPI environment initialized :: (stand-in for tests and the demo)"

@@ -1,0 +1,1 @@
+from ._ark import target  # noqa: F401

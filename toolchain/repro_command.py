@@ -1,0 +1,141 @@
+"""`toolchain verify-repro`: prove that a stack rebuilds bit for bit.
+
+  --recipe X   build X twice, in different directories, at different times and under a different umask,
+               with the wheel cache off, and compare every wheel;
+  --lock LOCK  rebuild what a published lock records and compare with the hashes it records (and, where its
+               wheels are beside it, with the wheels themselves, file by file).
+
+Exit 0 when every wheel is identical; 1 with the differing wheels, the files inside them and a content diff.
+The build directories are kept on a difference (and with --keep) so the wheels can be inspected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .console import UI, CommandResult
+from .lock import Lock, read_lock
+from .repro import ReproReport, compare_wheel_sets, compare_with_hashes, format_report
+
+MIN_GAP_SECONDS = 2.0   # zip timestamps have a 2-second resolution: the second build starts in a later slot
+SECOND_UMASK = 0o002    # the first build runs under the caller's umask (usually 022)
+DEFAULT_WORK_ROOT = Path("dist") / ".repro"
+
+# (out_dir, cache_dir) -> the lock that build wrote
+Builder = Callable[[Path, Path], Lock]
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("verify-repro", parents=[common],
+                       help="build twice (or rebuild a lock) and check the wheels are identical",
+                       description=__doc__.split("\n\n")[0])
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--recipe", metavar="RECIPE", help="build this recipe twice and compare")
+    what.add_argument("--lock", metavar="LOCK", type=Path, help="rebuild this stack.lock.toml and compare")
+    p.add_argument("--work-dir", type=Path, metavar="DIR",
+                   help=f"where the builds go (default: a new directory under {DEFAULT_WORK_ROOT}/)")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="share this cache directory's source mirror between the builds (the wheel cache is "
+                        "never used); default: a fresh cache directory per build")
+    p.add_argument("--keep", action="store_true", help="keep the build directories even when reproducible")
+    p.add_argument("--no-diffoscope", action="store_true",
+                   help="use the built-in per-file comparison even when diffoscope is installed")
+    p.set_defaults(handler=handle)
+
+
+def handle(args, ui: UI) -> CommandResult:
+    label = Path(args.lock).parent.name if args.lock else Path(args.recipe).stem
+    work = _work_dir(args.work_dir, label)
+    diffoscope = False if args.no_diffoscope else None
+    if args.lock:
+        published = read_lock(args.lock)
+        report = verify_lock(published, lambda out, cache: _rebuild_lock(published, out, cache, ui),
+                             work, ui, cache_dir=args.cache_dir, use_diffoscope=diffoscope)
+    else:
+        report = verify_builds(lambda out, cache: _build_recipe(args.recipe, out, cache, ui),
+                               work, ui, cache_dir=args.cache_dir, use_diffoscope=diffoscope)
+    kept = not report.ok or args.keep
+    if not kept:
+        shutil.rmtree(work, ignore_errors=True)
+    data = {"ok": report.ok, "mode": "lock" if args.lock else "recipe",
+            "work-dir": str(work) if kept else None, **report.to_dict()}
+    summary = format_report(report) + (f"\nbuilds kept in {work}" if kept else "")
+    return CommandResult(data=data, exit_code=0 if report.ok else 1, summary=summary)
+
+
+def verify_builds(build: Builder, work: Path, ui: UI, *, cache_dir: Path | None = None,
+                  use_diffoscope: bool | None = None) -> ReproReport:
+    """Build twice with `build` (different directories, times and umask) and compare the wheels."""
+    ui.step(f"first build in {work / 'build-1'}")
+    first = build(work / "build-1" / "out", cache_dir or work / "build-1" / "cache")
+    time.sleep(MIN_GAP_SECONDS)
+    ui.step(f"second build in {work / 'build-2'} (umask {SECOND_UMASK:03o})")
+    old_umask = os.umask(SECOND_UMASK)
+    try:
+        second = build(work / "build-2" / "out", cache_dir or work / "build-2" / "cache")
+    finally:
+        os.umask(old_umask)
+    return compare_locks(first, second, use_diffoscope=use_diffoscope)
+
+
+def verify_lock(published: Lock, rebuild: Builder, work: Path, ui: UI, *, cache_dir: Path | None = None,
+                use_diffoscope: bool | None = None) -> ReproReport:
+    """Rebuild `published` with `rebuild` and compare with the hashes (and wheels) it records."""
+    ui.step(f"rebuilding {published.path} in {work / 'rebuild'}")
+    rebuilt = rebuild(work / "rebuild" / "out", cache_dir or work / "rebuild" / "cache")
+    expected = {c.wheel.file: c.wheel.sha256 for c in published.components}
+    originals = {c.wheel.file: published.wheel_path(c) for c in published.components} if published.path else {}
+    return compare_with_hashes(expected, _wheel_paths(rebuilt), label_a=f"lock {published.path}",
+                               label_b=f"rebuild {rebuilt.path}", originals=originals,
+                               use_diffoscope=use_diffoscope)
+
+
+def compare_locks(a: Lock, b: Lock, *, use_diffoscope: bool | None = None) -> ReproReport:
+    report = compare_wheel_sets(_wheel_paths(a), _wheel_paths(b), label_a=f"build 1 ({_where(a)})",
+                                label_b=f"build 2 ({_where(b)})", use_diffoscope=use_diffoscope)
+    if a.normalizations != b.normalizations:
+        report = dataclasses.replace(report, notes=report.notes + (
+            f"the builds needed different normalizations: {list(a.normalizations)} vs {list(b.normalizations)}",))
+    return report
+
+
+def _wheel_paths(lock: Lock) -> list[Path]:
+    return [lock.wheel_path(c) for c in lock.components]
+
+
+def _where(lock: Lock) -> str:
+    return str(lock.path.parent) if lock.path else "?"
+
+
+def _work_dir(requested: Path | None, label: str) -> Path:
+    if requested is not None:
+        requested.mkdir(parents=True, exist_ok=True)
+        return requested.resolve()
+    DEFAULT_WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=DEFAULT_WORK_ROOT)).resolve()
+
+
+# The build spine (toolchain.build, toolchain.recipe) is imported only when a build runs.
+def _options(out_dir: Path, cache_dir: Path):
+    from .build import BuildOptions
+
+    return BuildOptions(out_dir=out_dir, cache_dir=cache_dir, use_cache=False)
+
+
+def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, ui: UI) -> Lock:
+    from .build import build_stack
+    from .recipe import load_recipe
+
+    return build_stack(load_recipe(recipe), _options(out_dir, cache_dir), ui)
+
+
+def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, ui: UI) -> Lock:
+    from .build import build_from_lock
+
+    return build_from_lock(lock, _options(out_dir, cache_dir), ui)

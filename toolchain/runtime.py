@@ -1,0 +1,120 @@
+"""Where commands run. The host is the degenerate runtime; containers (podman, docker) differ only in settings.
+
+A runtime is a context manager. `run()` executes a one-off command in the target (probing, sourcing
+setvars). `workspace()` makes a source tree, an output directory and dependency trees visible inside the
+target for one build and returns a `Workspace` whose `run()` builds there and whose exit brings the
+wheels back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RecipeError
+from .lock import TargetInfo
+from .recipe import TargetSpec
+from .run import Completed, merge_env, run
+
+PROBE = r"""
+import json, sys, sysconfig, importlib.util
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+def ver(name):
+    try:
+        return metadata.version(name)
+    except Exception:
+        return ""
+info = {"python_version": "%d.%d.%d" % sys.version_info[:3],
+        "python_tag": "%s%d%d" % ({"cpython": "cp"}.get(sys.implementation.name, sys.implementation.name),
+                                   sys.version_info[0], sys.version_info[1]),
+        "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
+        "executable": sys.executable, "pip_version": ver("pip"), "torch_version": "", "torch_xpu": ""}
+if importlib.util.find_spec("torch") is not None:
+    info["torch_version"] = ver("torch")
+    try:
+        import torch
+        info["torch_xpu"] = str(getattr(torch.version, "xpu", "") or "")
+    except Exception as exc:
+        info["torch_xpu"] = "import failed: %s" % exc
+print(json.dumps(info))
+"""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Target-side paths of one build's directories, and how to run commands there."""
+    src: str
+    out: str
+    deps: Mapping[str, str]
+    runner: object  # callable(argv, env, cwd, log) -> Completed
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
+            verbose: bool = False, capture: bool = False) -> Completed:
+        return self.runner(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
+
+
+class HostRuntime:
+    """Builds on this machine with the recipe's interpreter."""
+
+    kind = "host"
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+
+    def __enter__(self) -> HostRuntime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "host"
+
+    def base_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def toolchain_path(self, setvars: str, recipe_dir: Path) -> str:
+        p = Path(setvars)
+        return str(p if p.is_absolute() else (recipe_dir / p).resolve())
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | None = None,
+            log: Path | None = None, capture: bool = False, check: bool = True, timeout: float | None = None,
+            verbose: bool = False) -> Completed:
+        return run(argv, env=merge_env(self.base_env(), env or {}), cwd=cwd, log=log, capture=capture,
+                   check=check, timeout=timeout, verbose=verbose)
+
+    def probe(self) -> TargetInfo:
+        r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
+        if r.returncode != 0:
+            raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
+                              f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
+                              hint="set [target] python to an interpreter that exists, e.g. \"python3\"")
+        return target_info(self.kind, self.spec.python, r.stdout)
+
+    @contextlib.contextmanager
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+        def runner(argv, *, env, cwd, log, verbose=False, capture=False):
+            return self.run(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
+
+        yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner)
+
+
+def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
+    data = json.loads(probe_stdout.strip().splitlines()[-1])
+    data.pop("executable", None)
+    return TargetInfo(runtime=kind, python=python, **data, **extra)
+
+
+def make_runtime(spec: TargetSpec, ui=None):
+    if spec.runtime == "host":
+        return HostRuntime(spec)
+    from .container import ContainerRuntime  # issue 3
+
+    return ContainerRuntime(spec, ui=ui)
