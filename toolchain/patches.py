@@ -7,34 +7,68 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SourceError
-from .fsutil import sha256_file
+from .fsutil import atomic_write_bytes, sha256_bytes, sha256_file
+from .recipe import PatchSpec
+from .run import run
 from .sources import git
 
 
 @dataclass(frozen=True)
 class Patch:
-    path: str       # relative to the patches directory, as the recipe names it
-    file: Path      # absolute
+    path: str               # as the lock names it: relative to patches/, or url@commit:path
+    file: Path | None       # a local file; None for a patch still to be taken from its repository
     sha256: str
+    spec: PatchSpec
 
 
-def load_series(patches_dir: Path, names: tuple[str, ...]) -> tuple[Patch, ...]:
-    return tuple(Patch(n, (patches_dir / n).resolve(), sha256_file(patches_dir / n)) for n in names)
+def load_series(patches_dir: Path, specs: tuple[PatchSpec, ...]) -> tuple[Patch, ...]:
+    """Local patches are hashed now; a remote patch carries the sha256 the recipe pins (checked on use)."""
+    out = []
+    for s in specs:
+        if s.remote:
+            out.append(Patch(s.label, None, s.sha256, s))
+        else:
+            f = (patches_dir / s.path).resolve()
+            out.append(Patch(s.path, f, sha256_file(f), s))
+    return tuple(out)
 
 
-def apply_series(series: tuple[Patch, ...], tree: Path, *, subdir: str, what: str, log: Path | None) -> None:
+def materialize(patch: Patch, mirrors, cache_dir: Path) -> Path:
+    """The patch as a file: local as is; remote taken from its repository at the pinned commit, checked
+    against the pinned sha256 and kept content-addressed under `<cache>/patches/`."""
+    if patch.file is not None:
+        return patch.file
+    spec = patch.spec
+    dest = Path(cache_dir) / "patches" / f"{spec.sha256}.patch"
+    if dest.is_file() and sha256_file(dest) == spec.sha256:
+        return dest
+    mirror = mirrors.ensure(spec.url, spec.commit, where=f"patch {patch.path}")
+    r = run(["git", "--git-dir", str(mirror), "show", f"{spec.commit}:{spec.path}"], capture=True, check=False)
+    if r.returncode != 0:
+        raise SourceError(f"patch {patch.path}: {spec.path} does not exist at {spec.commit}",
+                          hint="check `path` (relative to that repository's root) and `commit`")
+    data = r.stdout.encode("utf-8", "surrogateescape")
+    if sha256_bytes(data) != spec.sha256:
+        raise SourceError(f"patch {patch.path} has sha256 {sha256_bytes(data)}, the recipe pins {spec.sha256}",
+                          hint="the file changed at that commit? re-check it and update `sha256` deliberately")
+    atomic_write_bytes(dest, data)
+    return dest
+
+
+def apply_series(series: tuple[Patch, ...], files: list[Path], tree: Path, *, subdir: str, what: str,
+                 log: Path | None) -> None:
     """Apply in order. Every patch is `git apply --check`ed against the tree as the earlier ones left it;
     on a failure the tree is reset to the pinned commit, so nothing stays half-applied."""
     directory = ["--directory", subdir] if subdir else []
-    for patch in series:
-        check = git(["apply", "--check", "--verbose", *directory, str(patch.file)], cwd=tree, log=log, check=False)
+    for patch, file in zip(series, files):
+        check = git(["apply", "--check", "--verbose", *directory, str(file)], cwd=tree, log=log, check=False)
         if check.returncode != 0:
             git(["reset", "--quiet", "--hard"], cwd=tree, log=log)
             git(["clean", "-ffdxq"], cwd=tree, log=log)
             raise SourceError(f"patch {patch.path} does not apply to {what}:\n{_where(check.stderr)}",
-                              hint=f"refresh {patch.file} against that commit (git format-patch), "
+                              hint=f"refresh {file} against that commit (git format-patch), "
                                    "or drop it from the recipe's `patches`")
-        git(["apply", *directory, str(patch.file)], cwd=tree, log=log)
+        git(["apply", *directory, str(file)], cwd=tree, log=log)
 
 
 def _where(stderr: str) -> str:

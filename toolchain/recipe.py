@@ -44,13 +44,31 @@ class FetchContentDep:
 
 
 @dataclass(frozen=True)
+class PatchSpec:
+    """A patch: a file under patches/ (`path`), or a file of another repository pinned by commit and sha256
+    (an integrator's patch, such as intel/llm-scaler's vLLM patch, used without copying it here)."""
+    path: str
+    url: str = ""
+    commit: str = ""
+    sha256: str = ""
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.url)
+
+    @property
+    def label(self) -> str:
+        return f"{self.url}@{self.commit[:12]}:{self.path}" if self.url else self.path
+
+
+@dataclass(frozen=True)
 class Component:
     name: str
     url: str
     commit: str
     ref: str = ""
     subdir: str = ""
-    patches: tuple[str, ...] = ()
+    patches: tuple[PatchSpec, ...] = ()
     after: tuple[str, ...] = ()
     version: str = ""
     version_env: str = "SETUPTOOLS_SCM_PRETEND_VERSION"
@@ -378,10 +396,7 @@ def _components(comps: Any, pr: _Problems, patches_dir: Path) -> tuple[Component
         subdir = c.get("subdir", "")
         if isinstance(subdir, str) and (subdir.startswith("/") or ".." in Path(subdir).parts):
             pr.add(f"{where}.subdir", "must be a relative path inside the repository")
-        patches = pr.str_list(c, "patches", f"{where}.patches")
-        for p in patches:
-            if not (patches_dir / p).is_file():
-                pr.add(f"{where}.patches", f"patch {p!r} not found in {patches_dir}")
+        patches = _patches(c.get("patches", []), pr, f"{where}.patches", patches_dir)
         command = pr.str_list(c, "command", f"{where}.command") if "command" in c else DEFAULT_COMMAND
         if "command" in c and not command:
             pr.add(f"{where}.command", "must not be empty")
@@ -407,6 +422,35 @@ def _components(comps: Any, pr: _Problems, patches_dir: Path) -> tuple[Component
             else DEFAULT_INSTALL_ARGS,
             command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch)
     return _order(built, pr)
+
+
+PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}
+
+
+def _patches(items: Any, pr: _Problems, where: str, patches_dir: Path) -> tuple[PatchSpec, ...]:
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for i, p in enumerate(items):
+        if isinstance(p, str):
+            if not (patches_dir / p).is_file():
+                pr.add(where, f"patch {p!r} not found in {patches_dir} (paths are relative to patches/)")
+            out.append(PatchSpec(p))
+        elif isinstance(p, dict):
+            w = f"{where}[{i}]"
+            pr.check_keys(p, PATCH_KEYS, f"{w}.")
+            missing = [k for k in PATCH_KEYS if not isinstance(p.get(k), str) or not p.get(k)]
+            if missing:
+                pr.add(w, f"a patch from another repository needs url, commit, path and sha256; missing {', '.join(missing)}")
+                continue
+            if not HEX40.match(p["commit"]):
+                pr.add(f"{w}.commit", f"must be a 40-hex commit id, got {p['commit']!r}")
+            if not re.match(r"^[0-9a-f]{64}$", p["sha256"]):
+                pr.add(f"{w}.sha256", "must be the 64-hex sha256 of the patch file")
+            out.append(PatchSpec(p["path"], p["url"], p["commit"], p["sha256"]))
+        else:
+            pr.add(where, f"entries are file names under patches/ or tables {{url, commit, path, sha256}}, got {p!r}")
+    return tuple(out)
 
 
 def _fetchcontent(items: Any, pr: _Problems, where: str) -> tuple[FetchContentDep, ...]:

@@ -36,13 +36,19 @@ info = {"python_version": "%d.%d.%d" % sys.version_info[:3],
                                    sys.version_info[0], sys.version_info[1]),
         "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
         "executable": sys.executable, "pip_version": ver("pip"), "torch_version": "", "torch_xpu": ""}
-if importlib.util.find_spec("torch") is not None:
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.submodule_search_locations:
+    # Read torch/version.py instead of importing torch (seconds on an XPU build): it holds `xpu = '...'`.
     info["torch_version"] = ver("torch")
-    try:
-        import torch
-        info["torch_xpu"] = str(getattr(torch.version, "xpu", "") or "")
-    except Exception as exc:
-        info["torch_xpu"] = "import failed: %s" % exc
+    import os, re
+    for loc in spec.submodule_search_locations:
+        try:
+            text = open(os.path.join(loc, "version.py"), encoding="utf-8").read()
+        except OSError:
+            continue
+        m = re.search(r"^xpu(?:\s*:\s*[^=]+)?\s*=\s*['\"]([^'\"]*)['\"]", text, re.M)
+        info["torch_xpu"] = m.group(1) if m else ""
+        break
 print(json.dumps(info))
 """
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .fsutil import atomic_write_text, file_lock, sha256_bytes
-from .patches import Patch, apply_series
+from .patches import Patch, apply_series, materialize
 from .sources import Mirrors, git
 
 
@@ -54,9 +54,10 @@ class SourceTrees:
         state.unlink(missing_ok=True)
         tmp = self.root / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
         try:
+            files = [materialize(p, self.mirrors, self.root.parent) for p in patches]
             self.mirrors.checkout(url, commit, tmp)
             if patches:
-                apply_series(patches, tmp, subdir=subdir, what=what or f"{url}@{commit[:12]}", log=log)
+                apply_series(patches, files, tmp, subdir=subdir, what=what or f"{url}@{commit[:12]}", log=log)
                 git(["add", "-A"], cwd=tmp)
             staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=tmp).stdout
             shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""Sessions. Each one is a thin call of the `toolchain` command in the current environment: builds use the
+interpreter (and torch XPU build) of the environment the recipe names, so nox must not hide it in a venv."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["build-stack"]
+nox.options.default_venv_backend = "none"
+
+
+def _toolchain(session: nox.Session, command: str) -> None:
+    session.run("python", "-m", "toolchain", command, *session.posargs, external=True)
+
+
+@nox.session(name="build-stack", venv_backend="none")
+def build_stack(session: nox.Session) -> None:
+    """Build a recipe's wheels and lock: nox -s build-stack -- --recipe ark-latest (default: demo)."""
+    _toolchain(session, "build")
+
+
+@nox.session(venv_backend="none")
+def smoke(session: nox.Session) -> None:
+    """Smoke inference from a lock: nox -s smoke -- --lock dist/ark-latest/stack.lock.toml --device b70."""
+    _toolchain(session, "smoke")
+
+
+@nox.session(venv_backend="none")
+def bisect(session: nox.Session) -> None:
+    """Bisect a regression: nox -s bisect -- --recipe R --component C --good SHA --bad SHA --test smoke."""
+    _toolchain(session, "bisect")
+
+
+@nox.session(name="verify-repro", venv_backend="none")
+def verify_repro(session: nox.Session) -> None:
+    """Build twice (or against a lock) and compare every wheel: nox -s verify-repro -- --recipe demo."""
+    _toolchain(session, "verify-repro")
+
+
+@nox.session(venv_backend="none")
+def tests(session: nox.Session) -> None:
+    """The test suite in the current environment (tests/run.sh installs what it needs first)."""
+    session.run("python", "-m", "pytest", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Build benchmarks, measured side by side in one run (prints ratios)."""
+    session.run("python", "benchmarks/bench_build.py", *session.posargs, external=True)
+
+
+@nox.session(name="bench-bisect", venv_backend="none")
+def bench_bisect(session: nox.Session) -> None:
+    """Bisect benchmark: builds per bisect and wall time against `git bisect run`."""
+    session.run("python", "-m", "toolchain.bench_bisect", *session.posargs, external=True)
