@@ -11,8 +11,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
-
 from .buildreqs import check_build_requires
 from .cache import WheelCache, copy_wheel
 from .errors import BuildError
@@ -63,20 +61,31 @@ def recipe_rewrites(recipe: Recipe, cache_dir: Path) -> tuple[Rewrite, ...]:
 def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
     out = options.out_dir
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
-    mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui)
     with make_runtime(recipe.target, ui) as runtime:
         with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
-            plan = make_plan(recipe, runtime, log_dir=logs)
+            plan = make_plan(recipe, runtime, log_dir=logs, memo_dir=options.cache_dir / "memo")
+        logs.mkdir(parents=True, exist_ok=True)  # not before: a bad interpreter or setvars leaves no output
+        rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
+        mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui)
         built = build_plan(plan, runtime, mirrors, options, ui)
     lock = assemble_lock(plan, built)
-    path = write_lock(lock, out)
+    path = out / LOCK_NAME
+    if not _same_lock(path, lock):
+        write_lock(lock, out)
     keep = {b.wheel.file for b in built}
     for stale in (out / WHEELS_DIR).glob("*.whl"):
         if stale.name not in keep:
             stale.unlink()
     return read_lock(path)
+
+
+def _same_lock(path: Path, lock: Lock) -> bool:
+    """True when `path` already records exactly `lock` (a warm no-op rewrites nothing)."""
+    try:
+        old = read_lock(path)
+    except Exception:
+        return False
+    return old == lock and (path.parent / "pylock.toml").is_file()
 
 
 def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
@@ -99,24 +108,21 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
     where = f"{plan.recipe.path.name}: components.{comp.name}"
     log = options.out_dir / "logs" / f"{comp.name}.log"
     log.write_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n")
-    mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
-    for dep in comp.fetchcontent:
-        mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
-    describe = mirrors.describe(comp.url, comp.commit)
     started = time.monotonic()
     entry = cache.get(cp.cache_key) if options.use_cache else None
+    cached = entry is not None
     if entry is None:
+        mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+        for dep in comp.fetchcontent:
+            mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
         with cache.building(cp.cache_key):
             entry = cache.get(cp.cache_key) if options.use_cache else None
+            cached = entry is not None
             if entry is None:
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui)
                 entry = cache.get(cp.cache_key)
                 assert entry is not None
-                cached = False
-            else:
-                cached = True
-    else:
-        cached = True
+    describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
     if cached:
         with open(log, "a") as f:
             f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s)\n")
@@ -157,7 +163,7 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
         wheel = _the_wheel(out_tmp, comp, log)
         normalizations = _normalize(wheel, epoch) if options.deterministic else []
         cache.put(cp.cache_key, wheel, {
-            "component": comp.name, "commit": comp.commit, "build_seconds": round(time.monotonic() - started, 3),
+            "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
             "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
         }, log=log)
     finally:
@@ -190,6 +196,8 @@ def _fill(arg: str, **values: str) -> str:
 
 
 def _the_wheel(out: Path, comp, log: Path) -> Path:
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"building {comp.name} produced {len(wheels)} wheels in {out} "
@@ -209,6 +217,11 @@ def _normalize(wheel: Path, epoch: str) -> list[str]:
     return list(normalize_wheel(wheel, int(epoch)))
 
 
+def wheel_version(filename: str) -> str:
+    """The version field of a wheel file name (PEP 427: name-version-...); names are already validated."""
+    return filename.split("-")[1] if filename.count("-") >= 4 else ""
+
+
 def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
     comps = []
     for b in built:
@@ -216,7 +229,7 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
         comps.append(LockedComponent(
             name=c.name, url=c.url, ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
             after=c.after, dist=c.dist, import_name=c.import_name,
-            version=str(parse_wheel_filename(b.wheel.file)[1]), install_args=c.install_args,
+            version=wheel_version(b.wheel.file), install_args=c.install_args,
             patches=tuple(PatchRef(p.path, p.sha256) for p in b.plan.patches),
             env=redact_env(dict(b.plan.env)), command=c.command, cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,

@@ -10,13 +10,16 @@ from . import __version__
 from .console import UI
 from .errors import ToolError, UsageError
 
-# Each module exposes register(subparsers); its parsers set_defaults(handler=fn(args, ui) -> CommandResult).
-COMMAND_MODULES = (
-    "toolchain.commands",        # build, plan, update, recipes
-    "toolchain.smoke.command",   # smoke
-    "toolchain.bisect_command",  # bisect
-    "toolchain.repro_command",   # verify-repro
-)
+# Each module exposes register(subparsers, common); its parsers set_defaults(handler=fn(args, ui) -> CommandResult).
+# Only the module of the command being run is imported (a warm no-op build must start fast).
+COMMANDS = {
+    "build": "toolchain.commands", "plan": "toolchain.commands", "update": "toolchain.commands",
+    "recipes": "toolchain.commands",
+    "smoke": "toolchain.smoke.command",
+    "bisect": "toolchain.bisect_command",
+    "verify-repro": "toolchain.repro_command",
+}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,14 +27,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="stream command output")
     parser = _Parser(prog="toolchain", description=__doc__, parents=[common])
     parser.add_argument("--version", action="version", version=f"toolchain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    for name in ((COMMANDS[only],) if only in COMMANDS else COMMAND_MODULES):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     ui = UI(json_mode="--json" in args_list)
     try:
-        parser = build_parser()
+        first = next((a for a in args_list if not a.startswith("-")), None)
+        parser = build_parser(first)
         args = parser.parse_args(args_list)
         ui = UI(json_mode=getattr(args, "json", False), verbose=getattr(args, "verbose", False))
         if not getattr(args, "handler", None):
@@ -73,6 +77,8 @@ def _report(ui: UI, err: ToolError) -> None:
         if problems:
             payload["problems"] = problems
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-    ui.err.print(f"[bold red]ERROR:[/] {err}", markup=True, highlight=False, soft_wrap=True)
+    from rich.markup import escape  # messages name TOML tables ("[toolchain] setvars"): not markup
+
+    ui.err.print(f"[bold red]ERROR:[/] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True)
     if err.hint:
-        ui.err.print(f"[bold]TIP:[/] {err.hint}", highlight=False, soft_wrap=True)
+        ui.err.print(f"[bold]TIP:[/] {escape(err.hint)}", highlight=False, soft_wrap=True)

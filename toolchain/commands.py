@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from rich.table import Table
+
 
 from .build import BuildOptions, build_stack
 from .cache import CACHE_ENV, default_cache_dir
@@ -19,6 +19,12 @@ from .runtime import make_runtime
 from .sources import parse_rewrites
 
 DEFAULT_RECIPE = "demo"
+
+
+def Table(*args, **kwargs):  # noqa: N802 - rich's Table, imported when a table is made
+    from rich.table import Table as _Table
+
+    return _Table(*args, **kwargs)
 
 
 def register(sub, common) -> None:
@@ -53,8 +59,8 @@ def cache_dir(args) -> Path:
     return (args.cache_dir or default_cache_dir()).resolve()
 
 
-def recipe_from_args(args) -> Recipe:
-    return load_recipe(args.recipe or DEFAULT_RECIPE, args.recipes_dir, args.patches_dir)
+def recipe_from_args(args, *, pinned: bool = True) -> Recipe:
+    return load_recipe(args.recipe or DEFAULT_RECIPE, args.recipes_dir, args.patches_dir, pinned=pinned)
 
 
 def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
@@ -147,7 +153,7 @@ def cmd_plan(args, ui) -> CommandResult:
 def cmd_update(args, ui) -> CommandResult:
     from .recipe_update import update_recipe
 
-    recipe = recipe_from_args(args)
+    recipe = recipe_from_args(args, pinned=False)  # update pins components that have no commit yet
     from .build import recipe_rewrites
     from .sources import Mirrors
 

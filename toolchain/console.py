@@ -12,9 +12,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds never pay for it
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
 
 
 @dataclass(frozen=True)
@@ -30,8 +33,24 @@ class UI:
         self.json_mode = json_mode
         self.verbose = verbose
         self.quiet = quiet or json_mode
-        self.err = Console(stderr=True, highlight=False)
-        self.out = Console(highlight=False)
+        self._err: Console | None = None
+        self._out: Console | None = None
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            from rich.console import Console
+
+            self._err = Console(stderr=True, highlight=False)
+        return self._err
+
+    @property
+    def out(self) -> Console:
+        if self._out is None:
+            from rich.console import Console
+
+            self._out = Console(highlight=False)
+        return self._out
 
     def info(self, message: str) -> None:
         if not self.quiet:
@@ -58,6 +77,8 @@ class UI:
         if self.quiet:
             yield ProgressTask(None, None)
             return
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
         prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                         console=self.err, transient=not self.err.is_terminal)

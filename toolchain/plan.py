@@ -6,13 +6,14 @@ Making a plan probes the target and sources the toolchain there, but fetches and
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import __version__
 from .fsutil import sha256_bytes
 from .lock import TargetInfo, ToolchainInfo
-from .oneapi import ToolchainEnv, capture
+from .memo import remembered
+from .oneapi import IGNORED, ToolchainEnv, capture
 from .patches import Patch, load_series
 from .recipe import Component, Recipe
 from .redact import is_secret, redact_env
@@ -75,9 +76,10 @@ def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | 
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())[:32]
 
 
-def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None) -> Plan:
-    target = runtime.probe()
-    tenv = capture(recipe, runtime, log=(log_dir / "setvars.log") if log_dir else None)
+def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None) -> Plan:
+    ident = runtime.identity() if hasattr(runtime, "identity") else None
+    target = probe_target(runtime, memo_dir, ident)
+    tenv = capture_toolchain(recipe, runtime, memo_dir, ident, log=(log_dir / "setvars.log") if log_dir else None)
     comps = []
     for comp in recipe.components:
         patches = load_series(recipe.patches_dir, comp.patches)
@@ -85,6 +87,38 @@ def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None) -> Plan:
         comps.append(ComponentPlan(comp, patches, tuple(env.items()),
                                    cache_key(comp, patches, env, target, tenv.info)))
     return Plan(recipe, target, tenv.info, tenv, tuple(comps))
+
+
+def probe_target(runtime, memo_dir: Path | None, ident: dict | None) -> TargetInfo:
+    def compute():
+        info, watch = runtime.probe_watch()
+        return asdict(info), [*watch, ident["python"]]
+
+    if ident is None or not hasattr(runtime, "probe_watch"):
+        return runtime.probe()
+    return TargetInfo(**remembered(memo_dir, "probe", ident, compute))
+
+
+def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dict | None, log=None) -> ToolchainEnv:
+    if not recipe.toolchain.enabled:
+        return capture(recipe, runtime, log=log)
+    setvars = runtime.toolchain_path(recipe.toolchain.setvars, recipe.path.parent)
+    base = sorted((k, v) for k, v in runtime.base_env().items() if k not in IGNORED)
+    identity = None if ident is None else {"target": ident, "setvars": setvars,
+                                           "args": list(recipe.toolchain.setvars_args),
+                                           "env": sha256_bytes(json.dumps(base).encode())}
+
+    def compute():
+        t = capture(recipe, runtime, log=log)
+        root = Path(setvars).parent
+        watch = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() else [setvars]
+        if t.info.cmplr_root:
+            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
+        return {"info": asdict(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
+
+    saved = remembered(memo_dir, "setvars", identity, compute)
+    info = dict(saved["info"], setvars_args=tuple(saved["info"]["setvars_args"]))
+    return ToolchainEnv(ToolchainInfo(**info), tuple((k, v) for k, v in saved["diff"]), saved["banner"])
 
 
 def plan_to_dict(plan: Plan) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ info = {"python_version": "%d.%d.%d" % sys.version_info[:3],
                                    sys.version_info[0], sys.version_info[1]),
         "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
         "executable": sys.executable, "pip_version": ver("pip"), "torch_version": "", "torch_xpu": ""}
+import site, os
+watch = [p for p in set(site.getsitepackages() + [site.getusersitepackages(), sys.prefix]) if os.path.isdir(p)]
 spec = importlib.util.find_spec("torch")
 if spec is not None and spec.submodule_search_locations:
     # Read torch/version.py instead of importing torch (seconds on an XPU build): it holds `xpu = '...'`.
@@ -49,7 +52,7 @@ if spec is not None and spec.submodule_search_locations:
         m = re.search(r"^xpu(?:\s*:\s*[^=]+)?\s*=\s*['\"]([^'\"]*)['\"]", text, re.M)
         info["torch_xpu"] = m.group(1) if m else ""
         break
-print(json.dumps(info))
+print(json.dumps(dict(info, watch=sorted(watch))))
 """
 
 
@@ -97,12 +100,31 @@ class HostRuntime:
                    check=check, timeout=timeout, verbose=verbose)
 
     def probe(self) -> TargetInfo:
+        return self.probe_watch()[0]
+
+    def probe_watch(self) -> tuple[TargetInfo, list[str]]:
+        """The probe, and the directories whose change would change its answer (site-packages)."""
         r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
                               hint="set [target] python to an interpreter that exists, e.g. \"python3\"")
-        return target_info(self.kind, self.spec.python, r.stdout)
+        return target_info(self.kind, self.spec.python, r.stdout), watch_dirs(r.stdout)
+
+    def identity(self) -> dict | None:
+        """What a remembered probe of this interpreter depends on; None (probe every time) for wrapper
+        scripts such as pyenv shims, whose answer can change without any file of theirs changing."""
+        exe = shutil.which(self.spec.python)
+        if not exe:
+            return None
+        try:
+            with open(exe, "rb") as f:
+                if f.read(2) == b"#!":
+                    return None
+            st = os.stat(exe)
+        except OSError:
+            return None
+        return {"python": exe, "real": os.path.realpath(exe), "stat": [st.st_ino, st.st_mtime_ns, st.st_size]}
 
     @contextlib.contextmanager
     def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
@@ -115,7 +137,12 @@ class HostRuntime:
 def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
     data = json.loads(probe_stdout.strip().splitlines()[-1])
     data.pop("executable", None)
+    data.pop("watch", None)
     return TargetInfo(runtime=kind, python=python, **data, **extra)
+
+
+def watch_dirs(probe_stdout: str) -> list[str]:
+    return list(json.loads(probe_stdout.strip().splitlines()[-1]).get("watch", []))
 
 
 def make_runtime(spec: TargetSpec, ui=None):

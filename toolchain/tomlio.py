@@ -11,8 +11,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-import tomlkit
-
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 
@@ -25,6 +23,8 @@ def load_file(path: Path) -> dict[str, Any]:
 
 
 def dumps(data: dict[str, Any]) -> str:
+    import tomlkit  # only writers pay for it
+
     return tomlkit.dumps(_drop_none(data))
 
 

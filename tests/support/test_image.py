@@ -38,6 +38,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -286,7 +287,12 @@ def _workdir() -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _locked(path: Path) -> Iterator[int]:
+    """Hold an exclusive flock on ``path``; yields the lock's file descriptor.
+
+    Passing that descriptor to a child (``pass_fds``) keeps the lock held until the
+    child exits too, so an orphaned debootstrap of a killed build keeps others out
+    of its directory."""
     with open(path, "a+") as fh:
         t0 = time.monotonic()
         try:
@@ -296,9 +302,44 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_EX)
             _log(f"lock acquired after {time.monotonic() - t0:.0f}s")
         try:
-            yield
+            yield fh.fileno()
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _mounts_under(path: Path) -> list:
+    """Mount points at or below ``path``, deepest first."""
+    real = os.path.realpath(path)
+    found = set()
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 5:
+                    continue
+                mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+                if mp == real or mp.startswith(real + "/"):
+                    found.add(mp)
+    except OSError:
+        pass
+    return sorted(found, key=len, reverse=True)
+
+
+def _remove_tree(path: Path) -> bool:
+    """Remove a build directory, first unmounting what a killed debootstrap left mounted
+    in it (proc, sys, dev...). Never recurses into a mount: if one cannot be
+    unmounted, the directory is left in place and False returned."""
+    if not path.exists():
+        return True
+    for mp in _mounts_under(path):
+        if subprocess.run(["umount", mp], capture_output=True, stdin=subprocess.DEVNULL).returncode != 0:
+            subprocess.run(["umount", "-l", mp], capture_output=True, stdin=subprocess.DEVNULL)
+    left = _mounts_under(path)
+    if left:
+        _log(f"not removing {path}: still mounted: {', '.join(left)}")
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not path.exists()
 
 
 def _clean_leftovers(engine: str, workdir: Path) -> None:
@@ -308,13 +349,13 @@ def _clean_leftovers(engine: str, workdir: Path) -> None:
         _remove_tag(engine, ref)
     for d in workdir.glob(f"{engine}-build-*"):
         _log(f"removing leftover build directory {d}")
-        shutil.rmtree(d, ignore_errors=True)
+        _remove_tree(d)
 
 
 # --------------------------------------------------------------------------- build
 
 
-def _debootstrap(rootfs: Path, mirror: str, log_path: Path) -> None:
+def _debootstrap(rootfs: Path, mirror: str, log_path: Path, lock_fd: int) -> None:
     exe = shutil.which("debootstrap")
     if exe is None:
         raise ImageBuildError("debootstrap is not installed (apt-get install debootstrap)")
@@ -328,7 +369,7 @@ def _debootstrap(rootfs: Path, mirror: str, log_path: Path) -> None:
         log.flush()
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=DEBOOTSTRAP_TIMEOUT)
+                                  timeout=DEBOOTSTRAP_TIMEOUT, pass_fds=(lock_fd,))
         except subprocess.TimeoutExpired as e:
             raise ImageBuildError(f"debootstrap timed out after {DEBOOTSTRAP_TIMEOUT}s; log: {log_path}") from e
     if proc.returncode != 0:
@@ -346,7 +387,7 @@ def _debootstrap(rootfs: Path, mirror: str, log_path: Path) -> None:
             p.write_text("")
 
 
-def _import(engine: str, rootfs: Path, ref: str, full_hash: str) -> None:
+def _import(engine: str, rootfs: Path, ref: str, full_hash: str, lock_fd: int) -> None:
     tar_argv = ["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."]
     imp_argv = [engine, "import",
                 "--change", 'CMD ["/bin/bash"]',
@@ -355,7 +396,7 @@ def _import(engine: str, rootfs: Path, ref: str, full_hash: str) -> None:
                 "-", ref]
     _log(f"importing into {engine} as {ref}")
     with subprocess.Popen(tar_argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE) as tar:
+                          stderr=subprocess.PIPE, pass_fds=(lock_fd,)) as tar:
         try:
             imp = subprocess.run(imp_argv, stdin=tar.stdout, capture_output=True, text=True,
                                  env=containers_env(), timeout=DEBOOTSTRAP_TIMEOUT)
@@ -394,7 +435,7 @@ def build_image(engine: str = "podman", spec: Optional[dict] = None) -> str:
         raise ImageBuildError(f"{final} is missing and building it needs root (debootstrap)")
 
     workdir = _workdir()
-    with _locked(workdir / f"{engine}.lock"):
+    with _locked(workdir / f"{engine}.lock") as lock_fd:
         if _image_exists(engine, final):  # another builder finished while we waited
             return final
         _clean_leftovers(engine, workdir)
@@ -404,13 +445,13 @@ def build_image(engine: str = "podman", spec: Optional[dict] = None) -> str:
         try:
             rootfs = build_dir / "rootfs"
             rootfs.mkdir()
-            _debootstrap(rootfs, spec["mirror"], workdir / f"build-{full_hash[:12]}.log")
-            _import(engine, rootfs, temp_ref, full_hash)
-            shutil.rmtree(build_dir, ignore_errors=True)
+            _debootstrap(rootfs, spec["mirror"], workdir / f"build-{full_hash[:12]}.log", lock_fd)
+            _import(engine, rootfs, temp_ref, full_hash, lock_fd)
+            _remove_tree(build_dir)
             _check_image(engine, temp_ref)
             _run([engine, "tag", temp_ref, final], check=True)
         finally:
-            shutil.rmtree(build_dir, ignore_errors=True)
+            _remove_tree(build_dir)
             if _image_exists(engine, temp_ref):
                 _remove_tag(engine, temp_ref)
         _log(f"built {final} in {time.monotonic() - t0:.0f}s")
