@@ -66,6 +66,8 @@ def recipe_from_args(args, *, pinned: bool = True) -> Recipe:
 def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
     """The lock's recorded recipe, after checking that it and every patch still hash as recorded."""
     recorded = Path(lock.recipe_path)
+    if not recorded.is_absolute() and lock.path is not None:  # a bundle's lock: relative to the bundle
+        recorded = lock.path.parent / recorded
     pdir = patches_dir or ((recipes_dir or recorded.parent).parent / "patches")
     recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, pdir)
     problems = []
@@ -117,14 +119,15 @@ def cmd_build(args, ui) -> CommandResult:
     if args.bundle:
         from .bundle import write_bundle
 
-        bundle = write_bundle(lock, options.out_dir.parent)
+        bundle = write_bundle(lock, options.out_dir.parent, patches_dir=recipe.patches_dir)
         data["bundle"] = str(bundle)
     table = Table(title=f"{recipe.name}: {lock.path}")
     for col in ("component", "commit", "describe", "wheel", "sha256"):
         table.add_column(col)
     for c in lock.components:
         table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16])
-    return CommandResult(data, 0, f"[green]lock:[/] {lock.path}", (table,))
+    summary = f"[green]lock:[/] {lock.path}" + (f"\n[green]bundle:[/] {data['bundle']}" if "bundle" in data else "")
+    return CommandResult(data, 0, summary, (table,))
 
 
 def lock_summary(lock: Lock) -> dict:

@@ -6,6 +6,7 @@ arguments, never formatted into the script text.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -13,7 +14,8 @@ from .errors import BuildError, RecipeError
 from .fsutil import sha256_bytes
 from .lock import ToolchainInfo
 from .recipe import Recipe
-from .redact import is_secret
+from .redact import is_secret, redact_text
+from .run import CommandFailed, display
 
 MARK = "\0__TOOLCHAIN_SETVARS__\0"
 SOURCE_SCRIPT = (
@@ -62,12 +64,18 @@ def capture(recipe: Recipe, runtime, log=None) -> ToolchainEnv:
             f"{recipe.path.name}: toolchain.setvars: {setvars} does not exist in the {runtime.describe()}",
             hint="install the oneAPI Base Toolkit there, or set [toolchain] setvars to your setvars.sh "
                  "(or <version>/oneapi-vars.sh); use setvars = \"\" for a recipe without compiled kernels")
-    r = runtime.run(["bash", "-c", SOURCE_SCRIPT, "toolchain-setvars", setvars, *spec.setvars_args],
-                    capture=True, check=False, log=log)
+    argv = ["bash", "-c", SOURCE_SCRIPT, "toolchain-setvars", setvars, *spec.setvars_args]
+    r = runtime.run(argv, capture=True, check=False)  # logged below, once the secrets setvars sets are known
     parts = r.stdout.split(MARK)
+    known = {**os.environ, **runtime.base_env(), **(_parse_env(parts[2]) if len(parts) == 3 else {})}
+    output = redact_text(r.stderr, known)  # the script's own output (its stdout goes to stderr)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"$ {display(argv)}\n{output}# exit {r.returncode}\n")
     if r.returncode != 0 or len(parts) != 3:
         raise BuildError(f"sourcing {setvars} {' '.join(spec.setvars_args)} failed (exit {r.returncode}) "
-                         f"in the {runtime.describe()}:\n{r.stderr[-2000:]}",
+                         f"in the {runtime.describe()}:\n{output[-2000:]}",
                          hint="run it by hand under bash to see why; check [toolchain] setvars-args")
     before, after = _parse_env(parts[0]), _parse_env(parts[2])
     diff = {k: v for k, v in after.items() if before.get(k) != v and k not in IGNORED}
@@ -86,10 +94,19 @@ def capture(recipe: Recipe, runtime, log=None) -> ToolchainEnv:
 
 def compiler_version(runtime, diff: dict[str, str | None]) -> tuple[str, str]:
     """(first banner line, version) from `icpx --version` in the sourced environment."""
-    r = runtime.run(["icpx", "--version"], env=diff, capture=True, check=False)
-    if r.returncode != 0 and diff.get("CMPLR_ROOT"):
-        r = runtime.run([f"{diff['CMPLR_ROOT']}/bin/icpx", "--version"], env=diff, capture=True, check=False)
-    if r.returncode != 0:
+    r = _try(runtime, ["icpx", "--version"], diff)
+    if r is None and diff.get("CMPLR_ROOT"):
+        r = _try(runtime, [f"{diff['CMPLR_ROOT']}/bin/icpx", "--version"], diff)
+    if r is None:
         return "", ""
     m = VERSION_RE.search(r.stdout)
     return (r.stdout.splitlines()[0] if r.stdout else ""), (m.group(1) if m else "")
+
+
+def _try(runtime, argv: list[str], diff: dict[str, str | None]):
+    """The finished command, or None when it failed or does not exist (run() raises for a missing program)."""
+    try:
+        r = runtime.run(argv, env=diff, capture=True, check=False)
+    except CommandFailed:
+        return None
+    return r if r.returncode == 0 else None

@@ -29,7 +29,9 @@ def redact_text(text: str, env: Mapping[str, str | None]) -> str:
     """Mask every secret value of `env` (and `name=value` pairs with secret names) inside `text`."""
     for value in secret_values(env):
         text = text.replace(value, MASK)
-    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
+    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}", text)
 
 
-_ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
+# Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values
+# end at whitespace or NUL (`env -0` output).
+_ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:%s)[A-Za-z0-9_]*)=([^\s\x00]+)" % "|".join(SECRET_WORDS), re.IGNORECASE)

@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import RecipeError
 from .lock import TargetInfo
 from .recipe import TargetSpec
-from .run import Completed, merge_env, run
+from .run import CommandFailed, Completed, merge_env, run
 
 PROBE = r"""
 import json, sys, sysconfig, importlib.util
@@ -104,7 +104,10 @@ class HostRuntime:
 
     def probe_watch(self) -> tuple[TargetInfo, list[str]]:
         """The probe, and the directories whose change would change its answer (site-packages)."""
-        r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
+        try:
+            r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
+        except CommandFailed as exc:  # not found or not executable: run() raises even with check=False
+            r = Completed(exc.argv, exc.returncode, "", exc.tail, 0.0, None)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Optional, Sequence, Tuple
 
 # Bump when the build steps change in a way that changes the image content.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -62,6 +62,7 @@ PACKAGES: Tuple[str, ...] = (
     "git",
     "gcc",
     "libc6-dev",
+    "libpython3-dev",  # Python.h: the demo kernels are C extensions
 )
 IMAGE_REPO = "localhost/toolchain-test-bookworm"
 TEMP_REPO = IMAGE_REPO + "-tmp"
