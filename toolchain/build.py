@@ -14,6 +14,7 @@ from pathlib import Path
 from .buildreqs import check_build_requires
 from .cache import WheelCache, copy_wheel
 from .errors import BuildError
+from .fsutil import give_to_invoking_user
 from .lock import LOCK_NAME, WHEELS_DIR, Lock, LockedComponent, PatchRef, WheelRef, read_lock, write_lock
 from .plan import ComponentPlan, Plan, make_plan
 from .recipe import Recipe
@@ -76,6 +77,7 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
     for stale in (out / WHEELS_DIR).glob("*.whl"):
         if stale.name not in keep:
             stale.unlink()
+    give_to_invoking_user(out)
     return read_lock(path)
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BuildError, ToolError
-from .fsutil import file_lock
+from .fsutil import file_lock, invoking_user
 from .lock import TargetInfo
 from .recipe import TargetSpec
 from .redact import is_secret
@@ -96,15 +96,6 @@ class ContainerNotRunning(ContainerError):
 
 class InterpreterMissing(ContainerError):
     return_code = 2
-
-
-def invoking_user() -> tuple[int, int]:
-    """Who should own what the tool writes: the sudo caller when run via sudo, else this process's user."""
-    if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
-        uid = int(os.environ["SUDO_UID"])
-        gid = os.environ.get("SUDO_GID", "")
-        return uid, int(gid) if gid.isdigit() else uid
-    return os.getuid(), os.getgid()
 
 
 def _engine_reads(name: str) -> bool:

@@ -105,3 +105,23 @@ def clean_stale_tmp(parent: Path, prefix: str = ".tmp-") -> None:
         finally:
             if fd is not None:
                 os.close(fd)
+
+
+def invoking_user() -> tuple[int, int]:
+    """Who should own what the tool writes: the sudo caller when run via sudo, else this process's user."""
+    if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
+        uid = int(os.environ["SUDO_UID"])
+        gid = os.environ.get("SUDO_GID", "")
+        return uid, int(gid) if gid.isdigit() else uid
+    return os.getuid(), os.getgid()
+
+
+def give_to_invoking_user(root: Path) -> None:
+    """Under sudo, hand a written tree (wheels, locks, logs) to the user who ran sudo."""
+    uid, gid = invoking_user()
+    if os.geteuid() != 0 or uid == 0:
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), uid, gid)
+    os.lchown(root, uid, gid)
