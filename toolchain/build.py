@@ -140,7 +140,10 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
 def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, options, log, ui) -> None:
     comp = cp.component
     what = f"{comp.name}@{comp.commit[:12]}"
-    out_tmp = Path(options.cache_dir) / "work" / f"{cp.cache_key}-{uuid.uuid4().hex[:8]}"
+    work = Path(options.cache_dir) / "work"
+    for stale in work.glob(f"{cp.cache_key}-*"):  # left by a builder killed holding this key's lock (we hold it)
+        shutil.rmtree(stale, ignore_errors=True)
+    out_tmp = work / f"{cp.cache_key}-{uuid.uuid4().hex[:8]}"
     out_tmp.mkdir(parents=True)
     started = time.monotonic()
     try:

@@ -26,7 +26,8 @@ def _stamp(path: str) -> list[int] | None:
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
                compute: Callable[[], tuple[Any, Iterable[str]]]) -> Any:
-    """`compute()` returns (value, paths it depends on); the value must be JSON-serialisable."""
+    """`compute()` returns (value, paths it depends on); the value must be JSON-serialisable.
+    Paths of None mean: use the value but do not remember it (e.g. it holds a secret)."""
     if memo_dir is None or identity is None:
         return compute()[0]
     key = sha256_bytes(json.dumps([kind, identity], sort_keys=True).encode())[:24]
@@ -38,5 +39,7 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     except (OSError, ValueError, KeyError, TypeError):
         pass
     value, watch = compute()
+    if watch is None:
+        return value
     atomic_write_text(path, json.dumps({"value": value, "watch": {p: _stamp(p) for p in sorted(set(watch))}}))
     return value

@@ -114,6 +114,8 @@ def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dic
         watch = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() else [setvars]
         if t.info.cmplr_root:
             watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
+        if any(is_secret(k) for k, _ in t.diff):
+            watch = None  # setvars exported a secret: never write it to the cache
         return {"info": asdict(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
 
     saved = remembered(memo_dir, "setvars", identity, compute)

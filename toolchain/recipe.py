@@ -181,11 +181,13 @@ def list_recipes(recipes_dir: Path | None = None) -> list[tuple[str, str]]:
 
 # ---- loading ------------------------------------------------------------------------------------------
 
-def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir: Path | None = None) -> Recipe:
+def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir: Path | None = None, *,
+                pinned: bool = True) -> Recipe:
+    """`pinned=False` (for `toolchain update`) accepts components whose `commit` is not set yet."""
     path = recipe_path(name_or_path, recipes_dir)
     data = _resolve_extends(path, recipes_dir or path.parent, [])
     pdir = patches_dir or path.parent.parent / "patches"
-    return from_data(data, name=path.stem, path=path, patches_dir=pdir)
+    return from_data(data, name=path.stem, path=path, patches_dir=pdir, pinned=pinned)
 
 
 def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path) -> Recipe:
@@ -316,7 +318,7 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path) -> Recipe:
+def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path, pinned: bool = True) -> Recipe:
     pr = _Problems(path)
     pr.check_keys(data, TOP_KEYS, "")
     tc = data.get("toolchain", {}) if isinstance(data.get("toolchain"), dict) else {}
@@ -327,7 +329,7 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path)
     target = _target(data.get("target", {}), pr)
     env = pr.env_table(data.get("env", {}), "env")
     mirrors = _mirrors(data.get("mirrors", {}), pr)
-    components = _components(data.get("components"), pr, patches_dir)
+    components = _components(data.get("components"), pr, patches_dir, pinned)
     smoke = _smoke(data.get("smoke", {}), pr)
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
@@ -373,7 +375,7 @@ def _mirrors(m: Any, pr: _Problems) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _components(comps: Any, pr: _Problems, patches_dir: Path) -> tuple[Component, ...]:
+def _components(comps: Any, pr: _Problems, patches_dir: Path, pinned: bool = True) -> tuple[Component, ...]:
     if not isinstance(comps, dict) or not comps:
         pr.add("components", "a recipe needs at least one [components.NAME] table")
         return ()
@@ -390,7 +392,7 @@ def _components(comps: Any, pr: _Problems, patches_dir: Path) -> tuple[Component
         if not isinstance(url, str) or not url:
             pr.add(f"{where}.url", "missing: the git repository URL to build from")
         commit = c.get("commit")
-        if not isinstance(commit, str) or not HEX40.match(commit):
+        if pinned and (not isinstance(commit, str) or not HEX40.match(commit)):
             pr.add(f"{where}.commit", "missing or not a full 40-hex commit id "
                    f"(got {commit!r}); run `toolchain update --recipe ... --component {name}` to pin `ref`")
         subdir = c.get("subdir", "")
@@ -398,7 +400,7 @@ def _components(comps: Any, pr: _Problems, patches_dir: Path) -> tuple[Component
             pr.add(f"{where}.subdir", "must be a relative path inside the repository")
         patches = _patches(c.get("patches", []), pr, f"{where}.patches", patches_dir)
         command = pr.str_list(c, "command", f"{where}.command") if "command" in c else DEFAULT_COMMAND
-        if "command" in c and not command:
+        if c.get("command") == []:  # (a list with a non-string is reported by str_list, not as empty)
             pr.add(f"{where}.command", "must not be empty")
         for arg in command:
             for ph in re.findall(r"\{([^}]*)\}", arg):

@@ -10,8 +10,14 @@ MASK = "<redacted>"
 _MIN_SECRET_LEN = 4
 
 
+# Names that contain a secret word but are known settings, not secrets.
+NOT_SECRET = {"TOKENIZERS_PARALLELISM", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "KEYRING_BACKEND"}
+
+
 def is_secret(name: str) -> bool:
     upper = name.upper()
+    if upper in NOT_SECRET:
+        return False
     return any(word in upper for word in SECRET_WORDS)
 
 
@@ -29,7 +35,7 @@ def redact_text(text: str, env: Mapping[str, str | None]) -> str:
     """Mask every secret value of `env` (and `name=value` pairs with secret names) inside `text`."""
     for value in secret_values(env):
         text = text.replace(value, MASK)
-    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}", text)
+    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
 
 
 # Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values

@@ -99,7 +99,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
             f.write(f"# exit {code} after {seconds:.1f}s\n")
     if check and code not in success_codes:
         shown = tail if not capture else (err or out)
-        raise CommandFailed(argv, code, log, _tail(redact_text(shown, full_env)), hint=hint)
+        raise CommandFailed([redact_text(a, full_env) for a in argv], code, log, _tail(redact_text(shown, full_env)),
+                            hint=hint)
     return Completed(tuple(argv), code, out, err, seconds, log)
 
 

@@ -47,8 +47,9 @@ def _as_url(target: str) -> str:
 
 
 def rewrite_url(url: str, rewrites: Sequence[Rewrite]) -> str:
-    """The longest matching prefix wins."""
-    best = max((r for r in rewrites if url.startswith(r.prefix)), key=lambda r: len(r.prefix), default=None)
+    """The longest matching prefix wins; of equal ones the later (`--mirror` comes after the recipe's)."""
+    best = max((r for r in reversed(rewrites) if url.startswith(r.prefix)), key=lambda r: len(r.prefix),
+               default=None)
     return best.replacement + url[len(best.prefix):] if best else url
 
 
@@ -112,8 +113,9 @@ class Mirrors:
         if self.ui:
             self.ui.step(f"fetching {url}" + (f" via {source}" if source != url else ""))
         if not (mirror / "HEAD").exists():
+            for stale in mirror.parent.glob(f".tmp-{mirror.name}-*"):  # a killed fetcher's (we hold the lock)
+                shutil.rmtree(stale, ignore_errors=True)
             tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
             tmp.parent.mkdir(parents=True, exist_ok=True)
             git(["init", "--bare", "--quiet", str(tmp)], log=log)
             git(["config", "remote.origin.url", source], git_dir=tmp)

@@ -52,6 +52,8 @@ class SourceTrees:
 
     def _prepare(self, url, commit, patches, subdir, what, path: Path, state: Path, log) -> None:
         state.unlink(missing_ok=True)
+        for stale in self.root.glob(f".tmp-{path.name}-*"):  # a killed preparer's (we hold the key's lock)
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = self.root / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
         try:
             files = [materialize(p, self.mirrors, self.root.parent) for p in patches]

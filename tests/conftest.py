@@ -1,0 +1,42 @@
+"""Shared fixtures for the spine tests: real git repositories, recipe workspaces with an isolated cache, the
+demo built once per session. The helpers they use live in tests/spine_helpers.py (import them from there).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spine_helpers import PACKAGES, Cli, DemoBuild, GitRepo, Workspace, isolated_env
+
+
+@pytest.fixture
+def make_repo(tmp_path):
+    """make_repo(name, package=None, subdir="", tag="v1.0.0") -> GitRepo under tmp_path/repos/."""
+    def make(name: str, package: str | None = None, **kw) -> GitRepo:
+        return GitRepo.create(tmp_path / "repos" / name, package, **kw)
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_repo(tmp_path_factory) -> GitRepo:
+    """Shared, never modified after creation: tiny at v1.0.0 (HEAD~1) and one commit after it (HEAD)."""
+    repo = GitRepo.create(tmp_path_factory.mktemp("shared-repos") / "tiny", "tiny")
+    repo.commit("tiny: greet politely", {"tiny/__init__.py": (PACKAGES / "tiny/tiny/__init__.py").read_text()
+                                         + "\n\ndef polite(name):\n    return 'good day ' + name\n"})
+    return repo
+
+
+@pytest.fixture
+def ws(tmp_path) -> Workspace:
+    return Workspace(tmp_path / "ws")
+
+
+@pytest.fixture(scope="session")
+def demo_build(tmp_path_factory) -> DemoBuild:
+    """`toolchain build --recipe demo` into a fresh cache, once. Tests must not modify `cache` or `out`
+    (copy them first)."""
+    root = tmp_path_factory.mktemp("demo")
+    cli = Cli(root, isolated_env(root))
+    r = cli("build", "--recipe", "demo", "--cache-dir", root / "cache", "--out", root / "out", "--json")
+    assert r.returncode == 0, str(r)
+    return DemoBuild(root, root / "cache", root / "out", r, cli)

@@ -1,0 +1,1 @@
+"""Built under another name."""

@@ -1,0 +1,1 @@
+"""Second of two."""

@@ -1,0 +1,1 @@
+"""First of two."""

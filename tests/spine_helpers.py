@@ -1,0 +1,278 @@
+"""Helpers for the spine tests (used by tests/conftest.py and the test modules): real git repositories,
+recipe workspaces, the CLI as a real process.
+
+Import them from here, not `from conftest import ...`: tests/smoke/ has a conftest.py too, and whichever
+was imported last owns the module name `conftest`. Everything is real: `git` makes the repositories,
+`python -m toolchain` runs in a subprocess with an isolated cache, and builds run `pip wheel`. The fixture
+projects in tests/packages/ use a tiny in-tree PEP 517 backend (tests/packages/_shared/tiny_backend.py),
+so one build takes about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = Path(__file__).resolve().parent / "packages"
+BACKEND = PACKAGES / "_shared" / "tiny_backend.py"
+STANDIN = REPO_ROOT / "toolchain" / "demo_src" / "oneapi-standin"
+STANDIN_SETVARS = STANDIN / "setvars.sh"
+CLI_TIMEOUT = 300
+GIT_EPOCH = 1767268800  # fixed dates: commit ids do not depend on when the tests run
+TINY_INIT = (PACKAGES / "tiny" / "tiny" / "__init__.py").read_text()
+
+
+# ---- git repositories --------------------------------------------------------------------------------
+
+class GitRepo:
+    """A real (non-bare) git repository with helpers to commit, tag, branch, merge and make patches."""
+
+    _clock = 0
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, path: Path, package: str | None = None, *, subdir: str = "", tag: str | None = "v1.0.0",
+               message: str = "initial import") -> GitRepo:
+        path.mkdir(parents=True)
+        repo = cls(path)
+        repo.git("init", "--quiet", "--initial-branch=main")
+        if package:
+            repo.add_package(package, subdir)
+        else:
+            repo.write({"README": "empty\n"})
+        repo.commit(message, tag=tag)
+        return repo
+
+    @property
+    def url(self) -> str:
+        return self.path.as_uri()
+
+    def git(self, *args: str) -> str:
+        GitRepo._clock += 1
+        when = f"@{GIT_EPOCH + 60 * GitRepo._clock} +0000"
+        env = dict(os.environ, GIT_AUTHOR_NAME="Test Author", GIT_AUTHOR_EMAIL="test@example.invalid",
+                   GIT_COMMITTER_NAME="Test Author", GIT_COMMITTER_EMAIL="test@example.invalid",
+                   GIT_AUTHOR_DATE=when, GIT_COMMITTER_DATE=when, GIT_CONFIG_NOSYSTEM="1")
+        r = subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", *args],
+                           cwd=self.path, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"git {' '.join(args)} failed:\n{r.stdout}{r.stderr}"
+        return r.stdout
+
+    def write(self, files: dict[str, str]) -> None:
+        for rel, text in files.items():
+            target = self.path / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+    def add_package(self, package: str, subdir: str = "") -> None:
+        """Copy tests/packages/<package> into the work tree (at `subdir`), the tiny backend beside each
+        pyproject.toml."""
+        dest = self.path / subdir if subdir else self.path
+        shutil.copytree(PACKAGES / package, dest, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for pyproject in dest.rglob("pyproject.toml"):
+            shutil.copyfile(BACKEND, pyproject.parent / BACKEND.name)
+
+    def commit(self, message: str, files: dict[str, str] | None = None, *, tag: str | None = None) -> str:
+        if files:
+            self.write(files)
+        self.git("add", "-A")
+        self.git("commit", "--quiet", "--allow-empty", "-m", message)
+        if tag:
+            self.git("tag", tag)
+        return self.head()
+
+    def head(self, rev: str = "HEAD") -> str:
+        return self.git("rev-parse", rev).strip()
+
+    def branch(self, name: str, start: str = "HEAD") -> None:
+        self.git("branch", name, start)
+
+    def switch(self, name: str) -> None:
+        self.git("checkout", "--quiet", name)
+
+    def merge(self, branch: str, message: str) -> str:
+        self.git("merge", "--no-ff", "--quiet", "-m", message, branch)
+        return self.head()
+
+    def make_patch(self, files: dict[str, str], subject: str = "a local patch") -> str:
+        """The change `files` would make to HEAD, as `git format-patch` text; the tree is left as it was."""
+        start = self.head()
+        self.commit(subject, files)
+        text = self.git("format-patch", "-1", "--stdout", "HEAD")
+        self.git("reset", "--quiet", "--hard", start)
+        return text
+
+    def read(self, rel: str, rev: str = "HEAD") -> str:
+        return self.git("show", f"{rev}:{rel}")
+
+
+# ---- the CLI as a process ----------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.stdout)
+        except ValueError:
+            raise AssertionError(f"stdout is not one JSON document:\n{self}") from None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def __str__(self) -> str:
+        return (f"$ {' '.join(self.argv)}\nexit {self.returncode}\n--- stdout\n{self.stdout}"
+                f"\n--- stderr\n{self.stderr}")
+
+
+def isolated_env(root: Path) -> dict[str, str]:
+    """os.environ without toolchain/oneAPI/test knobs, with the cache (and XDG cache) under `root`."""
+    drop = ("TOOLCHAIN_", "TINY_", "SETVARS_", "CMPLR_ROOT", "ONEAPI_ROOT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(TOOLCHAIN_CACHE_DIR=str(root / "cache"), XDG_CACHE_HOME=str(root / "xdg-cache"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+               PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+class Cli:
+    """Runs `python -m toolchain ARGS` in `cwd` with an isolated environment."""
+
+    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+        self.cwd = cwd
+        self.env = env
+
+    def argv(self, args) -> list[str]:
+        return [sys.executable, "-m", "toolchain", *map(str, args)]
+
+    def __call__(self, *args, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> Result:
+        argv = self.argv(args)
+        r = subprocess.run(argv, cwd=self.cwd, env={**self.env, **(env or {})}, capture_output=True, text=True,
+                           timeout=timeout, stdin=subprocess.DEVNULL)
+        return Result(argv, r.returncode, r.stdout, r.stderr)
+
+    def ok(self, *args, **kw) -> Result:
+        r = self(*args, **kw)
+        assert r.returncode == 0, str(r)
+        return r
+
+    def start(self, *args, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Started in its own process group (so a test can kill the whole build with killpg)."""
+        return subprocess.Popen(self.argv(args), cwd=self.cwd, env={**self.env, **(env or {})},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def finish(self, proc: subprocess.Popen, timeout: float = CLI_TIMEOUT) -> Result:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            raise
+        return Result(list(proc.args), proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+# ---- recipe workspaces -------------------------------------------------------------------------------
+
+class Workspace:
+    """A directory with recipes/ and patches/ (the layout the tool expects) and a CLI running in it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.recipes = root / "recipes"
+        self.patches = root / "patches"
+        self.cache = root / "cache"
+        self.recipes.mkdir(parents=True)
+        self.patches.mkdir()
+        self.env = isolated_env(root)
+        self.cli = Cli(root, self.env)
+
+    def recipe(self, name: str, content: str | dict) -> Path:
+        path = self.recipes / f"{name}.toml"
+        path.write_text(content if isinstance(content, str) else tomlkit.dumps(content))
+        return path
+
+    def patch(self, rel: str, text: str) -> Path:
+        path = self.patches / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def build(self, recipe: str, out: str = "out", *extra, env=None, cache: Path | None = None) -> Result:
+        return self.cli("build", "--recipe", recipe, "--out", self.root / out,
+                        "--cache-dir", cache or self.cache, "--json", *extra, env=env)
+
+    def lock(self, out: str = "out") -> dict:
+        return tomlkit.parse((self.root / out / "stack.lock.toml").read_text()).unwrap()
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every file (and directory) under the workspace, for "nothing was written" checks."""
+        return {str(p.relative_to(self.root)): (p.read_bytes() if p.is_file() else b"<dir>")
+                for p in sorted(self.root.rglob("*"))}
+
+
+def component(repo: GitRepo, commit: str | None = None, **keys) -> dict:
+    """A [components.X] table building `repo` at `commit` (default: HEAD)."""
+    return {"url": repo.url, "ref": "main", "commit": commit or repo.head(), **keys}
+
+
+def recipe_data(components: dict[str, dict], *, setvars: str = "", **top) -> dict:
+    """A recipe table: host target with this interpreter, no toolchain unless `setvars` is given."""
+    data: dict = {"description": "test recipe", "toolchain": {"setvars": setvars},
+                  "target": {"runtime": "host", "python": sys.executable}}
+    if setvars:
+        data["toolchain"]["setvars-args"] = ["--force"]
+    data.update(top)
+    data["components"] = components
+    return data
+
+
+# ---- the demo, built once per session ----------------------------------------------------------------
+
+@dataclass
+class DemoBuild:
+    root: Path
+    cache: Path
+    out: Path
+    result: Result
+    cli: Cli
+
+    @property
+    def lock_path(self) -> Path:
+        return self.out / "stack.lock.toml"
+
+    def lock(self) -> dict:
+        return tomlkit.parse(self.lock_path.read_text()).unwrap()
+
+
+def wheel_member(out: Path, member: str, wheel_glob: str = "*.whl") -> str:
+    """A file inside the one wheel matching `wheel_glob` in `<out>/wheels/`."""
+    (wheel,) = (out / "wheels").glob(wheel_glob)
+    with zipfile.ZipFile(wheel) as z:
+        return z.read(member).decode()

@@ -1,0 +1,307 @@
+"""Recipe validation, `extends`, and the shipped recipes.
+
+Every bad recipe goes through the real CLI (`python -m toolchain build|plan --recipe PATH --json`): exit 2,
+the problem names the file, the key and what to do, and nothing at all is written (no output directory, no
+cache directory, the recipe file untouched).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from toolchain.recipe import DEFAULT_COMMAND, load_recipe
+
+GOOD = """\
+description = "a valid recipe the bad ones are variations of"
+[toolchain]
+setvars = ""
+[target]
+runtime = "host"
+python = "python3"
+[env]
+MAX_JOBS = "2"
+[components.engine]
+url = "https://example.invalid/engine.git"
+ref = "main"
+commit = "0123456789abcdef0123456789abcdef01234567"
+[components.app]
+url = "https://example.invalid/app.git"
+ref = "main"
+commit = "89abcdef0123456789abcdef0123456789abcdef"
+after = ["engine"]
+[smoke]
+model = "some/model"
+device = "b70"
+"""
+
+
+def bad(old: str, new: str) -> str:
+    assert old in GOOD, old
+    return GOOD.replace(old, new, 1)
+
+
+# (id, recipe text, the key the problem names, fragments of the message: what is wrong and what to do)
+BAD_RECIPES = [
+    ("unknown-top-key", bad("description =", "descripton ="),
+     "descripton", ["unknown key", "did you mean 'description'", "remove it or fix the name"]),
+    ("unknown-component-key", bad('ref = "main"\ncommit', 'comit = "x"\nref = "main"\ncommit'),
+     "components.engine.comit", ["unknown key", "did you mean 'commit'"]),
+    ("unknown-toolchain-key", bad('setvars = ""', 'setvar = ""'),
+     "toolchain.setvar", ["unknown key", "did you mean 'setvars'"]),
+    ("unknown-smoke-key", bad('model = "some/model"', 'modle = "some/model"'),
+     "smoke.modle", ["unknown key", "did you mean 'model'"]),
+    ("wrong-type", bad('description = "a valid recipe the bad ones are variations of"', "description = 3"),
+     "description", ["must be a string", "got an integer 3"]),
+    ("no-components", GOOD.split("[components.engine]")[0] + "[smoke]\nmodel = \"m\"\n",
+     "components", ["at least one [components.NAME] table"]),
+    ("missing-url", bad('url = "https://example.invalid/app.git"\n', ""),
+     "components.app.url", ["missing", "git repository URL"]),
+    ("short-commit", bad('commit = "0123456789abcdef0123456789abcdef01234567"', 'commit = "0123456"'),
+     "components.engine.commit", ["not a full 40-hex commit id", "toolchain update", "--component engine"]),
+    ("absolute-subdir", bad('ref = "main"\ncommit = "89', 'subdir = "/etc"\nref = "main"\ncommit = "89'),
+     "components.app.subdir", ["relative path inside the repository"]),
+    ("dotdot-subdir", bad('ref = "main"\ncommit = "89', 'subdir = "a/../../b"\nref = "main"\ncommit = "89'),
+     "components.app.subdir", ["relative path inside the repository"]),
+    ("missing-patch", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["app/0001-nope.patch"]'),
+     "components.app.patches", ["'app/0001-nope.patch' not found", "relative to patches/"]),
+    ("patch-table-incomplete", bad('after = ["engine"]', 'after = ["engine"]\npatches = '
+                                   '[{ url = "https://example.invalid/x.git", path = "p.patch" }]'),
+     "components.app.patches[0]", ["needs url, commit, path and sha256; missing commit, sha256"]),
+    ("empty-command", bad('after = ["engine"]', 'after = ["engine"]\ncommand = []'),
+     "components.app.command", ["must not be empty"]),
+    ("unknown-placeholder", bad('after = ["engine"]', 'after = ["engine"]\ncommand = ["{python}", "{sorce}"]'),
+     "components.app.command", ["unknown placeholder {sorce}", "did you mean 'src'", "known: {python}, {src}, {out}"]),
+    ("command-not-strings", bad('after = ["engine"]', 'after = ["engine"]\ncommand = ["make", 2]'),
+     "components.app.command", ["must be a list of strings", "quote 2"]),
+    ("bad-version-env", bad('after = ["engine"]', 'after = ["engine"]\nversion-env = "MY-VERSION"'),
+     "components.app.version-env", ["not a valid environment variable name"]),
+    ("after-unknown", bad('after = ["engine"]', 'after = ["engin"]'),
+     "components.app.after", ["unknown component 'engin'", "did you mean 'engine'"]),
+    ("after-itself", bad('after = ["engine"]', 'after = ["app"]'),
+     "components.app.after", ["cannot come after itself"]),
+    ("after-cycle", bad('ref = "main"\ncommit = "0123', 'after = ["app"]\nref = "main"\ncommit = "0123'),
+     "components", ["`after` forms a cycle among: engine, app"]),
+    ("secret-in-env", bad('MAX_JOBS = "2"', 'MAX_JOBS = "2"\nHF_TOKEN = "hf_abc"'),
+     "env.HF_TOKEN", ["looks like a secret", "export it in your environment instead"]),
+    ("secret-in-component-env", GOOD + '[components.app.env]\nDB_PASSWORD = "hunter2"\n',
+     "components.app.env.DB_PASSWORD", ["looks like a secret"]),
+    ("secret-in-smoke-env", GOOD + '[smoke.env]\nAPI_KEY = "k"\n',
+     "smoke.env.API_KEY", ["looks like a secret"]),
+    ("env-not-string", bad('MAX_JOBS = "2"', "MAX_JOBS = 2"),
+     "env.MAX_JOBS", ['environment values are strings; write MAX_JOBS = "2"']),
+    ("env-bad-name", bad('MAX_JOBS = "2"', '"1BAD" = "x"'),
+     "env.1BAD", ["not a valid environment variable name"]),
+    ("unknown-runtime", bad('runtime = "host"', 'runtime = "hots"'),
+     "target.runtime", ["unknown runtime 'hots'", "did you mean 'host'", "use one of host, podman, docker"]),
+    ("container-without-image", bad('runtime = "host"', 'runtime = "podman"'),
+     "target", ["needs exactly one of `image`", "or `container`"]),
+    ("host-with-image", bad('runtime = "host"', 'runtime = "host"\nimage = "docker.io/library/debian"'),
+     "target", ['need runtime = "podman" or "docker"']),
+    ("empty-python", bad('python = "python3"', 'python = " "'),
+     "target.python", ["must name an interpreter"]),
+    ("unknown-device", bad('device = "b70"', 'device = "b80"'),
+     "smoke.device", ["unknown device 'b80'", "use b60 or b70"]),
+    ("tp-not-supported", bad('device = "b70"', 'device = "b60"\ntensor-parallel-size = 2'),
+     "smoke.tensor-parallel-size", ["2 is not supported on b60", "allowed: 1"]),
+    ("tp-boolean", bad('device = "b70"', 'device = "b70"\ntensor-parallel-size = true'),
+     "smoke.tensor-parallel-size", ["must be an integer"]),
+    ("port-zero", bad('device = "b70"', 'device = "b70"\nport = 0'),
+     "smoke.port", ["must be a positive integer"]),
+    ("fetchcontent-bad-commit", GOOD + '[[components.app.fetchcontent]]\nname = "oneDNN"\n'
+                                       'url = "https://example.invalid/onednn.git"\ncommit = "v3.13"\n',
+     "components.app.fetchcontent[0].commit", ["must be a 40-hex commit id, got 'v3.13'"]),
+    ("fetchcontent-twice", GOOD + ('[[components.app.fetchcontent]]\nname = "oneDNN"\n'
+                                   'url = "https://example.invalid/onednn.git"\n'
+                                   'commit = "0123456789abcdef0123456789abcdef01234567"\n') * 2,
+     "components.app.fetchcontent[1].name", ["'oneDNN' is declared twice"]),
+    ("mirror-not-string", GOOD + '[mirrors]\n"https://example.invalid/" = 1\n',
+     "mirrors.https://example.invalid/", ["must map a URL prefix to a URL prefix or directory"]),
+    ("bad-component-name", bad("[components.app]", "[components.App]").replace('after = ["engine"]', ""),
+     "components.App", ["lower-case letters, digits"]),
+    ("component-not-table", bad("[components.engine]", '[components]\nother = "x"\n[components.engine]'),
+     "components.other", ["must be a table"]),
+    ("demo-not-bool", bad("[toolchain]", 'demo = "yes"\n[toolchain]'),
+     "demo", ["must be true or false", "got a string 'yes'"]),
+    ("extends-missing-parent", 'extends = "nowhere"\n' + GOOD,
+     "extends", ["no recipe 'nowhere'"]),
+]
+
+
+@pytest.mark.parametrize("text,key,fragments", [case[1:] for case in BAD_RECIPES],
+                         ids=[case[0] for case in BAD_RECIPES])
+def test_bad_recipe_is_refused_with_its_key_and_writes_nothing(ws, text, key, fragments):
+    path = ws.recipe("bad", text)
+    before = ws.snapshot()
+    r = ws.cli("build", "--recipe", path, "--json")  # default --out dist/bad and the default cache dir
+    assert r.returncode == 2, str(r)
+    data = r.json()
+    assert data["ok"] is False and data["exit_code"] == 2 and data["kind"] == "RecipeError"
+    problems = data.get("problems", [])
+    assert len(problems) == 1, problems  # exactly the one mistake, nothing spurious
+    problem = problems[0]
+    assert problem.startswith(f"bad.toml: {key}: ") or f"bad.toml: {key}: " in problem, problem
+    for fragment in fragments:
+        assert fragment in problem, (fragment, problem)
+    assert "ERROR:" in r.stderr and "Traceback" not in r.output
+    assert ws.snapshot() == before  # no dist/, no cache/, the recipe unchanged
+    assert not ws.cache.exists() and not (ws.root / "dist").exists()
+
+
+def test_the_base_of_the_bad_recipes_is_valid(ws):
+    """Control for the table above: without the mistake the same recipe plans (exit 0)."""
+    path = ws.recipe("good", GOOD)
+    r = ws.cli("plan", "--recipe", path, "--json")
+    assert r.returncode == 0, str(r)
+    assert [c["name"] for c in r.json()["components"]] == ["engine", "app"]
+
+
+def test_there_are_at_least_twenty_distinct_bad_recipes():
+    assert len({case[1] for case in BAD_RECIPES}) == len(BAD_RECIPES) >= 20
+
+
+@pytest.mark.parametrize("command", ["plan", "update", "build"])
+def test_every_problem_is_reported_at_once(ws, command):
+    text = (bad('runtime = "host"', 'runtime = "hots"')
+            .replace("description =", "descripton =")
+            .replace('commit = "0123456789abcdef0123456789abcdef01234567"', 'commit = "abc"')
+            .replace('after = ["engine"]', 'after = ["engin"]')
+            .replace('MAX_JOBS = "2"', 'GITHUB_TOKEN = "ghp_x"'))
+    path = ws.recipe("many", text)
+    before = ws.snapshot()
+    r = ws.cli(command, "--recipe", path, "--json")
+    assert r.returncode == 2, str(r)
+    problems = r.json()["problems"]
+    keys = ["descripton", "target.runtime", "env.GITHUB_TOKEN", "components.engine.commit", "components.app.after"]
+    if command == "update":
+        keys.remove("components.engine.commit")  # update is how a missing or wrong commit gets pinned
+    assert sorted(p.split(": ")[1] for p in problems) == sorted(keys), problems
+    assert all(p.startswith("many.toml: ") for p in problems)
+    assert "invalid recipe:" in r.stderr and all(p in r.stderr for p in problems)
+    assert "fix " in r.json()["hint"] and str(path) in r.json()["hint"]
+    assert ws.snapshot() == before
+
+
+def test_invalid_toml_names_the_file_and_line(ws):
+    path = ws.recipe("broken", GOOD.replace('ref = "main"', 'ref = "main', 1))
+    r = ws.cli("plan", "--recipe", path, "--json")
+    assert r.returncode == 2, str(r)
+    assert "broken.toml: not valid TOML" in r.json()["error"] and "line 11" in r.json()["error"]
+
+
+def test_unknown_recipe_name_suggests_the_close_one(ws):
+    ws.recipe("ark-latest", GOOD)
+    r = ws.cli("plan", "--recipe", "ark-lates", "--recipes-dir", ws.recipes, "--json")
+    assert r.returncode == 2, str(r)
+    assert "no recipe 'ark-lates'" in r.json()["error"] and "did you mean 'ark-latest'" in r.json()["error"]
+    assert "available: ark-latest" in r.json()["hint"]
+
+
+# ---- extends -------------------------------------------------------------------------------------------
+
+BASE = """\
+description = "the base"
+[toolchain]
+setvars = ""
+[target]
+python = "python3"
+[env]
+MAX_JOBS = "8"
+SHARED = "base"
+[components.engine]
+url = "https://example.invalid/engine.git"
+ref = "main"
+commit = "0123456789abcdef0123456789abcdef01234567"
+patches = ["engine/0001-a.patch", "engine/0002-b.patch"]
+[components.engine.env]
+ENGINE_A = "1"
+ENGINE_B = "2"
+[smoke]
+model = "base/model"
+device = "b70"
+serve-args = ["--enforce-eager"]
+"""
+
+
+def test_extends_merges_tables_deeply_and_replaces_arrays(ws):
+    ws.patch("engine/0001-a.patch", "a\n")
+    ws.patch("engine/0002-b.patch", "b\n")
+    ws.recipe("base", BASE)
+    ws.recipe("variant", textwrap.dedent("""\
+        # a workaround recipe is a few lines
+        extends = "base"
+        [env]
+        MAX_JOBS = "2"
+        [components.engine]
+        patches = ["engine/0002-b.patch"]
+        [components.engine.env]
+        ENGINE_B = "override"
+        [smoke.env]
+        VLLM_XPU_INC_WNA16_BACKEND = "w4a16"
+        """))
+    r = ws.cli("plan", "--recipe", "variant", "--recipes-dir", ws.recipes, "--json")
+    assert r.returncode == 0, str(r)
+    (engine,) = r.json()["components"]
+    assert engine["commit"] == "0123456789abcdef0123456789abcdef01234567"  # inherited
+    assert engine["env"] == {"MAX_JOBS": "2", "SHARED": "base", "ENGINE_A": "1", "ENGINE_B": "override"}
+    assert [p["path"] for p in engine["patches"]] == ["engine/0002-b.patch"]  # arrays are replaced
+    recipe = load_recipe("variant", ws.recipes)
+    assert recipe.description == ""  # a variant says what it is itself
+    assert recipe.smoke.model == "base/model" and recipe.smoke.serve_args == ("--enforce-eager",)
+    assert dict(recipe.smoke.env) == {"VLLM_XPU_INC_WNA16_BACKEND": "w4a16"}
+    assert "extends" not in recipe.text and 'ENGINE_B = "override"' in recipe.text  # the lock's resolved text
+
+
+def test_extends_chain_of_three(ws):
+    ws.patch("engine/0001-a.patch", "a\n")
+    ws.patch("engine/0002-b.patch", "b\n")
+    ws.recipe("base", BASE)
+    ws.recipe("mid", 'extends = "base"\n[env]\nSHARED = "mid"\n')
+    ws.recipe("top", 'extends = "mid"\ndescription = "top"\n[components.engine.env]\nENGINE_A = "top"\n')
+    recipe = load_recipe("top", ws.recipes)
+    assert recipe.description == "top"
+    assert dict(recipe.env) == {"MAX_JOBS": "8", "SHARED": "mid"}
+    assert dict(recipe.component("engine").env) == {"ENGINE_A": "top", "ENGINE_B": "2"}
+
+
+def test_extends_cycle_is_refused(ws):
+    ws.recipe("one", 'extends = "two"\n')
+    ws.recipe("two", 'extends = "three"\n')
+    ws.recipe("three", 'extends = "one"\n')
+    before = ws.snapshot()
+    r = ws.cli("build", "--recipe", "one", "--recipes-dir", ws.recipes, "--json")
+    assert r.returncode == 2, str(r)
+    assert "extends: cycle one -> two -> three -> one" in r.json()["error"]
+    assert "remove one `extends`" in r.json()["hint"]
+    assert ws.snapshot() == before
+
+
+def test_extends_missing_parent_suggests_the_close_one(ws):
+    ws.recipe("base", BASE.replace('patches = ["engine/0001-a.patch", "engine/0002-b.patch"]\n', ""))
+    ws.recipe("child", 'extends = "bsae"\n')
+    before = ws.snapshot()
+    r = ws.cli("build", "--recipe", "child", "--recipes-dir", ws.recipes, "--json")
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert "child.toml: extends: no recipe 'bsae'" in err and "did you mean 'base'" in err
+    assert ws.snapshot() == before
+
+
+def test_a_child_mistake_is_reported_against_the_merged_recipe(ws):
+    ws.recipe("base", BASE.replace('patches = ["engine/0001-a.patch", "engine/0002-b.patch"]\n', ""))
+    ws.recipe("child", 'extends = "base"\n[components.engine]\ncomit = "x"\n')
+    r = ws.cli("plan", "--recipe", "child", "--recipes-dir", ws.recipes, "--json")
+    assert r.returncode == 2, str(r)
+    assert r.json()["problems"] == ["child.toml: components.engine.comit: unknown key (did you mean 'commit'?) "
+                                    "(remove it or fix the name)"]
+
+
+# ---- the demo recipe (the real ones: tests/test_shipped_recipes.py) ------------------------------
+
+def test_demo_recipe_uses_the_default_command_and_the_standin():
+    demo = load_recipe("demo")
+    assert demo.demo and demo.toolchain.setvars.endswith("oneapi-standin/setvars.sh")
+    assert all(c.command == DEFAULT_COMMAND for c in demo.components)
+    assert [c.name for c in demo.components] == ["engine", "kernels", "ark"]
+    assert demo.component("ark").subdir == "extension/ark"

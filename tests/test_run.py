@@ -1,0 +1,113 @@
+"""toolchain/run.py, the one way to run a command: argv lists, a full env mapping, a log, errors with the tail."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from toolchain.errors import BuildError
+from toolchain.redact import MASK
+from toolchain.run import CommandFailed, merge_env, run
+
+PY = sys.executable
+
+
+def test_capture_returns_stdout_and_stderr_separately(tmp_path):
+    r = run([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], capture=True)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "out\n", "err\n")
+    assert r.argv == (PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)") and r.seconds >= 0
+
+
+def test_output_goes_to_the_log_with_the_command_cwd_and_exit(tmp_path):
+    log = tmp_path / "logs" / "step.log"
+    r = run([PY, "-c", "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"], cwd=tmp_path,
+            log=log)
+    assert r.returncode == 0 and r.stdout == "" and r.log == log
+    text = log.read_text()
+    lines = text.splitlines()
+    assert lines[0].startswith(f"$ {PY} -c ") and lines[1] == f"  (in {tmp_path})"
+    assert "to stdout\n" in text and "to stderr\n" in text  # merged, both kept
+    assert lines[-1].startswith("# exit 0 after ")
+    run([PY, "-c", "print('second')"], log=log)
+    assert log.read_text().startswith(text) and "second" in log.read_text()  # appended
+
+
+def test_a_failure_raises_with_the_command_log_and_tail(tmp_path):
+    log = tmp_path / "fail.log"
+    script = "import sys\nfor i in range(100): print('line', i)\nsys.exit(3)"
+    with pytest.raises(CommandFailed) as info:
+        run([PY, "-c", script], log=log, hint="try again")
+    err = info.value
+    assert err.returncode == 3 and err.log == log and err.return_code == 1 and err.hint == "try again"
+    tail = err.tail.splitlines()
+    assert tail[-1] == "line 99" and len(tail) == 40 and tail[0] == "line 60"
+    assert "command failed with exit code 3" in str(err) and f"log: {log}" in str(err) and "line 99" in str(err)
+    assert "line 0\n" in log.read_text()  # the log keeps everything
+
+
+def test_check_false_returns_the_exit_code_and_success_codes_widen_success():
+    assert run([PY, "-c", "raise SystemExit(5)"], check=False, capture=True).returncode == 5
+    assert run([PY, "-c", "raise SystemExit(1)"], success_codes=(0, 1), capture=True).returncode == 1
+    with pytest.raises(CommandFailed):
+        run([PY, "-c", "raise SystemExit(2)"], success_codes=(0, 1), capture=True)
+
+
+def test_env_is_the_complete_environment_and_none_removes(monkeypatch):
+    monkeypatch.setenv("RUN_TEST_INHERITED", "yes")
+    show = [PY, "-c", "import os; print(os.environ.get('RUN_TEST_INHERITED'), os.environ.get('ONLY_HERE'))"]
+    assert run(show, capture=True).stdout == "yes None\n"  # env=None: inherit
+    assert run(show, env={"ONLY_HERE": "1"}, capture=True).stdout == "None 1\n"  # a full mapping, not a layer
+    assert merge_env({"A": "1", "B": "2"}, {"B": None, "C": 3}, {"A": "x"}) == {"A": "x", "C": "3"}
+
+
+def test_argv_must_be_a_list_of_strings():
+    with pytest.raises(TypeError, match=r"did you mean \['echo', 'a b'\]"):
+        run("echo 'a b'")
+    with pytest.raises(TypeError):
+        run(["echo", 3])
+    with pytest.raises(TypeError):
+        run([])
+
+
+def test_a_missing_program_is_a_clear_error():
+    with pytest.raises(CommandFailed) as info:
+        run(["no-such-program-for-toolchain-tests", "--version"], capture=True)
+    assert info.value.returncode == 127 and "program not found" in str(info.value)
+    assert "install 'no-such-program-for-toolchain-tests'" in info.value.hint
+
+
+def test_a_timeout_stops_the_command():
+    started = time.monotonic()
+    with pytest.raises(BuildError, match="timed out after"):
+        run([PY, "-c", "import time; time.sleep(60)"], timeout=0.5)
+    with pytest.raises(BuildError, match="timed out after"):
+        run([PY, "-c", "import time; time.sleep(60)"], timeout=0.5, capture=True)
+    assert time.monotonic() - started < 20
+
+
+def test_stdin_is_passed():
+    r = run([PY, "-c", "import sys; print(sys.stdin.read().upper())"], stdin=b"hello", capture=True)
+    assert r.stdout == "HELLO\n"
+    r = run([PY, "-c", "import sys; print(len(sys.stdin.read()))"], capture=True)
+    assert r.stdout == "0\n"  # no stdin: not the terminal, an empty one
+
+
+def test_secrets_are_masked_in_the_log_the_command_line_and_the_tail(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "MY_API_TOKEN": "tok-12345678", "HOME": str(tmp_path)}
+    log = tmp_path / "secret.log"
+    script = "import os, sys; print('value', os.environ['MY_API_TOKEN']); sys.exit(1)"
+    with pytest.raises(CommandFailed) as info:
+        run([PY, "-c", script, "tok-12345678"], env=env, log=log)
+    text = log.read_text()
+    assert "tok-12345678" not in text and f"value {MASK}" in text
+    assert "tok-12345678" not in str(info.value) and f"value {MASK}" in info.value.tail
+    r = run([PY, "-c", "import os; print(os.environ['MY_API_TOKEN'])"], env=env, capture=True, log=log)
+    assert r.stdout == "tok-12345678\n"  # the caller gets the real output; only logs are masked
+    assert "tok-12345678" not in log.read_text()
+
+
+def test_verbose_streams_the_output_to_stderr(capfd, tmp_path):
+    run([PY, "-c", "print('streamed line')"], log=tmp_path / "v.log", verbose=True)
+    assert "streamed line" in capfd.readouterr().err

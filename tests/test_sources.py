@@ -1,0 +1,331 @@
+"""Sources: the mirror cache, URL rewrites, pinned commits, prepared trees, patch series, `toolchain update`.
+
+All through real git repositories (tests/conftest.py GitRepo) and the real CLI.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from spine_helpers import TINY_INIT, component, recipe_data, wheel_member
+from toolchain.errors import UsageError
+from toolchain.sources import Mirrors, Rewrite, parse_rewrites, rewrite_url
+
+FAKE_BASE = "https://git.example.invalid/team/"
+
+
+def mirror_git(cache: Path, url: str, *args: str) -> str:
+    return subprocess.run(["git", "--git-dir", str(Mirrors(cache).path(url)), *args], capture_output=True,
+                          text=True, check=True, timeout=60).stdout.strip()
+
+
+# ---- mirrors and URL rewrites ------------------------------------------------------------------------
+
+def test_mirror_flag_rewrites_urls_and_the_cache_is_keyed_by_the_original_url(ws, make_repo, tmp_path):
+    repo = make_repo("tiny", "tiny")
+    url = FAKE_BASE + "tiny"  # not reachable: only the rewrite makes it buildable
+    ws.recipe("r", recipe_data({"tiny": component(repo, url=url)}))
+    r = ws.build("r", "out1", "--mirror", f"{FAKE_BASE}={repo.path.parent}/")
+    assert r.returncode == 0, str(r)
+    mirror = Mirrors(ws.cache).path(url)
+    assert mirror.is_dir() and mirror.parent == ws.cache / "git"
+    assert [p.name for p in (ws.cache / "git").glob("*.git")] == [mirror.name]  # one, named by the recipe URL
+    assert mirror_git(ws.cache, url, "config", "remote.origin.url") == repo.url  # fetched through the rewrite
+    assert ws.lock("out1")["components"][0]["url"] == url  # the lock records the recipe's URL
+
+    # The source moves: a different rewrite, and the mirror (keyed by the recipe URL) is still used,
+    # with no fetch (the new target does not even exist), giving the same cache key and wheel.
+    shutil.move(str(repo.path), str(tmp_path / "moved"))
+    r2 = ws.build("r", "out2", "--no-cache", "--mirror", f"{FAKE_BASE}={tmp_path}/nowhere/")
+    assert r2.returncode == 0, str(r2)
+    one, two = ws.lock("out1")["components"][0], ws.lock("out2")["components"][0]
+    assert one["cache-key"] == two["cache-key"] and one["wheel"] == two["wheel"]
+
+
+def test_mirrors_table_in_the_recipe_with_a_directory_relative_to_the_recipe(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    local = ws.root / "git-mirror"
+    shutil.copytree(repo.path, local / "tiny")
+    ws.recipe("r", recipe_data({"tiny": component(repo, url=FAKE_BASE + "tiny")},
+                               mirrors={FAKE_BASE: "../git-mirror/"}))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    assert mirror_git(ws.cache, FAKE_BASE + "tiny", "config", "remote.origin.url") == (local / "tiny").as_uri()
+
+
+def test_the_command_line_mirror_wins_over_the_recipe_for_the_same_prefix(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    ws.recipe("r", recipe_data({"tiny": component(repo, url=FAKE_BASE + "tiny")},
+                               mirrors={FAKE_BASE: "../does-not-exist/"}))
+    r = ws.build("r", "out", "--mirror", f"{FAKE_BASE}={repo.path.parent}/")
+    assert r.returncode == 0, str(r)
+
+
+def test_rewrites_longest_prefix_wins_and_bad_pairs_are_usage_errors():
+    rw = parse_rewrites(["https://github.com/=file:///srv/all/", "https://github.com/intel/=file:///srv/intel/"])
+    assert rewrite_url("https://github.com/intel/auto-round.git", rw) == "file:///srv/intel/auto-round.git"
+    assert rewrite_url("https://github.com/vllm-project/vllm.git", rw) == "file:///srv/all/vllm-project/vllm.git"
+    assert rewrite_url("https://gitlab.com/x.git", rw) == "https://gitlab.com/x.git"
+    (local,) = parse_rewrites(["https://h/=relative/dir/"])
+    assert local == Rewrite("https://h/", Path("relative/dir").resolve().as_uri() + "/")
+    for bad in ("no-equals-sign", "=file:///x", "https://h/="):
+        with pytest.raises(UsageError):
+            parse_rewrites([bad])
+
+
+def test_the_mirror_is_fetched_only_when_the_pinned_commit_is_missing(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    first = repo.head()
+    ws.recipe("r", recipe_data({"tiny": component(repo, first)}))
+    assert ws.build("r", "a").returncode == 0
+    assert mirror_git(ws.cache, repo.url, "rev-parse", "main") == first
+    second = repo.commit("upstream moves on", {"NEWS": "x\n"})
+    # the pinned commit is in the mirror: no fetch, the mirror does not learn about `second`
+    r = ws.build("r", "b", "--no-cache")
+    assert r.returncode == 0, str(r)
+    assert mirror_git(ws.cache, repo.url, "rev-parse", "main") == first
+    # pinning the new commit fetches
+    ws.recipe("r", recipe_data({"tiny": component(repo, second)}))
+    assert ws.build("r", "c").returncode == 0
+    assert mirror_git(ws.cache, repo.url, "rev-parse", "main") == second
+
+
+def test_a_pinned_commit_the_remote_lacks_is_a_clear_error(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    missing = "deadbeef" * 5
+    ws.recipe("r", recipe_data({"tiny": component(repo, missing)}))
+    r = ws.build("r")
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert f"r.toml: components.tiny.commit: commit {missing} is not in {repo.url}" in err
+    assert "force-pushed" in r.json()["hint"] and "toolchain update" in r.json()["hint"]
+    assert "Traceback" not in r.output
+    assert not (ws.root / "out" / "stack.lock.toml").exists()
+    assert not list(ws.cache.rglob("entry.json"))
+
+
+def test_a_pinned_commit_missing_behind_a_mirror_names_both_urls(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    missing = "0" * 40
+    ws.recipe("r", recipe_data({"tiny": component(repo, missing, url=FAKE_BASE + "tiny")}))
+    r = ws.build("r", "out", "--mirror", f"{FAKE_BASE}={repo.path.parent}/")
+    assert r.returncode == 2, str(r)
+    assert f"is not in {FAKE_BASE}tiny (fetched from {repo.url})" in r.json()["error"]
+
+
+def test_an_unreachable_repository_names_the_url_and_suggests_a_mirror(ws, tmp_path):
+    url = (tmp_path / "no-such-repo").as_uri()
+    ws.recipe("r", {"toolchain": {"setvars": ""}, "components": {"x": {"url": url, "commit": "1" * 40}}})
+    r = ws.build("r")
+    assert r.returncode == 2, str(r)
+    assert f"cannot fetch {url}" in r.json()["error"]
+    assert "--mirror FROM=TO" in r.json()["hint"]
+    assert not list(ws.cache.glob("git/.tmp-*"))  # no half-made mirror left behind
+
+
+# ---- history, tags, checkouts ------------------------------------------------------------------------
+
+def test_describe_sees_full_history_and_tags_through_merges(ws, make_repo):
+    repo = make_repo("tiny", "tiny")  # v1.0.0
+    repo.branch("feature")
+    repo.switch("feature")
+    repo.commit("feature work", {"FEATURE": "1\n"})
+    repo.commit("more feature work", {"FEATURE": "2\n"})
+    repo.switch("main")
+    repo.commit("main work", {"MAIN": "1\n"})
+    merge = repo.merge("feature", "merge feature")
+    ws.recipe("r", recipe_data({"tiny": component(repo, merge)}))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    # v1.0.0 + main work + two feature commits + the merge = 4 commits since the tag
+    assert ws.lock()["components"][0]["describe"] == f"v1.0.0-4-g{merge[:7]}"
+    assert r.json()["components"][0]["describe"] == f"v1.0.0-4-g{merge[:7]}"
+
+
+def test_a_checkout_shares_the_mirror_objects_and_keeps_tags(tmp_path, make_repo):
+    from toolchain.trees import SourceTrees
+
+    repo = make_repo("tiny", "tiny")
+    second = repo.commit("second", {"NEWS": "2\n"}, tag="v1.1.0")
+    mirrors = Mirrors(tmp_path / "cache")
+    mirrors.ensure(repo.url, second)
+    with SourceTrees(tmp_path / "cache", mirrors).tree(repo.url, second) as tree:
+        assert (tree / ".git" / "objects" / "info" / "alternates").read_text().strip() == \
+            str(mirrors.path(repo.url) / "objects")  # borrowed, not copied
+        git = ["git", "-C", str(tree)]
+        assert subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() == second
+        tags = subprocess.run([*git, "tag"], capture_output=True, text=True).stdout.split()
+        assert tags == ["v1.0.0", "v1.1.0"]
+        assert (tree / "NEWS").read_text() == "2\n"
+
+
+def test_a_prepared_tree_edited_by_hand_is_prepared_again(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    ws.recipe("r", recipe_data({"tiny": component(repo)}))
+    assert ws.build("r", "a").returncode == 0
+    (tree,) = [p for p in (ws.cache / "trees").iterdir() if p.is_dir()]
+    (tree / "tiny" / "__init__.py").write_text("raise SystemExit('hand edit')\n")
+    (tree / "tiny" / "stray.py").write_text("STRAY = 1\n")
+    r = ws.build("r", "b", "--no-cache")
+    assert r.returncode == 0, str(r)
+    assert wheel_member(ws.root / "b", "tiny/__init__.py") == TINY_INIT
+    with zipfile.ZipFile(next((ws.root / "b" / "wheels").glob("*.whl"))) as z:
+        assert "tiny/stray.py" not in z.namelist() and "tiny/__init__.py" in z.namelist()
+    assert ws.lock("a")["components"][0]["wheel"] == ws.lock("b")["components"][0]["wheel"]
+
+
+# ---- patches -----------------------------------------------------------------------------------------
+
+def test_a_patch_series_applies_in_order_and_is_recorded(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    one = repo.make_patch({"tiny/__init__.py": TINY_INIT + "\nPATCHED = ['one']\n"}, "one")
+    two_base = TINY_INIT + "\nPATCHED = ['one']\n"
+    repo.commit("tmp", {"tiny/__init__.py": two_base})
+    two = repo.make_patch({"tiny/__init__.py": two_base.replace("['one']", "['one', 'two']")}, "two")
+    repo.git("reset", "--quiet", "--hard", "HEAD~1")
+    p1, p2 = ws.patch("tiny/0001-one.patch", one), ws.patch("tiny/0002-two.patch", two)
+    ws.recipe("r", recipe_data({"tiny": component(repo, patches=["tiny/0001-one.patch", "tiny/0002-two.patch"])}))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    assert wheel_member(ws.root / "out", "tiny/__init__.py").endswith("PATCHED = ['one', 'two']\n")
+    from toolchain.fsutil import sha256_file
+
+    assert ws.lock()["components"][0]["patches"] == [
+        {"path": "tiny/0001-one.patch", "sha256": sha256_file(p1)},
+        {"path": "tiny/0002-two.patch", "sha256": sha256_file(p2)}]
+
+
+def test_a_patch_conflict_names_patch_file_hunk_and_commit_and_leaves_nothing_half_applied(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    commit = repo.head()
+    one = repo.make_patch({"tiny/__init__.py": TINY_INIT + "\nPATCH_ONE = 1\n"}, "one")
+    good_two = repo.make_patch({"tiny/__init__.py": TINY_INIT.replace('"hello "', '"hi "')}, "two")
+    bad_two = good_two.replace('-    return "hello " + name', '-    return "howdy " + name')
+    assert bad_two != good_two
+    ws.patch("tiny/0001-one.patch", one)
+    ws.patch("tiny/0002-greet.patch", bad_two)
+    ws.recipe("r", recipe_data({"tiny": component(repo, patches=["tiny/0001-one.patch", "tiny/0002-greet.patch"])}))
+    r = ws.build("r")
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert f"patch tiny/0002-greet.patch does not apply to tiny@{commit[:12]}" in err
+    assert "patch failed: tiny/__init__.py:" in err  # the file and the hunk's line
+    assert "refresh" in r.json()["hint"] and "0002-greet.patch" in r.json()["hint"]
+    trees = ws.cache / "trees"
+    assert [p.name for p in trees.iterdir() if p.is_dir()] == []  # no tree with patch one alone, no .tmp-*
+    assert not (ws.root / "out" / "stack.lock.toml").exists()
+
+    ws.patch("tiny/0002-greet.patch", good_two)  # fixed: the next build applies both, each once
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    text = wheel_member(ws.root / "out", "tiny/__init__.py")
+    assert text.count("PATCH_ONE = 1") == 1 and '"hi "' in text and '"hello "' not in text
+
+
+def test_patches_of_a_subdirectory_component_are_relative_to_it(ws, make_repo):
+    repo = make_repo("suite", "tiny", subdir="extension/tiny")
+    full = repo.make_patch({"extension/tiny/tiny/__init__.py": TINY_INIT + "\nIN_SUBDIR = True\n"})
+    relative = full.replace("a/extension/tiny/", "a/").replace("b/extension/tiny/", "b/")
+    ws.patch("suite/0001-subdir.patch", relative)
+    ws.recipe("r", recipe_data({"tiny": component(repo, subdir="extension/tiny",
+                                                  patches=["suite/0001-subdir.patch"])}))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    assert wheel_member(ws.root / "out", "tiny/__init__.py").endswith("IN_SUBDIR = True\n")
+    assert ws.lock()["components"][0]["subdir"] == "extension/tiny"
+
+
+# ---- toolchain update --------------------------------------------------------------------------------
+
+UPDATE_RECIPE = """\
+# Keep this comment: it explains the recipe.
+description = "update test"
+
+[toolchain]
+setvars = ""   # pure Python
+
+[target]
+python = "python3"
+
+[components.tiny]
+url = "{url}"
+ref = "{ref}"      # follow this ref
+commit = "{commit}"   # pinned by hand
+# a comment between keys
+dist = "tiny"
+"""
+
+
+def test_update_pins_the_branch_head_and_keeps_comments(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    old = repo.head()
+    path = ws.recipe("r", UPDATE_RECIPE.format(url=repo.url, ref="main", commit=old))
+    before = path.read_text()
+    r = ws.cli("update", "--recipe", "r", "--json")  # the mirror now knows `old`
+    assert r.returncode == 0, str(r)
+    assert r.json()["changes"] == [{"component": "tiny", "ref": "main", "old": old, "new": old, "changed": False}]
+    assert path.read_text() == before
+    new = repo.commit("upstream moves on", {"NEWS": "x\n"})
+    r = ws.cli("update", "--recipe", "r", "--json")
+    assert r.returncode == 0, str(r)
+    assert r.json()["changes"] == [{"component": "tiny", "ref": "main", "old": old, "new": new, "changed": True}]
+    assert r.json()["recipe"] == str(path)
+    assert path.read_text() == before.replace(old, new)  # only the commit changed, comments and layout kept
+
+
+def test_update_resolves_an_annotated_tag_to_its_commit_and_pins_unpinned_components(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    tagged = repo.commit("release", {"NEWS": "2\n"})
+    repo.git("tag", "-a", "v2.0.0", "-m", "release 2")
+    repo.commit("after the release", {"NEWS": "3\n"})
+    other = make_repo("other", "tiny")
+    text = UPDATE_RECIPE.format(url=repo.url, ref="v2.0.0", commit="").replace('commit = ""   # pinned by hand\n', "")
+    text += f'\n[components.other]\nurl = "{other.url}"\nref = "main"\ncommit = "{"f" * 40}"\n'
+    path = ws.recipe("r", text)
+    assert ws.cli("build", "--recipe", "r", "--json").returncode == 2  # unpinned: cannot be built
+    r = ws.cli("update", "--recipe", "r", "--component", "tiny", "--json")
+    assert r.returncode == 0, str(r)
+    assert r.json()["changes"] == [{"component": "tiny", "ref": "v2.0.0", "old": "", "new": tagged, "changed": True}]
+    import tomlkit
+
+    data = tomlkit.parse(path.read_text())
+    assert data["components"]["tiny"]["commit"] == tagged
+    assert data["components"]["other"]["commit"] == "f" * 40  # --component: the others are left alone
+    assert "# Keep this comment" in path.read_text()
+
+
+def test_update_of_a_variant_pins_the_inherited_component_in_the_variant(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    old = repo.head()
+    base = ws.recipe("base", UPDATE_RECIPE.format(url=repo.url, ref="main", commit=old))
+    base_text = base.read_text()
+    child = ws.recipe("child", '# a variant\nextends = "base"\n')
+    new = repo.commit("upstream moves on", {"NEWS": "x\n"})
+    r = ws.cli("update", "--recipe", "child", "--json")
+    assert r.returncode == 0, str(r)
+    assert base.read_text() == base_text
+    assert child.read_text().startswith('# a variant\nextends = "base"\n')
+    from toolchain.recipe import load_recipe
+
+    assert load_recipe("child", ws.recipes).component("tiny").commit == new
+
+
+def test_update_refuses_a_component_without_ref_and_an_unknown_ref(ws, make_repo):
+    repo = make_repo("tiny", "tiny")
+    path = ws.recipe("r", UPDATE_RECIPE.format(url=repo.url, ref="", commit=repo.head()))
+    before = path.read_text()
+    r = ws.cli("update", "--recipe", "r", "--json")
+    assert r.returncode == 2, str(r)
+    assert "components.tiny.ref: not set" in r.json()["error"]
+    path.write_text(UPDATE_RECIPE.format(url=repo.url, ref="no-such-branch", commit=repo.head()))
+    r = ws.cli("update", "--recipe", "r", "--json")
+    assert r.returncode == 2, str(r)
+    assert f"ref 'no-such-branch' not found in {repo.url}" in r.json()["error"]
+    r = ws.cli("update", "--recipe", "r", "--component", "tinny", "--json")
+    assert r.returncode == 2 and "did you mean 'tiny'" in r.json()["error"], str(r)
+    assert before.replace('ref = ""', 'ref = "no-such-branch"') == path.read_text()
