@@ -25,7 +25,8 @@ class SourceTrees:
         self.root = Path(cache_dir) / "trees"
         self.mirrors = mirrors
 
-    def key(self, commit: str, patches: tuple[Patch, ...], subdir: str) -> str:
+    @staticmethod
+    def key(commit: str, patches: tuple[Patch, ...], subdir: str) -> str:
         return sha256_bytes(json.dumps([commit, subdir, [p.sha256 for p in patches]]).encode())[:24]
 
     @contextlib.contextmanager
