@@ -139,7 +139,7 @@ class Recipe:
         for c in self.components:
             if c.name == name:
                 return c
-        raise RecipeError(f"{self.path}: no component {name!r}" + _did_you_mean(name, [c.name for c in self.components]),
+        raise RecipeError(f"{self.path}: no component {name!r}" + did_you_mean(name, [c.name for c in self.components]),
                           hint=f"components of {self.name}: {', '.join(c.name for c in self.components)}")
 
 
@@ -162,7 +162,7 @@ def recipe_path(name_or_path: str, recipes_dir: Path | None = None) -> Path:
     if candidate.is_file():
         return candidate.resolve()
     known = sorted(q.stem for q in rdir.glob("*.toml")) if rdir.is_dir() else []
-    raise RecipeError(f"no recipe {name_or_path!r} in {rdir}" + _did_you_mean(name_or_path, known),
+    raise RecipeError(f"no recipe {name_or_path!r} in {rdir}" + did_you_mean(name_or_path, known),
                       hint=f"available: {', '.join(known) or 'none'}; `toolchain recipes` lists them, "
                            f"or pass a path to a .toml file")
 
@@ -259,7 +259,8 @@ COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
-              "ladder": list, "repeat": int, "max-model-len": int}
+              "ladder": list, "repeat": int, "max-model-len": int, "served-model-name": str,
+              "request-timeout": int}
 
 
 class _Problems:
@@ -274,7 +275,7 @@ class _Problems:
         for key, value in table.items():
             where = f"{prefix}{key}"
             if key not in allowed:
-                self.add(where, "unknown key" + _did_you_mean(key, list(allowed)) + " (remove it or fix the name)")
+                self.add(where, "unknown key" + did_you_mean(key, list(allowed)) + " (remove it or fix the name)")
                 continue
             want = allowed[key]
             ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
@@ -313,8 +314,8 @@ def _type_name(t: type) -> str:
             float: "a number"}.get(t, t.__name__)
 
 
-def _did_you_mean(word: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+def did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -344,7 +345,7 @@ def _target(t: Any, pr: _Problems) -> TargetSpec:
     pr.check_keys(t, TARGET_KEYS, "target.")
     runtime = t.get("runtime", "host")
     if isinstance(runtime, str) and runtime not in RUNTIMES:
-        pr.add("target.runtime", f"unknown runtime {runtime!r}{_did_you_mean(runtime, list(RUNTIMES))}; "
+        pr.add("target.runtime", f"unknown runtime {runtime!r}{did_you_mean(runtime, list(RUNTIMES))}; "
                                  f"use one of {', '.join(RUNTIMES)}")
     image, container = t.get("image", ""), t.get("container", "")
     if runtime in ("podman", "docker") and bool(image) == bool(container):
@@ -405,7 +406,7 @@ def _components(comps: Any, pr: _Problems, patches_dir: Path, pinned: bool = Tru
         for arg in command:
             for ph in re.findall(r"\{([^}]*)\}", arg):
                 if ph not in PLACEHOLDERS:
-                    pr.add(f"{where}.command", f"unknown placeholder {{{ph}}}{_did_you_mean(ph, list(PLACEHOLDERS))}; "
+                    pr.add(f"{where}.command", f"unknown placeholder {{{ph}}}{did_you_mean(ph, list(PLACEHOLDERS))}; "
                                                f"known: {', '.join('{'+p+'}' for p in PLACEHOLDERS)}")
         venv = c.get("version-env", "SETUPTOOLS_SCM_PRETEND_VERSION")
         if isinstance(venv, str) and not ENV_NAME.match(venv):
@@ -489,7 +490,7 @@ def _order(comps: dict[str, Component], pr: _Problems) -> tuple[Component, ...]:
     for c in comps.values():
         for dep in c.after:
             if dep not in comps:
-                pr.add(f"components.{c.name}.after", f"unknown component {dep!r}{_did_you_mean(dep, list(comps))}")
+                pr.add(f"components.{c.name}.after", f"unknown component {dep!r}{did_you_mean(dep, list(comps))}")
             elif dep == c.name:
                 pr.add(f"components.{c.name}.after", "a component cannot come after itself")
     ordered: list[Component] = []
@@ -515,11 +516,11 @@ def _smoke(s: Any, pr: _Problems) -> SmokeSpec:
     device = s.get("device", "b70")
     tp = s.get("tensor-parallel-size", 1)
     if isinstance(device, str) and device not in DEVICES:
-        pr.add("smoke.device", f"unknown device {device!r}{_did_you_mean(device, list(DEVICES))}; use b60 or b70")
+        pr.add("smoke.device", f"unknown device {device!r}{did_you_mean(device, list(DEVICES))}; use b60 or b70")
     elif isinstance(tp, int) and isinstance(device, str) and tp not in DEVICES[device]:
         pr.add("smoke.tensor-parallel-size", f"{tp} is not supported on {device} "
                                               f"(allowed: {', '.join(map(str, DEVICES[device]))})")
-    for key in ("port", "ready-timeout", "repeat", "max-model-len"):
+    for key in ("port", "ready-timeout", "repeat", "max-model-len", "request-timeout"):
         if isinstance(s.get(key), int) and s[key] <= 0:
             pr.add(f"smoke.{key}", "must be a positive integer")
     return SmokeSpec(model=s.get("model", "") if isinstance(s.get("model", ""), str) else "",

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""A small OpenAI-compatible server that misbehaves on purpose, for the `toolchain smoke` tests.
+
+Standard library only (it also runs under a bare venv's python). Answers the regression set's prompts
+correctly unless a mode says otherwise; `--mode` takes a comma-separated list:
+
+  healthy               every answer right
+  crash-first           the first POST kills the process (exit 139, like a segfault)
+  oom                   the first chat request logs an out-of-device-memory error; chats answer HTTP 500
+  invalid-json          response_format answers are truncated JSON
+  degenerate            the "primary colors" answer degenerates into blank lines and repeated words
+  never-ready           /v1/models and /health answer 503 forever
+  slow-first            the first chat request sleeps --slow-seconds before answering
+  exit-early            exits with an import error before listening
+  gdn-unless-disabled   chats fail with the ESIMD GDN AttributeError unless DISABLE_ESIMD_GDN_OUTPROJ=1
+  break-on-fp8          with --kv-cache-dtype fp8 on the command line, every chat answer degenerates
+Unknown arguments (vLLM's --enforce-eager, --kv-cache-dtype, ...) are accepted and ignored.
+`--env-out FILE` writes the environment, argv and sys.prefix it started with as JSON; `--echo-env NAME`
+prints a variable to the log (to test that secrets are masked there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+STATE = {"chats": 0, "posts": 0}
+LOCK = threading.Lock()
+
+
+def log(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def sample(schema: dict) -> object:
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: (("red" if k == "color" else "square" if k == "shape" else sample(v)))
+                for k, v in schema.get("properties", {}).items()}
+    return {"string": "Tom", "integer": 4, "number": 1.5, "boolean": True, "array": []}.get(kind, "x")
+
+
+def answer(body: dict) -> str:
+    parts, has_image = [], False
+    for m in body.get("messages", []):
+        content = m.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        else:
+            for p in content or []:
+                if p.get("type") == "text":
+                    parts.append(p["text"])
+                has_image |= p.get("type") == "image_url"
+    text = "\n".join(parts)
+    rf = body.get("response_format") or {}
+    if rf.get("type") == "json_schema":
+        return json.dumps(sample(rf["json_schema"]["schema"]))
+    code = re.search(r"secret code is (\d+)", text)
+    if code:
+        return f"The secret code is {code.group(1)}."
+    if "2+3" in text:
+        return "2 + 3 = 5"
+    if "capital of France" in text:
+        return "The capital of France is Paris."
+    if has_image:
+        return "Red."
+    if "primary colors" in text:
+        return "Red, blue and yellow."
+    return "Hello! How can I help you today?"
+
+
+DEGENERATE = "Red, blue and\n\n\n\n\n\n\n" + "yellow " * 20
+
+
+def make_handler(args, modes):
+    fp8 = "break-on-fp8" in modes and "--kv-cache-dtype" in args.rest and args.rest[args.rest.index("--kv-cache-dtype") + 1:][:1] == ["fp8"]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):  # like uvicorn's access log, on stderr
+            log(f"INFO: {self.address_string()} - {fmt % a}")
+
+        def _send(self, status: int, payload, raw: str | None = None) -> None:
+            data = (raw if raw is not None else json.dumps(payload)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if "never-ready" in modes:
+                return self._send(503, {"error": "loading"})
+            if self.path == "/health":
+                return self._send(200, {})
+            if self.path == "/v1/models":
+                return self._send(200, {"object": "list", "data": [{"id": args.served_model_name, "object": "model"}]})
+            self._send(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            with LOCK:
+                STATE["posts"] += 1
+                STATE["chats"] += self.path == "/v1/chat/completions"
+                first = STATE["chats"] == 1
+            if "crash-first" in modes:
+                log("Fatal Python error: Segmentation fault")
+                os._exit(139)
+            if self.path != "/v1/chat/completions":
+                return self._send(404, {"error": "not found"})
+            if body.get("model") != args.served_model_name:
+                return self._send(404, {"error": {"message": f"model {body.get('model')!r} does not exist"}})
+            if "oom" in modes:
+                if first:
+                    log("RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY")
+                return self._send(500, {"error": {"message": "XPU out of memory. Tried to allocate 20.00 GiB",
+                                                  "type": "InternalServerError", "code": 500}})
+            if "gdn-unless-disabled" in modes and os.environ.get("DISABLE_ESIMD_GDN_OUTPROJ") != "1":
+                log("Traceback (most recent call last):")
+                log("AttributeError: 'RowParallelLinear' object has no attribute 'weight'")
+                return self._send(500, {"error": {"message": "EngineCore encountered an issue", "code": 500}})
+            if "slow-first" in modes and first:
+                time.sleep(args.slow_seconds)
+            content = answer(body)
+            if "invalid-json" in modes and body.get("response_format"):
+                content = content[: len(content) // 2]
+            if ("degenerate" in modes and "primary colors" in json.dumps(body)) or fp8:
+                content = DEGENERATE
+            self._send(200, {"id": "x", "object": "chat.completion", "model": args.served_model_name,
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                                          "finish_reason": "stop"}],
+                             "usage": {"prompt_tokens": 10, "completion_tokens": len(content.split()),
+                                       "total_tokens": 10 + len(content.split())}})
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--mode", default="healthy")
+    parser.add_argument("--served-model-name", default="fault-model")
+    parser.add_argument("--slow-seconds", type=float, default=30.0)
+    parser.add_argument("--startup-delay", type=float, default=0.2)
+    parser.add_argument("--env-out")
+    parser.add_argument("--echo-env", action="append", default=[], help="print NAME=value at start-up")
+    args, rest = parser.parse_known_args()
+    args.rest = rest
+    modes = set(args.mode.split(","))
+    if args.env_out:
+        with open(args.env_out, "w") as f:
+            json.dump({"env": dict(os.environ), "argv": sys.argv, "prefix": sys.prefix}, f)
+    log(f"fault server: modes {sorted(modes)}, args {rest}")
+    for name in args.echo_env:
+        log(f"config {name}={os.environ.get(name)} (value {os.environ.get(name)})")
+    if "exit-early" in modes:
+        log("ImportError: libsycl.so.8: cannot open shared object file: No such file or directory")
+        sys.exit(1)
+    time.sleep(args.startup_delay)  # "loading the model"
+    server = ThreadingHTTPServer((args.host, args.port), make_handler(args, modes))
+    server.daemon_threads = True
+    log(f"INFO: Uvicorn running on http://{args.host}:{args.port}")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        log("INFO: Shutting down")
+
+
+if __name__ == "__main__":
+    main()

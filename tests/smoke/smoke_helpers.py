@@ -1,0 +1,74 @@
+"""Helpers for the smoke tests: free ports, the fault-injecting server, locks, results of `toolchain smoke`.
+
+(A module of its own, not conftest.py, so that `from smoke_helpers import ...` is unambiguous.)
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FAULT_SERVER = HERE / "fault_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fault_cmd(mode: str = "healthy", *extra: str, python: str = sys.executable) -> str:
+    """A --serve-cmd that starts the fault server (placeholders filled by toolchain smoke)."""
+    return shlex.join([python, str(FAULT_SERVER), "--port", "{port}", "--mode", mode, *extra])
+
+
+@dataclass
+class SmokeRun:
+    code: int
+    out: Path
+    seconds: float
+    stdout: str
+
+    @property
+    def report(self) -> dict:
+        return json.loads((self.out / "report.json").read_text())
+
+    @property
+    def run(self) -> dict:
+        return self.report["runs"][0]
+
+    def case(self, name: str, run: int = 0) -> dict:
+        return next(c for c in self.report["runs"][run]["cases"] if c["name"] == name)
+
+    def verdicts(self, run: int = 0) -> dict:
+        return {c["name"]: c["verdict"] for c in self.report["runs"][run]["cases"]}
+
+    def finding_ids(self, run: int = 0) -> list:
+        return [f["id"] for f in self.report["runs"][run]["findings"]]
+
+
+def write_test_lock(out_dir: Path, smoke: dict, components: tuple = (), python: str = sys.executable) -> Path:
+    """A real stack.lock.toml (and pylock.toml) written by toolchain.lock.write_lock."""
+    from toolchain.lock import Lock, TargetInfo, ToolchainInfo, write_lock
+
+    lock = Lock(recipe_name="smoke-test", recipe_path="recipes/smoke-test.toml", recipe_sha256="0" * 64,
+                recipe_text="", toolchain=ToolchainInfo(), target=TargetInfo(runtime="host", python=python),
+                smoke=smoke, components=tuple(components))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return write_lock(lock, out_dir)
+
+
+def load_vllm_cpu():
+    """tests/support/vllm_cpu.py as a module (tests/ is not a package)."""
+    import importlib.util
+
+    path = HERE.parent / "support" / "vllm_cpu.py"
+    spec = importlib.util.spec_from_file_location("toolchain_tests_vllm_cpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

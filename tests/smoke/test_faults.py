@@ -1,0 +1,189 @@
+"""`toolchain smoke` against a fault-injecting server on 127.0.0.1: each fault gives the right verdict,
+triage entry and exit code, and nothing hangs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+from smoke_helpers import fault_cmd, free_port
+
+ALL = "models,first,math,qa,json,image,image-json,repeat"
+FAST = ["--ready-timeout", "20", "--request-timeout", "10"]
+
+
+def test_healthy_server_passes_every_case_and_writes_reports(smoke):
+    r = smoke("--serve-cmd", fault_cmd("healthy"), "--cases", ALL + ",long-context,restart", *FAST)
+    assert r.code == 0, r.stdout
+    assert set(r.verdicts().values()) == {"pass"}
+    rep = r.report
+    assert rep["verdict"] == "pass" and rep["exit_code"] == 0
+    assert r.run["ready"]["ok"] and not r.run["findings"] and not r.run["crashed"]
+    # raw requests are kept: the image goes as a data URL part, image-json asks for a json_schema
+    image_req = r.case("image-json")["exchanges"][0]["request"]
+    parts = image_req["messages"][0]["content"]
+    assert parts[1]["type"] == "image_url" and parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert image_req["response_format"]["type"] == "json_schema"
+    assert json.loads(json.loads(r.case("image-json")["exchanges"][0]["response"])["choices"][0]["message"]["content"])
+    assert len(r.case("repeat")["exchanges"]) == 3
+    assert r.case("first")["metrics"]["latency_seconds"] > 0
+    # restart: the log shows two starts
+    assert (r.out / "smoke" / "server.log").read_text().count("### toolchain smoke: start #") == 2
+    summary = (r.out / "summary.md").read_text()
+    assert "# toolchain smoke: PASS" in summary and "| image-json | PASS | yes |" in summary
+    suites = ET.parse(r.out / "junit.xml").getroot()
+    assert suites.get("failures") == "0" and suites.get("errors") == "0"
+    assert int(suites.get("tests")) == 11  # ready + 10 cases
+    assert json.loads(r.stdout)["ok"] is True
+
+
+def test_crash_on_first_request(smoke):
+    r = smoke("--serve-cmd", fault_cmd("crash-first"), "--cases", ALL, *FAST)
+    assert r.code == 1
+    v = r.verdicts()
+    assert v["models"] == "pass" and v["first"] == "error"
+    assert all(v[c] == "error" for c in ("math", "qa", "json", "repeat"))
+    assert "server exited with code 139 during case first" in r.case("math")["message"]
+    assert r.run["crashed"] and r.run["server_exit_code"] == 139
+    assert r.finding_ids() == ["server-crash"]
+    assert "Segmentation fault" in (r.out / "smoke" / "server.log").read_text()
+    assert r.seconds < 30
+    junit = ET.parse(r.out / "junit.xml").getroot()
+    assert int(junit.get("errors")) == 7
+
+
+def test_out_of_memory_is_marked_and_triaged(smoke):
+    r = smoke("--serve-cmd", fault_cmd("oom"), "--cases", "models,math,qa", *FAST)
+    assert r.code == 1
+    assert r.verdicts() == {"models": "pass", "math": "fail", "qa": "fail"}
+    assert r.case("math")["category"] == "http" and "HTTP 500" in r.case("math")["message"]
+    assert r.run["oom"] is True and r.run["crashed"] is False
+    oom = r.run["findings"][0]
+    assert oom["id"] == "oom" and oom["source"] == "log"
+    assert "UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY" in oom["evidence"]
+    assert any(fix.get("args") == ["--kv-cache-dtype", "fp8"] for fix in oom["fixes"])
+    assert "OOM" in (r.out / "summary.md").read_text()
+
+
+def test_invalid_json_fails_the_schema_cases_only(smoke):
+    r = smoke("--serve-cmd", fault_cmd("invalid-json"), "--cases", ALL, *FAST)
+    assert r.code == 1
+    v = r.verdicts()
+    assert v["json"] == "fail" and v["image-json"] == "fail"
+    assert {v[c] for c in ("models", "first", "math", "qa", "image", "repeat")} == {"pass"}
+    assert "content is not valid JSON" in r.case("image-json")["message"]
+    assert r.finding_ids() == ["wrong-output"]
+
+
+def test_degenerate_repetition_is_caught_even_when_consistent(smoke):
+    r = smoke("--serve-cmd", fault_cmd("degenerate"), "--cases", "math,repeat", *FAST)
+    assert r.code == 1
+    assert r.verdicts() == {"math": "pass", "repeat": "fail"}
+    assert "degenerate output: a run of blank lines" in r.case("repeat")["message"]
+    assert r.finding_ids() == ["wrong-output"]
+
+
+def test_never_ready_stops_at_the_deadline(smoke):
+    r = smoke("--serve-cmd", fault_cmd("never-ready"), "--cases", "models,math", "--ready-timeout", "2")
+    assert r.code == 1
+    assert r.run["ready"]["ok"] is False and "not ready after 2s" in r.run["ready"]["reason"]
+    assert r.verdicts() == {"models": "skip", "math": "skip"}
+    assert r.finding_ids() == ["never-ready"]
+    assert r.seconds < 20
+    junit = ET.parse(r.out / "junit.xml").getroot()
+    assert junit.find(".//testcase[@name='ready']/failure") is not None
+
+
+def test_exit_during_startup_fails_at_once(smoke):
+    r = smoke("--serve-cmd", fault_cmd("exit-early"), "--cases", "models", "--ready-timeout", "120")
+    assert r.code == 1
+    assert r.run["ready"]["exit_code"] == 1 and "exited with code 1 before it was ready" in r.run["ready"]["reason"]
+    assert r.finding_ids() == ["exited-before-ready"]
+    assert r.seconds < 20  # did not wait for the 120 s deadline
+    assert "libsycl.so.8" in (r.out / "smoke" / "server.log").read_text()
+
+
+def test_slow_first_request_times_out_and_later_requests_pass(smoke):
+    r = smoke("--serve-cmd", fault_cmd("slow-first", "--slow-seconds", "60"), "--cases", "first,math,qa",
+              "--request-timeout", "2", "--ready-timeout", "20")
+    assert r.code == 1
+    first = r.case("first")
+    assert first["verdict"] == "fail" and first["category"] == "timeout"
+    assert 1.5 < first["seconds"] < 10
+    assert r.verdicts()["math"] == "pass" and r.verdicts()["qa"] == "pass"
+    assert r.finding_ids() == ["request-timeout"]
+    assert r.seconds < 30
+
+
+def test_slow_first_request_within_budget_passes_with_its_latency(smoke):
+    r = smoke("--serve-cmd", fault_cmd("slow-first", "--slow-seconds", "1.5"), "--cases", "first,math", *FAST)
+    assert r.code == 0
+    assert r.case("first")["metrics"]["latency_seconds"] >= 1.5
+    assert r.case("math")["metrics"]["latency_seconds"] < 1.5
+
+
+def test_ladder_finds_the_gdn_step(smoke):
+    r = smoke("--serve-cmd", fault_cmd("gdn-unless-disabled"), "--ladder", "--cases", "math,qa", *FAST)
+    assert r.code == 1
+    ladder = r.report["ladder"]
+    assert ladder["first_broken"] == "gdn"
+    assert [s["verdict"] for s in ladder["steps"]] == ["pass", "pass", "pass", "fail"]
+    runs = {run["name"]: run for run in r.report["runs"]}
+    assert "--enforce-eager" in runs["eager"]["argv"] and runs["eager"]["env"]["DISABLE_ESIMD_GDN_OUTPROJ"] == "1"
+    assert runs["fp8-kv"]["argv"][-2:] == ["--kv-cache-dtype", "fp8"]
+    assert "--enforce-eager" not in runs["xpu-graph"]["argv"]
+    assert "DISABLE_ESIMD_GDN_OUTPROJ" not in runs["gdn"]["env"]
+    gdn = runs["gdn"]["findings"][0]
+    assert gdn["id"] == "esimd-gdn-outproj"
+    assert {"DISABLE_ESIMD_GDN_OUTPROJ": "1"} in [f.get("env") for f in gdn["fixes"]]
+    assert "esimd-gdn-outproj" in ladder["how"]
+    assert "First step that breaks: **gdn**" in (r.out / "summary.md").read_text()
+
+
+def test_ladder_stops_at_fp8_kv(smoke):
+    r = smoke("--serve-cmd", fault_cmd("break-on-fp8"), "--ladder", "--cases", "math", *FAST)
+    assert r.code == 1
+    ladder = r.report["ladder"]
+    assert ladder["first_broken"] == "fp8-kv"
+    assert [s["verdict"] for s in ladder["steps"]] == ["pass", "fail", "not run", "not run"]
+    assert [run["name"] for run in r.report["runs"]] == ["eager", "fp8-kv"]
+    assert "degenerate output" in ladder["how"]
+
+
+def test_ladder_passes_when_every_step_passes(smoke):
+    r = smoke("--serve-cmd", fault_cmd("healthy"), "--ladder", "--cases", "math", *FAST)
+    assert r.code == 0
+    assert r.report["ladder"]["first_broken"] is None
+    assert len(r.report["runs"]) == 4
+
+
+def test_cli_subprocess_json_and_exit_code(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolchain", "smoke", "--json", "--serve-cmd", fault_cmd("oom"), "--cases", "math",
+         "--port", str(free_port()), "--out", str(out), *FAST],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is False and data["runs"][0]["oom"] is True and data["runs"][0]["findings"] == ["oom"]
+    assert (out / "junit.xml").is_file()
+
+
+def test_unknown_case_is_a_usage_error(smoke):
+    r = smoke("--serve-cmd", fault_cmd("healthy"), "--cases", "math,jsn")
+    assert r.code == 2
+    assert json.loads(r.stdout)["error"].count("did you mean 'json'?") == 1
+
+
+def test_a_busy_port_is_refused_before_starting(smoke):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = smoke("--serve-cmd", fault_cmd("healthy"), "--cases", "math", "--port", str(port))
+    assert r.code == 2
+    assert f"port {port} on 127.0.0.1 is already in use" in json.loads(r.stdout)["error"]

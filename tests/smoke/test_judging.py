@@ -1,0 +1,137 @@
+"""How answers are judged, how failures are classified, how the ladder edits a command line: no server."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolchain.errors import RecipeError, UsageError
+from toolchain.smoke import cases, ladder, triage
+from toolchain.smoke.cases import degeneration, judge
+
+
+@pytest.mark.parametrize("text", [
+    "The sky was blue and the grass was green. The sky was blue and the grass was green. "
+    "The sky was blue and the grass was green. The sky",             # seen from SmolLM2 on a long prompt
+    "Red, blue and\n\n\n\n\n\nyellow",
+    "Red red red red red red red red red red red red",
+    "I am sorry, I am sorry, I am sorry, I am sorry, I am sorry, I am sorry",
+    "!" * 40,
+])
+def test_degenerate_outputs_are_caught(text):
+    assert degeneration(text)
+
+
+@pytest.mark.parametrize("text", [
+    "The primary colors are: Red, Blue, and Yellow.",
+    '{\n  "name": "Frozen",\n  "legs": 1\n}',
+    "very very very good",
+    "Paragraph one.\n\nParagraph two.\n\n\nParagraph three.",
+    "1. red\n2. blue\n3. yellow",
+])
+def test_ordinary_outputs_are_not_degenerate(text):
+    assert degeneration(text) is None
+
+
+@pytest.mark.parametrize("case,answer,problem", [
+    ("math", "2 + 3 = 5", None),
+    ("math", "5", None),
+    ("math", "6", "expected 5, the answer has 6"),
+    ("math", "5 or maybe 7", "also has 7"),
+    ("math", "five", "no number"),
+    ("json", '{"name": "Tom", "legs": 4}', None),
+    ("json", '{"name": "Tom", "legs": ', "not valid JSON"),
+    ("json", '{"name": "Tom", "legs": "four"}', "does not match the schema"),
+    ("json", '{"name": "Tom"}', "does not match the schema"),
+    ("qa", "The capital of France is Paris.", None),
+    ("qa", "Berlin.", "does not match"),
+    ("qa", "  \n", "empty answer"),
+])
+def test_answers_are_judged(case, answer, problem):
+    params = cases.PRESETS[case]
+    found = judge(answer, params, params["prompt"])
+    assert found is None if problem is None else problem in found
+
+
+def test_long_context_prompt_hides_the_needle_in_the_middle():
+    p = {**cases.PRESETS["long-context"], "long-context-tokens": 1100}
+    prompt = cases.chat_prompt(p)
+    assert 80 <= len(prompt.split(".")) <= 120
+    middle = prompt.index("The secret code is 4729.")
+    assert 0.3 < middle / len(prompt) < 0.7
+    assert judge("The secret code is 4729.", p, prompt) is None
+
+
+def test_builtin_image_is_a_png_data_url():
+    url = cases.image_data_url("builtin:red-square")
+    assert url.startswith("data:image/png;base64,iVBORw0KGgo")
+    with pytest.raises(UsageError, match="no-such.png"):
+        cases.image_data_url("no-such.png")
+
+
+def test_recipe_cases_replace_and_add():
+    specs = cases.resolve(["math", "poem"], {
+        "math": {"prompt": "What is 6*7?", "expect-number": "42"},
+        "poem": {"prompt": "Write a haiku.", "required": False},
+    })
+    math, poem = specs
+    assert math.params["prompt"] == "What is 6*7?" and math.params["max-tokens"] == 32 and math.required
+    assert poem.kind == "chat" and poem.required is False
+    with pytest.raises(UsageError, match="did you mean 'prompt'"):
+        cases.resolve(["x"], {"x": {"promt": "hi"}})
+    with pytest.raises(UsageError, match="kind 'shell'"):
+        cases.resolve(["x"], {"x": {"kind": "shell", "prompt": "hi"}})
+
+
+# Log lines from UPSTREAM.md's table of known failures, and the signature each must give.
+UPSTREAM_LINES = [
+    ("AttributeError: 'RowParallelLinear' object has no attribute 'weight'", "esimd-gdn-outproj"),
+    ("RuntimeError: Expected query.scalar_type() == torch::kHalf to be true, but got false.", "fp16-query"),
+    ("ValueError: kv cache dtype bfloat16 is not supported by this attention backend", "bf16-kv-cache"),
+    ("RuntimeError: auto_round_kernel gemm failed: unsupported group size for TP=2", "ark-int4-tp"),
+    ("ModuleNotFoundError: No module named 'auto_round_kernel'", "ark-missing"),
+    ("RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY", "oom"),
+    ("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB", "oom"),
+    ("RuntimeError: backend_mismatch", "oneapi-mismatch"),
+    ("ImportError: libtorch_xpu.so: undefined symbol: _ZN4sycl3_V15queue", "oneapi-mismatch"),
+]
+
+
+@pytest.mark.parametrize("line,expected", UPSTREAM_LINES)
+def test_known_failures_are_recognised_in_a_log(line, expected):
+    sigs = triage.load_signatures()
+    log = f"INFO 12-02 starting\n{line}\nINFO shutting down\n"
+    found = triage.triage(sigs, log=log)
+    assert found and found[0].id == expected
+    assert found[0].evidence == line.strip() and found[0].fixes
+
+
+def test_harness_events_are_classified():
+    sigs = triage.load_signatures()
+    assert [f.id for f in triage.triage(sigs, events=["harness: wrong output in case json: not JSON"])] == \
+        ["wrong-output"]
+    assert triage.triage(sigs, log="harness: wrong output in case json") == []  # events only come from us
+    assert triage.triage(sigs, log="INFO all good\n") == []
+
+
+def test_a_broken_signature_file_is_reported(tmp_path):
+    bad = tmp_path / "sigs.toml"
+    bad.write_text('[[signature]]\nid = "x"\ntitle = "t"\npatterns = ["(unclosed"]\ndiagnosis = "d"\n'
+                   'fixes = [{ kind = "magic", text = "t" }]\n')
+    with pytest.raises(RecipeError) as err:
+        triage.load_signatures(bad)
+    assert len(err.value.problems) == 2
+
+
+def test_ladder_argument_edits():
+    argv = ["vllm", "serve", "m", "--kv-cache-dtype=auto", "--max-model-len", "4096"]
+    assert ladder.apply_args(argv, {"--enforce-eager": True}) == argv + ["--enforce-eager"]
+    assert ladder.apply_args(argv + ["--enforce-eager"], {"--enforce-eager": False}) == argv
+    assert ladder.apply_args(argv, {"--kv-cache-dtype": "fp8"}) == \
+        ["vllm", "serve", "m", "--max-model-len", "4096", "--kv-cache-dtype", "fp8"]
+    assert ladder.apply_args(argv, {"--max-model-len": "2048"})[-2:] == ["--max-model-len", "2048"]
+    steps = ladder.steps_from([{"name": "base", "args": {"--enforce-eager": True}},
+                               {"name": "graph", "args": {"--enforce-eager": False}, "unset-env": ["X"]}])
+    env_argv, env = ladder.apply(["s"], {"X": "1", "Y": "2"}, steps[1])
+    assert env == {"Y": "2"} and env_argv == ["s"]
+    with pytest.raises(RecipeError, match="args.--dtype must be"):
+        ladder.steps_from([{"name": "x", "args": {"--dtype": 16}}])

@@ -1,0 +1,128 @@
+"""The lock's `[smoke]` table plus the command line → one frozen `SmokeConfig`.
+
+`[smoke]` keys (the recipe's table, kept verbatim in the lock):
+  model, served-model-name, device ("b60"/"b70"), tensor-parallel-size, port, max-model-len, serve-cmd (argv
+  with placeholders; default `{python} -m vllm.entrypoints.cli.main serve {model}`), serve-args, env,
+  cases (names to run), custom-cases (tables with a name: change a built-in case or add one), repeat (how
+  many identical requests the repeat case sends), ladder (steps, see ladder.py), ready-timeout,
+  request-timeout.
+Placeholders in serve-cmd, serve-args and --serve-cmd: {python} {model} {host} {port} {tp}.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RecipeError, UsageError
+from . import cases as cases_mod
+from . import devices
+from ..recipe import SMOKE_KEYS as RECIPE_SMOKE_KEYS, did_you_mean
+from .ladder import LadderStep, steps_from
+
+SMOKE_KEYS = frozenset(RECIPE_SMOKE_KEYS)  # one list: what a recipe's [smoke] may say is what smoke reads
+DEFAULT_SERVE_COMMAND = ("{python}", "-m", "vllm.entrypoints.cli.main", "serve", "{model}")
+DEFAULT_PORT = 8000
+DEFAULT_READY_TIMEOUT = 1800.0
+DEFAULT_REQUEST_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class SmokeConfig:
+    serve_argv: tuple[str, ...]
+    env: Mapping[str, str]           # added to the (oneAPI-free) environment of the server
+    host: str
+    port: int
+    model: str                       # the name requests use; "" = the first one /v1/models lists
+    cases: tuple[cases_mod.CaseSpec, ...]
+    device: str                      # "" when none was requested
+    tensor_parallel_size: int
+    ready_timeout: float
+    request_timeout: float
+    ladder: tuple[LadderStep, ...]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"serve_argv": list(self.serve_argv), "env": dict(self.env), "host": self.host, "port": self.port,
+                "model": self.model, "cases": [c.name for c in self.cases], "device": self.device,
+                "tensor_parallel_size": self.tensor_parallel_size, "ready_timeout": self.ready_timeout,
+                "request_timeout": self.request_timeout}
+
+
+def expand(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
+    """Replace the known {placeholders} per element (other braces, e.g. JSON, are left alone)."""
+    out = []
+    for arg in argv:
+        for key, value in values.items():
+            arg = arg.replace("{" + key + "}", value)
+        out.append(arg)
+    return out
+
+
+def build_config(opts: Any, smoke: Mapping[str, Any], python: str, where: str = "[smoke]") -> SmokeConfig:
+    """`opts` is a session.SmokeOptions: its non-empty fields win over the lock's [smoke] table."""
+    unknown = sorted(set(smoke) - SMOKE_KEYS)
+    if unknown:
+        raise RecipeError([f"{where}: unknown key {k!r}" + did_you_mean(k, SMOKE_KEYS) for k in unknown])
+    serve_model = opts.model or str(smoke.get("model", ""))
+    request_model = opts.model or str(smoke.get("served-model-name") or serve_model)
+    device = opts.device or str(smoke.get("device", ""))
+    tp = int(opts.tensor_parallel_size or smoke.get("tensor-parallel-size", 1))
+    port = int(opts.port or smoke.get("port") or DEFAULT_PORT)
+    env = {str(k): str(v) for k, v in dict(smoke.get("env", {})).items()}
+    if device:
+        env.update(devices.device_env(devices.profile(device), tp, env))
+    values = {"python": python, "model": serve_model, "host": opts.host, "port": str(port), "tp": str(tp)}
+    if opts.serve_cmd:
+        argv = expand(shlex.split(opts.serve_cmd), values)
+        if not argv:
+            raise UsageError("--serve-cmd is empty")
+    else:
+        argv = expand(_profile_argv(smoke, serve_model, opts.host, port, tp, bool(opts.model)), values)
+    custom = _custom_cases(smoke, where)
+    names = list(opts.cases) or list(smoke.get("cases", ())) or \
+        list(cases_mod.DEFAULT_CASES) + [n for n in custom if n not in cases_mod.DEFAULT_CASES]
+    return SmokeConfig(
+        serve_argv=tuple(argv), env=env, host=opts.host, port=port, model=request_model,
+        cases=cases_mod.resolve(names, custom, f"{where}.custom-cases"),
+        device=device, tensor_parallel_size=tp,
+        ready_timeout=float(opts.ready_timeout or smoke.get("ready-timeout") or DEFAULT_READY_TIMEOUT),
+        request_timeout=float(opts.request_timeout or smoke.get("request-timeout") or DEFAULT_REQUEST_TIMEOUT),
+        ladder=steps_from(smoke.get("ladder"), f"{where}.ladder"),
+    )
+
+
+def _profile_argv(smoke: Mapping[str, Any], model: str, host: str, port: int, tp: int,
+                  model_from_cli: bool) -> list[str]:
+    """The recipe's serve command: serve-cmd (or `vllm serve {model}`) + host/port, TP, served name, serve-args."""
+    template = [str(a) for a in smoke.get("serve-cmd", DEFAULT_SERVE_COMMAND)]
+    if any("{model}" in a for a in template) and not model:
+        raise UsageError("no model to serve", hint="set model in the recipe's [smoke] table or pass --model")
+    args = [str(a) for a in smoke.get("serve-args", ())]
+    extra = []
+    if not any("{port}" in a for a in template + args):
+        extra += ["--host", host, "--port", str(port)]
+    if (tp > 1 or "tensor-parallel-size" in smoke) and "--tensor-parallel-size" not in args:
+        extra += ["--tensor-parallel-size", str(tp)]
+    if smoke.get("served-model-name") and "--served-model-name" not in args and not model_from_cli:
+        extra += ["--served-model-name", str(smoke["served-model-name"])]
+    if smoke.get("max-model-len") and "--max-model-len" not in args:
+        extra += ["--max-model-len", str(smoke["max-model-len"])]
+    return template + extra + args
+
+
+def _custom_cases(smoke: Mapping[str, Any], where: str) -> dict[str, dict[str, Any]]:
+    """custom-cases as {name: params}; `repeat` sets the repeat case's count."""
+    custom: dict[str, dict[str, Any]] = {}
+    for i, table in enumerate(smoke.get("custom-cases", ())):
+        if not isinstance(table, Mapping) or not table.get("name"):
+            raise RecipeError(f"{where}.custom-cases #{i + 1}: each custom case is a table with a name")
+        custom[str(table["name"])] = {k: v for k, v in table.items() if k != "name"}
+    if smoke.get("repeat"):
+        custom.setdefault("repeat", {}).setdefault("repeat", int(smoke["repeat"]))
+    return custom

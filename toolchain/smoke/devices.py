@@ -1,0 +1,208 @@
+"""Device profiles (Arc Pro B60, B70) and the check that the cards present match the request.
+
+Cards are found under /sys/class/drm (vendor 0x8086, PCI device id of a Battlemage die), with `xpu-smi
+discovery -j` as a fallback when sysfs shows none (some containers); `sycl-ls` output is recorded for the
+report. The check is by die: B60 is BMG-G21 (one card), B70 is BMG-G31 (one or two cards). The device ids
+are those the Intel compute runtime lists per die (intel/compute-runtime device_ids_configs_bmg.h).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+
+VENDOR_INTEL = 0x8086
+BMG_G21_IDS = frozenset({0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216})
+BMG_G31_IDS = frozenset({0xE220, 0xE221, 0xE222, 0xE223})
+DRM_ROOT = Path("/sys/class/drm")
+TOOL_TIMEOUT = 20
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    product: str
+    die: str
+    pci_ids: frozenset
+    max_cards: int
+    ark_target: str
+
+
+PROFILES = {
+    "b60": DeviceProfile("b60", "Intel Arc Pro B60", "BMG-G21", BMG_G21_IDS, 1, "intel_gpu_bmg_g21"),
+    "b70": DeviceProfile("b70", "Intel Arc Pro B70", "BMG-G31", BMG_G31_IDS, 2, "intel_gpu_bmg_g31"),
+}
+
+
+@dataclass(frozen=True)
+class Card:
+    node: str       # card0, or "xpu-smi:0"
+    pci_id: int
+    slot: str       # PCI address, e.g. 0000:03:00.0
+
+    @property
+    def die(self) -> str:
+        if self.pci_id in BMG_G21_IDS:
+            return "BMG-G21 (B60 class)"
+        if self.pci_id in BMG_G31_IDS:
+            return "BMG-G31 (B70 class)"
+        return "other Intel GPU"
+
+    def describe(self) -> str:
+        return f"{self.node} {self.die}, device 0x{self.pci_id:04x} at {self.slot or '?'}"
+
+
+@dataclass(frozen=True)
+class DeviceCheck:
+    device: str
+    cards_needed: int
+    affinity_mask: str
+    cards: tuple[Card, ...]
+    ok: bool
+    message: str
+    skipped: bool = False
+    tools: Mapping[str, str] = None  # raw sycl-ls / xpu-smi output, for the report
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "cards_needed": self.cards_needed, "affinity_mask": self.affinity_mask,
+                "cards": [c.describe() for c in self.cards], "ok": self.ok, "message": self.message,
+                "skipped": self.skipped, "tools": dict(self.tools or {})}
+
+
+def profile(name: str) -> DeviceProfile:
+    try:
+        return PROFILES[name.lower()]
+    except KeyError:
+        raise UsageError(f"unknown device {name!r}", hint=f"use one of: {', '.join(PROFILES)}") from None
+
+
+def mask_cards(mask: str) -> list[int]:
+    """Card indices named by ZE_AFFINITY_MASK ("0,1", or "0.0,1.0" for card.tile)."""
+    cards: list[int] = []
+    for part in mask.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        head = part.split(".")[0]
+        if not head.isdigit():
+            raise UsageError(f"ZE_AFFINITY_MASK={mask!r}: {part!r} is not a card index",
+                             hint="use card indices, e.g. ZE_AFFINITY_MASK=0,1")
+        if int(head) not in cards:
+            cards.append(int(head))
+    return cards
+
+
+def device_env(prof: DeviceProfile, tp: int, env: Mapping[str, str]) -> dict[str, str]:
+    """The serve environment a profile adds (the recipe's env wins where it sets the same name)."""
+    if tp < 1:
+        raise UsageError(f"tensor-parallel-size {tp} must be at least 1")
+    if tp > prof.max_cards:
+        raise UsageError(f"{prof.product} serves on at most {prof.max_cards} card(s); tensor-parallel-size is {tp}",
+                         hint="use --device b70 for two cards, or tensor-parallel-size = 1")
+    added = {"ZE_AFFINITY_MASK": ",".join(str(i) for i in range(tp)), "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
+    out = {k: v for k, v in added.items() if k not in env}
+    mask = env.get("ZE_AFFINITY_MASK", out.get("ZE_AFFINITY_MASK", ""))
+    if len(mask_cards(mask)) != tp:
+        raise UsageError(f"ZE_AFFINITY_MASK={mask} names {len(mask_cards(mask))} card(s) but "
+                         f"tensor-parallel-size is {tp}", hint="name one card per tensor-parallel rank")
+    return out
+
+
+def find_cards(drm_root: Path = DRM_ROOT) -> list[Card]:
+    """Intel GPUs under /sys/class/drm, one per PCI device, in PCI order (Level Zero's default order)."""
+    by_slot: dict[str, Card] = {}
+    for entry in sorted(drm_root.glob("card*")):
+        if "-" in entry.name:  # connectors: card0-DP-1
+            continue
+        dev = entry / "device"
+        vendor, device = _read_hex(dev / "vendor"), _read_hex(dev / "device")
+        if vendor != VENDOR_INTEL or device is None:
+            continue
+        slot = dev.resolve().name if dev.exists() else ""
+        by_slot.setdefault(slot or entry.name, Card(entry.name, device, slot))
+    return [by_slot[k] for k in sorted(by_slot)]
+
+
+def _read_hex(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
+
+
+def xpu_smi_cards() -> list[Card]:
+    """Cards as `xpu-smi discovery -j` lists them (empty when xpu-smi is absent or fails)."""
+    out = _tool_output(["xpu-smi", "discovery", "-j"])
+    try:
+        devices = json.loads(out).get("device_list", []) if out else []
+    except (ValueError, AttributeError):
+        return []
+    cards = []
+    for d in devices:
+        try:
+            pci_id = int(str(d.get("pci_device_id", "")), 16)
+        except ValueError:
+            continue
+        cards.append(Card(f"xpu-smi:{d.get('device_id', len(cards))}", pci_id, str(d.get("pci_bdf_address", ""))))
+    return cards
+
+
+def tool_reports() -> dict[str, str]:
+    reports = {}
+    for argv in (["sycl-ls"], ["xpu-smi", "discovery"]):
+        out = _tool_output(argv)
+        if out:
+            reports[" ".join(argv)] = out
+    return reports
+
+
+def _tool_output(argv: list[str]) -> str:
+    if shutil.which(argv[0]) is None:
+        return ""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str, str] | None = None) -> DeviceCheck:
+    """Do the cards present match the requested device and count? Pure: the caller finds the cards."""
+    prof = profile(device)
+    wanted = mask_cards(mask) if mask else list(range(tp))
+    need = max(wanted) + 1 if wanted else tp
+
+    def result(ok: bool, message: str) -> DeviceCheck:
+        return DeviceCheck(device, len(wanted), mask, tuple(cards), ok, message, tools=tools or {})
+
+    found = "; ".join(c.describe() for c in cards) or "none"
+    if not cards:
+        return result(False, f"--device {device} needs {len(wanted)} {prof.product} card(s), but no Intel GPU was "
+                             f"found (checked /sys/class/drm and xpu-smi)")
+    matching = [c for c in cards if c.pci_id in prof.pci_ids]
+    selected = [cards[i] for i in wanted if i < len(cards)]
+    if len(cards) < need:
+        return result(False, f"ZE_AFFINITY_MASK={mask or ','.join(map(str, wanted))} needs card index {need - 1}, "
+                             f"but only {len(cards)} Intel GPU(s) are present: {found}")
+    wrong = [c for c in selected if c.pci_id not in prof.pci_ids]
+    if wrong:
+        other = next((p for p in PROFILES.values() if wrong[0].pci_id in p.pci_ids), None)
+        tip = f" (that is a {other.product}: use --device {other.name})" if other else ""
+        return result(False, f"--device {device} asks for {prof.product} ({prof.die}) but the selected card is "
+                             f"{wrong[0].describe()}{tip}. Present: {found}")
+    return result(True, f"{len(selected)} of {len(matching)} {prof.product} card(s) selected: "
+                        + "; ".join(c.describe() for c in selected))
+
+
+def skipped(device: str, tp: int, mask: str) -> DeviceCheck:
+    return DeviceCheck(device, tp, mask, (), True, "device check skipped (--skip-device-check)", skipped=True)
+
+
+class DeviceMismatch(UsageError):
+    """The cards present do not match the requested device or count."""

@@ -1,0 +1,171 @@
+"""Install a lock's wheels into a target environment in lock order, then check the installed versions.
+
+A `Target` is where wheels are installed and the server runs. `HostEnv` is a Python environment on this
+machine (a fresh venv made by `create_venv`, or an existing one); a container target implements the same
+four members (`name`, `python`, `run`, `launch`, `visible_path`) with `podman exec` and a mounted or
+copied wheel directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from ..errors import TestFailed
+from ..lock import Lock, wheel_name_version
+from ..run import Completed, merge_env, run
+
+KERNEL_ARGS = ("--no-deps", "--force-reinstall")
+INSTALL_TIMEOUT = 3600
+VERSIONS_SCRIPT = r"""
+import json, sys
+from importlib import metadata
+out = {}
+for name in sys.argv[1:]:
+    try:
+        out[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        out[name] = None
+print(json.dumps(out))
+"""
+
+
+class Target(Protocol):
+    name: str
+    python: str
+
+    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
+            timeout: float | None = None, check: bool = True) -> Completed: ...
+
+    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]: ...
+
+    def visible_path(self, host_path: Path) -> str: ...
+
+    def serve_env(self) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class HostEnv:
+    """A Python environment on this machine. `venv` is set when it is a virtual environment."""
+    python: str
+    venv: str = ""
+    name: str = "host"
+
+    def env(self) -> dict[str, str | None]:
+        # The host's PYTHONPATH/PYTHONHOME must not leak packages into the checked environment.
+        return merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None, "PIP_REQUIRE_VIRTUALENV": None},
+                         self.serve_env())
+
+    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
+            timeout: float | None = None, check: bool = True) -> Completed:
+        return run(argv, env=self.env(), log=log, capture=capture, timeout=timeout, check=check)
+
+    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        return list(argv), dict(env)
+
+    def visible_path(self, host_path: Path) -> str:
+        return str(host_path)
+
+    def serve_env(self) -> dict[str, str]:
+        if not self.venv:
+            return {}
+        bindir = str(Path(self.venv) / "bin")
+        return {"VIRTUAL_ENV": self.venv, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+
+
+def create_venv(base_python: str, path: Path, log: Path) -> HostEnv:
+    """A fresh virtual environment (an existing one at `path` is cleared)."""
+    run([base_python, "-m", "venv", "--clear", str(path)], log=log, timeout=600,
+        env=merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None}),
+        hint=f"check that {base_python} can create virtual environments (python3-venv)")
+    return HostEnv(python=str(path / "bin" / "python"), venv=str(path))
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    component: str
+    wheel: Path
+    args: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"component": self.component, "wheel": self.wheel.name, "args": list(self.args)}
+
+
+def install_plan(lock: Lock) -> tuple[InstallStep, ...]:
+    """Lock order. The first component with its install-args; later (kernel) wheels always with
+    --no-deps --force-reinstall, so their requirements cannot replace what the first one pinned."""
+    steps = []
+    for i, c in enumerate(lock.components):
+        args = tuple(c.install_args)
+        if i > 0:
+            args += tuple(a for a in KERNEL_ARGS if a not in args)
+        steps.append(InstallStep(c.name, lock.wheel_path(c), args))
+    return tuple(steps)
+
+
+def pip_argv(target: Target, step: InstallStep, find_links: str) -> list[str]:
+    return [target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off",
+            "--find-links", find_links, *step.args, target.visible_path(step.wheel)]
+
+
+def install(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
+    steps = install_plan(lock)
+    links = target.visible_path(lock.wheels_dir)
+    for step in steps:
+        if progress is not None:
+            progress(step)
+        target.run(pip_argv(target, step, links), log=log, timeout=INSTALL_TIMEOUT)
+    return steps
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    component: str
+    dist: str
+    locked: str
+    installed: str | None
+
+    @property
+    def ok(self) -> bool:
+        if self.installed is None:
+            return False
+        try:
+            return Version(self.installed) == Version(self.locked)
+        except InvalidVersion:
+            return self.installed == self.locked
+
+    def to_dict(self) -> dict:
+        return {"component": self.component, "dist": self.dist, "locked": self.locked,
+                "installed": self.installed, "ok": self.ok}
+
+
+def installed_versions(target: Target, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
+    done = target.run([target.python, "-c", VERSIONS_SCRIPT, *dists], capture=True, log=log, timeout=300)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check_versions(lock: Lock, target: Target, log: Path | None = None) -> tuple[VersionCheck, ...]:
+    """What the target has against what the lock's wheels carry (the wheel file names' versions)."""
+    wanted = []
+    for c in lock.components:
+        name, version = wheel_name_version(c.wheel.file)
+        wanted.append((c.name, str(canonicalize_name(c.dist or name)), version))
+    found = installed_versions(target, [d for _, d, _ in wanted], log) if wanted else {}
+    return tuple(VersionCheck(comp, dist, version, found.get(dist)) for comp, dist, version in wanted)
+
+
+def require_versions(checks: Sequence[VersionCheck], where: str) -> None:
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        lines = [f"  - {c.dist} ({c.component}): installed {c.installed or 'nothing'}, the lock has {c.locked}"
+                 for c in bad]
+        raise TestFailed(f"installed versions in {where} do not match the lock; nothing was served:\n"
+                         + "\n".join(lines),
+                         hint="install from the lock (drop --no-install), or check what else pinned these packages")

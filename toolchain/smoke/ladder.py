@@ -1,0 +1,121 @@
+"""`--ladder`: the same regression set over configurations that each add one optimization to the last.
+
+Default steps: eager (--enforce-eager, ESIMD GDN out-projection disabled) → + FP8 KV cache → + XPU graph
+(no --enforce-eager) → + GDN optimization (DISABLE_ESIMD_GDN_OUTPROJ unset). A recipe replaces them with
+`[[smoke.ladder]]` tables: name, title, args (flag = true to add, false to remove, "value" to set), env,
+unset-env. The ladder stops at the first step that breaks and reports how.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import RecipeError
+
+if TYPE_CHECKING:
+    from .runner import RunResult
+
+
+@dataclass(frozen=True)
+class LadderStep:
+    name: str
+    title: str
+    args: Mapping[str, Any] = field(default_factory=dict)   # flag -> True | False | "value"
+    env: Mapping[str, str] = field(default_factory=dict)
+    unset_env: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "title": self.title, "args": dict(self.args), "env": dict(self.env),
+                "unset_env": list(self.unset_env)}
+
+
+DEFAULT_LADDER = (
+    LadderStep("eager", "eager: --enforce-eager, ESIMD GDN out-projection off",
+               {"--enforce-eager": True}, {"DISABLE_ESIMD_GDN_OUTPROJ": "1"}),
+    LadderStep("fp8-kv", "+ FP8 KV cache", {"--kv-cache-dtype": "fp8"}),
+    LadderStep("xpu-graph", "+ XPU graph (no --enforce-eager)", {"--enforce-eager": False}),
+    LadderStep("gdn", "+ GDN optimization (ESIMD out-projection on)", unset_env=("DISABLE_ESIMD_GDN_OUTPROJ",)),
+)
+
+
+def steps_from(raw: Sequence[Mapping[str, Any]] | None, where: str = "[smoke.ladder]") -> tuple[LadderStep, ...]:
+    if raw is None:
+        return DEFAULT_LADDER
+    steps, problems = [], []
+    for i, table in enumerate(raw):
+        unknown = sorted(set(table) - {"name", "title", "args", "env", "unset-env"})
+        problems += [f"{where} #{i + 1}: unknown key {k!r}" for k in unknown]
+        if "name" not in table:
+            problems.append(f"{where} #{i + 1}: missing name")
+            continue
+        bad = [k for k, v in dict(table.get("args", {})).items() if not isinstance(v, (bool, str))]
+        problems += [f"{where}.{table['name']}: args.{k} must be true, false or a string" for k in bad]
+        steps.append(LadderStep(str(table["name"]), str(table.get("title", table["name"])),
+                                dict(table.get("args", {})), {k: str(v) for k, v in dict(table.get("env", {})).items()},
+                                tuple(table.get("unset-env", ()))))
+    if problems or not steps:
+        raise RecipeError(problems or [f"{where}: no steps"])
+    return tuple(steps)
+
+
+def apply_args(argv: Sequence[str], args: Mapping[str, Any]) -> list[str]:
+    out = list(argv)
+    for flag, value in args.items():
+        if value is True:
+            if flag not in out:
+                out.append(flag)
+        elif value is False:
+            out = [a for a in out if a != flag and not a.startswith(flag + "=")]
+        else:
+            out = _without_valued(out, flag) + [flag, str(value)]
+    return out
+
+
+def _without_valued(argv: list[str], flag: str) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = True
+            continue
+        if not a.startswith(flag + "="):
+            out.append(a)
+    return out
+
+
+def apply(argv: Sequence[str], env: Mapping[str, str], step: LadderStep) -> tuple[list[str], dict[str, str]]:
+    new_env = {k: v for k, v in env.items() if k not in step.unset_env}
+    new_env.update(step.env)
+    return apply_args(argv, step.args), new_env
+
+
+@dataclass(frozen=True)
+class LadderResult:
+    steps: tuple[tuple[LadderStep, "RunResult | None"], ...]
+    first_broken: str
+    how: str
+
+    def to_dict(self) -> dict:
+        return {"first_broken": self.first_broken or None, "how": self.how,
+                "steps": [{**s.to_dict(), "run": r.name if r else None,
+                           "verdict": ("pass" if r.passed else "fail") if r else "not run"}
+                          for s, r in self.steps]}
+
+
+def run_ladder(argv: Sequence[str], env: Mapping[str, str], steps: Sequence[LadderStep],
+               run_one: Callable[[str, list, dict], "RunResult"]) -> LadderResult:
+    """Run each step on top of the previous ones; stop at the first that fails."""
+    done: list[tuple[LadderStep, RunResult | None]] = []
+    cur_argv, cur_env = list(argv), dict(env)
+    for i, step in enumerate(steps):
+        cur_argv, cur_env = apply(cur_argv, cur_env, step)
+        result = run_one(step.name, cur_argv, cur_env)
+        done.append((step, result))
+        if not result.passed:
+            done += [(s, None) for s in steps[i + 1:]]
+            return LadderResult(tuple(done), step.name, f"{step.title}: {result.how()}")
+    return LadderResult(tuple(done), "", "")

@@ -1,0 +1,152 @@
+"""Reports from the report dict: `report.json` (everything, raw), `summary.md` (a table to read at a
+glance) and `junit.xml` (for CI). The Markdown and JUnit files are derived from the same dict."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..fsutil import atomic_write_text
+
+REPORT = "report.json"
+SUMMARY = "summary.md"
+JUNIT = "junit.xml"
+NOTE_CHARS = 120
+
+
+def write_all(out: Path, report: Mapping[str, Any]) -> dict[str, Path]:
+    paths = {"report": out / REPORT, "summary": out / SUMMARY, "junit": out / JUNIT}
+    atomic_write_text(paths["report"], json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
+    atomic_write_text(paths["summary"], markdown(report))
+    atomic_write_text(paths["junit"], junit(report))
+    return paths
+
+
+def _cell(text: Any, n: int = NOTE_CHARS) -> str:
+    text = " ".join(str(text).split())
+    text = text if len(text) <= n else text[: n - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+def _secs(value: Any) -> str:
+    return f"{value:.1f}s" if isinstance(value, (int, float)) else ""
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    verdict = str(report.get("verdict", "fail")).upper()
+    head = f"# toolchain smoke: {verdict}"
+    if report.get("recipe"):
+        head += f" — recipe `{report['recipe']}`"
+    lines = [head, ""]
+    if report.get("lock"):
+        lines.append(f"- lock: `{report['lock']}`")
+    dev = report.get("device") or {}
+    if dev:
+        lines.append(f"- device: {dev.get('device') or 'none requested'}: {dev.get('message', '')}")
+    inst = report.get("install") or {}
+    if inst:
+        bad = [v for v in inst.get("versions", []) if not v.get("ok")]
+        lines.append(f"- install: {len(inst.get('steps', []))} wheel(s) into `{inst.get('python')}`; versions "
+                     + ("match the lock" if not bad else "DIFFER: " + ", ".join(
+                         f"{v['dist']} {v['installed']} != {v['locked']}" for v in bad)))
+    if report.get("error"):
+        lines += ["", f"**Stopped before serving:** {_cell(report['error'], 2000)}"]
+    ladder = report.get("ladder")
+    if ladder:
+        lines += ["", "## Ladder", "", "| step | adds | verdict |", "| --- | --- | --- |"]
+        lines += [f"| {s['name']} | {_cell(s['title'])} | {s['verdict']} |" for s in ladder["steps"]]
+        lines += ["", f"First step that breaks: **{ladder['first_broken']}** — {_cell(ladder['how'], 2000)}"
+                  if ladder.get("first_broken") else "Every step passes."]
+    for run in report.get("runs", []):
+        lines += _run_markdown(run)
+    lines += ["", f"Raw requests, responses and timings: `{REPORT}`; exit code {report.get('exit_code')}.", ""]
+    return "\n".join(lines)
+
+
+def _run_markdown(run: Mapping[str, Any]) -> list[str]:
+    ready = run["ready"]
+    state = f"ready after {ready['seconds']:.1f}s" if ready["ok"] else f"NOT READY: {ready['reason']}"
+    marks = [m for m, on in (("CRASH", run.get("crashed")), ("OOM", run.get("oom"))) if on]
+    lines = ["", f"## Run `{run['name']}`: {'PASS' if run['passed'] else 'FAIL'} — {state}"
+             + (f" — {', '.join(marks)}" if marks else ""), "",
+             f"Server log: `{run['server_log']}`", "",
+             "| case | verdict | required | time | latency | note |", "| --- | --- | --- | --- | --- | --- |"]
+    for c in run["cases"]:
+        lines.append(f"| {c['name']} | {c['verdict'].upper()} | {'yes' if c['required'] else 'no'} | "
+                     f"{_secs(c['seconds'])} | {_secs(c['metrics'].get('latency_seconds'))} | {_cell(c['message'])} |")
+    if run.get("findings"):
+        lines += ["", "Triage:"]
+        for f in run["findings"]:
+            fixes = "; ".join(_fix_text(x) for x in f["fixes"])
+            lines.append(f"- **{f['id']}** {f['title']}: {f['diagnosis']} Seen: `{_cell(f['evidence'], 200)}`. "
+                         f"Try: {fixes}")
+    return lines
+
+
+def _fix_text(fix: Mapping[str, Any]) -> str:
+    what = " ".join(f"{k}={v}" for k, v in fix.get("env", {}).items()) or " ".join(fix.get("args", []))
+    return f"{fix['kind']} `{what}` ({fix['text']})" if what else f"{fix['kind']}: {fix['text']}"
+
+
+def junit(report: Mapping[str, Any]) -> str:
+    suites = ET.Element("testsuites", name="toolchain smoke")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    if report.get("install") or report.get("error"):
+        suite = _suite(suites, "install")
+        inst = report.get("install") or {}
+        for v in inst.get("versions", []):
+            case = ET.SubElement(suite, "testcase", classname="smoke.install", name=v["dist"], time="0")
+            if not v["ok"]:
+                ET.SubElement(case, "failure", message=f"installed {v['installed']}, the lock has {v['locked']}",
+                              type="version")
+        if report.get("error"):
+            case = ET.SubElement(suite, "testcase", classname="smoke.install", name="prepare", time="0")
+            ET.SubElement(case, "error", message=_cell(report["error"], 500), type="prepare").text = report["error"]
+        _count(suite, totals)
+    for run in report.get("runs", []):
+        suite = _suite(suites, run["name"])
+        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="serve-argv",
+                      value=" ".join(run["argv"]))
+        ready = ET.SubElement(suite, "testcase", classname=f"smoke.{run['name']}", name="ready",
+                              time=f"{run['ready']['seconds']:.3f}")
+        if not run["ready"]["ok"]:
+            ET.SubElement(ready, "failure", message=run["ready"]["reason"], type="not-ready")
+        triage_text = "\n".join(f"{f['id']}: {f['title']} -- {f['evidence']}" for f in run.get("findings", []))
+        for c in run["cases"]:
+            case = ET.SubElement(suite, "testcase", classname=f"smoke.{run['name']}", name=c["name"],
+                                 time=f"{c['seconds']:.3f}")
+            if c["verdict"] == "pass":
+                pass
+            elif c["verdict"] == "skip" or not c["required"]:
+                note = c["message"] if c["required"] else f"optional case {c['verdict']}: {c['message']}"
+                ET.SubElement(case, "skipped", message=_cell(note, 500))
+            else:
+                tag = "error" if c["verdict"] == "error" else "failure"
+                ET.SubElement(case, tag, message=_cell(c["message"], 500), type=c["category"] or c["verdict"]).text = \
+                    (c["message"] + ("\n\ntriage:\n" + triage_text if triage_text else ""))
+            if c["exchanges"]:
+                ET.SubElement(case, "system-out").text = json.dumps(c["exchanges"], indent=1)[:20000]
+        _count(suite, totals)
+    for k, v in totals.items():
+        suites.set(k, str(v))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _suite(parent: ET.Element, name: str) -> ET.Element:
+    return ET.SubElement(parent, "testsuite", name=name)
+
+
+def _count(suite: ET.Element, totals: dict[str, int]) -> None:
+    cases = suite.findall("testcase")
+    counts = {"tests": len(cases), "failures": sum(1 for c in cases if c.find("failure") is not None),
+              "errors": sum(1 for c in cases if c.find("error") is not None),
+              "skipped": sum(1 for c in cases if c.find("skipped") is not None)}
+    time = sum(float(c.get("time", "0")) for c in cases)
+    for k, v in counts.items():
+        suite.set(k, str(v))
+        totals[k] += v
+    suite.set("time", f"{time:.3f}")

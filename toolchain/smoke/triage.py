@@ -1,0 +1,129 @@
+"""Classify a failed run with the known failure signatures in `toolchain/data/failure_signatures.toml`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .. import tomlio
+from ..errors import RecipeError
+
+SOURCES = ("log", "response", "event")
+FIX_KINDS = ("env", "serve-arg", "patch", "recipe", "action")
+EVIDENCE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Fix:
+    kind: str
+    text: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = {"kind": self.kind, "text": self.text}
+        if self.env:
+            d["env"] = dict(self.env)
+        if self.args:
+            d["args"] = list(self.args)
+        return d
+
+    def short(self) -> str:
+        what = " ".join(f"{k}={v}" for k, v in self.env.items()) or " ".join(self.args)
+        return f"{self.kind}: {what} ({self.text})" if what else f"{self.kind}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Signature:
+    id: str
+    title: str
+    patterns: tuple[re.Pattern, ...]
+    sources: tuple[str, ...]
+    diagnosis: str
+    fixes: tuple[Fix, ...]
+    marks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    title: str
+    diagnosis: str
+    fixes: tuple[Fix, ...]
+    source: str
+    evidence: str
+    marks: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
+                "evidence": self.evidence, "marks": list(self.marks), "fixes": [f.to_dict() for f in self.fixes]}
+
+
+def default_path() -> Path:
+    return Path(str(resources.files("toolchain") / "data" / "failure_signatures.toml"))
+
+
+def load_signatures(path: Path | None = None) -> tuple[Signature, ...]:
+    path = path or default_path()
+    try:
+        data = tomlio.load_file(path)
+    except (OSError, tomlio.TOMLDecodeError) as exc:
+        raise RecipeError(f"{path}: cannot read failure signatures: {exc}") from None
+    problems: list[str] = []
+    sigs: list[Signature] = []
+    for i, raw in enumerate(data.get("signature", [])):
+        where = f"{path}: signature #{i + 1} ({raw.get('id', '?')})"
+        missing = [k for k in ("id", "title", "patterns", "diagnosis", "fixes") if k not in raw]
+        if missing:
+            problems.append(f"{where}: missing {', '.join(missing)}")
+            continue
+        patterns = []
+        for p in raw["patterns"]:
+            try:
+                patterns.append(re.compile(p, re.MULTILINE))
+            except re.error as exc:
+                problems.append(f"{where}: pattern {p!r}: {exc}")
+        sources = tuple(raw.get("sources", SOURCES))
+        problems += [f"{where}: unknown source {s!r} (use {', '.join(SOURCES)})" for s in sources if s not in SOURCES]
+        fixes = []
+        for f in raw["fixes"]:
+            if f.get("kind") not in FIX_KINDS:
+                problems.append(f"{where}: fix kind {f.get('kind')!r} is not one of {', '.join(FIX_KINDS)}")
+                continue
+            fixes.append(Fix(f["kind"], f.get("text", ""), dict(f.get("env", {})), tuple(f.get("args", ()))))
+        sigs.append(Signature(raw["id"], raw["title"], tuple(patterns), sources, raw["diagnosis"], tuple(fixes),
+                              tuple(raw.get("marks", ()))))
+    if problems:
+        raise RecipeError(problems)
+    return tuple(sigs)
+
+
+def triage(signatures: Iterable[Signature], *, log: str = "", responses: Iterable[str] = (),
+           events: Iterable[str] = ()) -> list[Finding]:
+    """One finding per matching signature, in signature order, with the line that matched."""
+    texts = {"log": log, "response": "\n".join(responses), "event": "\n".join(events)}
+    findings = []
+    for sig in signatures:
+        hit = _first_match(sig, texts)
+        if hit is not None:
+            source, line = hit
+            findings.append(Finding(sig.id, sig.title, sig.diagnosis, sig.fixes, source, line, sig.marks))
+    return findings
+
+
+def _first_match(sig: Signature, texts: Mapping[str, str]) -> tuple[str, str] | None:
+    for source in sig.sources:
+        text = texts.get(source, "")
+        if not text:
+            continue
+        for pattern in sig.patterns:
+            m = pattern.search(text)
+            if m:
+                start = text.rfind("\n", 0, m.start()) + 1
+                end = text.find("\n", m.end())
+                line = text[start:end if end != -1 else len(text)].strip()
+                return source, line[:EVIDENCE_CHARS]
+    return None
