@@ -18,6 +18,7 @@ import enum
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,11 +26,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import SourceError, UsageError
+from .errors import BuildError, SourceError, UsageError
 from .fsutil import atomic_write_text
 from .run import CommandFailed, run
 
 STATE_VERSION = 1
+SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
 class Verdict(enum.Enum):
@@ -204,6 +206,11 @@ class BisectHandler:
 
 
 class Bisector:
+    """`run()` bisects `candidates` (good first, bad last). `state`: a saved state to continue; `persist`:
+    called with the state after every change; `jobs` > 1 lets up to jobs-1 builds start ahead while a test
+    runs, when `idle()` (idle cores) leaves one core for the test; `builds`: builds already known (the ends'
+    locks); `build_ends`: build the last good and first bad candidates if no step did (for their locks)."""
+
     def __init__(self, candidates: Sequence[Candidate], builder: Builder, tester: Tester,
                  handler: BisectHandler | None = None, *, state: BisectState | None = None,
                  persist: Callable[[BisectState], None] | None = None, jobs: int = 1,
@@ -221,7 +228,6 @@ class Bisector:
         self.jobs = max(1, jobs)
         self.idle = idle or idle_cores
         self.build_ends = build_ends
-        self._index = {c.key: i for i, c in enumerate(candidates)}
         self._futures: dict[str, Future] = {}
         self._used: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
@@ -275,6 +281,22 @@ class Bisector:
                             lock=_str(build.lock_path) or "", remaining=state.pending())
         self._save(replace(state, steps=state.steps + (record,)))
         (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
+        self._check_systematic_failure()
+
+    def _check_systematic_failure(self) -> None:
+        """Stop when every build so far failed, the last SAME_FAILURES the same way (commit ids aside):
+        that is the recipe or the machine, not the commits. The phase starts over when resumed."""
+        steps = self.state.steps
+        if len(steps) < SAME_FAILURES or not all(s.build_failed for s in steps):
+            return
+        if len({_HEX.sub("<id>", s.reason) for s in steps[-SAME_FAILURES:]}) != 1:
+            return
+        cands = self.state.candidates
+        self._save(BisectState.start(cands, {c.key: self.state.builds[c.key] for c in (cands[0], cands[-1])
+                                             if c.key in self.state.builds}))
+        raise BuildError(f"the first {len(steps)} builds all failed the same way: {steps[-1].reason}",
+                         hint="that is the recipe or the build machine, not the commits: make the stack build "
+                              "at the good commit (`toolchain build`), then resume; the bisect starts over")
 
     def _finish(self) -> BisectResult:
         lo, hi = self.state.bounds()
@@ -292,7 +314,8 @@ class Bisector:
             first_bad=None if hidden else cands[hi], last_good=cands[lo], possible=hidden + (cands[hi],),
             skipped=skipped, steps=self.state.steps, good_build=good_build, bad_build=bad_build,
             builds_needed=len(self._used & set(self._futures)),
-            builds_speculative=len(set(self._futures) - self._used),
+            builds_speculative=sum(1 for k, f in self._futures.items()
+                                   if k not in self._used and (f.running() or f.done()) and not f.cancelled()),
             builds_compiled=sum(1 for o in outcomes if not o.cached))
 
     # ---- builds -----------------------------------------------------------------------------------
@@ -338,6 +361,9 @@ class Bisector:
         self.state = state
         if self.persist is not None:
             self.persist(state)
+
+
+_HEX = re.compile(r"[0-9a-f]{7,}")
 
 
 def _check_candidates(candidates: tuple[Candidate, ...]) -> None:

@@ -192,8 +192,8 @@ class LockBisectResult:
                 "commits": self.commits.to_dict() if self.commits else None}
 
 
-MakeBuilder = Callable[[str, Callable[[str], dict[str, Any]]], Builder]
-"""(phase, key -> recipe table) -> a builder for that phase's candidates."""
+MakeBuilder = Callable[[str, Callable[[str], dict[str, Any]], str], Builder]
+"""(phase, key -> recipe table, the component whose commit changes or "") -> a builder for that phase."""
 
 CommitCandidates = Callable[[str, str, str, str], Sequence[Candidate]]
 """(component, url, good commit, bad commit) -> the commit candidates (see bisect.git_candidates)."""
@@ -214,7 +214,7 @@ def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Teste
     base = stack_data(good)
     cands = prefix_candidates(diffs)
     changes = _run_phase("changes", cands, make_builder("changes", lambda key: prefix_data(
-        base, diffs, prefix_count(key))), tester, handler_for, state_file, jobs, idle,
+        base, diffs, prefix_count(key)), ""), tester, handler_for, state_file, jobs, idle,
         {cands[0].key: lock_outcome(good), cands[-1].key: lock_outcome(bad)})
     possible = tuple(diffs[prefix_count(c.key) - 1] for c in changes.possible)
     culprit = possible[0] if len(possible) == 1 else None
@@ -228,7 +228,7 @@ def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Teste
             return Difference("commit", culprit.path, culprit.good, sha, culprit.component).apply(before)
 
         seeds = {k: b for k, b in ((ccands[0].key, changes.good_build), (ccands[-1].key, changes.bad_build)) if b}
-        commits = _run_phase("commits", ccands, make_builder("commits", commit_data), tester, handler_for,
+        commits = _run_phase("commits", ccands, make_builder("commits", commit_data, culprit.component), tester, handler_for,
                              state_file, jobs, idle, seeds)
     return LockBisectResult(diffs, notes, changes, culprit, possible, commits)
 

@@ -1,0 +1,260 @@
+"""`toolchain bisect` end to end: a real recipe, a real git history, real test commands, an interrupt by a
+real SIGINT and a resume. The build spine is a stand-in implementing the API the command relies on
+(`toolchain.build.build_stack/BuildOptions`, `toolchain.sources.Mirrors`) and writing real locks."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from toolchain import cli
+from toolchain.bisect import BuildOutcome, Candidate, Verdict
+from toolchain.bisect_command import CommandTester
+from toolchain.errors import BuildError, UsageError
+from toolchain.fsutil import sha256_file
+from toolchain.lock import Lock, LockedComponent, TargetInfo, ToolchainInfo, WheelRef, read_lock, verify_wheels, write_lock
+from toolchain.run import run
+
+from spine_helpers import GitRepo
+
+# ---- CommandTester: `git bisect run` semantics with real processes ------------------------------------------
+
+SCRIPT = """\
+import os, signal, sys, time
+mode = sys.argv[1]
+open(sys.argv[2], "w").write("|".join(os.environ[k] for k in
+    ("TOOLCHAIN_BISECT_WHEELS", "TOOLCHAIN_BISECT_LOCK", "TOOLCHAIN_BISECT_COMMIT")))
+if mode == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if mode == "sleep":
+    time.sleep(30)
+sys.exit(int(mode))
+"""
+
+
+@pytest.mark.parametrize("mode, verdict, reason", [
+    ("0", Verdict.GOOD, "test exited 0"),
+    ("125", Verdict.SKIP, "test exited 125 (cannot test this one)"),
+    ("1", Verdict.BAD, "test exited 1"),
+    ("3", Verdict.BAD, "test exited 3"),
+    ("kill", Verdict.BAD, "test killed by signal 9"),
+    ("sleep", Verdict.BAD, "test timed out after 1s"),
+])
+def test_command_tester_exit_codes_and_environment(tmp_path: Path, mode, verdict, reason):
+    script, seen = tmp_path / "t.py", tmp_path / "seen"
+    script.write_text(SCRIPT)
+    wheels = (tmp_path / "a.whl", tmp_path / "b.whl")
+    tester = CommandTester([sys.executable, str(script), mode, str(seen)], tmp_path / "logs", timeout=1)
+    got = tester.test(Candidate("f" * 40), BuildOutcome(True, lock_path=tmp_path / "stack.lock.toml", wheels=wheels))
+    assert (got.verdict, got.reason) == (verdict, reason)
+    assert seen.read_text() == f"{os.pathsep.join(map(str, wheels))}|{tmp_path / 'stack.lock.toml'}|{'f' * 40}"
+    assert got.log == tmp_path / "logs" / f"{'f' * 12}.log" and got.log.is_file()
+
+
+def test_command_tester_missing_program_is_a_usage_error(tmp_path: Path):
+    tester = CommandTester(["no-such-program-here-xyz"], tmp_path)
+    with pytest.raises(UsageError, match="cannot run"):
+        tester.test(Candidate("a" * 40), BuildOutcome(True))
+
+
+# ---- usage errors ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["--recipe", "r", "--component", "c", "--good", "x"], "--test smoke or --test-cmd"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--test-cmd", "true"], "not allowed"),
+    (["--good-lock", "a", "--test", "smoke"], "both --good-lock and --bad-lock"),
+    (["--good-lock", "a", "--bad-lock", "b", "--recipe", "r", "--test", "smoke"], "--recipe cannot be combined"),
+    (["--recipe", "r", "--test-cmd", "true"], "missing --component, --good"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test-cmd", " "], "--test-cmd is empty"),
+    (["--resume"], "no bisect to resume"),
+    (["--jobs", "0", "--resume"], "--jobs must be at least 1"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test-cmd", "true", "--mirror", "nope"], "FROM=TO"),
+])
+def test_usage_errors_exit_2(tmp_path: Path, capsys, argv, message):
+    code = cli.main(["bisect", "--out", str(tmp_path / "o"), *argv, "--json"])
+    assert code == 2
+    assert message in json.loads(capsys.readouterr().out)["error"]
+
+
+# ---- a stand-in build spine --------------------------------------------------------------------------------
+
+def fake_spine(monkeypatch, calls: list):
+    def build_stack(recipe, options, ui):
+        comps = []
+        for comp in recipe.components:
+            show = lambda f: run(["git", "-C", comp.url, "show", f"{comp.commit}:{f}"], capture=True).stdout  # noqa: E731
+            calls.append((comp.name, comp.commit))
+            if "BROKEN" in show("notes.txt"):
+                raise BuildError(f"{comp.name}: command failed with exit code 1: gcc kern.c\n  kern.c:1: error")
+            wheel = options.out_dir / "wheels" / f"{comp.name}-0.1-py3-none-any.whl"
+            wheel.parent.mkdir(parents=True, exist_ok=True)
+            wheel.write_text(show("value.txt"))
+            comps.append(LockedComponent(
+                name=comp.name, url=comp.url, ref="", commit=comp.commit, describe="", subdir="", after=comp.after,
+                dist=comp.name, import_name=comp.name, version="0.1", install_args=(), patches=(), env={},
+                command=comp.command, cache_key=comp.commit, build_seconds=0.1,
+                wheel=WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size)))
+        lock = Lock(recipe_name=recipe.name, recipe_path=str(recipe.path), recipe_sha256=recipe.sha256,
+                    recipe_text=recipe.text, toolchain=ToolchainInfo(), target=TargetInfo(), smoke={},
+                    components=tuple(comps))
+        return read_lock(write_lock(lock, options.out_dir))
+
+    class BuildOptions:
+        def __init__(self, out_dir, cache_dir, rewrites=(), **_):
+            self.out_dir, self.cache_dir, self.rewrites = out_dir, cache_dir, rewrites
+
+    class Mirrors:
+        def __init__(self, cache_dir, rewrites=(), log_dir=None, ui=None):
+            self.rewrites = rewrites
+
+        def ensure(self, url, commit=None, *, where=""):
+            return Path(url)
+
+    monkeypatch.setitem(sys.modules, "toolchain.build", types.SimpleNamespace(
+        build_stack=build_stack, BuildOptions=BuildOptions, recipe_rewrites=lambda recipe, cache: ()))
+    monkeypatch.setattr("toolchain.sources.Mirrors", Mirrors)
+
+
+@pytest.fixture()
+def project(tmp_path: Path, monkeypatch):
+    """A kernels repository of 20 first-parent commits: k13 breaks value.txt, k6 does not build; a recipe
+    pinning it at the last commit beside a second component."""
+    r = GitRepo.create(tmp_path / "kern", tag=None)
+    c = [r.commit("k0", {"value.txt": "42\n", "notes.txt": "ok\n"})]
+    for i in range(1, 20):
+        files = {"value.txt": ("41\n" if i >= 13 else "42\n"), "notes.txt": "BROKEN\n" if i == 6 else f"{i}\n"}
+        c.append(r.commit(f"[kernels] change {i}", files))
+    other = GitRepo.create(tmp_path / "other", tag=None)
+    o = other.commit("o0", {"value.txt": "1\n", "notes.txt": "ok\n"})
+    recipe = tmp_path / "recipes" / "stack.toml"
+    recipe.parent.mkdir()
+    recipe.write_text(f"""
+[toolchain]
+setvars = ""
+[components.other]
+url = "{other.path}"
+commit = "{o}"
+[components.kern]
+url = "{r.path}"
+commit = "{c[-1]}"
+after = ["other"]
+""")
+    calls: list = []
+    fake_spine(monkeypatch, calls)
+    monkeypatch.setenv("TOOLCHAIN_CACHE_DIR", str(tmp_path / "cache"))
+    script = tmp_path / "repro.py"
+    script.write_text("""\
+import os, signal, sys, time
+log, stop = sys.argv[1], sys.argv[2]
+commit = os.environ["TOOLCHAIN_BISECT_COMMIT"]
+with open(log, "a") as f:
+    f.write(commit + "\\n")
+if stop != "-" and not os.path.exists(stop):
+    open(stop, "w").close()
+    os.kill(os.getppid(), signal.SIGINT)   # Ctrl-C reaching toolchain while this test runs
+    time.sleep(20)
+kern = [w for w in os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep) if "kern-" in w][0]
+sys.exit(0 if open(kern).read().strip() == "42" else 1)
+""")
+    return types.SimpleNamespace(repo=r, commits=c, recipe=recipe, calls=calls, script=script, tmp=tmp_path)
+
+
+def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys):
+    p = project
+    out, tested = p.tmp / "out", p.tmp / "tested.txt"
+    test_cmd = f"{sys.executable} {p.script} {tested} {p.tmp / 'stop-once'}"
+    argv = ["bisect", "--recipe", str(p.recipe), "--component", "kern", "--good", p.commits[0][:10],
+            "--test-cmd", test_cmd, "--out", str(out), "--jobs", "1"]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err
+    state = out / "bisect-state.json"
+    assert f"resume with: toolchain bisect --resume --state {state}" in " ".join(err.split())
+    saved = json.loads(state.read_text())
+    assert saved["phases"]["commits"]["steps"] == [] and not saved["done"]
+    assert cli.main(argv) == 2  # an unfinished bisect is not overwritten
+    capsys.readouterr()
+
+    assert cli.main(["bisect", "--resume", "--state", str(state), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    first_bad = data["result"]["first_bad"]
+    assert first_bad["key"] == p.commits[13] and first_bad["subject"] == "[kernels] change 13"
+    assert data["result"]["last_good"]["key"] == p.commits[12]
+    lines = tested.read_text().split()
+    assert len(lines) == len(set(lines)) + 1  # only the interrupted test ran twice
+    assert [s["key"] for s in data["result"]["steps"]] == [p.commits[i] for i in (9, 14, 11, 12, 13)]
+    # the good and bad locks are written beside the result, with their wheels
+    for side, commit in (("good", p.commits[12]), ("bad", p.commits[13])):
+        lock = read_lock(out / side / "stack.lock.toml")
+        verify_wheels(lock)
+        assert lock.component("kern").commit == commit and lock.component("other").commit
+    assert json.loads((out / "result.json").read_text())["result"]["first_bad"]["key"] == p.commits[13]
+    log = (out / "bisect.log").read_text()
+    assert "interrupted" in log and "done after" in log
+    # every step built only the pinned commit of kern beside the recipe's `other`
+    assert {name for name, _ in p.calls} == {"kern", "other"}
+
+
+def test_an_unbuildable_commit_next_to_the_boundary_and_a_rerun(project, capsys):
+    p = project
+    out = p.tmp / "out2"
+    test_cmd = f"{sys.executable} {p.script} {p.tmp / 't2.txt'} -"
+    base = ["bisect", "--recipe", str(p.recipe), "--component", "kern", "--test-cmd", test_cmd,
+            "--out", str(out), "--jobs", "1", "--json"]
+    # k6 does not build: between good k5 and bad k7 the first bad is k6 or k7; exit 1 says "not found"
+    assert cli.main([*base, "--good", p.commits[5], "--bad", p.commits[7]]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert not data["ok"] and data["result"]["first_bad"] is None
+    assert [c["key"] for c in data["result"]["possible"]] == [p.commits[6], p.commits[7]]
+    assert [(c["key"], c["reason"]) for c in data["result"]["skipped"]] == [
+        (p.commits[6], "build failed: kern: command failed with exit code 1: gcc kern.c")]
+    assert set(data["locks"]) == {"good", "bad"}
+    # the state file holds a finished bisect: a new one may start over it (--bad defaults to the recipe's)
+    assert cli.main([*base, "--good", p.commits[10]]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["result"]["first_bad"]["key"] == p.commits[13] and data["result"]["skipped"] == []
+
+
+def test_lock_mode_needs_readable_locks(tmp_path: Path, capsys):
+    code = cli.main(["bisect", "--good-lock", str(tmp_path / "a"), "--bad-lock", str(tmp_path / "b"),
+                     "--test-cmd", "true", "--out", str(tmp_path / "o"), "--json"])
+    assert code == 2 and "no such lock file" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_lock_to_lock_end_to_end(project, capsys):
+    """Two locks built from recipes that differ in MAX_JOBS, the kernels commit and a serve env variable:
+    the commit change is found, then the first bad commit inside it; every step is a table row."""
+    from toolchain import recipe as recipes
+    from toolchain.console import UI
+
+    p = project
+    spine = sys.modules["toolchain.build"]
+    text = p.recipe.read_text()
+    locks = {}
+    for side, commit, jobs, backend in (("good", p.commits[0], "2", "w4a16"), ("bad", p.commits[-1], "4", "ark")):
+        path = p.tmp / "recipes" / f"{side}.toml"
+        path.write_text(text.replace(p.commits[-1], commit) + f'[env]\nMAX_JOBS = "{jobs}"\n'
+                        f'[smoke]\nmodel = "m"\n[smoke.env]\nVLLM_XPU_INC_WNA16_BACKEND = "{backend}"\n')
+        lock = spine.build_stack(recipes.load_recipe(str(path)), spine.BuildOptions(p.tmp / side, None), UI())
+        locks[side] = lock.path
+    out, tested = p.tmp / "lout", p.tmp / "tested-locks.txt"
+    code = cli.main(["bisect", "--good-lock", str(locks["good"].parent), "--bad-lock", str(locks["bad"]),
+                     "--test-cmd", f"{sys.executable} {p.script} {tested} -", "--out", str(out), "--jobs", "1",
+                     "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0, data
+    result = data["result"]
+    assert [d["kind"] for d in result["differences"]] == ["build-env", "commit", "serve-env"]
+    assert result["culprit"]["kind"] == "commit" and result["culprit"]["component"] == "kern"
+    assert result["changes"]["first_bad"]["key"] == "d2"
+    assert result["commits"]["first_bad"]["key"] == p.commits[13]
+    for side, commit in (("good", p.commits[12]), ("bad", p.commits[13])):
+        lock = read_lock(out / side / "stack.lock.toml")
+        verify_wheels(lock)
+        assert lock.component("kern").commit == commit
+        assert 'MAX_JOBS = "4"' in lock.recipe_text and '"w4a16"' in lock.recipe_text  # d1 applied, d3 not
+    assert json.loads((out / "bisect-state.json").read_text())["done"] is True

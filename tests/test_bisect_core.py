@@ -1,0 +1,286 @@
+"""The bisect core driven by scripted builds and verdicts (no git, no builds)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+
+import pytest
+
+from toolchain.bisect import (BisectHandler, Bisector, BuildOutcome, Candidate, StateFile, TestOutcome, Verdict,
+                              steps_left)
+from toolchain.errors import BuildError, RecipeError, UsageError
+
+
+def cands(n: int) -> list[Candidate]:
+    return [Candidate(f"c{i:03d}", f"commit {i}") for i in range(n)]
+
+
+class Builds:
+    """Thread-safe scripted builder: `broken` keys fail to build."""
+
+    def __init__(self, broken=(), hold: threading.Event | None = None) -> None:
+        self.broken, self.hold = set(broken), hold
+        self.calls: list[str] = []
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+
+    def build(self, key: str) -> BuildOutcome:
+        with self.changed:
+            self.calls.append(key)
+            self.changed.notify_all()
+        if key in self.broken:
+            return BuildOutcome(False, reason=f"{key}: error: expected ';' before '}}' token")
+        return BuildOutcome(True, wheels=(Path(f"/wheels/{key}.whl"),))
+
+    def wait_for(self, keys: set[str], timeout: float = 10) -> bool:
+        with self.changed:
+            return self.changed.wait_for(lambda: keys <= set(self.calls), timeout)
+
+
+class Verdicts:
+    """Scripted tests: bad from index `first_bad` on; `skip` keys cannot be tested."""
+
+    def __init__(self, first_bad: int, skip=(), interrupt_at: int | None = None) -> None:
+        self.first_bad, self.skip, self.interrupt_at = first_bad, set(skip), interrupt_at
+        self.calls: list[str] = []
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        assert build.ok, "a failed build must never be tested"
+        self.calls.append(cand.key)
+        if self.interrupt_at is not None and len(self.calls) == self.interrupt_at:
+            raise KeyboardInterrupt
+        if cand.key in self.skip:
+            return TestOutcome(Verdict.SKIP, "cannot test")
+        return TestOutcome(Verdict.BAD if int(cand.key[1:]) >= self.first_bad else Verdict.GOOD)
+
+
+class Events(BisectHandler):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def step(self, record, state) -> None:
+        self.seen.append(("step", record.key))
+
+    def skip(self, record, state) -> None:
+        self.seen.append(("skip", record.key))
+
+    def prefetching(self, cand) -> None:
+        self.seen.append(("prefetch", cand.key))
+
+    def finished(self, result) -> None:
+        self.seen.append(("finished", result.first_bad.key if result.first_bad else ""))
+
+    def interrupted(self, state, error) -> None:
+        self.seen.append(("interrupted", type(error).__name__))
+
+
+def bisect(n: int, first_bad: int, *, broken=(), skip=(), **kw):
+    builder, tester, events = Builds(broken), Verdicts(first_bad, skip), Events()
+    result = Bisector(cands(n), builder, tester, events, **kw).run()
+    return result, builder, tester, events
+
+
+def test_every_boundary_is_found_within_log2_steps():
+    for n in range(2, 34):
+        for first_bad in range(1, n):
+            result, builder, tester, _ = bisect(n, first_bad)
+            assert result.first_bad.key == f"c{first_bad:03d}", (n, first_bad)
+            assert result.last_good.key == f"c{first_bad - 1:03d}"
+            assert len(result.steps) <= math.ceil(math.log2(n - 1)), (n, first_bad, len(result.steps))
+            assert len(tester.calls) == len(set(tester.calls)) == len(result.steps)
+            assert "c000" not in tester.calls and f"c{n - 1:03d}" not in tester.calls  # the ends are given
+            assert result.possible == (result.first_bad,) and result.skipped == ()
+
+
+def test_build_failure_is_a_skip_said_as_such_and_never_tested():
+    result, builder, tester, events = bisect(17, 11, broken={"c008"})
+    assert result.first_bad.key == "c011"
+    assert ("skip", "c008") in events.seen and "c008" not in tester.calls
+    (skipped, reason), = result.skipped
+    assert skipped.key == "c008" and reason.startswith("build failed: c008: error: expected ';'")
+    step = next(s for s in result.steps if s.key == "c008")
+    assert step.verdict is Verdict.SKIP and step.build_failed
+    assert len(result.steps) <= math.ceil(math.log2(16)) + 1  # one more step per skip
+
+
+def test_skip_just_before_the_boundary_leaves_two_possible():
+    result, *_ = bisect(9, 5, broken={"c004"})
+    assert result.first_bad is None and not result.found
+    assert [c.key for c in result.possible] == ["c004", "c005"]
+    assert result.last_good.key == "c003"
+
+
+def test_skip_on_the_first_bad_commit_leaves_it_and_the_next():
+    result, _, tester, _ = bisect(12, 5, skip={"c005"})
+    assert [c.key for c in result.possible] == ["c005", "c006"]
+    assert result.last_good.key == "c004" and "c005" in tester.calls
+
+
+def test_skips_away_from_the_boundary_still_find_it():
+    result, *_ = bisect(33, 25, broken={"c016", "c015", "c017"})
+    assert result.first_bad.key == "c025"
+    assert len(result.steps) <= math.ceil(math.log2(32)) + 3
+
+
+def test_builds_failing_the_same_way_from_the_start_stop_the_bisect_and_reset_it(tmp_path: Path):
+    class SameError(Builds):
+        def build(self, key):
+            self.calls.append(key)
+            return BuildOutcome(False, reason=f"kern@{key:0>12}: the wheel is tiny-1.0 but the recipe says dist = 'kern'")
+
+    sf = StateFile(tmp_path / "s.json")
+    events = Events()
+    builder = SameError()
+    with pytest.raises(BuildError, match="the first 3 builds all failed the same way") as err:
+        Bisector([Candidate(f"{i:040x}") for i in range(40)], builder, Verdicts(9), events,
+                 persist=sf.saver("commits")).run()
+    assert "not the commits" in err.value.hint and len(builder.calls) == 3
+    assert events.seen[-1] == ("interrupted", "BuildError")
+    assert StateFile(sf.path).load("commits").steps == ()  # resuming starts over
+
+    # different failures (or one success) are ordinary skips
+    result, *_ = bisect(40, 30, broken={"c019", "c020", "c018", "c021"})
+    assert result.first_bad.key == "c030" and len(result.skipped) == 4
+
+
+def test_all_skipped():
+    result, builder, tester, events = bisect(6, 3, broken={"c001", "c002", "c003", "c004"})
+    assert not result.found and tester.calls == []
+    assert [c.key for c in result.possible] == ["c001", "c002", "c003", "c004", "c005"]
+    assert sorted(c.key for c, _ in result.skipped) == ["c001", "c002", "c003", "c004"]
+    assert sorted(k for k in builder.calls if k not in ("c000", "c005")) == ["c001", "c002", "c003", "c004"]
+    assert events.seen[-1] == ("finished", "")
+
+
+def test_good_equal_to_bad_and_empty_ranges_are_usage_errors():
+    c = Candidate("abc", "x")
+    for bad_range in ([c, c], [c], []):
+        with pytest.raises(UsageError, match="nothing to bisect"):
+            Bisector(bad_range, Builds(), Verdicts(1))
+    with pytest.raises(UsageError, match="twice"):
+        Bisector([Candidate("a"), Candidate("b"), Candidate("a"), Candidate("c")], Builds(), Verdicts(1))
+
+
+def test_ends_are_built_for_the_good_and_bad_locks_and_a_bare_verdict_is_accepted():
+    class Bare:
+        def test(self, cand, build):
+            return Verdict.GOOD if cand.key < "c004" else Verdict.BAD
+
+    builder = Builds()
+    result = Bisector(cands(5), builder, Bare()).run()
+    assert result.first_bad.key == "c004" and result.last_good.key == "c003"
+    assert result.good_build.wheels == (Path("/wheels/c003.whl"),)
+    assert result.bad_build.wheels == (Path("/wheels/c004.whl"),)
+    assert builder.calls.count("c004") == 1  # the bad end was built once, as an end
+    assert result.builds_needed == len(set(builder.calls))
+
+
+def test_state_is_on_disk_after_every_step(tmp_path: Path):
+    path = tmp_path / "state.json"
+
+    class Check(BisectHandler):
+        checked = 0
+
+        def step(self, record, state):
+            on_disk = StateFile(path).load("commits")
+            assert len(on_disk.steps) == record.number and on_disk.steps[-1].key == record.key
+            assert on_disk.verdicts[record.key][0] is record.verdict
+            Check.checked += 1
+
+    sf = StateFile(path)
+    result = Bisector(cands(20), Builds(), Verdicts(7), Check(), persist=sf.saver("commits")).run()
+    assert Check.checked == len(result.steps) > 0
+    assert json.loads(path.read_text())["phases"]["commits"]["finished"] is True
+
+
+def test_resume_after_an_interruption_mid_run(tmp_path: Path):
+    reference, *_ = bisect(64, 41)
+    sf = StateFile(tmp_path / "state.json")
+    first, events = Verdicts(41, interrupt_at=3), Events()
+    with pytest.raises(KeyboardInterrupt):
+        Bisector(cands(64), Builds(), first, events, persist=sf.saver("commits")).run()
+    assert events.seen[-1] == ("interrupted", "KeyboardInterrupt")
+    saved = StateFile(sf.path).load("commits")
+    assert len(saved.steps) == 2 and not saved.finished
+
+    second = Verdicts(41)
+    result = Bisector(cands(64), Builds(), second, state=saved, persist=sf.saver("commits")).run()
+    assert result.first_bad.key == reference.first_bad.key == "c041"
+    assert not set(second.calls) & {s.key for s in saved.steps}  # nothing tested twice
+    assert [s.key for s in result.steps] == [s.key for s in reference.steps]
+    assert StateFile(sf.path).load("commits").finished
+
+    with pytest.raises(UsageError, match="different range"):
+        Bisector(cands(65), Builds(), Verdicts(41), state=saved)
+
+
+def test_an_error_from_the_builder_stops_the_bisect_and_keeps_the_state(tmp_path: Path):
+    class Failing(Builds):
+        def build(self, key):
+            if len(self.calls) == 2:
+                raise RecipeError("recipes/x.toml: components.k.commit: not a full 40-hex commit id")
+            return super().build(key)
+
+    sf, events = StateFile(tmp_path / "s.json"), Events()
+    with pytest.raises(RecipeError):
+        Bisector(cands(30), Failing(), Verdicts(9), events, persist=sf.saver("commits")).run()
+    assert events.seen[-1] == ("interrupted", "RecipeError")
+    assert len(StateFile(sf.path).load("commits").steps) == 2
+
+
+def test_while_a_test_runs_both_possible_next_midpoints_are_built():
+    # 17 candidates: the first step tests c008; if good the next is c012, if bad c004.
+    builder = Builds()
+    seen_during_first_test: list[set[str]] = []
+
+    class Waits:
+        def test(self, cand, build):
+            if not seen_during_first_test:
+                assert builder.wait_for({"c004", "c012"}), f"prefetch did not start: {builder.calls}"
+                seen_during_first_test.append(set(builder.calls))
+            return Verdict.BAD if cand.key >= "c010" else Verdict.GOOD
+
+    events = Events()
+    result = Bisector(cands(17), builder, Waits(), events, jobs=3, idle=lambda: 8.0).run()
+    assert result.first_bad.key == "c010"
+    assert seen_during_first_test == [{"c008", "c004", "c012"}]
+    assert ("prefetch", "c004") in events.seen and ("prefetch", "c012") in events.seen
+    assert len(builder.calls) == len(set(builder.calls))  # a prefetched build is used, not rebuilt
+    second = result.steps[1]
+    assert second.key == "c012" and second.prefetched
+    assert result.builds_speculative >= 1 and result.builds_needed == len(result.steps)  # both ends were steps
+
+
+def test_no_prefetch_without_idle_cores_or_with_one_job():
+    for kw in ({"jobs": 3, "idle": lambda: 1.0}, {"jobs": 1, "idle": lambda: 64.0}):
+        builder = Builds()
+
+        class Records:
+            during: list[list[str]] = []
+
+            def test(self, cand, build):
+                Records.during.append(list(builder.calls))
+                return Verdict.BAD if cand.key >= "c010" else Verdict.GOOD
+
+        Bisector(cands(17), builder, Records(), **kw).run()
+        # during each test only the candidates already stepped on have been built
+        for i, calls in enumerate(Records.during):
+            assert len(calls) == i + 1, (kw, Records.during)
+
+
+def test_state_file_errors(tmp_path: Path):
+    bad = tmp_path / "x.json"
+    bad.write_text("not json")
+    with pytest.raises(UsageError, match="not a bisect state file"):
+        StateFile(bad).read()
+    bad.write_text(json.dumps({"state-version": 99}))
+    with pytest.raises(UsageError, match="state-version 99"):
+        StateFile(bad).read()
+    assert StateFile(tmp_path / "missing.json").load("commits") is None
+
+
+def test_steps_left():
+    assert [steps_left(n) for n in (0, 1, 2, 3, 4, 7, 8, 200)] == [0, 1, 2, 2, 3, 3, 4, 8]

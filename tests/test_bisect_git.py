@@ -1,0 +1,142 @@
+"""Candidates from real git repositories (commits and merges, so first-parent matters), bisected end to end
+with real processes: builds read the commit from git, tests are commands with `git bisect run` semantics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain.bisect import (Bisector, BuildOutcome, Candidate, Verdict, commit_url, git_candidates,
+                              resolve_commit)
+from toolchain.bisect_command import CommandTester
+from toolchain.errors import SourceError, UsageError
+from toolchain.run import run
+
+from spine_helpers import GitRepo
+
+
+@pytest.fixture()
+def history(tmp_path: Path):
+    """main: m0 m1 m1b m2 m3 M(merge of side: s1 s2, forked at m1) m5 m6; branch `other` from m2: o1 (never
+    merged). value.txt holds the answer a build gives; s2 breaks it (so the first bad first-parent commit is
+    M); m2 does not build (m3 fixes that)."""
+    r = GitRepo.create(tmp_path / "kern", tag=None)
+    c = {"m0": r.commit("initial", {"value.txt": "42\n", "notes.txt": "0\n"})}
+    c["m1"] = r.commit("[kernels] tune tiles", {"notes.txt": "1\n"})
+    r.git("checkout", "-q", "-b", "side")
+    c["s1"] = r.commit("side: refactor", {"side.txt": "1\n"})
+    c["s2"] = r.commit("side: fast path", {"value.txt": "41\n"})
+    r.git("checkout", "-q", "main")
+    c["m1b"] = r.commit("more tuning", {"notes.txt": "1b\n"})
+    c["m2"] = r.commit("break the build", {"notes.txt": "BROKEN\n"})
+    r.git("checkout", "-q", "-b", "other")
+    c["o1"] = r.commit("other: experiment", {"other.txt": "x\n"})
+    r.git("checkout", "-q", "main")
+    c["m3"] = r.commit("fix the build", {"notes.txt": "3\n"})
+    c["M"] = r.merge("side", "Merge branch 'side'")
+    c["m5"] = r.commit("docs", {"docs.txt": "5\n"})
+    c["m6"] = r.commit("more docs", {"docs.txt": "6\n"})
+    return r, c
+
+
+def test_first_parent_candidates_oldest_first_with_metadata(history):
+    r, c = history
+    got = git_candidates(r.path, c["m0"], c["m6"], "https://github.com/vllm-project/vllm-xpu-kernels.git")
+    assert [x.key for x in got] == [c[k] for k in ("m0", "m1", "m1b", "m2", "m3", "M", "m5", "m6")]  # no s1, s2, o1
+    assert got[1].subject == "[kernels] tune tiles"
+    assert got[1].date == r.git("show", "-s", "--format=%cI", c["m1"]).strip()
+    assert [x.merge for x in got] == [False, False, False, False, False, True, False, False]
+    assert got[-1].url == f"https://github.com/vllm-project/vllm-xpu-kernels/commit/{c['m6']}"
+    expected = run(["git", "-C", str(r.path), "rev-list", "--first-parent", "--reverse", f"{c['m0']}..{c['m6']}"],
+                   capture=True).stdout.split()
+    assert [x.key for x in got[1:]] == expected
+
+
+def test_candidates_from_a_bare_mirror_and_short_shas(history, tmp_path: Path):
+    r, c = history
+    mirror = tmp_path / "mirror.git"
+    run(["git", "clone", "-q", "--bare", str(r.path), str(mirror)], capture=True)
+    got = git_candidates(mirror, c["m1"][:10], c["m5"][:10])
+    assert [x.key for x in got] == [c["m1"], c["m1b"], c["m2"], c["m3"], c["M"], c["m5"]]
+    assert all(x.url == "" for x in got)  # a local repository has no web URL
+
+
+def test_range_errors(history):
+    r, c = history
+    with pytest.raises(UsageError, match="not an ancestor"):
+        git_candidates(r.path, c["o1"], c["m6"])
+    with pytest.raises(UsageError, match="reversed") as err:
+        git_candidates(r.path, c["m6"], c["m0"])
+    assert "swap --good and --bad" in err.value.hint
+    with pytest.raises(UsageError, match="same commit"):
+        git_candidates(r.path, c["m5"], c["m5"][:12])
+    with pytest.raises(SourceError, match="not a commit"):
+        resolve_commit(r.path, "0" * 40)
+
+
+def test_commit_urls():
+    sha = "a" * 40
+    assert commit_url("https://github.com/intel/auto-round.git", sha) == f"https://github.com/intel/auto-round/commit/{sha}"
+    assert commit_url("git@github.com:intel/auto-round.git", sha) == f"https://github.com/intel/auto-round/commit/{sha}"
+    assert commit_url("ssh://git@gitlab.example.com:2222/g/p.git", sha) == f"https://gitlab.example.com/g/p/-/commit/{sha}"
+    assert commit_url("https://gitlab.com/g/p/", sha) == f"https://gitlab.com/g/p/-/commit/{sha}"
+    assert commit_url("file:///srv/git/p.git", sha) == "" and commit_url("/srv/git/p", sha) == ""
+
+
+class GitBuilder:
+    """Builds a commit by reading value.txt from git; a commit whose notes say BROKEN does not build."""
+
+    def __init__(self, repo: Path, out: Path) -> None:
+        self.repo, self.out = repo, out
+        self.calls: list[str] = []
+
+    def build(self, key: str) -> BuildOutcome:
+        self.calls.append(key)
+        notes = run(["git", "-C", str(self.repo), "show", f"{key}:notes.txt"], capture=True).stdout
+        if "BROKEN" in notes:
+            return BuildOutcome(False, reason="notes.txt: BROKEN")
+        wheel = self.out / f"kern-{key[:12]}.whl"
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        wheel.write_text(run(["git", "-C", str(self.repo), "show", f"{key}:value.txt"], capture=True).stdout)
+        return BuildOutcome(True, wheels=(wheel,), lock_path=self.out / "stack.lock.toml")
+
+
+TEST_SCRIPT = """\
+import os, sys
+wheels = os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep)
+assert os.environ["TOOLCHAIN_BISECT_COMMIT"][:12] in wheels[0], "the wheel of another commit"
+assert os.environ["TOOLCHAIN_BISECT_LOCK"].endswith("stack.lock.toml")
+sys.exit(0 if open(wheels[0]).read().strip() == "42" else 1)
+"""
+
+
+def test_bisect_a_real_history_with_a_real_test_command(history, tmp_path: Path):
+    r, c = history
+    script = tmp_path / "repro.py"
+    script.write_text(TEST_SCRIPT)
+    builder = GitBuilder(r.path, tmp_path / "wheels")
+    tester = CommandTester([sys.executable, str(script)], tmp_path / "logs", timeout=60)
+    result = Bisector(git_candidates(r.path, c["m0"], c["m6"]), builder, tester).run()
+    # s2 broke it on the side branch; on the first-parent line the merge is the first bad commit
+    assert result.first_bad.key == c["M"] and result.first_bad.merge
+    assert result.last_good.key == c["m3"]
+    assert [(x.key, why) for x, why in result.skipped] == [(c["m2"], "build failed: notes.txt: BROKEN")]
+    assert c["s2"] not in builder.calls and c["s1"] not in builder.calls
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert logs == sorted(f"{s.key[:12]}.log" for s in result.steps if not s.build_failed)
+
+
+def test_bisect_inside_the_merged_branch(history, tmp_path: Path):
+    """The hint for a merge: --good M^1 --bad M bisects the branch it brought in."""
+    r, c = history
+    script = tmp_path / "repro.py"
+    script.write_text(TEST_SCRIPT)
+    cands = git_candidates(r.path, f"{c['M']}^1", c["M"])
+    assert [x.key for x in cands] == [c["m3"], c["M"]]  # first-parent: the merge is one step
+    side = git_candidates(r.path, c["m1"], c["s2"])
+    result = Bisector(side, GitBuilder(r.path, tmp_path / "w"),
+                      CommandTester([sys.executable, str(script)], tmp_path / "logs")).run()
+    assert result.first_bad == Candidate(c["s2"], "side: fast path", result.first_bad.date)
+    assert result.steps[0].verdict is Verdict.GOOD  # s1

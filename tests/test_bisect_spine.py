@@ -1,0 +1,181 @@
+"""`toolchain bisect` through the real build spine, as a real process: real git, real `pip wheel` builds
+(the tiny backend), a real Ctrl-C (SIGINT) and `--resume`, a repeated bisect that compiles nothing, and a
+lock-to-lock bisect between two locks written by `toolchain build`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from spine_helpers import component, recipe_data
+from toolchain.lock import read_lock, verify_wheels
+
+pytestmark = pytest.mark.slow
+
+TEST = """\
+import os, signal, sys, time, zipfile
+stop = sys.argv[1] if len(sys.argv) > 1 else ""
+if stop and not os.path.exists(stop):
+    open(stop, "w").close()
+    os.kill(os.getppid(), signal.SIGINT)   # Ctrl-C reaching `toolchain bisect` while this test runs
+    time.sleep(30)
+wheel = [w for w in os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep) if os.path.basename(w).startswith("tiny-")]
+value = zipfile.ZipFile(wheel[0]).read("tiny/value.py").decode()
+sys.exit(0 if "42" in value else 1)
+"""
+FIRST_BAD, UNBUILDABLE = 9, 6
+FAULT_SERVER = Path(__file__).resolve().parent / "smoke" / "fault_server.py"
+SERVE = """\
+import runpy, sys
+from tiny.value import VALUE   # the kern wheel, installed by `toolchain smoke` into its fresh venv
+server = sys.argv[1]
+sys.argv = [server, *sys.argv[2:], "--mode", "healthy" if VALUE == 42 else "oom"]
+runpy.run_path(server, run_name="__main__")
+"""
+
+
+@pytest.fixture
+def stack(ws, make_repo):
+    """kern (the tiny package): c0..c12; c9 makes VALUE wrong, c6 does not build (c7 fixes it);
+    other (a second package) pinned; the recipe `stack` pins kern at c12."""
+    kern = make_repo("kern", "tiny")
+    pyproject = (kern.path / "pyproject.toml").read_text()
+    commits = [kern.commit("add value", {"tiny/value.py": "VALUE = 42\n"})]
+    for i in range(1, 13):
+        files = {"tiny/value.py": f"VALUE = {41 if i >= FIRST_BAD else 42}  # {i}\n",
+                 "pyproject.toml": pyproject + ('fail = "TINY-BUILD-FAILS: syntax error"\n' if i == UNBUILDABLE else "")}
+        commits.append(kern.commit(f"kern change {i}", files))
+    other = make_repo("other", "distname")
+    ws.recipe("stack", recipe_data({"other": component(other, dist="other-name"),
+                                    "kern": component(kern, commits[-1], after=["other"], dist="tiny")}))
+    script = ws.root / "repro.py"
+    script.write_text(TEST)
+    return kern, other, commits, script
+
+
+def test_commit_bisect_interrupt_resume_and_a_repeat_that_compiles_nothing(ws, stack):
+    kern, _, c, script = stack
+    counter = ws.root / "builds.txt"
+    env = {"TINY_BUILD_COUNTER": str(counter)}
+    out = ws.root / "bisect"
+    args = ["bisect", "--recipe", "stack", "--component", "kern", "--good", c[0], "--cache-dir", ws.cache,
+            "--jobs", "1", "--json"]
+    r = ws.cli(*args, "--out", out, "--test-cmd", f"{sys.executable} {script} {ws.root / 'stop-once'}", env=env)
+    assert r.returncode == 130, str(r)
+    state = out / "bisect-state.json"
+    assert f"resume with: toolchain bisect --resume --state {state}" in " ".join(r.stderr.split()), str(r)
+
+    r = ws.cli("bisect", "--resume", "--state", state, "--json", env=env)
+    assert r.returncode == 0, str(r)
+    data = r.json()["result"]
+    assert data["first_bad"]["key"] == c[FIRST_BAD] and data["first_bad"]["subject"] == f"kern change {FIRST_BAD}"
+    assert data["last_good"]["key"] == c[FIRST_BAD - 1]
+    (skipped,) = data["skipped"]
+    assert skipped["key"] == c[UNBUILDABLE] and skipped["reason"].startswith("build failed: building kern@")
+    for side, i in (("good", FIRST_BAD - 1), ("bad", FIRST_BAD)):
+        lock = read_lock(out / side / "stack.lock.toml")
+        verify_wheels(lock)
+        assert lock.component("kern").commit == c[i] and lock.component("other").commit
+    compiled = counter.read_text().splitlines()
+    # kern once per tested or skipped commit (+ the first step, built again after the interrupt? no: cached),
+    # `other` once: it came from the wheel cache at every other step
+    assert len(compiled) == len({s["key"] for s in data["steps"]}) + 1, compiled
+
+    r = ws.cli(*args, "--out", ws.root / "again", "--test-cmd", f"{sys.executable} {script}", env=env)
+    assert r.returncode == 0, str(r)
+    again = r.json()["result"]
+    assert again["first_bad"]["key"] == c[FIRST_BAD]
+    assert counter.read_text().splitlines() == compiled  # nothing compiled the second time
+    assert again["builds"]["compiled"] == 0 and all(s["cached"] for s in again["steps"])
+
+
+def test_lock_to_lock_through_the_spine(ws, stack):
+    kern, other, c, script = stack
+    for side, commit, jobs, x in (("good", c[3], "2", "a"), ("bad", c[12], "3", "b")):
+        ws.recipe(side, recipe_data({"other": component(other, dist="other-name"),
+                                     "kern": component(kern, commit, after=["other"], dist="tiny")},
+                                    env={"MAX_JOBS": jobs}, smoke={"model": "m", "env": {"X_BACKEND": x}}))
+        r = ws.build(side, f"out-{side}")
+        assert r.returncode == 0, str(r)
+    out = ws.root / "lock-bisect"
+    r = ws.cli("bisect", "--good-lock", ws.root / "out-good", "--bad-lock", ws.root / "out-bad" / "stack.lock.toml",
+               "--test-cmd", f"{sys.executable} {script}", "--cache-dir", ws.cache, "--out", out, "--jobs", "1",
+               "--json")
+    assert r.returncode == 0, str(r)
+    data = r.json()["result"]
+    assert [(d["kind"], d["path"]) for d in data["differences"]] == [
+        ("build-env", "env.MAX_JOBS"), ("commit", "components.kern.commit"), ("serve-env", "smoke.env.X_BACKEND")]
+    assert data["culprit"]["kind"] == "commit"
+    assert data["commits"]["first_bad"]["key"] == c[FIRST_BAD]
+    bad = read_lock(out / "bad" / "stack.lock.toml")
+    verify_wheels(bad)
+    assert bad.component("kern").commit == c[FIRST_BAD]
+    assert json.loads(Path(bad.path).parent.joinpath("..", "result.json").read_text())["ok"] is True
+    assert 'MAX_JOBS = "3"' in bad.recipe_text and '"a"' in bad.recipe_text  # d1 applied, d3 not
+
+
+def test_a_component_built_before_the_bisected_one_that_fails_stops_the_bisect(ws, stack, make_repo):
+    kern, _, c, script = stack
+    broken = make_repo("broken", "fails")
+    ws.recipe("broken", recipe_data({"broken": component(broken), "kern": component(kern, c[-1], after=["broken"], dist="tiny")}))
+    r = ws.cli("bisect", "--recipe", "broken", "--component", "kern", "--good", c[0], "--cache-dir", ws.cache,
+               "--out", ws.root / "b", "--test-cmd", f"{sys.executable} {script}", "--jobs", "1", "--json")
+    assert r.returncode == 1, str(r)
+    err = r.json()["error"]
+    assert err.startswith("broken does not build, and it is built before kern"), err
+    state = json.loads((ws.root / "b" / "bisect-state.json").read_text())
+    assert state["phases"] == {}  # stopped at the first build: no verdict recorded
+
+
+def test_commit_bisect_with_the_smoke_regression_set(ws, stack):
+    """--test smoke: each step's lock is installed into a fresh venv and served; the server (the smoke
+    tests' fault server) answers wrongly when the installed kern is bad."""
+    kern, _, c, _ = stack
+    serve = ws.root / "serve.py"
+    serve.write_text(SERVE)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    serve_cmd = shlex.join(["{python}", str(serve), str(FAULT_SERVER), "--port", "{port}"])
+    smoke_args = shlex.join(["--serve-cmd", serve_cmd, "--skip-device-check", "--cases", "models,math",
+                             "--port", str(port), "--ready-timeout", "120"])
+    out = ws.root / "smoke-bisect"
+    r = ws.cli("bisect", "--recipe", "stack", "--component", "kern", "--good", c[FIRST_BAD - 2],
+               "--bad", c[FIRST_BAD + 1], "--test", "smoke", "--smoke-args", smoke_args, "--cache-dir", ws.cache,
+               "--out", out, "--jobs", "1", "--json")
+    assert r.returncode == 0, str(r)
+    data = r.json()["result"]
+    assert data["first_bad"]["key"] == c[FIRST_BAD]
+    steps = {s["key"]: s for s in data["steps"]}
+    assert steps[c[FIRST_BAD - 1]]["verdict"] == "good" and steps[c[FIRST_BAD - 1]]["reason"] == "smoke passed"
+    bad = steps[c[FIRST_BAD]]
+    assert bad["verdict"] == "bad" and bad["reason"].startswith("smoke failed: ") and "math=" in bad["reason"]
+    report = json.loads((out / "tests" / c[FIRST_BAD][:12] / "report.json").read_text())
+    assert report["verdict"] == "fail"
+
+
+def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch):
+    """jobs=3 with idle cores: while a step is tested, both possible next midpoints build in threads into
+    the same cache; the answer is the same and no commit is built twice."""
+    from toolchain import recipe as recipes
+    from toolchain.bisect import Bisector, git_candidates
+    from toolchain.bisect_command import CommandTester, SpineBuilder
+    from toolchain.console import UI
+
+    kern, _, c, script = stack
+    counter = ws.root / "builds.txt"
+    monkeypatch.setenv("TINY_BUILD_COUNTER", str(counter))
+    base = recipes.load_recipe(str(ws.recipes / "stack.toml"))
+    builder = SpineBuilder(lambda sha: recipes.with_commit(base, "kern", sha), ws.root / "steps", ws.cache, (),
+                           UI(quiet=True), component="kern")
+    tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
+    result = Bisector(git_candidates(kern.path, c[0], c[-1]), builder, tester, jobs=3, idle=lambda: 8.0).run()
+    assert result.first_bad.key == c[FIRST_BAD]
+    assert any(s.prefetched for s in result.steps) and result.builds_speculative >= 1
+    built = result.builds_needed + result.builds_speculative
+    assert len(counter.read_text().splitlines()) == built + 1  # each kern commit once, `other` once
