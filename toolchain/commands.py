@@ -65,9 +65,7 @@ def recipe_from_args(args, *, pinned: bool = True) -> Recipe:
 
 def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
     """The lock's recorded recipe, after checking that it and every patch still hash as recorded."""
-    recorded = Path(lock.recipe_path)
-    if not recorded.is_absolute() and lock.path is not None:  # a bundle's lock: relative to the bundle
-        recorded = lock.path.parent / recorded
+    recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
     pdir = patches_dir or ((recipes_dir or recorded.parent).parent / "patches")
     recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, pdir)
     problems = []
