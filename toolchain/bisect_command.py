@@ -263,7 +263,7 @@ class SpineBuilder:
     def _check_upstream(self, recipe: Any, err: Exception) -> None:
         """A component built before the bisected one cannot fail because of its commit: stop, not skip."""
         names = [c.name for c in recipe.components]
-        failed = failed_component(str(err), names)
+        failed = getattr(err, "component", None) or failed_component(str(err), names)
         if self.component and failed and names.index(failed) < names.index(self.component):
             raise BuildError(f"{failed} does not build, and it is built before {self.component} (whose commit is "
                              f"all that changes here), so no commit of {self.component} can be tested: "

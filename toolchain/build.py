@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .buildreqs import check_build_requires
 from .cache import WheelCache, copy_wheel
-from .errors import BuildError
+from .errors import BuildError, ToolError
 from .fsutil import give_to_invoking_user
 from .lock import LOCK_NAME, WHEELS_DIR, Lock, LockedComponent, PatchRef, WheelRef, read_lock, write_lock
 from .plan import ComponentPlan, Plan, make_plan
@@ -99,7 +99,11 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         for cp in plan.components:
             bar.update(description=f"{cp.name} @ {cp.component.commit[:12]}")
-            built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui))
+            try:
+                built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui))
+            except ToolError as err:
+                err.component = getattr(err, "component", None) or cp.name  # which component failed
+                raise
             bar.update(advance=1)
     return built
 

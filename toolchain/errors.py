@@ -7,6 +7,7 @@ class ToolError(Exception):
     """An error a user can act on: `str(err)` says what failed; `hint` says what to do."""
 
     return_code = 1
+    component: str | None = None  # set by the build stage: the component whose build raised it
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
