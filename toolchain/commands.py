@@ -119,13 +119,16 @@ def cmd_build(args, ui) -> CommandResult:
 
         bundle = write_bundle(lock, options.out_dir.parent, patches_dir=recipe.patches_dir)
         data["bundle"] = str(bundle)
-    table = Table(title=f"{recipe.name}: {lock.path}")
-    for col in ("component", "commit", "describe", "wheel", "sha256"):
-        table.add_column(col)
-    for c in lock.components:
-        table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16])
+    tables = ()
+    if not ui.json_mode:
+        table = Table(title=f"{recipe.name}: {lock.path}")
+        for col in ("component", "commit", "describe", "wheel", "sha256"):
+            table.add_column(col)
+        for c in lock.components:
+            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16])
+        tables = (table,)
     summary = f"[green]lock:[/] {lock.path}" + (f"\n[green]bundle:[/] {data['bundle']}" if "bundle" in data else "")
-    return CommandResult(data, 0, summary, (table,))
+    return CommandResult(data, 0, summary, tables)
 
 
 def lock_summary(lock: Lock) -> dict:

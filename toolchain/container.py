@@ -49,6 +49,9 @@ GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_
 ENGINE_READS = {"PATH", "HOME", "TMPDIR", "TZ", "REGISTRY_AUTH_FILE", "CONTAINER_HOST", "CONTAINER_CONNECTION",
                 "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy"}
 ENGINE_READS_PREFIXES = ("LD_", "XDG_", "CONTAINERS_", "DOCKER_", "PODMAN_", "BUILDAH_", "GO", "SSL_")
+# `sh -c KILL_PIDFILE PIDFILE SIGNAL`: send SIGNAL to the process group (else the process) whose id an
+# `exec_argv(pidfile=...)` command wrote to PIDFILE.
+KILL_PIDFILE = 'p=$(cat "$0" 2>/dev/null) && { kill -"$1" -- "-$p" 2>/dev/null || kill -"$1" "$p"; }'
 
 
 @dataclass(frozen=True)
@@ -102,11 +105,17 @@ def _engine_reads(name: str) -> bool:
     return name in ENGINE_READS or name.startswith(ENGINE_READS_PREFIXES)
 
 
-def image_digest(image: str, image_id: str, repo_digests: Sequence[str]) -> str:
-    """The repo digest naming `image` (else the first one), else `id:` + the local image id."""
+def image_repo(image: str) -> str:
+    """`registry/name` of an image reference, without its tag or digest."""
     repo = image.split("@", 1)[0]
     if ":" in repo.rsplit("/", 1)[-1]:
         repo = repo.rsplit(":", 1)[0]
+    return repo
+
+
+def image_digest(image: str, image_id: str, repo_digests: Sequence[str]) -> str:
+    """The repo digest naming `image` (else the first one), else `id:` + the local image id."""
+    repo = image_repo(image)
     found = [d.split("@", 1) for d in repo_digests if "@" in d]
     for r, digest in found:
         if r == repo or r.endswith("/" + repo) or repo.endswith("/" + r):
@@ -158,9 +167,11 @@ class ContainerRuntime:
     def _query(self, *args: str, timeout: float | None = QUERY_TIMEOUT, check: bool = False) -> Completed:
         return run(self._argv(*args), capture=True, check=check, timeout=timeout)
 
-    def _exec(self, container: str, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None,
-              cwd: str | None = None, log: Path | None = None, capture: bool = False, check: bool = True,
-              timeout: float | None = None, verbose: bool = False, user: str = "") -> Completed:
+    def exec_argv(self, container: str, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None,
+                  cwd: str | None = None, user: str = "", pidfile: str = "") -> tuple[list[str], dict[str, str]]:
+        """`ENGINE exec ... container argv`, and what the engine's own environment must add: the values of
+        the `-e NAME` flags (None in `env` unsets). With `pidfile`, the process writes its id there first
+        (see KILL_PIDFILE)."""
         flags, engine_env, unset = ["exec"], {}, []
         if cwd:
             flags += ["--workdir", cwd]
@@ -175,20 +186,25 @@ class ContainerRuntime:
                 flags += ["-e", k]
                 engine_env[k] = v
         inner = (["env", *unset] if unset else []) + list(argv)
+        if pidfile:
+            inner = ["sh", "-c", 'echo $$ >"$0" && exec "$@"', pidfile, *inner]
+        return self._argv(*flags, container, *inner), engine_env
+
+    def _exec(self, container: str, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None,
+              cwd: str | None = None, log: Path | None = None, capture: bool = False, check: bool = True,
+              timeout: float | None = None, verbose: bool = False, user: str = "") -> Completed:
         pidfile = ""
         if self.exec_mode and not user:  # someone else's container: keep the process killable on Ctrl-C
                                           # (housekeeping runs as user 0, unwrapped)
             pidfile = f"{PIDS}/{uuid.uuid4().hex}"
-            inner = ["sh", "-c", 'echo $$ >"$0" && exec "$@"', pidfile, *inner]
+        full, engine_env = self.exec_argv(container, argv, env=env, cwd=cwd, user=user, pidfile=pidfile)
         try:
-            return run(self._argv(*flags, container, *inner), env=merge_env(os.environ, engine_env), cwd=None,
+            return run(full, env=merge_env(os.environ, engine_env), cwd=None,
                        log=log, capture=capture, check=check, timeout=timeout, verbose=verbose)
         except BaseException as exc:
             if pidfile and not isinstance(exc, CommandFailed):
                 with _NoSigint():
-                    self._query("exec", container, "sh", "-c",
-                                'p=$(cat "$0") && { kill -KILL -- "-$p" || kill -KILL "$p"; }; rm -f "$0"',
-                                pidfile)
+                    self._query("exec", container, "sh", "-c", KILL_PIDFILE + '; rm -f "$0"', pidfile, "KILL")
             raise
 
     # ---- lifecycle ----------------------------------------------------------------------------------

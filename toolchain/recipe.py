@@ -7,6 +7,7 @@ Validation collects every problem at once, each naming the file, the key and wha
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -126,14 +127,18 @@ class Recipe:
     patches_dir: Path
     data: dict[str, Any] = field(compare=False, hash=False, default_factory=dict)  # resolved table
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
         """The resolved recipe (extends applied) as TOML: what a lock records and rebuilds from."""
-        return tomlio.dumps({k: v for k, v in self.data.items() if k != "extends"})
+        return tomlio.dumps(self._resolved())
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
+        """sha256 of `text`, the resolved recipe a lock records."""
         return sha256_bytes(self.text.encode())
+
+    def _resolved(self) -> dict[str, Any]:
+        return {k: v for k, v in self.data.items() if k != "extends"}
 
     def component(self, name: str) -> Component:
         for c in self.components:

@@ -1,9 +1,8 @@
 """Install a lock's wheels into a target environment in lock order, then check the installed versions.
 
 A `Target` is where wheels are installed and the server runs. `HostEnv` is a Python environment on this
-machine (a fresh venv made by `create_venv`, or an existing one); a container target implements the same
-four members (`name`, `python`, `run`, `launch`, `visible_path`) with `podman exec` and a mounted or
-copied wheel directory.
+machine (a fresh venv made by `create_venv`, or an existing one); `container_target.ContainerTarget`
+implements the same members with `podman exec`/`docker exec` and a mounted or copied wheel directory.
 """
 
 from __future__ import annotations
@@ -40,15 +39,22 @@ print(json.dumps(out))
 class Target(Protocol):
     name: str
     python: str
+    venv: str                       # "" when not a virtual environment
 
     def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
             timeout: float | None = None, check: bool = True) -> Completed: ...
 
-    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]: ...
+    def make_venv(self, base_python: str, log: Path) -> Target:
+        """A fresh venv at `venv`, made from `base_python`; the target that uses it."""
 
-    def visible_path(self, host_path: Path) -> str: ...
+    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """(argv, env) of the server process to start on this machine for `argv` with `env`."""
 
-    def serve_env(self) -> dict[str, str]: ...
+    def visible_path(self, host_path: Path) -> str:
+        """Where the target sees a file of this machine (the lock's wheels)."""
+
+    def serve_env(self) -> dict[str, str | None]:
+        """Layered over this process's environment for the server; None removes a variable."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +73,16 @@ class HostEnv:
             timeout: float | None = None, check: bool = True) -> Completed:
         return run(argv, env=self.env(), log=log, capture=capture, timeout=timeout, check=check)
 
+    def make_venv(self, base_python: str, log: Path) -> HostEnv:
+        return create_venv(base_python, Path(self.venv), log)
+
     def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         return list(argv), dict(env)
 
     def visible_path(self, host_path: Path) -> str:
         return str(host_path)
 
-    def serve_env(self) -> dict[str, str]:
+    def serve_env(self) -> dict[str, str | None]:
         if not self.venv:
             return {}
         bindir = str(Path(self.venv) / "bin")

@@ -1,11 +1,13 @@
 """`run_smoke()`: the whole smoke stage as a library call (the CLI and `toolchain bisect --test smoke` use it).
 
-Order: device check → wheel hashes → fresh venv → install in lock order → installed versions; any mismatch
-stops before anything is served (and still writes the reports). Then the regression set, or the ladder.
+Order: (a container lock: the serving container) → device check → wheel hashes → fresh venv → install in
+lock order → installed versions; any mismatch stops before anything is served (and still writes the
+reports). Then the regression set, or the ladder. A container started for the run is removed at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from ..errors import ToolError, UsageError
 from ..lock import Lock, verify_wheels
 from ..redact import redact_env
 from . import devices, install, report
+from .container_target import ContainerTarget, spec_from_lock
 from .config import SmokeConfig, build_config
 from .ladder import LadderResult, run_ladder
 from .runner import RunResult, run_set
@@ -64,7 +67,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
                          hint="toolchain smoke --lock dist/NAME/stack.lock.toml --device b70")
     started = time.monotonic()
     out = (out_dir or _default_out(lock)).resolve()
-    target, base_python = _target(opts, lock, out)
+    target, base_python = _target(opts, lock, out, ui)
     config = build_config(opts, lock.smoke if lock else {}, target.python,
                           where=f"{lock.path} [smoke]" if lock else "[smoke]")
     out.mkdir(parents=True, exist_ok=True)
@@ -74,15 +77,22 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
         "config": {**config.to_dict(), "env": redact_env(dict(config.env))},
     }
-    try:
-        rep["device"] = _check_devices(opts, config).to_dict()
-        ui.info(f"device: {rep['device']['message']}")
-        target = _prepare(lock, target, base_python, out, ui, rep)
-    except ToolError as err:
-        rep.update(verdict="fail", exit_code=err.return_code, error=str(err), seconds=time.monotonic() - started)
-        report.write_all(out, rep)
-        raise
-    runs, ladder = _serve_and_test(opts, config, target, out, ui)
+    with contextlib.ExitStack() as stack:
+        try:
+            if isinstance(target, ContainerTarget):
+                ui.step(f"starting the serving container ({target.kind}, "
+                        f"{target.spec.container or target.spec.image})")
+                stack.enter_context(target.serving(config.port))
+                rep["target"] = target.to_dict()
+                ui.info(f"target: {target.name}")
+            rep["device"] = _check_devices(opts, config, target).to_dict()
+            ui.info(f"device: {rep['device']['message']}")
+            target = _prepare(lock, target, base_python, out, ui, rep)
+        except ToolError as err:
+            rep.update(verdict="fail", exit_code=err.return_code, error=str(err), seconds=time.monotonic() - started)
+            report.write_all(out, rep)
+            raise
+        runs, ladder = _serve_and_test(opts, config, target, out, ui)
     passed = not ladder.first_broken if ladder else runs[0].passed
     rep.update(verdict="pass" if passed else "fail", exit_code=0 if passed else 1,
                seconds=round(time.monotonic() - started, 3), runs=[r.to_dict() for r in runs],
@@ -100,13 +110,20 @@ def _default_out(lock: Lock | None) -> Path:
     return (lock.path.parent / "smoke" / stamp) if lock else Path("smoke-reports") / stamp
 
 
-def _target(opts: SmokeOptions, lock: Lock | None, out: Path) -> tuple[install.HostEnv, str | None]:
+def _target(opts: SmokeOptions, lock: Lock | None, out: Path,
+            ui: UI) -> tuple[install.HostEnv | ContainerTarget, str | None]:
     """Where to serve from, and the interpreter to make a fresh venv from (None: nothing to install)."""
-    if lock is not None and lock.components and not opts.no_install:
-        runtime = lock.target.runtime or "host"
-        if runtime != "host":
-            raise UsageError(f"{lock.path}: installing into a {runtime} target is not supported by smoke yet",
-                             hint="serve from an environment that has the wheels: --no-install --python PATH")
+    install_wheels = lock is not None and bool(lock.components) and not opts.no_install
+    if lock is not None and (lock.target.runtime or "host") != "host":
+        if opts.venv is not None:
+            raise UsageError(f"--venv is a path on this machine, but {lock.path} was built in a "
+                             f"{lock.target.runtime} container: the venv goes inside it",
+                             hint="drop --venv")
+        spec = spec_from_lock(lock, opts.python)
+        target = ContainerTarget(spec, locked_digest=lock.target.image_digest, ui=ui, venv=install_wheels,
+                                 wheels=lock.wheels_dir if install_wheels else None)
+        return target, (spec.python if install_wheels else None)
+    if install_wheels:
         venv = (opts.venv or out / "venv").resolve()
         return install.HostEnv(python=str(venv / "bin" / "python"), venv=str(venv)), \
             opts.python or lock.target.python or sys.executable
@@ -114,12 +131,15 @@ def _target(opts: SmokeOptions, lock: Lock | None, out: Path) -> tuple[install.H
     return install.HostEnv(python=python), None
 
 
-def _check_devices(opts: SmokeOptions, config: SmokeConfig) -> devices.DeviceCheck:
+def _check_devices(opts: SmokeOptions, config: SmokeConfig,
+                   target: install.HostEnv | ContainerTarget) -> devices.DeviceCheck:
     mask = config.env.get("ZE_AFFINITY_MASK", "")
     if not config.device:
         return devices.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
     if opts.skip_device_check:
         return devices.skipped(config.device, config.tensor_parallel_size, mask)
+    if isinstance(target, ContainerTarget):
+        return target.device_check(config.device, config.tensor_parallel_size, mask)
     cards = devices.find_cards() or devices.xpu_smi_cards()
     check = devices.check(config.device, config.tensor_parallel_size, mask, cards, devices.tool_reports())
     if not check.ok:
@@ -128,8 +148,8 @@ def _check_devices(opts: SmokeOptions, config: SmokeConfig) -> devices.DeviceChe
     return check
 
 
-def _prepare(lock: Lock | None, target: install.HostEnv, base_python: str | None, out: Path, ui: UI,
-             rep: dict[str, Any]) -> install.HostEnv:
+def _prepare(lock: Lock | None, target: install.Target, base_python: str | None, out: Path, ui: UI,
+             rep: dict[str, Any]) -> install.Target:
     """Hashes, fresh venv, install in lock order, version check; fills rep["install"] as it goes."""
     if lock is None or not lock.components:
         return target
@@ -139,19 +159,21 @@ def _prepare(lock: Lock | None, target: install.HostEnv, base_python: str | None
     if base_python is not None:
         ui.step(f"verifying {len(lock.components)} wheel(s) against {lock.path}")
         verify_wheels(lock)
-        ui.step(f"creating a fresh venv {target.venv} from {base_python}")
-        target = install.create_venv(base_python, Path(target.venv), log)
+        ui.step(f"creating a fresh venv {target.venv} from {base_python}"
+                + (f" in the {target.name}" if isinstance(target, ContainerTarget) else ""))
+        target = target.make_venv(base_python, log)
         info["steps"] = [s.to_dict() for s in install.install_plan(lock)]
         install.install(lock, target, log, progress=lambda s: ui.step(
             f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()))
     checks = install.check_versions(lock, target, log)
     info["versions"] = [c.to_dict() for c in checks]
-    install.require_versions(checks, target.python)
+    install.require_versions(checks, f"{target.python} in the {target.name}"
+                             if isinstance(target, ContainerTarget) else target.python)
     ui.info(f"installed versions match the lock ({len(checks)} package(s))")
     return target
 
 
-def _serve_and_test(opts: SmokeOptions, config: SmokeConfig, target: install.HostEnv, out: Path,
+def _serve_and_test(opts: SmokeOptions, config: SmokeConfig, target: install.Target, out: Path,
                     ui: UI) -> tuple[list[RunResult], LadderResult | None]:
     signatures = load_signatures()
 
