@@ -164,8 +164,9 @@ sys.exit(0 if open(kern).read().strip() == "42" else 1)
     return types.SimpleNamespace(repo=r, commits=c, recipe=recipe, calls=calls, script=script, tmp=tmp_path)
 
 
-def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys):
+def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, monkeypatch):
     p = project
+    monkeypatch.setattr("toolchain.bisect.idle_cores", lambda: 8.0)  # cores to spare: only --jobs stops builds ahead
     out, tested = p.tmp / "out", p.tmp / "tested.txt"
     test_cmd = f"{sys.executable} {p.script} {tested} {p.tmp / 'stop-once'}"
     argv = ["bisect", "--recipe", str(p.recipe), "--component", "kern", "--good", p.commits[0][:10],
@@ -181,6 +182,8 @@ def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys):
 
     assert cli.main(["bisect", "--resume", "--state", str(state), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
+    assert data["result"]["builds"]["speculative"] == 0  # the resume kept --jobs 1
+    assert not any(s["prefetched"] for s in data["result"]["steps"])
     first_bad = data["result"]["first_bad"]
     assert first_bad["key"] == p.commits[13] and first_bad["subject"] == "[kernels] change 13"
     assert data["result"]["last_good"]["key"] == p.commits[12]

@@ -82,7 +82,9 @@ def test_commit_bisect_interrupt_resume_and_a_repeat_that_compiles_nothing(ws, s
         verify_wheels(lock)
         assert lock.component("kern").commit == c[i] and lock.component("other").commit
     compiled = counter.read_text().splitlines()
-    # kern once per tested or skipped commit (+ the first step, built again after the interrupt? no: cached),
+    # --jobs 1 holds after --resume: nothing was built ahead (a build ahead that no step needs is a compile)
+    assert data["builds"]["speculative"] == 0 and not any(s["prefetched"] for s in data["steps"]), data
+    # kern once per tested or skipped commit (the interrupted step's build was kept, not redone),
     # `other` once: it came from the wheel cache at every other step
     assert len(compiled) == len({s["key"] for s in data["steps"]}) + 1, compiled
 

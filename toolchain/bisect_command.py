@@ -62,9 +62,9 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--resume", action="store_true", help="continue the bisect saved in the state file")
     p.add_argument("--state", type=Path, help=f"state file (default: OUT/{STATE_NAME})")
     p.add_argument("--out", type=Path, help=f"where builds, logs and results go (default: ./{DEFAULT_OUT})")
-    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+    p.add_argument("--jobs", type=int,
                    help="builds at once: the step's and, while its test runs and cores are idle, the possible "
-                        f"next ones (default {DEFAULT_JOBS}; 1 = no building ahead)")
+                        f"next ones (default {DEFAULT_JOBS}; 1 = no building ahead; --resume keeps the saved one)")
     p.add_argument("--cache-dir", type=Path, help="mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR "
                                                   "or ~/.cache/xpu-toolchain)")
     p.add_argument("--mirror", action="append", default=[], metavar="FROM=TO", help="rewrite a URL prefix")
@@ -88,14 +88,17 @@ class Options:
     bad_lock: str = ""
     cache_dir: str = ""
     mirrors: tuple[str, ...] = field(default=())
+    jobs: int = DEFAULT_JOBS
 
 
 def run_bisect(args: argparse.Namespace, ui: UI) -> CommandResult:
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     state_path = args.state or (args.out or DEFAULT_OUT) / STATE_NAME
     state_file = StateFile(state_path)
     opts = _resumed_options(args, state_file) if args.resume else _new_options(args, state_file)
+    if args.jobs is not None:  # saved with the rest: a resume builds ahead only if the bisect did
+        opts = replace(opts, jobs=args.jobs)
     resume_argv = ["toolchain", "bisect", "--resume", "--state", str(state_path.resolve())]
     if args.resume:
         state_file.update(context=asdict(opts), resume=resume_argv, done=False)
@@ -105,7 +108,7 @@ def run_bisect(args: argparse.Namespace, ui: UI) -> CommandResult:
     tester = make_tester(opts, ui)
     report = Report(ui, out / "bisect.log", resume_argv)
     if opts.mode == "commits":
-        done = _commit_result(_bisect_commits(opts, args.jobs, tester, report, state_file, ui), out, state_path,
+        done = _commit_result(_bisect_commits(opts, opts.jobs, tester, report, state_file, ui), out, state_path,
                               opts)
     else:
         from .lockdiff import bisect_locks
@@ -115,7 +118,7 @@ def run_bisect(args: argparse.Namespace, ui: UI) -> CommandResult:
         result = bisect_locks(
             good, bad, lambda phase, derive, comp: make_lock_builder(phase, derive, base, opts, ui, comp), tester,
             lambda comp, url, g, b: _commit_candidates(base, url, g, b, opts),
-            handler_for=report.phase, state_file=state_file, jobs=args.jobs)
+            handler_for=report.phase, state_file=state_file, jobs=opts.jobs)
         done = _lock_result(result, out, state_path)
     state_file.update(done=True)
     return done
