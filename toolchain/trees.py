@@ -44,6 +44,10 @@ class SourceTrees:
         if not (path / ".git").exists() or not state.is_file():
             return False
         expected = json.loads(state.read_text())
+        # Fast path: one `git status` (HEAD, index, working tree, untracked and ignored files) that reads
+        # exactly as it did when the tree was prepared means nothing touched it.
+        if expected.get("status") is not None and _status(path) == expected["status"]:
+            return expected["commit"] == commit
         git(["clean", "-ffdxq"], cwd=path, check=False)
         head = git(["rev-parse", "HEAD"], cwd=path, check=False).stdout.strip()
         staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=path, check=False)
@@ -66,6 +70,13 @@ class SourceTrees:
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
             # The clone's alternates point at the mirror by absolute path; the tree moves, the mirror doesn't.
-            atomic_write_text(state, json.dumps({"commit": commit, "staged": sha256_bytes(staged.encode())}))
+            atomic_write_text(state, json.dumps({"commit": commit, "staged": sha256_bytes(staged.encode()),
+                                                 "status": _status(path)}))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _status(tree: Path) -> str | None:
+    r = git(["status", "--porcelain=v2", "--branch", "--untracked-files=all", "--ignored=matching"], cwd=tree,
+            check=False)
+    return r.stdout if r.returncode == 0 else None
