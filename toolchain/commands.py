@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 
@@ -201,5 +200,3 @@ def cmd_recipes(args, ui) -> CommandResult:
         table.add_row(name, desc)
     return CommandResult({"recipes": [{"name": n, "description": d} for n, d in rows]}, 0, "", (table,))
 
-
-__all__ = ["register", "CACHE_ENV", "os"]

@@ -165,7 +165,6 @@ def pylock_text(lock: Lock) -> str:
         name, version = wheel_name_version(c.wheel.file)
         packages.append({
             "name": name, "version": version,
-            "vcs-commit": c.commit,
             "wheels": [{"name": c.wheel.file, "path": f"{WHEELS_DIR}/{c.wheel.file}", "size": c.wheel.size,
                         "hashes": {"sha256": c.wheel.sha256}}],
         })
@@ -173,7 +172,7 @@ def pylock_text(lock: Lock) -> str:
     if target.python_version:
         major_minor = ".".join(target.python_version.split(".")[:2])
         data["requires-python"] = f"=={major_minor}.*"
-    data["packages"] = [{k: v for k, v in p.items() if k != "vcs-commit"} for p in packages]
+    data["packages"] = packages
     text = tomlio.dumps(data)
     return "# PEP 751 lock of the wheels built by toolchain (install order).\n" + text
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from .errors import SourceError
 from .fsutil import atomic_write_bytes, sha256_bytes, sha256_file
 from .recipe import PatchSpec
-from .run import run
 from .sources import git
 
 
@@ -43,7 +42,7 @@ def materialize(patch: Patch, mirrors, cache_dir: Path) -> Path:
     if dest.is_file() and sha256_file(dest) == spec.sha256:
         return dest
     mirror = mirrors.ensure(spec.url, spec.commit, where=f"patch {patch.path}")
-    r = run(["git", "--git-dir", str(mirror), "show", f"{spec.commit}:{spec.path}"], capture=True, check=False)
+    r = git(["show", f"{spec.commit}:{spec.path}"], git_dir=mirror, check=False)
     if r.returncode != 0:
         raise SourceError(f"patch {patch.path}: {spec.path} does not exist at {spec.commit}",
                           hint="check `path` (relative to that repository's root) and `commit`")
