@@ -46,10 +46,10 @@ def tests(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Build benchmarks, measured side by side in one run (prints ratios)."""
-    session.run("python", "benchmarks/bench_build.py", *session.posargs, external=True)
+    session.run("python", "-m", "benchmarks.bench_build", *session.posargs, external=True)
 
 
 @nox.session(name="bench-bisect", venv_backend="none")
 def bench_bisect(session: nox.Session) -> None:
     """Bisect benchmark: builds per bisect and wall time against `git bisect run`."""
-    session.run("python", "-m", "toolchain.bench_bisect", *session.posargs, external=True)
+    session.run("python", "-m", "benchmarks.bench_bisect", *session.posargs, external=True)

@@ -22,13 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from toolchain.recipe.load import load_recipe
+from toolchain.sources.demo import materialize
+from toolchain.sources.mirrors import Mirrors, Rewrite
+from toolchain.sources.trees import SourceTrees
 
-from toolchain.demo import materialize  # noqa: E402
-from toolchain.recipe import load_recipe  # noqa: E402
-from toolchain.sources import Mirrors, Rewrite  # noqa: E402
-from toolchain.trees import SourceTrees  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def timed(fn) -> float:

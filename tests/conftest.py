@@ -5,7 +5,6 @@ demo built once per session. The helpers they use live in tests/spine_helpers.py
 from __future__ import annotations
 
 import pytest
-
 from spine_helpers import PACKAGES, Cli, DemoBuild, GitRepo, Workspace, isolated_env
 
 

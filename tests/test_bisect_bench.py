@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.bench_bisect import make_kernel_repo, run_benchmark
-from toolchain.run import run
+from benchmarks.bench_bisect import make_kernel_repo, run_benchmark
+from toolchain.core.proc import run
 
 
 def git(repo: Path, *args: str) -> str:

@@ -1,6 +1,6 @@
 """`toolchain bisect` end to end: a real recipe, a real git history, real test commands, an interrupt by a
 real SIGINT and a resume. The build spine is a stand-in implementing the API the command relies on
-(`toolchain.build.build_stack/BuildOptions`, `toolchain.sources.Mirrors`) and writing real locks."""
+(`toolchain.pipeline.build_stack`, `toolchain.build.stack.BuildOptions`, `toolchain.sources.mirrors.Mirrors`) and writing real locks."""
 
 from __future__ import annotations
 
@@ -11,16 +11,24 @@ import types
 from pathlib import Path
 
 import pytest
+from spine_helpers import GitRepo
 
 from toolchain import cli
-from toolchain.bisect import BuildOutcome, Candidate, Verdict
-from toolchain.bisect_command import CommandTester
+from toolchain.bisect.core import BuildOutcome, Candidate, Verdict
+from toolchain.commands.bisect import CommandTester
+from toolchain.core.fs import sha256_file
+from toolchain.core.proc import run
 from toolchain.errors import BuildError, UsageError
-from toolchain.fsutil import sha256_file
-from toolchain.lock import Lock, LockedComponent, TargetInfo, ToolchainInfo, WheelRef, read_lock, verify_wheels, write_lock
-from toolchain.run import run
-
-from spine_helpers import GitRepo
+from toolchain.lock import (
+    Lock,
+    LockedComponent,
+    TargetInfo,
+    ToolchainInfo,
+    WheelRef,
+    read_lock,
+    verify_wheels,
+    write_lock,
+)
 
 # ---- CommandTester: `git bisect run` semantics with real processes ------------------------------------------
 
@@ -115,9 +123,12 @@ def fake_spine(monkeypatch, calls: list):
         def ensure(self, url, commit=None, *, where=""):
             return Path(url)
 
-    monkeypatch.setitem(sys.modules, "toolchain.build", types.SimpleNamespace(
-        build_stack=build_stack, BuildOptions=BuildOptions, recipe_rewrites=lambda recipe, cache: ()))
-    monkeypatch.setattr("toolchain.sources.Mirrors", Mirrors)
+    monkeypatch.setitem(sys.modules, "toolchain.build.stack", types.SimpleNamespace(
+        BuildOptions=BuildOptions))
+    monkeypatch.setitem(sys.modules, "toolchain.sources.rewrites", types.SimpleNamespace(
+        recipe_rewrites=lambda recipe, cache: ()))
+    monkeypatch.setitem(sys.modules, "toolchain.pipeline", types.SimpleNamespace(build_stack=build_stack))
+    monkeypatch.setattr("toolchain.sources.mirrors.Mirrors", Mirrors)
 
 
 @pytest.fixture()
@@ -166,7 +177,7 @@ sys.exit(0 if open(kern).read().strip() == "42" else 1)
 
 def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, monkeypatch):
     p = project
-    monkeypatch.setattr("toolchain.bisect.idle_cores", lambda: 8.0)  # cores to spare: only --jobs stops builds ahead
+    monkeypatch.setattr("toolchain.bisect.core.idle_cores", lambda: 8.0)  # cores to spare: only --jobs stops builds ahead
     out, tested = p.tmp / "out", p.tmp / "tested.txt"
     test_cmd = f"{sys.executable} {p.script} {tested} {p.tmp / 'stop-once'}"
     argv = ["bisect", "--recipe", str(p.recipe), "--component", "kern", "--good", p.commits[0][:10],
@@ -231,11 +242,12 @@ def test_lock_mode_needs_readable_locks(tmp_path: Path, capsys):
 def test_lock_to_lock_end_to_end(project, capsys):
     """Two locks built from recipes that differ in MAX_JOBS, the kernels commit and a serve env variable:
     the commit change is found, then the first bad commit inside it; every step is a table row."""
-    from toolchain import recipe as recipes
     from toolchain.console import UI
+    from toolchain.recipe import load as recipes
 
     p = project
-    spine = sys.modules["toolchain.build"]
+    spine = types.SimpleNamespace(build_stack=sys.modules["toolchain.pipeline"].build_stack,
+                                  BuildOptions=sys.modules["toolchain.build.stack"].BuildOptions)
     text = p.recipe.read_text()
     locks = {}
     for side, commit, jobs, backend in (("good", p.commits[0], "2", "w4a16"), ("bad", p.commits[-1], "4", "ark")):

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.bisect import (BisectHandler, Bisector, BuildOutcome, Candidate, StateFile, TestOutcome, Verdict,
-                              steps_left)
+from toolchain.bisect.core import (
+    BisectHandler,
+    Bisector,
+    BuildOutcome,
+    Candidate,
+    StateFile,
+    TestOutcome,
+    Verdict,
+    steps_left,
+)
 from toolchain.errors import BuildError, RecipeError, UsageError
 
 

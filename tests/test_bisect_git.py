@@ -7,14 +7,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from toolchain.bisect import (Bisector, BuildOutcome, Candidate, Verdict, commit_url, git_candidates,
-                              resolve_commit)
-from toolchain.bisect_command import CommandTester
-from toolchain.errors import SourceError, UsageError
-from toolchain.run import run
-
 from spine_helpers import GitRepo
+
+from toolchain.bisect.core import (
+    Bisector,
+    BuildOutcome,
+    Candidate,
+    Verdict,
+    commit_url,
+    git_candidates,
+    resolve_commit,
+)
+from toolchain.commands.bisect import CommandTester
+from toolchain.core.proc import run
+from toolchain.errors import SourceError, UsageError
 
 
 @pytest.fixture()

@@ -8,18 +8,34 @@ import json
 from pathlib import Path
 
 import pytest
-
-from toolchain import recipe as recipes
-from toolchain import tomlio
-from toolchain.bisect import BuildOutcome, StateFile, Verdict, git_candidates
-from toolchain.errors import RecipeError
-from toolchain.fsutil import sha256_file
-from toolchain.lock import Lock, LockedComponent, PatchRef, TargetInfo, ToolchainInfo, WheelRef, read_lock, write_lock
-from toolchain.lockdiff import (MISSING, bisect_locks, environment_notes, lock_differences, option_groups,
-                                prefix_candidates, prefix_data, stack_data)
-from toolchain.run import run
-
 from spine_helpers import GitRepo
+
+from toolchain.bisect.core import BuildOutcome, StateFile, Verdict, git_candidates
+from toolchain.bisect.lockdiff import (
+    MISSING,
+    bisect_locks,
+    environment_notes,
+    lock_differences,
+    option_groups,
+    prefix_candidates,
+    prefix_data,
+    stack_data,
+)
+from toolchain.core import toml as tomlio
+from toolchain.core.fs import sha256_file
+from toolchain.core.proc import run
+from toolchain.errors import RecipeError
+from toolchain.lock import (
+    Lock,
+    LockedComponent,
+    PatchRef,
+    TargetInfo,
+    ToolchainInfo,
+    WheelRef,
+    read_lock,
+    write_lock,
+)
+from toolchain.recipe import load as recipes
 
 COMPONENTS = ("vllm", "vllm-xpu-kernels", "ark")
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import component, recipe_data
+
 from toolchain.lock import read_lock, verify_wheels
 
 pytestmark = pytest.mark.slow
@@ -164,10 +164,10 @@ def test_commit_bisect_with_the_smoke_regression_set(ws, stack):
 def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch):
     """jobs=3 with idle cores: while a step is tested, both possible next midpoints build in threads into
     the same cache; the answer is the same and no commit is built twice."""
-    from toolchain import recipe as recipes
-    from toolchain.bisect import Bisector, git_candidates
-    from toolchain.bisect_command import CommandTester, SpineBuilder
+    from toolchain.bisect.core import Bisector, git_candidates
+    from toolchain.commands.bisect import CommandTester, SpineBuilder
     from toolchain.console import UI
+    from toolchain.recipe import load as recipes
 
     kern, _, c, script = stack
     counter = ws.root / "builds.txt"

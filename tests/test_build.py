@@ -13,10 +13,17 @@ import zipfile
 from pathlib import Path
 
 import tomlkit
+from spine_helpers import (
+    STANDIN,
+    STANDIN_SETVARS,
+    TINY_INIT,
+    component,
+    kill_group,
+    recipe_data,
+    wheel_member,
+)
 
-from spine_helpers import (STANDIN, STANDIN_SETVARS, TINY_INIT, component, kill_group, recipe_data,
-                           wheel_member)
-from toolchain.fsutil import sha256_file
+from toolchain.core.fs import sha256_file
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -15,12 +15,26 @@ import time
 from pathlib import Path
 
 import pytest
+from support.tinywheels import (
+    COMMIT_EPOCH,
+    PURE,
+    STAMPED,
+    build_stack,
+    make_repo,
+    require_wheel_backend,
+)
 
-from support.tinywheels import COMMIT_EPOCH, PURE, STAMPED, build_stack, make_repo, require_wheel_backend
-from toolchain.bundle import INSTALL_NAME, SUMS_NAME, publishable, stack_epoch, tarball_path, write_bundle
 from toolchain.errors import TestFailed
 from toolchain.lock import read_lock, verify_wheels
-from toolchain.sbom import SBOM_NAME
+from toolchain.release.bundle import (
+    INSTALL_NAME,
+    SUMS_NAME,
+    publishable,
+    stack_epoch,
+    tarball_path,
+    write_bundle,
+)
+from toolchain.release.sbom import SBOM_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 PATCH = """\
@@ -208,7 +222,7 @@ def test_tampered_wheel_or_patch_writes_nothing(stack, tmp_path):
 @pytest.mark.slow
 def test_demo_recipe_built_twice_gives_identical_bundles(tmp_path):
     """Once the build spine has landed: `toolchain build --recipe demo --bundle` in two directories."""
-    pytest.importorskip("toolchain.build", reason="the build spine (toolchain.build) has not landed yet")
+    pytest.importorskip("toolchain.build.stack", reason="the build spine (toolchain.build.stack) has not landed yet")
     require_wheel_backend()
     results = []
 

@@ -101,7 +101,7 @@ def test_workflows_match_the_github_workflow_schema(tmp_path):
 
 
 def test_build_and_smoke_matrices_match_the_recipes(workflow):
-    from toolchain.recipe import load_recipe
+    from toolchain.recipe.load import load_recipe
 
     build, smoke = workflow["jobs"]["build"], workflow["jobs"]["smoke"]
     assert "self-hosted" in build["runs-on"]
@@ -120,11 +120,11 @@ def steps_using(job, action: str) -> list[dict]:
 
 
 def test_caches_are_the_directories_the_tool_uses(workflow, tmp_path):
-    from toolchain.cache import CACHE_ENV, WheelCache
-    from toolchain.sources import Mirrors
+    from toolchain.build.cache import CACHE_ENV, WheelCache
+    from toolchain.sources.mirrors import Mirrors
 
     assert CACHE_ENV in workflow["env"]
-    cache = "${{ env.%s }}" % CACHE_ENV
+    cache = f"${{{{ env.{CACHE_ENV} }}}}"
     paths = sorted(s["with"]["path"] for s in steps_using(workflow["jobs"]["build"], "actions/cache"))
     expected = sorted(f"{cache}/{p.relative_to(tmp_path).as_posix()}"
                       for p in (Mirrors(tmp_path).root, WheelCache(tmp_path).root))

@@ -20,16 +20,25 @@ from pathlib import Path
 
 import pytest
 
-from toolchain import tomlio
-from toolchain.build import BuildOptions, build_stack
+from toolchain.build.plan import make_plan
+from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
-from toolchain.container import (ENGINES, ContainerNotRunning, ContainerRuntime, EngineNotFound, EngineNotRunning,
-                                 ImageNotFound, InterpreterMissing, image_digest)
+from toolchain.core import toml as tomlio
 from toolchain.errors import BuildError
 from toolchain.lock import verify_wheels
-from toolchain.plan import make_plan
-from toolchain.recipe import TargetSpec, load_recipe
-from toolchain.runtime import make_runtime
+from toolchain.pipeline import build_stack
+from toolchain.recipe.load import TargetSpec, load_recipe
+from toolchain.target import make_runtime
+from toolchain.target.container import (
+    ENGINES,
+    ContainerNotRunning,
+    ContainerRuntime,
+    EngineNotFound,
+    EngineNotRunning,
+    ImageNotFound,
+    InterpreterMissing,
+    image_digest,
+)
 
 try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
     from tests.support.container_fixtures import docker_image, podman_image  # noqa: F401
@@ -267,7 +276,7 @@ def test_sigint_in_exec_mode_stops_the_command_and_cleans_up(engine, running, tm
 # ---- the runtime directly -----------------------------------------------------------------------------
 
 def test_env_values_stay_off_the_engine_command_line(engine, image, tmp_path, monkeypatch, no_leftovers):
-    import toolchain.container as container
+    import toolchain.target.container as container
 
     seen = []
     real_run = container.run

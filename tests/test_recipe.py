@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from toolchain.recipe import DEFAULT_COMMAND, load_recipe
+from toolchain.recipe.load import DEFAULT_COMMAND, load_recipe
 
 GOOD = """\
 description = "a valid recipe the bad ones are variations of"

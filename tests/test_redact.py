@@ -9,9 +9,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import STANDIN_SETVARS, component, recipe_data
-from toolchain.redact import MASK, is_secret, redact_env, redact_text
+
+from toolchain.core.redact import MASK, is_secret, redact_env, redact_text
 
 INVOKER_SECRET = "invoker-secret-5f2a9c"       # in the environment that runs `toolchain build`
 SETVARS_SECRET = "setvars-secret-81be04"       # exported by the toolchain's setvars script

@@ -12,14 +12,27 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.tinywheels import (
+    NOISY,
+    PURE,
+    STAMPED,
+    build_stack,
+    make_repo,
+    require_wheel_backend,
+)
 
-from support.tinywheels import NOISY, PURE, STAMPED, build_stack, make_repo, require_wheel_backend
-from toolchain import cli, repro_command
+from toolchain import cli
+from toolchain.build.wheelnorm import normalize_wheel
+from toolchain.commands import verify_repro as repro_command
+from toolchain.commands.verify_repro import compare_locks, verify_builds, verify_lock
 from toolchain.console import UI
 from toolchain.lock import read_lock
-from toolchain.repro import binary_diff, compare_wheels, content_diff, format_report
-from toolchain.repro_command import compare_locks, verify_builds, verify_lock
-from toolchain.wheelnorm import normalize_wheel
+from toolchain.release.wheeldiff import (
+    binary_diff,
+    compare_wheels,
+    content_diff,
+    format_report,
+)
 
 QUIET = UI(quiet=True)
 
@@ -195,7 +208,7 @@ def test_cli_usage_errors_exit_2(argv, message, capsys):
 @pytest.mark.slow
 def test_demo_recipe_end_to_end(tmp_path, capsys):
     """Once the build spine has landed: the demo recipe built twice gives identical wheels."""
-    pytest.importorskip("toolchain.build", reason="the build spine (toolchain.build) has not landed yet")
+    pytest.importorskip("toolchain.build.stack", reason="the build spine (toolchain.build.stack) has not landed yet")
     require_wheel_backend()
     shared = tmp_path / "cache"
     code, data = run_cli(["verify-repro", "--recipe", "demo", "--work-dir", str(tmp_path / "w"),

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
+from toolchain.core.proc import CommandFailed, merge_env, run
+from toolchain.core.redact import MASK
 from toolchain.errors import BuildError
-from toolchain.redact import MASK
-from toolchain.run import CommandFailed, merge_env, run
 
 PY = sys.executable
 

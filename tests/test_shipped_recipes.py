@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.plan import make_plan
-from toolchain.recipe import Recipe, list_recipes, load_recipe, with_changes
-from toolchain.runtime import HostRuntime
+from toolchain.build.plan import make_plan
+from toolchain.recipe.load import Recipe, list_recipes, load_recipe, with_changes
+from toolchain.target.host import HostRuntime
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

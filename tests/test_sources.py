@@ -11,10 +11,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import TINY_INIT, component, recipe_data, wheel_member
+
 from toolchain.errors import UsageError
-from toolchain.sources import Mirrors, Rewrite, parse_rewrites, rewrite_url
+from toolchain.sources.mirrors import Mirrors, Rewrite, parse_rewrites, rewrite_url
 
 FAKE_BASE = "https://git.example.invalid/team/"
 
@@ -148,7 +148,7 @@ def test_describe_sees_full_history_and_tags_through_merges(ws, make_repo):
 
 
 def test_a_checkout_shares_the_mirror_objects_and_keeps_tags(tmp_path, make_repo):
-    from toolchain.trees import SourceTrees
+    from toolchain.sources.trees import SourceTrees
 
     repo = make_repo("tiny", "tiny")
     second = repo.commit("second", {"NEWS": "2\n"}, tag="v1.1.0")
@@ -193,7 +193,7 @@ def test_a_patch_series_applies_in_order_and_is_recorded(ws, make_repo):
     r = ws.build("r")
     assert r.returncode == 0, str(r)
     assert wheel_member(ws.root / "out", "tiny/__init__.py").endswith("PATCHED = ['one', 'two']\n")
-    from toolchain.fsutil import sha256_file
+    from toolchain.core.fs import sha256_file
 
     assert ws.lock()["components"][0]["patches"] == [
         {"path": "tiny/0001-one.patch", "sha256": sha256_file(p1)},
@@ -310,7 +310,7 @@ def test_update_of_a_variant_pins_the_inherited_component_in_the_variant(ws, mak
     assert r.returncode == 0, str(r)
     assert base.read_text() == base_text
     assert child.read_text().startswith('# a variant\nextends = "base"\n')
-    from toolchain.recipe import load_recipe
+    from toolchain.recipe.load import load_recipe
 
     assert load_recipe("child", ws.recipes).component("tiny").commit == new
 

@@ -15,11 +15,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from support.tinywheels import PURE, make_repo, pip_wheel, require_wheel_backend
+
+from toolchain.build.wheelnorm import ZIP_MIN_EPOCH, normalize_wheel, zip_date_time
+from toolchain.core.proc import merge_env
 from toolchain.errors import BuildError
-from toolchain.run import merge_env
-from toolchain.wheelnorm import ZIP_MIN_EPOCH, normalize_wheel, zip_date_time
 
 EPOCH = 1700000000
 

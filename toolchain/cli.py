@@ -6,18 +6,18 @@ import argparse
 import importlib
 import sys
 
-from . import __version__
-from .console import UI
-from .errors import ToolError, UsageError
+from toolchain import __version__
+from toolchain.console import UI
+from toolchain.errors import ToolError, UsageError
 
 # Each module exposes register(subparsers, common); its parsers set_defaults(handler=fn(args, ui) -> CommandResult).
 # Only the module of the command being run is imported (a warm no-op build must start fast).
 COMMANDS = {
-    "build": "toolchain.commands", "plan": "toolchain.commands", "update": "toolchain.commands",
-    "recipes": "toolchain.commands",
-    "smoke": "toolchain.smoke.command",
-    "bisect": "toolchain.bisect_command",
-    "verify-repro": "toolchain.repro_command",
+    "build": "toolchain.commands.stack", "plan": "toolchain.commands.stack", "update": "toolchain.commands.stack",
+    "recipes": "toolchain.commands.stack",
+    "smoke": "toolchain.commands.smoke",
+    "bisect": "toolchain.commands.bisect",
+    "verify-repro": "toolchain.commands.verify_repro",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
@@ -77,7 +77,9 @@ def _report(ui: UI, err: ToolError) -> None:
         if problems:
             payload["problems"] = problems
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-    from rich.markup import escape  # messages name TOML tables ("[toolchain] setvars"): not markup
+    from rich.markup import (
+        escape,  # messages name TOML tables ("[toolchain] setvars"): not markup
+    )
 
     ui.err.print(f"[bold red]ERROR:[/] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True)
     if err.hint:

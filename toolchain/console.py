@@ -10,9 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds never pay for it
     from rich.console import Console
@@ -73,11 +71,17 @@ class UI:
             yield
 
     @contextlib.contextmanager
-    def progress(self, description: str, total: int | None) -> Iterator["ProgressTask"]:
+    def progress(self, description: str, total: int | None) -> Iterator[ProgressTask]:
         if self.quiet:
             yield ProgressTask(None, None)
             return
-        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         prog = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),

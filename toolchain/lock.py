@@ -7,15 +7,22 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import __version__, tomlio
-from .errors import RecipeError, TestFailed
-from .fsutil import atomic_write_text, sha256_file
+from toolchain import __version__
+from toolchain.build.cache import WHEELS_DIR, WheelRef
+from toolchain.core import toml as tomlio
+from toolchain.core.fs import atomic_write_text, sha256_file
+from toolchain.core.redact import redact_env
+from toolchain.errors import RecipeError, TestFailed
+from toolchain.target.facts import TargetInfo, ToolchainInfo
+
+if TYPE_CHECKING:
+    from toolchain.build.plan import Plan
+    from toolchain.build.stack import BuiltComponent
 
 LOCK_NAME = "stack.lock.toml"
 PYLOCK_NAME = "pylock.toml"
-WHEELS_DIR = "wheels"
 LOCK_VERSION = 1
 
 
@@ -23,42 +30,6 @@ LOCK_VERSION = 1
 class PatchRef:
     path: str
     sha256: str
-
-
-@dataclass(frozen=True)
-class WheelRef:
-    file: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class ToolchainInfo:
-    """The oneAPI environment a stack was built with (all empty for a recipe without a toolchain)."""
-    setvars: str = ""
-    setvars_args: tuple[str, ...] = ()
-    oneapi_version: str = ""
-    cmplr_root: str = ""
-    env_diff_sha256: str = ""
-
-
-@dataclass(frozen=True)
-class TargetInfo:
-    """Where the wheels were built, as probed inside the target (host or container)."""
-    runtime: str = "host"
-    python: str = "python3"
-    python_version: str = ""
-    python_tag: str = ""  # e.g. cp311
-    platform: str = ""  # e.g. linux_x86_64
-    pip_version: str = ""
-    torch_version: str = ""
-    torch_xpu: str = ""
-    image: str = ""
-    image_digest: str = ""
-    container: str = ""
-
-    def fingerprint(self) -> dict[str, str]:
-        return {k: v for k, v in asdict(self).items() if k != "container"}
 
 
 @dataclass(frozen=True)
@@ -241,3 +212,22 @@ def verify_wheels(lock: Lock) -> None:
         raise TestFailed("wheels do not match the lock " + str(lock.path) + ":\n"
                          + "\n".join(f"  - {p}" for p in problems),
                          hint="rebuild with `toolchain build --from-lock` or fetch the bundle again")
+
+
+def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
+    """The lock of a plan's built components (install order)."""
+    comps = []
+    for b in built:
+        c = b.plan.component
+        comps.append(LockedComponent(
+            name=c.name, url=c.url, ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
+            after=c.after, dist=c.dist, import_name=c.import_name,
+            version=wheel_name_version(b.wheel.file)[1], install_args=c.install_args,
+            patches=tuple(PatchRef(p.path, p.sha256) for p in b.plan.patches),
+            env=redact_env(dict(b.plan.env)), command=c.command, cache_key=b.plan.cache_key,
+            build_seconds=b.seconds, wheel=b.wheel,
+            fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent)))
+    norms = sorted({n for b in built for n in b.normalizations})
+    return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=plan.recipe.sha256,
+                recipe_text=plan.recipe.text, toolchain=plan.toolchain, target=plan.target,
+                smoke=plan.recipe.smoke.raw, components=tuple(comps), normalizations=tuple(norms))

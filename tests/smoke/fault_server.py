@@ -42,7 +42,7 @@ def log(line: str) -> None:
 def sample(schema: dict) -> object:
     kind = schema.get("type")
     if kind == "object":
-        return {k: (("red" if k == "color" else "square" if k == "shape" else sample(v)))
+        return {k: ("red" if k == "color" else "square" if k == "shape" else sample(v))
                 for k, v in schema.get("properties", {}).items()}
     return {"string": "Tom", "integer": 4, "number": 1.5, "boolean": True, "array": []}.get(kind, "x")
 

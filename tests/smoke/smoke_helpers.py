@@ -54,7 +54,8 @@ class SmokeRun:
 
 def write_test_lock(out_dir: Path, smoke: dict, components: tuple = (), python: str = sys.executable) -> Path:
     """A real stack.lock.toml (and pylock.toml) written by toolchain.lock.write_lock."""
-    from toolchain.lock import Lock, TargetInfo, ToolchainInfo, write_lock
+    from toolchain.lock import Lock, write_lock
+    from toolchain.target.facts import TargetInfo, ToolchainInfo
 
     lock = Lock(recipe_name="smoke-test", recipe_path="recipes/smoke-test.toml", recipe_sha256="0" * 64,
                 recipe_text="", toolchain=ToolchainInfo(), target=TargetInfo(runtime="host", python=python),

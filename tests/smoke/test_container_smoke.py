@@ -19,16 +19,30 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from smoke_helpers import HERE, free_port
+
 from toolchain.lock import wheel_name_version
 
 try:  # the same module names as tests/test_container_build.py uses (one copy of the session fixtures)
     from tests.support.container_fixtures import podman_image  # noqa: F401
-    from tests.test_container_build import build, engine_run, remove, tool_containers, wait_for, write_recipe
+    from tests.test_container_build import (
+        build,
+        engine_run,
+        remove,
+        tool_containers,
+        wait_for,
+        write_recipe,
+    )
 except ImportError:  # pragma: no cover
     from support.container_fixtures import podman_image  # noqa: F401,F811
-    from test_container_build import build, engine_run, remove, tool_containers, wait_for, write_recipe
+    from test_container_build import (
+        build,
+        engine_run,
+        remove,
+        tool_containers,
+        wait_for,
+        write_recipe,
+    )
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from smoke_helpers import fault_cmd, write_test_lock
-from toolchain.fsutil import sha256_file
-from toolchain.lock import LockedComponent, WheelRef, read_lock
+
+from toolchain.build.cache import WheelRef
+from toolchain.core.fs import sha256_file
+from toolchain.lock import LockedComponent, read_lock
 from toolchain.smoke import install
 
 SMOKE = {"model": "fault-model", "cases": ["models", "math"]}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import List
 
 import pytest
 
@@ -64,7 +63,7 @@ def docker_image() -> str:
     return _image_for("docker")
 
 
-def _containers(engine: str, label_or_prefix: str) -> List[str]:
+def _containers(engine: str, label_or_prefix: str) -> list[str]:
     """Names of containers (running or not) that match ``label_or_prefix``:
     ``label=KEY[=VALUE]`` or ``KEY=VALUE`` selects by label, anything else is a name prefix."""
     spec = label_or_prefix

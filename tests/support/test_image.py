@@ -45,15 +45,16 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Optional
 
 # Bump when the build steps change in a way that changes the image content.
 RECIPE_VERSION = 2
 
 SUITE = "bookworm"
 VARIANT = "minbase"
-PACKAGES: Tuple[str, ...] = (
+PACKAGES: tuple[str, ...] = (
     "python3",
     "python3-pip",
     "python3-venv",
@@ -126,7 +127,7 @@ def _tail(text: Optional[str], lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _engine_available(engine: str) -> Tuple[bool, str]:
+def _engine_available(engine: str) -> tuple[bool, str]:
     exe = shutil.which(engine)
     if exe is None:
         return False, f"{engine} is not installed (not on PATH)"
@@ -142,7 +143,7 @@ def _engine_available(engine: str) -> Tuple[bool, str]:
     return True, f"{engine} answers `info`"
 
 
-def podman_available() -> Tuple[bool, str]:
+def podman_available() -> tuple[bool, str]:
     """(usable, reason): podman is installed and `podman info` succeeds."""
     ok, reason = _engine_available("podman")
     if ok:
@@ -151,7 +152,7 @@ def podman_available() -> Tuple[bool, str]:
     return ok, reason
 
 
-def docker_available() -> Tuple[bool, str]:
+def docker_available() -> tuple[bool, str]:
     """(usable, reason): a docker client is installed and an engine answers `docker info`."""
     return _engine_available("docker")
 
@@ -195,8 +196,7 @@ def _candidate_mirrors(suite: str) -> Iterator[str]:
                 continue
             if suite not in st.get("suites", "").split():
                 continue
-            for uri in st.get("uris", "").split():
-                yield uri
+            yield from st.get("uris", "").split()
     lists = ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list"))
     for path in lists:
         try:

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from toolchain import lock as lockmod
-from toolchain.determinism import commit_epoch, deterministic_env
-from toolchain.fsutil import sha256_file
-from toolchain.run import merge_env, run
-from toolchain.wheelnorm import normalize_wheel
+from toolchain.build.determinism import commit_epoch, deterministic_env
+from toolchain.build.wheelnorm import normalize_wheel
+from toolchain.core.fs import sha256_file
+from toolchain.core.proc import merge_env, run
 
 COMMIT_DATE = "2023-11-14T22:13:20+00:00"  # = epoch 1700000000
 COMMIT_EPOCH = 1700000000

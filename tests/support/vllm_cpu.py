@@ -38,8 +38,9 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Optional
 
 SPEC = {
     "recipe-version": 1,
@@ -104,7 +105,7 @@ def root_dir() -> Path:
     return cache_root() / spec_hash()
 
 
-def find() -> Tuple[Optional[dict], str]:
+def find() -> tuple[Optional[dict], str]:
     """(READY data, "") when set up, else (None, why the vllm tests skip)."""
     ready = root_dir() / "READY.json"
     if not ready.is_file():
@@ -116,7 +117,7 @@ def find() -> Tuple[Optional[dict], str]:
     return data, ""
 
 
-def serve_argv(data: dict, port: int, extra: Tuple[str, ...] = ()) -> list:
+def serve_argv(data: dict, port: int, extra: tuple[str, ...] = ()) -> list:
     return [data["python"], "-m", "vllm.entrypoints.openai.api_server", "--model", data["model"],
             "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
             "--enforce-eager", "--max-model-len", "2048", *extra]

@@ -16,13 +16,13 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from ..recipe import did_you_mean
 from typing import Any
 
 import jsonschema
 import requests
 
-from ..errors import UsageError
+from toolchain.errors import UsageError
+from toolchain.recipe.load import did_you_mean
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 KINDS = ("models", "chat", "restart")

@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RecipeError, UsageError
-from . import cases as cases_mod
-from . import devices
-from ..recipe import SMOKE_KEYS as RECIPE_SMOKE_KEYS, did_you_mean
-from .ladder import LadderStep, steps_from
+from toolchain.errors import RecipeError, UsageError
+from toolchain.recipe.load import SMOKE_KEYS as RECIPE_SMOKE_KEYS
+from toolchain.recipe.load import did_you_mean
+from toolchain.smoke import cases as cases_mod
+from toolchain.smoke import devices
+from toolchain.smoke.ladder import LadderStep, steps_from
 
 SMOKE_KEYS = frozenset(RECIPE_SMOKE_KEYS)  # one list: what a recipe's [smoke] may say is what smoke reads
 DEFAULT_SERVE_COMMAND = ("{python}", "-m", "vllm.entrypoints.cli.main", "serve", "{model}")

@@ -31,13 +31,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .. import tomlio
-from ..container import KILL_PIDFILE, PIDS, ROOT, ContainerRuntime, image_digest, image_repo
-from ..errors import UsageError
-from ..lock import Lock
-from ..recipe import TargetSpec
-from ..run import Completed, merge_env
-from . import devices
+from toolchain.core import toml as tomlio
+from toolchain.core.proc import Completed, merge_env
+from toolchain.errors import UsageError
+from toolchain.lock import Lock
+from toolchain.recipe.load import TargetSpec
+from toolchain.smoke import devices
+from toolchain.target.container import (
+    KILL_PIDFILE,
+    PIDS,
+    ROOT,
+    ContainerRuntime,
+    image_digest,
+    image_repo,
+)
 
 WHEELS = f"{ROOT}/wheels"
 SMOKE_DIR = f"{ROOT}/smoke"

@@ -17,9 +17,9 @@ from typing import Protocol
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from ..errors import TestFailed
-from ..lock import Lock, wheel_name_version
-from ..run import Completed, merge_env, run
+from toolchain.core.proc import Completed, merge_env, run
+from toolchain.errors import TestFailed
+from toolchain.lock import Lock, wheel_name_version
 
 KERNEL_ARGS = ("--no-deps", "--force-reinstall")
 INSTALL_TIMEOUT = 3600

@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RecipeError
+from toolchain.errors import RecipeError
 
 if TYPE_CHECKING:
-    from .runner import RunResult
+    from toolchain.smoke.runner import RunResult
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def apply(argv: Sequence[str], env: Mapping[str, str], step: LadderStep) -> tupl
 
 @dataclass(frozen=True)
 class LadderResult:
-    steps: tuple[tuple[LadderStep, "RunResult | None"], ...]
+    steps: tuple[tuple[LadderStep, RunResult | None], ...]
     first_broken: str
     how: str
 
@@ -107,7 +107,7 @@ class LadderResult:
 
 
 def run_ladder(argv: Sequence[str], env: Mapping[str, str], steps: Sequence[LadderStep],
-               run_one: Callable[[str, list, dict], "RunResult"]) -> LadderResult:
+               run_one: Callable[[str, list, dict], RunResult]) -> LadderResult:
     """Run each step on top of the previous ones; stop at the first that fails."""
     done: list[tuple[LadderStep, RunResult | None]] = []
     cur_argv, cur_env = list(argv), dict(env)

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..fsutil import atomic_write_text
+from toolchain.core.fs import atomic_write_text
 
 REPORT = "report.json"
 SUMMARY = "summary.md"

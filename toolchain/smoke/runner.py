@@ -10,17 +10,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..console import UI
-from ..errors import UsageError
-from ..redact import redact_env
-from ..run import display, merge_env
-from . import cases as cases_mod
-from .server import Readiness, ServeSpec, Server, strip_oneapi
-from .triage import Finding, Signature, triage
+from toolchain.console import UI
+from toolchain.core.proc import display, merge_env
+from toolchain.core.redact import redact_env
+from toolchain.errors import UsageError
+from toolchain.smoke import cases as cases_mod
+from toolchain.smoke.server import Readiness, Server, ServeSpec, strip_oneapi
+from toolchain.smoke.triage import Finding, Signature, triage
 
 if TYPE_CHECKING:
-    from .config import SmokeConfig
-    from .install import Target
+    from toolchain.smoke.config import SmokeConfig
+    from toolchain.smoke.install import Target
 
 EXIT_GRACE = 3.0  # after a connection failure, how long a dying server gets to show its exit code
 

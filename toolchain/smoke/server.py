@@ -21,9 +21,9 @@ from pathlib import Path
 
 import requests
 
-from ..errors import UsageError
-from ..redact import redact_text
-from ..run import display
+from toolchain.core.proc import display
+from toolchain.core.redact import redact_text
+from toolchain.errors import UsageError
 
 # Variables setvars.sh (and the component vars.sh it calls) set; removed from the serve environment.
 ONEAPI_VARS = frozenset({
@@ -107,7 +107,7 @@ class Server:
         self._exit_logged = False
         self.starts = 0
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc) -> None:

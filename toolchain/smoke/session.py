@@ -15,17 +15,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..console import UI
-from ..errors import ToolError, UsageError
-from ..lock import Lock, verify_wheels
-from ..redact import redact_env
-from . import devices, install, report
-from .container_target import ContainerTarget, spec_from_lock
-from .config import SmokeConfig, build_config
-from .ladder import LadderResult, run_ladder
-from .runner import RunResult, run_set
-from .triage import load_signatures
+from toolchain import __version__
+from toolchain.console import UI
+from toolchain.core.redact import redact_env
+from toolchain.errors import ToolError, UsageError
+from toolchain.lock import Lock, verify_wheels
+from toolchain.smoke import devices, install, report
+from toolchain.smoke.config import SmokeConfig, build_config
+from toolchain.smoke.container_target import ContainerTarget, spec_from_lock
+from toolchain.smoke.ladder import LadderResult, run_ladder
+from toolchain.smoke.runner import RunResult, run_set
+from toolchain.smoke.triage import load_signatures
 
 
 @dataclass(frozen=True)

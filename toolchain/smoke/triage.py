@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .. import tomlio
-from ..errors import RecipeError
+from toolchain.core import toml as tomlio
+from toolchain.errors import RecipeError
 
 SOURCES = ("log", "response", "event")
 FIX_KINDS = ("env", "serve-arg", "patch", "recipe", "action")

@@ -1,0 +1,310 @@
+"""Bisect benchmark (`nox -s bench-bisect`, issue 5): builds needed and wall time, printed, not a timed test.
+
+A generated stack: `benchkern`, a repository of at least 200 first-parent commits (merged side branches, so
+first-parent matters) with a C extension, a known first-bad commit and a few commits that do not compile;
+beside it `benchheavy` (a C extension slow to compile) and `benchpy` (pure Python), pinned. Measured in one
+run:
+
+1. the builds one bisect needs <= ceil(log2(N+1)) + 1, plus one per skipped commit (N = commits in good..bad);
+2. the same bisect again compiles nothing (the wheel cache);
+3. its wall time against `git bisect run` with a script that rebuilds every component at each step: <= 1/3.
+
+Builds go through the build spine (`spine_builder`: the `toolchain bisect` builder on a generated recipe).
+The wall-time ratio depends on how much heavier the other components are than the bisected one
+(`--heavy-functions`).
+
+    python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.bisect.core import Bisector, git_candidates
+from toolchain.commands.bisect import CommandTester
+from toolchain.core.proc import run
+
+KERN = "benchkern"
+ANSWER = 42
+
+SETUP_PY = """\
+from setuptools import Extension, setup
+setup(name={name!r}, version="0.1", packages=[{name!r}],
+      ext_modules=[Extension("{name}._ext", ["src/ext.c"])])
+"""
+
+KERN_C = """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define REVISION {revision}
+static PyObject *value(PyObject *self, PyObject *args) {{ return PyLong_FromLong({answer}){broken} }}
+static PyObject *revision(PyObject *self, PyObject *args) {{ return PyLong_FromLong(REVISION); }}
+static PyMethodDef methods[] = {{{{"value", value, METH_NOARGS, ""}}, {{"revision", revision, METH_NOARGS, ""}},
+                                {{NULL, NULL, 0, NULL}}}};
+static struct PyModuleDef mod = {{PyModuleDef_HEAD_INIT, "_ext", NULL, -1, methods}};
+PyMODINIT_FUNC PyInit__ext(void) {{ return PyModule_Create(&mod); }}
+"""
+
+HEAVY_C_HEAD = """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+"""
+HEAVY_FN = "double f{i}(double x) {{ double s = 0; for (int k = 0; k < {i} % 7 + 3; k++) s += x * k / (k + {i}.0); " \
+           "return s > 1e9 ? s : s * 1.0001; }}\n"
+HEAVY_TAIL = """\
+static PyObject *value(PyObject *self, PyObject *args) {{ return PyFloat_FromDouble(f0(1.0) + f{last}(1.0)); }}
+static PyMethodDef methods[] = {{{{"value", value, METH_NOARGS, ""}}, {{NULL, NULL, 0, NULL}}}};
+static struct PyModuleDef mod = {{PyModuleDef_HEAD_INIT, "_ext", NULL, -1, methods}};
+PyMODINIT_FUNC PyInit__ext(void) {{ return PyModule_Create(&mod); }}
+"""
+
+TEST_PY = """\
+import os, sys, tempfile, zipfile
+wheels = [w for w in os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep) if w]
+with tempfile.TemporaryDirectory() as d:
+    for w in wheels:
+        zipfile.ZipFile(w).extractall(d)
+    sys.path.insert(0, d)
+    import benchkern._ext as ext
+    sys.exit(0 if ext.value() == {answer} else 1)
+"""
+
+# `git bisect run` baseline: every step exports and builds every component, then runs the same test.
+BASELINE_STEP_PY = """\
+import os, subprocess, sys, tarfile, tempfile, json
+others, test = json.loads(sys.argv[1]), sys.argv[2]
+with tempfile.TemporaryDirectory() as tmp:
+    srcs = []
+    for i, (repo, commit) in enumerate([[os.getcwd(), "HEAD"]] + others):
+        archive, src = os.path.join(tmp, f"{{i}}.tar"), os.path.join(tmp, f"src{{i}}")
+        subprocess.run(["git", "-C", repo, "archive", "--format=tar", "-o", archive, commit], check=True)
+        tarfile.open(archive).extractall(src)
+        srcs.append(src)
+    wheels = os.path.join(tmp, "wheels")
+    for src in srcs:
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                               src, "-w", wheels], capture_output=True)
+        if done.returncode != 0:
+            sys.exit(125)
+    env = dict(os.environ, TOOLCHAIN_BISECT_WHEELS=os.pathsep.join(
+        os.path.join(wheels, w) for w in sorted(os.listdir(wheels))))
+    sys.exit(subprocess.run([sys.executable, test], env=env).returncode)
+"""
+
+
+@dataclass(frozen=True)
+class BenchRepo:
+    path: Path
+    good: str
+    bad: str
+    first_bad: str
+    unbuildable: tuple[str, ...]
+    first_parent: int   # commits in good..bad on the first-parent line
+
+
+@dataclass(frozen=True)
+class Stack:
+    kern: BenchRepo
+    others: tuple[tuple[str, Path, str], ...]   # (name, repo, pinned commit)
+    test_script: Path
+
+
+class _Git:
+    def __init__(self, path: Path) -> None:
+        self.path, self.tick = path, 0
+        path.mkdir(parents=True, exist_ok=True)
+        self("init", "-q", "-b", "main")
+
+    def __call__(self, *args: str) -> str:
+        date = f"{1700000000 + self.tick * 60} +0000"
+        env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.org",
+               "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.org",
+               "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "GIT_CONFIG_GLOBAL": os.devnull,
+               "GIT_CONFIG_NOSYSTEM": "1"}
+        return run(["git", "-C", str(self.path), *args], env=env, capture=True).stdout.strip()
+
+    def commit(self, subject: str, files: dict[str, str]) -> str:
+        self.tick += 1
+        for name, text in files.items():
+            (self.path / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.path / name).write_text(text)
+        self("add", "-A")
+        self("commit", "-q", "-m", subject)
+        return self("rev-parse", "HEAD")
+
+
+def make_kernel_repo(path: Path, *, commits: int = 240, first_bad: int | None = None,
+                     unbuildable: tuple[int, ...] | None = None, merge_every: int = 25) -> BenchRepo:
+    """`commits` first-parent commits after the good one; every `merge_every`-th is a merge of a two-commit
+    side branch. Commit `first_bad` (an index on the first-parent line) makes value() wrong; the
+    `unbuildable` ones have a syntax error in the C file (the next commit fixes it)."""
+    first_bad = first_bad if first_bad is not None else commits * 7 // 10
+    if unbuildable is None:
+        wanted = (commits // 4, commits // 4 + 1, commits * 5 // 8, commits - 2)  # 5/8: on the search path
+        unbuildable = tuple(sorted({i for i in wanted if 0 < i < commits and abs(i - first_bad) > 1}))
+    if not 0 < first_bad <= commits or {first_bad - 1, first_bad} & set(unbuildable):
+        raise ValueError("the first bad commit and the one before it must build (else no bisect can name it), "
+                         "and it must lie inside the range")
+    g = _Git(path)
+
+    def files(i: int) -> dict[str, str]:
+        broken = ";" if i not in unbuildable else ""   # a missing ';': error: expected ';' before '}'
+        return {"setup.py": SETUP_PY.format(name=KERN), f"{KERN}/__init__.py": "",
+                "src/ext.c": KERN_C.format(revision=i, answer=ANSWER - 1 if i >= first_bad else ANSWER,
+                                           broken=broken)}
+
+    shas = [g.commit("initial import", files(0))]
+    bad_shas = []
+    for i in range(1, commits + 1):
+        if i % merge_every == 0 and i != first_bad and i not in unbuildable:
+            g("checkout", "-q", "-b", f"side{i}")
+            g.commit(f"side {i}: notes", {f"docs/side{i}.txt": "a\n"})
+            g.commit(f"side {i}: more notes", {f"docs/side{i}.txt": "b\n"})
+            g("checkout", "-q", "main")
+            g.tick += 1
+            g("merge", "-q", "--no-ff", "--no-commit", f"side{i}")
+            for name, text in files(i).items():
+                (path / name).write_text(text)
+            g("add", "-A")
+            g("commit", "-q", "-m", f"Merge side {i}")
+            shas.append(g("rev-parse", "HEAD"))
+        else:
+            shas.append(g.commit(f"kernel change {i}", files(i)))
+        if i in unbuildable:
+            bad_shas.append(shas[-1])
+    return BenchRepo(path, shas[0], shas[-1], shas[first_bad], tuple(bad_shas), commits)
+
+
+def make_stack(work: Path, *, commits: int = 240, heavy_functions: int = 6000) -> Stack:
+    kern = make_kernel_repo(work / "repos" / KERN, commits=commits)
+    heavy = _Git(work / "repos" / "benchheavy")
+    body = HEAVY_C_HEAD + "".join(HEAVY_FN.format(i=i) for i in range(heavy_functions)) + \
+        HEAVY_TAIL.format(last=heavy_functions - 1)
+    h = heavy.commit("heavy", {"setup.py": SETUP_PY.format(name="benchheavy"), "benchheavy/__init__.py": "",
+                               "src/ext.c": body})
+    py = _Git(work / "repos" / "benchpy")
+    p = py.commit("pure python", {"setup.py": "from setuptools import setup\nsetup(name='benchpy', version='0.1', "
+                                              "packages=['benchpy'])\n", "benchpy/__init__.py": "X = 1\n"})
+    test = work / "test_step.py"
+    test.write_text(TEST_PY.format(answer=ANSWER))
+    return Stack(kern, (("benchheavy", heavy.path, h), ("benchpy", py.path, p)), test)
+
+
+# ---- builders ------------------------------------------------------------------------------------------
+
+def spine_builder(stack: Stack, work: Path) -> Any:
+    """The bisect builder through the build spine (as `toolchain bisect` makes it): a recipe for the generated stack (no toolchain, host
+    target, this interpreter), `benchkern` pinned per step, the other components from the wheel cache."""
+    from toolchain.commands.bisect import SpineBuilder
+    from toolchain.console import UI
+    from toolchain.recipe import load as recipes
+
+    lines = ['description = "bisect benchmark"', "[toolchain]", 'setvars = ""', "[target]", 'runtime = "host"',
+             f"python = {json.dumps(sys.executable)}"]
+    deps: list[str] = []
+    for name, repo, commit in (*stack.others, (KERN, stack.kern.path, stack.kern.bad)):
+        lines += [f"[components.{name}]", f"url = {json.dumps(repo.resolve().as_uri())}", f'commit = "{commit}"',
+                  f"after = {json.dumps(deps)}"]
+        deps = [name]
+    path = work / "recipes" / "bench.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    base = recipes.load_recipe(str(path))
+    return SpineBuilder(lambda sha: recipes.with_commit(base, KERN, sha), work / "steps", work / "cache", (),
+                        UI(quiet=True), component=KERN)
+
+
+# ---- measuring -----------------------------------------------------------------------------------------
+
+def tool_bisect(stack: Stack, builder: Any, work: Path, jobs: int) -> tuple[Any, float]:
+    cands = git_candidates(stack.kern.path, stack.kern.good, stack.kern.bad)
+    tester = CommandTester([sys.executable, str(stack.test_script)], work / "test-logs")
+    started = time.monotonic()
+    result = Bisector(cands, builder, tester, jobs=jobs).run()
+    return result, time.monotonic() - started
+
+
+def git_bisect_run(stack: Stack, work: Path) -> tuple[str, int, float]:
+    """`git bisect run` in a fresh clone with a step script that rebuilds every component."""
+    clone = work / "baseline"
+    shutil.rmtree(clone, ignore_errors=True)
+    run(["git", "clone", "-q", str(stack.kern.path), str(clone)], capture=True)
+    step = work / "baseline_step.py"
+    step.write_text(BASELINE_STEP_PY.format())
+    others = json.dumps([[str(repo), commit] for _, repo, commit in stack.others])
+    git = ["git", "-C", str(clone), "-c", "user.name=bench", "-c", "user.email=bench@example.org"]
+    started = time.monotonic()
+    run([*git, "bisect", "start", "--first-parent", stack.kern.bad, stack.kern.good], capture=True)
+    done = run([*git, "bisect", "run", sys.executable, str(step), others, str(stack.test_script)], capture=True,
+               check=False)
+    seconds = time.monotonic() - started
+    found = re.search(r"^([0-9a-f]{40}) is the first bad commit", done.stdout, re.M)
+    return found.group(1) if found else "", done.stdout.count("running "), seconds
+
+
+def run_benchmark(work: Path, *, commits: int = 240, jobs: int = 3,
+                  heavy_functions: int = 6000, baseline: bool = True) -> dict[str, Any]:
+    stack = make_stack(work, commits=commits, heavy_functions=heavy_functions)
+    n = stack.kern.first_parent
+    first, t_tool = tool_bisect(stack, spine_builder(stack, work), work, jobs)
+    again, t_again = tool_bisect(stack, spine_builder(stack, work), work, jobs)
+    skips = len(first.skipped)
+    bound = math.ceil(math.log2(n + 1)) + 1 + skips
+    figures: dict[str, Any] = {
+        "commits": n, "jobs": jobs,
+        "first_bad_expected": stack.kern.first_bad, "first_bad_found": first.first_bad.key if first.first_bad else None,
+        "steps": len(first.steps), "skips": skips, "builds_needed": first.builds_needed, "builds_bound": bound,
+        "builds_speculative": first.builds_speculative, "builds_compiled": first.builds_compiled,
+        "repeat_builds_compiled": again.builds_compiled, "tool_seconds": round(t_tool, 2),
+        "repeat_seconds": round(t_again, 2),
+    }
+    checks = {"found": figures["first_bad_found"] == stack.kern.first_bad,
+              "builds_within_bound": first.builds_needed <= bound,
+              "repeat_compiles_nothing": again.builds_compiled == 0}
+    if baseline:
+        git_first_bad, git_steps, t_git = git_bisect_run(stack, work)
+        figures.update(git_first_bad=git_first_bad, git_steps=git_steps, git_seconds=round(t_git, 2),
+                       time_ratio=round(t_tool / t_git, 3))
+        checks["git_agrees"] = git_first_bad == stack.kern.first_bad
+        checks["time_ratio_within_third"] = t_tool <= t_git / 3
+    return {"ok": all(checks.values()), "figures": figures, "checks": checks,
+            "repo": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(stack.kern).items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_bisect", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, help="working directory (default: a temporary one, removed)")
+    ap.add_argument("--commits", type=int, default=240)
+    ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--heavy-functions", type=int, default=6000, help="size of the slow-to-compile component")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the `git bisect run` comparison")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-bisect-") as tmp:
+        work = args.work or Path(tmp)
+        report = run_benchmark(work, commits=args.commits, jobs=args.jobs,
+                               heavy_functions=args.heavy_functions, baseline=not args.no_baseline)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for k, v in report["figures"].items():
+            print(f"{k:>22}: {v}")
+        for k, v in report["checks"].items():
+            print(f"{k:>22}: {'ok' if v else 'FAILED'}")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,542 @@
+"""Bisect core: find the first bad candidate, knowing nothing of how builds are made or tested.
+
+`Bisector(candidates, builder, tester, handler)`: `candidates[0]` is known good, `candidates[-1]` known
+bad. Each step builds the untested candidate nearest the middle of the range (`builder.build(key)`), tests
+it (`tester.test(candidate, build)`) and tells the handler, which does all reporting. A failed build or a
+SKIP verdict skips the candidate, as `git bisect skip` does; skips next to the boundary leave a set of
+possible first-bad candidates instead of one. After every step the state goes to `persist` (atomically, see
+`StateFile`), so an interrupted bisect resumes where it stopped. While a step's test runs, the builds for
+both possible next midpoints may start in a thread pool when idle cores permit (the builder must be
+thread-safe for distinct keys).
+
+Candidates from git: `git_candidates(mirror, good, bad, url)` (the first-parent commits in good..bad).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from toolchain.core.fs import atomic_write_text
+from toolchain.core.proc import CommandFailed, run
+from toolchain.errors import BuildError, SourceError, UsageError
+
+STATE_VERSION = 1
+SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
+
+
+class Verdict(enum.Enum):
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    key: str            # a commit sha (or, for lock-to-lock, a difference id)
+    subject: str = ""
+    date: str = ""
+    url: str = ""
+    merge: bool = False
+
+    @property
+    def short(self) -> str:
+        return self.key[:12]
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    ok: bool
+    lock_path: Path | None = None
+    wheels: tuple[Path, ...] = ()
+    log: Path | None = None
+    reason: str = ""        # why the build failed (one line)
+    cached: bool = False    # nothing was compiled: every wheel came from the cache
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "lock": _str(self.lock_path), "wheels": [str(w) for w in self.wheels],
+                "log": _str(self.log), "reason": self.reason, "cached": self.cached}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BuildOutcome:
+        return cls(ok=bool(d["ok"]), lock_path=_path(d.get("lock")), wheels=tuple(Path(w) for w in d.get("wheels", ())),
+                   log=_path(d.get("log")), reason=d.get("reason", ""), cached=bool(d.get("cached", False)))
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    __test__ = False  # not a pytest class
+    verdict: Verdict
+    reason: str = ""
+    log: Path | None = None
+
+
+class Builder(Protocol):
+    def build(self, key: str) -> BuildOutcome:
+        """Build one candidate. A failed build returns ok=False (it is skipped); raise only to abort."""
+
+
+class Tester(Protocol):
+    def test(self, candidate: Candidate, build: BuildOutcome) -> TestOutcome | Verdict:
+        """Test one built candidate."""
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    number: int
+    key: str
+    verdict: Verdict
+    reason: str = ""
+    build_failed: bool = False
+    prefetched: bool = False    # its build had started ahead, during an earlier test
+    cached: bool = False
+    build_seconds: float = 0.0  # time this step waited for its build
+    test_seconds: float = 0.0
+    lock: str = ""
+    remaining: int = 0          # untested candidates left in the range after this step
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verdict"] = self.verdict.value
+        d["build_seconds"] = round(self.build_seconds, 3)
+        d["test_seconds"] = round(self.test_seconds, 3)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StepRecord:
+        return cls(**{**d, "verdict": Verdict(d["verdict"])})
+
+
+@dataclass(frozen=True)
+class BisectState:
+    candidates: tuple[Candidate, ...]
+    verdicts: Mapping[str, tuple[Verdict, str]]     # key -> (verdict, reason)
+    steps: tuple[StepRecord, ...] = ()
+    builds: Mapping[str, BuildOutcome] = field(default_factory=dict)
+    finished: bool = False
+
+    @classmethod
+    def start(cls, candidates: Sequence[Candidate], builds: Mapping[str, BuildOutcome]) -> BisectState:
+        """`builds`: builds already known (e.g. the locks the ends came from)."""
+        return cls(tuple(candidates), {candidates[0].key: (Verdict.GOOD, "given as good"),
+                                       candidates[-1].key: (Verdict.BAD, "given as bad")}, builds=dict(builds))
+
+    def marks(self) -> list[Verdict | None]:
+        return [self.verdicts.get(c.key, (None, ""))[0] for c in self.candidates]
+
+    def bounds(self) -> tuple[int, int]:
+        """(last known good, first known bad after it) as indices."""
+        return _bounds(self.marks())
+
+    def pending(self) -> int:
+        lo, hi = self.bounds()
+        marks = self.marks()
+        return sum(1 for i in range(lo + 1, hi) if marks[i] is None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidates": [asdict(c) for c in self.candidates],
+            "verdicts": {k: {"verdict": v.value, "reason": r} for k, (v, r) in self.verdicts.items()},
+            "steps": [s.to_dict() for s in self.steps],
+            "builds": {k: b.to_dict() for k, b in self.builds.items()},
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BisectState:
+        return cls(candidates=tuple(Candidate(**c) for c in d["candidates"]),
+                   verdicts={k: (Verdict(v["verdict"]), v.get("reason", "")) for k, v in d["verdicts"].items()},
+                   steps=tuple(StepRecord.from_dict(s) for s in d.get("steps", ())),
+                   builds={k: BuildOutcome.from_dict(b) for k, b in d.get("builds", {}).items()},
+                   finished=bool(d.get("finished", False)))
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    first_bad: Candidate | None                      # None when skips hide the boundary
+    last_good: Candidate
+    possible: tuple[Candidate, ...]                  # the first bad is one of these (just first_bad when found)
+    skipped: tuple[tuple[Candidate, str], ...]       # every skipped candidate and why
+    steps: tuple[StepRecord, ...]
+    good_build: BuildOutcome | None = None
+    bad_build: BuildOutcome | None = None
+    builds_needed: int = 0       # builds this run waited for (steps and the two ends)
+    builds_speculative: int = 0  # builds started ahead that no step needed
+    builds_compiled: int = 0     # builds of this run that were not cache hits
+
+    @property
+    def found(self) -> bool:
+        return self.first_bad is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "found": self.found,
+            "first_bad": asdict(self.first_bad) if self.first_bad else None,
+            "last_good": asdict(self.last_good),
+            "possible": [asdict(c) for c in self.possible],
+            "skipped": [{**asdict(c), "reason": r} for c, r in self.skipped],
+            "steps": [s.to_dict() for s in self.steps],
+            "good_build": self.good_build.to_dict() if self.good_build else None,
+            "bad_build": self.bad_build.to_dict() if self.bad_build else None,
+            "builds": {"needed": self.builds_needed, "speculative": self.builds_speculative,
+                       "compiled": self.builds_compiled},
+        }
+
+
+class BisectHandler:
+    """Receives the events of a `Bisector` and does all reporting. Every method is optional."""
+
+    def started(self, state: BisectState) -> None: ...
+    def building(self, candidate: Candidate) -> None: ...
+    def prefetching(self, candidate: Candidate) -> None: ...
+    def testing(self, candidate: Candidate) -> None: ...
+    def step(self, record: StepRecord, state: BisectState) -> None: ...
+    def skip(self, record: StepRecord, state: BisectState) -> None: ...
+    def finished(self, result: BisectResult) -> None: ...
+    def interrupted(self, state: BisectState, error: BaseException) -> None: ...
+
+
+class Bisector:
+    """`run()` bisects `candidates` (good first, bad last). `state`: a saved state to continue; `persist`:
+    called with the state after every change; `jobs` > 1 lets up to jobs-1 builds start ahead while a test
+    runs, when `idle()` (idle cores) leaves one core for the test; `builds`: builds already known (the ends'
+    locks); `build_ends`: build the last good and first bad candidates if no step did (for their locks)."""
+
+    def __init__(self, candidates: Sequence[Candidate], builder: Builder, tester: Tester,
+                 handler: BisectHandler | None = None, *, state: BisectState | None = None,
+                 persist: Callable[[BisectState], None] | None = None, jobs: int = 1,
+                 idle: Callable[[], float] | None = None, build_ends: bool = True,
+                 builds: Mapping[str, BuildOutcome] | None = None) -> None:
+        candidates = tuple(candidates)
+        _check_candidates(candidates)
+        if state is not None and [c.key for c in state.candidates] != [c.key for c in candidates]:
+            raise UsageError("the saved bisect state is for a different range of candidates",
+                             hint="start a new bisect with another --state file, or resume with the saved options")
+        self.state = state or BisectState.start(candidates, builds or {})
+        self.builder, self.tester = builder, tester
+        self.handler = handler or BisectHandler()
+        self.persist = persist
+        self.jobs = max(1, jobs)
+        self.idle = idle or idle_cores
+        self.build_ends = build_ends
+        self._futures: dict[str, Future] = {}
+        self._used: set[str] = set()
+        self._pool: ThreadPoolExecutor | None = None
+
+    # ---- driving ----------------------------------------------------------------------------------
+    def run(self) -> BisectResult:
+        self._pool = ThreadPoolExecutor(self.jobs - 1, thread_name_prefix="prefetch") if self.jobs > 1 else None
+        clean = False
+        try:
+            self.handler.started(self.state)
+            while (index := self.next_index()) is not None:
+                self._step(index)
+            result = self._finish()
+            clean = True
+        except BaseException as exc:
+            self.handler.interrupted(self.state, exc)
+            raise
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=clean, cancel_futures=True)
+        self.handler.finished(result)
+        return result
+
+    def next_index(self) -> int | None:
+        lo, hi = self.state.bounds()
+        return _pick(lo, hi, self.state.marks())
+
+    def _step(self, index: int) -> None:
+        cand = self.state.candidates[index]
+        prefetched = cand.key in self._futures
+        self.handler.building(cand)
+        started = time.monotonic()
+        build = self._build(cand.key)
+        build_seconds = time.monotonic() - started
+        test_seconds = 0.0
+        if not build.ok:
+            verdict, reason = Verdict.SKIP, f"build failed: {build.reason or 'see the build log'}"
+        else:
+            self._prefetch(index)
+            self.handler.testing(cand)
+            started = time.monotonic()
+            outcome = self.tester.test(cand, build)
+            test_seconds = time.monotonic() - started
+            if isinstance(outcome, Verdict):
+                outcome = TestOutcome(outcome)
+            verdict, reason = outcome.verdict, outcome.reason
+        state = replace(self.state, verdicts={**self.state.verdicts, cand.key: (verdict, reason)})
+        record = StepRecord(number=len(state.steps) + 1, key=cand.key, verdict=verdict, reason=reason,
+                            build_failed=not build.ok, prefetched=prefetched, cached=build.cached,
+                            build_seconds=build_seconds, test_seconds=test_seconds,
+                            lock=_str(build.lock_path) or "", remaining=state.pending())
+        self._save(replace(state, steps=state.steps + (record,)))
+        (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
+        self._check_systematic_failure()
+
+    def _check_systematic_failure(self) -> None:
+        """Stop when every build so far failed, the last SAME_FAILURES the same way (commit ids aside):
+        that is the recipe or the machine, not the commits. The phase starts over when resumed."""
+        steps = self.state.steps
+        if len(steps) < SAME_FAILURES or not all(s.build_failed for s in steps):
+            return
+        if len({_HEX.sub("<id>", s.reason) for s in steps[-SAME_FAILURES:]}) != 1:
+            return
+        cands = self.state.candidates
+        self._save(BisectState.start(cands, {c.key: self.state.builds[c.key] for c in (cands[0], cands[-1])
+                                             if c.key in self.state.builds}))
+        raise BuildError(f"the first {len(steps)} builds all failed the same way: {steps[-1].reason}",
+                         hint="that is the recipe or the build machine, not the commits: make the stack build "
+                              "at the good commit (`toolchain build`), then resume; the bisect starts over")
+
+    def _finish(self) -> BisectResult:
+        lo, hi = self.state.bounds()
+        cands = self.state.candidates
+        hidden = tuple(cands[i] for i in range(lo + 1, hi))  # all skipped, or the loop would go on
+        good_build = bad_build = None
+        if self.build_ends:
+            good_build, bad_build = self._end_build(cands[lo]), self._end_build(cands[hi])
+        self._save(replace(self.state, finished=True))
+        skipped = tuple((c, self.state.verdicts[c.key][1]) for c in cands
+                        if self.state.verdicts.get(c.key, (None, ""))[0] is Verdict.SKIP)
+        outcomes = [f.result() for f in self._futures.values() if f.done() and not f.cancelled()
+                    and f.exception() is None]
+        return BisectResult(
+            first_bad=None if hidden else cands[hi], last_good=cands[lo], possible=hidden + (cands[hi],),
+            skipped=skipped, steps=self.state.steps, good_build=good_build, bad_build=bad_build,
+            builds_needed=len(self._used & set(self._futures)),
+            builds_speculative=sum(1 for k, f in self._futures.items()
+                                   if k not in self._used and (f.running() or f.done()) and not f.cancelled()),
+            builds_compiled=sum(1 for o in outcomes if not o.cached))
+
+    # ---- builds -----------------------------------------------------------------------------------
+    def _build(self, key: str) -> BuildOutcome:
+        """The build of `key`: a known one (an earlier run's, or a given end), the one started ahead
+        (waiting for it), else built now."""
+        known = self.state.builds.get(key)
+        if known is not None and known.ok and (known.lock_path is None or known.lock_path.exists()):
+            return known
+        future = self._futures.get(key)
+        if future is None:
+            future = Future()
+            future.set_result(self.builder.build(key))
+            self._futures[key] = future
+        outcome = future.result()
+        self._used.add(key)
+        self._save(replace(self.state, builds={**self.state.builds, key: outcome}))
+        return outcome
+
+    def _end_build(self, cand: Candidate) -> BuildOutcome:
+        if cand.key not in self.state.builds:
+            self.handler.building(cand)
+        return self._build(cand.key)
+
+    def _prefetch(self, index: int) -> None:
+        """Start the builds for both possible next midpoints (if `index` is good / if it is bad)."""
+        if self._pool is None:
+            return
+        lo, hi = self.state.bounds()
+        marks = self.state.marks()
+        nexts = [i for i in (_pick(index, hi, marks), _pick(lo, index, marks)) if i is not None]
+        todo = [self.state.candidates[i] for i in nexts]
+        todo = [c for c in todo if c.key not in self._futures and c.key not in self.state.builds]
+        if not todo:
+            return
+        running = sum(1 for f in self._futures.values() if not f.done())
+        slots = min(self.jobs - 1 - running, int(self.idle()) - 1)  # keep one core for the test
+        for cand in todo[:max(0, slots)]:
+            self.handler.prefetching(cand)
+            self._futures[cand.key] = self._pool.submit(self.builder.build, cand.key)
+
+    def _save(self, state: BisectState) -> None:
+        self.state = state
+        if self.persist is not None:
+            self.persist(state)
+
+
+_HEX = re.compile(r"[0-9a-f]{7,}")
+
+
+def _check_candidates(candidates: tuple[Candidate, ...]) -> None:
+    if len(candidates) < 2 or candidates[0].key == candidates[-1].key:
+        key = candidates[0].key if candidates else "?"
+        raise UsageError(f"nothing to bisect: good and bad are the same ({key[:12]})",
+                         hint="pass a --good that is older than --bad")
+    keys = [c.key for c in candidates]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise UsageError(f"candidate {dup[:12]} appears twice in the range")
+
+
+def _bounds(marks: Sequence[Verdict | None]) -> tuple[int, int]:
+    hi = next(i for i, m in enumerate(marks) if m is Verdict.BAD)
+    lo = max(i for i in range(hi) if marks[i] is Verdict.GOOD)
+    return lo, hi
+
+
+def _pick(lo: int, hi: int, marks: Sequence[Verdict | None]) -> int | None:
+    """The untested index nearest the middle of (lo, hi); None when only skipped ones are left."""
+    untested = [i for i in range(lo + 1, hi) if marks[i] is None]
+    if not untested:
+        return None
+    mid = (lo + hi) / 2
+    return min(untested, key=lambda i: (abs(i - mid), i))
+
+
+def steps_left(pending: int) -> int:
+    """Tests still needed, at most, to settle `pending` untested candidates (no skips)."""
+    return math.ceil(math.log2(pending + 1)) if pending > 0 else 0
+
+
+def idle_cores(sample: float = 0.2) -> float:
+    """Cores idle right now: /proc/stat sampled over `sample` seconds (the load average as a fallback)."""
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        before = _cpu_times()
+        time.sleep(sample)
+        after = _cpu_times()
+        total = sum(after) - sum(before)
+        idle = (after[3] + after[4]) - (before[3] + before[4])
+        return ncpu * idle / total if total > 0 else float(ncpu)
+    except (OSError, IndexError, ValueError):
+        try:
+            return max(0.0, ncpu - os.getloadavg()[0])
+        except OSError:
+            return 0.0
+
+
+def _cpu_times() -> list[int]:
+    with open("/proc/stat", encoding="ascii") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+# ---- the state file ---------------------------------------------------------------------------------
+
+class StateFile:
+    """One JSON document: `context` (what the command needs to resume) and one section per bisect phase.
+    Every write replaces the file atomically, so a kill at any moment leaves the last complete step."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._doc: dict[str, Any] | None = None
+
+    def read(self) -> dict[str, Any]:
+        if self._doc is None:
+            if not self.path.is_file():
+                self._doc = {}
+            else:
+                try:
+                    self._doc = json.loads(self.path.read_text(encoding="utf-8"))
+                except ValueError as exc:
+                    raise UsageError(f"{self.path}: not a bisect state file ({exc})",
+                                     hint="pass the bisect-state.json written by `toolchain bisect`") from None
+                if self._doc.get("state-version") != STATE_VERSION:
+                    raise UsageError(f"{self.path}: state-version {self._doc.get('state-version')!r} "
+                                     f"is not supported (this tool writes {STATE_VERSION})")
+        return self._doc
+
+    def update(self, **items: Any) -> None:
+        doc = {**self.read(), "state-version": STATE_VERSION, **items}
+        atomic_write_text(self.path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        self._doc = doc
+
+    def load(self, section: str) -> BisectState | None:
+        data = self.read().get("phases", {}).get(section)
+        return BisectState.from_dict(data) if data else None
+
+    def save(self, section: str, state: BisectState) -> None:
+        self.update(phases={**self.read().get("phases", {}), section: state.to_dict()})
+
+    def saver(self, section: str) -> Callable[[BisectState], None]:
+        return lambda state: self.save(section, state)
+
+
+# ---- candidates from git ----------------------------------------------------------------------------
+
+_FORMAT = "%H%x00%P%x00%s%x00%cI"
+
+
+def git_candidates(repo: Path, good: str, bad: str, url: str = "") -> tuple[Candidate, ...]:
+    """[good, first-parent commits of good..bad oldest first (ending with bad)] from a (bare) repository."""
+    good_sha, bad_sha = resolve_commit(repo, good), resolve_commit(repo, bad)
+    if good_sha == bad_sha:
+        raise UsageError(f"--good and --bad are the same commit ({good_sha[:12]}): nothing to bisect")
+    if not is_ancestor(repo, good_sha, bad_sha):
+        if is_ancestor(repo, bad_sha, good_sha):
+            raise UsageError(f"--good {good_sha[:12]} is newer than --bad {bad_sha[:12]} (the range is reversed)",
+                             hint="swap --good and --bad; to find a fix instead of a regression, "
+                                  "use a --test-cmd that exits 1 when the bug is gone")
+        raise UsageError(f"--good {good_sha[:12]} is not an ancestor of --bad {bad_sha[:12]} (they are on "
+                         f"different branches)",
+                         hint=f"use a good commit on the history of {bad_sha[:12]}, e.g. their merge base "
+                              f"`git merge-base {good_sha[:12]} {bad_sha[:12]}` if it is known to be good")
+    head = _git_log(repo, ["-1", good_sha], url)
+    rest = _git_log(repo, ["--first-parent", "--reverse", f"{good_sha}..{bad_sha}"], url)
+    return head + rest
+
+
+def resolve_commit(repo: Path, rev: str) -> str:
+    done = run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+               capture=True, check=False)
+    if done.returncode != 0:
+        raise SourceError(f"{rev!r} is not a commit in {repo}",
+                          hint="check the sha (a full 40-hex id is safest) and that the mirror has been fetched")
+    return done.stdout.strip()
+
+
+def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    done = run(["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer], capture=True, check=False)
+    if done.returncode not in (0, 1):
+        raise CommandFailed(done.argv, done.returncode, None, done.stderr)
+    return done.returncode == 0
+
+
+def first_parent_of(repo: Path, sha: str) -> str:
+    return run(["git", "-C", str(repo), "rev-parse", f"{sha}^1"], capture=True).stdout.strip()
+
+
+def _git_log(repo: Path, revs: list[str], url: str) -> tuple[Candidate, ...]:
+    out = run(["git", "-C", str(repo), "-c", "log.showSignature=false", "log", f"--format={_FORMAT}", *revs],
+              capture=True).stdout
+    cands = []
+    for line in out.splitlines():
+        sha, parents, subject, date = line.split("\x00")
+        cands.append(Candidate(sha, subject, date, commit_url(url, sha), merge=len(parents.split()) > 1))
+    return tuple(cands)
+
+
+def commit_url(repo_url: str, sha: str) -> str:
+    """A web URL for a commit, built from the repository URL ("" for local and unknown ones)."""
+    url = repo_url.strip()
+    if url.startswith("git@") and ":" in url:  # git@github.com:owner/repo.git
+        host, path = url[4:].split(":", 1)
+        url = f"https://{host}/{path}"
+    elif url.startswith("ssh://"):
+        rest = url[6:].split("@", 1)[-1]
+        host, _, path = rest.partition("/")
+        url = f"https://{host.split(':')[0]}/{path}"
+    if not url.startswith(("https://", "http://")):
+        return ""
+    url = url.rstrip("/")
+    if url.endswith(".git"):
+        url = url[:-4]
+    if "gitlab" in url.split("/")[2]:
+        return f"{url}/-/commit/{sha}"
+    return f"{url}/commit/{sha}"
+
+
+def _str(p: Path | None) -> str | None:
+    return None if p is None else str(p)
+
+
+def _path(s: str | None) -> Path | None:
+    return None if not s else Path(s)

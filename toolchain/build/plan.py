@@ -1,0 +1,141 @@
+"""Recipe → Plan: every component with its commit, patches (sha256), build env, exact command and cache key.
+
+Making a plan probes the target and sources the toolchain there, but fetches and builds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from toolchain import __version__
+from toolchain.core.fs import sha256_bytes
+from toolchain.core.memo import remembered
+from toolchain.core.redact import is_secret, redact_env
+from toolchain.recipe.load import Component, Recipe
+from toolchain.sources.patches import Patch, load_series
+from toolchain.target.facts import TargetInfo, ToolchainInfo
+from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
+
+KEY_VERSION = "1"  # bump when the build procedure changes in a way that changes wheels
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    component: Component
+    patches: tuple[Patch, ...]
+    env: tuple[tuple[str, str | None], ...]  # recipe env + component env + version override (no toolchain)
+    cache_key: str
+
+    @property
+    def name(self) -> str:
+        return self.component.name
+
+    def display_env(self) -> dict[str, str | None]:
+        return redact_env(dict(self.env))
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: Recipe
+    target: TargetInfo
+    toolchain: ToolchainInfo
+    toolchain_env: ToolchainEnv
+    components: tuple[ComponentPlan, ...]
+
+    def component(self, name: str) -> ComponentPlan:
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def component_env(recipe: Recipe, comp: Component) -> dict[str, str | None]:
+    env: dict[str, str | None] = dict(recipe.env)
+    env.update(comp.env)
+    if comp.version:
+        env[comp.version_env] = comp.version
+    return env
+
+
+def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | None], target: TargetInfo,
+              toolchain: ToolchainInfo) -> str:
+    """Covers what changes the wheel: source (commit, subdir, patches, pre-fetched deps), command, build env
+    and the toolchain fingerprint. Not the URL (a mirror serves the same commits) nor secret values."""
+    material = {
+        "key-version": KEY_VERSION,
+        "commit": comp.commit, "subdir": comp.subdir,
+        "patches": [p.sha256 for p in patches],
+        "fetchcontent": [(f.name.upper(), f.commit, f.env) for f in comp.fetchcontent],
+        "command": list(comp.command),
+        "env": sorted((k, "<secret>" if is_secret(k) else v) for k, v in env.items()),
+        "target": target.fingerprint(),
+        "toolchain": [toolchain.oneapi_version, toolchain.cmplr_root, toolchain.env_diff_sha256],
+    }
+    return sha256_bytes(json.dumps(material, sort_keys=True).encode())[:32]
+
+
+def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None) -> Plan:
+    ident = runtime.identity()
+    target = probe_target(runtime, memo_dir, ident)
+    tenv = capture_toolchain(recipe, runtime, memo_dir, ident, log=(log_dir / "setvars.log") if log_dir else None)
+    comps = []
+    for comp in recipe.components:
+        patches = load_series(recipe.patches_dir, comp.patches)
+        env = component_env(recipe, comp)
+        comps.append(ComponentPlan(comp, patches, tuple(env.items()),
+                                   cache_key(comp, patches, env, target, tenv.info)))
+    return Plan(recipe, target, tenv.info, tenv, tuple(comps))
+
+
+def probe_target(runtime, memo_dir: Path | None, ident: dict | None) -> TargetInfo:
+    def compute():
+        info, watch = runtime.probe_watch()
+        return asdict(info), [*watch, ident["python"]]
+
+    if ident is None:
+        return runtime.probe()
+    return TargetInfo(**remembered(memo_dir, "probe", ident, compute))
+
+
+def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dict | None, log=None) -> ToolchainEnv:
+    if not recipe.toolchain.enabled:
+        return capture(recipe, runtime, log=log)
+    setvars = runtime.toolchain_path(recipe.toolchain.setvars, recipe.path.parent)
+    base = sorted((k, v) for k, v in runtime.base_env().items() if k not in IGNORED)
+    identity = None if ident is None else {"target": ident, "setvars": setvars,
+                                           "args": list(recipe.toolchain.setvars_args),
+                                           "env": sha256_bytes(json.dumps(base).encode())}
+
+    def compute():
+        t = capture(recipe, runtime, log=log)
+        root = Path(setvars).parent
+        watch = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() else [setvars]
+        if t.info.cmplr_root:
+            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
+        if any(is_secret(k) for k, _ in t.diff):
+            watch = None  # setvars exported a secret: never write it to the cache
+        return {"info": asdict(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
+
+    saved = remembered(memo_dir, "setvars", identity, compute)
+    info = dict(saved["info"], setvars_args=tuple(saved["info"]["setvars_args"]))
+    return ToolchainEnv(ToolchainInfo(**info), tuple((k, v) for k, v in saved["diff"]), saved["banner"])
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    return {
+        "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256},
+        "target": plan.target.fingerprint(),
+        "toolchain": {"setvars": plan.toolchain.setvars, "setvars-args": list(plan.toolchain.setvars_args),
+                      "oneapi-version": plan.toolchain.oneapi_version, "cmplr-root": plan.toolchain.cmplr_root,
+                      "env": redact_env(plan.toolchain_env.as_dict())},
+        "tool-version": __version__,
+        "components": [{
+            "name": c.name, "url": c.component.url, "ref": c.component.ref, "commit": c.component.commit,
+            "subdir": c.component.subdir, "after": list(c.component.after),
+            "patches": [{"path": p.path, "sha256": p.sha256} for p in c.patches],
+            "fetchcontent": [{"name": f.name, "url": f.url, "commit": f.commit} for f in c.component.fetchcontent],
+            "env": c.display_env(), "command": list(c.component.command), "cache-key": c.cache_key,
+        } for c in plan.components],
+    }

@@ -1,0 +1,182 @@
+"""Plan → built components → lock. Components build in dependency order; each result comes from the wheel
+cache when its key is there, otherwise from a prepared source tree built inside the target runtime."""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.build.buildreqs import check_build_requires
+from toolchain.build.cache import WHEELS_DIR, WheelCache, WheelRef, copy_wheel
+from toolchain.build.plan import ComponentPlan, Plan
+from toolchain.core.proc import CommandFailed, merge_env
+from toolchain.core.redact import redact_env
+from toolchain.errors import BuildError, ToolError
+from toolchain.sources.mirrors import Mirrors, Rewrite
+from toolchain.sources.trees import SourceTrees
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out_dir: Path
+    cache_dir: Path
+    rewrites: tuple[Rewrite, ...] = ()
+    use_cache: bool = True       # False: build everything again (verify-repro), still storing results
+    fresh_sources: bool = False  # True: prepare source trees again instead of reusing them
+    deterministic: bool = True
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class BuiltComponent:
+    plan: ComponentPlan
+    describe: str
+    wheel: WheelRef
+    seconds: float
+    cached: bool
+    log: Path
+    normalizations: tuple[str, ...] = ()
+
+
+def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
+    cache = WheelCache(options.cache_dir)
+    trees = SourceTrees(options.cache_dir, mirrors)
+    wheels_dir = options.out_dir / WHEELS_DIR
+    wheels_dir.mkdir(parents=True, exist_ok=True)
+    built = []
+    with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
+        for cp in plan.components:
+            bar.update(description=f"{cp.name} @ {cp.component.commit[:12]}")
+            try:
+                built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui))
+            except ToolError as err:
+                err.component = getattr(err, "component", None) or cp.name  # which component failed
+                raise
+            bar.update(advance=1)
+    return built
+
+
+def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
+                    cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui) -> BuiltComponent:
+    comp = cp.component
+    where = f"{plan.recipe.path.name}: components.{comp.name}"
+    log = options.out_dir / "logs" / f"{comp.name}.log"
+    log.write_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n")
+    started = time.monotonic()
+    entry = cache.get(cp.cache_key) if options.use_cache else None
+    cached = entry is not None
+    if entry is None:
+        mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+        for dep in comp.fetchcontent:
+            mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
+        with cache.building(cp.cache_key):
+            entry = cache.get(cp.cache_key) if options.use_cache else None
+            cached = entry is not None
+            if entry is None:
+                _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui)
+                entry = cache.get(cp.cache_key)
+                assert entry is not None
+    describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
+    if cached:
+        with open(log, "a") as f:
+            f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s)\n")
+        ui.info(f"  [green]✓[/] {comp.name}: cached {entry.wheel.name}")
+    else:
+        ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
+    copy_wheel(entry, wheels_dir)
+    return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
+                          float(entry.meta.get("build_seconds", 0.0)), cached, log,
+                          tuple(entry.meta.get("normalizations", ())))
+
+
+def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, options, log, ui) -> None:
+    comp = cp.component
+    what = f"{comp.name}@{comp.commit[:12]}"
+    work = Path(options.cache_dir) / "work"
+    for stale in work.glob(f"{cp.cache_key}-*"):  # left by a builder killed holding this key's lock (we hold it)
+        shutil.rmtree(stale, ignore_errors=True)
+    out_tmp = work / f"{cp.cache_key}-{uuid.uuid4().hex[:8]}"
+    out_tmp.mkdir(parents=True)
+    started = time.monotonic()
+    try:
+        with contextlib.ExitStack() as stack:
+            tree = stack.enter_context(trees.tree(comp.url, comp.commit, cp.patches, subdir=comp.subdir,
+                                                  what=what, log=log, fresh=options.fresh_sources))
+            deps = {d.name: stack.enter_context(trees.tree(d.url, d.commit, what=f"{d.name}@{d.commit[:12]}",
+                                                           log=log)) for d in comp.fetchcontent}
+            ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps))
+            src = f"{ws.src}/{comp.subdir}".rstrip("/") if comp.subdir else ws.src
+            epoch = mirrors.commit_info(comp.url, comp.commit)["epoch"]
+            env = build_env(plan, cp, src, ws.deps, epoch, options.deterministic)
+            argv = [_fill(a, python=plan.recipe.target.python, src=src, out=ws.out) for a in comp.command]
+            check_build_requires(ws, plan.recipe.target.python, src, what, log)
+            ui.step(f"building {what} in the {runtime.describe()} (log: {log})")
+            try:
+                ws.run(argv, env=env, cwd=src, log=log, verbose=options.verbose)
+            except CommandFailed as exc:
+                raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(argv)}\n"
+                                 f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
+                                 hint="read the log; `toolchain plan` shows the exact env and command") from None
+        wheel = _the_wheel(out_tmp, comp, log)
+        normalizations = _normalize(wheel, epoch) if options.deterministic else []
+        cache.put(cp.cache_key, wheel, {
+            "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
+            "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
+        }, log=log)
+    finally:
+        shutil.rmtree(out_tmp, ignore_errors=True)
+
+
+def build_env(plan: Plan, cp: ComponentPlan, src: str, deps: dict[str, str], epoch: str,
+              deterministic: bool) -> dict[str, str | None]:
+    """toolchain diff < recipe env < component env < version override < determinism < pre-fetched deps."""
+    env = merge_env({}, plan.toolchain_env.as_dict(), dict(cp.env))
+    env.update({k: None for k, v in plan.toolchain_env.diff if v is None})
+    if deterministic:
+        from toolchain.build.determinism import deterministic_env
+
+        for k, v in deterministic_env(src, cp.name, int(epoch)).items():
+            env[k] = v if k not in ("CFLAGS", "CXXFLAGS") or not env.get(k) else f"{env[k]} {v}"
+    cmake_args = [f"-D{d.cmake_var}={deps[d.name]}" for d in cp.component.fetchcontent if not d.env]
+    for d in cp.component.fetchcontent:
+        if d.env:
+            env[d.env] = deps[d.name]
+    if cmake_args:
+        env["CMAKE_ARGS"] = " ".join(filter(None, [env.get("CMAKE_ARGS") or "", *cmake_args]))
+    return env
+
+
+def _fill(arg: str, **values: str) -> str:
+    for k, v in values.items():
+        arg = arg.replace("{" + k + "}", v)
+    return arg
+
+
+def _the_wheel(out: Path, comp, log: Path) -> Path:
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"building {comp.name} produced {len(wheels)} wheels in {out} "
+                         f"({', '.join(w.name for w in wheels) or 'none'}); expected exactly one",
+                         hint=f"the build command must write one wheel to {{out}} (pass --no-deps to pip wheel); log: {log}")
+    name = parse_wheel_filename(wheels[0].name)[0]
+    if comp.dist and canonicalize_name(comp.dist) != name:
+        raise BuildError(f"{comp.name}: the wheel is {wheels[0].name} (distribution {name}), "
+                         f"but the recipe says dist = {comp.dist!r}",
+                         hint="fix `dist` in the recipe or the subdirectory that is built")
+    return wheels[0]
+
+
+def _normalize(wheel: Path, epoch: str) -> list[str]:
+    from toolchain.build.wheelnorm import normalize_wheel
+
+    return list(normalize_wheel(wheel, int(epoch)))
+
+
+__all__ = ["BuildOptions", "BuiltComponent", "build_plan"]

@@ -1,0 +1,165 @@
+"""Normalize a built wheel in place so that the same contents always give the same bytes.
+
+What varies between two builds of the same sources, and what is fixed here:
+  entry-order   entries sorted by name, the .dist-info directory last and its RECORD the very last entry
+                (the wheel spec asks archivers to put .dist-info at the end);
+  timestamps    every entry dated SOURCE_DATE_EPOCH (UTC; zip cannot store times before 1980);
+  permissions   0644, or 0755 when the file had any executable bit;
+  record        RECORD regenerated with the sha256 and size of every entry, in archive order;
+  zip-layout    anything else in the archive (compression level, extra fields, comments, creator system).
+
+`normalize_wheel()` returns the names of the normalizations that changed something (the lock records them);
+a wheel that is already normal is left untouched, so normalizing twice gives identical bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import hashlib
+import io
+import os
+import stat
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from toolchain.core.fs import sha256_file
+from toolchain.errors import BuildError
+
+NORMALIZATIONS = ("entry-order", "timestamps", "permissions", "record", "zip-layout")
+ZIP_MIN_EPOCH = 315532800  # 1980-01-01T00:00:00Z, the earliest time a zip entry can carry
+ZIP_MAX_EPOCH = 4354819198  # 2107-12-31T23:59:58Z, the latest
+_BLOCK = 1 << 20
+
+
+def zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+    """The zip date_time for `epoch` (UTC), clamped to what zip can store (seconds are even)."""
+    clamped = min(max(int(epoch), ZIP_MIN_EPOCH), ZIP_MAX_EPOCH)
+    t = time.gmtime(clamped)
+    return (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec - t.tm_sec % 2)
+
+
+def source_date_epoch(default: int = ZIP_MIN_EPOCH) -> int:
+    value = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return int(value) if value.strip().isdigit() else default
+
+
+def normalize_wheel(path: Path, epoch: int | None = None) -> list[str]:
+    """Rewrite the wheel at `path` atomically in normal form; return the normalizations that changed it.
+
+    `epoch` is the timestamp for every entry (default: $SOURCE_DATE_EPOCH, else 1980-01-01).
+    """
+    path = Path(path)
+    date_time = zip_date_time(source_date_epoch() if epoch is None else epoch)
+    try:
+        with zipfile.ZipFile(path) as zin, _scratch_file(path) as tmp:
+            infos = zin.infolist()
+            record_name = _record_name(path, infos)
+            ordered = sorted((i for i in infos if i.filename != record_name),
+                             key=lambda i: _sort_key(i.filename, record_name))
+            old_record = zin.read(record_name)
+            new_record = _write_normalized(zin, ordered, record_name, date_time, tmp)
+            if sha256_file(tmp) == sha256_file(path):
+                return []
+            applied = _differences(infos, ordered, record_name, date_time, old_record, new_record)
+            os.chmod(tmp, 0o644)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            return applied or ["zip-layout"]
+    except zipfile.BadZipFile as exc:
+        raise BuildError(f"{path}: not a valid wheel (zip) file: {exc}",
+                         hint="the build backend wrote a broken archive; check the build log") from None
+
+
+def _record_name(path: Path, infos: list[zipfile.ZipInfo]) -> str:
+    records = [i.filename for i in infos
+               if i.filename.count("/") == 1 and i.filename.endswith(".dist-info/RECORD")]
+    if len(records) != 1:
+        found = "none" if not records else ", ".join(records)
+        raise BuildError(f"{path}: not a wheel: expected one <name>-<version>.dist-info/RECORD, found {found}",
+                         hint="normalize only the .whl files a build backend wrote")
+    return records[0]
+
+
+def _sort_key(name: str, record_name: str) -> tuple[int, str]:
+    dist_info = record_name.split("/", 1)[0] + "/"
+    return (1 if name.startswith(dist_info) else 0, name)
+
+
+def _mode(info: zipfile.ZipInfo) -> int:
+    """The normal Unix mode for an entry: directories 0755, executables 0755, other files 0644."""
+    mode = info.external_attr >> 16
+    if info.is_dir():
+        return stat.S_IFDIR | 0o755
+    if stat.S_ISLNK(mode):
+        return stat.S_IFLNK | 0o777
+    return stat.S_IFREG | (0o755 if mode & 0o111 else 0o644)
+
+
+def _normal_info(name: str, mode: int, date_time: tuple[int, ...]) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=date_time)
+    info.create_system = 3  # Unix, so the mode bits are honoured
+    info.external_attr = (mode << 16) | (0x10 if stat.S_ISDIR(mode) else 0)
+    info.compress_type = zipfile.ZIP_STORED if stat.S_ISDIR(mode) else zipfile.ZIP_DEFLATED
+    return info
+
+
+def _write_normalized(zin: zipfile.ZipFile, ordered: list[zipfile.ZipInfo], record_name: str,
+                      date_time: tuple[int, ...], dest: Path) -> bytes:
+    rows: list[tuple[str, str, str]] = []
+    with zipfile.ZipFile(dest, "w") as zout:
+        for info in ordered:
+            new = _normal_info(info.filename, _mode(info), date_time)
+            digest = hashlib.sha256()
+            with zin.open(info) as src, zout.open(new, "w", force_zip64=info.file_size > 0x7FFF0000) as dst:
+                for block in iter(lambda: src.read(_BLOCK), b""):
+                    digest.update(block)
+                    dst.write(block)
+            if not info.is_dir():
+                rows.append((info.filename, _record_hash(digest.digest()), str(info.file_size)))
+        rows.append((record_name, "", ""))
+        record = _record_bytes(rows)
+        zout.writestr(_normal_info(record_name, stat.S_IFREG | 0o644, date_time), record)
+    return record
+
+
+def _record_hash(digest: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _record_bytes(rows: list[tuple[str, str, str]]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerows(rows)
+    return buf.getvalue().encode("utf-8")
+
+
+def _differences(infos: list[zipfile.ZipInfo], ordered: list[zipfile.ZipInfo], record_name: str,
+                 date_time: tuple[int, ...], old_record: bytes, new_record: bytes) -> list[str]:
+    applied = []
+    if [i.filename for i in infos] != [i.filename for i in ordered] + [record_name]:
+        applied.append("entry-order")
+    if any(tuple(i.date_time) != date_time for i in infos):
+        applied.append("timestamps")
+    if any(i.create_system != 3 or (i.external_attr >> 16) != _mode(i) for i in infos):
+        applied.append("permissions")
+    if old_record != new_record:
+        applied.append("record")
+    return applied
+
+
+@contextlib.contextmanager
+def _scratch_file(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` (same filesystem, so os.replace is atomic); gone afterwards."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)

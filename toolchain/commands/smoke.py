@@ -1,0 +1,81 @@
+"""`toolchain smoke`: verify and install a lock's wheels, serve with the recipe's [smoke] profile (no oneAPI
+sourced), run the named regression set (or the ladder), triage failures and write the reports.
+
+Exit codes: 0 every required case passed; 1 a case failed, the server never became ready, or a wheel hash or
+an installed version differs from the lock; 2 bad input (including cards that do not match --device).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from toolchain.console import UI, CommandResult
+from toolchain.lock import read_lock
+from toolchain.smoke import devices
+from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
+from toolchain.smoke.session import SmokeOptions, SmokeOutcome, run_smoke
+
+
+def register(sub: Any, common: Any) -> None:
+    p = sub.add_parser("smoke", parents=[common], help="install a lock's wheels, serve, run the regression set",
+                       description=__doc__)
+    p.add_argument("--lock", type=Path, help="stack.lock.toml (or its directory) written by `toolchain build`")
+    p.add_argument("--device", choices=sorted(devices.PROFILES), help="card profile (default: the lock's [smoke])")
+    p.add_argument("--skip-device-check", action="store_true", help="do not look for the cards (CPU test runs)")
+    p.add_argument("--ladder", action="store_true",
+                   help="eager, then + FP8 KV, + XPU graph, + GDN optimization; report the first step that breaks")
+    p.add_argument("--serve-cmd", metavar="CMD", help="serve with this command line instead of the profile's; "
+                   "placeholders {python} {model} {host} {port} {tp}")
+    p.add_argument("--model", help="model to serve and to name in requests (default: the lock's [smoke])")
+    p.add_argument("--host", default="127.0.0.1", help="address the server listens on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: [smoke] port or 8000)")
+    p.add_argument("--tensor-parallel-size", type=int, metavar="N", help="cards to serve on (default: [smoke])")
+    p.add_argument("--cases", metavar="A,B,...", help=f"cases to run, comma-separated (default: {','.join(DEFAULT_CASES)}; "
+                   f"built in: {', '.join(PRESETS)}; recipes add more)")
+    p.add_argument("--out", type=Path, help="report directory (default: <lock dir>/smoke/<time>)")
+    p.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 1800)")
+    p.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 600)")
+    p.add_argument("--no-install", action="store_true", help="serve from an existing environment (see --python)")
+    p.add_argument("--python", help="interpreter the fresh venv is made from (default: the lock's); "
+                   "with --no-install, the environment to serve from")
+    p.add_argument("--venv", type=Path, help="where the fresh venv goes (default: <out>/venv)")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: Any, ui: UI) -> CommandResult:
+    options = SmokeOptions(
+        device=args.device or "", skip_device_check=args.skip_device_check, ladder=args.ladder,
+        serve_cmd=args.serve_cmd or "", model=args.model or "", host=args.host, port=args.port or 0,
+        tensor_parallel_size=args.tensor_parallel_size or 0,
+        cases=tuple(n.strip() for n in (args.cases or "").split(",") if n.strip()),
+        ready_timeout=args.ready_timeout or 0.0, request_timeout=args.request_timeout or 0.0,
+        no_install=args.no_install, python=args.python or "", venv=args.venv)
+    lock = read_lock(args.lock) if args.lock else None
+    return _result(run_smoke(lock, out_dir=args.out, ui=ui, options=options))
+
+
+def _result(outcome: SmokeOutcome) -> CommandResult:
+    tables = []
+    for run in outcome.runs:
+        table = Table(title=f"{run.name}: {'PASS' if run.passed else 'FAIL'}"
+                            + (f" (ready {run.ready.seconds:.1f}s)" if run.ready.ok else f" ({run.ready.reason})"))
+        for col in ("case", "verdict", "time", "note"):
+            table.add_column(col, overflow="fold" if col == "note" else "ellipsis")
+        for c in run.cases:
+            table.add_row(c.name, c.verdict if c.required else f"{c.verdict} (optional)", f"{c.seconds:.1f}s",
+                          c.message[:160])
+        tables.append(table)
+    paths = outcome.paths
+    summary = ("[green]PASS[/]: " if outcome.passed else "[red]FAIL[/]: ") + outcome.summary + \
+        f"\nreports: {paths['summary']}  {paths['report']}  {paths['junit']}"
+    rep, ladder = outcome.report, outcome.ladder
+    data = {"ok": outcome.passed, "verdict": rep["verdict"], "exit_code": outcome.exit_code, "out": rep["out"],
+            "reports": {k: str(v) for k, v in paths.items()},
+            "runs": [{"name": r.name, "passed": r.passed, "ready": r.ready.to_dict(), "crashed": r.crashed,
+                      "oom": r.oom, "cases": {c.name: c.verdict for c in r.cases},
+                      "findings": [f.id for f in r.findings]} for r in outcome.runs],
+            "ladder": ({"first_broken": ladder.first_broken or None, "how": ladder.how} if ladder else None)}
+    return CommandResult(data=data, exit_code=outcome.exit_code, summary=summary, tables=tuple(tables))

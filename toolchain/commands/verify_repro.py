@@ -1,0 +1,196 @@
+"""`toolchain verify-repro`: prove that a stack rebuilds bit for bit.
+
+  --recipe X   build X twice, in different directories, at different times and under a different umask,
+               with the wheel cache off, and compare every wheel;
+  --lock LOCK  rebuild what a published lock records and compare with the hashes it records (and, where its
+               wheels are beside it, with the wheels themselves, file by file).
+
+Exit 0 when every wheel is identical; 1 with the differing wheels, the files inside them and a content diff.
+The build directories are kept on a difference (and with --keep) so the wheels can be inspected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from toolchain.console import UI, CommandResult
+from toolchain.lock import Lock, read_lock
+from toolchain.release.bundle import PATCHES_DIR
+from toolchain.release.wheeldiff import (
+    ReproReport,
+    compare_wheel_sets,
+    compare_with_hashes,
+    format_report,
+)
+
+MIN_GAP_SECONDS = 2.0   # zip timestamps have a 2-second resolution: the second build starts in a later slot
+SECOND_UMASK = 0o002    # the first build runs under the caller's umask (usually 022)
+DEFAULT_WORK_ROOT = Path("dist") / ".repro"
+BUILD_DIRS = ("build-1", "build-2", "rebuild")
+
+# (out_dir, cache_dir) -> the lock that build wrote
+Builder = Callable[[Path, Path], Lock]
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("verify-repro", parents=[common],
+                       help="build twice (or rebuild a lock) and check the wheels are identical",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--recipe", metavar="RECIPE", help="build this recipe twice and compare")
+    what.add_argument("--lock", metavar="LOCK", type=Path, help="rebuild this stack.lock.toml and compare")
+    p.add_argument("--work-dir", type=Path, metavar="DIR",
+                   help=f"where the builds go (default: a new directory under {DEFAULT_WORK_ROOT}/)")
+    p.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="take sources from this cache directory's mirror (default: the build cache, as for "
+                        "`toolchain build`); source trees and wheels are always made afresh per build")
+    p.add_argument("--recipes-dir", type=Path, metavar="DIR", help="where recipes live (as for `toolchain build`)")
+    p.add_argument("--patches-dir", type=Path, metavar="DIR", help="where patches live (as for `toolchain build`)")
+    p.add_argument("--mirror", action="append", default=[], metavar="FROM=TO",
+                   help="rewrite repository URL prefixes (as for `toolchain build`; repeatable)")
+    p.add_argument("--keep", action="store_true", help="keep the build directories even when reproducible")
+    p.add_argument("--no-diffoscope", action="store_true",
+                   help="use the built-in per-file comparison even when diffoscope is installed")
+    p.set_defaults(handler=handle)
+
+
+def handle(args, ui: UI) -> CommandResult:
+    published = read_lock(args.lock) if args.lock else None
+    work = _work_dir(args.work_dir, Path(args.lock).parent.name if args.lock else Path(args.recipe).stem)
+    mirror = _shared_mirror(args.cache_dir)
+    diffoscope = False if args.no_diffoscope else None
+    if published is not None:
+        report = verify_lock(published, lambda out, cache: _rebuild_lock(published, out, cache, args, ui),
+                             work, ui, mirror=mirror, use_diffoscope=diffoscope)
+    else:
+        report = verify_builds(lambda out, cache: _build_recipe(args.recipe, out, cache, args, ui),
+                               work, ui, mirror=mirror, use_diffoscope=diffoscope)
+    kept = not report.ok or args.keep
+    if not kept:
+        _remove_builds(work)
+    data = {"ok": report.ok, "mode": "lock" if args.lock else "recipe",
+            "work-dir": str(work) if kept else None, **report.to_dict()}
+    summary = format_report(report) + (f"\nbuilds kept in {work}" if kept else "")
+    return CommandResult(data=data, exit_code=0 if report.ok else 1, summary=summary)
+
+
+def verify_builds(build: Builder, work: Path, ui: UI, *, mirror: Path | None = None,
+                  use_diffoscope: bool | None = None) -> ReproReport:
+    """Build twice with `build` (different directories, times and umask) and compare the wheels.
+    Each build gets its own cache directory; `mirror` (a source mirror directory) is shared by both."""
+    one, two = (work / name for name in BUILD_DIRS[:2])
+    ui.step(f"first build in {one}")
+    first = build(one / "out", _build_cache(one, mirror))
+    time.sleep(MIN_GAP_SECONDS)
+    ui.step(f"second build in {two} (umask {SECOND_UMASK:03o})")
+    old_umask = os.umask(SECOND_UMASK)
+    try:
+        second = build(two / "out", _build_cache(two, mirror))
+    finally:
+        os.umask(old_umask)
+    return compare_locks(first, second, use_diffoscope=use_diffoscope)
+
+
+def verify_lock(published: Lock, rebuild: Builder, work: Path, ui: UI, *, mirror: Path | None = None,
+                use_diffoscope: bool | None = None) -> ReproReport:
+    """Rebuild `published` with `rebuild` and compare with the hashes (and wheels) it records."""
+    where = work / BUILD_DIRS[2]
+    ui.step(f"rebuilding {published.path} in {where}")
+    rebuilt = rebuild(where / "out", _build_cache(where, mirror))
+    expected = {c.wheel.file: c.wheel.sha256 for c in published.components}
+    originals = {c.wheel.file: published.wheel_path(c) for c in published.components} if published.path else {}
+    return compare_with_hashes(expected, _wheel_paths(rebuilt), label_a=f"lock {published.path}",
+                               label_b=f"rebuild {rebuilt.path}", originals=originals,
+                               use_diffoscope=use_diffoscope)
+
+
+def compare_locks(a: Lock, b: Lock, *, use_diffoscope: bool | None = None) -> ReproReport:
+    report = compare_wheel_sets(_wheel_paths(a), _wheel_paths(b), label_a=f"build 1 ({_where(a)})",
+                                label_b=f"build 2 ({_where(b)})", use_diffoscope=use_diffoscope)
+    if a.normalizations != b.normalizations:
+        report = dataclasses.replace(report, notes=report.notes + (
+            f"the builds needed different normalizations: {list(a.normalizations)} vs {list(b.normalizations)}",))
+    return report
+
+
+def _wheel_paths(lock: Lock) -> list[Path]:
+    return [lock.wheel_path(c) for c in lock.components]
+
+
+def _where(lock: Lock) -> str:
+    return str(lock.path.parent) if lock.path else "?"
+
+
+def _work_dir(requested: Path | None, label: str) -> Path:
+    if requested is not None:
+        requested.mkdir(parents=True, exist_ok=True)
+        return requested.resolve()
+    DEFAULT_WORK_ROOT.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=DEFAULT_WORK_ROOT)).resolve()
+
+
+def _remove_builds(work: Path) -> None:
+    """Remove what verify-repro made in `work` (and `work` itself when that leaves it empty)."""
+    for name in BUILD_DIRS:
+        shutil.rmtree(work / name, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        work.rmdir()
+
+
+def _build_cache(where: Path, mirror: Path | None) -> Path:
+    """Empty `where` and make a cache directory for one build in it (so its source trees are in a directory
+    of their own), whose mirror is `mirror` when given (no second clone of the sources)."""
+    shutil.rmtree(where, ignore_errors=True)
+    cache = where / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    if mirror is not None:
+        mirror.mkdir(parents=True, exist_ok=True)
+        link = _mirror_dir(cache)
+        if not link.exists():
+            link.symlink_to(mirror, target_is_directory=True)
+    return cache
+
+
+# The build spine (toolchain.build.stack, .commands, .sources) is imported only when a build runs.
+def _mirror_dir(cache_dir: Path) -> Path:
+    from toolchain.sources.mirrors import Mirrors
+
+    return Mirrors(cache_dir).root
+
+
+def _shared_mirror(cache_dir: Path | None) -> Path:
+    from toolchain.build.cache import default_cache_dir
+
+    return _mirror_dir((cache_dir or default_cache_dir()).resolve())
+
+
+def _options(out_dir: Path, cache_dir: Path, args):
+    from toolchain.build.stack import BuildOptions
+    from toolchain.sources.mirrors import parse_rewrites
+
+    return BuildOptions(out_dir=out_dir, cache_dir=cache_dir, rewrites=parse_rewrites(args.mirror),
+                        use_cache=False, fresh_sources=True, verbose=args.verbose)
+
+
+def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args, ui: UI) -> Lock:
+    from toolchain.pipeline import build_stack
+    from toolchain.recipe.load import load_recipe
+
+    return build_stack(load_recipe(recipe, args.recipes_dir, args.patches_dir), _options(out_dir, cache_dir, args), ui)
+
+
+def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args, ui: UI) -> Lock:
+    from toolchain.pipeline import build_stack, recipe_from_lock
+
+    bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
+    patches_dir = args.patches_dir or (bundled if bundled and bundled.is_dir() else None)
+    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir)
+    return build_stack(recipe, _options(out_dir, cache_dir, args), ui)

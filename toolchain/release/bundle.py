@@ -1,0 +1,185 @@
+"""A reproducible wheel bundle: `<out>/<recipe>-<key>/` and the deterministic tarball `<recipe>-<key>.tar.gz`.
+
+The bundle holds the wheels, `stack.lock.toml` and `pylock.toml`, `sbom.cdx.json` (CycloneDX), the patches
+when their directory is given, `INSTALL.txt` and `SHA256SUMS` (`sha256sum -c SHA256SUMS` checks it). Its lock
+is the published one: what varies from build to build and says nothing about the result (build seconds, the
+container's name, an absolute recipe path) is dropped, so two builds of the same sources give the same
+bundle. `<key>` is the start of the sha256 of SHA256SUMS: the bundle's name is its content.
+
+The tarball is sorted, every entry dated the stack's source date, owned by 0/0 (root), files 0644 and
+directories 0755, and gzip-compressed with mtime 0 and no file name: the same bundle gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import gzip
+import os
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from toolchain import lock as lockmod
+from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
+from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
+from toolchain.core.proc import display
+from toolchain.errors import TestFailed
+from toolchain.lock import Lock
+from toolchain.release.sbom import SBOM_NAME, sbom_json
+
+SUMS_NAME = "SHA256SUMS"
+INSTALL_NAME = "INSTALL.txt"
+PATCHES_DIR = "patches"
+KEY_LENGTH = 12
+
+
+def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | None = None) -> Path:
+    """Write the bundle of `lock` (whose wheels must match their recorded hashes) into `out_dir`.
+
+    Returns the bundle directory; the tarball is `tarball_path(<returned dir>)`. `patches_dir` (the
+    recipes' patches/ directory) copies the patch series into the bundle and embeds it in the SBOM.
+    """
+    lockmod.verify_wheels(lock)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    published = publishable(lock)
+    epoch = stack_epoch(lock)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-bundle-", dir=out_dir))
+    try:
+        for comp in lock.components:
+            _copy(lock.wheel_path(comp), tmp / lockmod.WHEELS_DIR / comp.wheel.file)
+        lockmod.write_lock(published, tmp)
+        patch_texts = _copy_patches(lock, patches_dir, tmp) if patches_dir is not None else {}
+        lock_key = sha256_file(tmp / lockmod.LOCK_NAME)[:KEY_LENGTH]
+        (tmp / SBOM_NAME).write_text(sbom_json(published, epoch=epoch, stack_version=lock_key,
+                                               patch_texts=patch_texts), encoding="utf-8")
+        (tmp / INSTALL_NAME).write_text(install_text(published), encoding="utf-8")
+        sums = sums_text(tmp)
+        (tmp / SUMS_NAME).write_text(sums, encoding="utf-8")
+        _fix_modes(tmp)
+        final = out_dir / f"{lock.recipe_name}-{sha256_bytes(sums.encode())[:KEY_LENGTH]}"
+        publish_dir(tmp, final)  # an existing bundle of that name has the same content: it is kept
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    write_tarball(final, tarball_path(final), epoch)
+    return final
+
+
+def tarball_path(bundle_dir: Path) -> Path:
+    return bundle_dir.parent / f"{bundle_dir.name}.tar.gz"
+
+
+def publishable(lock: Lock) -> Lock:
+    """The lock as published in a bundle: without what varies between two builds of the same sources
+    (build seconds, the container's name, the directory the recipes were checked out in)."""
+    recipe_path = Path(lock.recipe_path)
+    if recipe_path.is_absolute():  # keep `recipes/<name>.toml`, drop where the repository was checked out
+        recipe_path = recipe_path.relative_to(recipe_path.parent.parent if recipe_path.parent.name == "recipes"
+                                              else recipe_path.parent)
+    return dataclasses.replace(
+        lock, recipe_path=recipe_path.as_posix(), target=dataclasses.replace(lock.target, container=""),
+        components=tuple(dataclasses.replace(c, build_seconds=0.0) for c in lock.components))
+
+
+def stack_epoch(lock: Lock) -> int:
+    """The stack's source date: the newest entry date in its (normalized) wheels, i.e. the newest pinned
+    commit's date; 1980-01-01 when there is none."""
+    newest = ZIP_MIN_EPOCH
+    for comp in lock.components:
+        with zipfile.ZipFile(lock.wheel_path(comp)) as zf:
+            for info in zf.infolist():
+                newest = max(newest, calendar.timegm(tuple(info.date_time) + (0, 0, 0)))
+    return newest
+
+
+def sums_text(root: Path) -> str:
+    """`sha256sum`-format lines for every file under `root` (except SHA256SUMS), sorted by path."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != SUMS_NAME)
+    return "".join(f"{sha256_file(p)}  {p.relative_to(root).as_posix()}\n" for p in files)
+
+
+def install_text(lock: Lock) -> str:
+    wheels = [f"{lockmod.WHEELS_DIR}/{c.wheel.file}" for c in lock.components]
+    in_order = " && ".join(
+        display(["pip", "install", *(c.install_args or ("--no-deps", "--force-reinstall")),
+                 f"{lockmod.WHEELS_DIR}/{c.wheel.file}"]) for c in lock.components)
+    return "\n".join([
+        f"Bundle of recipe {lock.recipe_name!r}: {len(wheels)} wheel(s), built by toolchain {lock.tool_version}.",
+        "",
+        "Check it (in this directory):   sha256sum -c SHA256SUMS",
+        "Install it, one of:",
+        "  pip install -r pylock.toml            (pip >= 26.1)",
+        "  uv pip install -r pylock.toml",
+        "  or with any pip, the wheels in lock order:",
+        f"  {in_order}" if wheels else "  (no wheels)",
+        "Rebuild and compare it:         toolchain verify-repro --lock stack.lock.toml",
+        "",
+    ])
+
+
+def write_tarball(src_dir: Path, dest: Path, epoch: int) -> None:
+    """A deterministic .tar.gz of `src_dir` (entries under `<src_dir name>/`), written atomically."""
+    entries = [src_dir, *sorted(src_dir.rglob("*"), key=lambda p: p.relative_to(src_dir).as_posix())]
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz:
+                with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                    for path in entries:
+                        rel = path.relative_to(src_dir).as_posix()
+                        _add(tar, path, src_dir.name if path == src_dir else f"{src_dir.name}/{rel}", int(epoch))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _add(tar: tarfile.TarFile, path: Path, arcname: str, epoch: int) -> None:
+    info = tarfile.TarInfo(arcname)
+    info.mtime = epoch
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    if path.is_dir():
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+        return
+    info.size, info.mode = path.stat().st_size, 0o644
+    with open(path, "rb") as f:
+        tar.addfile(info, f)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+
+
+def _copy_patches(lock: Lock, patches_dir: Path, dest: Path) -> dict[str, str]:
+    """Copy every locked patch (checked against its sha256) into the bundle; return {path: text}."""
+    texts, problems = {}, []
+    for comp in lock.components:
+        for patch in comp.patches:
+            src = Path(patches_dir) / patch.path
+            if not src.is_file():
+                problems.append(f"{comp.name}: patch {src} is missing")
+            elif sha256_file(src) != patch.sha256:
+                problems.append(f"{comp.name}: patch {src} has sha256 {sha256_file(src)}, "
+                                f"the lock records {patch.sha256}")
+            else:
+                _copy(src, dest / PATCHES_DIR / patch.path)
+                texts[patch.path] = src.read_text(encoding="utf-8", errors="replace")
+    if problems:
+        raise TestFailed("patches do not match the lock " + str(lock.path) + ":\n"
+                         + "\n".join(f"  - {p}" for p in problems),
+                         hint="bundle the lock with the patches directory it was built from")
+    return texts
+
+
+def _fix_modes(root: Path) -> None:
+    for path in [root, *root.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)

@@ -1,0 +1,82 @@
+"""Prepared source trees: a checkout of a pinned commit with its patch series applied, reused across builds.
+
+A tree lives at `<cache>/trees/<key>` (key: commit, patches). It is used under its flock; before each use it
+is cleaned (`git clean -ffdx`) and checked: HEAD is the commit, the index holds exactly the patched state,
+and the working tree matches the index. Anything else (a build killed half-way that edited tracked files,
+a hand edit) makes it be prepared again from the mirror.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from toolchain.core.fs import atomic_write_text, file_lock, sha256_bytes
+from toolchain.sources.mirrors import Mirrors, git
+from toolchain.sources.patches import Patch, apply_series, materialize
+
+
+class SourceTrees:
+    def __init__(self, cache_dir: Path, mirrors: Mirrors) -> None:
+        self.root = Path(cache_dir) / "trees"
+        self.mirrors = mirrors
+
+    @staticmethod
+    def key(commit: str, patches: tuple[Patch, ...], subdir: str) -> str:
+        return sha256_bytes(json.dumps([commit, subdir, [p.sha256 for p in patches]]).encode())[:24]
+
+    @contextlib.contextmanager
+    def tree(self, url: str, commit: str, patches: tuple[Patch, ...] = (), *, subdir: str = "",
+             what: str = "", log: Path | None = None, fresh: bool = False) -> Iterator[Path]:
+        key = self.key(commit, patches, subdir)
+        path = self.root / key
+        state = self.root / f"{key}.state"
+        with file_lock(self.root / f"{key}.lock"):
+            if fresh or not self._usable(path, state, commit):
+                self._prepare(url, commit, patches, subdir, what, path, state, log)
+            yield path
+
+    def _usable(self, path: Path, state: Path, commit: str) -> bool:
+        if not (path / ".git").exists() or not state.is_file():
+            return False
+        expected = json.loads(state.read_text())
+        # Fast path: one `git status` (HEAD, index, working tree, untracked and ignored files) that reads
+        # exactly as it did when the tree was prepared means nothing touched it.
+        if expected.get("status") is not None and _status(path) == expected["status"]:
+            return expected["commit"] == commit
+        git(["clean", "-ffdxq"], cwd=path, check=False)
+        head = git(["rev-parse", "HEAD"], cwd=path, check=False).stdout.strip()
+        staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=path, check=False)
+        unstaged = git(["diff", "--quiet"], cwd=path, check=False)
+        return (head == commit == expected["commit"] and unstaged.returncode == 0
+                and sha256_bytes(staged.stdout.encode()) == expected["staged"])
+
+    def _prepare(self, url, commit, patches, subdir, what, path: Path, state: Path, log) -> None:
+        state.unlink(missing_ok=True)
+        for stale in self.root.glob(f".tmp-{path.name}-*"):  # a killed preparer's (we hold the key's lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = self.root / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            files = [materialize(p, self.mirrors, self.root.parent) for p in patches]
+            self.mirrors.checkout(url, commit, tmp)
+            if patches:
+                apply_series(patches, files, tmp, subdir=subdir, what=what or f"{url}@{commit[:12]}", log=log)
+                git(["add", "-A"], cwd=tmp)
+            staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=tmp).stdout
+            shutil.rmtree(path, ignore_errors=True)
+            tmp.rename(path)
+            # The clone's alternates point at the mirror by absolute path; the tree moves, the mirror doesn't.
+            atomic_write_text(state, json.dumps({"commit": commit, "staged": sha256_bytes(staged.encode()),
+                                                 "status": _status(path)}))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _status(tree: Path) -> str | None:
+    r = git(["status", "--porcelain=v2", "--branch", "--untracked-files=all", "--ignored=matching"], cwd=tree,
+            check=False)
+    return r.stdout if r.returncode == 0 else None

@@ -1,0 +1,101 @@
+"""What every runtime shares: the `Runtime` protocol, the `Workspace` one build runs in, and the probe that
+reads the target's interpreter, platform and torch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from toolchain.core.proc import Completed
+from toolchain.target.facts import TargetInfo
+
+PROBE = r"""
+import json, sys, sysconfig, importlib.util
+try:
+    from importlib import metadata
+except ImportError:
+    metadata = None
+def ver(name):
+    try:
+        return metadata.version(name)
+    except Exception:
+        return ""
+info = {"python_version": "%d.%d.%d" % sys.version_info[:3],
+        "python_tag": "%s%d%d" % ({"cpython": "cp"}.get(sys.implementation.name, sys.implementation.name),
+                                   sys.version_info[0], sys.version_info[1]),
+        "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
+        "executable": sys.executable, "pip_version": ver("pip"), "torch_version": "", "torch_xpu": ""}
+import site, os
+watch = [p for p in set(site.getsitepackages() + [site.getusersitepackages(), sys.prefix]) if os.path.isdir(p)]
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.submodule_search_locations:
+    # Read torch/version.py instead of importing torch (seconds on an XPU build): it holds `xpu = '...'`.
+    info["torch_version"] = ver("torch")
+    import os, re
+    for loc in spec.submodule_search_locations:
+        try:
+            text = open(os.path.join(loc, "version.py"), encoding="utf-8").read()
+        except OSError:
+            continue
+        m = re.search(r"^xpu(?:\s*:\s*[^=]+)?\s*=\s*['\"]([^'\"]*)['\"]", text, re.M)
+        info["torch_xpu"] = m.group(1) if m else ""
+        break
+print(json.dumps(dict(info, watch=sorted(watch))))
+"""
+
+
+class Runner(Protocol):
+    def __call__(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
+                 verbose: bool = False, capture: bool = False) -> Completed: ...
+
+
+class Runtime(Protocol):
+    """Where commands run. Implementations: `HostRuntime` (toolchain.target.host) and `ContainerRuntime`
+    (toolchain.target.container: a fresh container per build, or exec into a running one)."""
+
+    kind: str
+
+    def __enter__(self) -> Runtime: ...
+    def __exit__(self, *exc: object) -> None: ...
+    def describe(self) -> str: ...
+    def base_env(self) -> dict[str, str]: ...
+    def toolchain_path(self, setvars: str, recipe_dir: Path) -> str: ...
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | None = None,
+            log: Path | None = None, capture: bool = False, check: bool = True, timeout: float | None = None,
+            verbose: bool = False) -> Completed: ...
+    def probe(self) -> TargetInfo: ...
+    def probe_watch(self) -> tuple[TargetInfo, list[str]]:
+        """The probe, and the paths whose change would change its answer."""
+        ...
+    def identity(self) -> dict[str, object] | None:
+        """What a remembered probe depends on; None: probe every time."""
+        ...
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> AbstractContextManager[Workspace]: ...
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Target-side paths of one build's directories, and how to run commands there."""
+    src: str
+    out: str
+    deps: Mapping[str, str]
+    runner: Runner
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
+            verbose: bool = False, capture: bool = False) -> Completed:
+        return self.runner(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
+
+
+def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
+    data = json.loads(probe_stdout.strip().splitlines()[-1])
+    data.pop("executable", None)
+    data.pop("watch", None)
+    return TargetInfo(runtime=kind, python=python, **data, **extra)
+
+
+def watch_dirs(probe_stdout: str) -> list[str]:
+    return list(json.loads(probe_stdout.strip().splitlines()[-1]).get("watch", []))

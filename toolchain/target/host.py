@@ -1,0 +1,89 @@
+"""Where commands run. The host is the degenerate runtime; containers (podman, docker) differ only in settings.
+
+A runtime is a context manager. `run()` executes a one-off command in the target (probing, sourcing
+setvars). `workspace()` makes a source tree, an output directory and dependency trees visible inside the
+target for one build and returns a `Workspace` whose `run()` builds there and whose exit brings the
+wheels back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from toolchain.core.proc import CommandFailed, Completed, merge_env, run
+from toolchain.errors import RecipeError
+from toolchain.recipe.load import TargetSpec
+from toolchain.target.base import PROBE, Workspace, target_info, watch_dirs
+from toolchain.target.facts import TargetInfo
+
+
+class HostRuntime:
+    """Builds on this machine with the recipe's interpreter."""
+
+    kind = "host"
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+
+    def __enter__(self) -> HostRuntime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "host"
+
+    def base_env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def toolchain_path(self, setvars: str, recipe_dir: Path) -> str:
+        p = Path(setvars)
+        return str(p if p.is_absolute() else (recipe_dir / p).resolve())
+
+    def run(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | None = None,
+            log: Path | None = None, capture: bool = False, check: bool = True, timeout: float | None = None,
+            verbose: bool = False) -> Completed:
+        return run(argv, env=merge_env(self.base_env(), env or {}), cwd=cwd, log=log, capture=capture,
+                   check=check, timeout=timeout, verbose=verbose)
+
+    def probe(self) -> TargetInfo:
+        return self.probe_watch()[0]
+
+    def probe_watch(self) -> tuple[TargetInfo, list[str]]:
+        """The probe, and the directories whose change would change its answer (site-packages)."""
+        try:
+            r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
+        except CommandFailed as exc:  # not found or not executable: run() raises even with check=False
+            r = Completed(exc.argv, exc.returncode, "", exc.tail, 0.0, None)
+        if r.returncode != 0:
+            raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
+                              f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
+                              hint="set [target] python to an interpreter that exists, e.g. \"python3\"")
+        return target_info(self.kind, self.spec.python, r.stdout), watch_dirs(r.stdout)
+
+    def identity(self) -> dict | None:
+        """What a remembered probe of this interpreter depends on; None (probe every time) for wrapper
+        scripts such as pyenv shims, whose answer can change without any file of theirs changing."""
+        exe = shutil.which(self.spec.python)
+        if not exe:
+            return None
+        try:
+            with open(exe, "rb") as f:
+                if f.read(2) == b"#!":
+                    return None
+            st = os.stat(exe)
+        except OSError:
+            return None
+        return {"python": exe, "real": os.path.realpath(exe), "stat": [st.st_ino, st.st_mtime_ns, st.st_size]}
+
+    @contextlib.contextmanager
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+        def runner(argv, *, env, cwd, log, verbose=False, capture=False):
+            return self.run(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
+
+        yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner)

@@ -1,0 +1,112 @@
+"""The toolchain environment: source oneAPI `setvars.sh` under bash inside the target and keep the difference.
+
+`bash -c` is used only around `source`, with the script path and its arguments passed as positional
+arguments, never formatted into the script text.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from toolchain.core.fs import sha256_bytes
+from toolchain.core.proc import CommandFailed, display
+from toolchain.core.redact import is_secret, redact_text
+from toolchain.errors import BuildError, RecipeError
+from toolchain.recipe.load import Recipe
+from toolchain.target.facts import ToolchainInfo
+
+MARK = "\0__TOOLCHAIN_SETVARS__\0"
+SOURCE_SCRIPT = (
+    'set +u\n'
+    'env -0\n'
+    'printf "\\0__TOOLCHAIN_SETVARS__\\0"\n'
+    'script="$1"; shift\n'
+    'source "$script" "$@" 1>&2 || { rc=$?; echo "setvars: $script exited with $rc" >&2; exit $rc; }\n'
+    'printf "\\0__TOOLCHAIN_SETVARS__\\0"\n'
+    'env -0\n'
+)
+IGNORED = {"_", "SHLVL", "PWD", "OLDPWD"}
+VERSION_RE = re.compile(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
+
+
+@dataclass(frozen=True)
+class ToolchainEnv:
+    info: ToolchainInfo
+    diff: tuple[tuple[str, str | None], ...]  # variables set (or, None, unset) by setvars
+    banner: str = ""
+
+    def as_dict(self) -> dict[str, str | None]:
+        return dict(self.diff)
+
+
+NO_TOOLCHAIN = ToolchainEnv(ToolchainInfo(), ())
+
+
+def _parse_env(blob: str) -> dict[str, str]:
+    out = {}
+    for item in blob.split("\0"):
+        if "=" in item:
+            k, v = item.split("=", 1)
+            out[k] = v
+    return out
+
+
+def capture(recipe: Recipe, runtime, log=None) -> ToolchainEnv:
+    spec = recipe.toolchain
+    if not spec.enabled:
+        return NO_TOOLCHAIN
+    setvars = runtime.toolchain_path(spec.setvars, recipe.path.parent)
+    exists = runtime.run(["test", "-f", setvars], check=False, capture=True)
+    if exists.returncode != 0:
+        raise RecipeError(
+            f"{recipe.path.name}: toolchain.setvars: {setvars} does not exist in the {runtime.describe()}",
+            hint="install the oneAPI Base Toolkit there, or set [toolchain] setvars to your setvars.sh "
+                 "(or <version>/oneapi-vars.sh); use setvars = \"\" for a recipe without compiled kernels")
+    argv = ["bash", "-c", SOURCE_SCRIPT, "toolchain-setvars", setvars, *spec.setvars_args]
+    r = runtime.run(argv, capture=True, check=False)  # logged below, once the secrets setvars sets are known
+    parts = r.stdout.split(MARK)
+    known = {**os.environ, **runtime.base_env(), **(_parse_env(parts[2]) if len(parts) == 3 else {})}
+    output = redact_text(r.stderr, known)  # the script's own output (its stdout goes to stderr)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"$ {display(argv)}\n{output}# exit {r.returncode}\n")
+    if r.returncode != 0 or len(parts) != 3:
+        raise BuildError(f"sourcing {setvars} {' '.join(spec.setvars_args)} failed (exit {r.returncode}) "
+                         f"in the {runtime.describe()}:\n{output[-2000:]}",
+                         hint="run it by hand under bash to see why; check [toolchain] setvars-args")
+    before, after = _parse_env(parts[0]), _parse_env(parts[2])
+    diff = {k: v for k, v in after.items() if before.get(k) != v and k not in IGNORED}
+    diff.update({k: None for k in before if k not in after and k not in IGNORED})
+    banner, version = compiler_version(runtime, diff)
+    cmplr_root = diff.get("CMPLR_ROOT") or before.get("CMPLR_ROOT") or ""
+    if not version and not cmplr_root:
+        raise BuildError(f"{setvars} ran but gave no compiler: CMPLR_ROOT is unset and `icpx --version` fails",
+                         hint="the kernels need icpx (oneAPI DPC++/C++ compiler); install it or fix setvars")
+    fingerprint = sha256_bytes("\0".join(f"{k}={'<secret>' if is_secret(k) else v}"
+                                         for k, v in sorted(diff.items(), key=lambda kv: kv[0])).encode())
+    info = ToolchainInfo(setvars=setvars, setvars_args=spec.setvars_args, oneapi_version=version,
+                         cmplr_root=cmplr_root or "", env_diff_sha256=fingerprint)
+    return ToolchainEnv(info, tuple(sorted(diff.items())), banner)
+
+
+def compiler_version(runtime, diff: dict[str, str | None]) -> tuple[str, str]:
+    """(first banner line, version) from `icpx --version` in the sourced environment."""
+    r = _try(runtime, ["icpx", "--version"], diff)
+    if r is None and diff.get("CMPLR_ROOT"):
+        r = _try(runtime, [f"{diff['CMPLR_ROOT']}/bin/icpx", "--version"], diff)
+    if r is None:
+        return "", ""
+    m = VERSION_RE.search(r.stdout)
+    return (r.stdout.splitlines()[0] if r.stdout else ""), (m.group(1) if m else "")
+
+
+def _try(runtime, argv: list[str], diff: dict[str, str | None]):
+    """The finished command, or None when it failed or does not exist (run() raises for a missing program)."""
+    try:
+        r = runtime.run(argv, env=diff, capture=True, check=False)
+    except CommandFailed:
+        return None
+    return r if r.returncode == 0 else None
