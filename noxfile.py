@@ -53,3 +53,16 @@ def bench(session: nox.Session) -> None:
 def bench_bisect(session: nox.Session) -> None:
     """Bisect benchmark: builds per bisect and wall time against `git bisect run`."""
     session.run("python", "-m", "benchmarks.bench_bisect", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def typecheck(session: nox.Session) -> None:
+    """mypy over the package (configured in pyproject.toml)."""
+    session.run("python", "-m", "mypy", *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """ruff, and the import-linter contracts that keep the layers one way (pyproject.toml)."""
+    session.run("python", "-m", "ruff", "check", "toolchain", "tests", "benchmarks", "noxfile.py", external=True)
+    session.run("lint-imports", external=True)
