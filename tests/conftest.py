@@ -39,3 +39,22 @@ def demo_build(tmp_path_factory) -> DemoBuild:
     r = cli("build", "--recipe", "demo", "--cache-dir", root / "cache", "--out", root / "out", "--json")
     assert r.returncode == 0, str(r)
     return DemoBuild(root, root / "cache", root / "out", r, cli)
+
+
+# ---- the realstack fixture (tests/support/realstack.py) ------------------------------------------------
+
+@pytest.fixture(scope="session")
+def realstack(tmp_path_factory):
+    """Repositories, a base recipes dir with patches/, a user's override dir: see tests/support/realstack.py.
+    Shared: tests must not modify its repositories or files."""
+    from support.realstack import make_realstack
+
+    return make_realstack(tmp_path_factory.mktemp("realstack"))
+
+
+@pytest.fixture(scope="session")
+def realstack_built(realstack, tmp_path_factory):
+    """The base stack recipe built once through the CLI into a fresh cache (see RealStackBuild)."""
+    from support.realstack import build_realstack
+
+    return build_realstack(realstack, tmp_path_factory.mktemp("realstack-build"))

@@ -1,0 +1,2 @@
+/* realstack FetchContent dependency (stands in for sycl-tla) */
+#define CUTLASS_REVISION "pinned"

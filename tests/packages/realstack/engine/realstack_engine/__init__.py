@@ -1,0 +1,5 @@
+"""realstack engine (stands in for vLLM): answers prompts."""
+
+
+def generate(prompt):
+    return "realstack engine: " + prompt

@@ -1,0 +1,1 @@
+from ._C import compiler, cutlass_revision, onednn_version, scale  # noqa: F401

@@ -1,0 +1,1 @@
+"""A project whose build requirements are not installed."""

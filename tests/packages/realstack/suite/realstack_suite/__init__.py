@@ -1,0 +1,1 @@
+"""Quantization recipes (realstack)."""
