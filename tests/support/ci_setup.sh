@@ -28,7 +28,7 @@ LEAN_PACKAGES=(docker.io diffoscope-minimal docker-registry apache2-utils)
 DOCKER_SOCK=/run/toolchain-docker.sock
 DOCKER_DATA=/var/lib/toolchain-docker   # data-root (images, vfs layers) and dockerd.log
 DOCKER_RUN=/run/toolchain-docker        # exec-root and the pid file
-# The flags that work in this CI (no iptables, no bridge, cgroup v1 without systemd, no overlay on overlay).
+# The flags that work on this CI machine (no iptables, no bridge, cgroupfs: cgroup v1 without systemd, vfs).
 DOCKERD_ARGS=(--iptables=false --ip-masq=false --bridge=none --exec-opt native.cgroupdriver=cgroupfs
               --storage-driver=vfs -H "unix://$DOCKER_SOCK"
               --data-root "$DOCKER_DATA/data" --exec-root "$DOCKER_RUN/exec" --pidfile "$DOCKER_RUN/dockerd.pid")
