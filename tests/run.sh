@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs everything the tests need, then runs them.
 #   1. pip: this package with its test extras, plus setuptools and wheel (builds use --no-build-isolation)
-#   2. apt + podman: podman, runc, debootstrap, the podman settings and the Debian test image (cached)
+#   2. apt + podman + docker: podman, runc, debootstrap, docker.io, diffoscope-minimal, docker-registry,
+#      apache2-utils; the podman settings, the Debian test image (cached), a docker daemon of our own on
+#      /run/toolchain-docker.sock with the same image loaded (tests/support/ci_setup.sh)
 #   3. the real vLLM-on-CPU server environment for the smoke tests (cached across runs on this machine)
 #   4. pytest
 # Extra arguments go to pytest. TOOLCHAIN_SKIP_VLLM=1 skips step 3 (the vllm tests then skip, saying why).
@@ -13,10 +15,17 @@ say() { printf '\n[tests/run.sh] %s\n' "$*" >&2; }
 say "installing the package and test dependencies"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]" setuptools wheel
 
-say "podman, runc, debootstrap and the test image"
+say "podman, docker, debootstrap, diffoscope, docker-registry and the test image"
 bash tests/support/ci_setup.sh
 if [[ -f /etc/containers/toolchain-tests.conf ]]; then
     export CONTAINERS_CONF=/etc/containers/toolchain-tests.conf
+fi
+if [[ -S /run/toolchain-docker.sock ]]; then  # the daemon ci_setup.sh started (or found) for the tests
+    export DOCKER_HOST=unix:///run/toolchain-docker.sock
+fi
+if [[ "$(id -u)" == 0 && "${TOOLCHAIN_SKIP_IMAGE:-}" != 1 ]]; then
+    # ci_setup.sh made both engines work (or failed): a container test may not skip for want of one
+    export TOOLCHAIN_REQUIRE_CONTAINERS="${TOOLCHAIN_REQUIRE_CONTAINERS-podman,docker}"
 fi
 
 if [[ "${TOOLCHAIN_SKIP_VLLM:-0}" != 1 ]]; then

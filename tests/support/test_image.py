@@ -2,7 +2,9 @@
 """Build (once) and find the Debian bookworm image used by the container tests.
 
 No image registry is reachable, so the image is made from Debian packages with
-``debootstrap`` and imported with ``podman import`` (or ``docker import``).
+``debootstrap`` and imported with ``podman import``.  Docker gets the same image by
+``podman save`` + ``docker load`` (same name, same content; no second debootstrap);
+only when podman is unusable is it debootstrapped and ``docker import``-ed directly.
 
 The image name is ``localhost/toolchain-test-bookworm:<hash12>`` where the hash
 covers everything that decides the image's content (package list, suite,
@@ -351,6 +353,10 @@ def _clean_leftovers(engine: str, workdir: Path) -> None:
     for d in workdir.glob(f"{engine}-build-*"):
         _log(f"removing leftover build directory {d}")
         _remove_tree(d)
+    for f in workdir.glob(f"{engine}-load-*.tar"):
+        _log(f"removing leftover image archive {f}")
+        with contextlib.suppress(OSError):
+            f.unlink()
 
 
 # --------------------------------------------------------------------------- build
@@ -423,14 +429,48 @@ def _check_image(engine: str, ref: str) -> None:
     _log(f"check ok: {proc.stdout.strip()}")
 
 
+def _podman_usable() -> bool:
+    return shutil.which("podman") is not None and podman_available()[0]
+
+
+def copy_from_podman(ref: str, engine: str = "docker") -> None:
+    """Put podman's image ``ref`` into ``engine`` under the same name: ``podman save`` to a file in the
+    work directory, ``<engine> load`` of it, file removed. Serialised by the engine's lock."""
+    workdir = _workdir()
+    with _locked(workdir / f"{engine}.lock") as lock_fd:
+        if _image_exists(engine, ref):
+            return
+        _clean_leftovers(engine, workdir)
+        t0 = time.monotonic()
+        fd, tmp = tempfile.mkstemp(prefix=f"{engine}-load-", suffix=".tar", dir=workdir)
+        os.close(fd)
+        try:
+            os.unlink(tmp)  # podman save refuses to overwrite
+            _log(f"podman save {ref} -> {engine} load")
+            _run(["podman", "save", "--format", "docker-archive", "--output", tmp, ref], check=True,
+                 timeout=DEBOOTSTRAP_TIMEOUT, pass_fds=(lock_fd,))
+            _run([engine, "load", "--input", tmp], check=True, timeout=DEBOOTSTRAP_TIMEOUT, pass_fds=(lock_fd,))
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if not _image_exists(engine, ref):
+            raise ImageBuildError(f"`{engine} load` did not create {ref}")
+        _log(f"{ref} loaded into {engine} in {time.monotonic() - t0:.0f}s")
+
+
 def build_image(engine: str = "podman", spec: Optional[dict] = None) -> str:
-    """Build the image for ``engine`` unless it exists; return its name."""
+    """Build the image for ``engine`` unless it exists; return its name.
+
+    docker: copied from podman (built there first if needed) when podman works; built directly otherwise."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
     spec = image_spec() if spec is None else spec
     full_hash = image_hash(spec)
     final = f"{IMAGE_REPO}:{full_hash[:12]}"
     if _image_exists(engine, final):
+        return final
+    if engine != "podman" and _podman_usable():
+        copy_from_podman(build_image("podman", spec), engine)
         return final
     if os.geteuid() != 0:
         raise ImageBuildError(f"{final} is missing and building it needs root (debootstrap)")
