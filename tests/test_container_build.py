@@ -24,17 +24,19 @@ from toolchain.build.plan import make_plan
 from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
+from toolchain.core.proc import CommandFailed, CommandTimeout
 from toolchain.errors import BuildError
 from toolchain.lock import verify_wheels
 from toolchain.pipeline import build_stack
 from toolchain.recipe.load import TargetSpec, load_recipe
-from toolchain.target import make_runtime
+from toolchain.target import HostRuntime, make_runtime
 from toolchain.target.container import (
     ENGINES,
     ContainerNotRunning,
-    ContainerRuntime,
     EngineNotFound,
     EngineNotRunning,
+    ExecContainerRuntime,
+    FreshContainerRuntime,
     ImageNotFound,
     InterpreterMissing,
     image_digest,
@@ -279,20 +281,20 @@ def test_sigint_in_exec_mode_stops_the_command_and_cleans_up(engine, running, tm
 # ---- the runtime directly -----------------------------------------------------------------------------
 
 def test_env_values_stay_off_the_engine_command_line(engine, image, tmp_path, monkeypatch, no_leftovers):
-    import toolchain.target.container as container
+    import toolchain.target.container.engine as engine_calls
 
     seen = []
-    real_run = container.run
+    real_run = engine_calls.run
 
     def spy(argv, **kw):
         seen.append(list(argv))
         return real_run(argv, **kw)
 
-    monkeypatch.setattr(container, "run", spy)
+    monkeypatch.setattr(engine_calls, "run", spy)
     (tmp_path / "src").mkdir()
     (tmp_path / "out").mkdir()
     secret = f"s3cret-{uuid.uuid4().hex}"
-    with ContainerRuntime(TargetSpec(runtime=engine, image=image)) as rt:
+    with FreshContainerRuntime(TargetSpec(runtime=engine, image=image)) as rt:
         with rt.workspace(tmp_path / "src", tmp_path / "out", {}) as ws:
             r = ws.run(["sh", "-c", 'echo "$HF_TOKEN|$PATH|${LANG-unset}|$(pwd)"'],
                        env={"HF_TOKEN": secret, "PATH": "/opt/x/bin:/usr/bin:/bin", "LANG": None},
@@ -309,13 +311,13 @@ def test_env_values_stay_off_the_engine_command_line(engine, image, tmp_path, mo
 def test_output_belongs_to_the_sudo_user(engine, image, tmp_path, monkeypatch, running, no_leftovers):
     monkeypatch.setenv("SUDO_UID", "4321")
     monkeypatch.setenv("SUDO_GID", "4322")
-    for mode, spec in (("fresh", TargetSpec(runtime=engine, image=image)),
-                       ("exec", TargetSpec(runtime=engine, container=running))):
+    for mode, rt in (("fresh", FreshContainerRuntime(TargetSpec(runtime=engine, image=image))),
+                     ("exec", ExecContainerRuntime(TargetSpec(runtime=engine, container=running)))):
         src, out = tmp_path / mode / "src", tmp_path / mode / "out"
         src.mkdir(parents=True)
         out.mkdir()
-        with ContainerRuntime(spec) as rt:
-            if rt._rootless:
+        with rt:
+            if rt.rootless:
                 pytest.skip(f"{engine} is rootless: container root is the invoking user already")
             with rt.workspace(src, out, {}) as ws:
                 ws.run(["sh", "-c", "mkdir -p build && echo x >build/obj && echo w >/toolchain/out/a-1-py3-none-any.whl"],
@@ -332,7 +334,7 @@ def test_keep_containers_for_debugging(engine, image, tmp_path, monkeypatch):
     (tmp_path / "src").mkdir()
     (tmp_path / "out").mkdir()
     try:
-        with ContainerRuntime(TargetSpec(runtime=engine, image=image)) as rt:
+        with make_runtime(TargetSpec(runtime=engine, image=image)) as rt:
             with rt.workspace(tmp_path / "src", tmp_path / "out", {}) as ws:
                 ws.run(["true"], env={}, cwd=ws.src, log=None)
         kept = tool_containers(engine)
@@ -344,7 +346,7 @@ def test_keep_containers_for_debugging(engine, image, tmp_path, monkeypatch):
 
 
 def test_setvars_paths_inside_the_container(engine, image, tmp_path, no_leftovers):
-    with ContainerRuntime(TargetSpec(runtime=engine, image=image)) as rt:
+    with make_runtime(TargetSpec(runtime=engine, image=image)) as rt:
         assert rt.toolchain_path("/opt/intel/oneapi/setvars.sh", tmp_path) == "/opt/intel/oneapi/setvars.sh"
         rel = os.path.relpath(STANDIN, tmp_path)
         inside = rt.toolchain_path(rel, tmp_path)
@@ -355,13 +357,55 @@ def test_setvars_paths_inside_the_container(engine, image, tmp_path, no_leftover
         assert rt.base_env().get("LANG") == "C.UTF-8"  # the image's environment, not the host's
 
 
+@pytest.mark.parametrize("mode", ["host", "fresh", "exec"])
+def test_every_runtime_keeps_the_runtime_protocol(mode, engine, image, tmp_path, request, no_leftovers):
+    """The same calls, through `make_runtime`, on the host, in a fresh container and in a running one."""
+    spec = {"host": lambda: TargetSpec(python=sys.executable),
+            "fresh": lambda: TargetSpec(runtime=engine, image=image),
+            "exec": lambda: TargetSpec(runtime=engine, container=request.getfixturevalue("running"))}[mode]()
+    runtime = make_runtime(spec)
+    assert type(runtime) is {"host": HostRuntime, "fresh": FreshContainerRuntime, "exec": ExecContainerRuntime}[mode]
+    src, out, dep = tmp_path / "src", tmp_path / "out", tmp_path / "dep"
+    for d, text in ((src, "from src\n"), (dep, "from dep\n")):
+        d.mkdir()
+        (d / "input").write_text(text)
+    out.mkdir()
+    with runtime as rt:
+        assert rt.describe() == {"host": "host", "fresh": f"{engine} container (image {image})",
+                                 "exec": f"{engine} container {spec.container}"}[mode]
+        info, watch = rt.probe_watch()
+        assert info == rt.probe() and info.runtime == spec.runtime and info.python_tag.startswith("cp")
+        assert (rt.identity() is None) == (mode != "host") and (watch == []) == (mode != "host")
+        if mode != "host":
+            assert info.image and info.image_digest and info.container == ("" if mode == "fresh" else
+                                                                           rt._container_id())
+        setvars = rt.toolchain_path(os.path.relpath(STANDIN, tmp_path), tmp_path)
+        assert rt.run(["sh", "-c", 'test -x "${0%/*}/bin/icpx" && echo found', setvars], capture=True).stdout == "found\n"
+        assert "PATH" in rt.base_env()
+        assert rt.run(["sh", "-c", "exit 3"], check=False, capture=True).returncode == 3
+        with pytest.raises(CommandFailed):
+            rt.run(["sh", "-c", "exit 4"], capture=True)
+        missing = rt.run(["no-such-program-xyz"], check=False, capture=True)  # never raises with check=False
+        assert missing.returncode == 127 and "no-such-program-xyz" in missing.stderr
+        with pytest.raises(CommandTimeout):
+            rt.run(["sleep", "31"], timeout=1)
+        if mode == "exec":  # someone else's container: the command stopped there too, not only its engine client
+            assert "sleep 31" not in in_container_processes(engine, spec.container)
+        with rt.workspace(src, out, {"dep": dep}) as ws:
+            ws.run(["sh", "-c", 'cat input "$0/input" >"$1/result-1-py3-none-any.whl"', ws.deps["dep"], ws.out],
+                   env={}, cwd=ws.src, log=None)
+    assert (out / "result-1-py3-none-any.whl").read_text() == "from src\nfrom dep\n"
+    if mode == "exec":
+        assert engine_run(engine, "exec", spec.container, "test", "-e", "/toolchain", check=False).returncode == 1
+
+
 # ---- errors -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["podman", "docker"])
 def test_engine_not_installed(kind, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineNotFound, match=f"{kind} is not installed") as info:
-        ContainerRuntime(TargetSpec(runtime=kind, image="debian:bookworm")).__enter__()
+        make_runtime(TargetSpec(runtime=kind, image="debian:bookworm")).__enter__()
     assert "install" in info.value.hint
 
 
@@ -377,33 +421,33 @@ def test_engine_without_a_service(kind, tmp_path, monkeypatch):
         monkeypatch.setenv("DOCKER_HOST", sock)
         spec = TargetSpec(runtime=kind, image="debian:bookworm")
     with pytest.raises(EngineNotRunning, match="does not answer") as info:
-        ContainerRuntime(spec).__enter__()
+        make_runtime(spec).__enter__()
     assert info.value.hint
 
 
 def test_image_not_present_and_not_pullable(engine, image, no_leftovers):
     missing = f"localhost/toolchain-no-such-image:{uuid.uuid4().hex[:8]}"
     with pytest.raises(ImageNotFound, match="cannot be pulled") as info:
-        ContainerRuntime(TargetSpec(runtime=engine, image=missing)).__enter__()
+        make_runtime(TargetSpec(runtime=engine, image=missing)).__enter__()
     assert info.value.return_code == 2 and "images" in info.value.hint
 
 
 def test_named_container_missing_or_stopped(engine, image, no_leftovers):
     name = f"toolchain-test-stopped-{uuid.uuid4().hex[:8]}"
     with pytest.raises(ContainerNotRunning, match="there is no") as info:
-        ContainerRuntime(TargetSpec(runtime=engine, container=name)).__enter__()
+        make_runtime(TargetSpec(runtime=engine, container=name)).__enter__()
     assert f"run -d --name {name}" in info.value.hint
     engine_run(engine, "create", "--name", name, "--label", TEST_LABEL, image, "true")
     try:
         with pytest.raises(ContainerNotRunning, match="exists but is not running") as info:
-            ContainerRuntime(TargetSpec(runtime=engine, container=name)).__enter__()
+            make_runtime(TargetSpec(runtime=engine, container=name)).__enter__()
         assert f"{engine} start {name}" in info.value.hint
     finally:
         remove(engine, name)
 
 
 def test_interpreter_missing_in_the_image(engine, image, no_leftovers):
-    with ContainerRuntime(TargetSpec(runtime=engine, image=image, python="python9")) as rt:
+    with make_runtime(TargetSpec(runtime=engine, image=image, python="python9")) as rt:
         with pytest.raises(InterpreterMissing, match="'python9' is not in the") as info:
             rt.probe()
     assert info.value.return_code == 2 and "[target] python" in info.value.hint

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
-import time
 
 import pytest
 
-from toolchain.core.proc import CommandFailed, merge_env, run
+from toolchain.core.proc import CommandFailed, CommandTimeout, merge_env, run
 from toolchain.core.redact import MASK
 from toolchain.errors import BuildError
 
@@ -76,15 +76,42 @@ def test_a_missing_program_is_a_clear_error():
         run(["no-such-program-for-toolchain-tests", "--version"], capture=True)
     assert info.value.returncode == 127 and "program not found" in str(info.value)
     assert "install 'no-such-program-for-toolchain-tests'" in info.value.hint
+    assert not isinstance(info.value, CommandTimeout)
 
 
-def test_a_timeout_stops_the_command():
-    started = time.monotonic()
-    with pytest.raises(BuildError, match="timed out after"):
-        run([PY, "-c", "import time; time.sleep(60)"], timeout=0.5)
-    with pytest.raises(BuildError, match="timed out after"):
-        run([PY, "-c", "import time; time.sleep(60)"], timeout=0.5, capture=True)
-    assert time.monotonic() - started < 20
+@pytest.mark.parametrize("capture", [True, False])
+def test_check_false_returns_a_missing_program_as_exit_127(tmp_path, capture):
+    log = tmp_path / "missing.log"
+    r = run(["no-such-program-for-toolchain-tests", "--version"], check=False, capture=capture, log=log)
+    assert (r.returncode, r.started, r.stdout) == (127, False, "")
+    assert "no-such-program-for-toolchain-tests: program not found" in r.stderr
+    assert "program not found" in log.read_text()
+    not_executable = tmp_path / "script"
+    not_executable.write_text("#!/bin/sh\necho hi\n")
+    r = run([str(not_executable)], check=False, capture=capture)
+    assert (r.returncode, r.started) == (126, False) and "Permission denied" in r.stderr
+    assert run([PY, "-c", "raise SystemExit(127)"], check=False, capture=capture).started  # ran, exited 127
+
+
+@pytest.mark.parametrize("capture", [True, False])
+def test_a_timeout_is_its_own_error_with_the_output_so_far(tmp_path, capture):
+    log = tmp_path / "slow.log"
+    script = "import sys, time; print('before the wait', flush=True); time.sleep(60)"
+    with pytest.raises(CommandTimeout) as info:
+        run([PY, "-c", script], timeout=0.5, capture=capture, log=log, check=False)  # whatever check says
+    err = info.value
+    assert isinstance(err, CommandFailed) and isinstance(err, BuildError) and err.return_code == 1
+    assert err.timeout == 0.5 and err.returncode < 0  # stopped by a signal
+    assert "command timed out after 0.5s" in str(err) and "before the wait" in err.tail
+    assert "before the wait" in log.read_text() and "# timed out after 0.5s" in log.read_text()
+
+
+def test_a_new_session_keeps_the_command_out_of_this_process_group():
+    show = [PY, "-c", "import os; print(os.getsid(0), os.getpgid(0))"]
+    sid, pgid = map(int, run(show, capture=True, new_session=True).stdout.split())
+    assert sid != os.getsid(0) and pgid != os.getpgid(0)
+    sid, pgid = map(int, run(show, capture=True).stdout.split())
+    assert (sid, pgid) == (os.getsid(0), os.getpgid(0))
 
 
 def test_stdin_is_passed():

@@ -43,7 +43,7 @@ from toolchain.bisect.core import (
 )
 from toolchain.console import UI, CommandResult
 from toolchain.core.fs import atomic_copy, atomic_write_text
-from toolchain.core.proc import CommandFailed, display, run
+from toolchain.core.proc import CommandTimeout, display, run
 from toolchain.errors import BuildError, SourceError, ToolError, UsageError
 from toolchain.lock import LOCK_NAME, PYLOCK_NAME, read_lock
 
@@ -350,10 +350,11 @@ class CommandTester:
         log = self.logs / f"{cand.key[:12]}.log"
         try:
             done = run(self.argv, env=env, log=log, check=False, verbose=self.verbose, timeout=self.timeout)
-        except CommandFailed as err:  # the program could not be started at all
-            raise UsageError(f"--test-cmd cannot run: {_first_line(err)}", hint=err.hint) from None
-        except BuildError:
-            return TestOutcome(Verdict.BAD, f"test timed out after {self.timeout:g}s", log)
+        except CommandTimeout as err:
+            return TestOutcome(Verdict.BAD, f"test timed out after {err.timeout:g}s", log)
+        if not done.started:  # the program could not be started at all
+            raise UsageError(f"--test-cmd cannot run: {done.stderr.strip()}",
+                             hint=f"check that {self.argv[0]!r} exists and is executable (or on PATH)")
         code = done.returncode
         if code == 0:
             return TestOutcome(Verdict.GOOD, "test exited 0", log)

@@ -2,7 +2,10 @@
 
 Layers (after nox): `run()` checks the call, merges the env and logs the command; `_popen()` runs it,
 streams or captures output through secret redaction, and escalates Ctrl-C (interrupt, terminate, kill).
-A failing command raises `CommandFailed` with the command, the log path and the tail of its output.
+A failing command raises `CommandFailed` with the command, the log path and the tail of its output; one that
+runs out of time raises `CommandTimeout` (a `CommandFailed`), whatever `check` says. A program that cannot be
+started (not found: 127, not executable: 126) raises `CommandFailed` too, or with `check=False` comes back as
+a `Completed` with that code, the reason in `stderr` and `started=False`.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError
 
 TAIL_LINES = 40
+GRACE = 5.0  # after a timeout: how long the output of a stopped command is still read
 
 
 @dataclass(frozen=True)
@@ -32,19 +37,30 @@ class Completed:
     stderr: str
     seconds: float
     log: Path | None
+    started: bool = True  # False: the program could not be started (returncode 127 or 126, reason in stderr)
 
 
 class CommandFailed(BuildError):
     def __init__(self, argv: Sequence[str], returncode: int, log: Path | None, tail: str,
-                 *, hint: str | None = None) -> None:
+                 *, hint: str | None = None, headline: str = "") -> None:
         self.argv = tuple(argv)
         self.returncode = returncode
         self.log = log
         self.tail = tail
         where = f"\n  log: {log}" if log else ""
         shown = f"\n  last lines:\n{_indent(tail)}" if tail.strip() else ""
-        super().__init__(f"command failed with exit code {returncode}: {display(argv)}{where}{shown}",
-                         hint=hint)
+        head = headline or f"command failed with exit code {returncode}"
+        super().__init__(f"{head}: {display(argv)}{where}{shown}", hint=hint)
+
+
+class CommandTimeout(CommandFailed):
+    """The command ran out of time and was stopped (interrupt, terminate, kill); `returncode` is how it
+    ended then (negative: the signal)."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, log: Path | None, tail: str, timeout: float,
+                 *, hint: str | None = None) -> None:
+        self.timeout = timeout
+        super().__init__(argv, returncode, log, tail, hint=hint, headline=f"command timed out after {timeout:g}s")
 
 
 def display(argv: Sequence[str]) -> str:
@@ -67,11 +83,13 @@ def merge_env(base: Mapping[str, str], *layers: Mapping[str, str | None]) -> dic
 def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,
         log: Path | None = None, check: bool = True, capture: bool = False, verbose: bool = False,
         timeout: float | None = None, stdin: bytes | None = None, success_codes: Sequence[int] = (0,),
-        hint: str | None = None) -> Completed:
+        hint: str | None = None, new_session: bool = False) -> Completed:
     """Run `argv`. `env` is the complete environment (None: inherit os.environ).
 
     capture=True returns stdout/stderr as text (for short queries such as git rev-parse); otherwise the
     merged output is streamed into `log` (and to the terminal when `verbose`). Secrets are masked in logs.
+    `new_session`: the command gets a session (and process group) of its own, so a signal sent to this
+    process's group does not reach it.
     """
     if isinstance(argv, (str, bytes)):
         raise TypeError(f"run() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
@@ -89,76 +107,98 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
             log_file.write(f"  (in {cwd})\n")
         log_file.flush()
     try:
-        code, out, err, tail = _popen(argv, full_env, cwd, log_file, capture, verbose, timeout, stdin)
+        try:
+            code, out, err, tail, timed_out = _popen(argv, full_env, cwd, log_file, capture, verbose, timeout,
+                                                     stdin, new_session)
+        except _NotStarted as exc:
+            if log_file is not None:
+                log_file.write(exc.reason + "\n")
+            if check:
+                raise CommandFailed([redact_text(a, full_env) for a in argv], exc.code, log, exc.reason,
+                                    hint=hint or exc.hint) from None
+            return Completed(tuple(argv), exc.code, "", exc.reason, time.monotonic() - started, log, started=False)
     finally:
         if log_file is not None:
             log_file.close()
     seconds = time.monotonic() - started
     if log is not None:
         with open(log, "a", encoding="utf-8") as f:
-            f.write(f"# exit {code} after {seconds:.1f}s\n")
+            f.write(f"# timed out after {timeout:g}s, stopped: exit {code} after {seconds:.1f}s\n" if timed_out
+                    else f"# exit {code} after {seconds:.1f}s\n")
+    shown = tail if not capture else (out + err if timed_out else err or out)
+    if timed_out:
+        assert timeout is not None
+        raise CommandTimeout([redact_text(a, full_env) for a in argv], code, log,
+                             _tail(redact_text(shown, full_env)), timeout, hint=hint)
     if check and code not in success_codes:
-        shown = tail if not capture else (err or out)
         raise CommandFailed([redact_text(a, full_env) for a in argv], code, log, _tail(redact_text(shown, full_env)),
                             hint=hint)
     return Completed(tuple(argv), code, out, err, seconds, log)
 
 
-def _popen(argv, env, cwd, log_file, capture, verbose, timeout, stdin):
+class _NotStarted(Exception):
+    def __init__(self, code: int, reason: str, hint: str | None) -> None:
+        self.code, self.reason, self.hint = code, reason, hint
+
+
+def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_file: IO[str] | None, capture: bool,
+           verbose: bool, timeout: float | None, stdin: bytes | None,
+           new_session: bool) -> tuple[int, str, str, str, bool]:
+    """(exit code, stdout, stderr, output tail, timed out)."""
     try:
         proc = subprocess.Popen(
             argv, env=env, cwd=cwd,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if capture else subprocess.STDOUT,
+            start_new_session=new_session,
         )
     except FileNotFoundError as exc:
-        raise CommandFailed(argv, 127, None, f"{argv[0]}: program not found ({exc.strerror})",
-                            hint=f"install {argv[0]!r} or put it on PATH") from None
+        raise _NotStarted(127, f"{argv[0]}: program not found ({exc.strerror})",
+                          f"install {argv[0]!r} or put it on PATH") from None
     except PermissionError as exc:
-        raise CommandFailed(argv, 126, None, f"{argv[0]}: {exc.strerror}") from None
+        raise _NotStarted(126, f"{argv[0]}: {exc.strerror}", None) from None
     try:
         if capture:
-            out_b, err_b = _communicate(proc, stdin, timeout)
+            try:
+                out_b, err_b = proc.communicate(stdin, timeout=timeout)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                timed_out = True
+                try:  # what it wrote before it was stopped (unless a child of its own still holds the pipes)
+                    out_b, err_b = proc.communicate(timeout=GRACE)
+                except subprocess.TimeoutExpired:
+                    out_b, err_b = b"", b""
             out = out_b.decode("utf-8", "replace")
             err = err_b.decode("utf-8", "replace")
             if log_file is not None:
                 log_file.write(redact_text(out + err, env))
-            return proc.returncode, out, err, ""
+            return proc.returncode, out, err, "", timed_out
         tail: list[str] = []
         reader = threading.Thread(target=_pump, args=(proc, env, log_file, verbose, tail), daemon=True)
         reader.start()
         if stdin is not None:
+            assert proc.stdin is not None
             proc.stdin.write(stdin)
             proc.stdin.close()
-        _wait(proc, timeout)
-        reader.join()
-        return proc.returncode, "", "", "".join(tail)
+        try:
+            proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            timed_out = True
+        reader.join(timeout=GRACE if timed_out else None)
+        return proc.returncode, "", "", "".join(tail), timed_out
     except KeyboardInterrupt:
         _stop(proc)
         raise
 
 
-def _communicate(proc, stdin, timeout):
-    try:
-        return proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        raise BuildError(f"command timed out after {timeout:.0f}s: {display(proc.args)}") from None
-
-
-def _wait(proc, timeout):
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        raise BuildError(f"command timed out after {timeout:.0f}s: {display(proc.args)}") from None
-
-
 def _pump(proc, env, log_file, verbose, tail):
     for raw in iter(proc.stdout.readline, b""):
         line = redact_text(raw.decode("utf-8", "replace"), env)
-        if log_file is not None:
+        if log_file is not None and not log_file.closed:  # closed: run() gave up waiting after a timeout
             log_file.write(line)
         if verbose:
             sys.stderr.write(line)

@@ -21,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import signal
-import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -31,18 +32,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from toolchain.console import UI
 from toolchain.core import toml as tomlio
-from toolchain.core.proc import Completed, merge_env
+from toolchain.core.proc import CommandTimeout, Completed, merge_env, run
 from toolchain.errors import UsageError
 from toolchain.lock import Lock
 from toolchain.recipe.load import TargetSpec
 from toolchain.smoke import devices
 from toolchain.target.container import (
+    ENGINES,
     KILL_PIDFILE,
     PIDS,
     ROOT,
-    ContainerRuntime,
-    image_digest,
+    Container,
+    Engine,
+    Image,
+    Mount,
+    NoSigint,
     image_repo,
 )
 
@@ -127,26 +133,32 @@ def pinned_image(image: str, digest: str) -> str:
     return ""
 
 
-class ContainerTarget(ContainerRuntime):
-    """Where smoke installs and serves for a podman/docker lock: the container runtime with one serving
-    container (`serving(port)` starts it) that `run()` and `launch()` use."""
+class ContainerTarget:
+    """Where smoke installs and serves for a podman/docker lock (an `install.Target`): one serving container,
+    started (image mode) or borrowed (exec mode) by `serving(port)`, that `run()` and `launch()` use."""
 
     def __init__(self, spec: TargetSpec, *, locked_digest: str = "", wheels: Path | None = None,
-                 venv: bool = True, ui=None) -> None:
+                 venv: bool = True, ui: UI | None = None) -> None:
         run_args, self.replaced_network = ([], "") if spec.container else host_network_args(spec.run_args)
-        super().__init__(replace(spec, run_args=tuple(run_args)), ui)
+        self.spec = replace(spec, run_args=tuple(run_args))
+        self.kind = spec.runtime
+        self.engine = Engine(ENGINES[spec.runtime], tuple(spec.engine_args), ui)
         self.locked_digest = locked_digest
         self.wheels = wheels
         self.venv = VENV if venv else ""
         self.python = f"{VENV}/bin/python" if venv else spec.python
-        self.container = ""
         self.notes: list[str] = []
+        self._container: Container | None = None
         self._cenv: dict[str, str] = {}
 
     @property
+    def container(self) -> str:
+        return self._container.id if self._container is not None else ""
+
+    @property
     def name(self) -> str:
-        if self.exec_mode:
-            return self.describe()
+        if self.spec.container:
+            return f"{self.kind} container {self.spec.container}"
         return f"{self.kind} container {self.container or '(not started)'}"
 
     # ---- lifecycle -----------------------------------------------------------------------------------
@@ -155,75 +167,79 @@ class ContainerTarget(ContainerRuntime):
     def serving(self, port: int) -> Iterator[ContainerTarget]:
         """Engine and image (or container) checked, the serving container started and prepared; at the end
         servers left running are killed and the container removed (exec mode: /toolchain removed)."""
-        with self:
-            self._note_digest()
-            if self.replaced_network:
-                self._say(warn=True, message=f"target.run-args: serving on the host's network instead of "
-                                             f"{self.replaced_network!r} (smoke talks to the server on this machine)")
-            if self.exec_mode:
-                self._check_network(port)
-                self.container = self._container_id
-                self._stack.callback(self._exec, self.container, ["rm", "-rf", SMOKE_DIR, WHEELS], user="0",
-                                     capture=True, check=False)
-            else:
-                mounts = [(str(self.wheels), WHEELS, True)] if self.wheels else []
-                self.container = self._start("smoke", mounts)
-                self._stack.callback(self._remove, self.container)
-            self._stack.callback(self._kill_servers)
-            self._exec(self.container, ["sh", "-c", 'mkdir -p "$0" "$1" && chmod 1777 "$1"', SMOKE_DIR, PIDS],
-                       user="0", capture=True)
-            owner = self._exec(self.container, ["sh", "-c", 'echo "$(id -u):$(id -g)"'], capture=True).stdout.strip()
-            self._exec(self.container, ["chown", owner, SMOKE_DIR], user="0", capture=True)
-            if self.wheels and self.exec_mode:
-                self._exec(self.container, ["rm", "-rf", WHEELS], user="0", capture=True)
-                self._query("cp", str(self.wheels), f"{self.container}:{WHEELS}", check=True, timeout=None)
-            env = self._exec(self.container, ["env", "-0"], capture=True).stdout
-            self._cenv = dict(item.split("=", 1) for item in env.split("\0") if "=" in item)
+        stack = contextlib.ExitStack()
+        try:
+            self.engine.check()
+            container = self._open(stack, port)
+            self._container = container
+            stack.callback(self._kill_servers, container)
+            container.call(["sh", "-c", 'mkdir -p "$0" "$1" && chmod 1777 "$1"', SMOKE_DIR, PIDS], user="0",
+                           capture=True)
+            container.call(["chown", container.user(), SMOKE_DIR], user="0", capture=True)
+            if self.wheels and not container.owned:  # a started container has them mounted
+                container.call(["rm", "-rf", WHEELS], user="0", capture=True)
+                container.copy_into(self.wheels, WHEELS)
+            self._cenv = container.environment()
             yield self
+        finally:
+            with NoSigint():
+                stack.close()
 
-    def _check_image(self) -> None:
-        pinned = pinned_image(self.spec.image, self.locked_digest)
-        if pinned and self._inspect_image(pinned) == 0:
-            self._image_ref = pinned
-        else:
-            super()._check_image()
+    def _open(self, stack: contextlib.ExitStack, port: int) -> Container:
+        """The serving container: the running one the lock names, or one started from the locked image."""
+        if self.spec.container:
+            container = stack.enter_context(self.engine.borrowed(self.spec.container))
+            self._note_digest(container.image)
+            self._check_network(port)
+            stack.callback(container.call, ["rm", "-rf", SMOKE_DIR, WHEELS], user="0", capture=True, check=False)
+            return container
+        image = self.engine.image(self.spec.image, pinned=pinned_image(self.spec.image, self.locked_digest))
+        self._note_digest(image)
+        if self.replaced_network:
+            self.engine.say(warn=True, message=f"target.run-args: serving on the host's network instead of "
+                                               f"{self.replaced_network!r} (smoke talks to the server on this machine)")
+        mounts = [Mount(str(self.wheels), WHEELS, readonly=True)] if self.wheels else []
+        return stack.enter_context(self.engine.started("smoke", image, mounts, self.spec.run_args))
 
-    def _note_digest(self) -> None:
-        now = self.current_digest()
-        if self.locked_digest and now != self.locked_digest:
+    def _serving(self) -> Container:
+        if self._container is None:
+            raise RuntimeError("ContainerTarget used outside `serving()`")
+        return self._container
+
+    def _note_digest(self, image: Image) -> None:
+        if self.locked_digest and image.digest != self.locked_digest:
             self.notes.append(f"the lock was built in image {self.locked_digest}; serving from "
-                              f"{self._image or self.spec.image} {now}")
-            self._say(warn=True, message=self.notes[-1])
+                              f"{image.name or self.spec.image} {image.digest}")
+            self.engine.say(warn=True, message=self.notes[-1])
 
-    def _target(self) -> str:
-        return self.container
-
-    def _kill_servers(self) -> None:
+    def _kill_servers(self, container: Container) -> None:
         """Servers whose supervisor did not get to stop them (it was killed)."""
-        self._exec(self.container, ["sh", "-c", 'k=$1; for f in "$0"/serve-*; do [ -f "$f" ] && sh -c "$k" "$f" '
-                                    'KILL; rm -f "$f"; done; true', PIDS, KILL_PIDFILE],
-                   user="0", capture=True, check=False, timeout=60)
+        container.call(["sh", "-c", 'k=$1; for f in "$0"/serve-*; do [ -f "$f" ] && sh -c "$k" "$f" '
+                        'KILL; rm -f "$f"; done; true', PIDS, KILL_PIDFILE],
+                       user="0", capture=True, check=False, timeout=60)
 
     def current_digest(self) -> str:
-        return image_digest(self._image, self._image_id, self._repo_digests)
+        return self._container.image.digest if self._container is not None else ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runtime": self.kind, "mode": "container" if self.exec_mode else "image", "name": self.name,
-                "container": self.container, "image": self._image, "image_ref": self._image_ref or self._image,
-                "image_digest": self.current_digest() if self._image_id else "",
+        image = self._container.image if self._container is not None else None
+        return {"runtime": self.kind, "mode": "container" if self.spec.container else "image", "name": self.name,
+                "container": self.container, "image": image.name if image else self.spec.image,
+                "image_ref": image.start_ref if image else self.spec.image,
+                "image_digest": image.digest if image and image.id else "",
                 "locked_image_digest": self.locked_digest, "python": self.python, "notes": list(self.notes)}
 
     def _check_network(self, port: int) -> None:
         name, engine = self.spec.container, self.kind
-        r = self._query("container", "inspect", "--format", "{{.HostConfig.NetworkMode}}|"
-                        "{{json .HostConfig.PortBindings}}", name, check=True)
+        r = self.engine.query("container", "inspect", "--format", "{{.HostConfig.NetworkMode}}|"
+                              "{{json .HostConfig.PortBindings}}", name, check=True)
         mode, _, bindings = r.stdout.strip().partition("|")
         if mode == "host":
             return
         published = json.loads(bindings or "null") or {}
         if any(b.get("HostPort") == str(port) for b in published.get(f"{port}/tcp") or ()):
-            self._say(warn=True, message=f"{name} publishes port {port}: the server must listen on 0.0.0.0 "
-                                         f"inside it (--host 0.0.0.0)")
+            self.engine.say(warn=True, message=f"{name} publishes port {port}: the server must listen on 0.0.0.0 "
+                                               f"inside it (--host 0.0.0.0)")
             return
         raise UsageError(f"target.container: {engine} container {name!r} does not use the host's network "
                          f"(network {mode!r}) and does not publish port {port}, so smoke cannot reach a "
@@ -238,8 +254,8 @@ class ContainerTarget(ContainerRuntime):
             verbose: bool = False) -> Completed:
         """In the serving container, with the container's environment (plus pip settings from here)."""
         full = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", **_from_host(PIP_FROM_HOST), **(env or {})}
-        return super().run(argv, env=full, cwd=cwd, log=log, capture=capture, check=check, timeout=timeout,
-                           verbose=verbose)
+        return self._serving().call(argv, env=full, cwd=cwd, log=log, capture=capture, check=check, timeout=timeout,
+                                    verbose=verbose)
 
     def make_venv(self, base_python: str, log: Path) -> ContainerTarget:
         self.run([base_python, "-c", VENV_SCRIPT, self.venv], log=log, timeout=600)
@@ -269,9 +285,10 @@ class ContainerTarget(ContainerRuntime):
         what it lacks is unset. The command runs under `supervise()`."""
         changes: dict[str, str | None] = {k: v for k, v in env.items() if self._cenv.get(k) != v}
         changes.update({k: None for k in self._cenv if k not in env})
+        container = self._serving()
         pidfile = f"{PIDS}/serve-{uuid.uuid4().hex}"
-        exec_argv, engine_env = self.exec_argv(self.container, argv, env=changes, pidfile=pidfile)
-        where = {"engine": self._argv(), "container": self.container, "pidfile": pidfile}
+        exec_argv, engine_env = self.engine.exec_argv(container.id, argv, env=changes, pidfile=pidfile)
+        where = {"engine": self.engine.argv(), "container": container.id, "pidfile": pidfile}
         return [sys.executable, "-c", BOOT, PKG_ROOT, json.dumps(where), *exec_argv], \
             merge_env(os.environ, engine_env)
 
@@ -279,7 +296,7 @@ class ContainerTarget(ContainerRuntime):
 
     def device_check(self, device: str, tp: int, mask: str) -> devices.DeviceCheck:
         """The cards as the container sees them: Intel GPUs in sysfs whose /dev/dri node is there."""
-        out = self._exec(self.container, ["sh", "-c", CARDS_SCRIPT], capture=True).stdout
+        out = self._serving().call(["sh", "-c", CARDS_SCRIPT], capture=True).stdout
         by_slot: dict[str, devices.Card] = {}
         hidden = 0
         for line in out.splitlines():
@@ -297,7 +314,7 @@ class ContainerTarget(ContainerRuntime):
         check = devices.check(device, tp, mask, [by_slot[k] for k in sorted(by_slot)])
         if check.ok:
             return check
-        dri = (f"recreate {self.spec.container} with --device=/dev/dri" if self.exec_mode
+        dri = (f"recreate {self.spec.container} with --device=/dev/dri" if self.spec.container
                else "add \"--device=/dev/dri\" to [target] run-args")
         if not by_slot:
             seen = f"; the machine has {hidden}, but none is in the container's /dev/dri" if hidden else ""
@@ -316,39 +333,49 @@ def _from_host(names: Sequence[str]) -> dict[str, str]:
 
 def supervise(args: Sequence[str]) -> int:
     """The host side of a server in a container: `[WHERE_JSON, *ENGINE_EXEC_ARGV]`, WHERE naming the engine
-    argv, the container and the pidfile the server writes. Runs the exec in a session of its own and passes
-    SIGINT/SIGTERM/SIGHUP on to the process in the container (the engine client would leave it running);
-    SIGTERM is followed by SIGKILL after TERM_GRACE. Exits with the server's exit code."""
+    argv, the container and the pidfile the server writes. Runs the exec in a session of its own (its output
+    goes on to this process's) and passes SIGINT/SIGTERM/SIGHUP on to the process in the container (the
+    engine client would leave it running); SIGTERM is followed by SIGKILL after TERM_GRACE. Exits with the
+    server's exit code."""
     where, argv = json.loads(args[0]), list(args[1:])
     as_root = [*where["engine"], "exec", "--user", "0", where["container"]]
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
-    pending: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: pending.append(signum))
-    force_at = float("inf")
-    while child.poll() is None:
-        while pending:
-            signum = pending.pop(0)
-            _quiet([*as_root, "sh", "-c", KILL_PIDFILE, where["pidfile"], signal.Signals(signum).name[3:]])
-            if signum == signal.SIGTERM:
-                force_at = min(force_at, time.monotonic() + TERM_GRACE)
-        if time.monotonic() > force_at:
-            _quiet([*as_root, "sh", "-c", KILL_PIDFILE, where["pidfile"], "KILL"])
-            force_at = float("inf")
-        try:
-            child.wait(timeout=0.1)
-        except subprocess.TimeoutExpired:
-            pass
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a late stop request: the server is gone
-        signal.signal(sig, signal.SIG_IGN)
-    _quiet([*as_root, "rm", "-f", where["pidfile"]])
-    code = child.returncode
+    received: queue.SimpleQueue[int | None] = queue.SimpleQueue()  # put() may be called from a signal handler
+    forwarder = threading.Thread(target=_forward, args=(received, as_root, where["pidfile"]), daemon=True)
+    forwarder.start()
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for sig in stops:
+        signal.signal(sig, lambda signum, _frame: received.put(signum))
+    try:
+        code = run(argv, check=False, verbose=True, new_session=True).returncode
+    finally:
+        for sig in stops:  # a late stop request: the server is gone
+            signal.signal(sig, signal.SIG_IGN)
+        received.put(None)
+        forwarder.join(timeout=TERM_GRACE + 60)
+        _quiet([*as_root, "rm", "-f", where["pidfile"]])
     return 128 - code if code < 0 else code
+
+
+def _forward(received: queue.SimpleQueue[int | None], as_root: list[str], pidfile: str) -> None:
+    """Signals received, sent on to the server in the container (None: stop); after SIGTERM, SIGKILL."""
+    force_at: float | None = None
+    while True:
+        try:
+            wait = None if force_at is None else max(0.0, force_at - time.monotonic())
+            signum = received.get(timeout=wait)
+        except queue.Empty:
+            _quiet([*as_root, "sh", "-c", KILL_PIDFILE, pidfile, "KILL"])
+            force_at = None
+            continue
+        if signum is None:
+            return
+        _quiet([*as_root, "sh", "-c", KILL_PIDFILE, pidfile, signal.Signals(signum).name[3:]])
+        if signum == signal.SIGTERM and force_at is None:
+            force_at = time.monotonic() + TERM_GRACE
 
 
 def _quiet(argv: Sequence[str]) -> None:
     try:
-        subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+        run(argv, capture=True, check=False, timeout=60)
+    except CommandTimeout:
         pass

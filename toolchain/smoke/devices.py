@@ -9,12 +9,11 @@ are those the Intel compute runtime lists per die (intel/compute-runtime device_
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolchain.core.proc import CommandTimeout, run
 from toolchain.errors import UsageError
 
 VENDOR_INTEL = 0x8086
@@ -29,7 +28,7 @@ class DeviceProfile:
     name: str
     product: str
     die: str
-    pci_ids: frozenset
+    pci_ids: frozenset[int]
     max_cards: int
     ark_target: str
 
@@ -67,7 +66,7 @@ class DeviceCheck:
     ok: bool
     message: str
     skipped: bool = False
-    tools: Mapping[str, str] = None  # raw sycl-ls / xpu-smi output, for the report
+    tools: Mapping[str, str] = field(default_factory=dict)  # raw sycl-ls / xpu-smi output, for the report
 
     def to_dict(self) -> dict:
         return {"device": self.device, "cards_needed": self.cards_needed, "affinity_mask": self.affinity_mask,
@@ -143,7 +142,7 @@ def xpu_smi_cards() -> list[Card]:
         devices = json.loads(out).get("device_list", []) if out else []
     except (ValueError, AttributeError):
         return []
-    cards = []
+    cards: list[Card] = []
     for d in devices:
         try:
             pci_id = int(str(d.get("pci_device_id", "")), 16)
@@ -163,13 +162,12 @@ def tool_reports() -> dict[str, str]:
 
 
 def _tool_output(argv: list[str]) -> str:
-    if shutil.which(argv[0]) is None:
-        return ""
+    """What the tool printed; "" when it is not installed, fails or hangs."""
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TOOL_TIMEOUT, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        done = run(argv, capture=True, check=False, timeout=TOOL_TIMEOUT)
+    except CommandTimeout:
         return ""
-    return proc.stdout if proc.returncode == 0 else ""
+    return done.stdout if done.returncode == 0 else ""
 
 
 def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str, str] | None = None) -> DeviceCheck:

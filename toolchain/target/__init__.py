@@ -3,16 +3,18 @@ implementation of the `Runtime` protocol (toolchain.target.base) that a recipe's
 
 from __future__ import annotations
 
+from toolchain.console import UI
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.base import Runtime
-
-__all__ = ["HostRuntime", "Runtime", "make_runtime"]
+from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 from toolchain.target.host import HostRuntime
 
+__all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Runtime", "make_runtime"]
 
-def make_runtime(spec: TargetSpec, ui=None):
+
+def make_runtime(spec: TargetSpec, ui: UI | None = None) -> Runtime:
     if spec.runtime == "host":
         return HostRuntime(spec)
-    from toolchain.target.container import ContainerRuntime
-
-    return ContainerRuntime(spec, ui=ui)
+    if spec.container:
+        return ExecContainerRuntime(spec, ui=ui)
+    return FreshContainerRuntime(spec, ui=ui)

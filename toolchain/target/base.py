@@ -54,8 +54,9 @@ class Runner(Protocol):
 
 
 class Runtime(Protocol):
-    """Where commands run. Implementations: `HostRuntime` (toolchain.target.host) and `ContainerRuntime`
-    (toolchain.target.container: a fresh container per build, or exec into a running one)."""
+    """Where commands run. Implementations: `HostRuntime` (toolchain.target.host), `FreshContainerRuntime`
+    (a fresh container per build) and `ExecContainerRuntime` (exec into a running container), both in
+    toolchain.target.container; `toolchain.target.make_runtime` picks one."""
 
     kind: str
 

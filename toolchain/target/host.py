@@ -1,4 +1,4 @@
-"""Where commands run. The host is the degenerate runtime; containers (podman, docker) differ only in settings.
+"""The host runtime: builds on this machine with the recipe's interpreter (the degenerate `Runtime`).
 
 A runtime is a context manager. `run()` executes a one-off command in the target (probing, sourcing
 setvars). `workspace()` makes a source tree, an output directory and dependency trees visible inside the
@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from toolchain.core.proc import CommandFailed, Completed, merge_env, run
+from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.base import PROBE, Workspace, target_info, watch_dirs
@@ -32,7 +32,7 @@ class HostRuntime:
     def __enter__(self) -> HostRuntime:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
     def describe(self) -> str:
@@ -56,17 +56,14 @@ class HostRuntime:
 
     def probe_watch(self) -> tuple[TargetInfo, list[str]]:
         """The probe, and the directories whose change would change its answer (site-packages)."""
-        try:
-            r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
-        except CommandFailed as exc:  # not found or not executable: run() raises even with check=False
-            r = Completed(exc.argv, exc.returncode, "", exc.tail, 0.0, None)
+        r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
                               hint="set [target] python to an interpreter that exists, e.g. \"python3\"")
         return target_info(self.kind, self.spec.python, r.stdout), watch_dirs(r.stdout)
 
-    def identity(self) -> dict | None:
+    def identity(self) -> dict[str, object] | None:
         """What a remembered probe of this interpreter depends on; None (probe every time) for wrapper
         scripts such as pyenv shims, whose answer can change without any file of theirs changing."""
         exe = shutil.which(self.spec.python)
@@ -83,7 +80,8 @@ class HostRuntime:
 
     @contextlib.contextmanager
     def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
-        def runner(argv, *, env, cwd, log, verbose=False, capture=False):
+        def runner(argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
+                   verbose: bool = False, capture: bool = False) -> Completed:
             return self.run(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
 
         yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner)

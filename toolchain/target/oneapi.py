@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.proc import CommandFailed, display
+from toolchain.core.proc import display
 from toolchain.core.redact import is_secret, redact_text
 from toolchain.errors import BuildError, RecipeError
 from toolchain.recipe.load import Recipe
+from toolchain.target.base import Runtime
 from toolchain.target.facts import ToolchainInfo
 
 MARK = "\0__TOOLCHAIN_SETVARS__\0"
@@ -53,7 +56,7 @@ def _parse_env(blob: str) -> dict[str, str]:
     return out
 
 
-def capture(recipe: Recipe, runtime, log=None) -> ToolchainEnv:
+def capture(recipe: Recipe, runtime: Runtime, log: Path | None = None) -> ToolchainEnv:
     spec = recipe.toolchain
     if not spec.enabled:
         return NO_TOOLCHAIN
@@ -78,7 +81,7 @@ def capture(recipe: Recipe, runtime, log=None) -> ToolchainEnv:
                          f"in the {runtime.describe()}:\n{output[-2000:]}",
                          hint="run it by hand under bash to see why; check [toolchain] setvars-args")
     before, after = _parse_env(parts[0]), _parse_env(parts[2])
-    diff = {k: v for k, v in after.items() if before.get(k) != v and k not in IGNORED}
+    diff: dict[str, str | None] = {k: v for k, v in after.items() if before.get(k) != v and k not in IGNORED}
     diff.update({k: None for k in before if k not in after and k not in IGNORED})
     banner, version = compiler_version(runtime, diff)
     cmplr_root = diff.get("CMPLR_ROOT") or before.get("CMPLR_ROOT") or ""
@@ -92,21 +95,14 @@ def capture(recipe: Recipe, runtime, log=None) -> ToolchainEnv:
     return ToolchainEnv(info, tuple(sorted(diff.items())), banner)
 
 
-def compiler_version(runtime, diff: dict[str, str | None]) -> tuple[str, str]:
-    """(first banner line, version) from `icpx --version` in the sourced environment."""
-    r = _try(runtime, ["icpx", "--version"], diff)
-    if r is None and diff.get("CMPLR_ROOT"):
-        r = _try(runtime, [f"{diff['CMPLR_ROOT']}/bin/icpx", "--version"], diff)
-    if r is None:
-        return "", ""
-    m = VERSION_RE.search(r.stdout)
-    return (r.stdout.splitlines()[0] if r.stdout else ""), (m.group(1) if m else "")
-
-
-def _try(runtime, argv: list[str], diff: dict[str, str | None]):
-    """The finished command, or None when it failed or does not exist (run() raises for a missing program)."""
-    try:
+def compiler_version(runtime: Runtime, diff: Mapping[str, str | None]) -> tuple[str, str]:
+    """(first banner line, version) from `icpx --version` in the sourced environment (else CMPLR_ROOT's)."""
+    candidates = [["icpx", "--version"]]
+    if diff.get("CMPLR_ROOT"):
+        candidates.append([f"{diff['CMPLR_ROOT']}/bin/icpx", "--version"])
+    for argv in candidates:
         r = runtime.run(argv, env=diff, capture=True, check=False)
-    except CommandFailed:
-        return None
-    return r if r.returncode == 0 else None
+        if r.returncode == 0:
+            m = VERSION_RE.search(r.stdout)
+            return (r.stdout.splitlines()[0] if r.stdout else ""), (m.group(1) if m else "")
+    return "", ""

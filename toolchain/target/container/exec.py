@@ -1,0 +1,83 @@
+"""Exec into a running container: `ExecContainerRuntime` (recipe `[target] container`).
+
+The container is someone else's (a vLLM container a user started): the sources are copied in and the
+wheels out, and at the end what was copied in (under /toolchain) is removed; the container keeps running.
+One builder at a time uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from toolchain.console import UI
+from toolchain.recipe.load import TargetSpec
+from toolchain.target.base import Workspace
+from toolchain.target.container.common import DEPS, OUT, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.container.engine import ROOT, Container, EngineConfig, NoSigint
+
+GIT = f"{ROOT}/git"  # copies of the object directories the checkouts borrow from
+
+
+class ExecContainerRuntime(ContainerRuntimeBase):
+    """Builds in the running container the recipe names."""
+
+    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
+        super().__init__(spec, ui, config)
+        self._container: Container | None = None  # once entered
+
+    def describe(self) -> str:
+        return f"{self.kind} container {self.spec.container}"
+
+    def _open(self, stack: contextlib.ExitStack) -> None:
+        self._container = stack.enter_context(self.engine.borrowed(self.spec.container))
+        self.image = self._container.image
+        if self.spec.run_args:
+            self.engine.say(warn=True, message=f"target.run-args {list(self.spec.run_args)} are ignored: they "
+                                               f"apply to containers the tool starts, not to {self.spec.container}")
+        stack.callback(self._remove_setvars)
+
+    def _target(self) -> Container:
+        if self._container is None:
+            raise RuntimeError("ExecContainerRuntime used outside `with`")
+        return self._container
+
+    def _container_id(self) -> str:
+        return self._target().id
+
+    def _bring_setvars(self, folder: str, inside: str) -> None:
+        container = self._target()
+        container.call(["rm", "-rf", inside], user="0", capture=True)
+        container.copy_into(folder, inside)
+
+    def _remove_setvars(self) -> None:
+        if self._setvars:
+            self._target().call(["rm", "-rf", *self._setvars.values()], user="0", capture=True, check=False)
+
+    @contextlib.contextmanager
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+        """The trees copied in (a checkout that borrows objects borrows from copies of them), the wheels
+        copied out; at the end the copies are removed."""
+        container = self._target()
+        inside = {name: f"{DEPS}/{name}" for name in deps}
+        try:
+            container.call(["sh", "-c", 'rm -rf "$0" "$@" && mkdir -p "$@"', SRC, OUT, DEPS, GIT], user="0",
+                           capture=True)
+            alts = {alt: f"{GIT}/{i}" for i, alt in enumerate(alternates([src, *deps.values()]))}
+            for alt, there in alts.items():
+                container.copy_into(alt, there)
+            for host, there in [(src, SRC), *((path, inside[n]) for n, path in deps.items())]:
+                container.copy_into(host, there)
+                mine = alternates([host])
+                if mine:  # the copy borrows objects from the copies of the host's object directories
+                    container.call(["sh", "-c", 'printf "%s\\n" "$@" >"$0"', f"{there}/.git/objects/info/alternates",
+                                    *(alts[a] for a in mine)], user="0", capture=True)
+            uid = container.user()
+            if uid != "0:0":  # the build runs as the container's user
+                container.call(["chown", "-R", uid, SRC, OUT, DEPS], user="0", capture=True)
+            yield Workspace(SRC, OUT, inside, self._runner(container))
+            container.copy_out(OUT, out)
+        finally:
+            with NoSigint():
+                container.call(["rm", "-rf", SRC, OUT, DEPS, GIT], user="0", capture=True, check=False)

@@ -1,0 +1,72 @@
+"""A fresh container per build: `FreshContainerRuntime` (recipe `[target] image`).
+
+Each `workspace()` starts a container with the source tree, the output directory and the dependency trees
+mounted at the fixed paths, and removes it at the end (the trees are handed back to the invoking user
+first). One-off commands (probe, setvars) run in a second container that lives as long as the runtime and
+is started again when a setvars folder has to be mounted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from toolchain.console import UI
+from toolchain.core.fs import invoking_user
+from toolchain.recipe.load import TargetSpec
+from toolchain.target.base import Workspace
+from toolchain.target.container.common import DEPS, OUT, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.container.engine import Container, EngineConfig, Image, Mount, NoSigint
+
+
+class FreshContainerRuntime(ContainerRuntimeBase):
+    """Builds in a fresh container from the recipe's image, one per build."""
+
+    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
+        super().__init__(spec, ui, config)
+        self._oneoff: Container | None = None  # where one-off commands run
+
+    def describe(self) -> str:
+        return f"{self.kind} container (image {self.spec.image})"
+
+    def _open(self, stack: contextlib.ExitStack) -> None:
+        self.image = self.engine.image(self.spec.image)
+        stack.callback(self._remove_oneoff)
+
+    def _image(self) -> Image:
+        if self.image is None:
+            raise RuntimeError("FreshContainerRuntime used outside `with`")
+        return self.image
+
+    def _setvars_mounts(self) -> list[Mount]:
+        return [Mount(host, inside, readonly=True) for host, inside in self._setvars.items()]
+
+    def _target(self) -> Container:
+        if self._oneoff is None:
+            self._oneoff = self.engine.start("run", self._image(), self._setvars_mounts(), self.spec.run_args)
+        return self._oneoff
+
+    def _remove_oneoff(self) -> None:
+        container, self._oneoff = self._oneoff, None
+        if container is not None:
+            self.engine.remove(container.id)
+
+    def _bring_setvars(self, folder: str, inside: str) -> None:
+        self._remove_oneoff()  # started without the mount: the next run() starts one with it
+
+    @contextlib.contextmanager
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+        inside = {name: f"{DEPS}/{name}" for name in deps}
+        mounts = [Mount(str(src), SRC), Mount(str(out), OUT)]
+        mounts += [Mount(str(path), inside[n]) for n, path in deps.items()]
+        mounts += self._setvars_mounts()
+        mounts += [Mount(alt, alt, readonly=True) for alt in alternates([src, *deps.values()])]
+        with self.engine.started("build", self._image(), mounts, self.spec.run_args) as container:
+            try:
+                yield Workspace(SRC, OUT, inside, self._runner(container))
+            finally:
+                with NoSigint():  # what the build wrote in the mounted trees belongs to the invoking user
+                    uid, gid = (0, 0) if self.rootless else invoking_user()
+                    container.call(["chown", "-R", f"{uid}:{gid}", SRC, OUT, *inside.values()], user="0",
+                                   capture=True, check=False)
