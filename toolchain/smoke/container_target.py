@@ -14,6 +14,9 @@ container with the smoke environment: the container's own environment (never set
 traces removed, plus the run's variables, passed as `-e NAME` (values in the engine's environment). An
 engine does not pass signals from `ENGINE exec` on, so the server runs under `supervise()`, a small host
 process that forwards SIGINT/SIGTERM into the container.
+
+Built on the public API of toolchain.target.container: `Engine.started()` for the serving container,
+`Engine.borrowed()` for a running one, `Container.call()` for every command in it.
 """
 
 from __future__ import annotations
