@@ -377,8 +377,9 @@ def test_every_runtime_keeps_the_runtime_protocol(mode, engine, image, tmp_path,
         assert info == rt.probe() and info.runtime == spec.runtime and info.python_tag.startswith("cp")
         assert (rt.identity() is None) == (mode != "host") and (watch == []) == (mode != "host")
         if mode != "host":
-            assert info.image and info.image_digest and info.container == ("" if mode == "fresh" else
-                                                                           rt._container_id())
+            cid = "" if mode == "fresh" else engine_run(engine, "container", "inspect", "--format", "{{.Id}}",
+                                                        spec.container).stdout.strip()
+            assert info.image == image and info.image_digest and info.container == cid
         setvars = rt.toolchain_path(os.path.relpath(STANDIN, tmp_path), tmp_path)
         assert rt.run(["sh", "-c", 'test -x "${0%/*}/bin/icpx" && echo found', setvars], capture=True).stdout == "found\n"
         assert "PATH" in rt.base_env()
