@@ -164,8 +164,10 @@ def test_commit_bisect_with_the_smoke_regression_set(ws, stack):
 def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch):
     """jobs=3 with idle cores: while a step is tested, both possible next midpoints build in threads into
     the same cache; the answer is the same and no commit is built twice."""
-    from toolchain.bisect.core import Bisector, git_candidates
-    from toolchain.commands.bisect import CommandTester, SpineBuilder
+    from toolchain.bisect.builder import SpineBuilder
+    from toolchain.bisect.candidates import git_candidates
+    from toolchain.bisect.core import Bisector
+    from toolchain.bisect.testers import CommandTester
     from toolchain.console import UI
     from toolchain.recipe import load as recipes
 
