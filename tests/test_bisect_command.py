@@ -82,11 +82,36 @@ def test_command_tester_missing_program_is_a_usage_error(tmp_path: Path):
     (["--resume"], "no bisect to resume"),
     (["--jobs", "0", "--resume"], "--jobs must be at least 1"),
     (["--recipe", "r", "--component", "c", "--good", "x", "--test-cmd", "true", "--mirror", "nope"], "FROM=TO"),
+    # --smoke-args is read at once (not after the first build), by the smoke command's own option definitions
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--smoke-args", "--casez qa"],
+     "--smoke-args: unrecognized arguments: --casez qa"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--smoke-args", "--port many"],
+     "--smoke-args: argument --port: invalid int value"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--smoke-args", "--out elsewhere"],
+     "--smoke-args: unrecognized arguments: --out"),  # each step's reports go under the bisect's --out
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test-cmd", "true", "--smoke-args=--ladder"],
+     "--smoke-args goes with --test smoke"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, capsys, argv, message):
     code = cli.main(["bisect", "--out", str(tmp_path / "o"), *argv, "--json"])
     assert code == 2
     assert message in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_saved_options_round_trip_through_the_state_file(tmp_path: Path):
+    """What `--resume` reads back is what was started: smoke options, URL rewrites and paths included."""
+    from toolchain.bisect.session import BisectOptions
+    from toolchain.commands.smoke import parse_options
+    from toolchain.sources.mirrors import parse_rewrites
+
+    smoke = parse_options(["--cases", "math,qa", "--port", "8123", "--skip-device-check", "--venv", "v"])
+    assert smoke.cases == ("math", "qa") and smoke.port == 8123 and smoke.venv == Path("v").resolve()
+    opts = BisectOptions(mode="commits", out=tmp_path / "o", smoke=smoke, recipe=tmp_path / "r.toml",
+                         component="kern", good="a" * 40, rewrites=parse_rewrites([f"https://x/={tmp_path}/"]),
+                         cache_dir=tmp_path / "cache", jobs=2)
+    assert BisectOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+    with pytest.raises(TypeError, match="smoke_args"):
+        BisectOptions.from_dict({**opts.to_dict(), "smoke_args": ["--cases", "qa"]})
 
 
 # ---- a stand-in build spine --------------------------------------------------------------------------------
