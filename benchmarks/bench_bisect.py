@@ -31,8 +31,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.bisect.core import Bisector, git_candidates
-from toolchain.commands.bisect import CommandTester
+from toolchain.bisect.candidates import git_candidates
+from toolchain.bisect.core import Bisector
+from toolchain.bisect.testers import CommandTester
 from toolchain.core.proc import run
 
 KERN = "benchkern"
@@ -206,7 +207,7 @@ def make_stack(work: Path, *, commits: int = 240, heavy_functions: int = 6000) -
 def spine_builder(stack: Stack, work: Path) -> Any:
     """The bisect builder through the build spine (as `toolchain bisect` makes it): a recipe for the generated stack (no toolchain, host
     target, this interpreter), `benchkern` pinned per step, the other components from the wheel cache."""
-    from toolchain.commands.bisect import SpineBuilder
+    from toolchain.bisect.builder import SpineBuilder
     from toolchain.console import UI
     from toolchain.recipe import load as recipes
 

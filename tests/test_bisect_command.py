@@ -1,6 +1,6 @@
 """`toolchain bisect` end to end: a real recipe, a real git history, real test commands, an interrupt by a
-real SIGINT and a resume. The build spine is a stand-in implementing the API the command relies on
-(`toolchain.pipeline.build_stack`, `toolchain.build.stack.BuildOptions`, `toolchain.sources.mirrors.Mirrors`) and writing real locks."""
+real SIGINT and a resume. The pipeline call of the bisect builder is a stand-in writing real locks (each
+"wheel" holds the commit's value.txt); tests/test_bisect_spine.py runs the same through real builds."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from spine_helpers import GitRepo
 
 from toolchain import cli
 from toolchain.bisect.core import BuildOutcome, Candidate, Verdict
-from toolchain.commands.bisect import CommandTester
+from toolchain.bisect.testers import CommandTester
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run
 from toolchain.errors import BuildError, UsageError
@@ -82,6 +82,15 @@ def test_command_tester_missing_program_is_a_usage_error(tmp_path: Path):
     (["--resume"], "no bisect to resume"),
     (["--jobs", "0", "--resume"], "--jobs must be at least 1"),
     (["--recipe", "r", "--component", "c", "--good", "x", "--test-cmd", "true", "--mirror", "nope"], "FROM=TO"),
+    # --smoke-args is read at once (not after the first build), by the smoke command's own option definitions
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--smoke-args", "--casez qa"],
+     "--smoke-args: unrecognized arguments: --casez qa"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--smoke-args", "--port many"],
+     "--smoke-args: argument --port: invalid int value"),
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--smoke-args", "--out elsewhere"],
+     "--smoke-args: unrecognized arguments: --out"),  # each step's reports go under the bisect's --out
+    (["--recipe", "r", "--component", "c", "--good", "x", "--test-cmd", "true", "--smoke-args=--ladder"],
+     "--smoke-args goes with --test smoke"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, capsys, argv, message):
     code = cli.main(["bisect", "--out", str(tmp_path / "o"), *argv, "--json"])
@@ -89,9 +98,27 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys, argv, message):
     assert message in json.loads(capsys.readouterr().out)["error"]
 
 
+def test_saved_options_round_trip_through_the_state_file(tmp_path: Path):
+    """What `--resume` reads back is what was started: smoke options, URL rewrites and paths included."""
+    from toolchain.bisect.session import BisectOptions
+    from toolchain.commands.smoke import parse_options
+    from toolchain.sources.mirrors import parse_rewrites
+
+    smoke = parse_options(["--cases", "math,qa", "--port", "8123", "--skip-device-check", "--venv", "v"])
+    assert smoke.cases == ("math", "qa") and smoke.port == 8123 and smoke.venv == Path("v").resolve()
+    opts = BisectOptions(mode="commits", out=tmp_path / "o", smoke=smoke, recipe=tmp_path / "r.toml",
+                         component="kern", good="a" * 40, rewrites=parse_rewrites([f"https://x/={tmp_path}/"]),
+                         cache_dir=tmp_path / "cache", jobs=2)
+    assert BisectOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+    with pytest.raises(TypeError, match="smoke_args"):
+        BisectOptions.from_dict({**opts.to_dict(), "smoke_args": ["--cases", "qa"]})
+
+
 # ---- a stand-in build spine --------------------------------------------------------------------------------
 
 def fake_spine(monkeypatch, calls: list):
+    """Replaces the pipeline call of the bisect builder (and the mirror the candidates come from: the
+    component's own repository). Returns the stand-in `build_stack`."""
     def build_stack(recipe, options, ui):
         comps = []
         for comp in recipe.components:
@@ -112,10 +139,6 @@ def fake_spine(monkeypatch, calls: list):
                     components=tuple(comps))
         return read_lock(write_lock(lock, options.out_dir))
 
-    class BuildOptions:
-        def __init__(self, out_dir, cache_dir, rewrites=(), **_):
-            self.out_dir, self.cache_dir, self.rewrites = out_dir, cache_dir, rewrites
-
     class Mirrors:
         def __init__(self, cache_dir, rewrites=(), log_dir=None, ui=None):
             self.rewrites = rewrites
@@ -123,12 +146,10 @@ def fake_spine(monkeypatch, calls: list):
         def ensure(self, url, commit=None, *, where=""):
             return Path(url)
 
-    monkeypatch.setitem(sys.modules, "toolchain.build.stack", types.SimpleNamespace(
-        BuildOptions=BuildOptions))
-    monkeypatch.setitem(sys.modules, "toolchain.sources.rewrites", types.SimpleNamespace(
-        recipe_rewrites=lambda recipe, cache: ()))
-    monkeypatch.setitem(sys.modules, "toolchain.pipeline", types.SimpleNamespace(build_stack=build_stack))
-    monkeypatch.setattr("toolchain.sources.mirrors.Mirrors", Mirrors)
+    monkeypatch.setattr("toolchain.bisect.builder.build_stack", build_stack)
+    monkeypatch.setattr("toolchain.bisect.candidates.Mirrors", Mirrors)
+    monkeypatch.setattr("toolchain.bisect.candidates.recipe_rewrites", lambda recipe, cache: ())
+    return build_stack
 
 
 @pytest.fixture()
@@ -156,7 +177,7 @@ commit = "{c[-1]}"
 after = ["other"]
 """)
     calls: list = []
-    fake_spine(monkeypatch, calls)
+    build_stack = fake_spine(monkeypatch, calls)
     monkeypatch.setenv("TOOLCHAIN_CACHE_DIR", str(tmp_path / "cache"))
     script = tmp_path / "repro.py"
     script.write_text("""\
@@ -172,7 +193,8 @@ if stop != "-" and not os.path.exists(stop):
 kern = [w for w in os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep) if "kern-" in w][0]
 sys.exit(0 if open(kern).read().strip() == "42" else 1)
 """)
-    return types.SimpleNamespace(repo=r, commits=c, recipe=recipe, calls=calls, script=script, tmp=tmp_path)
+    return types.SimpleNamespace(repo=r, commits=c, recipe=recipe, calls=calls, script=script, tmp=tmp_path,
+                                 build_stack=build_stack)
 
 
 def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, monkeypatch):
@@ -242,19 +264,18 @@ def test_lock_mode_needs_readable_locks(tmp_path: Path, capsys):
 def test_lock_to_lock_end_to_end(project, capsys):
     """Two locks built from recipes that differ in MAX_JOBS, the kernels commit and a serve env variable:
     the commit change is found, then the first bad commit inside it; every step is a table row."""
+    from toolchain.build.stack import BuildOptions
     from toolchain.console import UI
     from toolchain.recipe import load as recipes
 
     p = project
-    spine = types.SimpleNamespace(build_stack=sys.modules["toolchain.pipeline"].build_stack,
-                                  BuildOptions=sys.modules["toolchain.build.stack"].BuildOptions)
     text = p.recipe.read_text()
     locks = {}
     for side, commit, jobs, backend in (("good", p.commits[0], "2", "w4a16"), ("bad", p.commits[-1], "4", "ark")):
         path = p.tmp / "recipes" / f"{side}.toml"
         path.write_text(text.replace(p.commits[-1], commit) + f'[env]\nMAX_JOBS = "{jobs}"\n'
                         f'[smoke]\nmodel = "m"\n[smoke.env]\nVLLM_XPU_INC_WNA16_BACKEND = "{backend}"\n')
-        lock = spine.build_stack(recipes.load_recipe(str(path)), spine.BuildOptions(p.tmp / side, None), UI())
+        lock = p.build_stack(recipes.load_recipe(str(path)), BuildOptions(p.tmp / side, p.tmp / "cache"), UI())
         locks[side] = lock.path
     out, tested = p.tmp / "lout", p.tmp / "tested-locks.txt"
     code = cli.main(["bisect", "--good-lock", str(locks["good"].parent), "--bad-lock", str(locks["bad"]),

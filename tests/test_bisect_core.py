@@ -14,11 +14,11 @@ from toolchain.bisect.core import (
     Bisector,
     BuildOutcome,
     Candidate,
-    StateFile,
     TestOutcome,
     Verdict,
     steps_left,
 )
+from toolchain.bisect.state import StateFile
 from toolchain.errors import BuildError, RecipeError, UsageError
 
 

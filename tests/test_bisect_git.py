@@ -9,16 +9,14 @@ from pathlib import Path
 import pytest
 from spine_helpers import GitRepo
 
+from toolchain.bisect.candidates import commit_url, git_candidates, resolve_commit
 from toolchain.bisect.core import (
     Bisector,
     BuildOutcome,
     Candidate,
     Verdict,
-    commit_url,
-    git_candidates,
-    resolve_commit,
 )
-from toolchain.commands.bisect import CommandTester
+from toolchain.bisect.testers import CommandTester
 from toolchain.core.proc import run
 from toolchain.errors import SourceError, UsageError
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from spine_helpers import GitRepo
 
-from toolchain.bisect.core import BuildOutcome, StateFile, Verdict, git_candidates
+from toolchain.bisect.candidates import git_candidates
+from toolchain.bisect.core import BuildOutcome, Verdict
 from toolchain.bisect.lockdiff import (
     MISSING,
     bisect_locks,
@@ -21,6 +22,7 @@ from toolchain.bisect.lockdiff import (
     prefix_data,
     stack_data,
 )
+from toolchain.bisect.state import StateFile
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run

@@ -8,10 +8,11 @@ import json
 import shlex
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, recipe_data
+from spine_helpers import TINY_INIT, component, recipe_data
 
 from toolchain.lock import read_lock, verify_wheels
 
@@ -161,11 +162,73 @@ def test_commit_bisect_with_the_smoke_regression_set(ws, stack):
     assert report["verdict"] == "fail"
 
 
+PATCHED_TEST = """\
+import os, sys, zipfile
+wheel = [w for w in os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep) if os.path.basename(w).startswith("tiny-")]
+with zipfile.ZipFile(wheel[0]) as z:
+    assert "PATCHED = True" in z.read("tiny/__init__.py").decode(), "the recipe's patch was not applied"
+    sys.exit(0 if "42" in z.read("tiny/value.py").decode() else 1)
+"""
+
+
+def test_commit_bisect_of_a_patched_component(ws, stack):
+    """A component with a patch (as the demo's engine and vLLM have): every step builds it patched, the
+    remembered-failure key comes from the patch's sha256, and the published ends are readable (0644) like
+    the cache's copies."""
+    kern, other, c, _ = stack
+    ws.patch("kern/0001-mark-patched.patch", kern.make_patch({"tiny/__init__.py": TINY_INIT + "PATCHED = True\n"}))
+    ws.recipe("patched", recipe_data({"other": component(other, dist="other-name"),
+                                      "kern": component(kern, c[-1], after=["other"], dist="tiny",
+                                                        patches=["kern/0001-mark-patched.patch"])}))
+    script = ws.root / "patched-test.py"
+    script.write_text(PATCHED_TEST)
+    out = ws.root / "patched-bisect"
+    r = ws.cli("bisect", "--recipe", "patched", "--component", "kern", "--good", c[FIRST_BAD - 2],
+               "--bad", c[FIRST_BAD + 1], "--test-cmd", f"{sys.executable} {script}", "--cache-dir", ws.cache,
+               "--out", out, "--jobs", "1", "--json")
+    assert r.returncode == 0, str(r)
+    data = r.json()["result"]
+    assert data["first_bad"]["key"] == c[FIRST_BAD] and data["skipped"] == []
+    assert {s["verdict"] for s in data["steps"]} == {"good", "bad"}  # the script's assert held: patched builds
+    for side, i in (("good", FIRST_BAD - 1), ("bad", FIRST_BAD)):
+        lock = read_lock(out / side / "stack.lock.toml")
+        verify_wheels(lock)
+        assert [p.path for p in lock.component("kern").patches] == ["kern/0001-mark-patched.patch"]
+        assert lock.component("kern").commit == c[i]
+        published = [lock.path, *(lock.wheel_path(comp) for comp in lock.components)]
+        assert {oct(p.stat().st_mode & 0o777) for p in published} == {"0o644"}, published
+    cached = list((ws.cache / "wheels").rglob("*.whl"))
+    assert cached and {oct(p.stat().st_mode & 0o777) for p in cached} == {"0o644"}
+
+
+def test_unbuildable_memo_key_follows_the_patch_identity(ws, stack):
+    """The digest that remembers a failed build is the recipe text and every patch's sha256: a patch edited
+    in place (same name) is a new key; a patch from another repository counts by its pinned sha256."""
+    from toolchain.bisect.builder import recipe_digest
+    from toolchain.recipe.load import PatchSpec, load_recipe
+
+    kern, other, c, _ = stack
+    patch = ws.patch("kern/fix.patch", kern.make_patch({"tiny/__init__.py": TINY_INIT + "A = 1\n"}))
+    ws.recipe("p", recipe_data({"kern": component(kern, c[-1], dist="tiny", patches=["kern/fix.patch"])}))
+    recipe = load_recipe(str(ws.recipes / "p.toml"))
+    first = recipe_digest(recipe)
+    assert recipe_digest(load_recipe(str(ws.recipes / "p.toml"))) == first
+    patch.write_text(kern.make_patch({"tiny/__init__.py": TINY_INIT + "A = 2\n"}))
+    assert recipe_digest(recipe) != first
+    remote = PatchSpec("fix.patch", "https://example.invalid/r.git", "a" * 40, "b" * 64)
+    comp = replace(recipe.components[0], patches=(remote,))
+    with_remote = replace(recipe, components=(comp,))
+    other_sha = replace(recipe, components=(replace(comp, patches=(replace(remote, sha256="c" * 64),)),))
+    assert recipe_digest(with_remote) != recipe_digest(other_sha)
+
+
 def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch):
     """jobs=3 with idle cores: while a step is tested, both possible next midpoints build in threads into
     the same cache; the answer is the same and no commit is built twice."""
-    from toolchain.bisect.core import Bisector, git_candidates
-    from toolchain.commands.bisect import CommandTester, SpineBuilder
+    from toolchain.bisect.builder import SpineBuilder
+    from toolchain.bisect.candidates import git_candidates
+    from toolchain.bisect.core import Bisector
+    from toolchain.bisect.testers import CommandTester
     from toolchain.console import UI
     from toolchain.recipe import load as recipes
 

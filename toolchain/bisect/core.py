@@ -5,19 +5,18 @@ bad. Each step builds the untested candidate nearest the middle of the range (`b
 it (`tester.test(candidate, build)`) and tells the handler, which does all reporting. A failed build or a
 SKIP verdict skips the candidate, as `git bisect skip` does; skips next to the boundary leave a set of
 possible first-bad candidates instead of one. After every step the state goes to `persist` (atomically, see
-`StateFile`), so an interrupted bisect resumes where it stopped. While a step's test runs, the builds for
-both possible next midpoints may start in a thread pool when idle cores permit (the builder must be
-thread-safe for distinct keys).
+`bisect.state.StateFile`), so an interrupted bisect resumes where it stopped. While a step's test runs, the
+builds for both possible next midpoints may start in a thread pool when idle cores permit (the builder must
+be thread-safe for distinct keys).
 
-Candidates from git: `git_candidates(mirror, good, bad, url)` (the first-parent commits in good..bad).
+Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
+(the differences between two locks). How they are built and tested: `bisect.builder`, `bisect.testers`.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 import math
-import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,11 +25,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolchain.core.fs import atomic_write_text
-from toolchain.core.proc import CommandFailed, run
-from toolchain.errors import BuildError, SourceError, UsageError
+from toolchain.core.cpu import idle_cores
+from toolchain.errors import BuildError, UsageError
 
-STATE_VERSION = 1
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -397,141 +394,10 @@ def steps_left(pending: int) -> int:
     return math.ceil(math.log2(pending + 1)) if pending > 0 else 0
 
 
-def idle_cores(sample: float = 0.2) -> float:
-    """Cores idle right now: /proc/stat sampled over `sample` seconds (the load average as a fallback)."""
-    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        before = _cpu_times()
-        time.sleep(sample)
-        after = _cpu_times()
-        total = sum(after) - sum(before)
-        idle = (after[3] + after[4]) - (before[3] + before[4])
-        return ncpu * idle / total if total > 0 else float(ncpu)
-    except (OSError, IndexError, ValueError):
-        try:
-            return max(0.0, ncpu - os.getloadavg()[0])
-        except OSError:
-            return 0.0
-
-
-def _cpu_times() -> list[int]:
-    with open("/proc/stat", encoding="ascii") as f:
-        return [int(x) for x in f.readline().split()[1:]]
-
-
-# ---- the state file ---------------------------------------------------------------------------------
-
-class StateFile:
-    """One JSON document: `context` (what the command needs to resume) and one section per bisect phase.
-    Every write replaces the file atomically, so a kill at any moment leaves the last complete step."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._doc: dict[str, Any] | None = None
-
-    def read(self) -> dict[str, Any]:
-        if self._doc is None:
-            if not self.path.is_file():
-                self._doc = {}
-            else:
-                try:
-                    self._doc = json.loads(self.path.read_text(encoding="utf-8"))
-                except ValueError as exc:
-                    raise UsageError(f"{self.path}: not a bisect state file ({exc})",
-                                     hint="pass the bisect-state.json written by `toolchain bisect`") from None
-                if self._doc.get("state-version") != STATE_VERSION:
-                    raise UsageError(f"{self.path}: state-version {self._doc.get('state-version')!r} "
-                                     f"is not supported (this tool writes {STATE_VERSION})")
-        return self._doc
-
-    def update(self, **items: Any) -> None:
-        doc = {**self.read(), "state-version": STATE_VERSION, **items}
-        atomic_write_text(self.path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-        self._doc = doc
-
-    def load(self, section: str) -> BisectState | None:
-        data = self.read().get("phases", {}).get(section)
-        return BisectState.from_dict(data) if data else None
-
-    def save(self, section: str, state: BisectState) -> None:
-        self.update(phases={**self.read().get("phases", {}), section: state.to_dict()})
-
-    def saver(self, section: str) -> Callable[[BisectState], None]:
-        return lambda state: self.save(section, state)
-
-
-# ---- candidates from git ----------------------------------------------------------------------------
-
-_FORMAT = "%H%x00%P%x00%s%x00%cI"
-
-
-def git_candidates(repo: Path, good: str, bad: str, url: str = "") -> tuple[Candidate, ...]:
-    """[good, first-parent commits of good..bad oldest first (ending with bad)] from a (bare) repository."""
-    good_sha, bad_sha = resolve_commit(repo, good), resolve_commit(repo, bad)
-    if good_sha == bad_sha:
-        raise UsageError(f"--good and --bad are the same commit ({good_sha[:12]}): nothing to bisect")
-    if not is_ancestor(repo, good_sha, bad_sha):
-        if is_ancestor(repo, bad_sha, good_sha):
-            raise UsageError(f"--good {good_sha[:12]} is newer than --bad {bad_sha[:12]} (the range is reversed)",
-                             hint="swap --good and --bad; to find a fix instead of a regression, "
-                                  "use a --test-cmd that exits 1 when the bug is gone")
-        raise UsageError(f"--good {good_sha[:12]} is not an ancestor of --bad {bad_sha[:12]} (they are on "
-                         f"different branches)",
-                         hint=f"use a good commit on the history of {bad_sha[:12]}, e.g. their merge base "
-                              f"`git merge-base {good_sha[:12]} {bad_sha[:12]}` if it is known to be good")
-    head = _git_log(repo, ["-1", good_sha], url)
-    rest = _git_log(repo, ["--first-parent", "--reverse", f"{good_sha}..{bad_sha}"], url)
-    return head + rest
-
-
-def resolve_commit(repo: Path, rev: str) -> str:
-    done = run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-               capture=True, check=False)
-    if done.returncode != 0:
-        raise SourceError(f"{rev!r} is not a commit in {repo}",
-                          hint="check the sha (a full 40-hex id is safest) and that the mirror has been fetched")
-    return done.stdout.strip()
-
-
-def is_ancestor(repo: Path, older: str, newer: str) -> bool:
-    done = run(["git", "-C", str(repo), "merge-base", "--is-ancestor", older, newer], capture=True, check=False)
-    if done.returncode not in (0, 1):
-        raise CommandFailed(done.argv, done.returncode, None, done.stderr)
-    return done.returncode == 0
-
-
-def first_parent_of(repo: Path, sha: str) -> str:
-    return run(["git", "-C", str(repo), "rev-parse", f"{sha}^1"], capture=True).stdout.strip()
-
-
-def _git_log(repo: Path, revs: list[str], url: str) -> tuple[Candidate, ...]:
-    out = run(["git", "-C", str(repo), "-c", "log.showSignature=false", "log", f"--format={_FORMAT}", *revs],
-              capture=True).stdout
-    cands = []
-    for line in out.splitlines():
-        sha, parents, subject, date = line.split("\x00")
-        cands.append(Candidate(sha, subject, date, commit_url(url, sha), merge=len(parents.split()) > 1))
-    return tuple(cands)
-
-
-def commit_url(repo_url: str, sha: str) -> str:
-    """A web URL for a commit, built from the repository URL ("" for local and unknown ones)."""
-    url = repo_url.strip()
-    if url.startswith("git@") and ":" in url:  # git@github.com:owner/repo.git
-        host, path = url[4:].split(":", 1)
-        url = f"https://{host}/{path}"
-    elif url.startswith("ssh://"):
-        rest = url[6:].split("@", 1)[-1]
-        host, _, path = rest.partition("/")
-        url = f"https://{host.split(':')[0]}/{path}"
-    if not url.startswith(("https://", "http://")):
-        return ""
-    url = url.rstrip("/")
-    if url.endswith(".git"):
-        url = url[:-4]
-    if "gitlab" in url.split("/")[2]:
-        return f"{url}/-/commit/{sha}"
-    return f"{url}/commit/{sha}"
+def first_line(err: BaseException | str) -> str:
+    """An error's first line: what a step's reason, a log line or a skip shows."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _str(p: Path | None) -> str | None:

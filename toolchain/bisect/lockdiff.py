@@ -28,9 +28,9 @@ from toolchain.bisect.core import (
     Builder,
     BuildOutcome,
     Candidate,
-    StateFile,
     Tester,
 )
+from toolchain.bisect.state import StateFile
 from toolchain.core import toml as tomlio
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock
@@ -205,7 +205,7 @@ MakeBuilder = Callable[[str, Callable[[str], dict[str, Any]], str], Builder]
 """(phase, key -> recipe table, the component whose commit changes or "") -> a builder for that phase."""
 
 CommitCandidates = Callable[[str, str, str, str], Sequence[Candidate]]
-"""(component, url, good commit, bad commit) -> the commit candidates (see bisect.git_candidates)."""
+"""(component, url, good commit, bad commit) -> the commit candidates (see bisect.candidates)."""
 
 
 def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Tester,

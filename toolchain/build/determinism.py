@@ -15,7 +15,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from toolchain.core.proc import CommandFailed, run
+from toolchain.core.git import git
+from toolchain.core.proc import CommandFailed
 from toolchain.errors import SourceError
 
 PREFIX_ROOT = "/usr/src"
@@ -25,8 +26,7 @@ FLAG_VARIABLES = ("CFLAGS", "CXXFLAGS")
 def commit_epoch(repo: Path, commit: str) -> int:
     """The committer date of `commit` in `repo`, in seconds since the epoch (for SOURCE_DATE_EPOCH)."""
     try:
-        out = run(["git", "-C", str(repo), "show", "-s", "--format=%ct", f"{commit}^{{commit}}"],
-                  capture=True).stdout.strip()
+        out = git(["show", "-s", "--format=%ct", f"{commit}^{{commit}}"], cwd=repo).stdout.strip()
     except CommandFailed as exc:
         raise SourceError(f"cannot read the committer date of {commit} in {repo}: {exc.tail.strip()}",
                           hint="check that the pinned commit exists in the checkout") from None

@@ -7,12 +7,15 @@ an installed version differs from the lock; 2 bad input (including cards that do
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.table import Table
 
 from toolchain.console import UI, CommandResult
+from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import devices
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
@@ -23,6 +26,14 @@ def register(sub: Any, common: Any) -> None:
     p = sub.add_parser("smoke", parents=[common], help="install a lock's wheels, serve, run the regression set",
                        description=__doc__)
     p.add_argument("--lock", type=Path, help="stack.lock.toml (or its directory) written by `toolchain build`")
+    p.add_argument("--out", type=Path, help="report directory (default: <lock dir>/smoke/<time>)")
+    add_options(p)
+    p.set_defaults(handler=handle)
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The options that choose how to smoke a lock (all but which lock and where the reports go): the
+    command's, and what `toolchain bisect --test smoke --smoke-args` accepts."""
     p.add_argument("--device", choices=sorted(devices.PROFILES), help="card profile (default: the lock's [smoke])")
     p.add_argument("--skip-device-check", action="store_true", help="do not look for the cards (CPU test runs)")
     p.add_argument("--ladder", action="store_true",
@@ -35,26 +46,40 @@ def register(sub: Any, common: Any) -> None:
     p.add_argument("--tensor-parallel-size", type=int, metavar="N", help="cards to serve on (default: [smoke])")
     p.add_argument("--cases", metavar="A,B,...", help=f"cases to run, comma-separated (default: {','.join(DEFAULT_CASES)}; "
                    f"built in: {', '.join(PRESETS)}; recipes add more)")
-    p.add_argument("--out", type=Path, help="report directory (default: <lock dir>/smoke/<time>)")
     p.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 1800)")
     p.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 600)")
     p.add_argument("--no-install", action="store_true", help="serve from an existing environment (see --python)")
     p.add_argument("--python", help="interpreter the fresh venv is made from (default: the lock's); "
                    "with --no-install, the environment to serve from")
     p.add_argument("--venv", type=Path, help="where the fresh venv goes (default: <out>/venv)")
-    p.set_defaults(handler=handle)
 
 
-def handle(args: Any, ui: UI) -> CommandResult:
-    options = SmokeOptions(
+def options_from(args: argparse.Namespace) -> SmokeOptions:
+    return SmokeOptions(
         device=args.device or "", skip_device_check=args.skip_device_check, ladder=args.ladder,
         serve_cmd=args.serve_cmd or "", model=args.model or "", host=args.host, port=args.port or 0,
         tensor_parallel_size=args.tensor_parallel_size or 0,
         cases=tuple(n.strip() for n in (args.cases or "").split(",") if n.strip()),
         ready_timeout=args.ready_timeout or 0.0, request_timeout=args.request_timeout or 0.0,
-        no_install=args.no_install, python=args.python or "", venv=args.venv)
+        no_install=args.no_install, python=args.python or "", venv=args.venv.resolve() if args.venv else None)
+
+
+class _OptionsParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"--smoke-args: {message}", hint="check --smoke-args (see `toolchain smoke --help`)")
+
+
+def parse_options(argv: Sequence[str]) -> SmokeOptions:
+    """Smoke options given as words (`toolchain bisect --smoke-args "--cases math,qa"`), read by the same
+    definitions as `toolchain smoke`'s own options."""
+    p = _OptionsParser(prog="toolchain smoke", add_help=False)
+    add_options(p)
+    return options_from(p.parse_args(list(argv)))
+
+
+def handle(args: Any, ui: UI) -> CommandResult:
     lock = read_lock(args.lock) if args.lock else None
-    return _result(run_smoke(lock, out_dir=args.out, ui=ui, options=options))
+    return _result(run_smoke(lock, out_dir=args.out, ui=ui, options=options_from(args)))
 
 
 def _result(outcome: SmokeOutcome) -> CommandResult:

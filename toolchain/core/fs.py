@@ -25,13 +25,15 @@ def sha256_file(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[str]:
-    """A temporary path beside `path`, renamed over it when the block succeeds, removed when it fails."""
+def _replacing(path: Path, mode: int = 0o644) -> Iterator[str]:
+    """A temporary path beside `path`, renamed over it when the block succeeds (with `mode`: the temporary
+    file is private, 0600, while it is written), removed when it fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -41,20 +43,20 @@ def _replacing(path: Path) -> Iterator[str]:
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`."""
-    with _replacing(path) as tmp:
+    with _replacing(path, mode) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def atomic_copy(src: Path, dst: Path) -> None:
-    with _replacing(dst) as tmp:
+def atomic_copy(src: Path, dst: Path, mode: int = 0o644) -> None:
+    """Copy `src` to `dst` through a temporary file; `dst` gets `mode` (a wheel, a lock: readable by all)."""
+    with _replacing(dst, mode) as tmp:
         shutil.copyfile(src, tmp)
 
 

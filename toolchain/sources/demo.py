@@ -14,7 +14,8 @@ from pathlib import Path
 
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import file_lock, publish_dir, sha256_bytes
-from toolchain.sources.mirrors import Rewrite, git
+from toolchain.core.git import git
+from toolchain.sources.mirrors import Rewrite
 
 SRC = Path(__file__).resolve().parents[1] / "demo_src"
 DEMO_URL = "https://demo.invalid/toolchain-demo/"
@@ -65,7 +66,7 @@ def make_repo(bare: Path, commits: list[tuple[Path, str, list[str]]], *, epoch: 
                    "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
             base = ["--git-dir", str(bare), "--work-tree", str(work)]
             git([*base, "add", "-A"])
-            _commit(base, message, env)
+            git([*base, "commit", "--quiet", "--no-verify", "-m", message], env=env)
             sha = git([*base, "rev-parse", "HEAD"]).stdout.strip()
             ids.append(sha)
             for tag in tags:
@@ -73,13 +74,6 @@ def make_repo(bare: Path, commits: list[tuple[Path, str, list[str]]], *, epoch: 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ids
-
-
-def _commit(base: list[str], message: str, env: dict[str, str]) -> None:
-    from toolchain.core.proc import run
-
-    run(["git", "-c", "commit.gpgsign=false", "-c", "core.autocrlf=false", *base, "commit", "--quiet",
-         "--no-verify", "-m", message], env=dict(os.environ, **env), capture=True)
 
 
 def _overlay(src: Path, dest: Path) -> None:

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.fs import file_lock, sha256_bytes
-from toolchain.core.proc import CommandFailed, run
+from toolchain.core.git import commit_id, git
+from toolchain.core.proc import CommandFailed
 from toolchain.errors import SourceError, UsageError
-
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 
 
 @dataclass(frozen=True)
@@ -51,13 +50,6 @@ def rewrite_url(url: str, rewrites: Sequence[Rewrite]) -> str:
     best = max((r for r in reversed(rewrites) if url.startswith(r.prefix)), key=lambda r: len(r.prefix),
                default=None)
     return best.replacement + url[len(best.prefix):] if best else url
-
-
-def git(args: Sequence[str], *, cwd: Path | None = None, git_dir: Path | None = None, log: Path | None = None,
-        capture: bool = True, check: bool = True, hint: str | None = None):
-    argv = ["git"] + (["--git-dir", str(git_dir)] if git_dir else []) + list(args)
-    env = dict(os.environ, **GIT_ENV)
-    return run(argv, env=env, cwd=cwd, log=log, capture=capture, check=check, hint=hint)
 
 
 def _slug(url: str) -> str:
@@ -136,9 +128,9 @@ class Mirrors:
         """The commit a branch, tag or commit-ish points at now (fetches first)."""
         mirror = self.ensure(url, None)
         for candidate in (f"refs/heads/{ref}", f"refs/tags/{ref}", ref):
-            r = git(["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], git_dir=mirror, check=False)
-            if r.returncode == 0:
-                return r.stdout.strip()
+            sha = commit_id(mirror, candidate)
+            if sha:
+                return sha
         raise SourceError(f"ref {ref!r} not found in {url}", hint="set `ref` to a branch or tag the repository has")
 
     def describe(self, url: str, commit: str) -> str:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.fs import atomic_write_bytes, sha256_bytes, sha256_file
+from toolchain.core.git import git
 from toolchain.errors import SourceError
 from toolchain.recipe.load import PatchSpec
-from toolchain.sources.mirrors import git
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text, file_lock, sha256_bytes
-from toolchain.sources.mirrors import Mirrors, git
+from toolchain.core.git import git
+from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.patches import Patch, apply_series, materialize
 
 

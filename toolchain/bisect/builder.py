@@ -1,0 +1,94 @@
+"""Building one step (mozregression's build fetcher, with a build instead of a download): a recipe derived
+for the candidate goes through the pipeline (`pipeline.build_stack`) into its own directory; components
+that did not change come from the wheel cache."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolchain.bisect.core import BuildOutcome, first_line
+from toolchain.build.cache import WheelCache
+from toolchain.build.stack import BuildOptions
+from toolchain.console import UI
+from toolchain.core.fs import atomic_write_text, sha256_bytes
+from toolchain.errors import BuildError, SourceError
+from toolchain.pipeline import build_stack
+from toolchain.recipe.load import Recipe, from_data
+from toolchain.sources.mirrors import Rewrite
+from toolchain.sources.patches import load_series
+
+DeriveRecipe = Callable[[str], Recipe]
+"""A candidate's key (a commit, or a lock difference id) -> the recipe to build for it."""
+
+
+class SpineBuilder:
+    """Builds `derive(key)` through the pipeline into `<out_root>/<key>`; components that did not change come
+    from the wheel cache. Thread-safe for distinct keys: each build has its own directory; mirrors, source
+    trees and the cache are safe for concurrent builders. A build or source failure makes the candidate
+    unbuildable (a skip); a build failure is remembered, so a repeated bisect compiles nothing."""
+
+    def __init__(self, derive: DeriveRecipe, out_root: Path, cache: Path, rewrites: Sequence[Rewrite],
+                 ui: UI, *, component: str = "") -> None:
+        self.derive, self.out_root, self.cache, self.rewrites, self.ui = derive, out_root, cache, tuple(rewrites), ui
+        self.component = component  # the one whose commit changes (commit bisects)
+
+    def build(self, key: str) -> BuildOutcome:
+        out = self.out_root / key[:12]
+        ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
+        recipe = self.derive(key)
+        memo = self.cache / "bisect" / "unbuildable" / f"{recipe_digest(recipe)}.txt"
+        if memo.is_file():
+            return BuildOutcome(False, log=out / "logs", cached=True,
+                                reason=f"{memo.read_text().strip()} (remembered: delete {memo} to build it again)")
+        started = time.time()
+        options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose)
+        try:
+            lock = build_stack(recipe, options, ui)
+        except (SourceError, BuildError) as err:  # e.g. a patch that does not apply, a compile error
+            self._check_upstream(recipe, err)
+            if not isinstance(err, SourceError):
+                atomic_write_text(memo, first_line(err) + "\n")
+            return BuildOutcome(False, log=out / "logs", reason=first_line(err))
+        cache = WheelCache(self.cache)
+        entries = [cache.get(c.cache_key) for c in lock.components]
+        cached = all(e is not None and e.meta.get("stored", started) < started for e in entries)
+        return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),
+                            log=out / "logs", cached=cached)
+
+    def _check_upstream(self, recipe: Recipe, err: Exception) -> None:
+        """A component built before the bisected one cannot fail because of its commit: stop, not skip."""
+        names = [c.name for c in recipe.components]
+        failed = getattr(err, "component", None) or failed_component(str(err), names)
+        if self.component and failed and names.index(failed) < names.index(self.component):
+            raise BuildError(f"{failed} does not build, and it is built before {self.component} (whose commit is "
+                             f"all that changes here), so no commit of {self.component} can be tested: "
+                             f"{first_line(err)}",
+                             hint=f"make the recipe build as it is (`toolchain build --recipe {recipe.path}`), "
+                                  "then bisect again") from None
+
+
+def failed_component(message: str, names: Sequence[str]) -> str:
+    """The component a spine error names ("kern@1a2b...", "components.kern", "kern: ...", "building kern ")."""
+    for name in sorted(names, key=len, reverse=True):
+        if any(p in message for p in (f"{name}@", f"components.{name}.", f"building {name} ")) \
+                or message.startswith(f"{name}:"):
+            return name
+    return ""
+
+
+def recipe_digest(recipe: Recipe) -> str:
+    """What a build's outcome depends on, as far as the recipe says: its resolved text and the identity
+    (sha256) of every patch, local or pinned in another repository."""
+    parts = [recipe.text]
+    for comp in recipe.components:
+        parts += [f"{comp.name}\0{p.path}\0{p.sha256}" for p in load_series(recipe.patches_dir, comp.patches)]
+    return sha256_bytes("\n".join(parts).encode())
+
+
+def table_recipes(base: Recipe, derive: Callable[[str], dict[str, Any]]) -> DeriveRecipe:
+    """`derive(key)` gives a recipe table (a lock-to-lock step); read it like `base` (name, path, patches)."""
+    return lambda key: from_data(derive(key), name=base.name, path=base.path, patches_dir=base.patches_dir)

@@ -1,0 +1,87 @@
+"""A component's candidates: the first-parent commits good..bad of its repository (the mirror, fetched when
+a commit is missing), each with its subject, date, web URL and whether it is a merge.
+
+First parent: a merge is one candidate (the whole branch it brings in); a merge found first bad is bisected
+again along its branch (`--good M^1 --bad M`, which the result suggests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from toolchain.bisect.core import Candidate
+from toolchain.core.git import commit_id, git, is_ancestor
+from toolchain.errors import SourceError, UsageError
+from toolchain.recipe.load import Recipe
+from toolchain.sources.mirrors import Mirrors, Rewrite
+from toolchain.sources.rewrites import recipe_rewrites
+
+_FORMAT = "%H%x00%P%x00%s%x00%cI"
+
+
+def component_candidates(recipe: Recipe, url: str, good: str, bad: str, cache: Path,
+                         rewrites: Sequence[Rewrite] = (), *, pinned: str = "") -> tuple[Candidate, ...]:
+    """First-parent commits good..bad of `url` from its mirror under `cache` (fetched when a commit is
+    missing; `recipe` says which URL rewrites apply, `rewrites` come after them)."""
+    mirrors = Mirrors(cache, recipe_rewrites(recipe, cache) + tuple(rewrites))
+    repo = mirrors.ensure(url, pinned or bad)
+    for rev in (good, bad):
+        if commit_id(repo, rev) is None:
+            repo = mirrors.ensure(url, rev)
+    return git_candidates(repo, good, bad, url)
+
+
+def git_candidates(repo: Path, good: str, bad: str, url: str = "") -> tuple[Candidate, ...]:
+    """[good, first-parent commits of good..bad oldest first (ending with bad)] from a (bare) repository."""
+    good_sha, bad_sha = resolve_commit(repo, good), resolve_commit(repo, bad)
+    if good_sha == bad_sha:
+        raise UsageError(f"--good and --bad are the same commit ({good_sha[:12]}): nothing to bisect")
+    if not is_ancestor(repo, good_sha, bad_sha):
+        if is_ancestor(repo, bad_sha, good_sha):
+            raise UsageError(f"--good {good_sha[:12]} is newer than --bad {bad_sha[:12]} (the range is reversed)",
+                             hint="swap --good and --bad; to find a fix instead of a regression, "
+                                  "use a --test-cmd that exits 1 when the bug is gone")
+        raise UsageError(f"--good {good_sha[:12]} is not an ancestor of --bad {bad_sha[:12]} (they are on "
+                         f"different branches)",
+                         hint=f"use a good commit on the history of {bad_sha[:12]}, e.g. their merge base "
+                              f"`git merge-base {good_sha[:12]} {bad_sha[:12]}` if it is known to be good")
+    head = _git_log(repo, ["-1", good_sha], url)
+    rest = _git_log(repo, ["--first-parent", "--reverse", f"{good_sha}..{bad_sha}"], url)
+    return head + rest
+
+
+def resolve_commit(repo: Path, rev: str) -> str:
+    sha = commit_id(repo, rev)
+    if sha is None:
+        raise SourceError(f"{rev!r} is not a commit in {repo}",
+                          hint="check the sha (a full 40-hex id is safest) and that the mirror has been fetched")
+    return sha
+
+
+def _git_log(repo: Path, revs: list[str], url: str) -> tuple[Candidate, ...]:
+    out = git(["log", f"--format={_FORMAT}", *revs], cwd=repo).stdout
+    cands = []
+    for line in out.splitlines():
+        sha, parents, subject, date = line.split("\x00")
+        cands.append(Candidate(sha, subject, date, commit_url(url, sha), merge=len(parents.split()) > 1))
+    return tuple(cands)
+
+
+def commit_url(repo_url: str, sha: str) -> str:
+    """A web URL for a commit, built from the repository URL ("" for local and unknown ones)."""
+    url = repo_url.strip()
+    if url.startswith("git@") and ":" in url:  # git@github.com:owner/repo.git
+        host, path = url[4:].split(":", 1)
+        url = f"https://{host}/{path}"
+    elif url.startswith("ssh://"):
+        rest = url[6:].split("@", 1)[-1]
+        host, _, path = rest.partition("/")
+        url = f"https://{host.split(':')[0]}/{path}"
+    if not url.startswith(("https://", "http://")):
+        return ""
+    url = url.rstrip("/")
+    if url.endswith(".git"):
+        url = url[:-4]
+    if "gitlab" in url.split("/")[2]:
+        return f"{url}/-/commit/{sha}"
+    return f"{url}/commit/{sha}"

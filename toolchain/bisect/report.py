@@ -1,0 +1,217 @@
+"""Reporting and publishing a bisect: every event as it happens (terminal and `<out>/bisect.log`, with the
+command that resumes an interrupted bisect), then the result: `<out>/result.json`, the last good and first
+bad builds (lock + wheels) copied to `<out>/good` and `<out>/bad`, a summary and the tables of steps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from toolchain.bisect.core import (
+    BisectHandler,
+    BisectResult,
+    BisectState,
+    Candidate,
+    StepRecord,
+    first_line,
+    steps_left,
+)
+from toolchain.bisect.lockdiff import LockBisectResult
+from toolchain.console import UI
+from toolchain.core.fs import atomic_copy, atomic_write_text
+from toolchain.core.proc import display
+from toolchain.lock import LOCK_NAME, PYLOCK_NAME, read_lock
+
+RESULT_NAME = "result.json"
+LOG_NAME = "bisect.log"
+
+
+class Report:
+    """Reports every event as it happens (terminal and `<out>/bisect.log`); tells how to resume."""
+
+    def __init__(self, ui: UI, log: Path, resume_argv: Sequence[str]) -> None:
+        self.ui, self.log, self.resume_argv = ui, log, tuple(resume_argv)
+
+    def phase(self, name: str) -> PhaseHandler:
+        return PhaseHandler(self, name)
+
+    def line(self, text: str, *, warn: bool = False) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
+        (self.ui.warn if warn else self.ui.info)(escape(text))
+
+
+class PhaseHandler(BisectHandler):
+    def __init__(self, report: Report, phase: str) -> None:
+        self.r, self.phase = report, phase
+
+    def started(self, state: BisectState) -> None:
+        n, pending = len(state.candidates) - 2, state.pending()
+        self.r.line(f"[{self.phase}] {n} candidates between good and bad; {pending} untested, "
+                    f"about {steps_left(pending)} steps")
+
+    def building(self, candidate: Candidate) -> None:
+        self.r.line(f"[{self.phase}] building {_name(candidate)}")
+
+    def prefetching(self, candidate: Candidate) -> None:
+        self.r.line(f"[{self.phase}] building {_name(candidate)} ahead (a possible next step)")
+
+    def testing(self, candidate: Candidate) -> None:
+        self.r.line(f"[{self.phase}] testing {_name(candidate)}")
+
+    def step(self, record: StepRecord, state: BisectState) -> None:
+        self.r.line(f"[{self.phase}] step {record.number}: {record.key[:12]} is {record.verdict.value} "
+                    f"({record.reason}){_left(record.remaining)}")
+
+    def skip(self, record: StepRecord, state: BisectState) -> None:
+        self.r.line(f"[{self.phase}] step {record.number}: skipping {record.key[:12]}: {record.reason}"
+                    f"{_left(record.remaining)}", warn=True)
+
+    def finished(self, result: BisectResult) -> None:
+        what = _name(result.first_bad) if result.first_bad else \
+            "one of " + ", ".join(c.short for c in result.possible)
+        self.r.line(f"[{self.phase}] done after {len(result.steps)} steps: first bad is {what}")
+
+    def interrupted(self, state: BisectState, error: BaseException) -> None:
+        lo, hi = state.bounds()
+        why = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped ({first_line(error)})"
+        self.r.line(f"[{self.phase}] bisect {why} after {len(state.steps)} steps; the first bad is between "
+                    f"{state.candidates[lo].short} (good) and {state.candidates[hi].short} (bad)", warn=True)
+        self.r.ui.err.print(f"resume with: {display(self.r.resume_argv)}", markup=False, highlight=False,
+                            soft_wrap=True)
+
+
+# ---- the result ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BisectOutcome:
+    """A finished bisect: what `--json` prints (`data`), what a person reads (`summary`, plain text, and
+    `tables`); `ok` when the first bad candidate was found."""
+    ok: bool
+    data: dict[str, Any]
+    summary: str
+    tables: tuple[Table, ...]
+
+
+def commit_outcome(result: BisectResult, component: str, out: Path, state_path: Path) -> BisectOutcome:
+    locks = publish_ends(result, out)
+    lines = []
+    if result.first_bad:
+        c = result.first_bad
+        lines.append(f"first bad commit of {component}: {c.key}\n  {c.subject}\n  {c.date}"
+                     + (f"\n  {c.url}" if c.url else ""))
+        if c.merge:
+            lines.append(f"  it is a merge: bisect its branch with --good {c.short}^1 --bad {c.short}")
+    else:
+        lines.append("skipped commits hide the first bad commit; it is one of:\n"
+                     + "\n".join(f"  {_name(c)}" for c in result.possible))
+    lines += _skipped_lines(result) + [f"{k} lock: {v}" for k, v in locks.items()] + [f"state: {state_path}"]
+    data = {"ok": result.found, "mode": "commits", "component": component, "result": result.to_dict(),
+            "locks": locks, "state": str(state_path), "log": str(out / LOG_NAME)}
+    atomic_write_text(out / RESULT_NAME, _json(data))
+    return BisectOutcome(result.found, data, "\n".join(lines), (steps_table(result, "commit"),))
+
+
+def lock_outcome(result: LockBisectResult, out: Path, state_path: Path) -> BisectOutcome:
+    final = result.commits or result.changes
+    locks = publish_ends(final, out)
+    lines = [f"note: {n}" for n in result.notes]
+    if result.culprit is None:
+        lines.append("skipped steps hide the change; it is one of:\n"
+                     + "\n".join(f"  {d.label}" for d in result.possible))
+    else:
+        lines.append(f"the change that turns good into bad: {result.culprit.label}")
+    if result.culprit is not None and result.commits is not None:
+        c = result.commits.first_bad
+        lines.append(f"first bad commit of {result.culprit.component}: {c.key}  {c.subject}  {c.date}  {c.url}"
+                     if c else "skipped commits hide the first bad commit; it is one of: "
+                     + ", ".join(x.short for x in result.commits.possible))
+    lines += _skipped_lines(final) + [f"{k} lock: {v}" for k, v in locks.items()] + [f"state: {state_path}"]
+    ok = result.culprit is not None and (result.commits is None or result.commits.found)
+    data = {"ok": ok, "mode": "locks", "result": result.to_dict(), "locks": locks, "state": str(state_path),
+            "log": str(out / LOG_NAME)}
+    atomic_write_text(out / RESULT_NAME, _json(data))
+    tables = [differences_table(result), steps_table(result.changes, "change")]
+    if result.commits is not None:
+        tables.append(steps_table(result.commits, "commit"))
+    return BisectOutcome(ok, data, "\n".join(lines), tuple(tables))
+
+
+def _skipped_lines(result: BisectResult) -> list[str]:
+    if not result.skipped:
+        return []
+    return ["skipped:"] + [f"  {c.short} {c.subject}: {why}" for c, why in result.skipped]
+
+
+def steps_table(result: BisectResult, what: str) -> Table:
+    table = Table(title=f"bisect steps ({what})")
+    for col in ("step", what, "verdict", "why", "build s", "test s"):
+        table.add_column(col)
+    subjects = {c.key: c.subject for c in (result.last_good, *result.possible)}
+    subjects.update({c.key: c.subject for c, _ in result.skipped})
+    for s in result.steps:
+        build = "failed" if s.build_failed else ("cached" if s.cached else f"{s.build_seconds:.1f}")
+        table.add_row(str(s.number), escape(f"{s.key[:12]} {subjects.get(s.key, '')}".strip()), s.verdict.value,
+                      escape(s.reason), build + (" (ahead)" if s.prefetched else ""), f"{s.test_seconds:.1f}")
+    return table
+
+
+def differences_table(result: LockBisectResult) -> Table:
+    table = Table(title="differences between the locks (applied in this order)")
+    for col in ("#", "kind", "change"):
+        table.add_column(col)
+    for i, d in enumerate(result.differences, 1):
+        table.add_row(str(i), d.kind, escape(d.label))
+    return table
+
+
+# ---- publishing the ends -------------------------------------------------------------------------------
+
+def publish_ends(result: BisectResult, out: Path) -> dict[str, str]:
+    """Copy the last good and first bad builds (lock + wheels) to <out>/good and <out>/bad."""
+    done = {}
+    for name, build in (("good", result.good_build), ("bad", result.bad_build)):
+        if build is not None and build.ok and build.lock_path and Path(build.lock_path).is_file():
+            done[name] = str(copy_lock_dir(Path(build.lock_path), out / name) / LOCK_NAME)
+    return done
+
+
+def copy_lock_dir(lock_path: Path, dest: Path) -> Path:
+    """The lock, its pylock.toml and its wheels under `dest` (replaced as a whole)."""
+    lock = read_lock(lock_path)
+    tmp = dest.with_name(f".tmp-{dest.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    atomic_copy(lock_path, tmp / LOCK_NAME)
+    if (lock_path.parent / PYLOCK_NAME).is_file():
+        atomic_copy(lock_path.parent / PYLOCK_NAME, tmp / PYLOCK_NAME)
+    for c in lock.components:
+        src = lock.wheel_path(c)
+        if src.is_file():
+            atomic_copy(src, tmp / "wheels" / src.name)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest
+
+
+def _left(pending: int) -> str:
+    if not pending:
+        return ""
+    n = steps_left(pending)
+    return f"; {pending} left to test, about {n} more step{'s' if n != 1 else ''}"
+
+
+def _name(cand: Candidate | None) -> str:
+    return "" if cand is None else f"{cand.short} {cand.subject}".strip()
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"

@@ -1,0 +1,195 @@
+"""`run_bisect()`: a whole bisect as a library call (the `toolchain bisect` command is its argparse).
+
+One component's commits: the first-parent commits good..bad of its repository (`candidates`), each built as
+the recipe with that commit pinned (`builder`), tested by a command or the smoke stage (`testers`). Two
+locks: the differences between them, then, when the culprit is a commit change, that component's commits
+(`lockdiff`). Every event is reported as it happens and the state saved after every step (`report`,
+`state`), so an interrupted bisect resumes where it stopped; the options are saved with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from toolchain.bisect.builder import SpineBuilder, table_recipes
+from toolchain.bisect.candidates import component_candidates
+from toolchain.bisect.core import Bisector, Builder, Candidate, Tester
+from toolchain.bisect.lockdiff import bisect_locks
+from toolchain.bisect.report import LOG_NAME, BisectOutcome, Report, commit_outcome, lock_outcome
+from toolchain.bisect.state import STATE_NAME, StateFile
+from toolchain.bisect.testers import CommandTester, SmokeTester
+from toolchain.build.cache import default_cache_dir
+from toolchain.console import UI
+from toolchain.errors import UsageError
+from toolchain.lock import read_lock
+from toolchain.pipeline import recipe_from_lock
+from toolchain.recipe.load import load_recipe, with_commit
+from toolchain.smoke import SmokeOptions
+from toolchain.sources.mirrors import Rewrite
+
+DEFAULT_OUT = Path("bisect-out")
+DEFAULT_JOBS = 3  # the step's build and, while its test runs, both possible next midpoints
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """What a bisect needs to start or resume (saved in the state file as `context`). Paths are absolute."""
+    mode: str                             # "commits" | "locks"
+    out: Path
+    test_cmd: tuple[str, ...] = ()        # a command with `git bisect run` semantics, or
+    smoke: SmokeOptions | None = None     # the smoke stage with these options
+    test_timeout: float | None = None
+    recipe: Path | None = None            # mode "commits"
+    component: str = ""
+    good: str = ""
+    bad: str = ""                         # "": the recipe's commit
+    good_lock: Path | None = None         # mode "locks"
+    bad_lock: Path | None = None
+    cache_dir: Path | None = None         # None: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain, when used
+    rewrites: tuple[Rewrite, ...] = ()
+    jobs: int = DEFAULT_JOBS
+
+    @property
+    def cache(self) -> Path:
+        return self.cache_dir or default_cache_dir().resolve()
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_json(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BisectOptions:
+        smoke = data.get("smoke")
+        return _from_json(cls, {**data, "smoke": _from_json(SmokeOptions, smoke) if smoke is not None else None,
+                                "rewrites": tuple(Rewrite(**r) for r in data.get("rewrites", ()))})
+
+
+def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *,
+               jobs: int | None = None) -> BisectOutcome:
+    """Start a bisect with `options`, or (None) resume the one saved in `state_path`. `jobs` overrides the
+    saved number of builds at once."""
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    state_file = StateFile(state_path)
+    resuming = options is None
+    opts = saved_options(state_file) if options is None else _new(options, state_file)
+    if jobs is not None:  # saved with the rest: a resume builds ahead only if the bisect did
+        opts = replace(opts, jobs=jobs)
+    resume_argv = ["toolchain", "bisect", "--resume", "--state", str(state_path.resolve())]
+    state_file.update(context=opts.to_dict(), resume=resume_argv, done=False, **({} if resuming else {"phases": {}}))
+    report = Report(ui, opts.out / LOG_NAME, resume_argv)
+    tester = make_tester(opts, ui)
+    if opts.mode == "commits":
+        outcome = _bisect_commits(opts, tester, report, state_file, ui)
+    else:
+        outcome = _bisect_locks(opts, tester, report, state_file, ui)
+    state_file.update(done=True)
+    return outcome
+
+
+def saved_options(state_file: StateFile) -> BisectOptions:
+    if not state_file.path.is_file():
+        raise UsageError(f"no bisect to resume: {state_file.path} does not exist",
+                         hint="pass --state FILE (or --out DIR) of the bisect you started")
+    try:
+        return BisectOptions.from_dict(state_file.read().get("context") or {})
+    except (TypeError, ValueError, KeyError) as exc:
+        raise UsageError(f"{state_file.path}: the saved options are unreadable ({exc})",
+                         hint="start the bisect again") from None
+
+
+def _new(options: BisectOptions, state_file: StateFile) -> BisectOptions:
+    if state_file.unfinished:
+        raise UsageError(f"{state_file.path} holds an unfinished bisect",
+                         hint=f"continue it with `toolchain bisect --resume --state {state_file.path}`, or pass "
+                              f"another --state/--out to start a new one")
+    if not options.test_cmd and options.smoke is None:
+        raise UsageError("say how to test each step: --test smoke or --test-cmd CMD")
+    return options
+
+
+def default_state(out: Path | None) -> Path:
+    return (out or DEFAULT_OUT) / STATE_NAME
+
+
+def make_tester(opts: BisectOptions, ui: UI) -> Tester:
+    logs = opts.out / "tests"
+    if opts.test_cmd:
+        return CommandTester(opts.test_cmd, logs, timeout=opts.test_timeout, verbose=ui.verbose)
+    return SmokeTester(logs, opts.smoke or SmokeOptions(), ui)
+
+
+# ---- one component's commits ---------------------------------------------------------------------------
+
+def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_file: StateFile,
+                    ui: UI) -> BisectOutcome:
+    if opts.recipe is None:
+        raise UsageError("a commit bisect needs --recipe")
+    base = load_recipe(str(opts.recipe))
+    comp = base.component(opts.component)
+    if not opts.bad:  # the recipe's commit, kept: a resume must not follow a later `toolchain update`
+        opts = replace(opts, bad=comp.commit)
+        state_file.update(context=opts.to_dict())
+    cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
+                                 pinned=comp.commit)
+    builder = SpineBuilder(lambda sha: with_commit(base, comp.name, sha), opts.out / "steps", opts.cache,
+                           opts.rewrites, ui, component=comp.name)
+    result = Bisector(cands, builder, tester, report.phase("commits"), state=state_file.load("commits"),
+                      persist=state_file.saver("commits"), jobs=opts.jobs).run()
+    return commit_outcome(result, comp.name, opts.out, state_file.path)
+
+
+# ---- two locks -----------------------------------------------------------------------------------------
+
+def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_file: StateFile,
+                  ui: UI) -> BisectOutcome:
+    if opts.good_lock is None or opts.bad_lock is None:
+        raise UsageError("a lock-to-lock bisect needs both --good-lock and --bad-lock")
+    good, bad = read_lock(opts.good_lock), read_lock(opts.bad_lock)
+    # The steps build with the patches on disk, which must be the bad lock's (a good lock's older patch
+    # content is reported as a note); the recipe's name, path and patches directory come from it too.
+    base = recipe_from_lock(bad, None, None)
+
+    def make_builder(phase: str, derive: Callable[[str], dict[str, Any]], component: str) -> Builder:
+        return SpineBuilder(table_recipes(base, derive), opts.out / phase, opts.cache, opts.rewrites, ui,
+                            component=component)
+
+    def commits(component: str, url: str, good_sha: str, bad_sha: str) -> tuple[Candidate, ...]:
+        return component_candidates(base, url, good_sha, bad_sha, opts.cache, opts.rewrites)
+
+    result = bisect_locks(good, bad, make_builder, tester, commits, handler_for=report.phase,
+                          state_file=state_file, jobs=opts.jobs)
+    return lock_outcome(result, opts.out, state_file.path)
+
+
+# ---- options as JSON -----------------------------------------------------------------------------------
+
+def _to_json(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [_to_json(x) for x in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _from_json(cls: Any, data: Mapping[str, Any]) -> Any:
+    """`cls(**data)` with lists as tuples and strings as Paths where the field is a Path."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        v = data[f.name]
+        if isinstance(v, list):
+            v = tuple(v)
+        elif isinstance(v, str) and "Path" in str(f.type):
+            v = Path(v)
+        values[f.name] = v
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))}")
+    return cls(**values)
