@@ -1,47 +1,108 @@
-"""`toolchain` command line. Thin: parse, call a stage's handler, print its result or one ERROR line."""
+"""toolchain: build vLLM, vllm-xpu-kernels and ARK wheels for Intel Arc Pro B60/B70 from a recipe, record
+them in a lock, smoke-test a lock, bisect a regression and check that a build reproduces.
+
+Start with `toolchain recipes`, then `toolchain plan --recipe NAME` and `toolchain build --recipe NAME`.
+`toolchain COMMAND --help` describes each command."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
+import os
+import signal
 import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
 
 from toolchain import __version__
+from toolchain.commands import options
 from toolchain.console import UI
 from toolchain.errors import ToolError, UsageError
 
-# Each module exposes register(subparsers, common); its parsers set_defaults(handler=fn(args, ui) -> CommandResult).
+EXIT_CODES = """\
+exit codes:
+  0    success
+  1    a build or a test failed (also: no space left on the device)
+  2    bad input or usage: a recipe, a lock, an option, a directory that cannot be used
+  130  interrupted by Ctrl-C (SIGINT); 143 by SIGTERM, 129 by SIGHUP (128 + the signal's number):
+       the commands the tool started are stopped first"""
+
+# Each module exposes register(subparsers); its parser sets_defaults(handler=fn(args, ui) -> CommandResult).
 # Only the module of the command being run is imported (a warm no-op build must start fast).
 COMMANDS = {
-    "build": "toolchain.commands.stack", "plan": "toolchain.commands.stack", "update": "toolchain.commands.stack",
-    "recipes": "toolchain.commands.stack",
+    "build": "toolchain.commands.build",
+    "plan": "toolchain.commands.plan",
+    "update": "toolchain.commands.update",
+    "recipes": "toolchain.commands.recipes",
     "smoke": "toolchain.commands.smoke",
     "bisect": "toolchain.commands.bisect",
     "verify-repro": "toolchain.commands.verify_repro",
 }
-COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
+
+
+def _closest(word: str, choices: Sequence[str]) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors: exit 2, no traceback
+    def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
+        import re
+
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        guess = _closest(m.group(1), re.findall(r"'([^']*)'", m.group(2))) if m else None
+        if guess:
+            message += f" (did you mean {guess}?)"
         raise UsageError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
 
 
+class _TopParser(_Parser):
+    """`toolchain`: merges the global options and finalizes the shared ones after parsing; an unknown
+    option gets a suggestion from the options of the command it was given to."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extras = super().parse_known_args(args, namespace)
+        return options.finish(ns), extras
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            where = self.commands.get(getattr(ns, "command", None) or "", self)
+            known = options.option_strings([where])
+            unknown = [e for e in extras if e.startswith("-")]
+            close = {e: g for e in unknown if (g := _closest(e.split("=", 1)[0], known))}
+            guesses = [g if len(unknown) == 1 else f"{g} for {e}" for e, g in close.items()]
+            raise UsageError(f"{where.prog}: unrecognized arguments: {' '.join(extras)}"
+                             + (f" (did you mean {', '.join(guesses)}?)" if guesses else ""),
+                             hint=f"see `{where.prog} --help`")
+        return ns
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
-    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    common.add_argument("-v", "--verbose", action="store_true", help="stream command output")
-    parser = _Parser(prog="toolchain", description=__doc__, parents=[common])
+    parser = _TopParser(prog="toolchain", description=__doc__, epilog=EXIT_CODES,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_global(parser, command=False)
     parser.add_argument("--version", action="version", version=f"toolchain {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in ((COMMANDS[only],) if only in COMMANDS else COMMAND_MODULES):
+    for name in dict.fromkeys((COMMANDS[only],) if only in COMMANDS else COMMANDS.values()):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
             if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
                 continue  # a command not shipped in this build
             raise
-        module.register(sub, common)
+        module.register(sub)
+    parser.commands = dict(sub.choices)
+    for command in parser.commands.values():
+        options.add_global(command, command=True)
+        command.epilog = command.epilog or EXIT_CODES
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
 
 
@@ -49,38 +110,114 @@ def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     ui = UI(json_mode="--json" in args_list)
     try:
-        first = next((a for a in args_list if not a.startswith("-")), None)
-        parser = build_parser(first)
-        args = parser.parse_args(args_list)
-        ui = UI(json_mode=getattr(args, "json", False), verbose=getattr(args, "verbose", False))
-        if not getattr(args, "handler", None):
-            parser.print_help(sys.stderr)
-            return 2
-        result = args.handler(args, ui)
+        with _stop_on_signals(), _stdout_kept_for_json(ui.json_mode):
+            first = next((a for a in args_list if not a.startswith("-")), None)
+            parser = build_parser(first)
+            args = parser.parse_args(args_list)
+            ui = UI(json_mode=args.json, verbose=args.verbose)
+            if not getattr(args, "handler", None):
+                if not ui.json_mode:
+                    parser.print_help(sys.stderr)
+                raise UsageError("no command given", hint="see `toolchain --help` for the commands")
+            result = args.handler(args, ui)
         ui.emit(result)
         return result.exit_code
     except ToolError as err:
         _report(ui, err)
         return err.return_code
+    except Interrupted as exc:
+        _report(ui, ToolError(f"interrupted by {exc.name}"), code=128 + exc.signum)
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        ui.err.print("[red]interrupted[/]")
+        _report(ui, ToolError("interrupted by SIGINT (Ctrl-C)"), code=130)
         return 130
+    except OSError as exc:
+        problem = _environment_error(exc)
+        if problem is None:
+            raise
+        _report(ui, problem)
+        return problem.return_code
 
 
-def _report(ui: UI, err: ToolError) -> None:
+def _report(ui: UI, err: ToolError, code: int | None = None) -> None:
+    code = err.return_code if code is None else code
     if ui.json_mode:
-        import json
-
-        payload = {"ok": False, "error": str(err), "hint": err.hint, "exit_code": err.return_code,
-                   "kind": type(err).__name__}
+        payload: dict[str, Any] = {"ok": False, "error": str(err), "hint": err.hint, "exit_code": code,
+                                   "kind": type(err).__name__ if code < 128 else "Interrupted"}
         problems = getattr(err, "problems", None)
         if problems:
             payload["problems"] = problems
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-    from rich.markup import (
-        escape,  # messages name TOML tables ("[toolchain] setvars"): not markup
-    )
+        ui.emit_json(payload)
+    ui.error(str(err), err.hint)
 
-    ui.err.print(f"[bold red]ERROR:[/] {escape(str(err))}", markup=True, highlight=False, soft_wrap=True)
-    if err.hint:
-        ui.err.print(f"[bold]TIP:[/] {escape(err.hint)}", highlight=False, soft_wrap=True)
+
+# ---- the environment: full disks, read-only mounts ---------------------------------------------------------
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.ENOTDIR)
+
+
+def _environment_error(exc: OSError) -> ToolError | None:
+    """A full disk (exit 1) or a place that cannot be written (exit 2) as one line, not a traceback."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in NO_SPACE:
+        return ToolError(f"no space left on the device{where}: {os.strerror(exc.errno)}",
+                         hint="free space there, or pass --out / --cache-dir on another file system")
+    if exc.errno in CANNOT_WRITE:
+        return UsageError(f"cannot write{where}: {os.strerror(exc.errno)}",
+                          hint="pass --out / --cache-dir as directories you can write to")
+    return None
+
+
+# ---- signals and stdout ------------------------------------------------------------------------------------
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, handled like Ctrl-C: the running commands are stopped, then the tool exits."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    saved = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            saved[sig] = signal.signal(sig, raise_interrupted)
+    except ValueError:  # not the main thread: leave the signals alone
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def _stdout_kept_for_json(json_mode: bool) -> Iterator[None]:
+    """While a `--json` command runs, file descriptor 1 and sys.stdout go to stderr, so that nothing (a
+    child process, a stray print) adds to the one JSON document written afterwards."""
+    if not json_mode:
+        yield
+        return
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except (OSError, ValueError):  # no usable stdout or stderr: nothing to keep apart
+        yield
+        return
+    old = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stdout = old
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -1,6 +1,8 @@
 """Human output (rich, on stderr for progress) and `--json` output (one JSON document on stdout).
 
 Command handlers receive a `UI` and return a `CommandResult`; only `cli.main()` prints the result.
+Messages may use rich markup; text that comes from a user (names, paths, error messages) goes through
+`literal()` or is printed with `markup=False`, and emoji codes are never expanded (`sys:x:3` stays as is).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class UI:
         if self._err is None:
             from rich.console import Console
 
-            self._err = Console(stderr=True, highlight=False)
+            self._err = Console(stderr=True, highlight=False, emoji=False)
         return self._err
 
     @property
@@ -47,7 +49,7 @@ class UI:
         if self._out is None:
             from rich.console import Console
 
-            self._out = Console(highlight=False)
+            self._out = Console(highlight=False, emoji=False)
         return self._out
 
     def info(self, message: str) -> None:
@@ -92,12 +94,32 @@ class UI:
 
     def emit(self, result: CommandResult) -> None:
         if self.json_mode:
-            sys.stdout.write(json.dumps(result.data, indent=2, sort_keys=True, default=str) + "\n")
+            self.emit_json(result.data)
             return
         for table in result.tables:
             self.out.print(table)
         if result.summary:
             self.out.print(result.summary)
+
+    def emit_json(self, data: dict[str, Any]) -> None:
+        """The one JSON document of a `--json` run."""
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        sys.stdout.flush()
+
+    def error(self, message: str, hint: str | None) -> None:
+        """ERROR and TIP lines; the message and the hint are printed literally (no markup, no emoji)."""
+        from rich.text import Text
+
+        self.err.print(Text.assemble(("ERROR:", "bold red"), " ", message), soft_wrap=True)
+        if hint:
+            self.err.print(Text.assemble(("TIP:", "bold"), " ", hint), soft_wrap=True)
+
+
+def literal(text: str) -> str:
+    """`text` (a name, a path, a message) for a string that rich parses as markup: shown as written."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 class ProgressTask:

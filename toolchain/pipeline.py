@@ -1,14 +1,20 @@
 """The pipeline in one call: recipe → plan → built components → lock, and the way back from a lock to the
-recipe it records (with every recorded hash checked)."""
+recipe it records (with every recorded hash checked).
+
+An output directory is the tool's own: it must be new, empty, or one an earlier build wrote (it holds the
+`.toolchain-out` marker, or a lock of an older version). The marker records the wheels the tool put in
+`wheels/`; only those are ever removed (a wheel the user dropped there stays)."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from toolchain.build.plan import make_plan
 from toolchain.build.stack import BuildOptions, build_plan
-from toolchain.core.fs import give_to_invoking_user
-from toolchain.errors import RecipeError
+from toolchain.core.fs import atomic_write_text, give_to_invoking_user
+from toolchain.errors import BuildError, RecipeError, UsageError
 from toolchain.lock import (
     LOCK_NAME,
     WHEELS_DIR,
@@ -23,27 +29,99 @@ from toolchain.sources.patches import load_series
 from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import make_runtime
 
+OUT_MARKER = ".toolchain-out"
+STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
+
 
 def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
     out = options.out_dir
     logs = out / "logs"
+    ours = check_out_dir(out)
+    _check_writable(options.cache_dir, "cache directory")
     with make_runtime(recipe.target, ui) as runtime:
         with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
             plan = make_plan(recipe, runtime, log_dir=logs, memo_dir=options.cache_dir / "memo")
-        logs.mkdir(parents=True, exist_ok=True)  # not before: a bad interpreter or setvars leaves no output
+        _mark_out_dir(out, ours)  # not before: a bad interpreter or setvars leaves no output
+        logs.mkdir(parents=True, exist_ok=True)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui)
-        built = build_plan(plan, runtime, mirrors, options, ui)
+        try:
+            built = build_plan(plan, runtime, mirrors, options, ui)
+        except BuildError as err:
+            if plan.toolchain_env.as_dict().get(STANDIN_VAR) == "1":
+                err.hint = _standin_note(plan.toolchain.setvars) + (f"\n{err.hint}" if err.hint else "")
+            raise
     lock = assemble_lock(plan, built)
     path = out / LOCK_NAME
     if not _same_lock(path, lock):
         write_lock(lock, out)
     keep = {b.wheel.file for b in built}
-    for stale in (out / WHEELS_DIR).glob("*.whl"):
-        if stale.name not in keep:
-            stale.unlink()
+    for stale in ours - keep:
+        (out / WHEELS_DIR / stale).unlink(missing_ok=True)
+    _mark_out_dir(out, keep)
     give_to_invoking_user(out)
     return read_lock(path)
+
+
+def _standin_note(setvars: str) -> str:
+    return (f"the toolchain was the oneAPI STAND-IN ({setvars}), not oneAPI: it sets CMPLR_ROOT and puts an "
+            f"`icpx` that only prints a version banner on PATH; it has no `icx`, no SYCL compiler and no oneAPI "
+            f"libraries. A component that compiles with them (ARK's setup.py looks for `icx`) builds only with "
+            f"the real oneAPI: point [toolchain] setvars at /opt/intel/oneapi/setvars.sh")
+
+
+def check_out_dir(out: Path) -> set[str]:
+    """Refuse an output directory that is not the tool's own (nothing is written); returns the names of the
+    wheels the tool wrote there before (the only ones it may remove)."""
+    _check_writable(out, "output directory")
+    if not out.is_dir():
+        return set()
+    marker = out / OUT_MARKER
+    if marker.is_file():
+        try:
+            return {str(w) for w in json.loads(marker.read_text(encoding="utf-8")).get("wheels", [])}
+        except (ValueError, AttributeError, UnicodeDecodeError, OSError):
+            return set()
+    if (out / LOCK_NAME).is_file():  # written by a version of the tool before the marker
+        try:
+            return {c.wheel.file for c in read_lock(out / LOCK_NAME).components}
+        except Exception:
+            return set()
+    entries = sorted(p.name for p in out.iterdir())
+    if entries:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise UsageError(f"output directory {out} is not empty and was not written by toolchain "
+                         f"(it holds {shown}); nothing was written",
+                         hint="pass --out a new or empty directory (or the output of an earlier build)")
+    return set()
+
+
+def _mark_out_dir(out: Path, wheels: set[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / OUT_MARKER, json.dumps(
+        {"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
+         "wheels": sorted(wheels)}, indent=2) + "\n")
+
+
+def _check_writable(path: Path, what: str) -> None:
+    """`path` is, or can be made as, a directory this process can write; else a usage error (exit 2)."""
+    for p in (path, *path.parents):
+        if not p.exists():
+            continue
+        if not p.is_dir():
+            raise UsageError(f"{what} {path}: {p} is a file, not a directory", hint="pass a directory")
+        if not os.access(p, os.W_OK | os.X_OK):
+            why = "read-only file system" if _read_only(p) else "permission denied"
+            raise UsageError(f"{what} {path}: cannot write {p} ({why})",
+                             hint="pass a directory on a file system you can write to")
+        return
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _same_lock(path: Path, lock: Lock) -> bool:

@@ -3,6 +3,8 @@ installed in the target interpreter, since pip will not install them. Checked in
 
 from __future__ import annotations
 
+import shlex
+
 from toolchain.errors import BuildError
 
 CHECK = r"""
@@ -39,5 +41,5 @@ def check_build_requires(ws, python: str, src: str, what: str, log) -> None:
     if missing:
         raise BuildError(f"{what}: build requirements missing in the target interpreter {python}: "
                          + ", ".join(missing),
-                         hint=f"builds use --no-build-isolation, so install them there first: "
-                              f"{python} -m pip install " + " ".join(missing))
+                         hint="builds use --no-build-isolation, so install them there first: "
+                              + shlex.join([python, "-m", "pip", "install", *missing]))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.build.buildreqs import check_build_requires
-from toolchain.build.cache import WHEELS_DIR, WheelCache, WheelRef, copy_wheel
+from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef, copy_wheel
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_env
@@ -83,8 +83,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                 assert entry is not None
     describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
     if cached:
-        with open(log, "a") as f:
-            f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s)\n")
+        _log_from_cache(log, entry)
         ui.info(f"  [green]✓[/] {comp.name}: cached {entry.wheel.name}")
     else:
         ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
@@ -92,6 +91,19 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
                           float(entry.meta.get("build_seconds", 0.0)), cached, log,
                           tuple(entry.meta.get("normalizations", ())))
+
+
+def _log_from_cache(log: Path, entry: CacheEntry) -> None:
+    """A wheel served from the cache keeps its full build log in logs/: the cache entry's, under a header."""
+    built = entry.wheel.parent / "build.log"
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s)\n")
+        if not built.is_file():
+            f.write("# the cache entry kept no build log\n")
+            return
+        f.write(f"# not built in this run: the log below is the build's own, copied from the cache ({built})\n")
+        with open(built, encoding="utf-8", errors="replace") as src:
+            shutil.copyfileobj(src, f)
 
 
 def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, options, log, ui) -> None:

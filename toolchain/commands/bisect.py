@@ -22,6 +22,7 @@ from rich.markup import escape
 from toolchain.bisect.session import DEFAULT_JOBS, DEFAULT_OUT, BisectOptions, default_state, run_bisect
 from toolchain.bisect.state import STATE_NAME
 from toolchain.bisect.testers import ENV_COMMIT, ENV_LOCK, ENV_WHEELS
+from toolchain.commands import options as shared
 from toolchain.commands import smoke as smoke_command
 from toolchain.console import UI, CommandResult
 from toolchain.errors import UsageError
@@ -29,11 +30,11 @@ from toolchain.recipe.load import recipe_path
 from toolchain.sources.mirrors import parse_rewrites
 
 
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("bisect", parents=[common], help="find the commit or lock change that broke the stack",
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bisect", help="find the commit or lock change that broke the stack",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one component's commits")
-    one.add_argument("--recipe", help="recipe name or path")
+    shared.add(one, "recipe", help={"recipe": "recipe name or path"})
     one.add_argument("--component", help="the component whose commits are bisected")
     one.add_argument("--good", help="a commit known to work")
     one.add_argument("--bad", help="a commit known to fail (default: the recipe's commit)")
@@ -50,13 +51,11 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     p.add_argument("--test-timeout", type=float, metavar="SECONDS", help="a test running longer counts as bad")
     p.add_argument("--resume", action="store_true", help="continue the bisect saved in the state file")
     p.add_argument("--state", type=Path, help=f"state file (default: OUT/{STATE_NAME})")
-    p.add_argument("--out", type=Path, help=f"where builds, logs and results go (default: ./{DEFAULT_OUT})")
+    shared.add(p, "out", help={"out": f"where builds, logs and results go (default: ./{DEFAULT_OUT})"})
     p.add_argument("--jobs", type=int,
                    help="builds at once: the step's and, while its test runs and cores are idle, the possible "
                         f"next ones (default {DEFAULT_JOBS}; 1 = no building ahead; --resume keeps the saved one)")
-    p.add_argument("--cache-dir", type=Path, help="mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR "
-                                                  "or ~/.cache/xpu-toolchain)")
-    p.add_argument("--mirror", action="append", default=[], metavar="FROM=TO", help="rewrite a URL prefix")
+    shared.add(p, "cache-dir", "mirror")
     p.set_defaults(handler=handle)
 
 

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from rich.table import Table
 
+from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
@@ -22,11 +23,11 @@ from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
 from toolchain.smoke.session import SmokeOptions, SmokeOutcome, run_smoke
 
 
-def register(sub: Any, common: Any) -> None:
-    p = sub.add_parser("smoke", parents=[common], help="install a lock's wheels, serve, run the regression set",
+def register(sub: Any) -> None:
+    p = sub.add_parser("smoke", help="install a lock's wheels, serve, run the regression set",
                        description=__doc__)
     p.add_argument("--lock", type=Path, help="stack.lock.toml (or its directory) written by `toolchain build`")
-    p.add_argument("--out", type=Path, help="report directory (default: <lock dir>/smoke/<time>)")
+    options.add(p, "out", help={"out": "report directory (default: <lock dir>/smoke/<time>)"})
     add_options(p)
     p.set_defaults(handler=handle)
 

@@ -20,7 +20,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.lock import Lock, read_lock
 from toolchain.release.bundle import PATCHES_DIR
@@ -40,22 +42,18 @@ BUILD_DIRS = ("build-1", "build-2", "rebuild")
 Builder = Callable[[Path, Path], Lock]
 
 
-def register(sub, common) -> None:
-    p = sub.add_parser("verify-repro", parents=[common],
+def register(sub: Any) -> None:
+    p = sub.add_parser("verify-repro",
                        help="build twice (or rebuild a lock) and check the wheels are identical",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--recipe", metavar="RECIPE", help="build this recipe twice and compare")
+    options.add(what, "recipe", help={"recipe": "build this recipe twice and compare"})
     what.add_argument("--lock", metavar="LOCK", type=Path, help="rebuild this stack.lock.toml and compare")
     p.add_argument("--work-dir", type=Path, metavar="DIR",
                    help=f"where the builds go (default: a new directory under {DEFAULT_WORK_ROOT}/)")
-    p.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="take sources from this cache directory's mirror (default: the build cache, as for "
-                        "`toolchain build`); source trees and wheels are always made afresh per build")
-    p.add_argument("--recipes-dir", type=Path, metavar="DIR", help="where recipes live (as for `toolchain build`)")
-    p.add_argument("--patches-dir", type=Path, metavar="DIR", help="where patches live (as for `toolchain build`)")
-    p.add_argument("--mirror", action="append", default=[], metavar="FROM=TO",
-                   help="rewrite repository URL prefixes (as for `toolchain build`; repeatable)")
+    options.add(p, "cache-dir", "recipes-dir", "patches-dir", "mirror", help={
+        "cache-dir": "take sources from this cache directory's mirror (default: the build cache, as for "
+                     "`toolchain build`); source trees and wheels are always made afresh per build"})
     p.add_argument("--keep", action="store_true", help="keep the build directories even when reproducible")
     p.add_argument("--no-diffoscope", action="store_true",
                    help="use the built-in per-file comparison even when diffoscope is installed")
@@ -167,9 +165,7 @@ def _mirror_dir(cache_dir: Path) -> Path:
 
 
 def _shared_mirror(cache_dir: Path | None) -> Path:
-    from toolchain.build.cache import default_cache_dir
-
-    return _mirror_dir((cache_dir or default_cache_dir()).resolve())
+    return _mirror_dir(options.resolve_cache_dir(cache_dir))
 
 
 def _options(out_dir: Path, cache_dir: Path, args):

@@ -33,6 +33,7 @@ from toolchain.release.sbom import SBOM_NAME, sbom_json
 SUMS_NAME = "SHA256SUMS"
 INSTALL_NAME = "INSTALL.txt"
 PATCHES_DIR = "patches"
+BUNDLES_DIR = "bundles"  # under a build's --out: `toolchain build --bundle` writes its bundles there
 KEY_LENGTH = 12
 
 

@@ -1,0 +1,83 @@
+"""`toolchain build`: build a recipe's wheels (or rebuild what a lock records) and write the lock."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from toolchain.build.stack import BuildOptions
+from toolchain.commands import options
+from toolchain.commands.recipes import Table
+from toolchain.console import UI, CommandResult, literal
+from toolchain.errors import UsageError
+from toolchain.lock import PYLOCK_NAME, Lock, read_lock, verify_wheels
+from toolchain.pipeline import build_stack, recipe_from_lock
+from toolchain.recipe.load import Recipe
+from toolchain.release.bundle import BUNDLES_DIR
+from toolchain.sources.mirrors import parse_rewrites
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("build", help="build the recipe's wheels and write the lock",
+                       description="Build each component's wheel (from the wheel cache when its inputs are "
+                                   "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
+    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "out",
+                help={"out": "output directory: wheels/, logs/, the locks and the bundle (default: dist/<recipe>); "
+                             "it must be new, empty or an earlier build's output"})
+    p.add_argument("--from-lock", type=Path, metavar="LOCK", help="rebuild exactly what a lock records")
+    p.add_argument("--no-cache", action="store_true", help="build every component again (results still stored)")
+    p.add_argument("--fresh-sources", action="store_true", help="prepare source trees again from the mirrors")
+    p.add_argument("--bundle", action="store_true",
+                   help=f"also write a reproducible bundle (wheels, locks, SBOM, tarball) into OUT/{BUNDLES_DIR}/")
+    p.set_defaults(handler=handle)
+
+
+def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) -> BuildOptions:
+    out = (args.out or Path("dist") / recipe.name).resolve()
+    opts: dict[str, Any] = dict(out_dir=out, cache_dir=options.cache_dir(args), rewrites=parse_rewrites(args.mirror),
+                                use_cache=not getattr(args, "no_cache", False),
+                                fresh_sources=getattr(args, "fresh_sources", False), verbose=args.verbose)
+    opts.update(overrides)
+    return BuildOptions(**opts)
+
+
+def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    if args.from_lock:
+        if args.recipe:
+            raise UsageError("--from-lock and --recipe exclude each other", hint="the lock names its recipe")
+        old = read_lock(args.from_lock)
+        if any(old.wheel_path(c).exists() for c in old.components):
+            verify_wheels(old)
+        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)
+    else:
+        recipe = options.recipe_from_args(args)
+    build = build_options(args, recipe)
+    ui.step(f"building recipe [bold]{literal(recipe.name)}[/] → {literal(str(build.out_dir))}")
+    lock = build_stack(recipe, build, ui)
+    data = lock_summary(lock)
+    if args.bundle:
+        from toolchain.release.bundle import write_bundle
+
+        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patches_dir)
+        data["bundle"] = str(bundle)
+    tables: tuple[Any, ...] = ()
+    if not ui.json_mode:
+        table = Table(title=literal(f"{recipe.name}: {lock.path}"))
+        for col in ("component", "commit", "describe", "wheel", "sha256"):
+            table.add_column(col)
+        for c in lock.components:
+            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16])
+        tables = (table,)
+    summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
+        f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "")
+    return CommandResult(data, 0, summary, tables)
+
+
+def lock_summary(lock: Lock) -> dict[str, Any]:
+    return {"ok": True, "recipe": lock.recipe_name, "lock": str(lock.path),
+            "pylock": str(lock.wheels_dir.parent / PYLOCK_NAME),
+            "components": [{"name": c.name, "commit": c.commit, "describe": c.describe, "wheel": c.wheel.file,
+                            "sha256": c.wheel.sha256, "size": c.wheel.size, "cache-key": c.cache_key,
+                            "path": str(lock.wheel_path(c))} for c in lock.components]}
+

@@ -1,0 +1,133 @@
+"""The options more than one command takes, each declared once, as data (after nox's `_options.py`).
+
+Global options (`--json`, `-v`) are accepted before the command and after it; `merge` says how the two
+values combine (`toolchain -v build` and `toolchain build -v` are the same). Shared options (`--recipe`,
+`--cache-dir`, `--out`, ...) are added to a command's parser by name (`add(parser, "recipe", "cache-dir")`);
+`finalize` turns the parsed value into what the command uses (the cache directory is resolved here and
+nowhere else) and refuses a value that cannot work, naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import operator
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolchain.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolchain.recipe.load import Recipe
+
+DEFAULT_RECIPE = "demo"
+COMMAND_SUFFIX = "@command"  # where a global option given after the command is parsed to, before the merge
+
+
+@dataclass(frozen=True)
+class Option:
+    dest: str
+    flags: tuple[str, ...]
+    help: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    merge: Callable[[Any, Any], Any] | None = None      # global: (before the command, after it) -> value
+    finalize: Callable[[Any, str], Any] | None = None   # (parsed value, flag) -> the value commands use
+
+    @property
+    def flag(self) -> str:
+        return self.flags[-1]
+
+
+def _existing_dir_or_new(value: Path | None, flag: str) -> Path | None:
+    """A directory that exists or can be made: not a file, nor under one."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise UsageError(f"{flag} {value}: {p} is a file, not a directory",
+                                 hint=f"pass a directory to {flag}")
+            break
+    return path.resolve()
+
+
+def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Path:
+    """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain."""
+    from toolchain.build.cache import default_cache_dir
+
+    path = _existing_dir_or_new(Path(value) if value else default_cache_dir(), flag)
+    assert path is not None
+    return path
+
+
+GLOBAL: tuple[Option, ...] = (
+    Option("json", ("--json",), "print one JSON document on stdout, and nothing else there",
+           {"action": "store_true"}, merge=operator.or_),
+    Option("verbose", ("-v", "--verbose"), "stream the output of builds and tests to stderr",
+           {"action": "store_true"}, merge=operator.or_),
+)
+
+SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
+    Option("recipe", ("--recipe",), f"recipe name in recipes/ or a path to a .toml file (default: {DEFAULT_RECIPE})"),
+    Option("recipes_dir", ("--recipes-dir",), "where recipes live (default: ./recipes, or $TOOLCHAIN_RECIPES_DIR)",
+           {"type": Path, "metavar": "DIR"}),
+    Option("patches_dir", ("--patches-dir",), "where patches live (default: <recipes-dir>/../patches)",
+           {"type": Path, "metavar": "DIR"}),
+    Option("cache_dir", ("--cache-dir",),
+           "mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)",
+           {"type": Path, "metavar": "DIR"}, finalize=resolve_cache_dir),
+    Option("mirror", ("--mirror",), "rewrite repository URLs starting with FROM to start with TO (repeatable)",
+           {"action": "append", "default": [], "metavar": "FROM=TO"}),
+    Option("out", ("--out",), "output directory", {"type": Path, "metavar": "DIR"},
+           finalize=_existing_dir_or_new),
+)}
+
+
+def add_global(parser: argparse.ArgumentParser, *, command: bool) -> None:
+    """Global options; on a command's parser they are parsed aside and merged by `finish`."""
+    group = parser.add_argument_group("global options") if command else parser
+    for o in GLOBAL:
+        dest = o.dest + COMMAND_SUFFIX if command else o.dest
+        group.add_argument(*o.flags, dest=dest, help=o.help, **o.kwargs)
+
+
+def add(parser: Any, *names: str, help: Mapping[str, str] | None = None) -> None:
+    """Add shared options by flag name (without the dashes) to a parser or an argument group; `help`
+    rewords an option for a command whose use of it differs (its default, say)."""
+    for name in names:
+        o = SHARED[name]
+        parser.add_argument(*o.flags, dest=o.dest, help=(help or {}).get(name, o.help), **o.kwargs)
+
+
+def finish(args: argparse.Namespace) -> argparse.Namespace:
+    """Merge each global option's two values and finalize the shared options the command took."""
+    for o in GLOBAL:
+        if o.merge is None:
+            continue
+        aside = o.dest + COMMAND_SUFFIX
+        default = o.kwargs.get("default", False)
+        setattr(args, o.dest, o.merge(getattr(args, o.dest, default), getattr(args, aside, default)))
+        if hasattr(args, aside):
+            delattr(args, aside)
+    for o in SHARED.values():
+        if o.finalize is not None and hasattr(args, o.dest):
+            setattr(args, o.dest, o.finalize(getattr(args, o.dest), o.flag))
+    return args
+
+
+def option_strings(parsers: Iterable[argparse.ArgumentParser]) -> list[str]:
+    return sorted({s for p in parsers for a in p._actions for s in a.option_strings if s.startswith("--")})
+
+
+# ---- what the build commands share -------------------------------------------------------------------------
+
+def cache_dir(args: argparse.Namespace) -> Path:
+    return resolve_cache_dir(args.cache_dir)
+
+
+def recipe_from_args(args: argparse.Namespace, *, pinned: bool = True) -> Recipe:
+    from toolchain.recipe.load import load_recipe
+
+    return load_recipe(args.recipe or DEFAULT_RECIPE, args.recipes_dir, args.patches_dir, pinned=pinned)

@@ -1,0 +1,35 @@
+"""`toolchain recipes`: list the recipes with their descriptions."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from toolchain.commands import options
+from toolchain.console import UI, CommandResult
+from toolchain.recipe.load import list_recipes
+
+
+def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - rich's Table, imported when a table is made
+    from rich.table import Table as _Table
+
+    return _Table(*args, **kwargs)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("recipes", help="list the recipes with their descriptions",
+                       description="List the recipes in the recipes directory, each with its description.")
+    options.add(p, "recipes-dir")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    from rich.text import Text
+
+    rows = sorted(list_recipes(args.recipes_dir))  # by name: `stack` before `stack-b60`
+    table = Table(title="recipes")
+    table.add_column("name")
+    table.add_column("description")
+    for name, desc in rows:
+        table.add_row(Text(name), Text(desc))  # a recipe's text, shown as written (no markup, no emoji)
+    return CommandResult({"recipes": [{"name": n, "description": d} for n, d in rows]}, 0, "", (table,))
