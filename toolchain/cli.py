@@ -183,6 +183,12 @@ class Interrupted(KeyboardInterrupt):
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
     def raise_interrupted(signum: int, frame: Any) -> None:
+        if os.getpgrp() == os.getpid():  # the group is the tool's: stop it as Ctrl-C would, children included
+            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                os.killpg(os.getpgrp(), signal.SIGINT)
+            finally:
+                signal.signal(signal.SIGINT, old)
         raise Interrupted(signum)
 
     saved = {}
