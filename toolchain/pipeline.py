@@ -39,9 +39,14 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
     ours = check_out_dir(out)
     _check_writable(options.cache_dir, "cache directory")
     with make_runtime(recipe.target, ui) as runtime:
-        with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
-            plan = make_plan(recipe, runtime, log_dir=logs, memo_dir=options.cache_dir / "memo")
-        _mark_out_dir(out, ours)  # not before: a bad interpreter or setvars leaves no output
+        try:
+            with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
+                plan = make_plan(recipe, runtime, log_dir=logs, memo_dir=options.cache_dir / "memo")
+        except BaseException:
+            if out.is_dir():  # a failed setvars left its log: in an out dir marked as the tool's
+                _mark_out_dir(out, ours)
+            raise
+        _mark_out_dir(out, ours)  # not before: a bad interpreter leaves no output
         logs.mkdir(parents=True, exist_ok=True)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui)
