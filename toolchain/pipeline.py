@@ -37,7 +37,7 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
     out = options.out_dir
     logs = out / "logs"
     ours = check_out_dir(out)
-    _check_writable(options.cache_dir, "cache directory")
+    check_dir(options.cache_dir, "cache directory")
     with make_runtime(recipe.target, ui) as runtime:
         try:
             with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
@@ -78,7 +78,7 @@ def _standin_note(setvars: str) -> str:
 def check_out_dir(out: Path) -> set[str]:
     """Refuse an output directory that is not the tool's own (nothing is written); returns the names of the
     wheels the tool wrote there before (the only ones it may remove)."""
-    _check_writable(out, "output directory")
+    check_dir(out, "output directory")
     if not out.is_dir():
         return set()
     marker = out / OUT_MARKER
@@ -108,14 +108,15 @@ def _mark_out_dir(out: Path, wheels: set[str]) -> None:
          "wheels": sorted(wheels)}, indent=2) + "\n")
 
 
-def _check_writable(path: Path, what: str) -> None:
-    """`path` is, or can be made as, a directory this process can write; else a usage error (exit 2)."""
+def check_dir(path: Path, what: str, *, writable: bool = True) -> None:
+    """`path` is, or can be made as, a directory (this process can write, when `writable`): else a usage
+    error (exit 2) naming `what` (a flag, or what the directory is for)."""
     for p in (path, *path.parents):
         if not p.exists():
             continue
         if not p.is_dir():
-            raise UsageError(f"{what} {path}: {p} is a file, not a directory", hint="pass a directory")
-        if not os.access(p, os.W_OK | os.X_OK):
+            raise UsageError(f"{what} {path}: {p} is a file, not a directory", hint=f"pass a directory as {what}")
+        if writable and not os.access(p, os.W_OK | os.X_OK):
             why = "read-only file system" if _read_only(p) else "permission denied"
             raise UsageError(f"{what} {path}: cannot write {p} ({why})",
                              hint="pass a directory on a file system you can write to")

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolchain.errors import UsageError
-
 if TYPE_CHECKING:
     from toolchain.recipe.load import Recipe
 
@@ -43,14 +41,11 @@ def _existing_dir_or_new(value: Path | None, flag: str) -> Path | None:
     """A directory that exists or can be made: not a file, nor under one."""
     if value is None:
         return None
-    path = Path(value).expanduser()
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise UsageError(f"{flag} {value}: {p} is a file, not a directory",
-                                 hint=f"pass a directory to {flag}")
-            break
-    return path.resolve()
+    from toolchain.pipeline import check_dir
+
+    path = Path(value).expanduser().resolve()
+    check_dir(path, flag, writable=False)
+    return path
 
 
 def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Path:
