@@ -45,7 +45,7 @@ def test_crash_on_first_request(smoke):
     v = r.verdicts()
     assert v["models"] == "pass" and v["first"] == "error"
     assert all(v[c] == "error" for c in ("math", "qa", "json", "repeat"))
-    assert "server exited with code 139 during case first" in r.case("math")["message"]
+    assert "server exited with exit code 139 during case first" in r.case("math")["message"]
     assert r.run["crashed"] and r.run["server_exit_code"] == 139
     assert r.finding_ids() == ["server-crash"]
     assert "Segmentation fault" in (r.out / "smoke" / "server.log").read_text()
@@ -99,7 +99,7 @@ def test_never_ready_stops_at_the_deadline(smoke):
 def test_exit_during_startup_fails_at_once(smoke):
     r = smoke("--serve-cmd", fault_cmd("exit-early"), "--cases", "models", "--ready-timeout", "120")
     assert r.code == 1
-    assert r.run["ready"]["exit_code"] == 1 and "exited with code 1 before it was ready" in r.run["ready"]["reason"]
+    assert r.run["ready"]["exit_code"] == 1 and "exited with exit code 1 before it was ready" in r.run["ready"]["reason"]
     assert r.finding_ids() == ["exited-before-ready"]
     assert r.seconds < 20  # did not wait for the 120 s deadline
     assert "libsycl.so.8" in (r.out / "smoke" / "server.log").read_text()

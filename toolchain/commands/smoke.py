@@ -2,7 +2,9 @@
 sourced), run the named regression set (or the ladder), triage failures and write the reports.
 
 Exit codes: 0 every required case passed; 1 a case failed, the server never became ready, or a wheel hash or
-an installed version differs from the lock; 2 bad input (including cards that do not match --device).
+an installed version differs from the lock; 2 bad input (including cards that do not match --device, and a
+lock with no vLLM to serve, such as the offline demo's). SIGINT, SIGTERM or SIGHUP stop the server's whole
+process group and write a partial report (exit 128 + the signal's number).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rich.markup import escape
 from rich.table import Table
 
 from toolchain.commands import options
@@ -20,7 +23,7 @@ from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import devices
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
-from toolchain.smoke.session import SmokeOptions, SmokeOutcome, run_smoke
+from toolchain.smoke.session import SmokeInterrupted, SmokeOptions, SmokeOutcome, run_smoke
 
 
 def register(sub: Any) -> None:
@@ -52,7 +55,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-install", action="store_true", help="serve from an existing environment (see --python)")
     p.add_argument("--python", help="interpreter the fresh venv is made from (default: the lock's); "
                    "with --no-install, the environment to serve from")
-    p.add_argument("--venv", type=Path, help="where the fresh venv goes (default: <out>/venv)")
+    p.add_argument("--venv", type=Path, help="where the fresh venv goes (default: <out>/venv; removed at the end)")
+    p.add_argument("--keep-venv", action="store_true", help="keep the fresh venv after the run (it can be gigabytes)")
 
 
 def options_from(args: argparse.Namespace) -> SmokeOptions:
@@ -62,7 +66,8 @@ def options_from(args: argparse.Namespace) -> SmokeOptions:
         tensor_parallel_size=args.tensor_parallel_size or 0,
         cases=tuple(n.strip() for n in (args.cases or "").split(",") if n.strip()),
         ready_timeout=args.ready_timeout or 0.0, request_timeout=args.request_timeout or 0.0,
-        no_install=args.no_install, python=args.python or "", venv=args.venv.resolve() if args.venv else None)
+        no_install=args.no_install, python=args.python or "", venv=args.venv.resolve() if args.venv else None,
+        keep_venv=args.keep_venv)
 
 
 class _OptionsParser(argparse.ArgumentParser):
@@ -80,7 +85,11 @@ def parse_options(argv: Sequence[str]) -> SmokeOptions:
 
 def handle(args: Any, ui: UI) -> CommandResult:
     lock = read_lock(args.lock) if args.lock else None
-    return _result(run_smoke(lock, out_dir=args.out, ui=ui, options=options_from(args)))
+    try:
+        outcome = run_smoke(lock, out_dir=args.out, ui=ui, options=options_from(args))
+    except SmokeInterrupted as stopped:  # the server is stopped; report the partial run
+        outcome = stopped.outcome
+    return _result(outcome)
 
 
 def _result(outcome: SmokeOutcome) -> CommandResult:
@@ -92,14 +101,19 @@ def _result(outcome: SmokeOutcome) -> CommandResult:
             table.add_column(col, overflow="fold" if col == "note" else "ellipsis")
         for c in run.cases:
             table.add_row(c.name, c.verdict if c.required else f"{c.verdict} (optional)", f"{c.seconds:.1f}s",
-                          c.message[:160])
+                          escape(c.message[:160]))
         tables.append(table)
     paths = outcome.paths
-    summary = ("[green]PASS[/]: " if outcome.passed else "[red]FAIL[/]: ") + outcome.summary + \
-        f"\nreports: {paths['summary']}  {paths['report']}  {paths['junit']}"
+    verdict = "[green]PASS[/]: " if outcome.passed else \
+        ("[yellow]INTERRUPTED[/]: " if outcome.interrupted else "[red]FAIL[/]: ")
+    cause = f"\nroot cause (from the log):\n{escape(outcome.root_cause)}" if outcome.root_cause else ""
+    summary = verdict + escape(outcome.summary) + cause + \
+        f"\n{'partial reports' if outcome.interrupted else 'reports'}: {paths['summary']}  {paths['report']}  " \
+        f"{paths['junit']}"
     rep, ladder = outcome.report, outcome.ladder
     data = {"ok": outcome.passed, "verdict": rep["verdict"], "exit_code": outcome.exit_code, "out": rep["out"],
-            "reports": {k: str(v) for k, v in paths.items()},
+            "reports": {k: str(v) for k, v in paths.items()}, "interrupted": outcome.interrupted or None,
+            "root_cause": outcome.root_cause or None,
             "runs": [{"name": r.name, "passed": r.passed, "ready": r.ready.to_dict(), "crashed": r.crashed,
                       "oom": r.oom, "cases": {c.name: c.verdict for c in r.cases},
                       "findings": [f.id for f in r.findings]} for r in outcome.runs],

@@ -10,6 +10,7 @@ a `Completed` with that code, the reason in `stderr` and `started=False`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -17,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -231,3 +232,201 @@ def _tail(text: str, n: int = TAIL_LINES) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
+
+
+# --------------------------------------------------------------------------------------------- background
+
+STOP_GRACE = 10.0      # Background.stop(): seconds after SIGINT before SIGTERM (half that again before SIGKILL)
+_GROUP_POLL = 0.05
+_DRAIN_SECONDS = 1.0   # Background.wait(): how long the output of an exited process may take to reach the log
+
+
+def exit_status(returncode: int | None) -> str:
+    """How a process ended, as a person reads it: "exit code 1", "signal SIGSEGV (11)", "still running"."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal"
+        return f"signal {name} ({-returncode})"
+    return f"exit code {returncode}"
+
+
+class Background:
+    """A long-running command (a server) in a process group of its own; its merged output goes to `log`
+    through secret redaction. `stop()` escalates SIGINT → SIGTERM → SIGKILL to the whole group, so the
+    processes the command spawned go with it; the leader's real exit status (code or signal) is kept."""
+
+    def __init__(self, proc: subprocess.Popen, env: Mapping[str, str], log: Path | None, verbose: bool) -> None:
+        self._proc = proc
+        self.argv = tuple(str(a) for a in proc.args)  # type: ignore[union-attr]
+        self.pid = proc.pid
+        self.log = log
+        self.exited_at: float | None = None   # time.monotonic() when the leader exited
+        self._stopped = False
+        self._pump = threading.Thread(target=self._copy, args=(env, verbose), daemon=True)
+        self._pump.start()
+        self._watch = threading.Thread(target=self._wait_exit, daemon=True)
+        self._watch.start()
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def returncode(self) -> int | None:
+        """The leader's status once it exited: >= 0 an exit code, < 0 the signal that ended it."""
+        return self._proc.poll()
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit status, waiting up to `timeout` seconds; None while still running. Once it exited, its
+        last output is in the log (unless a process it left behind still holds the output open)."""
+        try:
+            code = self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._pump.join(_DRAIN_SECONDS)
+        return code
+
+    def group_alive(self) -> bool:
+        """Whether any process of the group (the leader or what it spawned) still exists."""
+        if self.alive():
+            return True
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def signal(self, sig: int) -> None:
+        """Send `sig` to the whole process group."""
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, grace: float = STOP_GRACE) -> int:
+        """Stop the whole group: SIGINT, then SIGTERM after `grace` s, then SIGKILL after grace/2 s; returns the
+        leader's exit status (a negative number: the signal). Processes the leader left behind get SIGKILL."""
+        if not self._stopped:
+            for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2)):
+                if not self.group_alive():
+                    break
+                self.signal(sig)
+                self._wait_group(wait)
+            self.signal(signal.SIGKILL)
+            self._wait_group(grace)
+            self._stopped = True
+        code = self._proc.wait()
+        self._pump.join(grace)
+        return code
+
+    def _wait_group(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while self.group_alive() and time.monotonic() < deadline:
+            time.sleep(_GROUP_POLL)
+
+    def _wait_exit(self) -> None:
+        code = self._proc.wait()
+        self.exited_at = time.monotonic()
+        if self.log is not None:
+            self._pump.join()  # the trailer after the last line of output
+            with open(self.log, "a", encoding="utf-8") as f:
+                f.write(f"# {exit_status(code)}\n")
+
+    def _copy(self, env: Mapping[str, str], verbose: bool) -> None:
+        stream = self._proc.stdout
+        assert stream is not None
+        log_file = open(self.log, "a", encoding="utf-8", errors="replace") if self.log is not None else None
+        try:
+            for raw in iter(stream.readline, b""):
+                line = redact_text(raw.decode("utf-8", "replace"), env)
+                if log_file is not None:
+                    log_file.write(line)
+                    log_file.flush()
+                if verbose:
+                    sys.stderr.write(line)
+        finally:
+            stream.close()
+            if log_file is not None:
+                log_file.close()
+
+
+def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,
+          log: Path | None = None, verbose: bool = False, hint: str | None = None) -> Background:
+    """Start `argv` in the background, in a new process group (stop it with `.stop()` or a `with` block).
+    `env` is the complete environment (None: inherit os.environ); output is appended to `log`."""
+    if isinstance(argv, (str, bytes)):
+        raise TypeError(f"start() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
+    args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
+    if not args or not all(isinstance(a, str) for a in args):
+        raise TypeError(f"start() takes a non-empty list of strings, got {args!r}")
+    full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"$ {redact_text(display(args), full_env)}\n" + (f"  (in {cwd})\n" if cwd is not None else ""))
+    try:
+        proc = subprocess.Popen(args, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except FileNotFoundError as exc:
+        raise CommandFailed(args, 127, log, f"{args[0]}: program not found ({exc.strerror})",
+                            hint=hint or f"install {args[0]!r} or put it on PATH") from None
+    except PermissionError as exc:
+        raise CommandFailed(args, 126, log, f"{args[0]}: {exc.strerror}", hint=hint) from None
+    return Background(proc, full_env, log, verbose)
+
+
+# --------------------------------------------------------------------------------------------- signals
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop request (Ctrl-C, SIGTERM from CI or `timeout`, SIGHUP from a closed terminal), raised where the
+    main thread is, so that `finally` and `with` blocks stop what they started. A KeyboardInterrupt, so code
+    that handles Ctrl-C handles all three."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.signame = signal.Signals(signum).name
+        super().__init__(self.signame)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def interruptible(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Inside: each of `signals` raises `Interrupted` in the main thread (once; later ones are ignored while
+    the first one unwinds, so clean-up is not cut short). Handlers someone else installed, and signals
+    ignored on purpose (nohup), are left alone. Outside the main thread this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        fired.append(signum)
+        if len(fired) == 1:
+            raise Interrupted(signum)
+
+    previous = {}
+    for sig in signals:
+        old = signal.getsignal(sig)
+        if old in (signal.SIG_DFL, signal.default_int_handler):
+            previous[sig] = old
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

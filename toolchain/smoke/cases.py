@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import requests
 
 from toolchain.errors import UsageError
 from toolchain.recipe.load import did_you_mean
+from toolchain.smoke.rootcause import Excerpt, headline, render
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"
 KINDS = ("models", "chat", "restart")
@@ -161,6 +162,7 @@ class CaseResult:
     category: str = ""   # why it failed: timeout, connection, http, protocol, output, restart, not-run
     metrics: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    excerpts: tuple[Excerpt, ...] = ()   # the root cause in the server log (set by the runner)
 
     @property
     def passed(self) -> bool:
@@ -170,7 +172,15 @@ class CaseResult:
         return {"name": self.name, "kind": self.kind, "required": self.required, "verdict": self.verdict,
                 "message": self.message, "category": self.category, "seconds": round(self.seconds, 3),
                 "metrics": dict(self.metrics), "description": self.description,
+                "root_cause": root_cause_dict(self.excerpts),
                 "exchanges": [e.to_dict() for e in self.exchanges]}
+
+
+def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict | None:
+    """How report.json carries a root cause: one-line headline, the excerpt as text, and its parts."""
+    if not excerpts:
+        return None
+    return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": [e.to_dict() for e in excerpts]}
 
 
 def not_run(spec: CaseSpec, reason: str, verdict: str = SKIP) -> CaseResult:
@@ -287,11 +297,22 @@ def _content(ex: Exchange) -> tuple[str, dict]:
 
 
 def _error_message(text: str) -> str:
+    """The message of an error body: OpenAI's {"error": {"message": ...}}, older vLLM's flat
+    {"object": "error", "message": ...}, FastAPI's {"detail": ...}; else the body itself."""
     try:
-        err = json.loads(text).get("error", {})
-        return str(err.get("message", err) if isinstance(err, dict) else err)[:300]
-    except (ValueError, AttributeError):
-        return text[:300]
+        body = json.loads(text)
+    except ValueError:
+        return text[:300] or "(empty body)"
+    if isinstance(body, dict):
+        err = body.get("error")
+        for holder in (err, body):
+            if isinstance(holder, dict):
+                for key in ("message", "detail"):
+                    if holder.get(key):
+                        return str(holder[key])[:300]
+        if isinstance(err, str) and err:
+            return err[:300]
+    return text[:300]
 
 
 def _excerpt(text: str, n: int = 160) -> str:
@@ -370,10 +391,16 @@ def red_square_png(size: int = 64) -> bytes:
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 _NEWLINE_RUN = re.compile(r"\n(?:[ \t]*\n){4,}")
-_CHAR_RUN = re.compile(r"(\S)\1{39,}")
+# One character 8+ times ("!!!!!!!!" from a NaN model), digits aside (1000000000 is a number).
+_CHAR_RUN = re.compile(r"([^\s\d])\1{7,}")
+# A markdown rule or table separator line ("--------", "|:---|---:|") is not a repeated token.
+_RULE_LINE = re.compile(r"^[\s|:+]*[-=_~*#]{3,}[-=_~*#\s|:+]*$", re.MULTILINE)
+# A short piece repeated 8+ times without spaces ("!?!?!?!?...", "abcabcabc...").
+_PIECE_RUN = re.compile(r"(\S{2,8}?)\1{7,}")
+_WORDLIKE = re.compile(r"[^\W_]")
 MAX_NGRAM = 16
 MIN_REPEATS = 3
-MIN_REPEATED_WORDS = 12
+MIN_REPEATED_WORDS = 8
 
 
 def judge(content: str, p: Mapping[str, Any], prompt: str) -> str | None:
@@ -414,12 +441,19 @@ def _check_number(content: str, expected: str, prompt: str) -> str | None:
 
 
 def degeneration(text: str) -> str | None:
-    """Runs of blank lines, one character repeated, or a phrase repeated back to back."""
+    """Runs of blank lines, one character or piece repeated, a reply of punctuation only, or a phrase
+    repeated back to back."""
     if _NEWLINE_RUN.search(text):
         return "a run of blank lines"
-    m = _CHAR_RUN.search(text)
+    if not _WORDLIKE.search(text):
+        return f"only punctuation ({len(text.strip())} characters)"
+    unruled = _RULE_LINE.sub("", text)
+    m = _CHAR_RUN.search(unruled)
     if m:
         return f"{m.group(1)!r} repeated {len(m.group(0))} times"
+    m = _PIECE_RUN.search(unruled)
+    if m:
+        return f"{m.group(1)!r} repeated {len(m.group(0)) // len(m.group(1))} times"
     words = [w.strip(".,;:!?\"'()").lower() for w in text.split()]
     for n in range(1, MAX_NGRAM + 1):
         need = max(MIN_REPEATS, -(-MIN_REPEATED_WORDS // n))

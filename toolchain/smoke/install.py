@@ -37,9 +37,15 @@ print(json.dumps(out))
 
 
 class Target(Protocol):
-    name: str
-    python: str
-    venv: str                       # "" when not a virtual environment
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def python(self) -> str: ...
+
+    @property
+    def venv(self) -> str:
+        """The virtual environment's directory; "" when not a virtual environment."""
 
     def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
             timeout: float | None = None, check: bool = True) -> Completed: ...
@@ -64,7 +70,7 @@ class HostEnv:
     venv: str = ""
     name: str = "host"
 
-    def env(self) -> dict[str, str | None]:
+    def env(self) -> dict[str, str]:
         # The host's PYTHONPATH/PYTHONHOME must not leak packages into the checked environment.
         return merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None, "PIP_REQUIRE_VIRTUALENV": None},
                          self.serve_env())

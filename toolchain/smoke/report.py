@@ -25,10 +25,14 @@ def write_all(out: Path, report: Mapping[str, Any]) -> dict[str, Path]:
     return paths
 
 
-def _cell(text: Any, n: int = NOTE_CHARS) -> str:
+def _flat(text: Any, n: int) -> str:
+    """One line of at most n characters."""
     text = " ".join(str(text).split())
-    text = text if len(text) <= n else text[: n - 1] + "…"
-    return text.replace("|", "\\|")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _cell(text: Any, n: int = NOTE_CHARS) -> str:
+    return _flat(text, n).replace("|", "\\|")
 
 
 def _secs(value: Any) -> str:
@@ -41,17 +45,34 @@ def markdown(report: Mapping[str, Any]) -> str:
     if report.get("recipe"):
         head += f" — recipe `{report['recipe']}`"
     lines = [head, ""]
+    stop = report.get("interrupted")
+    if stop:
+        running = f" while case `{stop['running']}` was running" if stop.get("running") else \
+            f" while {'serving' if stop.get('stage') == 'serve' else 'preparing'}"
+        lines += [f"**Interrupted by {stop['signal']}**{running}: a partial report of the {stop['cases_run']} "
+                  "case(s) that ran; the server's process group was stopped.", ""]
     if report.get("lock"):
         lines.append(f"- lock: `{report['lock']}`")
     dev = report.get("device") or {}
     if dev:
         lines.append(f"- device: {dev.get('device') or 'none requested'}: {dev.get('message', '')}")
     inst = report.get("install") or {}
-    if inst:
+    if inst.get("versions") or inst.get("steps"):
         bad = [v for v in inst.get("versions", []) if not v.get("ok")]
-        lines.append(f"- install: {len(inst.get('steps', []))} wheel(s) into `{inst.get('python')}`; versions "
-                     + ("match the lock" if not bad else "DIFFER: " + ", ".join(
+        lines.append(f"- install: {len(inst.get('steps', []))} wheel(s) into `{inst.get('python')}`; the versions "
+                     f"there " + ("match the lock" if not bad else "DIFFER: " + ", ".join(
                          f"{v['dist']} {v['installed']} != {v['locked']}" for v in bad)))
+    if inst.get("venv_state"):
+        lines.append(f"- venv: {inst['venv_state']}")
+    served = report.get("served")
+    if served:
+        if served.get("same_as_verified"):
+            lines.append(f"- served: `{served['program']}`, from the environment whose versions were checked")
+        elif served.get("verified"):
+            lines.append(f"- served: `{served['program']}` — **not** the checked environment "
+                         f"`{served['verified']}`: the version check says nothing about what was served")
+        else:
+            lines.append(f"- served: `{served['program']}` (no versions were checked)")
     if report.get("error"):
         lines += ["", f"**Stopped before serving:** {_cell(report['error'], 2000)}"]
     ladder = report.get("ladder")
@@ -70,19 +91,43 @@ def _run_markdown(run: Mapping[str, Any]) -> list[str]:
     ready = run["ready"]
     state = f"ready after {ready['seconds']:.1f}s" if ready["ok"] else f"NOT READY: {ready['reason']}"
     marks = [m for m, on in (("CRASH", run.get("crashed")), ("OOM", run.get("oom"))) if on]
-    lines = ["", f"## Run `{run['name']}`: {'PASS' if run['passed'] else 'FAIL'} — {state}"
+    verdict = f"INTERRUPTED ({run['interrupted']})" if run.get("interrupted") else ("PASS" if run["passed"] else "FAIL")
+    lines = ["", f"## Run `{run['name']}`: {verdict} — {state}"
              + (f" — {', '.join(marks)}" if marks else ""), "",
-             f"Server log: `{run['server_log']}`", "",
-             "| case | verdict | required | time | latency | note |", "| --- | --- | --- | --- | --- | --- |"]
+             f"Server log: `{run['server_log']}`", ""]
+    death = run.get("server_death")
+    if death:
+        lines += [f"**Server died:** {_cell(death['message'], 2000)}", ""]
+    lines += ["| case | verdict | required | time | latency | note |", "| --- | --- | --- | --- | --- | --- |"]
     for c in run["cases"]:
         lines.append(f"| {c['name']} | {c['verdict'].upper()} | {'yes' if c['required'] else 'no'} | "
                      f"{_secs(c['seconds'])} | {_secs(c['metrics'].get('latency_seconds'))} | {_cell(c['message'])} |")
+    lines += _root_causes(run)
     if run.get("findings"):
         lines += ["", "Triage:"]
         for f in run["findings"]:
             fixes = "; ".join(_fix_text(x) for x in f["fixes"])
             lines.append(f"- **{f['id']}** {f['title']}: {f['diagnosis']} Seen: `{_cell(f['evidence'], 200)}`. "
                          f"Try: {fixes}")
+    return lines
+
+
+def _root_causes(run: Mapping[str, Any]) -> list[str]:
+    """Each distinct root-cause excerpt once, with what it explains (the start, the death, the cases)."""
+    shown: dict[str, list[str]] = {}
+    if not run["ready"]["ok"] and run.get("root_cause"):
+        shown.setdefault(run["root_cause"]["text"], []).append("start-up")
+    death = run.get("server_death") or {}
+    if death.get("root_cause"):
+        shown.setdefault(death["root_cause"]["text"], []).append("server death")
+    for c in run["cases"]:
+        if c["verdict"] != "pass" and c.get("root_cause"):
+            shown.setdefault(c["root_cause"]["text"], []).append(f"`{c['name']}`")
+    lines: list[str] = []
+    if shown:
+        lines += ["", "Root cause (from the log):"]
+        for text, what in shown.items():
+            lines += ["", f"- {', '.join(what)}:", "", "```text", text, "```"]
     return lines
 
 
@@ -112,8 +157,10 @@ def junit(report: Mapping[str, Any]) -> str:
                       value=" ".join(run["argv"]))
         ready = ET.SubElement(suite, "testcase", classname=f"smoke.{run['name']}", name="ready",
                               time=f"{run['ready']['seconds']:.3f}")
+        run_cause = run.get("root_cause")
         if not run["ready"]["ok"]:
-            ET.SubElement(ready, "failure", message=run["ready"]["reason"], type="not-ready")
+            ET.SubElement(ready, "failure", message=_with_cause(run["ready"]["reason"], run_cause),
+                          type="not-ready").text = run["ready"]["reason"] + _cause_text(run_cause)
         triage_text = "\n".join(f"{f['id']}: {f['title']} -- {f['evidence']}" for f in run.get("findings", []))
         for c in run["cases"]:
             case = ET.SubElement(suite, "testcase", classname=f"smoke.{run['name']}", name=c["name"],
@@ -125,8 +172,10 @@ def junit(report: Mapping[str, Any]) -> str:
                 ET.SubElement(case, "skipped", message=_cell(note, 500))
             else:
                 tag = "error" if c["verdict"] == "error" else "failure"
-                ET.SubElement(case, tag, message=_cell(c["message"], 500), type=c["category"] or c["verdict"]).text = \
-                    (c["message"] + ("\n\ntriage:\n" + triage_text if triage_text else ""))
+                cause = c.get("root_cause")
+                ET.SubElement(case, tag, message=_with_cause(c["message"], cause),
+                              type=c["category"] or c["verdict"]).text = \
+                    (c["message"] + _cause_text(cause) + ("\n\ntriage:\n" + triage_text if triage_text else ""))
             if c["exchanges"]:
                 ET.SubElement(case, "system-out").text = json.dumps(c["exchanges"], indent=1)[:20000]
         _count(suite, totals)
@@ -134,6 +183,16 @@ def junit(report: Mapping[str, Any]) -> str:
         suites.set(k, str(v))
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _with_cause(message: str, cause: Mapping[str, Any] | None) -> str:
+    """A JUnit message: what failed, then the exception lines behind it (CI shows only this line)."""
+    text = message if not cause else f"{_flat(message, 400)} — root cause: {cause['headline']}"
+    return _flat(text, 1200)
+
+
+def _cause_text(cause: Mapping[str, Any] | None) -> str:
+    return f"\n\nroot cause:\n{cause['text']}" if cause else ""
 
 
 def _suite(parent: ET.Element, name: str) -> ET.Element:

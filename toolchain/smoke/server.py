@@ -3,17 +3,13 @@
 The torch XPU wheels carry their own SYCL runtime; a sourced oneAPI beside it gives `backend_mismatch` or
 undefined-symbol errors (UPSTREAM.md). So the serve environment drops what setvars.sh adds: its variables
 and the oneAPI entries of path lists. The server runs in its own process group so that stopping it also
-stops the engine processes it spawned; its output reaches server.log through secret redaction. A
-long-running server cannot go through `run.run()` (which waits for its command to finish); this module is
-the one place that starts one.
+stops the engine processes it spawned; its output reaches server.log through secret redaction. It runs
+through `core.proc.start()`, the background half of the one way to run a process.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,8 +17,7 @@ from pathlib import Path
 
 import requests
 
-from toolchain.core.proc import display
-from toolchain.core.redact import redact_text
+from toolchain.core.proc import STOP_GRACE, Background, CommandFailed, exit_status, start
 from toolchain.errors import UsageError
 
 # Variables setvars.sh (and the component vars.sh it calls) set; removed from the serve environment.
@@ -38,7 +33,6 @@ PATH_LISTS = ("PATH", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PAT
 ONEAPI_PREFIXES = ("/opt/intel/oneapi",)
 POLL_SECONDS = 0.5
 PROBE_TIMEOUT = 5.0
-PUMP_JOIN_SECONDS = 5.0
 
 
 def strip_oneapi(env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -86,56 +80,60 @@ class Readiness:
     ok: bool
     seconds: float
     reason: str = ""
-    exit_code: int | None = None    # set when the process exited before it was ready
+    exit_code: int | None = None    # set when the process exited before it was ready (< 0: a signal)
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "seconds": round(self.seconds, 3), "reason": self.reason, "exit_code": self.exit_code}
+        return {"ok": self.ok, "seconds": round(self.seconds, 3), "reason": self.reason, "exit_code": self.exit_code,
+                "exit_status": None if self.exit_code is None else exit_status(self.exit_code)}
 
 
 Launcher = Callable[[Sequence[str], Mapping[str, str]], "tuple[list[str], dict[str, str]]"]
 
 
 class Server:
-    """One server process (restartable). `launch` turns (argv, env) into what runs here (host: itself)."""
+    """One server process (restartable). `launch` turns (argv, env) into what runs here (host: itself).
+    The process runs through `core.proc.start`: a process group of its own, output to the log."""
 
     def __init__(self, spec: ServeSpec, launch: Launcher | None = None) -> None:
         self.spec = spec
         self._launch = launch or (lambda argv, env: (list(argv), dict(env)))
-        self._proc: subprocess.Popen | None = None
-        self._pump: threading.Thread | None = None
+        self._proc: Background | None = None
         self._stopping = False
         self._exit_logged = False
         self.starts = 0
+        self.start_offsets: list[int] = []   # where each start's output begins in the log
 
     def __enter__(self) -> Server:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> None:
         argv, env = self._launch(self.spec.argv, self.spec.env)
         self.spec.log.parent.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        self._write_log(f"### toolchain smoke: start #{self.starts}: {redact_text(display(argv), env)}\n")
+        self.start_offsets.append(self.log_offset())
+        self._write_log(f"### toolchain smoke: start #{self.starts}\n")
         try:
-            self._proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
-        except FileNotFoundError:
-            raise UsageError(f"serve command not found: {argv[0]}",
-                             hint="check --serve-cmd / [smoke] serve-cmd, or --python") from None
-        except PermissionError as exc:
-            raise UsageError(f"serve command cannot be run: {argv[0]}: {exc.strerror}") from None
-        # The server's output goes to the log through secret redaction, line by line.
-        self._pump = threading.Thread(target=_copy_redacted, args=(self._proc.stdout, self.spec.log, env),
-                                      daemon=True)
-        self._pump.start()
+            self._proc = start(argv, env=env, log=self.spec.log,
+                               hint="check --serve-cmd / [smoke] serve-cmd, or --python")
+        except CommandFailed as exc:
+            what = "not found" if exc.returncode == 127 else "cannot be run"
+            raise UsageError(f"serve command {what}: {exc.tail}", hint=exc.hint) from None
         self._stopping = False
         self._exit_logged = False
 
     def _write_log(self, text: str) -> None:
         with open(self.spec.log, "a", encoding="utf-8") as f:
             f.write(text)
+
+    def log_offset(self) -> int:
+        """The log's length now: where the next output starts (to cut one case's part out of the log)."""
+        try:
+            return self.spec.log.stat().st_size
+        except FileNotFoundError:
+            return 0
 
     def wait_ready(self) -> Readiness:
         """Poll until the ready path answers 200, the process exits, or the deadline passes."""
@@ -146,7 +144,7 @@ class Server:
             code = self.exit_code
             if code is not None:
                 return Readiness(False, time.monotonic() - started,
-                                 f"server exited with code {code} before it was ready", code)
+                                 f"server exited with {exit_status(code)} before it was ready", code)
             try:
                 if requests.get(url, timeout=min(PROBE_TIMEOUT, max(0.1, deadline - time.monotonic()))).ok:
                     return Readiness(True, time.monotonic() - started)
@@ -160,75 +158,55 @@ class Server:
 
     @property
     def exit_code(self) -> int | None:
-        return None if self._proc is None else self._proc.poll()
+        """The server's exit status once it exited (< 0: the signal that ended it)."""
+        return None if self._proc is None else self._proc.returncode
+
+    @property
+    def exited_at(self) -> float | None:
+        """time.monotonic() when the server process exited, None while it runs."""
+        return None if self._proc is None else self._proc.exited_at
 
     @property
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
     def wait_exit(self, timeout: float) -> int | None:
-        """Give a dying process up to `timeout` seconds to exit; its exit code, or None if still running."""
-        if self._proc is None:
-            return None
-        try:
-            return self._proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        """Give a dying process up to `timeout` seconds to exit; its exit status, or None if still running."""
+        return None if self._proc is None else self._proc.wait(timeout)
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._proc is not None and self._proc.alive()
 
     @property
     def crashed(self) -> bool:
         """Exited on its own (not stopped by us)."""
-        return self._proc is not None and not self._stopping and self._proc.poll() is not None
+        return self._proc is not None and not self._stopping and not self._proc.alive()
 
-    def stop(self, grace: float = 10.0) -> int | None:
-        """SIGINT, then SIGTERM, then SIGKILL to the whole process group; returns the exit code."""
+    def stop(self, grace: float = STOP_GRACE) -> int | None:
+        """SIGINT, then SIGTERM, then SIGKILL to the whole process group; returns the exit status."""
         proc = self._proc
         if proc is None:
             return None
         if self._exit_logged:
             return proc.returncode
-        if proc.poll() is None:
+        if proc.alive():
             self._stopping = True
-        for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2), (signal.SIGKILL, grace)):
-            if proc.poll() is not None:
-                break
-            _signal_group(proc.pid, sig)
-            try:
-                proc.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-        _signal_group(proc.pid, signal.SIGKILL)  # children left behind by a crashed parent
-        if self._pump is not None:
-            self._pump.join(PUMP_JOIN_SECONDS)
+        code = proc.stop(grace)
         self._exit_logged = True
-        self._write_log(f"### toolchain smoke: server exit code {proc.returncode}\n")
-        return proc.returncode
+        self._write_log(f"### toolchain smoke: server {exit_status(code)}\n")
+        return code
 
     def restart(self) -> Readiness:
         self.stop()
         self.start()
         return self.wait_ready()
 
-    def log_text(self) -> str:
+    def log_text(self, start: int = 0, end: int | None = None) -> str:
+        """The log (or the part between two offsets) as text."""
         try:
-            return self.spec.log.read_text(encoding="utf-8", errors="replace")
+            with open(self.spec.log, "rb") as f:
+                f.seek(start)
+                data = f.read() if end is None else f.read(max(0, end - start))
         except FileNotFoundError:
             return ""
-
-
-def _copy_redacted(stream, log: Path, env: Mapping[str, str]) -> None:
-    with open(log, "a", encoding="utf-8", errors="replace") as f:
-        for raw in iter(stream.readline, b""):
-            f.write(redact_text(raw.decode("utf-8", "replace"), env))
-            f.flush()
-    stream.close()
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        return data.decode("utf-8", "replace")

@@ -8,23 +8,32 @@ reports). Then the regression set, or the ladder. A container started for the ru
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import signal
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 from toolchain import __version__
 from toolchain.console import UI
+from toolchain.core import toml as tomlio
+from toolchain.core.proc import Interrupted, interruptible
 from toolchain.core.redact import redact_env
 from toolchain.errors import ToolError, UsageError
-from toolchain.lock import Lock, verify_wheels
+from toolchain.lock import Lock, verify_wheels, wheel_name_version
 from toolchain.smoke import devices, install, report
 from toolchain.smoke.config import SmokeConfig, build_config
 from toolchain.smoke.container_target import ContainerTarget, spec_from_lock
 from toolchain.smoke.ladder import LadderResult, run_ladder
-from toolchain.smoke.runner import RunResult, run_set
+from toolchain.smoke.rootcause import render
+from toolchain.smoke.runner import RunInterrupted, RunResult, run_set
 from toolchain.smoke.triage import load_signatures
 
 
@@ -45,6 +54,7 @@ class SmokeOptions:
     no_install: bool = False
     python: str = ""
     venv: Path | None = None
+    keep_venv: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,17 @@ class SmokeOutcome:
     paths: dict[str, Path]             # report, summary, junit
     runs: tuple[RunResult, ...] = ()
     ladder: LadderResult | None = field(default=None)
+    root_cause: str = ""               # the log excerpt behind the first failure ("" when none)
+    interrupted: str = ""              # the signal that stopped it ("SIGTERM"), "" when it ran to the end
+
+
+class SmokeInterrupted(Interrupted):
+    """SIGINT/SIGTERM/SIGHUP stopped the run: the server is stopped and `outcome` holds the partial report
+    (written). A KeyboardInterrupt, so a caller such as bisect stops too."""
+
+    def __init__(self, signum: int, outcome: SmokeOutcome) -> None:
+        super().__init__(signum)
+        self.outcome = outcome
 
 
 def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None = None,
@@ -70,6 +91,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
     target, base_python = _target(opts, lock, out, ui)
     config = build_config(opts, lock.smoke if lock else {}, target.python,
                           where=f"{lock.path} [smoke]" if lock else "[smoke]")
+    require_a_server(lock, opts, target)
     out.mkdir(parents=True, exist_ok=True)
     rep: dict[str, Any] = {
         "tool": "toolchain smoke", "tool_version": __version__,
@@ -77,44 +99,143 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
         "config": {**config.to_dict(), "env": redact_env(dict(config.env))},
     }
-    with contextlib.ExitStack() as stack:
-        try:
-            if isinstance(target, ContainerTarget):
-                ui.step(f"starting the serving container ({target.kind}, "
-                        f"{target.spec.container or target.spec.image})")
-                stack.enter_context(target.serving(config.port))
-                rep["target"] = target.to_dict()
-                ui.info(f"target: {target.name}")
-            rep["device"] = _check_devices(opts, config, target).to_dict()
-            ui.info(f"device: {rep['device']['message']}")
-            target = _prepare(lock, target, base_python, out, ui, rep)
-        except ToolError as err:
-            rep.update(verdict="fail", exit_code=err.return_code, error=str(err), seconds=time.monotonic() - started)
-            report.write_all(out, rep)
-            raise
-        runs, ladder = _serve_and_test(opts, config, target, out, ui)
+    runs: list[RunResult] = []
+    made_venv = base_python is not None and not isinstance(target, ContainerTarget) and bool(target.venv)
+    try:
+        with interruptible():
+            try:
+                ladder = _smoke(lock, opts, config, target, base_python, out, ui, rep, runs)
+            except KeyboardInterrupt as exc:
+                stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+                _end_venv(made_venv, target.venv, opts.keep_venv, rep)
+                raise SmokeInterrupted(stop.signum, _interrupted(stop, rep, runs, out, started)) from None
+            except ToolError as err:
+                _end_venv(made_venv, target.venv, opts.keep_venv, rep)
+                rep.update(verdict="fail", exit_code=err.return_code, error=str(err),
+                           seconds=time.monotonic() - started)
+                report.write_all(out, rep)
+                raise
+    finally:
+        _end_venv(made_venv, target.venv, opts.keep_venv, rep)
     passed = not ladder.first_broken if ladder else runs[0].passed
     rep.update(verdict="pass" if passed else "fail", exit_code=0 if passed else 1,
                seconds=round(time.monotonic() - started, 3), runs=[r.to_dict() for r in runs],
                ladder=ladder.to_dict() if ladder else None)
     paths = report.write_all(out, rep)
+    cause = next((r.root_cause for r in runs if not r.passed and r.root_cause), ())
     if passed:
         summary = f"every required case passed ({len(runs)} run(s))"
     else:
         summary = f"ladder breaks at {ladder.first_broken}: {ladder.how}" if ladder else runs[0].how()
-    return SmokeOutcome(passed, 0 if passed else 1, summary, rep, paths, tuple(runs), ladder)
+    return SmokeOutcome(passed, 0 if passed else 1, summary, rep, paths, tuple(runs), ladder,
+                        render(cause) if cause else "")
+
+
+def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, target: install.Target,
+           base_python: str | None, out: Path, ui: UI, rep: dict[str, Any], runs: list[RunResult]) -> LadderResult | None:
+    """Container, device check, install, then the runs (appended to `runs` as they finish)."""
+    with contextlib.ExitStack() as stack:
+        rep["stage"] = "prepare"
+        if isinstance(target, ContainerTarget):
+            ui.step(f"starting the serving container ({target.kind}, "
+                    f"{target.spec.container or target.spec.image})")
+            stack.enter_context(target.serving(config.port))
+            rep["target"] = target.to_dict()
+            ui.info(f"target: {target.name}")
+        rep["device"] = _check_devices(opts, config, target).to_dict()
+        ui.info(f"device: {rep['device']['message']}")
+        target = _prepare(lock, target, base_python, out, ui, rep)
+        rep["served"] = served(config.serve_argv, target, rep.get("install"))
+        if rep["served"]["note"]:
+            ui.warn(rep["served"]["note"])
+        rep["stage"] = "serve"
+        ladder = _serve_and_test(opts, config, target, out, ui, runs)
+        rep.pop("stage")
+        return ladder
+
+
+def _interrupted(stop: Interrupted, rep: dict[str, Any], runs: list[RunResult], out: Path,
+                 started: float) -> SmokeOutcome:
+    """The partial report of an interrupted run: what ran, what was running, what did not."""
+    ran = [c for r in runs for c in r.cases if c.category not in ("not-run", "interrupted")]
+    running = next((f"{r.name}/{c.name}" for r in runs for c in r.cases if c.category == "interrupted"), "")
+    stage = rep.pop("stage", "prepare")
+    what = f"case {running}" if running else ("serving" if stage == "serve" else "preparing (before serving)")
+    summary = (f"interrupted by {stop.signame} while {what}; {len(ran)} case(s) ran"
+               + (": " + ", ".join(f"{c.name} {c.verdict}" for c in ran) if ran else ""))
+    rep.update(verdict="interrupted", exit_code=stop.exit_code, interrupted={"signal": stop.signame,
+               "stage": stage, "running": running or None, "cases_run": len(ran)},
+               seconds=round(time.monotonic() - started, 3), runs=[r.to_dict() for r in runs])
+    paths = report.write_all(out, rep)
+    return SmokeOutcome(False, stop.exit_code, summary, rep, paths, tuple(runs), None, "", stop.signame)
+
+
+def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
+    """Remove the fresh venv smoke made (gigabytes for a real stack) unless asked to keep it."""
+    if not made or not os.path.isdir(venv) or "venv_state" in rep.get("install", {}):
+        return
+    info = rep.setdefault("install", {})
+    if keep:
+        info["venv_state"] = f"kept: the venv is at {venv} (--keep-venv)"
+        return
+    shutil.rmtree(venv, ignore_errors=True)
+    info["venv_state"] = f"removed: the venv {venv} (pass --keep-venv to keep it)"
+
+
+def require_a_server(lock: Lock | None, opts: SmokeOptions, target: install.Target) -> None:
+    """A lock whose wheels hold no vLLM, installed into a fresh venv and served with the default
+    `{python} -m vllm ...`, cannot start: say so before anything is installed (the demo's lock is one)."""
+    if lock is None or not lock.components or opts.serve_cmd or opts.no_install or "serve-cmd" in lock.smoke:
+        return
+    if isinstance(target, ContainerTarget):
+        return  # the image brings its own vLLM (the venv sees the image's packages)
+    dists = {str(canonicalize_name(c.dist or wheel_name_version(c.wheel.file)[0])) for c in lock.components}
+    if "vllm" in dists:
+        return
+    demo = _is_demo(lock)
+    what = ("it is the offline demo's lock: its three projects are shaped like the stack, but none of them is an "
+            "inference server, so the demo cannot be smoked" if demo else
+            "the fresh venv would have nothing to run `python -m vllm` with")
+    raise UsageError(f"{lock.path}: the lock has no vLLM wheel (its wheels: {', '.join(sorted(dists))}); {what}",
+                     hint="smoke the lock of a real stack (toolchain build --recipe ark-latest), or serve an "
+                          "existing vLLM: --no-install --python /path/to/venv/bin/python, or --serve-cmd CMD")
+
+
+def _is_demo(lock: Lock) -> bool:
+    try:
+        return bool(tomlio.loads(lock.recipe_text).get("demo")) if lock.recipe_text.strip() else False
+    except tomlio.TOMLDecodeError:
+        return False
+
+
+def served(argv: Sequence[str], target: install.Target, inst: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the serve command runs, and whether that is the environment whose versions were checked."""
+    program = argv[0] if argv else ""
+    if not isinstance(target, ContainerTarget) and program and "/" not in program:
+        program = shutil.which(program, path=target.serve_env().get("PATH") or os.environ.get("PATH")) or program
+    checked = target.python if inst and inst.get("versions") else ""
+    in_checked = bool(checked) and (os.path.abspath(program) == os.path.abspath(checked) or bool(
+        target.venv and os.path.abspath(program).startswith(os.path.abspath(target.venv) + os.sep)))
+    note = ""
+    if checked and not in_checked:
+        note = (f"the serve command runs {program}, not the environment whose versions were checked "
+                f"({checked}): the version check says nothing about what was served")
+    return {"argv": list(argv), "program": program, "verified": checked or None, "same_as_verified": in_checked,
+            "note": note}
 
 
 def _default_out(lock: Lock | None) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (lock.path.parent / "smoke" / stamp) if lock else Path("smoke-reports") / stamp
+    return (lock.path.parent / "smoke" / stamp) if lock and lock.path else Path("smoke-reports") / stamp
 
 
 def _target(opts: SmokeOptions, lock: Lock | None, out: Path,
             ui: UI) -> tuple[install.HostEnv | ContainerTarget, str | None]:
     """Where to serve from, and the interpreter to make a fresh venv from (None: nothing to install)."""
-    install_wheels = lock is not None and bool(lock.components) and not opts.no_install
-    if lock is not None and (lock.target.runtime or "host") != "host":
+    if lock is None:
+        return install.HostEnv(python=opts.python or sys.executable), None
+    install_wheels = bool(lock.components) and not opts.no_install
+    if (lock.target.runtime or "host") != "host":
         if opts.venv is not None:
             raise UsageError(f"--venv is a path on this machine, but {lock.path} was built in a "
                              f"{lock.target.runtime} container: the venv goes inside it",
@@ -127,12 +248,11 @@ def _target(opts: SmokeOptions, lock: Lock | None, out: Path,
         venv = (opts.venv or out / "venv").resolve()
         return install.HostEnv(python=str(venv / "bin" / "python"), venv=str(venv)), \
             opts.python or lock.target.python or sys.executable
-    python = opts.python or (lock.target.python if lock else "") or sys.executable
-    return install.HostEnv(python=python), None
+    return install.HostEnv(python=opts.python or lock.target.python or sys.executable), None
 
 
 def _check_devices(opts: SmokeOptions, config: SmokeConfig,
-                   target: install.HostEnv | ContainerTarget) -> devices.DeviceCheck:
+                   target: install.Target) -> devices.DeviceCheck:
     mask = config.env.get("ZE_AFFINITY_MASK", "")
     if not config.device:
         return devices.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
@@ -174,14 +294,21 @@ def _prepare(lock: Lock | None, target: install.Target, base_python: str | None,
 
 
 def _serve_and_test(opts: SmokeOptions, config: SmokeConfig, target: install.Target, out: Path,
-                    ui: UI) -> tuple[list[RunResult], LadderResult | None]:
+                    ui: UI, runs: list[RunResult]) -> LadderResult | None:
+    """The regression set (or the ladder); each finished or interrupted run is appended to `runs`."""
     signatures = load_signatures()
 
     def run_one(name: str, argv: list, env: dict) -> RunResult:
-        return run_set(config, name=name, argv=argv, env=env, out_dir=out / name, target=target, ui=ui,
-                       signatures=signatures)
+        try:
+            result = run_set(config, name=name, argv=argv, env=env, out_dir=out / name, target=target, ui=ui,
+                             signatures=signatures)
+        except RunInterrupted as exc:
+            runs.append(exc.result)
+            raise
+        runs.append(result)
+        return result
 
     if opts.ladder:
-        ladder = run_ladder(config.serve_argv, config.env, config.ladder, run_one)
-        return [r for _, r in ladder.steps if r is not None], ladder
-    return [run_one("smoke", list(config.serve_argv), dict(config.env))], None
+        return run_ladder(config.serve_argv, config.env, config.ladder, run_one)
+    run_one("smoke", list(config.serve_argv), dict(config.env))
+    return None

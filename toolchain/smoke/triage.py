@@ -24,7 +24,7 @@ class Fix:
     args: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        d = {"kind": self.kind, "text": self.text}
+        d: dict[str, object] = {"kind": self.kind, "text": self.text}
         if self.env:
             d["env"] = dict(self.env)
         if self.args:
@@ -45,6 +45,7 @@ class Signature:
     diagnosis: str
     fixes: tuple[Fix, ...]
     marks: tuple[str, ...] = ()
+    fallback: bool = False          # only when no other signature matched (a generic "HTTP 500")
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def load_signatures(path: Path | None = None) -> tuple[Signature, ...]:
                 continue
             fixes.append(Fix(f["kind"], f.get("text", ""), dict(f.get("env", {})), tuple(f.get("args", ()))))
         sigs.append(Signature(raw["id"], raw["title"], tuple(patterns), sources, raw["diagnosis"], tuple(fixes),
-                              tuple(raw.get("marks", ()))))
+                              tuple(raw.get("marks", ())), bool(raw.get("fallback", False))))
     if problems:
         raise RecipeError(problems)
     return tuple(sigs)
@@ -103,15 +104,17 @@ def load_signatures(path: Path | None = None) -> tuple[Signature, ...]:
 
 def triage(signatures: Iterable[Signature], *, log: str = "", responses: Iterable[str] = (),
            events: Iterable[str] = ()) -> list[Finding]:
-    """One finding per matching signature, in signature order, with the line that matched."""
+    """One finding per matching signature, in signature order, with the line that matched. A fallback
+    signature counts only when nothing else matched."""
     texts = {"log": log, "response": "\n".join(responses), "event": "\n".join(events)}
-    findings = []
+    findings, fallbacks = [], []
     for sig in signatures:
         hit = _first_match(sig, texts)
         if hit is not None:
             source, line = hit
-            findings.append(Finding(sig.id, sig.title, sig.diagnosis, sig.fixes, source, line, sig.marks))
-    return findings
+            (fallbacks if sig.fallback else findings).append(
+                Finding(sig.id, sig.title, sig.diagnosis, sig.fixes, source, line, sig.marks))
+    return findings or fallbacks
 
 
 def _first_match(sig: Signature, texts: Mapping[str, str]) -> tuple[str, str] | None:
