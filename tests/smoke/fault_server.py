@@ -6,6 +6,7 @@ correctly unless a mode says otherwise; `--mode` takes a comma-separated list:
 
   healthy               every answer right
   crash-first           the first POST kills the process (exit 139, like a segfault)
+  segv-first            the first POST kills the process with a real SIGSEGV
   oom                   the first chat request logs an out-of-device-memory error; chats answer HTTP 500
   invalid-json          response_format answers are truncated JSON
   degenerate            the "primary colors" answer degenerates into blank lines and repeated words
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -157,6 +159,10 @@ def make_handler(args, modes):
                 STATE["chats"] += self.path == "/v1/chat/completions"
                 first = STATE["chats"] == 1
                 log(f"INFO: request {STATE['posts']} received: POST {self.path}")
+            if "segv-first" in modes:
+                log("Fatal Python error: Segmentation fault")
+                os.kill(os.getpid(), signal.SIGSEGV)
+                time.sleep(60)  # delivery is asynchronous: never answer this request
             if "crash-first" in modes:
                 log("Fatal Python error: Segmentation fault")
                 os._exit(139)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-from smoke_helpers import fault_cmd, free_port
+from smoke_helpers import fault_cmd, free_port, write_test_lock
 
 ALL = "models,first,math,qa,json,image,image-json,repeat"
 FAST = ["--ready-timeout", "20", "--request-timeout", "10"]
@@ -187,3 +187,109 @@ def test_a_busy_port_is_refused_before_starting(smoke):
         r = smoke("--serve-cmd", fault_cmd("healthy"), "--cases", "math", "--port", str(port))
     assert r.code == 2
     assert f"port {port} on 127.0.0.1 is already in use" in json.loads(r.stdout)["error"]
+
+
+# ---- issue 9: what a failure tells the engineer (root cause, blame, signatures, bodies, degenerate output)
+
+UNKNOWN = "RuntimeError: fused_moe kernel failed: invalid argument (0xdead)"  # matches no signature
+
+
+def test_an_unknown_engine_error_reaches_every_report(smoke):
+    """No signature matches; the EngineCore's own exception (not only "See stack trace (above)") is in
+    report.json, summary.md and the JUnit <failure> message."""
+    r = smoke("--serve-cmd", fault_cmd("engine-error"), "--cases", "models,math,qa", *FAST)
+    assert r.code == 1
+    math = r.case("math")
+    assert math["category"] == "http" and "See stack trace (above)" in math["message"]
+    cause = math["root_cause"]
+    assert UNKNOWN in cause["headline"] and UNKNOWN in cause["text"]
+    assert [e["process"] for e in cause["excerpts"]] == ["EngineCore_DP0 pid=4242", f"APIServer pid={_pid(r)}"]
+    assert cause["excerpts"][0]["kind"] == "traceback" and cause["excerpts"][0]["causes"] == [UNKNOWN]
+    assert "gguf.py" in cause["text"]  # the last frame, where it was raised
+    assert r.run["root_cause"]["headline"].startswith(UNKNOWN)
+    assert r.finding_ids() == ["engine-dead"]  # the generic engine signature, not a made-up specific one
+    summary = (r.out / "summary.md").read_text()
+    assert "Root cause (from the log):" in summary and UNKNOWN in summary
+    junit = ET.parse(r.out / "junit.xml").getroot()
+    failure = junit.find(".//testcase[@name='math']/failure")
+    assert UNKNOWN in failure.get("message") and UNKNOWN in failure.text
+    assert UNKNOWN in json.loads(r.stdout)["root_cause"]
+
+
+def _pid(r) -> int:
+    log = (r.out / "smoke" / "server.log").read_text()
+    return int(log.split("(APIServer pid=", 1)[1].split(")", 1)[0])
+
+
+def test_triton_needs_cuda_is_recognised_and_shown(smoke):
+    line = "RuntimeError: Triton dequant kernels require CUDA tensors"
+    r = smoke("--serve-cmd", fault_cmd("engine-error", "--error", line), "--cases", "math", *FAST)
+    assert r.code == 1
+    assert r.finding_ids() == ["triton-needs-cuda", "engine-dead"]
+    assert r.run["findings"][0]["evidence"].endswith(line)
+    assert line in r.case("math")["root_cause"]["headline"]
+    junit = ET.parse(r.out / "junit.xml").getroot()
+    assert line in junit.find(".//testcase[@name='math']/failure").get("message")
+
+
+def test_a_server_that_dies_during_a_case_is_blamed_on_that_case(smoke):
+    """The engine dies on math's request, the API server exits (code 0) half a second later."""
+    r = smoke("--serve-cmd", fault_cmd("engine-dead"), "--cases", "models,math,qa,json", *FAST)
+    assert r.code == 1
+    death = r.run["server_death"]
+    assert death["during_case"] == "math" and death["exit_code"] == 0
+    assert death["message"] == "server exited with exit code 0 during case math"
+    assert r.verdicts() == {"models": "pass", "math": "fail", "qa": "error", "json": "error"}
+    assert r.case("qa")["message"] == "not run: server exited with exit code 0 during case math"
+    assert UNKNOWN in death["root_cause"]["text"] and UNKNOWN in r.case("qa")["root_cause"]["headline"]
+    assert r.run["crashed"] and "server-crash" in r.finding_ids()
+    assert "**Server died:** server exited with exit code 0 during case math" in (r.out / "summary.md").read_text()
+
+
+def test_a_slow_death_names_the_case_running_and_the_first_failing_one(smoke):
+    """It exits only while the next case runs: that case is named, and the one where it began to fail."""
+    r = smoke("--serve-cmd", fault_cmd("engine-dead", "--die-after", "2"), "--cases", "models,math,qa,json", *FAST)
+    assert r.code == 1
+    death = r.run["server_death"]
+    assert death["during_case"] == "qa" and death["failing_since"] == "math"
+    assert death["message"].startswith("server exited with exit code 0 during case qa (failing since case math: "
+                                       "HTTP 500: EngineCore encountered an issue")
+
+
+def test_a_server_killed_by_a_signal_says_which(smoke):
+    r = smoke("--serve-cmd", fault_cmd("segv-first"), "--cases", "models,first,math", *FAST)
+    assert r.code == 1
+    assert r.run["server_exit_code"] == -11 and r.run["server_exit_status"] == "signal SIGSEGV (11)"
+    assert r.run["server_death"]["message"] == "server was killed by signal SIGSEGV (11) during case first"
+    assert "Segmentation fault" in r.case("first")["root_cause"]["text"]
+    assert r.finding_ids() == ["server-crash"]
+
+
+def test_older_vllm_flat_error_body_is_shown(smoke):
+    r = smoke("--serve-cmd", fault_cmd("flat-error"), "--cases", "math", *FAST)
+    assert r.code == 1
+    assert r.case("math")["message"] == ("HTTP 500: Sampling failed: probability tensor contains either inf, nan "
+                                         "or element < 0")
+    assert r.finding_ids() == ["server-error"]
+
+
+def test_nan_model_output_fails_the_first_case(smoke):
+    r = smoke("--serve-cmd", fault_cmd("nan"), "--cases", "models,first", *FAST)
+    assert r.code == 1
+    assert r.verdicts() == {"models": "pass", "first": "fail"}
+    assert "degenerate output: only punctuation" in r.case("first")["message"]
+    assert r.finding_ids() == ["wrong-output"]
+
+
+def test_the_terminal_shows_why_the_server_did_not_start(tmp_path):
+    """Without --json: the cause from server.log is printed, not only "exited before it was ready"."""
+    lock = write_test_lock(tmp_path / "lock", {"model": "some-model", "cases": ["models"]},
+                           python=sys.executable)
+    proc = subprocess.run([sys.executable, "-m", "toolchain", "smoke", "--lock", str(lock), "--no-install",
+                           "--port", str(free_port()), "--out", str(tmp_path / "out"), "--ready-timeout", "60"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    shown = " ".join((proc.stdout + proc.stderr).split())  # as wrapped for the terminal
+    assert "before it was ready" in shown
+    assert "No module named 'vllm'" in shown  # this interpreter has no vLLM
+    assert "No module named 'vllm'" in (tmp_path / "out" / "summary.md").read_text()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolchain.errors import RecipeError, UsageError
-from toolchain.smoke import cases, ladder, triage
+from toolchain.smoke import cases, ladder, rootcause, triage
 from toolchain.smoke.cases import degeneration, judge
 
 
@@ -16,6 +16,12 @@ from toolchain.smoke.cases import degeneration, judge
     "Red red red red red red red red red red red red",
     "I am sorry, I am sorry, I am sorry, I am sorry, I am sorry, I am sorry",
     "!" * 40,
+    "!!!!!!",                                                         # what a NaN model emits: short too
+    "!" * 32,
+    "Hello!!!!!!!!",
+    "?!?!?!?!?!?!?!?!?!",
+    "the the the the the the the the",
+    "Sure. ________________",
 ])
 def test_degenerate_outputs_are_caught(text):
     assert degeneration(text)
@@ -27,6 +33,11 @@ def test_degenerate_outputs_are_caught(text):
     "very very very good",
     "Paragraph one.\n\nParagraph two.\n\n\nParagraph three.",
     "1. red\n2. blue\n3. yellow",
+    "The population is 1000000000.",
+    "| color | hex |\n|---------|---------|\n| red | #ff0000 |",
+    "Title\n========\nText.",
+    "Wow!!",
+    "5",
 ])
 def test_ordinary_outputs_are_not_degenerate(text):
     assert degeneration(text) is None
@@ -93,6 +104,16 @@ UPSTREAM_LINES = [
     ("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB", "oom"),
     ("RuntimeError: backend_mismatch", "oneapi-mismatch"),
     ("ImportError: libtorch_xpu.so: undefined symbol: _ZN4sycl3_V15queue", "oneapi-mismatch"),
+    # issue 9 (13): the same failures worded otherwise, and the ones that had no signature
+    ("RuntimeError: Expected a.dtype() == at::kHalf to be true, but got false.", "fp16-query"),
+    ("torch._dynamo.exc.ObservedAttributeError: raised exception AttributeError(\"'RowParallelLinear' object "
+     "has no attribute 'weight'\")", "esimd-gdn-outproj"),
+    ("RuntimeError: Triton dequant kernels require CUDA tensors", "triton-needs-cuda"),
+    ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
+     "the root cause.", "engine-dead"),
+    ("(APIServer pid=7) ERROR 12-02 10:00:01 [core_client.py:564] Engine core proc EngineCore_DP0 died "
+     "unexpectedly, shutting down client.", "engine-dead"),
+    ("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised: LoweringException", "compile-wrapped"),
 ]
 
 
@@ -103,6 +124,91 @@ def test_known_failures_are_recognised_in_a_log(line, expected):
     found = triage.triage(sigs, log=log)
     assert found and found[0].id == expected
     assert found[0].evidence == line.strip() and found[0].fixes
+
+
+def test_a_compile_wrapped_error_names_the_wrapped_one_and_eager():
+    line = ("torch._dynamo.exc.ObservedAttributeError: raised exception AttributeError(\"'RowParallelLinear' "
+            "object has no attribute 'weight'\")")
+    found = triage.triage(triage.load_signatures(), log=line)
+    assert [f.id for f in found] == ["esimd-gdn-outproj", "compile-wrapped"]
+    assert ["--enforce-eager"] in [list(x.args) for x in found[1].fixes]
+
+
+def test_a_generic_http_500_counts_only_when_nothing_else_matched():
+    sigs = triage.load_signatures()
+    event = "harness: HTTP error in case math: HTTP 500: Internal Server Error"
+    assert [f.id for f in triage.triage(sigs, events=[event])] == ["server-error"]
+    assert [f.id for f in triage.triage(sigs, log="RuntimeError: UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+                                        events=[event])] == ["oom"]
+
+
+@pytest.mark.parametrize("body,message", [
+    ('{"object": "error", "message": "The model does not exist.", "type": "NotFoundError", "code": 404}',
+     "The model does not exist."),                                   # older vLLM: flat
+    ('{"error": {"message": "XPU out of memory", "type": "InternalServerError", "code": 500}}', "XPU out of memory"),
+    ('{"detail": "Not Found"}', "Not Found"),
+    ('{"error": "loading"}', "loading"),
+    ("Internal Server Error", "Internal Server Error"),
+])
+def test_error_bodies_show_their_message(body, message):
+    assert cases._error_message(body) == message
+
+
+VLLM_LOG = """\
+### toolchain smoke: start #1
+$ python -m vllm.entrypoints.openai.api_server --model m --error 'RuntimeError: not from the server'
+(APIServer pid=100) INFO 12-02 10:00:00 [api_server.py:1] vLLM API server version 0.11.0
+(EngineCore_DP0 pid=200) WARNING 12-02 10:00:01 [core.py:1] an error: that is only a warning before the failure
+(APIServer pid=100) INFO:     127.0.0.1:5555 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712] EngineCore encountered a fatal error.
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712] Traceback (most recent call last):
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712]   File "/v/vllm/v1/engine/core.py", line 703, in run_engine_core
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712]     engine_core.run_busy_loop()
+(APIServer pid=100) ERROR 12-02 10:00:05 [async_llm.py:480] AsyncLLM output_handler failed.
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712]   File "/v/vllm/layers/quantization/gguf.py", line 40, in apply
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712]     return ops.ggml_dequantize(qweight, qweight_type)
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712]            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+(EngineCore_DP0 pid=200) ERROR 12-02 10:00:05 [core.py:712] RuntimeError: Triton dequant kernels require CUDA tensors
+(APIServer pid=100) ERROR 12-02 10:00:05 [async_llm.py:480] Traceback (most recent call last):
+(APIServer pid=100) ERROR 12-02 10:00:05 [async_llm.py:480]   File "/v/vllm/v1/engine/async_llm.py", line 439, in output_handler
+(APIServer pid=100) ERROR 12-02 10:00:05 [async_llm.py:480]     outputs = await engine_core.get_output_async()
+(APIServer pid=100) ERROR 12-02 10:00:05 [async_llm.py:480] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+(APIServer pid=100) INFO:     127.0.0.1:5555 - "POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error
+"""
+
+
+def test_root_cause_of_interleaved_processes():
+    """Every process's own block: the engine core's exception beside the API server's "See stack trace"."""
+    found = rootcause.find(VLLM_LOG)
+    assert [(e.process, e.kind) for e in found] == [("EngineCore_DP0 pid=200", "traceback"),
+                                                    ("APIServer pid=100", "traceback")]
+    engine, api = found
+    assert engine.causes == ("RuntimeError: Triton dequant kernels require CUDA tensors",)
+    assert engine.line == 7  # where its traceback starts in the log
+    assert engine.lines[0] == "Traceback (most recent call last):"
+    assert any("gguf.py" in ln for ln in engine.lines) and not any("not from the server" in ln for ln in engine.lines)
+    assert api.causes[0].startswith("vllm.v1.engine.exceptions.EngineDeadError")
+    assert rootcause.headline(found).startswith("RuntimeError: Triton dequant kernels require CUDA tensors | ")
+    assert "server.log:7 (EngineCore_DP0 pid=200):" in rootcause.render(found)
+
+
+def test_root_cause_of_a_chained_traceback_keeps_every_exception_line():
+    log = ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    g()\nValueError: inner\n\n"
+           "The above exception was the direct cause of the following exception:\n\n"
+           "Traceback (most recent call last):\n  File \"b.py\", line 2, in h\n    f()\n"
+           "RuntimeError: outer\nINFO: shutting down\n")
+    (found,) = rootcause.find(log)
+    assert found.causes == ("ValueError: inner", "RuntimeError: outer") and found.line == 1
+
+
+def test_root_cause_without_a_traceback():
+    assert rootcause.find("loading\nFatal Python error: Segmentation fault\n\nThread 0x7f (most recent call "
+                          "first):\n")[0].causes == ("Fatal Python error: Segmentation fault",)
+    assert rootcause.find("/x/python: Error while finding module specification for 'vllm.entrypoints.cli.main' "
+                          "(ModuleNotFoundError: No module named 'vllm')\n")[0].kind == "error"
+    assert rootcause.find("INFO loading\nINFO still loading\n") == []
+    (tail,) = rootcause.find("INFO loading\nINFO still loading\n", tail=True)
+    assert tail.kind == "tail" and tail.lines == ("INFO loading", "INFO still loading")
 
 
 def test_harness_events_are_classified():

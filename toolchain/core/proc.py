@@ -280,10 +280,15 @@ class Background:
     @property
     def returncode(self) -> int | None:
         """The leader's status once it exited: >= 0 an exit code, < 0 the signal that ended it."""
-        return self._proc.poll()
+        return self._noted(self._proc.poll())
 
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        return self.returncode is None
+
+    def _noted(self, code: int | None) -> int | None:
+        if code is not None and self.exited_at is None:  # whoever sees the exit first notes its time
+            self.exited_at = time.monotonic()
+        return code
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit status, waiting up to `timeout` seconds; None while still running. Once it exited, its
@@ -292,18 +297,20 @@ class Background:
             code = self._proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
+        self._noted(code)
         self._pump.join(_DRAIN_SECONDS)
         return code
 
     def group_alive(self) -> bool:
-        """Whether any process of the group (the leader or what it spawned) still exists."""
+        """Whether any process of the group (the leader or what it spawned) still runs. Zombies (dead,
+        waiting for init to reap them) do not count."""
         if self.alive():
             return True
         try:
             os.killpg(self.pid, 0)
         except (ProcessLookupError, PermissionError):
             return False
-        return True
+        return _group_has_live_member(self.pid)
 
     def signal(self, sig: int) -> None:
         """Send `sig` to the whole process group."""
@@ -334,8 +341,7 @@ class Background:
             time.sleep(_GROUP_POLL)
 
     def _wait_exit(self) -> None:
-        code = self._proc.wait()
-        self.exited_at = time.monotonic()
+        code = self._noted(self._proc.wait())
         if self.log is not None:
             self._pump.join()  # the trailer after the last line of output
             with open(self.log, "a", encoding="utf-8") as f:
@@ -357,6 +363,24 @@ class Background:
             stream.close()
             if log_file is not None:
                 log_file.close()
+
+
+def _group_has_live_member(pgid: int) -> bool:
+    """Whether /proc shows a process of group `pgid` that is not a zombie (True where /proc cannot tell)."""
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return True
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
 
 
 def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,

@@ -69,6 +69,11 @@ def headline(excerpts: Sequence[Excerpt], limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def server_output(text: str) -> str:
+    """The log without the lines the harness wrote (the command line, start and exit markers)."""
+    return "".join(ln for ln in text.splitlines(keepends=True) if not _OWN.match(ln))
+
+
 def parse(text: str, first_line: int = 1) -> list[Line]:
     out = []
     for i, raw in enumerate(text.splitlines()):

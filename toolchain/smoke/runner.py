@@ -20,7 +20,7 @@ from toolchain.errors import UsageError
 from toolchain.smoke import cases as cases_mod
 from toolchain.smoke import rootcause
 from toolchain.smoke.rootcause import Excerpt, render
-from toolchain.smoke.server import Readiness, Server, ServeSpec, strip_oneapi
+from toolchain.smoke.server import Readiness, Server, ServeSpec, ended, strip_oneapi
 from toolchain.smoke.triage import Finding, Signature, triage
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class ServerDeath:
 
     def message(self) -> str:
         when = f"after case {self.during}" if self.after else f"during case {self.during}"
-        text = f"server exited with {exit_status(self.status)} {when}"
+        text = f"server {ended(self.status)} {when}"
         if self.failing_since and self.failing_since != self.during:
             text += f" (failing since case {self.failing_since}: {self.since_message})"
         return text
@@ -193,7 +193,8 @@ def run_set(config: SmokeConfig, *, name: str, argv: Sequence[str], env: Mapping
     if result.passed:
         return result
     bodies = [e.response for c in results for e in c.exchanges if e.status not in (None, 200)]
-    return replace(result, findings=tuple(triage(signatures, log=server.log_text(), responses=bodies,
+    return replace(result, findings=tuple(triage(signatures, log=rootcause.server_output(server.log_text()),
+                                                 responses=bodies,
                                                  events=done.events)))
 
 

@@ -75,6 +75,11 @@ class ServeSpec:
     ready_path: str = "/v1/models"
 
 
+def ended(code: int) -> str:
+    """How the server ended: "exited with exit code 0", "was killed by signal SIGSEGV (11)"."""
+    return f"{'was killed by' if code < 0 else 'exited with'} {exit_status(code)}"
+
+
 @dataclass(frozen=True)
 class Readiness:
     ok: bool
@@ -144,7 +149,7 @@ class Server:
             code = self.exit_code
             if code is not None:
                 return Readiness(False, time.monotonic() - started,
-                                 f"server exited with {exit_status(code)} before it was ready", code)
+                                 f"server {ended(code)} before it was ready", code)
             try:
                 if requests.get(url, timeout=min(PROBE_TIMEOUT, max(0.1, deadline - time.monotonic()))).ok:
                     return Readiness(True, time.monotonic() - started)

@@ -107,7 +107,8 @@ def triage(signatures: Iterable[Signature], *, log: str = "", responses: Iterabl
     """One finding per matching signature, in signature order, with the line that matched. A fallback
     signature counts only when nothing else matched."""
     texts = {"log": log, "response": "\n".join(responses), "event": "\n".join(events)}
-    findings, fallbacks = [], []
+    findings: list[Finding] = []
+    fallbacks: list[Finding] = []
     for sig in signatures:
         hit = _first_match(sig, texts)
         if hit is not None:

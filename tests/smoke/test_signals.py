@@ -1,0 +1,130 @@
+"""SIGINT, SIGTERM and SIGHUP to `toolchain smoke` mid-run (a Ctrl-C, a CI cancel or `timeout`, a closed
+terminal): the server's whole process group goes, a partial report says what ran, the port is free again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from smoke_helpers import fault_cmd, free_port
+
+from toolchain.core import proc
+
+DEADLINE = 60.0
+
+
+def group_members(pgid: int) -> list[str]:
+    """The processes of process group `pgid` that still run (pid, state, command), read from /proc. A zombie
+    (dead, not yet reaped by init once its parent is gone) holds no port or device and is not counted."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(f"{entry.name} {fields[0]} {stat[stat.index('(') + 1:stat.rindex(')')]}")
+    return found
+
+
+def wait_for(path: Path, text: str, count: int = 1) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        if path.is_file() and path.read_text(errors="replace").count(text) >= count:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} never appeared {count} time(s) in {path}")
+
+
+def smoke_argv(mode: str, port: int, out: Path, cases: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "toolchain", "smoke", "--json", "--serve-cmd", fault_cmd(mode, *extra),
+            "--cases", cases, "--port", str(port), "--out", str(out), "--ready-timeout", "30",
+            "--request-timeout", "300"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_stop_signal_stops_the_server_group_and_writes_a_partial_report(tmp_path, sig):
+    port, out, pids = free_port(), tmp_path / "out", tmp_path / "server.json"
+    # math hangs (the first chat sleeps); the server has two engine-like children that ignore SIGINT/SIGTERM
+    tool = subprocess.Popen(smoke_argv("slow-first", port, out, "models,math,qa", "--slow-seconds", "300",
+                                       "--children", "2", "--stubborn-children", "--pid-file", str(pids)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(out / "smoke" / "server.log", "engine worker ready", 2)  # they ignore SIGINT/SIGTERM now
+        wait_for(out / "smoke" / "server.log", "request 1 received: POST /v1/chat/completions")
+        server = json.loads(pids.read_text())
+        assert len(group_members(server["pgid"])) == 3  # the server and its two children, running
+        os.kill(tool.pid, sig)
+        stdout, stderr = tool.communicate(timeout=DEADLINE)
+    finally:
+        if tool.poll() is None:
+            os.killpg(tool.pid, signal.SIGKILL)
+    assert tool.returncode == 128 + sig, stderr
+    # nothing of the server's process group, nor of the tool's, is left
+    assert group_members(server["pgid"]) == []
+    assert group_members(tool.pid) == []
+    # the partial report says what ran and what was running
+    data = json.loads(stdout)
+    assert data["verdict"] == "interrupted" and data["interrupted"] == sig.name and data["exit_code"] == 128 + sig
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == "interrupted" and rep["exit_code"] == 128 + sig
+    assert rep["interrupted"] == {"signal": sig.name, "stage": "serve", "running": "smoke/math", "cases_run": 1}
+    cases = {c["name"]: c for c in rep["runs"][0]["cases"]}
+    assert cases["models"]["verdict"] == "pass"
+    assert cases["math"]["category"] == "interrupted" and sig.name in cases["math"]["message"]
+    assert cases["qa"]["category"] == "not-run"
+    assert rep["runs"][0]["interrupted"] == sig.name
+    summary = (out / "summary.md").read_text()
+    assert f"**Interrupted by {sig.name}** while case `smoke/math` was running" in summary
+    assert ET.parse(out / "junit.xml").getroot().find(".//testcase[@name='models']") is not None
+    log = (out / "smoke" / "server.log").read_text()
+    assert "INFO: Shutting down" in log  # the server got its SIGINT first
+    assert log.rstrip().endswith("### toolchain smoke: server exit code 0")
+    # the next run on the same port succeeds
+    again = subprocess.run(smoke_argv("healthy", port, tmp_path / "again", "models,math"), capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_background_stop_escalates_to_the_whole_group(tmp_path):
+    """core.proc.start: a group whose children ignore SIGINT and SIGTERM still goes, with the leader's real
+    status; the log has the output."""
+    pids = tmp_path / "pids.json"
+    log = tmp_path / "server.log"
+    port = free_port()
+    server = proc.start([sys.executable, str(Path(__file__).parent / "fault_server.py"), "--port", str(port),
+                         "--children", "2", "--stubborn-children", "--pid-file", str(pids)], log=log)
+    with server:
+        wait_for(log, "engine worker ready", 2)
+        members = json.loads(pids.read_text())
+        assert members["pgid"] == server.pid and server.alive() and server.group_alive()
+        code = server.stop(grace=1.0)
+    assert code == 0  # the leader handles SIGINT (KeyboardInterrupt) and exits 0; its children needed SIGKILL
+    assert not server.group_alive() and group_members(server.pid) == []
+    assert "INFO: Shutting down" in log.read_text() and log.read_text().endswith("# exit code 0\n")
+    assert proc.exit_status(-11) == "signal SIGSEGV (11)" and proc.exit_status(3) == "exit code 3"
+
+
+def test_interruptible_leaves_ignored_signals_alone():
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with proc.interruptible():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN       # nohup stays nohup
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
+            with pytest.raises(proc.Interrupted) as stopped:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+        assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 143
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, old)
