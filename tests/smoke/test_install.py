@@ -98,9 +98,12 @@ def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch
     lock = _lock(tmp_path, wheels)
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), python="{python}"),
-              "--ready-timeout", "30")
+              "--ready-timeout", "30", "--keep-venv")
     assert r.code == 0, r.stdout
     venv = r.out / "venv"
+    assert r.report["install"]["venv_state"] == f"kept: the venv is at {venv} (--keep-venv)"
+    assert r.report["served"]["same_as_verified"] is True and r.report["served"]["program"] == str(venv / "bin/python")
+    assert "from the environment whose versions were checked" in (r.out / "summary.md").read_text()
     assert _versions(str(venv / "bin" / "python")) == {"tinyvllm": "1.0.0", "tinykernels": "0.2.0+xpu"}
     inst = r.report["install"]
     assert [s["component"] for s in inst["steps"]] == ["vllm", "vllm-xpu-kernels"]
@@ -111,6 +114,27 @@ def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch
                                                               if line.startswith("$ ") and "tinykernels" in line][0]]
     # the server ran from the fresh venv
     assert json.loads(dump.read_text())["prefix"] == str(venv)
+
+
+def test_a_serve_command_outside_the_venv_is_said_and_the_venv_removed(smoke, tmp_path, wheels, monkeypatch):
+    """--serve-cmd with another interpreter: the report says what was served and what was verified (not
+    "versions match" alone); the fresh venv does not stay behind."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    lock = _lock(tmp_path, wheels)
+    dump = tmp_path / "env.json"
+    r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump)), "--cases", "math",
+              "--ready-timeout", "30")
+    assert r.code == 0, r.stdout
+    venv = r.out / "venv"
+    served = r.report["served"]
+    assert served["program"] == sys.executable and served["verified"] == str(venv / "bin" / "python")
+    assert served["same_as_verified"] is False and "says nothing about what was served" in served["note"]
+    assert json.loads(dump.read_text())["prefix"] != str(venv)  # indeed served from elsewhere
+    summary = (r.out / "summary.md").read_text()
+    assert f"- served: `{sys.executable}` — **not** the checked environment `{venv}/bin/python`" in summary
+    assert not venv.exists()
+    assert r.report["install"]["venv_state"] == f"removed: the venv {venv} (pass --keep-venv to keep it)"
+    assert (r.out / "install.log").is_file()
 
 
 def test_tampered_wheel_stops_before_the_venv(smoke, tmp_path, wheels):
@@ -145,13 +169,23 @@ def test_version_mismatch_in_an_existing_env_stops_before_serving(smoke, tmp_pat
     assert 'name="tinykernels"' in junit and "the lock has 0.2.0+xpu" in junit
 
 
+def test_the_demo_lock_has_no_server_to_smoke(smoke, demo_build):
+    """Without a serve command, the demo's lock (no vLLM among its wheels) is refused up front, exit 2."""
+    r = smoke("--lock", str(demo_build.lock_path), "--skip-device-check")
+    assert r.code == 2
+    out = json.loads(r.stdout)
+    assert "the lock has no vLLM wheel" in out["error"] and "offline demo" in out["error"]
+    assert "cannot be smoked" in out["error"] and "--serve-cmd" in out["hint"] and "--no-install" in out["hint"]
+    assert not r.out.exists()  # nothing was installed or served
+
+
 def test_smoke_from_the_demo_build_lock(smoke, demo_build, tmp_path, monkeypatch):
     """A lock written by `toolchain build --recipe demo` (the build spine): installed and served."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(demo_build.lock_path), "--skip-device-check", "--cases", "models,math",
               "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), "--served-model-name", "{model}",
-                                       python="{python}"), "--ready-timeout", "30")
+                                       python="{python}"), "--ready-timeout", "30", "--keep-venv")
     assert r.code == 0, r.stdout
     locked = demo_build.lock()["components"]
     steps = r.report["install"]["steps"]
