@@ -66,9 +66,12 @@ def test_a_stop_signal_stops_the_server_group_and_writes_a_partial_report(tmp_pa
         assert len(group_members(server["pgid"])) == 3  # the server and its two children, running
         os.kill(tool.pid, sig)
         stdout, stderr = tool.communicate(timeout=DEADLINE)
-    finally:
+    finally:  # whatever the outcome, leave nothing running
         if tool.poll() is None:
             os.killpg(tool.pid, signal.SIGKILL)
+            tool.wait()
+        if pids.is_file() and group_members(json.loads(pids.read_text())["pgid"]):
+            os.killpg(json.loads(pids.read_text())["pgid"], signal.SIGKILL)
     assert tool.returncode == 128 + sig, stderr
     # nothing of the server's process group, nor of the tool's, is left
     assert group_members(server["pgid"]) == []
