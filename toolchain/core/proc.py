@@ -384,9 +384,11 @@ def _group_has_live_member(pgid: int) -> bool:
 
 
 def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,
-          log: Path | None = None, verbose: bool = False, hint: str | None = None) -> Background:
+          log: Path | None = None, verbose: bool = False, hint: str | None = None,
+          log_command: bool = True) -> Background:
     """Start `argv` in the background, in a new process group (stop it with `.stop()` or a `with` block).
-    `env` is the complete environment (None: inherit os.environ); output is appended to `log`."""
+    `env` is the complete environment (None: inherit os.environ); output is appended to `log`, after a
+    `$ command` line unless the caller wrote its own (`log_command=False`)."""
     if isinstance(argv, (str, bytes)):
         raise TypeError(f"start() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
     args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
@@ -395,8 +397,9 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"$ {redact_text(display(args), full_env)}\n" + (f"  (in {cwd})\n" if cwd is not None else ""))
+        if log_command:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"$ {redact_text(display(args), full_env)}\n" + (f"  (in {cwd})\n" if cwd else ""))
     try:
         proc = subprocess.Popen(args, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -193,9 +193,8 @@ def run_set(config: SmokeConfig, *, name: str, argv: Sequence[str], env: Mapping
     if result.passed:
         return result
     bodies = [e.response for c in results for e in c.exchanges if e.status not in (None, 200)]
-    return replace(result, findings=tuple(triage(signatures, log=rootcause.server_output(server.log_text()),
-                                                 responses=bodies,
-                                                 events=done.events)))
+    log_text = rootcause.server_output(server.log_text())
+    return replace(result, findings=tuple(triage(signatures, log=log_text, responses=bodies, events=done.events)))
 
 
 def _serve(config: SmokeConfig, server: Server, name: str, done: _Progress, ui: UI) -> None:
@@ -280,8 +279,6 @@ def _death(server: Server, results: list[cases_mod.CaseResult], windows: list[_W
     first = i
     while first > 0 and _failed_on_server(results[first - 1]):
         first -= 1
-    if first == i and after and i + 1 < len(results):
-        first = i
     since = results[first]
     status = server.exit_code if server.exit_code is not None else 0
     excerpts = _excerpts(server, windows[first].log_from, None) or \

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import requests
 
-from toolchain.core.proc import STOP_GRACE, Background, CommandFailed, exit_status, start
+from toolchain.core.proc import STOP_GRACE, Background, CommandFailed, display, exit_status, start
+from toolchain.core.redact import redact_text
 from toolchain.errors import UsageError
 
 # Variables setvars.sh (and the component vars.sh it calls) set; removed from the serve environment.
@@ -119,9 +120,9 @@ class Server:
         self.spec.log.parent.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         self.start_offsets.append(self.log_offset())
-        self._write_log(f"### toolchain smoke: start #{self.starts}\n")
+        self._write_log(f"### toolchain smoke: start #{self.starts}: {redact_text(display(argv), env)}\n")
         try:
-            self._proc = start(argv, env=env, log=self.spec.log,
+            self._proc = start(argv, env=env, log=self.spec.log, log_command=False,
                                hint="check --serve-cmd / [smoke] serve-cmd, or --python")
         except CommandFailed as exc:
             what = "not found" if exc.returncode == 127 else "cannot be run"
