@@ -333,6 +333,7 @@ class Background:
             self._stopped = True
         code = self._proc.wait()
         self._pump.join(grace)
+        self._watch.join(grace)  # its "# exit ..." line is in the log before the caller writes more
         return code
 
     def _wait_group(self, seconds: float) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
-LINE_CHARS = 300
+LINE_CHARS = 600
 TAIL_LINES = 8           # when no error block exists: the last lines of the region
 
 _PROCESS = re.compile(r"^\((?P<proc>[\w.\-]+(?: pid=\d+)?)\)\s?")
@@ -76,8 +76,9 @@ def server_output(text: str) -> str:
 
 def parse(text: str, first_line: int = 1) -> list[Line]:
     out = []
-    for i, raw in enumerate(text.splitlines()):
-        line = raw.rstrip()
+    # "\n" only: a progress bar's "\r" does not start a line in an editor or in `grep -n`
+    for i, raw in enumerate(text.split("\n")):
+        line = raw.rstrip().rsplit("\r", 1)[-1]  # what a terminal shows of a progress bar's line
         process = ""
         m = _PROCESS.match(line)
         if m:
