@@ -323,12 +323,14 @@ class Background:
         """Stop the whole group: SIGINT, then SIGTERM after `grace` s, then SIGKILL after grace/2 s; returns the
         leader's exit status (a negative number: the signal). Processes the leader left behind get SIGKILL."""
         if not self._stopped:
-            for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2)):
-                if not self.group_alive():
-                    break
-                self.signal(sig)
-                self._wait_group(wait)
-            self.signal(signal.SIGKILL)
+            try:
+                for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2)):
+                    if not self.group_alive():
+                        break
+                    self.signal(sig)
+                    self._wait_group(wait)
+            finally:  # also when a second stop request cuts the escalation short: nothing stays behind
+                self.signal(signal.SIGKILL)
             self._wait_group(grace)
             self._stopped = True
         code = self._proc.wait()
@@ -430,6 +432,11 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+    @classmethod
+    def of(cls, exc: KeyboardInterrupt) -> Interrupted:
+        """`exc` as an Interrupted: a plain Ctrl-C is SIGINT; another handler's exception keeps its `signum`."""
+        return exc if isinstance(exc, Interrupted) else cls(int(getattr(exc, "signum", signal.SIGINT)))
 
 
 @contextlib.contextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -166,7 +165,7 @@ def run_set(config: SmokeConfig, *, name: str, argv: Sequence[str], env: Mapping
         try:
             _serve(config, server, name, done, ui)
         except KeyboardInterrupt as exc:
-            stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+            stop = Interrupted.of(exc)
             ui.info(f"[{name}] [yellow]{stop.signame}: stopping the server[/]")
             server.stop(INTERRUPT_GRACE)
             done.events.append(f"harness: interrupted by {stop.signame}")

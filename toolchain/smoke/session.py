@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -106,7 +105,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
             try:
                 ladder = _smoke(lock, opts, config, target, base_python, out, ui, rep, runs)
             except KeyboardInterrupt as exc:
-                stop = exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+                stop = Interrupted.of(exc)
                 _end_venv(made_venv, target.venv, opts.keep_venv, rep)
                 raise SmokeInterrupted(stop.signum, _interrupted(stop, rep, runs, out, started)) from None
             except ToolError as err:
