@@ -64,6 +64,16 @@ class CommandTimeout(CommandFailed):
         super().__init__(argv, returncode, log, tail, hint=hint, headline=f"command timed out after {timeout:g}s")
 
 
+def _checked_argv(argv: Sequence[str], caller: str) -> list[str]:
+    """`argv` as a list of strings (paths converted); a string or a mixed list is a programming error."""
+    if isinstance(argv, (str, bytes)):
+        raise TypeError(f"{caller}() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
+    args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
+    if not args or not all(isinstance(a, str) for a in args):
+        raise TypeError(f"{caller}() takes a non-empty list of strings, got {args!r}")
+    return args
+
+
 def display(argv: Sequence[str]) -> str:
     """How a command is shown to a person (never executed)."""
     return shlex.join(str(a) for a in argv)
@@ -92,11 +102,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     `new_session`: the command gets a session (and process group) of its own, so a signal sent to this
     process's group does not reach it.
     """
-    if isinstance(argv, (str, bytes)):
-        raise TypeError(f"run() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
-    argv = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
-    if not argv or not all(isinstance(a, str) for a in argv):
-        raise TypeError(f"run() takes a non-empty list of strings, got {argv!r}")
+    argv = _checked_argv(argv, "run")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
     started = time.monotonic()
     log_file = None
@@ -392,11 +398,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
     """Start `argv` in the background, in a new process group (stop it with `.stop()` or a `with` block).
     `env` is the complete environment (None: inherit os.environ); output is appended to `log`, after a
     `$ command` line unless the caller wrote its own (`log_command=False`)."""
-    if isinstance(argv, (str, bytes)):
-        raise TypeError(f"start() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
-    args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
-    if not args or not all(isinstance(a, str) for a in args):
-        raise TypeError(f"start() takes a non-empty list of strings, got {args!r}")
+    args = _checked_argv(argv, "start")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
