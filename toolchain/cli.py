@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI
+from toolchain.core.proc import Interrupted
 from toolchain.errors import ToolError, UsageError
 
 EXIT_CODES = """\
@@ -126,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         _report(ui, err)
         return err.return_code
     except Interrupted as exc:
-        _report(ui, ToolError(f"interrupted by {exc.name}"), code=128 + exc.signum)
-        return 128 + exc.signum
+        _report(ui, ToolError(f"interrupted by {exc.signame}"), code=exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
         _report(ui, ToolError("interrupted by SIGINT (Ctrl-C)"), code=130)
         return 130
@@ -170,15 +171,6 @@ def _environment_error(exc: OSError) -> ToolError | None:
 
 
 # ---- signals and stdout ------------------------------------------------------------------------------------
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, handled like Ctrl-C: the running commands are stopped, then the tool exits."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-        self.name = signal.Signals(signum).name
-
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
