@@ -65,7 +65,18 @@ BAD_RECIPES = [
     ("dotdot-subdir", bad('ref = "main"\ncommit = "89', 'subdir = "a/../../b"\nref = "main"\ncommit = "89'),
      "components.app.subdir", ["relative path inside the repository"]),
     ("missing-patch", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["app/0001-nope.patch"]'),
-     "components.app.patches", ["'app/0001-nope.patch' not found", "relative to patches/"]),
+     "components.app.patches[0]", ["'app/0001-nope.patch' not found", "relative to patches/"]),
+    # patches are confined to the patches/ directory of the recipe that names them (issue 14.5)
+    ("patch-absolute", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["/etc/passwd"]'),
+     "components.app.patches[0]", ["'/etc/passwd' is not a path relative to", "pinned table {url, commit, path, sha256}"]),
+    ("patch-dotdot", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["app/../../../../../etc/passwd"]'),
+     "components.app.patches[0]", ["leaves", "'..' is not allowed", "pinned table"]),
+    ("patch-url-string", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["https://example.invalid/x.patch"]'),
+     "components.app.patches[0]", ["not found", "a patch from anywhere else is a pinned table"]),
+    ("patch-remote-path-escapes", bad('after = ["engine"]', 'after = ["engine"]\npatches = [{ url = '
+                                      '"https://example.invalid/x.git", commit = "' + "ab" * 20 + '", path = '
+                                      '"../x.patch", sha256 = "' + "cd" * 32 + '" }]'),
+     "components.app.patches[0].path", ["must be a path inside that repository", "no '..'"]),
     ("patch-table-incomplete", bad('after = ["engine"]', 'after = ["engine"]\npatches = '
                                    '[{ url = "https://example.invalid/x.git", path = "p.patch" }]'),
      "components.app.patches[0]", ["needs url, commit, path and sha256; missing commit, sha256"]),
