@@ -80,7 +80,7 @@ def test_demo_lock_records_everything(demo_build):
     assert lock["smoke"]["model"] == "SmolLM2-135M-Instruct" and lock["smoke"]["device"] == "b70"
     comps = {c["name"]: c for c in lock["components"]}
     assert [c["name"] for c in lock["components"]] == ["engine", "kernels", "ark"]  # install order
-    assert comps["engine"]["describe"] == "v0.2.0-0-gd43566c"
+    assert comps["engine"]["describe"] == "v0.2.0-0-gd43566c0af71"  # 12 hex: DESCRIBE_RULE
     assert comps["engine"]["patches"] == [{"path": "demo/0001-engine-reject-empty-prompt.patch", "sha256": sha256_file(
         recipe_path.parent.parent / "patches" / "demo" / "0001-engine-reject-empty-prompt.patch")}]
     assert comps["ark"]["subdir"] == "extension/ark" and comps["ark"]["after"] == ["kernels"]
