@@ -453,3 +453,22 @@ def test_recipes_lists_every_readable_recipe_and_flags_each_bad_one(ws):
     human = ws.cli("recipes", "--recipes-dir", ws.recipes)
     assert human.returncode == 0 and "Traceback" not in human.output
     assert "alpha" in human.stdout and "not UTF-8 text" in human.stdout
+
+
+def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
+    """Issue 10: one frozen Patch (recipe.model), not PatchSpec/Patch/PatchRef; recipe/ split into model (the
+    types), load (files, extends) and validate (tables → Recipe)."""
+    import dataclasses
+    import typing
+
+    import toolchain.build.plan as plan
+    import toolchain.lock as lock
+    import toolchain.sources.patches as patches
+    from toolchain.recipe import load, model, validate
+
+    hints = [typing.get_type_hints(model.Component)["patches"], typing.get_type_hints(lock.LockedComponent)["patches"],
+             typing.get_type_hints(plan.ComponentPlan.patches.fget)["return"]]
+    assert hints == [tuple[model.Patch, ...]] * 3
+    assert patches.Patch is model.Patch and dataclasses.fields(model.Patch)[-1].name == "file"
+    assert not any(hasattr(m, n) for m in (lock, load, patches) for n in ("PatchRef", "PatchSpec", "load_series"))
+    assert load.from_data is validate.from_data and load.Recipe is model.Recipe
