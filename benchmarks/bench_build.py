@@ -56,7 +56,7 @@ def raw_pip_wheel(work: Path, demo_repos: Path) -> None:
         sh(["git", "clone", "-q", "--no-checkout", str(repo), str(src)])
         sh(["git", "-C", str(src), "checkout", "-q", comp.commit])
         for p in comp.patches:
-            sh(["git", "-C", str(src), "apply", str(ROOT / "patches" / p.path)])
+            sh(["git", "-C", str(src), "apply", str(p.file)])
         env = dict(os.environ, **dict(recipe.env), **dict(comp.env))
         for dep in comp.fetchcontent:
             dsrc = work / dep.name

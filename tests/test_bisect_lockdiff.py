@@ -30,7 +30,7 @@ from toolchain.errors import RecipeError
 from toolchain.lock import (
     Lock,
     LockedComponent,
-    PatchRef,
+    Patch,
     TargetInfo,
     ToolchainInfo,
     WheelRef,
@@ -81,7 +81,7 @@ def write_stack_lock(out: Path, data: dict, *, oneapi: str = "2025.2") -> Lock:
         comps.append(LockedComponent(
             name=name, url=c["url"], ref=c.get("ref", ""), commit=c["commit"], describe="", subdir=c.get("subdir", ""),
             after=tuple(c.get("after", ())), dist=name, import_name=name, version="0.1", install_args=(),
-            patches=tuple(PatchRef(p, "ab" * 32) for p in c.get("patches", ())), env=c.get("env", {}),
+            patches=tuple(Patch(p, "ab" * 32) for p in c.get("patches", ())), env=c.get("env", {}),
             command=tuple(c.get("command", recipes.DEFAULT_COMMAND)), cache_key="k", build_seconds=1.0,
             wheel=WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size)))
     lock = Lock(recipe_name="b70", recipe_path=str(out.parent / "recipes" / "b70.toml"), recipe_sha256="0" * 64,

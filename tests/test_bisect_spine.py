@@ -205,7 +205,8 @@ def test_unbuildable_memo_key_follows_the_patch_identity(ws, stack):
     """The digest that remembers a failed build is the recipe text and every patch's sha256: a patch edited
     in place (same name) is a new key; a patch from another repository counts by its pinned sha256."""
     from toolchain.bisect.builder import recipe_digest
-    from toolchain.recipe.load import PatchSpec, load_recipe
+    from toolchain.recipe.load import load_recipe
+    from toolchain.recipe.model import Patch
 
     kern, other, c, _ = stack
     patch = ws.patch("kern/fix.patch", kern.make_patch({"tiny/__init__.py": TINY_INIT + "A = 1\n"}))
@@ -214,8 +215,8 @@ def test_unbuildable_memo_key_follows_the_patch_identity(ws, stack):
     first = recipe_digest(recipe)
     assert recipe_digest(load_recipe(str(ws.recipes / "p.toml"))) == first
     patch.write_text(kern.make_patch({"tiny/__init__.py": TINY_INIT + "A = 2\n"}))
-    assert recipe_digest(recipe) != first
-    remote = PatchSpec("fix.patch", "https://example.invalid/r.git", "a" * 40, "b" * 64)
+    assert recipe_digest(load_recipe(str(ws.recipes / "p.toml"))) != first  # (each step's recipe is loaded anew)
+    remote = Patch("fix.patch", "b" * 64, url="https://example.invalid/r.git", commit="a" * 40)
     comp = replace(recipe.components[0], patches=(remote,))
     with_remote = replace(recipe, components=(comp,))
     other_sha = replace(recipe, components=(replace(comp, patches=(replace(remote, sha256="c" * 64),)),))

@@ -164,3 +164,38 @@ def test_the_console_script_is_the_same_entry_point():
     eps = entry_points()
     scripts = eps.select(group="console_scripts") if hasattr(eps, "select") else eps["console_scripts"]  # 3.9
     assert [e.value for e in scripts if e.name == "toolchain"] == ["toolchain.cli:main"]
+
+
+def test_plan_without_oneapi_and_with_the_mirror_as_it_is(ws, make_repo, tmp_path):
+    """Issue 9.3: plan builds nothing, so it shows the whole plan on a machine without oneAPI (toolchain
+    "not captured: <why>"), each commit as the local mirror has it, and never clones a mirror."""
+    from toolchain.sources.mirrors import Mirrors
+
+    repo = make_repo("tiny", "tiny")
+    head = repo.commit("after the tag", {"NEWS": "1\n"})
+    other = make_repo("other", "tiny")
+    missing = tmp_path / "opt" / "intel" / "oneapi" / "setvars.sh"
+    ws.recipe("r", recipe_data({"tiny": component(repo, head), "other": component(other)}, setvars=str(missing)))
+    Mirrors(ws.cache).ensure(repo.url, head)  # as a build leaves it; `other` was never fetched
+    before = sorted(p.name for p in (ws.cache / "git").iterdir())
+    r = ws.cli("plan", "--recipe", "r", "--cache-dir", ws.cache, "--json")
+    assert r.returncode == 0, str(r)
+    data = r.json()
+    assert data["toolchain"]["status"].startswith(f"not captured: r.toml: toolchain.setvars: {missing} does not exist")
+    tiny, oth = data["components"]
+    epoch = repo.git("show", "-s", "--format=%ct", head).strip()
+    assert (tiny["describe"], tiny["source-date-epoch"], tiny["build-env"]["SOURCE_DATE_EPOCH"]) == \
+        (f"v1.0.0-1-g{head[:12]}", epoch, epoch)
+    assert tiny["date"] == repo.git("show", "-s", "--format=%cI", head).strip() and tiny["cache-key"] == ""
+    assert oth["describe"] == "" and oth["mirror"].startswith("not fetched yet: no mirror of " + other.url)
+    assert "committer date" in oth["build-env"]["SOURCE_DATE_EPOCH"] and "<" not in r.stdout
+    assert sorted(p.name for p in (ws.cache / "git").iterdir()) == before  # nothing cloned
+    human = ws.cli("plan", "--recipe", "r", "--cache-dir", ws.cache)
+    assert human.returncode == 0, str(human)
+    assert "not captured: " in human.stdout and f"v1.0.0-1-g{head[:12]}" in human.stdout
+    # a commit the existing mirror still lacks after fetching it is bad input
+    ghost = "deadbeef" * 5
+    ws.recipe("ghost", recipe_data({"tiny": component(repo, ghost)}))
+    r = ws.cli("plan", "--recipe", "ghost", "--cache-dir", ws.cache, "--json")
+    assert r.returncode == 2, str(r)
+    assert f"ghost.toml: components.tiny.commit: commit {ghost} is not in {repo.url}" in r.json()["error"]

@@ -65,7 +65,18 @@ BAD_RECIPES = [
     ("dotdot-subdir", bad('ref = "main"\ncommit = "89', 'subdir = "a/../../b"\nref = "main"\ncommit = "89'),
      "components.app.subdir", ["relative path inside the repository"]),
     ("missing-patch", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["app/0001-nope.patch"]'),
-     "components.app.patches", ["'app/0001-nope.patch' not found", "relative to patches/"]),
+     "components.app.patches[0]", ["'app/0001-nope.patch' not found", "relative to patches/"]),
+    # patches are confined to the patches/ directory of the recipe that names them (issue 14.5)
+    ("patch-absolute", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["/etc/passwd"]'),
+     "components.app.patches[0]", ["'/etc/passwd' is not a path relative to", "pinned table {url, commit, path, sha256}"]),
+    ("patch-dotdot", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["app/../../../../../etc/passwd"]'),
+     "components.app.patches[0]", ["leaves", "'..' is not allowed", "pinned table"]),
+    ("patch-url-string", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["https://example.invalid/x.patch"]'),
+     "components.app.patches[0]", ["not found", "a patch from anywhere else is a pinned table"]),
+    ("patch-remote-path-escapes", bad('after = ["engine"]', 'after = ["engine"]\npatches = [{ url = '
+                                      '"https://example.invalid/x.git", commit = "' + "ab" * 20 + '", path = '
+                                      '"../x.patch", sha256 = "' + "cd" * 32 + '" }]'),
+     "components.app.patches[0].path", ["must be a path inside that repository", "no '..'"]),
     ("patch-table-incomplete", bad('after = ["engine"]', 'after = ["engine"]\npatches = '
                                    '[{ url = "https://example.invalid/x.git", path = "p.patch" }]'),
      "components.app.patches[0]", ["needs url, commit, path and sha256; missing commit, sha256"]),
@@ -305,3 +316,159 @@ def test_demo_recipe_uses_the_default_command_and_the_standin():
     assert all(c.command == DEFAULT_COMMAND for c in demo.components)
     assert [c.name for c in demo.components] == ["engine", "kernels", "ark"]
     assert demo.component("ark").subdir == "extension/ark"
+
+
+# ---- relative paths resolve against the recipe that declared them (issue 9.2, 14.8) ----------------------
+
+def _project(root, *, setvars: str) -> None:
+    """A project at `root`: recipes/base.toml (engine with one patch, setvars relative to recipes/) and
+    patches/engine/0001-a.patch; the stand-in oneAPI copied to root/oneapi."""
+    import shutil
+
+    from spine_helpers import STANDIN
+
+    shutil.copytree(STANDIN, root / "oneapi")
+    (root / "patches" / "engine").mkdir(parents=True, exist_ok=True)
+    (root / "patches" / "engine" / "0001-a.patch").write_text("the base's patch\n")
+    (root / "recipes").mkdir(parents=True, exist_ok=True)
+    (root / "recipes" / "base.toml").write_text(
+        BASE.replace('setvars = ""', f'setvars = "{setvars}"')
+            .replace('patches = ["engine/0001-a.patch", "engine/0002-b.patch"]', 'patches = ["engine/0001-a.patch"]'))
+
+
+@pytest.mark.parametrize("extends", ["base", "{project}/recipes/base.toml", "../../project/recipes/base.toml"],
+                         ids=["by-name-via-recipes-dir", "by-absolute-path", "by-path-relative-to-the-child"])
+def test_a_user_recipe_in_another_directory_inherits_patches_and_setvars_from_their_declaring_recipe(
+        ws, tmp_path, extends):
+    from toolchain.core.fs import sha256_file
+
+    project = tmp_path / "project"
+    _project(project, setvars="../oneapi/setvars.sh")
+    mine = tmp_path / "me" / "recipes"
+    mine.mkdir(parents=True)
+    (tmp_path / "me" / "patches").mkdir()
+    (mine / "mine.toml").write_text(f'extends = "{extends.format(project=project)}"\n[env]\nMAX_JOBS = "1"\n')
+    r = ws.cli("plan", "--recipe", mine / "mine.toml", "--recipes-dir", project / "recipes", "--json")
+    assert r.returncode == 0, str(r)
+    data = r.json()
+    (engine,) = data["components"]
+    assert engine["patches"] == [{"path": "engine/0001-a.patch",
+                                  "sha256": sha256_file(project / "patches/engine/0001-a.patch")}]
+    assert data["toolchain"]["setvars"] == str(project / "oneapi" / "setvars.sh")  # not beside mine.toml
+    assert data["toolchain"]["oneapi-version"] == "2025.2.0"
+    assert engine["env"]["MAX_JOBS"] == "1"
+
+
+def test_a_name_is_looked_up_beside_the_recipe_first_then_in_the_project(ws, tmp_path):
+    project = tmp_path / "project"
+    _project(project, setvars="")
+    mine = tmp_path / "me" / "recipes"
+    mine.mkdir(parents=True)
+    (mine / "team.toml").write_text('extends = "base"\n[env]\nSHARED = "team"\n')  # beside mine.toml
+    (mine / "mine.toml").write_text('extends = "team"\n')
+    r = ws.cli("plan", "--recipe", mine / "mine.toml", "--recipes-dir", project / "recipes", "--json")
+    assert r.returncode == 0, str(r)
+    assert r.json()["components"][0]["env"]["SHARED"] == "team"
+    missing = ws.cli("plan", "--recipe", mine / "mine.toml", "--json")  # the default project has no "base"
+    assert missing.returncode == 2, str(missing)
+    assert "team.toml: extends: no recipe 'base'" in missing.json()["error"]
+
+
+# ---- patches stay inside the patches/ directory of the recipe that names them (issue 14.5) ----------------
+
+def test_a_patch_symlink_leading_out_of_patches_is_refused_without_reading_it(ws, tmp_path):
+    from toolchain.core.fs import sha256_file
+
+    outside = tmp_path / "outside" / "evil.patch"
+    outside.parent.mkdir()
+    outside.write_text("--- a/x\n+++ b/x\n")
+    (ws.patches / "app").mkdir()
+    (ws.patches / "app" / "0001-link.patch").symlink_to(outside)
+    path = ws.recipe("bad", bad('after = ["engine"]', 'after = ["engine"]\npatches = ["app/0001-link.patch"]'))
+    before = ws.snapshot()
+    r = ws.cli("plan", "--recipe", path, "--json")
+    assert r.returncode == 2, str(r)
+    (problem,) = r.json()["problems"] if "problems" in r.json() else [r.json()["error"]]
+    assert problem.startswith("bad.toml: components.app.patches[0]: patch 'app/0001-link.patch' is a symlink to "), problem
+    assert str(outside) in problem and "pinned table {url, commit, path, sha256}" in problem
+    assert sha256_file(outside) not in r.output
+    assert ws.snapshot() == before
+    # a symlink that stays inside patches/ is an ordinary patch
+    (ws.patches / "app" / "real.patch").write_text("--- a/y\n+++ b/y\n")
+    (ws.patches / "app" / "0001-link.patch").unlink()
+    (ws.patches / "app" / "0001-link.patch").symlink_to(ws.patches / "app" / "real.patch")
+    ok = ws.cli("plan", "--recipe", path, "--json")
+    assert ok.returncode == 0, str(ok)
+    assert ok.json()["components"][1]["patches"][0]["sha256"] == sha256_file(ws.patches / "app" / "real.patch")
+
+
+def test_an_inherited_patch_that_escapes_is_reported_against_the_recipe_that_names_it(ws, tmp_path):
+    other = tmp_path / "other"
+    (other / "recipes").mkdir(parents=True)
+    (other / "recipes" / "parent.toml").write_text(
+        BASE.replace('patches = ["engine/0001-a.patch", "engine/0002-b.patch"]', 'patches = ["../../etc/passwd"]'))
+    path = ws.recipe("child", f'extends = "{other / "recipes" / "parent.toml"}"\n[env]\nMAX_JOBS = "1"\n')
+    r = ws.cli("build", "--recipe", path, "--json")
+    assert r.returncode == 2, str(r)
+    assert r.json()["problems"] == [r.json()["problems"][0]] and \
+        r.json()["problems"][0].startswith("parent.toml: components.engine.patches[0]: patch '../../etc/passwd' leaves ")
+    assert str(path) in r.json()["hint"]
+
+
+# ---- files that are not recipes (issue 14.9, 14.10) --------------------------------------------------------
+
+NOT_RECIPES = [
+    ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "not UTF-8 text"),
+    ("deeply-nested-array", b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    ("nested-tables", b"[" + b".".join(b"t%d" % i for i in range(200)) + b"]\nx = 1\n", "nested too deeply"),
+    ("huge-description", b'description = "' + b"x" * (50 << 20) + b'"\n', "too large"),
+]
+
+
+@pytest.mark.parametrize("content,reason", [c[1:] for c in NOT_RECIPES], ids=[c[0] for c in NOT_RECIPES])
+def test_a_file_that_is_not_a_recipe_is_a_clean_error_naming_it(ws, content, reason):
+    path = ws.recipes / "bad.toml"
+    path.write_bytes(content)
+    for command in ("plan", "build"):
+        r = ws.cli(command, "--recipe", path, "--json")
+        assert r.returncode == 2, str(r)
+        assert r.json()["error"].startswith(f"{path}: {reason}"), r.json()["error"]
+        assert "Traceback" not in r.output
+    child = ws.recipe("child", 'extends = "bad"\n')  # the same through extends
+    r = ws.cli("plan", "--recipe", child, "--json")
+    assert r.returncode == 2 and r.json()["error"].startswith(f"{path}: {reason}"), str(r)
+    assert not ws.cache.exists() and not (ws.root / "dist").exists()
+
+
+def test_recipes_lists_every_readable_recipe_and_flags_each_bad_one(ws):
+    ws.recipe("alpha", 'description = "the first"\n')
+    ws.recipe("zulu", 'description = "the last"\n')
+    for name, content, _ in NOT_RECIPES:
+        (ws.recipes / f"{name}.toml").write_bytes(content)
+    r = ws.cli("recipes", "--recipes-dir", ws.recipes, "--json")
+    assert r.returncode == 0, str(r)
+    listed = {x["name"]: x["description"] for x in r.json()["recipes"]}
+    assert listed == {"alpha": "the first", "zulu": "the last",
+                      **{name: f"({reason})" for name, _, reason in NOT_RECIPES}}
+    human = ws.cli("recipes", "--recipes-dir", ws.recipes)
+    assert human.returncode == 0 and "Traceback" not in human.output
+    assert "alpha" in human.stdout and "not UTF-8 text" in human.stdout
+
+
+def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
+    """Issue 10: one frozen Patch (recipe.model), not PatchSpec/Patch/PatchRef; recipe/ split into model (the
+    types), load (files, extends) and validate (tables → Recipe)."""
+    import dataclasses
+    import typing
+
+    import toolchain.build.plan as plan
+    import toolchain.lock as lock
+    import toolchain.sources.patches as patches
+    from toolchain.recipe import load, model, validate
+
+    hints = [typing.get_type_hints(model.Component)["patches"], typing.get_type_hints(lock.LockedComponent)["patches"],
+             typing.get_type_hints(plan.ComponentPlan.patches.fget)["return"]]
+    assert hints == [tuple[model.Patch, ...]] * 3
+    assert patches.Patch is model.Patch and dataclasses.fields(model.Patch)[-1].name == "file"
+    assert not any(hasattr(m, n) for m in (lock, load, patches) for n in ("PatchRef", "PatchSpec", "load_series"))
+    assert load.from_data is validate.from_data and load.Recipe is model.Recipe

@@ -143,8 +143,8 @@ def test_describe_sees_full_history_and_tags_through_merges(ws, make_repo):
     r = ws.build("r")
     assert r.returncode == 0, str(r)
     # v1.0.0 + main work + two feature commits + the merge = 4 commits since the tag
-    assert ws.lock()["components"][0]["describe"] == f"v1.0.0-4-g{merge[:7]}"
-    assert r.json()["components"][0]["describe"] == f"v1.0.0-4-g{merge[:7]}"
+    assert ws.lock()["components"][0]["describe"] == f"v1.0.0-4-g{merge[:12]}"
+    assert r.json()["components"][0]["describe"] == f"v1.0.0-4-g{merge[:12]}"
 
 
 def test_a_checkout_shares_the_mirror_objects_and_keeps_tags(tmp_path, make_repo):
@@ -225,6 +225,57 @@ def test_a_patch_conflict_names_patch_file_hunk_and_commit_and_leaves_nothing_ha
     assert r.returncode == 0, str(r)
     text = wheel_member(ws.root / "out", "tiny/__init__.py")
     assert text.count("PATCH_ONE = 1") == 1 and '"hi "' in text and '"hello "' not in text
+
+
+def test_one_patch_type_from_recipe_to_lock_and_back_a_remote_patch_included(ws, make_repo):
+    """Issue 10: the recipe's patches and the lock's read back as the same values (identity: sha256); a pinned
+    remote patch is recorded with its url and commit, and a rebuild from the lock takes it again."""
+    from toolchain.core.fs import sha256_bytes, sha256_file
+    from toolchain.lock import read_lock
+    from toolchain.recipe.load import load_recipe
+
+    repo = make_repo("tiny", "tiny")
+    local = ws.patch("tiny/0001-local.patch", repo.make_patch({"tiny/__init__.py": TINY_INIT + "\nLOCAL = 1\n"}))
+    remote_text = repo.make_patch({"NOTES": "from the integrator\n"}, "integrator")
+    integrator = make_repo("integrator")
+    pinned = integrator.commit("add the integrator's patch", {"patches/notes.patch": remote_text})
+    remote = {"url": integrator.url, "commit": pinned, "path": "patches/notes.patch",
+              "sha256": sha256_bytes(remote_text.encode())}
+    path = ws.recipe("r", recipe_data({"tiny": component(repo, patches=["tiny/0001-local.patch", remote])}))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    assert ws.lock()["components"][0]["patches"] == [
+        {"path": "tiny/0001-local.patch", "sha256": sha256_file(local)}, remote]
+    recipe_patches = load_recipe(str(path)).component("tiny").patches
+    assert read_lock(ws.root / "out").component("tiny").patches == recipe_patches
+    assert recipe_patches[0].file == local.resolve() and recipe_patches[1].remote
+    again = ws.cli("build", "--from-lock", ws.root / "out" / "stack.lock.toml", "--out", ws.root / "again",
+                   "--cache-dir", ws.cache, "--no-cache", "--json")
+    assert again.returncode == 0, str(again)
+    assert ws.lock("again")["components"][0]["wheel"] == ws.lock()["components"][0]["wheel"]
+    local.write_text(local.read_text() + "\n")  # the lock's identity of a patch is its sha256
+    changed = ws.cli("build", "--from-lock", ws.root / "out" / "stack.lock.toml", "--out", ws.root / "changed",
+                     "--cache-dir", ws.cache, "--json")
+    assert changed.returncode == 2, str(changed)
+    assert "tiny: patch tiny/0001-local.patch has sha256" in changed.json()["error"]
+
+
+def test_describe_has_a_fixed_abbreviation_recorded_in_the_lock_and_used_inside_the_tree(ws, make_repo):
+    """Issue 9.4: the lock's describe and the one a build runs in its tree (setuptools-scm) have the same
+    length whatever else the mirror holds; the rule is recorded."""
+    from toolchain.sources.mirrors import DESCRIBE_ABBREV, DESCRIBE_RULE
+
+    repo = make_repo("tiny", "tiny")
+    head = repo.commit("after the tag", {"NEWS": "1\n"})
+    ws.recipe("r", recipe_data({"tiny": component(repo, head)}))
+    assert ws.build("r").returncode == 0
+    lock = ws.lock()
+    assert lock["describe-rule"] == DESCRIBE_RULE and f"--abbrev={DESCRIBE_ABBREV}" in DESCRIBE_RULE
+    assert lock["components"][0]["describe"] == f"v1.0.0-1-g{head[:DESCRIBE_ABBREV]}"
+    (tree,) = [p for p in (ws.cache / "trees").iterdir() if p.is_dir()]
+    in_tree = subprocess.run(["git", "describe", "--dirty", "--tags", "--long", "--match", "*[0-9]*"], cwd=tree,
+                             capture_output=True, text=True, check=True).stdout.strip()  # setuptools-scm's
+    assert in_tree == lock["components"][0]["describe"]
 
 
 def test_patches_of_a_subdirectory_component_are_relative_to_it(ws, make_repo):

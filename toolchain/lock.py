@@ -15,6 +15,8 @@ from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_file
 from toolchain.core.redact import redact_env
 from toolchain.errors import RecipeError, TestFailed
+from toolchain.recipe.model import Patch
+from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 if TYPE_CHECKING:
@@ -24,12 +26,6 @@ if TYPE_CHECKING:
 LOCK_NAME = "stack.lock.toml"
 PYLOCK_NAME = "pylock.toml"
 LOCK_VERSION = 1
-
-
-@dataclass(frozen=True)
-class PatchRef:
-    path: str
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class LockedComponent:
     import_name: str
     version: str
     install_args: tuple[str, ...]
-    patches: tuple[PatchRef, ...]
+    patches: tuple[Patch, ...]
     env: dict[str, str]
     command: tuple[str, ...]
     cache_key: str
@@ -66,6 +62,7 @@ class Lock:
     components: tuple[LockedComponent, ...]
     tool_version: str = __version__
     normalizations: tuple[str, ...] = ()
+    describe_rule: str = DESCRIBE_RULE  # how `describe` (and the versions the builds derived) were computed
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -91,7 +88,7 @@ def to_dict(lock: Lock) -> dict[str, Any]:
             "name": c.name, "url": c.url, "ref": c.ref, "commit": c.commit, "describe": c.describe,
             "subdir": c.subdir, "after": list(c.after), "dist": c.dist, "import": c.import_name,
             "version": c.version, "install-args": list(c.install_args),
-            "patches": [{"path": p.path, "sha256": p.sha256} for p in c.patches],
+            "patches": [patch_to_dict(p) for p in c.patches],
             "env": dict(sorted(c.env.items())), "command": list(c.command), "cache-key": c.cache_key,
             "build-seconds": round(c.build_seconds, 3),
             "wheel": {"file": c.wheel.file, "sha256": c.wheel.sha256, "size": c.wheel.size},
@@ -103,6 +100,7 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "lock-version": LOCK_VERSION,
         "tool-version": lock.tool_version,
         "normalizations": list(lock.normalizations),
+        "describe-rule": lock.describe_rule,
         "recipe": {"name": lock.recipe_name, "path": lock.recipe_path, "sha256": lock.recipe_sha256,
                    "text": lock.recipe_text},
         "toolchain": _kebab(asdict(lock.toolchain)),
@@ -110,6 +108,17 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "smoke": lock.smoke,
         "components": comps,
     }
+
+
+def patch_to_dict(p: Patch) -> dict[str, str]:
+    """A patch as a lock records it: its path (relative to patches/) and sha256; a remote one also its
+    repository and commit."""
+    return {"path": p.path, "url": p.url, "commit": p.commit, "sha256": p.sha256} if p.remote \
+        else {"path": p.path, "sha256": p.sha256}
+
+
+def patch_from_dict(d: dict[str, Any]) -> Patch:
+    return Patch(d["path"], d["sha256"], url=d.get("url", ""), commit=d.get("commit", ""))
 
 
 def _kebab(d: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +185,7 @@ def read_lock(path: Path) -> Lock:
                 describe=c.get("describe", ""), subdir=c.get("subdir", ""), after=tuple(c.get("after", ())),
                 dist=c.get("dist", ""), import_name=c.get("import", ""), version=c.get("version", ""),
                 install_args=tuple(c.get("install-args", ())),
-                patches=tuple(PatchRef(p["path"], p["sha256"]) for p in c.get("patches", ())),
+                patches=tuple(patch_from_dict(p) for p in c.get("patches", ())),
                 env=dict(c.get("env", {})), command=tuple(c["command"]), cache_key=c["cache-key"],
                 build_seconds=float(c.get("build-seconds", 0.0)),
                 wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
@@ -190,6 +199,7 @@ def read_lock(path: Path) -> Lock:
             target=TargetInfo(**_snake(data.get("target", {}))),
             smoke=dict(data.get("smoke", {})), components=tuple(comps),
             tool_version=data.get("tool-version", ""), normalizations=tuple(data.get("normalizations", ())),
+            describe_rule=data.get("describe-rule", ""),
             path=path.resolve(),
         )
     except (KeyError, TypeError) as exc:
@@ -223,8 +233,8 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
             name=c.name, url=c.url, ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
             after=c.after, dist=c.dist, import_name=c.import_name,
             version=wheel_name_version(b.wheel.file)[1], install_args=c.install_args,
-            patches=tuple(PatchRef(p.path, p.sha256) for p in b.plan.patches),
-            env=redact_env(dict(b.plan.env)), command=c.command, cache_key=b.plan.cache_key,
+            patches=b.plan.patches,
+            env={k: v for k, v in redact_env(dict(b.plan.env)).items() if v is not None}, command=c.command, cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,
             fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent)))
     norms = sorted({n for b in built for n in b.normalizations})

@@ -23,9 +23,9 @@ from toolchain.lock import (
     read_lock,
     write_lock,
 )
-from toolchain.recipe.load import Recipe, load_recipe_text
+from toolchain.recipe.load import default_recipes_dir, load_recipe_text
+from toolchain.recipe.model import Recipe
 from toolchain.sources.mirrors import Mirrors
-from toolchain.sources.patches import load_series
 from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import make_runtime
 
@@ -140,26 +140,24 @@ def _same_lock(path: Path, lock: Lock) -> bool:
 
 
 def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
-    """The lock's recorded recipe, after checking that it and every patch still hash as recorded."""
+    """The lock's recorded recipe, after checking that it and every patch still hash as recorded.
+
+    Local patches are looked up in `patches_dir` when given (a bundle's patches/), else beside the recipes/
+    the lock names and then beside the project's recipes (a recipe may inherit patches from either)."""
     recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
-    pdir = patches_dir or ((recipes_dir or recorded.parent).parent / "patches")
-    recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, pdir)
+    dirs = [patches_dir] if patches_dir else [(recipes_dir or recorded.parent).parent / "patches",
+                                              (recipes_dir or default_recipes_dir()).parent / "patches"]
+    recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, list(dict.fromkeys(dirs)))
     problems = []
     if recipe.sha256 != lock.recipe_sha256:
         problems.append(f"recipe text has sha256 {recipe.sha256}, the lock records {lock.recipe_sha256}")
     for comp in lock.components:
-        plan_patches = {p.path: p for p in _series(recipe, comp.name)}
+        have = {p.label: p for p in recipe.component(comp.name).patches}
         for p in comp.patches:
-            have = plan_patches.get(p.path)
-            if have is None or have.sha256 != p.sha256:
-                problems.append(f"{comp.name}: patch {p.path} has sha256 "
-                                f"{have.sha256 if have else '(missing)'}, the lock records {p.sha256}")
+            if have.get(p.label) != p:
+                found = have[p.label].sha256 if p.label in have else "(missing)"
+                problems.append(f"{comp.name}: patch {p.label} has sha256 {found}, the lock records {p.sha256}")
     if problems:
         raise RecipeError([f"{lock.path}: {p}" for p in problems],
                           hint="the lock no longer matches its inputs; restore them or build the recipe anew")
     return recipe
-
-
-def _series(recipe: Recipe, name: str):
-    comp = recipe.component(name)
-    return load_series(recipe.patches_dir, comp.patches)

@@ -142,7 +142,7 @@ def build_stack(projects: list[Project], out_dir: Path, *, deterministic: bool =
         for rel in project.patches:
             patch = Path(patches_dir) / rel
             git("apply", str(patch), cwd=src)
-            patch_refs.append(lockmod.PatchRef(rel, sha256_file(patch)))
+            patch_refs.append(lockmod.Patch(rel, sha256_file(patch)))
         env = merge_env(os.environ, {"SOURCE_DATE_EPOCH": None, "PIP_NO_INPUT": "1",
                                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
         epoch = commit_epoch(src, project.commit)

@@ -17,9 +17,9 @@ from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.errors import BuildError, SourceError
 from toolchain.pipeline import build_stack
-from toolchain.recipe.load import Recipe, from_data
+from toolchain.recipe.load import with_data
+from toolchain.recipe.model import Recipe
 from toolchain.sources.mirrors import Rewrite
-from toolchain.sources.patches import load_series
 
 DeriveRecipe = Callable[[str], Recipe]
 """A candidate's key (a commit, or a lock difference id) -> the recipe to build for it."""
@@ -85,10 +85,10 @@ def recipe_digest(recipe: Recipe) -> str:
     (sha256) of every patch, local or pinned in another repository."""
     parts = [recipe.text]
     for comp in recipe.components:
-        parts += [f"{comp.name}\0{p.path}\0{p.sha256}" for p in load_series(recipe.patches_dir, comp.patches)]
+        parts += [f"{comp.name}\0{p.label}\0{p.sha256}" for p in comp.patches]
     return sha256_bytes("\n".join(parts).encode())
 
 
 def table_recipes(base: Recipe, derive: Callable[[str], dict[str, Any]]) -> DeriveRecipe:
     """`derive(key)` gives a recipe table (a lock-to-lock step); read it like `base` (name, path, patches)."""
-    return lambda key: from_data(derive(key), name=base.name, path=base.path, patches_dir=base.patches_dir)
+    return lambda key: with_data(base, derive(key))

@@ -143,12 +143,12 @@ def environment_notes(good: Lock, bad: Lock) -> list[str]:
         if gv != bv:
             notes.append(f"{what} differs: {gv or '(none)'} -> {bv or '(none)'} (not swapped: it is the "
                          f"build machine's, not the recipe's)")
-    gp = {(c.name, p.path): p.sha256 for c in good.components for p in c.patches}
+    gp = {(c.name, p.label): p.sha256 for c in good.components for p in c.patches}
     for c in bad.components:
         for p in c.patches:
-            old = gp.get((c.name, p.path))
+            old = gp.get((c.name, p.label))
             if old and old != p.sha256:
-                notes.append(f"{c.name}: patch {p.path} changed content ({old[:12]} -> {p.sha256[:12]}); "
+                notes.append(f"{c.name}: patch {p.label} changed content ({old[:12]} -> {p.sha256[:12]}); "
                              f"only the version on disk can be built")
     return notes
 

@@ -1,11 +1,13 @@
 """Recipe → Plan: every component with its commit, patches (sha256), build env, exact command and cache key.
 
-Making a plan probes the target and sources the toolchain there, but fetches and builds nothing.
+Making a plan probes the target and sources the toolchain there, but fetches and builds nothing. `toolchain
+plan` also reads what the local mirrors say of each pinned commit (`source_facts`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -13,24 +15,28 @@ from toolchain import __version__
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_env
-from toolchain.recipe.load import Component, Recipe
-from toolchain.sources.patches import Patch, load_series
+from toolchain.errors import ToolError
+from toolchain.recipe.model import Component, Patch, Recipe
+from toolchain.sources.mirrors import Mirrors
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
 
-KEY_VERSION = "1"  # bump when the build procedure changes in a way that changes wheels
+KEY_VERSION = "2"  # bump when the build procedure changes in a way that changes wheels (2: describe abbrev 12)
 
 
 @dataclass(frozen=True)
 class ComponentPlan:
     component: Component
-    patches: tuple[Patch, ...]
     env: tuple[tuple[str, str | None], ...]  # recipe env + component env + version override (no toolchain)
-    cache_key: str
+    cache_key: str  # "" when the toolchain could not be captured (`Plan.toolchain_missing`)
 
     @property
     def name(self) -> str:
         return self.component.name
+
+    @property
+    def patches(self) -> tuple[Patch, ...]:
+        return self.component.patches
 
     def display_env(self) -> dict[str, str | None]:
         return redact_env(dict(self.env))
@@ -43,6 +49,7 @@ class Plan:
     toolchain: ToolchainInfo
     toolchain_env: ToolchainEnv
     components: tuple[ComponentPlan, ...]
+    toolchain_missing: str = ""  # why the toolchain was not captured (only a plan to show has this)
 
     def component(self, name: str) -> ComponentPlan:
         for c in self.components:
@@ -76,33 +83,47 @@ def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | 
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())[:32]
 
 
-def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None) -> Plan:
+def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None,
+              need_toolchain: bool = True) -> Plan:
+    """`need_toolchain=False` (a plan to show, not to build): a toolchain that cannot be captured is
+    recorded in `toolchain_missing` and the cache keys, which depend on it, are left empty."""
     ident = runtime.identity()
     target = probe_target(runtime, memo_dir, ident)
-    tenv = capture_toolchain(recipe, runtime, memo_dir, ident, log=(log_dir / "setvars.log") if log_dir else None)
+    missing = ""
+    try:
+        tenv = capture_toolchain(recipe, runtime, memo_dir, ident,
+                                 log=(log_dir / "setvars.log") if log_dir else None)
+    except ToolError as err:
+        if need_toolchain:
+            raise
+        missing = str(err).splitlines()[0]
+        spec = recipe.toolchain
+        tenv = ToolchainEnv(ToolchainInfo(setvars=runtime.toolchain_path(spec.setvars, spec.base_dir),
+                                          setvars_args=spec.setvars_args), ())
     comps = []
     for comp in recipe.components:
-        patches = load_series(recipe.patches_dir, comp.patches)
         env = component_env(recipe, comp)
-        comps.append(ComponentPlan(comp, patches, tuple(env.items()),
-                                   cache_key(comp, patches, env, target, tenv.info)))
-    return Plan(recipe, target, tenv.info, tenv, tuple(comps))
+        key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info)
+        comps.append(ComponentPlan(comp, tuple(env.items()), key))
+    return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing)
 
 
 def probe_target(runtime, memo_dir: Path | None, ident: dict | None) -> TargetInfo:
-    def compute():
-        info, watch = runtime.probe_watch()
-        return asdict(info), [*watch, ident["python"]]
-
     if ident is None:
         return runtime.probe()
+    python = ident["python"]
+
+    def compute():
+        info, watch = runtime.probe_watch()
+        return asdict(info), [*watch, python]
+
     return TargetInfo(**remembered(memo_dir, "probe", ident, compute))
 
 
 def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dict | None, log=None) -> ToolchainEnv:
     if not recipe.toolchain.enabled:
         return capture(recipe, runtime, log=log)
-    setvars = runtime.toolchain_path(recipe.toolchain.setvars, recipe.path.parent)
+    setvars = runtime.toolchain_path(recipe.toolchain.setvars, recipe.toolchain.base_dir)
     base = sorted((k, v) for k, v in runtime.base_env().items() if k not in IGNORED)
     identity = None if ident is None else {"target": ident, "setvars": setvars,
                                            "args": list(recipe.toolchain.setvars_args),
@@ -111,8 +132,9 @@ def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dic
     def compute():
         t = capture(recipe, runtime, log=log)
         root = Path(setvars).parent
-        watch = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() else [setvars]
-        if t.info.cmplr_root:
+        watch: list[str] | None = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() \
+            else [setvars]
+        if t.info.cmplr_root and watch is not None:
             watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
         if any(is_secret(k) for k, _ in t.diff):
             watch = None  # setvars exported a secret: never write it to the cache
@@ -123,18 +145,48 @@ def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dic
     return ToolchainEnv(ToolchainInfo(**info), tuple((k, v) for k, v in saved["diff"]), saved["banner"])
 
 
+@dataclass(frozen=True)
+class SourceFacts:
+    """What the local mirror says of a pinned commit; `missing` says why it cannot say."""
+    describe: str = ""
+    date: str = ""   # committer date, ISO 8601
+    epoch: str = ""  # committer date, seconds: the build's SOURCE_DATE_EPOCH
+    missing: str = ""
+
+
+def source_facts(recipe: Recipe, mirrors: Mirrors, fetching: Callable[[], Mirrors]) -> dict[str, SourceFacts]:
+    """Each component's pinned commit as its local mirror has it. No mirror is cloned here: a component whose
+    mirror does not exist yet is reported missing. A mirror that exists but lacks the commit is fetched once
+    (through `fetching()`, with the recipe's URL rewrites): a commit still absent then is a SourceError (exit 2);
+    without that fetch a typo could not be told from a mirror fetched before the commit existed."""
+    out = {}
+    for comp in recipe.components:
+        if not (mirrors.path(comp.url) / "HEAD").exists():
+            out[comp.name] = SourceFacts(missing=f"not fetched yet: no mirror of {comp.url} in "
+                                                 f"{mirrors.root} (`toolchain build` fetches it)")
+            continue
+        if not mirrors.has_commit(comp.url, comp.commit):
+            fetching().ensure(comp.url, comp.commit, where=f"{recipe.path.name}: components.{comp.name}.commit")
+        info = mirrors.commit_info(comp.url, comp.commit)
+        out[comp.name] = SourceFacts(mirrors.describe(comp.url, comp.commit), info["date"], info["epoch"])
+    return out
+
+
 def plan_to_dict(plan: Plan) -> dict:
+    toolchain = {"setvars": plan.toolchain.setvars, "setvars-args": list(plan.toolchain.setvars_args),
+                 "oneapi-version": plan.toolchain.oneapi_version, "cmplr-root": plan.toolchain.cmplr_root,
+                 "env": redact_env(plan.toolchain_env.as_dict())}
+    if plan.toolchain_missing:
+        toolchain["status"] = f"not captured: {plan.toolchain_missing}"
     return {
         "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256},
         "target": plan.target.fingerprint(),
-        "toolchain": {"setvars": plan.toolchain.setvars, "setvars-args": list(plan.toolchain.setvars_args),
-                      "oneapi-version": plan.toolchain.oneapi_version, "cmplr-root": plan.toolchain.cmplr_root,
-                      "env": redact_env(plan.toolchain_env.as_dict())},
+        "toolchain": toolchain,
         "tool-version": __version__,
         "components": [{
             "name": c.name, "url": c.component.url, "ref": c.component.ref, "commit": c.component.commit,
             "subdir": c.component.subdir, "after": list(c.component.after),
-            "patches": [{"path": p.path, "sha256": p.sha256} for p in c.patches],
+            "patches": [{"path": p.label, "sha256": p.sha256} for p in c.patches],
             "fetchcontent": [{"name": f.name, "url": f.url, "commit": f.commit} for f in c.component.fetchcontent],
             "env": c.display_env(), "command": list(c.component.command), "cache-key": c.cache_key,
         } for c in plan.components],

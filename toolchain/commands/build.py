@@ -59,7 +59,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.bundle:
         from toolchain.release.bundle import write_bundle
 
-        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patches_dir)
+        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs)
         data["bundle"] = str(bundle)
     tables: tuple[Any, ...] = ()
     if not ui.json_mode:

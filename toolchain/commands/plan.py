@@ -1,5 +1,5 @@
-"""`toolchain plan`: the fully resolved plan (components, commits, patches, env, exact commands, cache keys);
-builds nothing."""
+"""`toolchain plan`: the fully resolved plan (components, commits as the local mirror has them, patches, env,
+exact commands, cache keys); builds nothing."""
 
 from __future__ import annotations
 
@@ -17,32 +17,62 @@ from toolchain.target import make_runtime
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="show the fully resolved plan; builds nothing",
                        description="Show what `toolchain build` would do, exactly: each component's commit, "
-                                   "patches with sha256, environment, command and cache key. Builds, fetches "
-                                   "and writes nothing.")
+                                   "patches with sha256, environment, command and cache key, and each commit "
+                                   "as the local mirror has it (describe, date, SOURCE_DATE_EPOCH). Builds "
+                                   "nothing and clones no mirror (a mirror that lacks a pinned commit is "
+                                   "fetched once: still absent is exit 2). Without oneAPI the toolchain "
+                                   "shows as \"not captured\".")
     options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror")
     p.set_defaults(handler=cmd_plan)
 
 
 def cmd_plan(args, ui) -> CommandResult:
+    """The whole plan, even where it cannot be complete: a toolchain that cannot be captured here is shown
+    "not captured: <why>", and each commit as the local mirror has it (describe, date, SOURCE_DATE_EPOCH)."""
+    from toolchain.build.plan import source_facts
+    from toolchain.core.proc import display
+    from toolchain.sources.mirrors import Mirrors, parse_rewrites
+    from toolchain.sources.rewrites import recipe_rewrites
+
     recipe = recipe_from_args(args)
+    cache = cache_dir(args)
     with make_runtime(recipe.target, ui) as runtime:
-        plan = make_plan(recipe, runtime)
+        plan = make_plan(recipe, runtime, need_toolchain=False)
+    facts = source_facts(recipe, Mirrors(cache), lambda: Mirrors(
+        cache, recipe_rewrites(recipe, cache) + parse_rewrites(args.mirror), ui=ui))
     data = plan_to_dict(plan)
     for comp, entry in zip(plan.components, data["components"]):
-        entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime.kind, cache_dir(args))
+        fact = facts[comp.name]
+        entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
+                      "mirror": fact.missing or "has the commit"})
+        entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime.kind, cache, fact.epoch)
+    oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
     table = Table(title=f"plan for {recipe.name} ({plan.target.runtime}, python {plan.target.python_version}, "
-                        f"oneAPI {plan.toolchain.oneapi_version or 'none'})")
-    for col in ("component", "commit", "patches", "command", "cache key"):
-        table.add_column(col, overflow="fold")
+                        f"oneAPI {oneapi})")
+    table.add_column("component", no_wrap=True)
+    table.add_column("commit", no_wrap=True)
+    table.add_column("describe, date, epoch", no_wrap=True)
+    table.add_column("patches", overflow="fold")
     for c in data["components"]:
-        table.add_row(c["name"], c["commit"][:12], "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]),
-                      " ".join(c["argv"]), c["cache-key"][:16])
-    return CommandResult(data, 0, "", (table,))
+        source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
+                  else "not fetched yet")
+        table.add_row(c["name"], c["commit"][:12], source,
+                      "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-")
+    from rich.markup import escape
+
+    lines = [f"[bold]{c['name']}[/] cache key {c['cache-key'][:16] or '(needs the toolchain)'}"
+             + (f" — {escape(c['mirror'])}" if not c["describe"] else "")
+             + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
+    if plan.toolchain_missing:
+        lines.append(f"[yellow]toolchain {escape(data['toolchain']['status'])}[/]\n  the cache keys depend on "
+                     "it; `toolchain build` needs it")
+    return CommandResult(data, 0, "\n".join(lines), (table,))
 
 
-def exact_command(plan, cp, runtime_kind: str, cache: Path) -> tuple[list[str], dict]:
+def exact_command(plan, cp, runtime_kind: str, cache: Path, epoch: str = "") -> tuple[list[str], dict]:
     """The argv and the build env (over the target's base env) a build of `cp` runs. On the host the
-    output directory is fresh per build: its random suffix shows as XXXXXXXX."""
+    output directory is fresh per build: its random suffix shows as XXXXXXXX. `epoch`: the commit's
+    committer date (SOURCE_DATE_EPOCH), "" when the mirror does not have the commit yet."""
     from toolchain.build.stack import _fill, build_env
     from toolchain.sources.trees import SourceTrees
 
@@ -51,12 +81,12 @@ def exact_command(plan, cp, runtime_kind: str, cache: Path) -> tuple[list[str], 
     key = SourceTrees.key(comp.commit, cp.patches, comp.subdir)
     src_root = "/toolchain/src" if container else str(cache / "trees" / key)
     src = f"{src_root}/{comp.subdir}" if comp.subdir else src_root
-    out = "/toolchain/out" if container else str(cache / "work" / f"{cp.cache_key}-XXXXXXXX")
+    out = "/toolchain/out" if container else str(cache / "work" / f"{cp.cache_key or 'KEY'}-XXXXXXXX")
     deps = {d.name: (f"/toolchain/deps/{d.name}" if container else str(cache / "trees" / SourceTrees.key(d.commit, (), "")))
             for d in comp.fetchcontent}
-    env = build_env(plan, cp, src, deps, "0", True)
-    if "SOURCE_DATE_EPOCH" in env:
-        env["SOURCE_DATE_EPOCH"] = "<committer date of the commit>"
+    env = build_env(plan, cp, src, deps, epoch or "0", True)
+    if "SOURCE_DATE_EPOCH" in env and not epoch:
+        env["SOURCE_DATE_EPOCH"] = f"(the committer date of {comp.commit[:12]}: not fetched yet)"
     from toolchain.core.redact import redact_env
 
     return [_fill(a, python=plan.recipe.target.python, src=src, out=out) for a in comp.command], redact_env(env)

@@ -3,13 +3,14 @@ keeping comments and layout (tomlkit). The file is replaced atomically and only 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import tomlkit
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.errors import RecipeError
-from toolchain.recipe.load import Recipe
+from toolchain.recipe.model import Recipe
 
 
 class RefResolver(Protocol):
@@ -18,7 +19,7 @@ class RefResolver(Protocol):
     def resolve(self, url: str, ref: str) -> str: ...
 
 
-def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: list[str] = (), ui=None) -> list[dict]:
+def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: Sequence[str] = (), ui=None) -> list[dict]:
     doc = tomlkit.parse(recipe.path.read_text(encoding="utf-8"))
     names = list(only) or [c.name for c in recipe.components]
     changes = []

@@ -20,6 +20,7 @@ import shutil
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain import lock as lockmod
@@ -37,11 +38,12 @@ BUNDLES_DIR = "bundles"  # under a build's --out: `toolchain build --bundle` wri
 KEY_LENGTH = 12
 
 
-def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | None = None) -> Path:
+def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path] | None = None) -> Path:
     """Write the bundle of `lock` (whose wheels must match their recorded hashes) into `out_dir`.
 
     Returns the bundle directory; the tarball is `tarball_path(<returned dir>)`. `patches_dir` (the
-    recipes' patches/ directory) copies the patch series into the bundle and embeds it in the SBOM.
+    recipes' patches/ directory, or several: `Recipe.patch_dirs`) copies the patch series into the bundle and
+    embeds it in the SBOM.
     """
     lockmod.verify_wheels(lock)
     out_dir = Path(out_dir)
@@ -53,7 +55,8 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | None = None) 
         for comp in lock.components:
             _copy(lock.wheel_path(comp), tmp / lockmod.WHEELS_DIR / comp.wheel.file)
         lockmod.write_lock(published, tmp)
-        patch_texts = _copy_patches(lock, patches_dir, tmp) if patches_dir is not None else {}
+        dirs = [patches_dir] if isinstance(patches_dir, (str, Path)) else list(patches_dir or ())
+        patch_texts = _copy_patches(lock, dirs, tmp) if dirs else {}
         lock_key = sha256_file(tmp / lockmod.LOCK_NAME)[:KEY_LENGTH]
         (tmp / SBOM_NAME).write_text(sbom_json(published, epoch=epoch, stack_version=lock_key,
                                                patch_texts=patch_texts), encoding="utf-8")
@@ -160,20 +163,29 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copyfile(src, dst)
 
 
-def _copy_patches(lock: Lock, patches_dir: Path, dest: Path) -> dict[str, str]:
-    """Copy every locked patch (checked against its sha256) into the bundle; return {path: text}."""
+def _copy_patches(lock: Lock, patches_dirs: Sequence[Path], dest: Path) -> dict[str, str]:
+    """Copy every locked local patch (checked against its sha256) into the bundle; return {label: text}.
+    Each is looked up in `patches_dirs` in order (a recipe may inherit patches from another directory).
+    A remote patch is pinned by url, commit and sha256 in the lock itself and is not copied."""
     texts, problems = {}, []
     for comp in lock.components:
         for patch in comp.patches:
-            src = Path(patches_dir) / patch.path
-            if not src.is_file():
-                problems.append(f"{comp.name}: patch {src} is missing")
-            elif sha256_file(src) != patch.sha256:
-                problems.append(f"{comp.name}: patch {src} has sha256 {sha256_file(src)}, "
+            if patch.remote:
+                continue
+            found = [Path(d) / patch.path for d in patches_dirs if (Path(d) / patch.path).is_file()]
+            match = next((f for f in found if sha256_file(f) == patch.sha256), None)
+            copied = dest / PATCHES_DIR / patch.path
+            if match is None and not found:
+                problems.append(f"{comp.name}: patch {patch.path} is missing from "
+                                + ", ".join(str(d) for d in patches_dirs))
+            elif match is None:
+                problems.append(f"{comp.name}: patch {found[0]} has sha256 {sha256_file(found[0])}, "
                                 f"the lock records {patch.sha256}")
+            elif copied.is_file() and sha256_file(copied) != patch.sha256:
+                problems.append(f"{comp.name}: two different patches are both named {patch.path}")
             else:
-                _copy(src, dest / PATCHES_DIR / patch.path)
-                texts[patch.path] = src.read_text(encoding="utf-8", errors="replace")
+                _copy(match, copied)
+                texts[patch.label] = match.read_text(encoding="utf-8", errors="replace")
     if problems:
         raise TestFailed("patches do not match the lock " + str(lock.path) + ":\n"
                          + "\n".join(f"  - {p}" for p in problems),

@@ -47,7 +47,7 @@ _NAMESPACE = uuid.UUID("6f1c7a0e-5b9e-4a53-9f0c-2e1d3a4b5c6d")  # serial numbers
 
 def sbom_json(lock: Lock, *, epoch: int, stack_version: str = "",
               patch_texts: Mapping[str, str] | None = None) -> str:
-    """The SBOM of `lock` as a JSON document. `patch_texts` ({patch path: text}) embeds the patches."""
+    """The SBOM of `lock` as a JSON document. `patch_texts` ({patch label: text}) embeds the patches."""
     return make_outputter(build_bom(lock, epoch=epoch, stack_version=stack_version, patch_texts=patch_texts),
                           OutputFormat.JSON, SCHEMA_VERSION).output_as_string(indent=2) + "\n"
 
@@ -82,8 +82,8 @@ def _component(comp: LockedComponent, patch_texts: Mapping[str, str]) -> Compone
     purl = PackageURL(type="pypi", name=name, version=version, qualifiers={"vcs_url": vcs},
                       subpath=comp.subdir or None)
     patches = [Patch(type=PatchClassification.UNOFFICIAL,
-                     diff=Diff(url=XsUri(f"patches/{p.path}"),
-                               text=AttachedText(content=patch_texts[p.path]) if p.path in patch_texts else None))
+                     diff=Diff(url=XsUri(p.url if p.remote else f"patches/{p.path}"),
+                               text=AttachedText(content=patch_texts[p.label]) if p.label in patch_texts else None))
                for p in comp.patches]
     pedigree = Pedigree(commits=[Commit(uid=comp.commit, url=XsUri(comp.url))], patches=patches or None,
                         notes=f"built from {comp.describe or comp.commit}" + (
@@ -100,7 +100,7 @@ def _component(comp: LockedComponent, patch_texts: Mapping[str, str]) -> Compone
             Property(name="toolchain:wheel-size", value=str(comp.wheel.size)),
             Property(name="toolchain:cache-key", value=comp.cache_key),
             *([Property(name="toolchain:subdir", value=comp.subdir)] if comp.subdir else []),
-            *[Property(name=f"toolchain:patch-sha256:{p.path}", value=p.sha256) for p in comp.patches],
+            *[Property(name=f"toolchain:patch-sha256:{p.label}", value=p.sha256) for p in comp.patches],
         ],
         components=[_fetchcontent(comp.name, f) for f in comp.fetchcontent] or None,
     )

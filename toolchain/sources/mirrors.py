@@ -19,6 +19,14 @@ from toolchain.core.git import commit_id, git
 from toolchain.core.proc import CommandFailed
 from toolchain.errors import SourceError, UsageError
 
+# `git describe` as setuptools-scm runs it in a tree (`--tags --long --match *[0-9]*`), with the abbreviation
+# pinned: git's default grows with the object count, so a mirror holding pull refs gave g1234567 where a lean
+# one gave g123456. Prepared trees get the same length as `core.abbrev`, so the version setuptools-scm
+# computes inside a tree names the same abbreviation as the lock's `describe`.
+DESCRIBE_ABBREV = 12
+DESCRIBE_ARGS = ("--tags", "--long", f"--abbrev={DESCRIBE_ABBREV}", "--match", "*[0-9]*")
+DESCRIBE_RULE = f"git describe {' '.join(DESCRIBE_ARGS)}; source trees: core.abbrev={DESCRIBE_ABBREV}"
+
 
 @dataclass(frozen=True)
 class Rewrite:
@@ -134,7 +142,9 @@ class Mirrors:
         raise SourceError(f"ref {ref!r} not found in {url}", hint="set `ref` to a branch or tag the repository has")
 
     def describe(self, url: str, commit: str) -> str:
-        r = git(["describe", "--tags", "--long", "--always", commit], git_dir=self.path(url), check=False)
+        """`DESCRIBE_RULE`: the same answer whatever else the mirror holds (the bare abbreviated commit when
+        no tag matches)."""
+        r = git(["describe", *DESCRIBE_ARGS, "--always", commit], git_dir=self.path(url), check=False)
         return r.stdout.strip()
 
     def commit_info(self, url: str, commit: str) -> dict[str, str]:
@@ -150,5 +160,6 @@ class Mirrors:
         dest.parent.mkdir(parents=True, exist_ok=True)
         log = self._log(url)
         git(["clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(dest)], log=log)
+        git(["config", "core.abbrev", str(DESCRIBE_ABBREV)], cwd=dest, log=log)  # see DESCRIBE_RULE
         git(["checkout", "--quiet", "--detach", commit], cwd=dest, log=log)
         return dest

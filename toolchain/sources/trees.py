@@ -17,8 +17,12 @@ from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text, file_lock, sha256_bytes
 from toolchain.core.git import git
-from toolchain.sources.mirrors import Mirrors
-from toolchain.sources.patches import Patch, apply_series, materialize
+from toolchain.recipe.model import Patch
+from toolchain.sources.mirrors import DESCRIBE_ABBREV, Mirrors
+from toolchain.sources.patches import apply_series, materialize
+
+# What a prepared tree is besides its commit and patches: trees made before a change here are not reused.
+TREE_FORMAT = f"abbrev={DESCRIBE_ABBREV}"
 
 
 class SourceTrees:
@@ -28,7 +32,7 @@ class SourceTrees:
 
     @staticmethod
     def key(commit: str, patches: tuple[Patch, ...], subdir: str) -> str:
-        return sha256_bytes(json.dumps([commit, subdir, [p.sha256 for p in patches]]).encode())[:24]
+        return sha256_bytes(json.dumps([commit, subdir, [p.sha256 for p in patches], TREE_FORMAT]).encode())[:24]
 
     @contextlib.contextmanager
     def tree(self, url: str, commit: str, patches: tuple[Patch, ...] = (), *, subdir: str = "",

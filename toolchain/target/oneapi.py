@@ -60,7 +60,7 @@ def capture(recipe: Recipe, runtime: Runtime, log: Path | None = None) -> Toolch
     spec = recipe.toolchain
     if not spec.enabled:
         return NO_TOOLCHAIN
-    setvars = runtime.toolchain_path(spec.setvars, recipe.path.parent)
+    setvars = runtime.toolchain_path(spec.setvars, spec.base_dir)  # relative: to the recipe that set it
     exists = runtime.run(["test", "-f", setvars], check=False, capture=True)
     if exists.returncode != 0:
         raise RecipeError(

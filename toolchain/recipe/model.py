@@ -1,0 +1,179 @@
+"""What a recipe is, once loaded: frozen dataclasses, every relative path already resolved.
+
+`recipe.load` finds and reads recipe files (with `extends`); `recipe.validate` turns a table into these.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolchain.core import toml as tomlio
+from toolchain.core.fs import sha256_bytes
+from toolchain.errors import RecipeError
+
+DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
+DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
+DEFAULT_SETVARS = "/opt/intel/oneapi/setvars.sh"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The recipe file that declared a key, and where the patches it names live. Relative paths in a key
+    resolve against the recipe that declared it, not the one that extends it."""
+    file: Path
+    patches_dirs: tuple[Path, ...]  # one for a recipe file; a lock's recorded recipe may search several
+
+    @property
+    def dir(self) -> Path:
+        return self.file.parent
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch, identified by its sha256 (part of the cache key of every build that applies it).
+
+    Local: `path` relative to the patches/ directory of the recipe that names it; `file` is that file.
+    Remote: `path` inside repository `url` at `commit`, pinned by `sha256` (an integrator's patch, such as
+    intel/llm-scaler's vLLM patch, used without copying it here). A lock records `label` and `sha256` (and
+    `url`/`commit` of a remote patch) and reads back into this type, with `file` unset; `file` does not take
+    part in equality."""
+    path: str
+    sha256: str
+    url: str = ""
+    commit: str = ""
+    file: Path | None = field(default=None, compare=False)
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.url)
+
+    @property
+    def label(self) -> str:
+        return f"{self.url}@{self.commit[:12]}:{self.path}" if self.url else self.path
+
+
+@dataclass(frozen=True)
+class FetchContentDep:
+    """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
+    name: str
+    url: str
+    commit: str
+    env: str = ""  # pass the checkout path in this env var instead of -DFETCHCONTENT_SOURCE_DIR_<NAME>
+
+    @property
+    def cmake_var(self) -> str:
+        return "FETCHCONTENT_SOURCE_DIR_" + self.name.upper()
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    url: str
+    commit: str
+    ref: str = ""
+    subdir: str = ""
+    patches: tuple[Patch, ...] = ()
+    after: tuple[str, ...] = ()
+    version: str = ""
+    version_env: str = "SETUPTOOLS_SCM_PRETEND_VERSION"
+    dist: str = ""
+    import_name: str = ""
+    install_args: tuple[str, ...] = DEFAULT_INSTALL_ARGS
+    command: tuple[str, ...] = DEFAULT_COMMAND
+    env: tuple[tuple[str, str], ...] = ()
+    fetchcontent: tuple[FetchContentDep, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolchainSpec:
+    setvars: str = DEFAULT_SETVARS
+    setvars_args: tuple[str, ...] = ("--force",)
+    base_dir: Path = field(default=Path("."), compare=False)  # a relative `setvars` is relative to this
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.setvars)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    runtime: str = "host"
+    python: str = "python3"
+    image: str = ""
+    container: str = ""
+    run_args: tuple[str, ...] = ()
+    engine_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SmokeSpec:
+    model: str = ""
+    device: str = "b70"
+    tensor_parallel_size: int = 1
+    serve_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    cases: tuple[str, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    description: str
+    toolchain: ToolchainSpec
+    target: TargetSpec
+    env: tuple[tuple[str, str], ...]
+    mirrors: tuple[tuple[str, str], ...]
+    components: tuple[Component, ...]  # in dependency (build and install) order
+    smoke: SmokeSpec
+    demo: bool
+    patches_dirs: tuple[Path, ...]  # where this recipe's own patches are looked up (one for a recipe file)
+    data: dict[str, Any] = field(compare=False, hash=False, default_factory=dict)  # resolved table
+    # keys declared by another recipe file (an `extends` parent): "toolchain.setvars", "mirrors.PREFIX",
+    # "components.NAME.patches"; every other key is this recipe's own (`own_origin`)
+    origins: tuple[tuple[str, Origin], ...] = field(default=(), compare=False, hash=False)
+
+    @functools.cached_property
+    def text(self) -> str:
+        """The resolved recipe (extends applied) as TOML: what a lock records and rebuilds from."""
+        return tomlio.dumps(self._resolved())
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """sha256 of `text`, the resolved recipe a lock records."""
+        return sha256_bytes(self.text.encode())
+
+    def _resolved(self) -> dict[str, Any]:
+        return {k: v for k, v in self.data.items() if k != "extends"}
+
+    @property
+    def patches_dir(self) -> Path:
+        """This recipe's own patches/ directory (keys it inherits may use another: see `patch_dirs`)."""
+        return self.patches_dirs[0]
+
+    @property
+    def own_origin(self) -> Origin:
+        return Origin(self.path, self.patches_dirs)
+
+    def origin(self, key: str) -> Origin:
+        """The recipe file that declared `key` (a dotted key as in `origins`)."""
+        return dict(self.origins).get(key, self.own_origin)
+
+    @property
+    def patch_dirs(self) -> tuple[Path, ...]:
+        """Every patches/ directory the recipe's patches come from (its own first)."""
+        dirs = [*self.own_origin.patches_dirs, *(d for _, o in self.origins for d in o.patches_dirs)]
+        return tuple(dict.fromkeys(dirs))
+
+    def component(self, name: str) -> Component:
+        for c in self.components:
+            if c.name == name:
+                return c
+        from toolchain.recipe.validate import did_you_mean
+
+        raise RecipeError(f"{self.path}: no component {name!r}" + did_you_mean(name, [c.name for c in self.components]),
+                          hint=f"components of {self.name}: {', '.join(c.name for c in self.components)}")

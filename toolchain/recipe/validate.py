@@ -1,0 +1,390 @@
+"""A recipe table → a validated, frozen `Recipe` (recipe.model).
+
+Validation collects every problem at once, each naming the file, the key and what to do (with a "did you
+mean" for a mistyped name), and raises one `RecipeError` (exit 2). Relative paths resolve against the recipe
+file that declared them (`Origin`): a local patch must lie inside that recipe's patches/ directory; a patch
+from anywhere else is a pinned `{url, commit, path, sha256}` table.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from toolchain.core.fs import sha256_file
+from toolchain.core.redact import is_secret
+from toolchain.errors import RecipeError
+from toolchain.recipe.model import (
+    DEFAULT_COMMAND,
+    DEFAULT_INSTALL_ARGS,
+    DEFAULT_SETVARS,
+    Component,
+    FetchContentDep,
+    Origin,
+    Patch,
+    Recipe,
+    SmokeSpec,
+    TargetSpec,
+    ToolchainSpec,
+)
+
+PLACEHOLDERS = ("python", "src", "out")
+RUNTIMES = ("host", "podman", "docker")
+DEVICES = {"b60": (1,), "b70": (1, 2)}  # allowed tensor-parallel sizes per card profile
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CMAKE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
+            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool}
+TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
+TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
+               "engine-args": list}
+COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
+                  "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
+                  "command": list, "env": dict, "fetchcontent": list}
+FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
+SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
+              "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
+              "ladder": list, "repeat": int, "max-model-len": int, "served-model-name": str,
+              "request-timeout": int}
+
+
+class _Problems:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.items: list[str] = []
+
+    def add(self, key: str, message: str, *, file: Path | None = None) -> None:
+        """A problem with `key`, named against the recipe file that declared it (`file`, default: this)."""
+        self.items.append(f"{(file or self.path).name}: {key}: {message}")
+
+    def check_keys(self, table: dict[str, Any], allowed: Mapping[str, type], prefix: str, *,
+                   file: Path | None = None) -> None:
+        for key, value in table.items():
+            where = f"{prefix}{key}"
+            if key not in allowed:
+                self.add(where, "unknown key" + did_you_mean(key, list(allowed)) + " (remove it or fix the name)",
+                         file=file)
+                continue
+            want = allowed[key]
+            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
+            if not ok:
+                self.add(where, f"must be {_type_name(want)}, got {_type_name(type(value))} {value!r}", file=file)
+
+    def str_list(self, table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+        value = table.get(key, [])
+        if not isinstance(value, list):
+            return ()
+        bad = [v for v in value if not isinstance(v, str)]
+        if bad:
+            self.add(where, f"must be a list of strings; quote {bad[0]!r}")
+            return ()
+        return tuple(value)
+
+    def env_table(self, table: Any, where: str) -> tuple[tuple[str, str], ...]:
+        if not isinstance(table, dict):
+            return ()
+        out = []
+        for k, v in table.items():
+            if not ENV_NAME.match(k):
+                self.add(f"{where}.{k}", "not a valid environment variable name")
+            elif not isinstance(v, str):
+                self.add(f"{where}.{k}", f"environment values are strings; write {k} = \"{v}\"")
+            elif is_secret(k):
+                self.add(f"{where}.{k}", "looks like a secret; recipes are committed and recorded in locks — "
+                                         "export it in your environment instead")
+            else:
+                out.append((k, v))
+        return tuple(out)
+
+
+def _str(table: dict[str, Any], key: str, default: str = "") -> str:
+    """table[key] when it is a string (a wrong type is reported by check_keys), else `default`."""
+    value = table.get(key, default)
+    return value if isinstance(value, str) else default
+
+
+def _type_name(t: type) -> str:
+    return {str: "a string", list: "an array", dict: "a table", int: "an integer", bool: "true or false",
+            float: "a number"}.get(t, t.__name__)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path | Sequence[Path],
+              pinned: bool = True, origins: Mapping[str, Origin] | Iterable[tuple[str, Origin]] = ()) -> Recipe:
+    """Validate a resolved recipe table. `patches_dir`: where this recipe's own patches are (a lock's recorded
+    recipe may name several, searched in order); `origins`: keys declared by another recipe file (see
+    `Recipe.origins`), whose relative paths resolve against that file."""
+    dirs = (patches_dir,) if isinstance(patches_dir, Path) else tuple(patches_dir)
+    own = Origin(path, dirs)
+    declared = dict(origins)
+    pr = _Problems(path)
+    pr.check_keys(data, TOP_KEYS, "")
+    tc = data.get("toolchain", {}) if isinstance(data.get("toolchain"), dict) else {}
+    pr.check_keys(tc, TOOLCHAIN_KEYS, "toolchain.")
+    setvars = tc.get("setvars", DEFAULT_SETVARS)
+    toolchain = ToolchainSpec(setvars=setvars if isinstance(setvars, str) else "",
+                              setvars_args=pr.str_list(tc, "setvars-args", "toolchain.setvars-args")
+                              if "setvars-args" in tc else ToolchainSpec.setvars_args,
+                              base_dir=declared.get("toolchain.setvars", own).dir)
+    target = _target(data.get("target", {}), pr)
+    env = pr.env_table(data.get("env", {}), "env")
+    mirrors = _mirrors(data.get("mirrors", {}), pr)
+    components = _components(data.get("components"), pr, own, declared, pinned)
+    smoke = _smoke(data.get("smoke", {}), pr)
+    if pr.items:
+        raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
+    kept = tuple((k, o) for k, o in declared.items() if o != own)
+    return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
+                  target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
+                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept)
+
+
+def _target(t: Any, pr: _Problems) -> TargetSpec:
+    if not isinstance(t, dict):
+        return TargetSpec()
+    pr.check_keys(t, TARGET_KEYS, "target.")
+    runtime = t.get("runtime", "host")
+    if isinstance(runtime, str) and runtime not in RUNTIMES:
+        pr.add("target.runtime", f"unknown runtime {runtime!r}{did_you_mean(runtime, list(RUNTIMES))}; "
+                                 f"use one of {', '.join(RUNTIMES)}")
+    image, container = t.get("image", ""), t.get("container", "")
+    if runtime in ("podman", "docker") and bool(image) == bool(container):
+        pr.add("target", f"runtime {runtime!r} needs exactly one of `image` (a fresh container per build) "
+                         f"or `container` (exec into a running one)")
+    if runtime == "host" and (image or container):
+        pr.add("target", "`image`/`container` need runtime = \"podman\" or \"docker\"")
+    python = t.get("python", "python3")
+    if isinstance(python, str) and not python.strip():
+        pr.add("target.python", "must name an interpreter, e.g. \"python3\" or \"/usr/bin/python3.12\"")
+    return TargetSpec(runtime=runtime if isinstance(runtime, str) else "host",
+                      python=python if isinstance(python, str) else "python3",
+                      image=image if isinstance(image, str) else "",
+                      container=container if isinstance(container, str) else "",
+                      run_args=pr.str_list(t, "run-args", "target.run-args"),
+                      engine_args=pr.str_list(t, "engine-args", "target.engine-args"))
+
+
+def _mirrors(m: Any, pr: _Problems) -> tuple[tuple[str, str], ...]:
+    if not isinstance(m, dict):
+        return ()
+    out = []
+    for k, v in m.items():
+        if not isinstance(v, str) or not v:
+            pr.add(f"mirrors.{k}", "must map a URL prefix to a URL prefix or directory (a string)")
+        else:
+            out.append((k, v))
+    return tuple(out)
+
+
+def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, Origin],
+                pinned: bool = True) -> tuple[Component, ...]:
+    if not isinstance(comps, dict) or not comps:
+        pr.add("components", "a recipe needs at least one [components.NAME] table")
+        return ()
+    built: dict[str, Component] = {}
+    for name, c in comps.items():
+        where = f"components.{name}"
+        if not NAME.match(name):
+            pr.add(where, "component names are lower-case letters, digits, '.', '_' and '-'")
+        if not isinstance(c, dict):
+            pr.add(where, "must be a table")
+            continue
+        pr.check_keys(c, COMPONENT_KEYS, f"{where}.")
+        url = c.get("url")
+        if not isinstance(url, str) or not url:
+            pr.add(f"{where}.url", "missing: the git repository URL to build from")
+        commit = c.get("commit")
+        if pinned and (not isinstance(commit, str) or not HEX40.match(commit)):
+            pr.add(f"{where}.commit", "missing or not a full 40-hex commit id "
+                   f"(got {commit!r}); run `toolchain update --recipe ... --component {name}` to pin `ref`")
+        subdir = c.get("subdir", "")
+        if isinstance(subdir, str) and (subdir.startswith("/") or ".." in Path(subdir).parts):
+            pr.add(f"{where}.subdir", "must be a relative path inside the repository")
+        patches = _patches(c.get("patches", []), pr, f"{where}.patches", declared.get(f"{where}.patches", own))
+        command = pr.str_list(c, "command", f"{where}.command") if "command" in c else DEFAULT_COMMAND
+        if c.get("command") == []:  # (a list with a non-string is reported by str_list, not as empty)
+            pr.add(f"{where}.command", "must not be empty")
+        for arg in command:
+            for ph in re.findall(r"\{([^}]*)\}", arg):
+                if ph not in PLACEHOLDERS:
+                    pr.add(f"{where}.command", f"unknown placeholder {{{ph}}}{did_you_mean(ph, list(PLACEHOLDERS))}; "
+                                               f"known: {', '.join('{'+p+'}' for p in PLACEHOLDERS)}")
+        venv = c.get("version-env", "SETUPTOOLS_SCM_PRETEND_VERSION")
+        if isinstance(venv, str) and not ENV_NAME.match(venv):
+            pr.add(f"{where}.version-env", "not a valid environment variable name")
+        fetch = _fetchcontent(c.get("fetchcontent", []), pr, where)
+        built[name] = Component(
+            name=name, url=url if isinstance(url, str) else "", commit=commit if isinstance(commit, str) else "",
+            ref=_str(c, "ref"),
+            subdir=subdir.strip("/") if isinstance(subdir, str) else "", patches=patches,
+            after=pr.str_list(c, "after", f"{where}.after"),
+            version=_str(c, "version"),
+            version_env=venv if isinstance(venv, str) else "SETUPTOOLS_SCM_PRETEND_VERSION",
+            dist=_str(c, "dist", name),
+            import_name=_str(c, "import"),
+            install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
+            else DEFAULT_INSTALL_ARGS,
+            command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch)
+    return _order(built, pr)
+
+
+PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}
+
+
+def _patches(items: Any, pr: _Problems, where: str, origin: Origin) -> tuple[Patch, ...]:
+    if not isinstance(items, list):
+        return ()
+    out = []
+    for i, p in enumerate(items):
+        w = f"{where}[{i}]"
+        if isinstance(p, str):
+            local = _local_patch(p, origin, pr, w)
+            if local is not None:
+                out.append(local)
+        elif isinstance(p, dict):
+            remote = _remote_patch(p, origin, pr, w)
+            if remote is not None:
+                out.append(remote)
+        else:
+            pr.add(w, f"entries are file names under patches/ or tables {{url, commit, path, sha256}}, got {p!r}",
+                   file=origin.file)
+    return tuple(out)
+
+
+def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str) -> Patch | None:
+    """A file under the patches/ directory of the recipe that names it: no absolute path, no `..`, and no
+    symlink leading out of that directory."""
+    table = "a patch from anywhere else is a pinned table {url, commit, path, sha256}"
+    dirs = " or ".join(str(d) for d in origin.patches_dirs)
+    parts = PurePosixPath(rel).parts
+    if not rel.strip() or PurePosixPath(rel).is_absolute() or Path(rel).is_absolute() or "\\" in rel:
+        pr.add(where, f"patch {rel!r} is not a path relative to {dirs}; {table}", file=origin.file)
+        return None
+    if ".." in parts:
+        pr.add(where, f"patch {rel!r} leaves {dirs} ('..' is not allowed); {table}", file=origin.file)
+        return None
+    for pdir in origin.patches_dirs:
+        candidate = pdir / rel
+        if not (candidate.exists() or candidate.is_symlink()):
+            continue
+        real, root = candidate.resolve(), pdir.resolve()
+        if not real.is_relative_to(root):
+            pr.add(where, f"patch {rel!r} is a symlink to {real}, outside {pdir}; {table}", file=origin.file)
+        elif not real.is_file():
+            pr.add(where, f"patch {rel!r} in {pdir} is not a file", file=origin.file)
+        else:
+            return Patch(rel, sha256_file(real), file=real)
+        return None
+    pr.add(where, f"patch {rel!r} not found in {dirs} (paths are relative to patches/ beside the "
+                  f"recipes/ directory of {origin.file.name}; {table})", file=origin.file)
+    return None
+
+
+def _remote_patch(p: dict[str, Any], origin: Origin, pr: _Problems, where: str) -> Patch | None:
+    pr.check_keys(p, PATCH_KEYS, f"{where}.", file=origin.file)
+    missing = [k for k in PATCH_KEYS if not isinstance(p.get(k), str) or not p.get(k)]
+    if missing:
+        pr.add(where, f"a patch from another repository needs url, commit, path and sha256; missing "
+                      f"{', '.join(missing)}", file=origin.file)
+        return None
+    ok = True
+    if not HEX40.match(p["commit"]):
+        pr.add(f"{where}.commit", f"must be a 40-hex commit id, got {p['commit']!r}", file=origin.file)
+        ok = False
+    if not HEX64.match(p["sha256"]):
+        pr.add(f"{where}.sha256", "must be the 64-hex sha256 of the patch file", file=origin.file)
+        ok = False
+    path = PurePosixPath(p["path"])
+    if path.is_absolute() or ".." in path.parts:
+        pr.add(f"{where}.path", f"must be a path inside that repository (relative, no '..'), got {p['path']!r}",
+               file=origin.file)
+        ok = False
+    return Patch(p["path"], p["sha256"], url=p["url"], commit=p["commit"]) if ok else None
+
+
+def _fetchcontent(items: Any, pr: _Problems, where: str) -> tuple[FetchContentDep, ...]:
+    if not isinstance(items, list):
+        return ()
+    out, seen = [], set()
+    for i, f in enumerate(items):
+        w = f"{where}.fetchcontent[{i}]"
+        if not isinstance(f, dict):
+            pr.add(w, "must be a table with name, url and commit")
+            continue
+        pr.check_keys(f, FETCH_KEYS, f"{w}.")
+        name, url, commit = f.get("name"), f.get("url"), f.get("commit")
+        if not isinstance(name, str) or not CMAKE_NAME.match(name or ""):
+            pr.add(f"{w}.name", "missing: the name used in FetchContent_Declare")
+        elif name.upper() in seen:
+            pr.add(f"{w}.name", f"{name!r} is declared twice")
+        else:
+            seen.add(name.upper())
+        if not isinstance(url, str) or not url:
+            pr.add(f"{w}.url", "missing: the repository to pre-fetch")
+        if not isinstance(commit, str) or not HEX40.match(commit):
+            pr.add(f"{w}.commit", f"must be a 40-hex commit id, got {commit!r}")
+        env = f.get("env", "")
+        if isinstance(env, str) and env and not ENV_NAME.match(env):
+            pr.add(f"{w}.env", "not a valid environment variable name")
+        if isinstance(name, str) and isinstance(url, str) and isinstance(commit, str):
+            out.append(FetchContentDep(name, url, commit, env if isinstance(env, str) else ""))
+    return tuple(out)
+
+
+def _order(comps: dict[str, Component], pr: _Problems) -> tuple[Component, ...]:
+    """Dependency order (`after`), stable in declaration order; unknown names and cycles are problems."""
+    for c in comps.values():
+        for dep in c.after:
+            if dep not in comps:
+                pr.add(f"components.{c.name}.after", f"unknown component {dep!r}{did_you_mean(dep, list(comps))}")
+            elif dep == c.name:
+                pr.add(f"components.{c.name}.after", "a component cannot come after itself")
+    ordered: list[Component] = []
+    placed: set[str] = set()
+    pending = list(comps.values())
+    while pending:
+        ready = [c for c in pending if all(d in placed or d not in comps or d == c.name for d in c.after)]
+        if not ready:
+            names = ", ".join(c.name for c in pending)
+            pr.add("components", f"`after` forms a cycle among: {names}")
+            return tuple(ordered + pending)
+        first = ready[0]
+        ordered.append(first)
+        placed.add(first.name)
+        pending.remove(first)
+    return tuple(ordered)
+
+
+def _smoke(s: Any, pr: _Problems) -> SmokeSpec:
+    if not isinstance(s, dict):
+        return SmokeSpec()
+    pr.check_keys(s, SMOKE_KEYS, "smoke.")
+    device = s.get("device", "b70")
+    tp = s.get("tensor-parallel-size", 1)
+    if isinstance(device, str) and device not in DEVICES:
+        pr.add("smoke.device", f"unknown device {device!r}{did_you_mean(device, list(DEVICES))}; use b60 or b70")
+    elif isinstance(tp, int) and isinstance(device, str) and tp not in DEVICES[device]:
+        pr.add("smoke.tensor-parallel-size", f"{tp} is not supported on {device} "
+                                              f"(allowed: {', '.join(map(str, DEVICES[device]))})")
+    for key in ("port", "ready-timeout", "repeat", "max-model-len", "request-timeout"):
+        if isinstance(s.get(key), int) and s[key] <= 0:
+            pr.add(f"smoke.{key}", "must be a positive integer")
+    return SmokeSpec(model=s.get("model", "") if isinstance(s.get("model", ""), str) else "",
+                     device=device if isinstance(device, str) else "b70",
+                     tensor_parallel_size=tp if isinstance(tp, int) else 1,
+                     serve_args=pr.str_list(s, "serve-args", "smoke.serve-args"),
+                     env=pr.env_table(s.get("env", {}), "smoke.env"),
+                     cases=pr.str_list(s, "cases", "smoke.cases"), raw=dict(s))
+
+
