@@ -18,6 +18,7 @@ from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.redact import is_secret
 from toolchain.errors import RecipeError
+from toolchain.recipe.cachespec import CACHE_KEYS, CacheSpec, cache_spec
 
 RECIPES_ENV = "TOOLCHAIN_RECIPES_DIR"
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
@@ -126,6 +127,7 @@ class Recipe:
     demo: bool
     patches_dir: Path
     data: dict[str, Any] = field(compare=False, hash=False, default_factory=dict)  # resolved table
+    cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
 
     @functools.cached_property
     def text(self) -> str:
@@ -254,7 +256,7 @@ def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:
 # ---- validation ---------------------------------------------------------------------------------------
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
-            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool}
+            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list}
@@ -337,11 +339,14 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path,
     mirrors = _mirrors(data.get("mirrors", {}), pr)
     components = _components(data.get("components"), pr, patches_dir, pinned)
     smoke = _smoke(data.get("smoke", {}), pr)
+    if isinstance(data.get("cache"), dict):
+        pr.check_keys(data["cache"], CACHE_KEYS, "cache.")
+    cache = cache_spec(data.get("cache"), pr.add)
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
-                  demo=bool(data.get("demo", False)), patches_dir=patches_dir, data=data)
+                  demo=bool(data.get("demo", False)), patches_dir=patches_dir, data=data, cache=cache)
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:
