@@ -269,10 +269,11 @@ class Registry:
         except requests.exceptions.SSLError:
             raise RemoteError(f"{self.where.host}: TLS failed while {what} (is it a plain-HTTP registry?)",
                               hint=self._insecure_hint()) from None
-        except requests.exceptions.Timeout:
-            raise RemoteError(f"{self.where.host} did not answer within {self.settings.timeout:g}s while {what}",
-                              hint=f"a slow registry is skipped; raise [cache] timeout or ${ENV_TIMEOUT}") from None
-        except requests.exceptions.RequestException as exc:  # refused, reset, broken off, bad answer
+        except requests.exceptions.RequestException as exc:  # refused, reset, broken off, silent, bad answer
+            if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():  # (urllib3 may
+                # report a read timeout on a pooled connection as a ConnectionError)
+                raise RemoteError(f"{self.where.host} did not answer within {self.settings.timeout:g}s while {what}",
+                                  hint=f"a slow registry is skipped; raise [cache] timeout or ${ENV_TIMEOUT}") from None
             raise RemoteError(f"cannot reach the registry {self.where.host} while {what}: {_reason(exc)}",
                               hint="check that the registry runs and the host and port are right") from None
 
