@@ -47,6 +47,7 @@ def tests(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Build benchmarks, measured side by side in one run (prints ratios)."""
     session.run("python", "-m", "benchmarks.bench_build", *session.posargs, external=True)
+    session.run("python", "-m", "benchmarks.bench_remote", external=True)  # P7: the remote wheel cache
 
 
 @nox.session(name="bench-bisect", venv_backend="none")

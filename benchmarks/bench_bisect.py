@@ -204,9 +204,10 @@ def make_stack(work: Path, *, commits: int = 240, heavy_functions: int = 6000) -
 
 # ---- builders ------------------------------------------------------------------------------------------
 
-def spine_builder(stack: Stack, work: Path) -> Any:
+def spine_builder(stack: Stack, work: Path, *, extra: str = "", cache: Path | None = None) -> Any:
     """The bisect builder through the build spine (as `toolchain bisect` makes it): a recipe for the generated stack (no toolchain, host
-    target, this interpreter), `benchkern` pinned per step, the other components from the wheel cache."""
+    target, this interpreter), `benchkern` pinned per step, the other components from the wheel cache.
+    `extra`: more recipe text (a [cache] table); `cache`: the wheel cache (default <work>/cache)."""
     from toolchain.bisect.builder import SpineBuilder
     from toolchain.console import UI
     from toolchain.recipe import load as recipes
@@ -220,9 +221,9 @@ def spine_builder(stack: Stack, work: Path) -> Any:
         deps = [name]
     path = work / "recipes" / "bench.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n" + extra)
     base = recipes.load_recipe(str(path))
-    return SpineBuilder(lambda sha: recipes.with_commit(base, KERN, sha), work / "steps", work / "cache", (),
+    return SpineBuilder(lambda sha: recipes.with_commit(base, KERN, sha), work / "steps", cache or work / "cache", (),
                         UI(quiet=True), component=KERN)
 
 

@@ -146,7 +146,11 @@ def fake_spine(monkeypatch, calls: list):
         def ensure(self, url, commit=None, *, where=""):
             return Path(url)
 
-    monkeypatch.setattr("toolchain.bisect.builder.build_stack", build_stack)
+    def build_stack_components(recipe, options, ui):  # every component compiled (BuiltComponent.source)
+        lock = build_stack(recipe, options, ui)
+        return lock, [types.SimpleNamespace(source="built") for _ in lock.components]
+
+    monkeypatch.setattr("toolchain.bisect.builder.build_stack_components", build_stack_components)
     monkeypatch.setattr("toolchain.bisect.candidates.Mirrors", Mirrors)
     monkeypatch.setattr("toolchain.bisect.candidates.recipe_rewrites", lambda recipe, cache: ())
     return build_stack

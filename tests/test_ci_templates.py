@@ -4,6 +4,7 @@ the tool (commands that parse, cache directories the tool really uses, recipes a
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -164,7 +165,7 @@ def toolchain_commands(workflow) -> list[list[str]]:
         for step in job["steps"]:
             script = step.get("run", "").replace("\\\n", " ")
             for line in script.splitlines():
-                line = line.split("|")[0].split("2>&1")[0].strip()
+                line = line.split("|")[0].split("2>&1")[0].split(" > ")[0].strip()
                 if line.startswith("toolchain "):
                     line = re.sub(r"\$\{?([A-Z_]+)\}?", lambda m: samples.get(m.group(1), "sample"), line)
                     commands.append(shlex.split(line)[1:])
@@ -174,7 +175,7 @@ def toolchain_commands(workflow) -> list[list[str]]:
 def test_every_toolchain_command_parses(workflow):
     parser = cli.build_parser()
     commands = toolchain_commands(workflow)
-    assert {c[0] for c in commands} >= {"build", "verify-repro", "smoke"}
+    assert {c[0] for c in commands} >= {"build", "verify-repro", "smoke", "cache", "plan"}
     checked = []
     for argv in commands:
         try:
@@ -185,6 +186,60 @@ def test_every_toolchain_command_parses(workflow):
             raise
         assert args.handler is not None
         checked.append(argv[0])
-    assert {"build", "verify-repro"} <= set(checked)
+    assert {"build", "verify-repro", "cache", "plan"} <= set(checked)
     verify = next(c for c in commands if c[0] == "verify-repro")
     assert "--lock" in verify
+
+
+# ---- the fleet side: a team registry as the shared wheel cache (issue 12) --------------------------------------
+
+def test_build_job_pushes_to_the_team_registry_with_credentials_from_secrets(workflow):
+    from toolchain.build.regauth import ENV_PASSWORD, ENV_USERNAME
+    from toolchain.build.remote import ENV_REMOTE
+
+    assert workflow["env"][ENV_REMOTE] == "${{ vars.TOOLCHAIN_REMOTE_CACHE }}"
+    build = workflow["jobs"]["build"]
+    assert build["permissions"]["packages"] == "write"
+    assert build["env"][ENV_PASSWORD].startswith("${{ secrets.") and ENV_USERNAME in build["env"]
+    (push,) = [s for s in build["steps"] if "--push" in s.get("run", "")]
+    assert "env.TOOLCHAIN_REMOTE_CACHE != ''" in push["if"] and "pull_request" in push["if"]
+    names = [s.get("name") for s in build["steps"]]
+    assert names.index(push["name"]) == names.index("Build and bundle") + 1
+
+
+def test_prebuild_job_builds_new_kernel_and_ark_commits_into_the_registry(workflow, tmp_path):
+    from toolchain.recipe.load import load_recipe
+
+    assert workflow["on"]["schedule"]
+    job = workflow["jobs"]["prebuild"]
+    assert "schedule" in job["if"] and "TOOLCHAIN_REMOTE_CACHE" in job["if"]
+    assert job["permissions"]["packages"] == "write" and job["env"]["TOOLCHAIN_REGISTRY_PASSWORD"].startswith("${{ secrets.")
+    entries = job["strategy"]["matrix"]["include"]
+    for entry in entries:  # the components exist in their recipes
+        load_recipe(entry["recipe"], ROOT / "recipes", ROOT / "patches").component(entry["component"])
+    assert {e["component"] for e in entries} == {"vllm-xpu-kernels", "auto-round-lib"}
+    scripts = "\n".join(s.get("run", "") for s in job["steps"])
+    assert "rev-list --first-parent" in scripts and "extends" in scripts
+    cmds = toolchain_commands(workflow)
+    assert ["build", "--recipe", "prebuild", "--out", "dist/prebuild", "--push"] in cmds
+    assert any(c[:3] == ["cache", "ls", "--remote"] and "--component" in c for c in cmds)
+
+
+def test_prebuild_helper_reads_the_tools_json(tmp_path):
+    """ci/prebuild.py on real `toolchain plan --json` output, and a `cache ls --remote --json` document."""
+    from spine_helpers import Cli, isolated_env
+
+    cli = Cli(ROOT, isolated_env(tmp_path))
+    plan = cli("plan", "--recipe", "demo", "--json")
+    assert plan.returncode == 0, str(plan)
+    (tmp_path / "plan.json").write_text(plan.stdout)
+    kern = next(c for c in plan.json()["components"] if c["name"] == "kernels")
+    helper = [sys.executable, str(CI / "prebuild.py")]
+    done = subprocess.run([*helper, "component", str(tmp_path / "plan.json"), "kernels"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout.split() == [kern["url"], kern["ref"], kern["commit"]]
+    for known, code in (([kern["cache-key"]], 0), (["0" * 32], 1)):
+        (tmp_path / "known.json").write_text(json.dumps({"entries": [{"key": k} for k in known]}))
+        done = subprocess.run([*helper, "known", str(tmp_path / "plan.json"), str(tmp_path / "known.json"), "kernels"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == code, done.stderr

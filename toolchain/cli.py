@@ -40,6 +40,7 @@ COMMANDS = {
     "smoke": "toolchain.commands.smoke",
     "bisect": "toolchain.commands.bisect",
     "verify-repro": "toolchain.commands.verify_repro",
+    "cache": "toolchain.commands.cache",
 }
 
 

@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 
 from toolchain.build.plan import make_plan
-from toolchain.build.stack import BuildOptions, build_plan
+from toolchain.build.remote import open_remote
+from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user
 from toolchain.errors import BuildError, RecipeError, UsageError
 from toolchain.lock import (
@@ -34,10 +35,18 @@ STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
 
 
 def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
+    return build_stack_components(recipe, options, ui)[0]
+
+
+def build_stack_components(recipe: Recipe, options: BuildOptions, ui) -> tuple[Lock, list[BuiltComponent]]:
+    """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
     ours = check_out_dir(out)
     check_dir(options.cache_dir, "cache directory")
+    remote = open_remote(recipe.cache, options.remote)
+    if remote is not None and options.use_cache:
+        remote.warm_up()  # while the target is probed
     with make_runtime(recipe.target, ui) as runtime:
         try:
             with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
@@ -65,7 +74,7 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
         (out / WHEELS_DIR / stale).unlink(missing_ok=True)
     _mark_out_dir(out, keep)
     give_to_invoking_user(out)
-    return read_lock(path)
+    return read_lock(path), built
 
 
 def _standin_note(setvars: str) -> str:

@@ -5,18 +5,16 @@ that did not change come from the wheel cache."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from toolchain.bisect.core import BuildOutcome, first_line
-from toolchain.build.cache import WheelCache
 from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.errors import BuildError, SourceError
-from toolchain.pipeline import build_stack
+from toolchain.pipeline import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
 from toolchain.sources.mirrors import Rewrite
@@ -44,20 +42,18 @@ class SpineBuilder:
         if memo.is_file():
             return BuildOutcome(False, log=out / "logs", cached=True,
                                 reason=f"{memo.read_text().strip()} (remembered: delete {memo} to build it again)")
-        started = time.time()
         options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose)
         try:
-            lock = build_stack(recipe, options, ui)
+            lock, built = build_stack_components(recipe, options, ui)
         except (SourceError, BuildError) as err:  # e.g. a patch that does not apply, a compile error
             self._check_upstream(recipe, err)
             if not isinstance(err, SourceError):
                 atomic_write_text(memo, first_line(err) + "\n")
             return BuildOutcome(False, log=out / "logs", reason=first_line(err))
-        cache = WheelCache(self.cache)
-        entries = [cache.get(c.cache_key) for c in lock.components]
-        cached = all(e is not None and e.meta.get("stored", started) < started for e in entries)
+        sources = {b.source for b in built}  # the remote cache (build/remote.py) serves every step and build ahead
+        source = "compiled" if "built" in sources else "downloaded" if "remote-cache" in sources else "cached"
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),
-                            log=out / "logs", cached=cached)
+                            log=out / "logs", cached=source != "compiled", source=source)
 
     def _check_upstream(self, recipe: Recipe, err: Exception) -> None:
         """A component built before the bisected one cannot fail because of its commit: stop, not skip."""

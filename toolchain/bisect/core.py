@@ -58,15 +58,17 @@ class BuildOutcome:
     log: Path | None = None
     reason: str = ""        # why the build failed (one line)
     cached: bool = False    # nothing was compiled: every wheel came from the cache
+    source: str = ""        # "compiled" | "downloaded" (from the remote cache, nothing compiled) | "cached"
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "lock": _str(self.lock_path), "wheels": [str(w) for w in self.wheels],
-                "log": _str(self.log), "reason": self.reason, "cached": self.cached}
+                "log": _str(self.log), "reason": self.reason, "cached": self.cached, "source": self.source}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BuildOutcome:
         return cls(ok=bool(d["ok"]), lock_path=_path(d.get("lock")), wheels=tuple(Path(w) for w in d.get("wheels", ())),
-                   log=_path(d.get("log")), reason=d.get("reason", ""), cached=bool(d.get("cached", False)))
+                   log=_path(d.get("log")), reason=d.get("reason", ""), cached=bool(d.get("cached", False)),
+                   source=str(d.get("source", "")))
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class StepRecord:
     build_failed: bool = False
     prefetched: bool = False    # its build had started ahead, during an earlier test
     cached: bool = False
+    source: str = ""            # its build's wheels: "compiled" | "downloaded" | "cached" (BuildOutcome.source)
     build_seconds: float = 0.0  # time this step waited for its build
     test_seconds: float = 0.0
     lock: str = ""
@@ -274,6 +277,7 @@ class Bisector:
         state = replace(self.state, verdicts={**self.state.verdicts, cand.key: (verdict, reason)})
         record = StepRecord(number=len(state.steps) + 1, key=cand.key, verdict=verdict, reason=reason,
                             build_failed=not build.ok, prefetched=prefetched, cached=build.cached,
+                            source=build.source,
                             build_seconds=build_seconds, test_seconds=test_seconds,
                             lock=_str(build.lock_path) or "", remaining=state.pending())
         self._save(replace(state, steps=state.steps + (record,)))

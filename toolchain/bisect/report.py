@@ -69,8 +69,9 @@ class PhaseHandler(BisectHandler):
         self.r.line(f"[{self.phase}] testing {_name(candidate)}")
 
     def step(self, record: StepRecord, state: BisectState) -> None:
+        wheels = f", wheels {record.source}" if record.source else ""
         self.r.line(f"[{self.phase}] step {record.number}: {record.key[:12]} is {record.verdict.value} "
-                    f"({record.reason}){_left(record.remaining)}")
+                    f"({record.reason}{wheels}){_left(record.remaining)}")
 
     def skip(self, record: StepRecord, state: BisectState) -> None:
         self.r.line(f"[{self.phase}] step {record.number}: skipping {record.key[:12]}: {record.reason}"
@@ -159,7 +160,7 @@ def steps_table(result: BisectResult, what: str) -> Table:
     subjects = {c.key: c.subject for c in (result.last_good, *result.possible)}
     subjects.update({c.key: c.subject for c, _ in result.skipped})
     for s in result.steps:
-        build = "failed" if s.build_failed else ("cached" if s.cached else f"{s.build_seconds:.1f}")
+        build = "failed" if s.build_failed else (s.source or "cached") if s.cached else f"{s.build_seconds:.1f}"
         table.add_row(str(s.number), escape(f"{s.key[:12]} {subjects.get(s.key, '')}".strip()), s.verdict.value,
                       escape(s.reason), build + (" (ahead)" if s.prefetched else ""), f"{s.test_seconds:.1f}")
     return table

@@ -14,6 +14,7 @@ from pathlib import Path
 from toolchain.build.buildreqs import check_build_requires
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef, copy_wheel
 from toolchain.build.plan import ComponentPlan, Plan
+from toolchain.build.remote import RemoteCache, RemoteRequest, entry_annotations, open_remote
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_env
 from toolchain.errors import BuildError, ToolError
@@ -30,6 +31,7 @@ class BuildOptions:
     fresh_sources: bool = False  # True: prepare source trees again instead of reusing them
     deterministic: bool = True
     verbose: bool = False
+    remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remote.py)
 
 
 @dataclass(frozen=True)
@@ -38,22 +40,30 @@ class BuiltComponent:
     describe: str
     wheel: WheelRef
     seconds: float
-    cached: bool
+    cached: bool                 # nothing was compiled for it (source is not "built")
     log: Path
     normalizations: tuple[str, ...] = ()
+    source: str = "built"        # "built" | "local-cache" | "remote-cache": where the wheel came from
+    pushed: bool = False         # uploaded to the remote cache by this build
 
 
 def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
     cache = WheelCache(options.cache_dir)
+    remote = open_remote(plan.recipe.cache, options.remote)
     trees = SourceTrees(options.cache_dir, mirrors)
     wheels_dir = options.out_dir / WHEELS_DIR
     wheels_dir.mkdir(parents=True, exist_ok=True)
+    looked_up: dict[str, bool] = {}  # the local misses the remote was asked for: key -> downloaded
+    if remote is not None and options.use_cache:
+        looked_up = remote.prefetch([(cp.cache_key, f"{cp.name}@{cp.component.commit[:12]}") for cp in plan.components
+                                     if cache.get(cp.cache_key) is None], cache, Path(options.cache_dir) / "work", ui)
     built = []
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         for cp in plan.components:
             bar.update(description=f"{cp.name} @ {cp.component.commit[:12]}")
             try:
-                built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui))
+                built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui,
+                                             remote, looked_up.get(cp.cache_key)))
             except ToolError as err:
                 err.component = getattr(err, "component", None) or cp.name  # which component failed
                 raise
@@ -62,42 +72,54 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
 
 
 def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
-                    cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui) -> BuiltComponent:
+                    cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui,
+                    remote: RemoteCache | None = None, downloaded: bool | None = None) -> BuiltComponent:
+    """`downloaded`: the remote was already asked for this key (True: its entry is now local)."""
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
     log = options.out_dir / "logs" / f"{comp.name}.log"
     log.write_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n")
     started = time.monotonic()
     entry = cache.get(cp.cache_key) if options.use_cache else None
-    cached = entry is not None
+    source = "remote-cache" if downloaded and entry is not None else "local-cache"
     if entry is None:
-        mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
-        for dep in comp.fetchcontent:
-            mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
         with cache.building(cp.cache_key):
             entry = cache.get(cp.cache_key) if options.use_cache else None
-            cached = entry is not None
+            if entry is None and options.use_cache and remote is not None and downloaded is None:  # the team's cache
+                entry = remote.fetch(cp.cache_key, f"{comp.name}@{comp.commit[:12]}", cache,
+                                     Path(options.cache_dir) / "work", ui)
+                source = "remote-cache"
             if entry is None:
+                mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+                for dep in comp.fetchcontent:
+                    mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui)
                 entry = cache.get(cp.cache_key)
                 assert entry is not None
+                source = "built"
+    cached = source != "built"
     describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
     if cached:
-        _log_from_cache(log, entry)
-        ui.info(f"  [green]✓[/] {comp.name}: cached {entry.wheel.name}")
+        _log_from_cache(log, entry, f"downloaded from {remote.settings.url}" if source == "remote-cache" and remote else "")
+        how = "downloaded" if source == "remote-cache" else "cached"
+        ui.info(f"  [green]✓[/] {comp.name}: {how} {entry.wheel.name}")
     else:
         ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
+    pushed = source != "remote-cache" and remote is not None and remote.push(
+        entry, entry_annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
     copy_wheel(entry, wheels_dir)
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
                           float(entry.meta.get("build_seconds", 0.0)), cached, log,
-                          tuple(entry.meta.get("normalizations", ())))
+                          tuple(entry.meta.get("normalizations", ())), source, pushed)
 
 
-def _log_from_cache(log: Path, entry: CacheEntry) -> None:
-    """A wheel served from the cache keeps its full build log in logs/: the cache entry's, under a header."""
+def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
+    """A wheel served from the cache keeps its full build log in logs/: the cache entry's, under a header
+    (`origin`: where the entry came from, when not from this machine's builds)."""
     built = entry.wheel.parent / "build.log"
     with open(log, "a", encoding="utf-8") as f:
-        f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s)\n")
+        f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s"
+                f"{'; ' + origin if origin else ''})\n")
         if not built.is_file():
             f.write("# the cache entry kept no build log\n")
             return

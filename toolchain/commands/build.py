@@ -6,23 +6,27 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from toolchain.build.remote import open_remote
 from toolchain.build.stack import BuildOptions
 from toolchain.commands import options
 from toolchain.commands.recipes import Table
 from toolchain.console import UI, CommandResult, literal
 from toolchain.errors import UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, read_lock, verify_wheels
-from toolchain.pipeline import build_stack, recipe_from_lock
+from toolchain.pipeline import build_stack_components, recipe_from_lock
 from toolchain.recipe.load import Recipe
 from toolchain.release.bundle import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
+
+SOURCES = {"built": "compiled", "local-cache": "cached", "remote-cache": "downloaded"}  # BuiltComponent.source
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("build", help="build the recipe's wheels and write the lock",
                        description="Build each component's wheel (from the wheel cache when its inputs are "
                                    "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
-    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "out",
+    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "out", "remote-cache", "push",
+                "remote-insecure",
                 help={"out": "output directory: wheels/, logs/, the locks and the bundle (default: dist/<recipe>); "
                              "it must be new, empty or an earlier build's output"})
     p.add_argument("--from-lock", type=Path, metavar="LOCK", help="rebuild exactly what a lock records")
@@ -37,7 +41,8 @@ def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) ->
     out = (args.out or Path("dist") / recipe.name).resolve()
     opts: dict[str, Any] = dict(out_dir=out, cache_dir=options.cache_dir(args), rewrites=parse_rewrites(args.mirror),
                                 use_cache=not getattr(args, "no_cache", False),
-                                fresh_sources=getattr(args, "fresh_sources", False), verbose=args.verbose)
+                                fresh_sources=getattr(args, "fresh_sources", False), verbose=args.verbose,
+                                remote=options.remote_request(args))
     opts.update(overrides)
     return BuildOptions(**opts)
 
@@ -53,9 +58,17 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     else:
         recipe = options.recipe_from_args(args)
     build = build_options(args, recipe)
+    remote = open_remote(recipe.cache, build.remote)  # a bad URL is refused before anything is built
+    if args.push and remote is None:
+        raise UsageError("--push needs a remote cache", hint="pass --remote-cache oci://HOST[:PORT]/NAMESPACE, "
+                                                         "set $TOOLCHAIN_REMOTE_CACHE or [cache] remote in the recipe")
     ui.step(f"building recipe [bold]{literal(recipe.name)}[/] → {literal(str(build.out_dir))}")
-    lock = build_stack(recipe, build, ui)
+    lock, built = build_stack_components(recipe, build, ui)
     data = lock_summary(lock)
+    for entry, b in zip(data["components"], built):
+        entry["source"], entry["pushed"] = b.source, b.pushed
+    if remote is not None:
+        data["remote"] = remote.summary()
     if args.bundle:
         from toolchain.release.bundle import write_bundle
 
@@ -64,10 +77,10 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     tables: tuple[Any, ...] = ()
     if not ui.json_mode:
         table = Table(title=literal(f"{recipe.name}: {lock.path}"))
-        for col in ("component", "commit", "describe", "wheel", "sha256"):
+        for col in ("component", "commit", "describe", "wheel", "sha256", "from"):
             table.add_column(col)
-        for c in lock.components:
-            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16])
+        for c, b in zip(lock.components, built):
+            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16], SOURCES[b.source])
         tables = (table,)
     summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
         f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "")

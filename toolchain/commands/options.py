@@ -77,6 +77,14 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
            {"action": "append", "default": [], "metavar": "FROM=TO"}),
     Option("out", ("--out",), "output directory", {"type": Path, "metavar": "DIR"},
            finalize=_existing_dir_or_new),
+    # the remote wheel cache on an OCI registry (build/remote.py)
+    Option("remote_cache", ("--remote-cache",),
+           "oci://HOST[:PORT]/NAMESPACE: look wheels up there before building (default: $TOOLCHAIN_REMOTE_CACHE, "
+           "else the recipe's [cache] remote; `none` turns it off)", {"metavar": "URL"}),
+    Option("push", ("--push",), "upload the wheels this build makes (or has cached) to the remote cache",
+           {"action": "store_true", "default": None}),
+    Option("remote_insecure", ("--remote-insecure",),
+           "the remote cache's host speaks plain HTTP (only for a registry you trust)", {"action": "store_true"}),
 )}
 
 
@@ -117,6 +125,14 @@ def option_strings(parsers: Iterable[argparse.ArgumentParser]) -> list[str]:
 
 
 # ---- what the build commands share -------------------------------------------------------------------------
+
+def remote_request(args: argparse.Namespace) -> Any:
+    """--remote-cache, --push and --remote-insecure as the build stage takes them (build/remote.py)."""
+    from toolchain.build.remote import RemoteRequest
+
+    return RemoteRequest(url=getattr(args, "remote_cache", None), push=getattr(args, "push", None),
+                         insecure=getattr(args, "remote_insecure", False))
+
 
 def cache_dir(args: argparse.Namespace) -> Path:
     return resolve_cache_dir(args.cache_dir)

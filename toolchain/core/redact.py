@@ -41,3 +41,11 @@ def redact_text(text: str, env: Mapping[str, str | None]) -> str:
 # Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values
 # end at whitespace or NUL (`env -0` output).
 _ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """`url` without the credentials it may carry (https://user:token@host/... → https://<redacted>@host/...)."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{MASK}@", url)
+
+
+_URL_CREDENTIALS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]+@")

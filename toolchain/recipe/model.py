@@ -13,6 +13,7 @@ from typing import Any
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.errors import RecipeError
+from toolchain.recipe.cachespec import CacheSpec
 
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
 DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
@@ -136,6 +137,7 @@ class Recipe:
     # keys declared by another recipe file (an `extends` parent): "toolchain.setvars", "mirrors.PREFIX",
     # "components.NAME.patches"; every other key is this recipe's own (`own_origin`)
     origins: tuple[tuple[str, Origin], ...] = field(default=(), compare=False, hash=False)
+    cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
 
     @functools.cached_property
     def text(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from toolchain.core.fs import sha256_file
 from toolchain.core.redact import is_secret
 from toolchain.errors import RecipeError
+from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
 from toolchain.recipe.model import (
     DEFAULT_COMMAND,
     DEFAULT_INSTALL_ARGS,
@@ -41,7 +42,7 @@ CMAKE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
-            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool}
+            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list}
@@ -142,12 +143,15 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     mirrors = _mirrors(data.get("mirrors", {}), pr)
     components = _components(data.get("components"), pr, own, declared, pinned)
     smoke = _smoke(data.get("smoke", {}), pr)
+    if isinstance(data.get("cache"), dict):
+        pr.check_keys(data["cache"], CACHE_KEYS, "cache.")
+    cache = cache_spec(data.get("cache"), pr.add)
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
     kept = tuple((k, o) for k, o in declared.items() if o != own)
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
-                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept)
+                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache)
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:

@@ -1,0 +1,667 @@
+"""The remote wheel cache: entries of the local wheel cache (build/cache.py) as OCI artifacts on a registry.
+
+One entry is one artifact in `<namespace>/wheels`, tagged by its cache key: an OCI image manifest with
+`artifactType` ARTIFACT_TYPE, the empty config and one layer per part (the wheel, the entry's metadata, the
+build log), annotated with the component, commit, describe, patches, toolchain and target, so that
+`toolchain cache ls --remote` can say what a registry holds without downloading wheels.
+
+Reading: a local miss asks the registry for the key. A hit downloads every part into a temporary directory
+under the cache (each blob checked against its digest and size while it streams), checks the wheel's sha256
+against the entry's metadata and the manifest, and only then puts it into the local cache, which publishes
+by rename: a local entry is whole or absent, whatever happens to the registry or to this process.
+Pushing: only when asked (`--push`, `[cache] push = true`); the manifest goes last, so a tag never names a
+half-uploaded entry, and a key the registry already holds is not pushed again.
+
+The registry is an accelerator, never a dependency. Every request is bounded (connect and read timeouts) and
+tried once; the first failure (down, slow, credentials refused, a plain-HTTP host not opted in) prints ONE
+warning and turns the remote off for the rest of the process, and the build goes on locally. An entry that
+fails verification is refused (a warning naming it) and built locally.
+
+Pushes use the `oras` client (oras-py) for the blob-upload protocol (HEAD, POST, PUT; layer descriptors)
+over our transport (`_Transport`, replacing oras's `Registry.do_request`): as shipped, oras retries a failed
+request 5 times sleeping 3 + 5 + 11 + 29 + 83 s (a dead registry would stall a build for over two minutes),
+sets no timeout, and picks basic or token auth up front (a token client against an htpasswd registry fails
+with an unrelated MissingSchema error). Ours answers the registry's challenge (Basic, or a Bearer token from
+the realm it names) with credentials from build/regauth.py. Reads (manifests, tags, blobs) speak the
+distribution HTTP API through the same transport directly: oras's pull writes straight to the destination
+and checks no digest, its manifest GET logs every 404 (every cache miss), and importing oras costs about a
+second that a build served from the cache should not pay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
+
+from toolchain import __version__
+from toolchain.build.cache import CacheEntry, WheelCache
+from toolchain.build.regauth import Credentials, find_credentials
+from toolchain.core.redact import redact_url
+from toolchain.errors import ToolError, UsageError
+from toolchain.recipe.cachespec import DEFAULT_TIMEOUT, CacheSpec, RemoteURL, parse_remote_url
+
+if TYPE_CHECKING:
+    import requests
+
+    from toolchain.build.plan import ComponentPlan, Plan
+
+ENV_REMOTE, ENV_INSECURE, ENV_TIMEOUT = "TOOLCHAIN_REMOTE_CACHE", "TOOLCHAIN_REMOTE_INSECURE", "TOOLCHAIN_REMOTE_TIMEOUT"
+OFF = ("", "none", "off")  # --remote-cache none: no remote, whatever the recipe or the environment say
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+ARTIFACT_TYPE = "application/vnd.xpu-toolchain.cache-entry.v1"
+MT_WHEEL = "application/vnd.xpu-toolchain.wheel.v1+zip"
+MT_META = "application/vnd.xpu-toolchain.metadata.v1+json"
+MT_LOG = "application/vnd.xpu-toolchain.log.v1+text"
+MT_EMPTY = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+TITLE = "org.opencontainers.image.title"
+CREATED = "org.opencontainers.image.created"
+A = "vnd.xpu-toolchain."  # our annotations: A + "component", "commit", ...
+PREFETCH_JOBS = 4  # downloads at once
+MAX_MANIFEST, MAX_META, MAX_LOG = 4 << 20, 4 << 20, 256 << 20
+WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
+
+
+class RemoteError(ToolError):
+    """The registry could not be used (unreachable, slow, refused, answered nonsense)."""
+
+    return_code = 1
+
+
+class Refused(RemoteError):
+    """One entry failed verification (its wheel, metadata or manifest do not agree)."""
+
+
+# ---- settings --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RemoteRequest:
+    """What the command line asked for; None: not given (the environment, then the recipe decide)."""
+    url: str | None = None
+    push: bool | None = None
+    insecure: bool = False  # --remote-insecure: the given (or configured) host speaks plain HTTP
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    where: RemoteURL
+    push: bool = False
+    insecure: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+
+    @property
+    def url(self) -> str:
+        return self.where.url
+
+
+def resolve_settings(spec: CacheSpec, request: RemoteRequest = RemoteRequest(),
+                     env: Mapping[str, str] | None = None) -> RemoteSettings | None:
+    """The remote to use: --remote-cache, else $TOOLCHAIN_REMOTE_CACHE, else the recipe's [cache] remote.
+    Plain HTTP only for a host opted in: --remote-insecure, a host:port listed in $TOOLCHAIN_REMOTE_INSECURE
+    (comma-separated), or `[cache] insecure = true` when the remote is the recipe's own."""
+    env = os.environ if env is None else env
+    if request.url is not None:
+        url, origin = request.url, "--remote-cache"
+    elif env.get(ENV_REMOTE) is not None:
+        url, origin = env[ENV_REMOTE], f"${ENV_REMOTE}"
+    else:
+        url, origin = spec.remote, "[cache] remote"
+    if url.strip().lower() in OFF:
+        return None
+    try:
+        where = parse_remote_url(url)
+    except ValueError as exc:
+        raise UsageError(f"{origin}: {exc}", hint="write it as oci://HOST[:PORT]/NAMESPACE") from None
+    recipe_host = parse_remote_url(spec.remote).host if spec.remote else None
+    listed = {h.strip().lower() for h in env.get(ENV_INSECURE, "").split(",") if h.strip()}
+    insecure = request.insecure or where.host in listed or (spec.insecure and where.host == recipe_host)
+    timeout = spec.timeout
+    if env.get(ENV_TIMEOUT):
+        try:
+            timeout = float(env[ENV_TIMEOUT])
+        except ValueError:
+            raise UsageError(f"${ENV_TIMEOUT}={env[ENV_TIMEOUT]!r} is not a number of seconds") from None
+    push = request.push if request.push is not None else spec.push
+    return RemoteSettings(where, push=push, insecure=insecure, timeout=timeout)
+
+
+# ---- the transport: one bounded try per request, the registry's auth challenge answered ----------------------
+
+class _Transport:
+    """requests with timeouts and no retries; answers a 401 once, with Basic credentials or a Bearer token
+    from the realm the registry names (as distribution's token auth and GHCR/Harbor do). requests drops the
+    Authorization header when a blob download is redirected to another host (object storage)."""
+
+    def __init__(self, settings: RemoteSettings, credentials: Credentials | None) -> None:
+        import http.cookiejar
+
+        import requests
+
+        self.session = requests.Session()
+        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        self.prefix = "http" if settings.insecure else "https"
+        self.timeout = (settings.timeout, settings.timeout)
+        self.credentials = credentials
+        self.authorization: str | None = None
+
+    def request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
+                json: dict | None = None, stream: bool = False) -> requests.Response:
+        sent = dict(headers or {})
+        if self.authorization:
+            sent["Authorization"] = self.authorization
+        response = self.session.request(method, url, data=data, json=json, headers=sent, stream=stream,
+                                        timeout=self.timeout)
+        if response.status_code != 401:
+            return response
+        answer = self._answer(response.headers.get("WWW-Authenticate", ""))
+        if answer is None or answer == self.authorization:
+            return response
+        response.close()
+        self.authorization = sent["Authorization"] = answer
+        return self.session.request(method, url, data=data, json=json, headers=sent, stream=stream,
+                                    timeout=self.timeout)
+
+    def _answer(self, challenge: str) -> str | None:
+        import requests
+
+        scheme, _, params = challenge.partition(" ")
+        if scheme.lower() == "basic":
+            if self.credentials is None:
+                return None
+            return requests.auth._basic_auth_str(self.credentials.username, self.credentials.password)
+        if scheme.lower() != "bearer":
+            return None
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
+        if not fields.get("realm"):
+            return None
+        creds = (self.credentials.username, self.credentials.password) if self.credentials else None
+        query = {k: v for k, v in fields.items() if k in ("service", "scope")}
+        r = self.session.get(fields["realm"], params=query, auth=creds, timeout=self.timeout)
+        if r.status_code != 200:
+            return None
+        doc = r.json() or {}
+        token = doc.get("token") or doc.get("access_token")
+        return f"Bearer {token}" if token else None
+
+
+@functools.cache
+def _oras_class() -> type:
+    """oras's registry client (imported when pushing: it costs a second at start-up) over our transport."""
+    import oras.provider  # type: ignore[import-untyped]
+
+    class OrasRegistry(oras.provider.Registry):
+        def __init__(self, host: str, transport: _Transport) -> None:
+            super().__init__(hostname=host, insecure=transport.prefix == "http", auth_backend="basic")
+            self.auth = _NoConfigFiles()  # credentials come from regauth (oras would read docker's file itself)
+            self.transport = transport
+
+        def do_request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
+                       json: dict | None = None, stream: bool = False) -> requests.Response:
+            return self.transport.request(url, method, data=data, headers=headers, json=json, stream=stream)
+
+    return OrasRegistry
+
+
+class _NoConfigFiles:
+    """Stands in for oras's auth backend: its config-file reading is regauth's job here."""
+
+    def load_configs(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class RemoteEntry:
+    key: str
+    digest: str
+    annotations: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.annotations
+        return {"key": self.key, "digest": self.digest, "component": a.get(A + "component", ""),
+                "commit": a.get(A + "commit", ""), "describe": a.get(A + "describe", ""),
+                "wheel": a.get(A + "wheel", ""), "sha256": a.get(A + "wheel.sha256", ""),
+                "size": int(a.get(A + "wheel.size", "0") or 0), "created": a.get(CREATED, ""),
+                "patches": [p for p in a.get(A + "patches", "").split(",") if p],
+                "toolchain": _json_or_text(a.get(A + "toolchain", "")), "target": _json_or_text(a.get(A + "target", ""))}
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+class Registry:
+    """The registry calls one remote cache needs. Each raises RemoteError (Refused for a bad entry) with a
+    message that names the registry and what to do, never a credential."""
+
+    def __init__(self, settings: RemoteSettings, env: Mapping[str, str] | None = None) -> None:
+        self.settings, self.env = settings, env
+        self.where = settings.where
+        self.credentials = find_credentials(self.where.host, self.where.repository, env)
+        self.transport = _Transport(settings, self.credentials)
+        self.base = f"{self.transport.prefix}://{self.where.host}/v2/{self.where.repository}"
+        self._oras: Any = None
+
+    # -- requests ------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _talking(self, what: str) -> Iterator[None]:
+        """Turn the transport's exceptions into RemoteError naming the registry and what was being done."""
+        import requests
+
+        try:
+            yield
+        except requests.exceptions.SSLError:
+            raise RemoteError(f"{self.where.host}: TLS failed while {what} (is it a plain-HTTP registry?)",
+                              hint=self._insecure_hint()) from None
+        except requests.exceptions.RequestException as exc:  # refused, reset, broken off, silent, bad answer
+            if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():  # (urllib3 may
+                # report a read timeout on a pooled connection as a ConnectionError)
+                raise RemoteError(f"{self.where.host} did not answer within {self.settings.timeout:g}s while {what}",
+                                  hint=f"a slow registry is skipped; raise [cache] timeout or ${ENV_TIMEOUT}") from None
+            raise RemoteError(f"cannot reach the registry {self.where.host} while {what}: {_reason(exc)}",
+                              hint="check that the registry runs and the host and port are right") from None
+
+    def _check(self, status: int, what: str, ok: tuple[int, ...]) -> None:
+        if status in ok:
+            return
+        if status in (401, 403):
+            raise RemoteError(self._denied(status, what), hint=self._login_hint())
+        raise RemoteError(f"{self.where.host} answered HTTP {status} while {what}")
+
+    def _request(self, method: str, url: str, *, what: str, ok: tuple[int, ...] = (200,), **kw: Any) -> Any:
+        with self._talking(what):
+            r = self.transport.request(url, method, **kw)
+        if r.status_code not in ok:
+            r.close()
+        self._check(r.status_code, what, ok)
+        return r
+
+    def _denied(self, code: int, what: str) -> str:
+        if self.credentials is None:
+            return f"{self.where.host} wants credentials for {what} (HTTP {code}) and none were found"
+        verb = "refused" if code == 401 else "does not allow"
+        return f"{self.where.host} {verb} the credentials of {self.credentials} for {what} (HTTP {code})"
+
+    def _login_hint(self) -> str:
+        return (f"`docker login {self.where.host}` or `podman login {self.where.host}`, or set "
+                "TOOLCHAIN_REGISTRY_USERNAME and TOOLCHAIN_REGISTRY_PASSWORD")
+
+    def _insecure_hint(self) -> str:
+        return (f"only for a registry you trust on a private network: opt in to plain HTTP for this host with "
+                f"--remote-insecure, [cache] insecure = true or {ENV_INSECURE}={self.where.host}")
+
+    # -- reading -------------------------------------------------------------------------------------------
+    def manifest(self, ref: str) -> tuple[dict[str, Any], str] | None:
+        """(manifest, digest) of a tag or digest, or None when the registry does not hold it."""
+        r = self._request("GET", f"{self.base}/manifests/{ref}", what=f"looking up {ref[:16]}", ok=(200, 404),
+                          headers={"Accept": OCI_MANIFEST}, stream=True)
+        with contextlib.closing(r):
+            if r.status_code == 404:
+                return None
+            body = _read_limited(r, MAX_MANIFEST, f"manifest {ref}")
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        said = r.headers.get("Docker-Content-Digest")
+        if said and said != digest:
+            raise Refused(f"manifest {ref} has digest {digest}, the registry says {said}")
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise Refused(f"manifest {ref} is not JSON") from None
+        if not isinstance(doc, dict):
+            raise Refused(f"manifest {ref} is not a JSON object")
+        return doc, digest
+
+    def exists(self, tag: str) -> bool:
+        r = self._request("HEAD", f"{self.base}/manifests/{tag}", what=f"looking up {tag[:16]}", ok=(200, 404),
+                          headers={"Accept": OCI_MANIFEST})
+        return r.status_code == 200
+
+    def tags(self) -> list[str]:
+        out: list[str] = []
+        url: str | None = f"{self.base}/tags/list?n=1000"
+        while url:
+            r = self._request("GET", url, what="listing tags", ok=(200, 404))
+            if r.status_code == 404:  # no repository yet: nothing pushed
+                return out
+            out += r.json().get("tags") or []
+            nxt = r.links.get("next", {}).get("url")
+            url = urljoin(url, nxt) if nxt else None
+        return out
+
+    def blob_to(self, layer: Mapping[str, Any], dest: Path, limit: int) -> None:
+        """Stream a blob into `dest`, checking its size and digest; Refused (and `dest` removed) if wrong."""
+        digest, size = str(layer.get("digest", "")), layer.get("size")
+        if not re.match(r"^sha256:[0-9a-f]{64}$", digest) or not isinstance(size, int) or not 0 <= size <= limit:
+            raise Refused(f"layer {layer.get('mediaType')} has a bad descriptor (digest {digest!r}, size {size!r})")
+        r = self._request("GET", f"{self.base}/blobs/{digest}", what=f"downloading {dest.name}", stream=True)
+        h, n = hashlib.sha256(), 0
+        try:
+            with self._talking(f"downloading {dest.name}"), contextlib.closing(r), open(dest, "wb") as f:
+                for chunk in r.iter_content(1 << 20):
+                    n += len(chunk)
+                    if n > size:
+                        raise Refused(f"{dest.name}: the registry sent more than the {size} bytes its manifest says")
+                    h.update(chunk)
+                    f.write(chunk)
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
+        if n != size or "sha256:" + h.hexdigest() != digest:
+            dest.unlink(missing_ok=True)
+            raise Refused(f"{dest.name}: the registry sent {n} bytes with sha256:{h.hexdigest()}, "
+                          f"the manifest says {size} bytes with {digest}")
+
+    # -- writing -------------------------------------------------------------------------------------------
+    def push(self, tag: str, files: list[tuple[Path, str]], annotations: dict[str, str], work: Path) -> str:
+        """Upload `files` ((path, media type), blobs first) and then the manifest tagged `tag`; its digest."""
+        import oras.oci  # type: ignore[import-untyped]
+
+        layers = []
+        for path, media_type in files:
+            layer = oras.oci.NewLayer(str(path), media_type=media_type)
+            layer["annotations"] = {TITLE: path.name}
+            self._upload(path, layer)
+            layers.append(layer)
+        work.mkdir(parents=True, exist_ok=True)
+        empty = work / f".empty-{uuid.uuid4().hex}.json"
+        empty.write_bytes(EMPTY)
+        try:
+            config = {"mediaType": MT_EMPTY, "digest": "sha256:" + hashlib.sha256(EMPTY).hexdigest(),
+                      "size": len(EMPTY)}
+            self._upload(empty, config)
+        finally:
+            empty.unlink(missing_ok=True)
+        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
+                    "config": config, "layers": layers, "annotations": annotations}
+        body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+        self._request("PUT", f"{self.base}/manifests/{tag}", what=f"pushing the manifest of {tag[:16]}",
+                      ok=(200, 201), data=body, headers={"Content-Type": OCI_MANIFEST})
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def _upload(self, path: Path, layer: dict[str, Any]) -> None:
+        what = f"uploading {path.name}"
+        with self._talking(what):
+            try:
+                if self._oras is None:
+                    self._oras = _oras_class()(self.where.host, self.transport)
+                container = self._oras.get_container(f"{self.where.host}/{self.where.repository}")
+                r = self._oras.upload_blob(str(path), container, layer)
+            except ValueError as exc:  # oras: the registry gave no upload location
+                raise RemoteError(f"{self.where.host}: {what} failed: {exc}") from None
+        self._check(r.status_code, what, (200, 201, 202))
+
+    def entries(self, component: str = "", jobs: int = 8) -> list[RemoteEntry]:
+        """Every entry (manifests read concurrently), those of `component` only when given."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        tags = [t for t in self.tags() if re.match(r"^[0-9a-f]{32}$", t)]
+        local = threading.local()  # a client (a requests session) per worker thread
+
+        def one(tag: str) -> RemoteEntry | None:
+            if not hasattr(local, "registry"):
+                local.registry = Registry(self.settings, self.env)
+            got = local.registry.manifest(tag)
+            if got is None or got[0].get("artifactType") != ARTIFACT_TYPE:
+                return None
+            return RemoteEntry(tag, got[1], {str(k): str(v) for k, v in (got[0].get("annotations") or {}).items()})
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            found = [e for e in pool.map(one, tags) if e is not None]
+        if component:
+            found = [e for e in found if e.annotations.get(A + "component") == component]
+        return sorted(found, key=lambda e: (e.annotations.get(CREATED, ""), e.key))
+
+
+def _read_limited(r: Any, limit: int, what: str) -> bytes:
+    data = b""
+    for chunk in r.iter_content(1 << 16):
+        data += chunk
+        if len(data) > limit:
+            raise Refused(f"{what} is larger than {limit} bytes")
+    return data
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    for known in ("Connection refused", "Name or service not known", "No route to host", "timed out",
+                  "Connection reset", "Connection aborted", "Temporary failure in name resolution",
+                  "RemoteDisconnected", "IncompleteRead", "Connection broken"):
+        if known.lower() in text.lower():
+            return known.lower()
+    return type(exc).__name__
+
+
+# ---- the remote cache a build uses ---------------------------------------------------------------------------
+
+class RemoteCache:
+    """The remote behind one process's builds (shared by bisect's threads: `shared()`). Never raises: a
+    problem is one warning, after which the remote is off (reads and pushes, or pushes only when just the
+    push was refused); a refused entry is a warning that names it."""
+
+    _shared: dict[RemoteSettings, RemoteCache] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, settings: RemoteSettings) -> None:
+        self.settings = settings
+        self._registry_made: Registry | None = None
+        self._lock = threading.Lock()
+        self.off: str | None = None          # why reads (and pushes) stopped
+        self.push_off: str | None = None     # why pushes stopped
+        self.warnings: list[str] = []
+        self.pushed: list[str] = []
+        self.downloaded: list[str] = []
+
+    @classmethod
+    def shared(cls, settings: RemoteSettings) -> RemoteCache:
+        with cls._shared_lock:
+            if settings not in cls._shared:
+                cls._shared[settings] = cls(settings)
+            return cls._shared[settings]
+
+    @property
+    def push_enabled(self) -> bool:
+        return self.settings.push and self.off is None and self.push_off is None
+
+    def warm_up(self) -> None:
+        """Make the client (imports requests, reads the auth files) in the background while the build plans:
+        a build whose wheels all come from the registry should not wait for that at its first download."""
+        def make() -> None:
+            with contextlib.suppress(Exception):  # any problem shows, once, at the first real request
+                self._registry()
+
+        if self.off is None and self._registry_made is None:
+            threading.Thread(target=make, name="remote-cache-warm-up", daemon=True).start()
+
+    def _registry(self) -> Registry:
+        """One client for the process's threads (a requests Session's connection pool is thread-safe)."""
+        with self._lock:
+            if self._registry_made is None:
+                self._registry_made = Registry(self.settings)
+            return self._registry_made
+
+    def _warn(self, ui: Any, message: str) -> None:
+        self.warnings.append(message)
+        ui.warn(message)
+
+    def _turn_off(self, ui: Any, err: RemoteError, *, push_only: bool = False) -> None:
+        with self._lock:
+            if self.off is not None or (push_only and self.push_off is not None):
+                return
+            if push_only:
+                self.push_off = str(err)
+                what = "not pushing to it"
+            else:
+                self.off = str(err)
+                what = "building locally without it"
+        tip = f" ({err.hint})" if err.hint else ""
+        self._warn(ui, f"remote cache {self.settings.url}: {err}; {what} for the rest of this run{tip}")
+
+    def fetch(self, key: str, name: str, cache: WheelCache, work: Path, ui: Any) -> CacheEntry | None:
+        """The entry for `key` from the registry, verified and put into the local cache; None on a miss,
+        a refused entry or a registry problem (the caller builds)."""
+        if self.off is not None:
+            return None
+        tmp = work / f"{key}-remote-{uuid.uuid4().hex[:8]}"  # under the build's stale-leftover sweep
+        try:
+            reg = self._registry()
+            got = reg.manifest(key)
+            if got is None:
+                return None
+            manifest, digest = got
+            ui.step(f"downloading {name} ({key[:12]}) from {self.settings.url}")
+            tmp.mkdir(parents=True)
+            entry = _install(reg, key, manifest, digest, cache, tmp)
+            self.downloaded.append(key)
+            return entry
+        except Refused as err:
+            self._warn(ui, f"remote cache {self.settings.url}: refused the entry for {name} ({key}): {err}; "
+                           f"building it locally")
+            return None
+        except RemoteError as err:
+            self._turn_off(ui, err)
+            return None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def push(self, entry: CacheEntry, annotations: dict[str, str], name: str, work: Path, ui: Any) -> bool:
+        """Upload a local entry unless the registry holds its key; True when pushed."""
+        if not self.push_enabled:
+            return False
+        files = [(entry.wheel, MT_WHEEL), (entry.wheel.parent / "entry.json", MT_META)]
+        if (entry.wheel.parent / "build.log").is_file():
+            files.append((entry.wheel.parent / "build.log", MT_LOG))
+        try:
+            reg = self._registry()
+            if reg.exists(entry.key):
+                return False
+            ui.step(f"pushing {name} ({entry.key[:12]}) to {self.settings.url}")
+            reg.push(entry.key, files, annotations, work)
+        except RemoteError as err:
+            refused = "credentials" in str(err) or "HTTP 403" in str(err) or "HTTP 401" in str(err)
+            self._turn_off(ui, err, push_only=refused)
+            return False
+        self.pushed.append(entry.key)
+        return True
+
+    def prefetch(self, wanted: list[tuple[str, str]], cache: WheelCache, work: Path, ui: Any) -> dict[str, bool]:
+        """Look up and download several (key, name) at once (a build's local misses, before its first
+        component builds: wheels download side by side). key -> True (now in the local cache) or False (the
+        registry has no usable entry). Each key is fetched holding its build lock, like a build."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self.off is not None or not wanted:
+            return {}
+
+        def one(item: tuple[str, str]) -> bool | None:
+            key, name = item
+            with cache.building(key):
+                if cache.get(key) is not None:
+                    return None  # another builder put it there meanwhile
+                return self.fetch(key, name, cache, work, ui) is not None
+
+        with ThreadPoolExecutor(max_workers=min(PREFETCH_JOBS, len(wanted))) as pool:
+            found = dict(zip((k for k, _ in wanted), pool.map(one, wanted)))
+        return {k: v for k, v in found.items() if v is not None and (v or self.off is None)}
+
+    def summary(self) -> dict[str, Any]:
+        return {"url": self.settings.url, "push": self.settings.push, "off": self.off, "push-off": self.push_off,
+                "downloaded": list(self.downloaded), "pushed": list(self.pushed), "warnings": list(self.warnings)}
+
+
+def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cache: WheelCache,
+             tmp: Path) -> CacheEntry:
+    """Download, verify, then put into the local cache (atomic there). Raises Refused for a bad entry."""
+    if manifest.get("artifactType") != ARTIFACT_TYPE:
+        raise Refused(f"the artifact tagged {key} is not a toolchain cache entry (artifactType "
+                      f"{manifest.get('artifactType')!r})")
+    annotations = manifest.get("annotations") or {}
+    if annotations.get(A + "cache-key") != key:
+        raise Refused(f"the artifact tagged {key} says it is the entry of {annotations.get(A + 'cache-key')!r}")
+    layers: dict[str, dict[str, Any]] = {}
+    for layer in manifest.get("layers") or []:
+        if isinstance(layer, dict) and layer.get("mediaType") in (MT_WHEEL, MT_META, MT_LOG):
+            if layer["mediaType"] in layers:
+                raise Refused(f"two {layer['mediaType']} layers")
+            layers[layer["mediaType"]] = layer
+    if MT_WHEEL not in layers or MT_META not in layers:
+        raise Refused("the artifact lacks its wheel or its metadata layer")
+    reg.blob_to(layers[MT_META], tmp / "entry.json", MAX_META)
+    try:
+        meta = json.loads((tmp / "entry.json").read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise Refused("its metadata is not JSON") from None
+    if not isinstance(meta, dict):
+        raise Refused("its metadata is not a JSON object")
+    name, sha, size = meta.get("wheel"), meta.get("sha256"), meta.get("size")
+    title = (layers[MT_WHEEL].get("annotations") or {}).get(TITLE)
+    if not isinstance(name, str) or not WHEEL_NAME.match(name) or title != name:
+        raise Refused(f"its metadata names the wheel {name!r}, the layer {title!r}")
+    if layers[MT_WHEEL].get("digest") != f"sha256:{sha}" or layers[MT_WHEEL].get("size") != size \
+            or annotations.get(A + "wheel.sha256") != sha:
+        raise Refused(f"the wheel layer ({layers[MT_WHEEL].get('digest')}) is not the wheel its metadata "
+                      f"records (sha256:{sha}, {size} bytes)")
+    wheel = tmp / name
+    reg.blob_to(layers[MT_WHEEL], wheel, layers[MT_WHEEL]["size"])  # checks the bytes against sha256 `sha` as they stream
+    log = None
+    if MT_LOG in layers:
+        log = tmp / "build.log"
+        try:
+            reg.blob_to(layers[MT_LOG], log, MAX_LOG)
+        except Refused:
+            log = None  # a bad log costs the log, not the wheel
+    kept = {k: v for k, v in meta.items() if k not in ("wheel", "sha256", "size", "stored", "remote")}
+    kept["remote"] = {"url": reg.settings.url, "digest": digest, "downloaded": time.time()}
+    entry = cache.put(key, wheel, kept, log=log)
+    if entry.sha256 != sha:  # put re-hashes its own copy: a disk that changed it is caught too
+        cache.evict(key)
+        raise Refused(f"the local copy of {name} has sha256 {entry.sha256}, the entry records {sha}")
+    return entry
+
+
+def entry_annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:
+    """What `cache ls --remote` shows without downloading: manifest annotations (strings)."""
+    comp = cp.component
+    tc = plan.toolchain
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.meta.get("stored") or time.time()))
+    return {
+        CREATED: created,
+        A + "cache-key": cp.cache_key,
+        A + "component": comp.name,
+        A + "url": redact_url(comp.url),
+        A + "commit": comp.commit,
+        A + "describe": str(entry.meta.get("describe") or ""),
+        A + "subdir": comp.subdir,
+        A + "patches": ",".join(p.sha256 for p in cp.patches),
+        A + "wheel": entry.wheel.name,
+        A + "wheel.sha256": entry.sha256,
+        A + "wheel.size": str(entry.size),
+        A + "toolchain": json.dumps({"oneapi-version": tc.oneapi_version, "cmplr-root": tc.cmplr_root,
+                                     "env-sha256": tc.env_diff_sha256}, sort_keys=True),
+        A + "target": json.dumps(plan.target.fingerprint(), sort_keys=True),
+        A + "tool-version": __version__,
+    }
+
+
+def open_remote(spec: CacheSpec, request: RemoteRequest) -> RemoteCache | None:
+    settings = resolve_settings(spec, request)
+    return None if settings is None else RemoteCache.shared(settings)
+
+
+__all__ = ["ARTIFACT_TYPE", "MT_LOG", "MT_META", "MT_WHEEL", "Registry", "RemoteCache", "RemoteError",
+           "RemoteRequest", "RemoteSettings", "entry_annotations", "open_remote", "resolve_settings"]

@@ -1,0 +1,89 @@
+"""A recipe's `[cache]` table: a remote wheel cache on an OCI registry, shared by a team or a CI fleet.
+
+    [cache]
+    remote = "oci://registry.example.com:5000/xpu-team"   # oci://HOST[:PORT]/NAMESPACE
+    push = true        # upload what this machine builds (CI does; users read by default)
+    insecure = true    # this host speaks plain HTTP (an explicit opt-in, for this host only)
+    timeout = 20       # seconds: a registry slower than this is skipped (one warning, a local build)
+
+The URL never holds credentials: they come from the docker/podman auth files or the environment, so that a
+recipe (which a lock records) can be committed and shared.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+SCHEME = "oci"
+DEFAULT_TIMEOUT = 20.0
+CACHE_KEYS = {"remote": str, "push": bool, "insecure": bool, "timeout": object}  # timeout: checked below
+# distribution's repository name grammar: path components of lower-case alphanumerics and separators
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$")
+
+
+@dataclass(frozen=True)
+class RemoteURL:
+    host: str       # host[:port], as registries and auth files name it
+    namespace: str  # the repository prefix: entries live in <namespace>/wheels
+
+    @property
+    def url(self) -> str:
+        return f"{SCHEME}://{self.host}/{self.namespace}"
+
+    @property
+    def repository(self) -> str:
+        return f"{self.namespace}/wheels"
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    remote: str = ""
+    push: bool = False
+    insecure: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def parse_remote_url(value: str) -> RemoteURL:
+    """`oci://HOST[:PORT]/NAMESPACE` → RemoteURL; ValueError says what is wrong (never echoing a password)."""
+    parts = urlsplit(value.strip())
+    if parts.scheme != SCHEME:
+        raise ValueError(f"must start with {SCHEME}:// (oci://HOST[:PORT]/NAMESPACE), got {parts.scheme or 'no'} scheme")
+    if "@" in parts.netloc:
+        raise ValueError("holds credentials (user@ or user:password@); remove them: they are read from "
+                         "docker/podman login files or TOOLCHAIN_REGISTRY_USERNAME/TOOLCHAIN_REGISTRY_PASSWORD")
+    if not parts.netloc or not _HOST.match(parts.netloc):
+        raise ValueError("needs a registry host (oci://HOST[:PORT]/NAMESPACE)")
+    if parts.query or parts.fragment:
+        raise ValueError("takes no ?query or #fragment")
+    namespace = parts.path.strip("/")
+    if not namespace:
+        raise ValueError("needs a namespace after the host (oci://HOST[:PORT]/NAMESPACE), e.g. oci://ghcr.io/my-team")
+    bad = [c for c in namespace.split("/") if not _COMPONENT.match(c)]
+    if bad:
+        raise ValueError(f"namespace part {bad[0]!r} is not a valid repository name (lower-case letters, digits, "
+                         f"'.', '_', '-')")
+    return RemoteURL(parts.netloc.lower(), namespace)
+
+
+def cache_spec(table: Any, add_problem) -> CacheSpec:
+    """The validated `[cache]` table; `add_problem(key, message)` collects what is wrong (key types are
+    checked by the caller against CACHE_KEYS)."""
+    if not isinstance(table, dict):
+        return CacheSpec()
+    remote = table.get("remote", "")
+    if isinstance(remote, str) and remote:
+        try:
+            parse_remote_url(remote)
+        except ValueError as exc:
+            add_problem("cache.remote", str(exc))
+            remote = ""
+    timeout = table.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        add_problem("cache.timeout", f"must be a positive number of seconds, got {timeout!r}")
+        timeout = DEFAULT_TIMEOUT
+    return CacheSpec(remote=remote if isinstance(remote, str) else "",
+                     push=table.get("push") is True, insecure=table.get("insecure") is True, timeout=float(timeout))
