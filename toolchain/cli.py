@@ -39,6 +39,7 @@ COMMANDS = {
     "smoke": "toolchain.commands.smoke",
     "bisect": "toolchain.commands.bisect",
     "verify-repro": "toolchain.commands.verify_repro",
+    "lock": "toolchain.commands.lock",
 }
 
 

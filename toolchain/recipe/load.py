@@ -20,6 +20,8 @@ from toolchain.core.redact import is_secret
 from toolchain.errors import RecipeError
 
 RECIPES_ENV = "TOOLCHAIN_RECIPES_DIR"
+DEFAULT_INDEX = "https://pypi.org/simple"
+INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
 DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
 PLACEHOLDERS = ("python", "src", "out")
@@ -79,6 +81,18 @@ class Component:
     command: tuple[str, ...] = DEFAULT_COMMAND
     env: tuple[tuple[str, str], ...] = ()
     fetchcontent: tuple[FetchContentDep, ...] = ()
+    built_against: tuple[str, ...] = ()  # distributions whose C++ ABI the compiled wheel depends on (torch)
+
+
+@dataclass(frozen=True)
+class ResolveSpec:
+    """`[resolve]`: where the runtime closure of the built wheels is resolved from (toolchain.resolve).
+    No index and no find-links: nothing is resolved from anywhere (a closure with requirements fails)."""
+    indexes: tuple[str, ...] = (DEFAULT_INDEX,)   # the first is the primary index, the rest extra indexes
+    find_links: tuple[str, ...] = ()              # directories (relative to the recipe file) or URLs
+    index_strategy: str = "first-index"           # uv's --index-strategy
+    platform: str = ""                            # uv's --python-platform; default: from the probed target
+    python_version: str = ""                      # default: the probed target's major.minor
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,7 @@ class Recipe:
     smoke: SmokeSpec
     demo: bool
     patches_dir: Path
+    resolve: ResolveSpec = ResolveSpec()
     data: dict[str, Any] = field(compare=False, hash=False, default_factory=dict)  # resolved table
 
     @functools.cached_property
@@ -254,13 +269,14 @@ def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:
 # ---- validation ---------------------------------------------------------------------------------------
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
-            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool}
+            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "resolve": dict}
+RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "platform": str, "python-version": str}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list}
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
-                  "command": list, "env": dict, "fetchcontent": list}
+                  "command": list, "env": dict, "fetchcontent": list, "built-against": list}
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
@@ -337,11 +353,12 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path,
     mirrors = _mirrors(data.get("mirrors", {}), pr)
     components = _components(data.get("components"), pr, patches_dir, pinned)
     smoke = _smoke(data.get("smoke", {}), pr)
+    resolve = _resolve(data.get("resolve", {}), pr, path)
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
-                  demo=bool(data.get("demo", False)), patches_dir=patches_dir, data=data)
+                  demo=bool(data.get("demo", False)), patches_dir=patches_dir, data=data, resolve=resolve)
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:
@@ -428,7 +445,8 @@ def _components(comps: Any, pr: _Problems, patches_dir: Path, pinned: bool = Tru
             import_name=c.get("import", "") if isinstance(c.get("import", ""), str) else "",
             install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
             else DEFAULT_INSTALL_ARGS,
-            command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch)
+            command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch,
+            built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"))
     return _order(built, pr)
 
 
@@ -512,6 +530,44 @@ def _order(comps: dict[str, Component], pr: _Problems) -> tuple[Component, ...]:
         placed.add(first.name)
         pending.remove(first)
     return tuple(ordered)
+
+
+def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    names = pr.str_list(table, key, where)
+    for n in names:
+        if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", n):
+            pr.add(where, f"{n!r} is not a distribution name (e.g. \"torch\")")
+    return names
+
+
+def _resolve(r: Any, pr: _Problems, path: Path) -> ResolveSpec:
+    if not isinstance(r, dict):
+        return ResolveSpec()
+    pr.check_keys(r, RESOLVE_KEYS, "resolve.")
+    strategy = r.get("index-strategy", ResolveSpec.index_strategy)
+    if isinstance(strategy, str) and strategy not in INDEX_STRATEGIES:
+        pr.add("resolve.index-strategy", f"unknown strategy {strategy!r}{did_you_mean(strategy, INDEX_STRATEGIES)}; "
+                                         f"use one of {', '.join(INDEX_STRATEGIES)}")
+    indexes = pr.str_list(r, "indexes", "resolve.indexes") if "indexes" in r else ResolveSpec.indexes
+    for url in indexes:
+        if "://" not in url:
+            pr.add("resolve.indexes", f"{url!r} is not a URL (a PEP 503 simple index, e.g. {DEFAULT_INDEX})")
+        elif re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
+            pr.add("resolve.indexes", "a URL with credentials would be recorded in the lock; "
+                                      "put them in ~/.netrc or a keyring instead")
+    links = []
+    for link in pr.str_list(r, "find-links", "resolve.find-links"):
+        if "://" in link or link.startswith("{demo}"):  # {demo}: the demo's shipped files (toolchain.resolve)
+            links.append(link)
+            continue
+        links.append(str((path.parent / link).resolve()))  # checked when resolving: a lock's recipe loads anywhere
+    version = r.get("python-version", "")
+    if isinstance(version, str) and version and not re.match(r"^3\.\d+$", version):
+        pr.add("resolve.python-version", f"must be MAJOR.MINOR such as \"3.12\", got {version!r}")
+    return ResolveSpec(indexes=indexes, find_links=tuple(links),
+                       index_strategy=strategy if isinstance(strategy, str) else ResolveSpec.index_strategy,
+                       platform=r.get("platform", "") if isinstance(r.get("platform", ""), str) else "",
+                       python_version=version if isinstance(version, str) else "")
 
 
 def _smoke(s: Any, pr: _Problems) -> SmokeSpec:
