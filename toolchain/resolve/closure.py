@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-DEPS_DIR = "deps"  # a bundle made --with-deps keeps the dependency files here
+DEPS_DIR = "wheels/deps"  # beside a lock: the fetched (or, in a bundle made --with-deps, bundled) dependency files
 
 
 @dataclass(frozen=True)
