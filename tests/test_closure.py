@@ -35,6 +35,13 @@ from toolchain.errors import TestFailed
 from toolchain.lock import read_lock
 from toolchain.smoke import install
 
+try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
+    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.test_image import containers_env
+except ImportError:  # pragma: no cover
+    from support.container_fixtures import podman_image  # noqa: F401
+    from support.test_image import containers_env
+
 pytestmark = pytest.mark.slow
 DEPS = {"packaging", "tomli", "standin-torch"}
 
@@ -231,8 +238,6 @@ def test_bundle_with_deps_installs_air_gapped_in_a_fresh_venv(demo_build, warm, 
 
 @pytest.mark.container
 def test_bundle_with_deps_installs_in_the_podman_test_image(warm, tmp_path, podman_image):
-    from support.test_image import containers_env
-
     recipe = demo_variant(tmp_path / "recipes", "in-podman", {"indexes": [], "find-links": ["{demo}/wheelhouse"]},
                           target={"runtime": "podman", "image": podman_image, "python": "python3"})
     bundle = _bundle(warm, tmp_path, recipe, "podman")

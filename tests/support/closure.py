@@ -106,7 +106,8 @@ def served(root: Path):
 def demo_variant(recipes: Path, name: str, resolve: dict, **overrides) -> Path:
     """recipes/<name>.toml: the shipped demo with its own [resolve] (and any other tables replaced)."""
     data = tomlio.load_file(REPO / "recipes" / "demo.toml")
-    data["toolchain"] = {"setvars": str(STANDIN_SETVARS), "setvars-args": ["--force"]}
+    # relative to the recipe file, like the shipped demo: a container runtime brings the folder in
+    data["toolchain"] = {"setvars": os.path.relpath(STANDIN_SETVARS, recipes), "setvars-args": ["--force"]}
     data["resolve"] = resolve
     data.update(overrides)
     recipes.mkdir(parents=True, exist_ok=True)
