@@ -3,9 +3,8 @@ the recipe's [resolve]) and rewrite stack.lock.toml and pylock.toml; the ABI che
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import argparse
+from pathlib import Path
 from typing import Any
 
 from toolchain.commands import options
