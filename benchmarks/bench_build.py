@@ -7,6 +7,8 @@
 3. checking a pinned commit out of the mirror against a fresh `git clone` + checkout, on a generated
    repository of 2,000 files and 300 commits: a first (cold) checkout from the mirror, and the prepared
    tree a build gets when the same commit is built again.         goal: >= 10x
+4. resolving the runtime closure of the demo (uv, warm resolver cache): a warm build against the same warm
+   build with --no-resolve, and the resolver call alone.         goal: <= 1 s added to a warm build
 """
 
 from __future__ import annotations
@@ -40,9 +42,21 @@ def sh(argv, **kw):
     return subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def toolchain_build(cache: Path, out: Path) -> None:
+def toolchain_build(cache: Path, out: Path, *extra: str) -> None:
     sh([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(cache),
-        "--out", str(out), "--json"], cwd=ROOT)
+        "--out", str(out), "--json", *extra], cwd=ROOT)
+
+
+def resolve_only(cache: Path, out: Path) -> None:
+    """The resolution step of a build, in process: the demo's built wheels → the checked closure."""
+    from toolchain.console import UI
+    from toolchain.lock import read_lock
+    from toolchain.resolve.run import resolve_built
+
+    lock = read_lock(out / "stack.lock.toml")
+    resolve_built(load_recipe("demo", ROOT / "recipes"), lock.target,
+                  [(c.name, lock.wheel_path(c), c.built_against) for c in lock.components], cache, out / "logs",
+                  UI(quiet=True))
 
 
 def raw_pip_wheel(work: Path, demo_repos: Path) -> None:
@@ -101,19 +115,27 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="toolchain-bench-"))
     try:
         demo_repos = materialize(base / "demo-cache")
-        cold, raw, warm = [], [], []
+        cold, raw, warm, unresolved, alone = [], [], [], [], []
         for r in range(args.rounds):  # interleaved so drift hits both sides alike
             cache, out = base / f"cache{r}", base / f"out{r}"
             shutil.copytree(base / "demo-cache" / "demo-repos", cache / "demo-repos")
             cold.append(timed(lambda: toolchain_build(cache, out)))
             raw.append(timed(lambda: raw_pip_wheel(base / f"raw{r}", demo_repos)))
             warm.append(timed(lambda: toolchain_build(cache, out)))
+            unresolved.append(timed(lambda: toolchain_build(cache, out, "--no-resolve")))
+            warm.append(timed(lambda: toolchain_build(cache, out)))
+            alone.append(timed(lambda: resolve_only(cache, out)))
         c, w, rw = statistics.median(cold), statistics.median(warm), statistics.median(raw)
         print(f"demo build, median of {args.rounds}:")
         print(f"  cold toolchain build      {c:7.2f} s")
         print(f"  raw pip wheel (by hand)   {rw:7.2f} s")
         print(f"  ratio cold/raw            {c / rw:7.3f}x   (goal <= 1.05x)")
         print(f"  warm no-op rerun          {w:7.2f} s   = {100 * w / c:.1f}% of cold   (goal <= 1 s and <= 2%)")
+        u, a1 = statistics.median(unresolved), statistics.median(alone)
+        print("resolving the demo closure (uv, warm resolver cache), median of", args.rounds)
+        print(f"  warm build --no-resolve   {u:7.2f} s")
+        print(f"  warm build (resolves)     {w:7.2f} s   added {w - u:+.2f} s   (goal <= 1 s)")
+        print(f"  the resolution step alone {a1:7.2f} s")
 
         remote = base / "big.git"
         commit = make_big_repo(remote)

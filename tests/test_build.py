@@ -80,7 +80,7 @@ def test_demo_lock_records_everything(demo_build):
     assert lock["smoke"]["model"] == "SmolLM2-135M-Instruct" and lock["smoke"]["device"] == "b70"
     comps = {c["name"]: c for c in lock["components"]}
     assert [c["name"] for c in lock["components"]] == ["engine", "kernels", "ark"]  # install order
-    assert comps["engine"]["describe"] == "v0.2.0-0-gd43566c0af71"  # 12 hex: DESCRIBE_RULE
+    assert comps["engine"]["describe"] == "v0.3.0-0-g4545736bd5a8"  # 12 hex: DESCRIBE_RULE
     assert comps["engine"]["patches"] == [{"path": "demo/0001-engine-reject-empty-prompt.patch", "sha256": sha256_file(
         recipe_path.parent.parent / "patches" / "demo" / "0001-engine-reject-empty-prompt.patch")}]
     assert comps["ark"]["subdir"] == "extension/ark" and comps["ark"]["after"] == ["kernels"]
@@ -95,7 +95,8 @@ def test_demo_lock_records_everything(demo_build):
         c["wheel"]["file"] for c in lock["components"])
     pylock = tomlkit.parse((demo_build.out / "pylock.toml").read_text()).unwrap()
     assert pylock["lock-version"] == "1.0"
-    assert [(p["name"], p["wheels"][0]["path"], p["wheels"][0]["hashes"]["sha256"]) for p in pylock["packages"]] == [
+    built = [p for p in pylock["packages"] if p["tool"]["toolchain"]["role"] == "built"]  # then the dependencies
+    assert [(p["name"], p["wheels"][0]["path"], p["wheels"][0]["hashes"]["sha256"]) for p in built] == [
         (c["dist"], f"wheels/{c['wheel']['file']}", c["wheel"]["sha256"]) for c in lock["components"]]
     data = demo_build.result.json()
     assert data["ok"] is True and data["lock"] == str(demo_build.lock_path)
@@ -131,7 +132,7 @@ print(version("demo-engine"), version("demo-kernels"), version("demo-ark-lib"))
     r = subprocess.run([py, "-c", check], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     # versions from git describe in the checkout (full history and tags), and BUILD_MODE=release for ARK
-    assert r.stdout.split() == ["0.2.0+demo", "0.1.0.post1+gd71c807065f8", "0.5.0"]  # 12 hex: DESCRIBE_RULE
+    assert r.stdout.split() == ["0.3.0+demo", "0.1.0.post2+gcbeb92f56039", "0.5.0"]  # 12 hex: DESCRIBE_RULE
 
 
 def test_a_second_demo_build_is_all_cache_hits(demo_build, tmp_path):

@@ -41,6 +41,7 @@ COMMANDS = {
     "bisect": "toolchain.commands.bisect",
     "verify-repro": "toolchain.commands.verify_repro",
     "cache": "toolchain.commands.cache",
+    "lock": "toolchain.commands.lock",
 }
 
 

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolchain import __version__
+from toolchain.build.abi import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_file
 from toolchain.core.redact import redact_env
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.model import Patch
+from toolchain.resolve.closure import Closure, pylock_entry
 from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
@@ -48,6 +50,7 @@ class LockedComponent:
     build_seconds: float
     wheel: WheelRef
     fetchcontent: tuple[dict[str, str], ...] = ()
+    built_against: tuple[BuiltAgainst, ...] = ()  # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.abi)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class Lock:
     normalizations: tuple[str, ...] = ()
     describe_rule: str = DESCRIBE_RULE  # how `describe` (and the versions the builds derived) were computed
     path: Path | None = field(default=None, compare=False)
+    closure: Closure | None = None  # the resolved runtime dependencies; None: not resolved (--no-resolve)
 
     @property
     def wheels_dir(self) -> Path:
@@ -95,7 +99,11 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         }
         if c.fetchcontent:
             d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
+        if c.built_against:
+            d["built-against"] = [b.to_dict() for b in c.built_against]
         comps.append(d)
+    closure = {} if lock.closure is None else {
+        "resolve": lock.closure.settings(), "dependencies": [d.to_dict() for d in lock.closure.dists]}
     return {
         "lock-version": LOCK_VERSION,
         "tool-version": lock.tool_version,
@@ -107,6 +115,7 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "target": _kebab(asdict(lock.target)),
         "smoke": lock.smoke,
         "components": comps,
+        **closure,
     }
 
 
@@ -129,25 +138,32 @@ def _snake(d: dict[str, Any]) -> dict[str, Any]:
     return {k.replace("-", "_"): (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
 
 
-def write_lock(lock: Lock, out_dir: Path) -> Path:
+def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False) -> Path:
     path = out_dir / LOCK_NAME
     atomic_write_text(path, "# Written by toolchain; do not edit (hashes are verified).\n"
                       + tomlio.dumps(to_dict(lock)))
-    atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock))
+    atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock, bundled_deps=bundled_deps))
     return path
 
 
-def pylock_text(lock: Lock) -> str:
-    """PEP 751: the built wheels by relative path with sha256, in install order."""
+def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:
+    """PEP 751: the built wheels by relative path with sha256, in install order, then the resolved dependencies
+    (by URL, or by `deps/` path in a bundle made --with-deps), each file with its sha256."""
     target = lock.target
     packages = []
+    deps = lock.closure.dists if lock.closure is not None else ()
     for c in lock.components:
         name, version = wheel_name_version(c.wheel.file)
-        packages.append({
+        entry: dict[str, Any] = {
             "name": name, "version": version,
             "wheels": [{"name": c.wheel.file, "path": f"{WHEELS_DIR}/{c.wheel.file}", "size": c.wheel.size,
                         "hashes": {"sha256": c.wheel.sha256}}],
-        })
+        }
+        if lock.closure is not None:
+            entry["dependencies"] = [{"name": d.name, "version": d.version} for d in deps if name in d.required_by]
+            entry["tool"] = {"toolchain": {"role": "built", "component": c.name}}
+        packages.append(entry)
+    packages += [pylock_entry(d, bundled=bundled_deps) for d in deps]
     data: dict[str, Any] = {"lock-version": "1.0", "created-by": "toolchain"}
     if target.python_version:
         major_minor = ".".join(target.python_version.split(".")[:2])
@@ -190,6 +206,7 @@ def read_lock(path: Path) -> Lock:
                 build_seconds=float(c.get("build-seconds", 0.0)),
                 wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
                 fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
+                built_against=tuple(BuiltAgainst.from_dict(b) for b in c.get("built-against", ())),
             ))
         r = data["recipe"]
         return Lock(
@@ -201,6 +218,7 @@ def read_lock(path: Path) -> Lock:
             tool_version=data.get("tool-version", ""), normalizations=tuple(data.get("normalizations", ())),
             describe_rule=data.get("describe-rule", ""),
             path=path.resolve(),
+            closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
         )
     except (KeyError, TypeError) as exc:
         raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
@@ -224,7 +242,7 @@ def verify_wheels(lock: Lock) -> None:
                          hint="rebuild with `toolchain build --from-lock` or fetch the bundle again")
 
 
-def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
+def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | None = None) -> Lock:
     """The lock of a plan's built components (install order)."""
     comps = []
     for b in built:
@@ -236,8 +254,9 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
             patches=b.plan.patches,
             env={k: v for k, v in redact_env(dict(b.plan.env)).items() if v is not None}, command=c.command, cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,
-            fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent)))
+            fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent),
+            built_against=b.built_against))
     norms = sorted({n for b in built for n in b.normalizations})
     return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=plan.recipe.sha256,
                 recipe_text=plan.recipe.text, toolchain=plan.toolchain, target=plan.target,
-                smoke=plan.recipe.smoke.raw, components=tuple(comps), normalizations=tuple(norms))
+                smoke=plan.recipe.smoke.raw, components=tuple(comps), normalizations=tuple(norms), closure=closure)

@@ -65,7 +65,13 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui) -> tuple[L
             if plan.toolchain_env.as_dict().get(STANDIN_VAR) == "1":
                 err.hint = _standin_note(plan.toolchain.setvars) + (f"\n{err.hint}" if err.hint else "")
             raise
-    lock = assemble_lock(plan, built)
+    closure = None
+    if options.resolve:
+        from toolchain.resolve.run import resolve_built
+
+        closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
+                                                      for b in built], options.cache_dir, logs, ui)
+    lock = assemble_lock(plan, built, closure)
     path = out / LOCK_NAME
     if not _same_lock(path, lock):
         write_lock(lock, out)
@@ -170,3 +176,22 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
         raise RecipeError([f"{lock.path}: {p}" for p in problems],
                           hint="the lock no longer matches its inputs; restore them or build the recipe anew")
     return recipe
+
+
+def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui) -> Lock:
+    """`toolchain lock`: resolve an existing lock's closure again (same built wheels, the recipe's [resolve])
+    and rewrite the lock in place; the ABI check runs before anything is written."""
+    from toolchain.lock import verify_wheels
+    from toolchain.resolve.run import resolve_built
+
+    lock = read_lock(lock_path)
+    verify_wheels(lock)
+    recipe = recipe_from_lock(lock, patches_dir, recipes_dir)
+    assert lock.path is not None
+    closure = resolve_built(recipe, lock.target, [(c.name, lock.wheel_path(c), c.built_against)
+                                                  for c in lock.components], cache_dir, lock.path.parent / "logs", ui)
+    import dataclasses
+
+    write_lock(dataclasses.replace(lock, closure=closure), lock.path.parent)
+    give_to_invoking_user(lock.path.parent)
+    return read_lock(lock.path)

@@ -80,6 +80,8 @@ def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | 
         "target": target.fingerprint(),
         "toolchain": [toolchain.oneapi_version, toolchain.cmplr_root, toolchain.env_diff_sha256],
     }
+    if comp.built_against:  # (only then: the keys of every other component stay as they were)
+        material["built-against"] = list(comp.built_against)
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())[:32]
 
 

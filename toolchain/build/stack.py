@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.build.abi import BuiltAgainst, probe_built_against
 from toolchain.build.buildreqs import check_build_requires
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef, copy_wheel
 from toolchain.build.plan import ComponentPlan, Plan
@@ -32,6 +33,7 @@ class BuildOptions:
     deterministic: bool = True
     verbose: bool = False
     remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remote.py)
+    resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class BuiltComponent:
     normalizations: tuple[str, ...] = ()
     source: str = "built"        # "built" | "local-cache" | "remote-cache": where the wheel came from
     pushed: bool = False         # uploaded to the remote cache by this build
+    built_against: tuple[BuiltAgainst, ...] = ()  # what the build environment had of `built-against`
 
 
 def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
@@ -110,7 +113,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
     copy_wheel(entry, wheels_dir)
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
                           float(entry.meta.get("build_seconds", 0.0)), cached, log,
-                          tuple(entry.meta.get("normalizations", ())), source, pushed)
+                          tuple(entry.meta.get("normalizations", ())), source, pushed,
+                          tuple(BuiltAgainst.from_dict(d) for d in entry.meta.get("built_against", ())))
 
 
 def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
@@ -149,6 +153,7 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
             env = build_env(plan, cp, src, ws.deps, epoch, options.deterministic)
             argv = [_fill(a, python=plan.recipe.target.python, src=src, out=ws.out) for a in comp.command]
             check_build_requires(ws, plan.recipe.target.python, src, what, log)
+            against = probe_built_against(ws, plan.recipe.target.python, comp.built_against, env, src, log, what)
             ui.step(f"building {what} in the {runtime.describe()} (log: {log})")
             try:
                 ws.run(argv, env=env, cwd=src, log=log, verbose=options.verbose)
@@ -161,6 +166,7 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
         cache.put(cp.cache_key, wheel, {
             "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
             "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
+            "built_against": [b.to_dict() for b in against],
         }, log=log)
     finally:
         shutil.rmtree(out_tmp, ignore_errors=True)

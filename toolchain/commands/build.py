@@ -34,6 +34,10 @@ def register(sub: Any) -> None:
     p.add_argument("--fresh-sources", action="store_true", help="prepare source trees again from the mirrors")
     p.add_argument("--bundle", action="store_true",
                    help=f"also write a reproducible bundle (wheels, locks, SBOM, tarball) into OUT/{BUNDLES_DIR}/")
+    p.add_argument("--no-resolve", action="store_true",
+                   help="do not resolve the runtime dependencies (offline; the lock then pins none of them)")
+    p.add_argument("--with-deps", action="store_true",
+                   help="with --bundle: put the locked dependency files into the bundle (installs air-gapped)")
     p.set_defaults(handler=handle)
 
 
@@ -42,7 +46,8 @@ def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) ->
     opts: dict[str, Any] = dict(out_dir=out, cache_dir=options.cache_dir(args), rewrites=parse_rewrites(args.mirror),
                                 use_cache=not getattr(args, "no_cache", False),
                                 fresh_sources=getattr(args, "fresh_sources", False), verbose=args.verbose,
-                                remote=options.remote_request(args))
+                                remote=options.remote_request(args),
+                                resolve=not getattr(args, "no_resolve", False))
     opts.update(overrides)
     return BuildOptions(**opts)
 
@@ -57,6 +62,10 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)
     else:
         recipe = options.recipe_from_args(args)
+    if args.with_deps and not args.bundle:
+        raise UsageError("--with-deps needs --bundle", hint="toolchain build --bundle --with-deps")
+    if args.with_deps and args.no_resolve:
+        raise UsageError("--with-deps needs the resolved closure; it excludes --no-resolve")
     build = build_options(args, recipe)
     remote = open_remote(recipe.cache, build.remote)  # a bad URL is refused before anything is built
     if args.push and remote is None:
@@ -72,7 +81,8 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.bundle:
         from toolchain.release.bundle import write_bundle
 
-        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs)
+        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs,
+                              with_deps=args.with_deps)
         data["bundle"] = str(bundle)
     tables: tuple[Any, ...] = ()
     if not ui.json_mode:
@@ -92,5 +102,16 @@ def lock_summary(lock: Lock) -> dict[str, Any]:
             "pylock": str(lock.wheels_dir.parent / PYLOCK_NAME),
             "components": [{"name": c.name, "commit": c.commit, "describe": c.describe, "wheel": c.wheel.file,
                             "sha256": c.wheel.sha256, "size": c.wheel.size, "cache-key": c.cache_key,
-                            "path": str(lock.wheel_path(c))} for c in lock.components]}
+                            "path": str(lock.wheel_path(c))} for c in lock.components],
+            **closure_summary(lock)}
+
+
+def closure_summary(lock: Lock) -> dict[str, Any]:
+    """The resolved dependencies as `--json` shows them (`resolved: false` when the lock has none)."""
+    if lock.closure is None:
+        return {"resolved": False}
+    return {"resolved": True, "resolver": lock.closure.resolver, "notes": list(lock.closure.notes),
+            "dependencies": [d.to_dict() for d in lock.closure.dists],
+            "built-against": {c.name: [b.to_dict() for b in c.built_against]
+                              for c in lock.components if c.built_against}}
 

@@ -86,6 +86,22 @@ class Component:
     command: tuple[str, ...] = DEFAULT_COMMAND
     env: tuple[tuple[str, str], ...] = ()
     fetchcontent: tuple[FetchContentDep, ...] = ()
+    built_against: tuple[str, ...] = ()  # distributions whose C++ ABI the compiled wheel depends on (torch)
+
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
+
+
+@dataclass(frozen=True)
+class ResolveSpec:
+    """`[resolve]`: where the runtime closure of the built wheels is resolved from (toolchain.resolve).
+    No index and no find-links: nothing is resolved from anywhere (a closure with requirements fails)."""
+    indexes: tuple[str, ...] = (DEFAULT_INDEX,)   # the first is the primary index, the rest extra indexes
+    find_links: tuple[str, ...] = ()              # directories (relative to the recipe file) or URLs
+    index_strategy: str = "first-index"           # uv's --index-strategy
+    platform: str = ""                            # uv's --python-platform; default: from the probed target
+    python_version: str = ""                      # default: the probed target's major.minor
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,7 @@ class Recipe:
     # keys declared by another recipe file (an `extends` parent): "toolchain.setvars", "mirrors.PREFIX",
     # "components.NAME.patches"; every other key is this recipe's own (`own_origin`)
     origins: tuple[tuple[str, Origin], ...] = field(default=(), compare=False, hash=False)
+    resolve: ResolveSpec = ResolveSpec()  # [resolve]: the runtime closure (toolchain.resolve)
     cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
 
     @functools.cached_property

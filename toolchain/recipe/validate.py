@@ -20,13 +20,16 @@ from toolchain.errors import RecipeError
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
 from toolchain.recipe.model import (
     DEFAULT_COMMAND,
+    DEFAULT_INDEX,
     DEFAULT_INSTALL_ARGS,
     DEFAULT_SETVARS,
+    INDEX_STRATEGIES,
     Component,
     FetchContentDep,
     Origin,
     Patch,
     Recipe,
+    ResolveSpec,
     SmokeSpec,
     TargetSpec,
     ToolchainSpec,
@@ -42,13 +45,15 @@ CMAKE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
-            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict}
+            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict,
+            "resolve": dict}
+RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "platform": str, "python-version": str}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list}
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
-                  "command": list, "env": dict, "fetchcontent": list}
+                  "command": list, "env": dict, "fetchcontent": list, "built-against": list}
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
@@ -146,12 +151,13 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     if isinstance(data.get("cache"), dict):
         pr.check_keys(data["cache"], CACHE_KEYS, "cache.")
     cache = cache_spec(data.get("cache"), pr.add)
+    resolve = _resolve(data.get("resolve", {}), pr, path)
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
     kept = tuple((k, o) for k, o in declared.items() if o != own)
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
-                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache)
+                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache, resolve=resolve)
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:
@@ -239,7 +245,8 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             import_name=_str(c, "import"),
             install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
             else DEFAULT_INSTALL_ARGS,
-            command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch)
+            command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch,
+            built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"))
     return _order(built, pr)
 
 
@@ -392,3 +399,39 @@ def _smoke(s: Any, pr: _Problems) -> SmokeSpec:
                      cases=pr.str_list(s, "cases", "smoke.cases"), raw=dict(s))
 
 
+def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    names = pr.str_list(table, key, where)
+    for n in names:
+        if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", n):
+            pr.add(where, f"{n!r} is not a distribution name (e.g. \"torch\")")
+    return names
+
+
+def _resolve(r: Any, pr: _Problems, path: Path) -> ResolveSpec:
+    if not isinstance(r, dict):
+        return ResolveSpec()
+    pr.check_keys(r, RESOLVE_KEYS, "resolve.")
+    strategy = r.get("index-strategy", ResolveSpec.index_strategy)
+    if isinstance(strategy, str) and strategy not in INDEX_STRATEGIES:
+        pr.add("resolve.index-strategy", f"unknown strategy {strategy!r}{did_you_mean(strategy, INDEX_STRATEGIES)}; "
+                                         f"use one of {', '.join(INDEX_STRATEGIES)}")
+    indexes = pr.str_list(r, "indexes", "resolve.indexes") if "indexes" in r else ResolveSpec.indexes
+    for url in indexes:
+        if "://" not in url:
+            pr.add("resolve.indexes", f"{url!r} is not a URL (a PEP 503 simple index, e.g. {DEFAULT_INDEX})")
+        elif re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
+            pr.add("resolve.indexes", "a URL with credentials would be recorded in the lock; "
+                                      "put them in ~/.netrc or a keyring instead")
+    links = []
+    for link in pr.str_list(r, "find-links", "resolve.find-links"):
+        if "://" in link or link.startswith("{demo}"):  # {demo}: the demo's shipped files (toolchain.resolve)
+            links.append(link)
+            continue
+        links.append(str((path.parent / link).resolve()))  # checked when resolving: a lock's recipe loads anywhere
+    version = r.get("python-version", "")
+    if isinstance(version, str) and version and not re.match(r"^3\.\d+$", version):
+        pr.add("resolve.python-version", f"must be MAJOR.MINOR such as \"3.12\", got {version!r}")
+    return ResolveSpec(indexes=indexes, find_links=tuple(links),
+                       index_strategy=strategy if isinstance(strategy, str) else ResolveSpec.index_strategy,
+                       platform=r.get("platform", "") if isinstance(r.get("platform", ""), str) else "",
+                       python_version=version if isinstance(version, str) else "")

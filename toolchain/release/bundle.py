@@ -33,17 +33,20 @@ from toolchain.release.sbom import SBOM_NAME, sbom_json
 
 SUMS_NAME = "SHA256SUMS"
 INSTALL_NAME = "INSTALL.txt"
+REQUIREMENTS_NAME = "requirements.lock.txt"
 PATCHES_DIR = "patches"
 BUNDLES_DIR = "bundles"  # under a build's --out: `toolchain build --bundle` writes its bundles there
 KEY_LENGTH = 12
 
 
-def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path] | None = None) -> Path:
+def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path] | None = None,
+                 with_deps: bool = False) -> Path:
     """Write the bundle of `lock` (whose wheels must match their recorded hashes) into `out_dir`.
 
     Returns the bundle directory; the tarball is `tarball_path(<returned dir>)`. `patches_dir` (the
     recipes' patches/ directory, or several: `Recipe.patch_dirs`) copies the patch series into the bundle and
-    embeds it in the SBOM.
+    embeds it in the SBOM. `with_deps`: the locked dependency files go into `wheels/deps/` (checked against
+    their sha256), so the bundle installs with no network.
     """
     lockmod.verify_wheels(lock)
     out_dir = Path(out_dir)
@@ -54,13 +57,17 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
     try:
         for comp in lock.components:
             _copy(lock.wheel_path(comp), tmp / lockmod.WHEELS_DIR / comp.wheel.file)
-        lockmod.write_lock(published, tmp)
+        if with_deps:
+            _bundle_deps(lock, tmp)
+        lockmod.write_lock(published, tmp, bundled_deps=with_deps)
+        if lock.closure is not None:
+            (tmp / REQUIREMENTS_NAME).write_text(requirements_text(published, bundled=with_deps), encoding="utf-8")
         dirs = [patches_dir] if isinstance(patches_dir, (str, Path)) else list(patches_dir or ())
         patch_texts = _copy_patches(lock, dirs, tmp) if dirs else {}
         lock_key = sha256_file(tmp / lockmod.LOCK_NAME)[:KEY_LENGTH]
         (tmp / SBOM_NAME).write_text(sbom_json(published, epoch=epoch, stack_version=lock_key,
                                                patch_texts=patch_texts), encoding="utf-8")
-        (tmp / INSTALL_NAME).write_text(install_text(published), encoding="utf-8")
+        (tmp / INSTALL_NAME).write_text(install_text(published, bundled_deps=with_deps), encoding="utf-8")
         sums = sums_text(tmp)
         (tmp / SUMS_NAME).write_text(sums, encoding="utf-8")
         _fix_modes(tmp)
@@ -105,7 +112,53 @@ def sums_text(root: Path) -> str:
     return "".join(f"{sha256_file(p)}  {p.relative_to(root).as_posix()}\n" for p in files)
 
 
-def install_text(lock: Lock) -> str:
+def _bundle_deps(lock: Lock, dest: Path) -> None:
+    from toolchain.resolve.closure import DEPS_DIR
+    from toolchain.resolve.fetch import fetch_dists
+
+    if lock.closure is None:
+        raise TestFailed(f"{lock.path}: --with-deps needs a lock with its resolved closure",
+                         hint="resolve it first: `toolchain lock --lock LOCK` (or build without --no-resolve)")
+    assert lock.path is not None
+    fetched = fetch_dists(lock.closure.dists, lock.path.parent / DEPS_DIR, lock.path.parent / "logs" / "fetch.log")
+    for d in lock.closure.dists:
+        _copy(fetched[d.name], dest / DEPS_DIR / d.file)
+
+
+def requirements_text(lock: Lock, *, bundled: bool) -> str:
+    """Every locked file with its sha256 (pip --require-hashes): dependencies (bundled paths, or their URLs)
+    then the built wheels, paths relative to the bundle directory."""
+    from toolchain.resolve.closure import DEPS_DIR
+    from toolchain.resolve.fetch import hashed_requirements
+
+    assert lock.closure is not None
+    deps = [(f"./{DEPS_DIR}/{d.file}" if bundled else f"{d.name} @ {d.url}", d.sha256) for d in lock.closure.dists]
+    built = [(f"./{lockmod.WHEELS_DIR}/{c.wheel.file}", c.wheel.sha256) for c in lock.components]
+    return ("# Every file of the stack with its sha256: pip install --no-index --no-deps --require-hashes -r "
+            f"{REQUIREMENTS_NAME}\n" + hashed_requirements([*deps, *built]))
+
+
+def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
+    if lock.closure is not None:
+        n = len(lock.closure.dists)
+        where = "in wheels/deps/: installs with no network" if bundled_deps else "fetched from the URLs the lock records"
+        return "\n".join([
+            f"Bundle of recipe {lock.recipe_name!r}: {len(lock.components)} built wheel(s) and {n} locked "
+            f"dependenc{'y' if n == 1 else 'ies'} ({where}), built by toolchain {lock.tool_version}.",
+            "",
+            "Check it (in this directory):   sha256sum -c SHA256SUMS",
+            "Install exactly the lock (in this directory, into a fresh venv; every file's sha256 is checked, and",
+            "a dependency the lock does not name is an error, never a download):",
+            f"  pip install --no-index --no-deps --require-hashes -r {REQUIREMENTS_NAME}",
+            "  pip check",
+            *([] if bundled_deps else ["(For an air-gapped machine make the bundle with --bundle --with-deps.)"]),
+            "Rebuild and compare it:         toolchain verify-repro --lock stack.lock.toml",
+            "",
+        ])
+    return _install_text_unresolved(lock)
+
+
+def _install_text_unresolved(lock: Lock) -> str:
     wheels = [f"{lockmod.WHEELS_DIR}/{c.wheel.file}" for c in lock.components]
     in_order = " && ".join(
         display(["pip", "install", *(c.install_args or ("--no-deps", "--force-reinstall")),

@@ -131,6 +131,10 @@ def pip_argv(target: Target, step: InstallStep, find_links: str) -> list[str]:
 
 
 def install(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
+    """A resolved lock: exactly its files, hashes required, nothing from an index (`install_closure`).
+    A lock without a resolved closure (--no-resolve, older locks): lock order, the first with its deps."""
+    if lock.closure is not None:
+        return install_closure(lock, target, log, progress)
     steps = install_plan(lock)
     links = target.visible_path(lock.wheels_dir)
     for step in steps:
@@ -162,7 +166,7 @@ class VersionCheck:
 
 
 def installed_versions(target: Target, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
-    done = target.run([target.python, "-c", VERSIONS_SCRIPT, *dists], capture=True, log=log, timeout=300)
+    done = target.run([target.python, "-I", "-c", VERSIONS_SCRIPT, *dists], capture=True, log=log, timeout=300)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -184,3 +188,100 @@ def require_versions(checks: Sequence[VersionCheck], where: str) -> None:
         raise TestFailed(f"installed versions in {where} do not match the lock; nothing was served:\n"
                          + "\n".join(lines),
                          hint="install from the lock (drop --no-install), or check what else pinned these packages")
+
+
+# ---- a resolved lock: the closure, exactly ------------------------------------------------------------
+
+CLOSURE_ARGS = ("--no-index", "--no-deps", "--require-hashes", "--force-reinstall")
+REQUIREMENTS_NAME = "requirements.lock.txt"
+
+
+def closure_files(lock: Lock, log: Path) -> list[tuple[str, Path, str]]:
+    """(name, local file, sha256) of every locked file: the dependencies (fetched into wheels/deps/ with their
+    hashes checked) and the built wheels, in that order."""
+    from toolchain.resolve.closure import DEPS_DIR
+    from toolchain.resolve.fetch import fetch_dists
+
+    assert lock.closure is not None and lock.path is not None
+    fetched = fetch_dists(lock.closure.dists, lock.path.parent / DEPS_DIR, log)
+    files = [(d.name, fetched[d.name], d.sha256) for d in lock.closure.dists]
+    files += [(c.name, lock.wheel_path(c), c.wheel.sha256) for c in lock.components]
+    return files
+
+
+def install_closure(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
+    from toolchain.core.fs import atomic_write_text
+    from toolchain.resolve.closure import DEPS_DIR
+    from toolchain.resolve.fetch import hashed_requirements
+
+    assert lock.path is not None
+    files = closure_files(lock, log)
+    reqs = lock.path.parent / DEPS_DIR / REQUIREMENTS_NAME
+    atomic_write_text(reqs, hashed_requirements((target.visible_path(p), sha) for _, p, sha in files))
+    steps = tuple(InstallStep(name, path, CLOSURE_ARGS) for name, path, _ in files)
+    if progress is not None:
+        progress(InstallStep(f"{len(files)} locked files", reqs, CLOSURE_ARGS))
+    target.run([target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off", "--isolated",
+                *CLOSURE_ARGS, "-r", target.visible_path(reqs)], log=log, timeout=INSTALL_TIMEOUT)
+    done = target.run([target.python, "-m", "pip", "check"], log=log, capture=True, check=False, timeout=300)
+    if done.returncode != 0:
+        raise TestFailed(f"the environment installed from the lock misses requirements the lock does not pin "
+                         f"({target.python}); nothing was downloaded in their place:\n"
+                         + "\n".join("  " + line for line in (done.stdout + done.stderr).strip().splitlines()),
+                         hint="re-resolve the closure with `toolchain lock --lock LOCK`")
+    return steps
+
+
+INSPECT_SCRIPT = r"""
+import json, sys
+from importlib import metadata
+out = []
+for d in metadata.distributions():
+    name = d.metadata["Name"]
+    sha = ""
+    try:
+        info = json.loads(d.read_text("direct_url.json") or "{}")
+        sha = (info.get("archive_info", {}).get("hashes") or {}).get("sha256", "")
+    except Exception:
+        pass
+    out.append({"name": name, "version": d.version, "sha256": sha})
+print(json.dumps(out))
+"""
+
+
+def environment(lock: Lock, target: Target, log: Path | None = None) -> dict:
+    """The installed environment (pip freeze-like, with the sha256 pip recorded for each file) against the
+    lock: every locked distribution with its state (ok, differs, missing), then what is installed besides."""
+    done = target.run([target.python, "-I", "-c", INSPECT_SCRIPT], capture=True, log=log, timeout=300)
+    installed = {str(canonicalize_name(d["name"])): d for d in json.loads(done.stdout.strip().splitlines()[-1])}
+    locked: list[tuple[str, str, str, str]] = []  # (name, version, sha256, role)
+    for c in lock.components:
+        name, version = wheel_name_version(c.wheel.file)
+        locked.append((name, version, c.wheel.sha256, "built"))
+    for d in (lock.closure.dists if lock.closure is not None else ()):
+        locked.append((d.name, d.version, d.sha256, "dependency"))
+    rows = []
+    for name, version, sha, role in locked:
+        have = installed.pop(name, None)
+        if have is None:
+            state = "missing"
+        elif have["version"] != version or (have["sha256"] and have["sha256"] != sha):
+            state = "differs"
+        else:
+            state = "ok"
+        rows.append({"name": name, "role": role, "locked": version, "locked-sha256": sha,
+                     "installed": have["version"] if have else None,
+                     "installed-sha256": have["sha256"] if have else None, "state": state})
+    extra = [{"name": n, "installed": d["version"], "installed-sha256": d["sha256"] or None, "state": "not in lock"}
+             for n, d in sorted(installed.items())]
+    return {"resolved": lock.closure is not None, "ok": all(r["state"] == "ok" for r in rows),
+            "locked": rows, "other": extra}
+
+
+def require_environment(env: dict, where: str) -> None:
+    """A resolved lock installed: every locked distribution is there, in the locked version and file."""
+    bad = [r for r in env["locked"] if r["state"] != "ok"] if env.get("resolved") else []
+    if bad:
+        raise TestFailed(f"the environment {where} does not match the lock; nothing was served:\n" + "\n".join(
+            f"  - {r['name']}: {r['state']} (installed {r['installed'] or 'nothing'}, the lock has {r['locked']})"
+            for r in bad), hint="install from the lock again (a fresh venv), or re-resolve with `toolchain lock`")

@@ -73,6 +73,17 @@ def markdown(report: Mapping[str, Any]) -> str:
                          f"`{served['verified']}`: the version check says nothing about what was served")
         else:
             lines.append(f"- served: `{served['program']}` (no versions were checked)")
+    env = inst.get("environment") or {}
+    if env:
+        lines += ["", "## Environment (installed against the lock)", "",
+                  "| distribution | role | locked | installed | sha256 | state |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['name']} | {r['role']} | {r['locked']} | {r['installed'] or ''} | "
+                  f"{(r['installed-sha256'] or r['locked-sha256'])[:16]} | {r['state']} |" for r in env["locked"]]
+        lines += [f"| {r['name']} | (not locked) | | {r['installed']} | {(r['installed-sha256'] or '')[:16]} | "
+                  f"{r['state']} |" for r in env.get("other", [])]
+        if not env.get("resolved"):
+            lines += ["", "The lock records no resolved closure: its dependencies were not pinned "
+                          "(`toolchain lock --lock LOCK` pins them)."]
     if report.get("error"):
         lines += ["", f"**Stopped before serving:** {_cell(report['error'], 2000)}"]
     ladder = report.get("ladder")

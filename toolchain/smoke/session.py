@@ -288,6 +288,9 @@ def _prepare(lock: Lock | None, target: install.Target, base_python: str | None,
     info["versions"] = [c.to_dict() for c in checks]
     install.require_versions(checks, f"{target.python} in the {target.name}"
                              if isinstance(target, ContainerTarget) else target.python)
+    info["environment"] = install.environment(lock, target, log)
+    if base_python is not None:
+        install.require_environment(info["environment"], target.python)
     ui.info(f"installed versions match the lock ({len(checks)} package(s))")
     return target
 

@@ -1,7 +1,8 @@
 # STAND-IN for Intel oneAPI setvars.sh, used by the demo recipe and the tests. It is NOT oneAPI:
 # it only exports what the builds read (CMPLR_ROOT, ONEAPI_ROOT, PATH) and puts a fake `icpx` on PATH
 # that prints a version banner in the real format. Like the real script it skips a second sourcing
-# unless --force is given.
+# unless --force is given. It also stands in for the torch XPU wheel a real build environment has installed:
+# torch-site/ (put on PYTHONPATH) holds `standin-torch 2.14.0+xpu`, which is NOT torch either.
 if [ -n "${SETVARS_COMPLETED:-}" ] && [ "${1:-}" != "--force" ]; then
   echo ":: WARNING: setvars.sh has already been run. Skipping re-execution."
   return 0 2>/dev/null || exit 0
@@ -11,6 +12,7 @@ export ONEAPI_ROOT="$_standin_root"
 export CMPLR_ROOT="$_standin_root"
 export PATH="$_standin_root/bin:$PATH"
 export TOOLCHAIN_ONEAPI_STANDIN=1
+export PYTHONPATH="$_standin_root/torch-site${PYTHONPATH:+:$PYTHONPATH}"
 export SETVARS_COMPLETED=1
 unset _standin_root
 echo ":: oneAPI environment initialized :: (stand-in for tests and the demo)"

@@ -1,0 +1,123 @@
+"""Fixtures for the runtime-closure tests: wheels of the stand-in torch in any build, a PEP 503 simple index
+made from a folder of wheels and served by `python -m http.server` on 127.0.0.1, and demo recipe variants
+with their own [resolve] table."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from toolchain.core import toml as tomlio
+from toolchain.core.fs import sha256_file
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO_SRC = REPO / "toolchain" / "demo_src"
+WHEELHOUSE = DEMO_SRC / "wheelhouse"
+STANDIN_TORCH_SRC = DEMO_SRC / "standin-torch"
+STANDIN_SETVARS = DEMO_SRC / "oneapi-standin" / "setvars.sh"
+
+
+def build_standin_torch(version: str, out: Path) -> Path:
+    """A real wheel of the stand-in torch in build `version` (e.g. 2.14.0+cpu), made with `pip wheel`."""
+    out.mkdir(parents=True, exist_ok=True)
+    src = out.parent / f".src-standin-{version}"
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(STANDIN_TORCH_SRC, src)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", str(src),
+                    "-w", str(out)], check=True, timeout=300, env=dict(os.environ, STANDIN_TORCH_VERSION=version))
+    shutil.rmtree(src, ignore_errors=True)
+    return next(out.glob(f"standin_torch-{version}-*.whl"))
+
+
+def wheelhouse(dest: Path, *, without: tuple[str, ...] = (), torch: str = "2.14.0+xpu") -> Path:
+    """A find-links folder: the demo's shipped packaging and tomli (minus `without`) and a stand-in torch build."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for w in WHEELHOUSE.glob("*.whl"):
+        name = str(parse_wheel_filename(w.name)[0])
+        if name not in without and name != "standin-torch":
+            shutil.copyfile(w, dest / w.name)
+    if torch == "2.14.0+xpu":
+        shipped = next(WHEELHOUSE.glob("standin_torch-*.whl"))
+        shutil.copyfile(shipped, dest / shipped.name)
+    elif torch:
+        build_standin_torch(torch, dest)
+    return dest
+
+
+def simple_index(wheels: Path, root: Path) -> Path:
+    """A PEP 503 simple index of the wheels in `wheels` (links with #sha256= fragments) under root/simple."""
+    by_name: dict[str, list[Path]] = {}
+    for w in sorted(wheels.glob("*.whl")):
+        by_name.setdefault(str(canonicalize_name(parse_wheel_filename(w.name)[0])), []).append(w)
+    simple = root / "simple"
+    simple.mkdir(parents=True, exist_ok=True)
+    (root / "files").mkdir(exist_ok=True)
+    links = []
+    for name, files in by_name.items():
+        (simple / name).mkdir(exist_ok=True)
+        rows = []
+        for w in files:
+            shutil.copyfile(w, root / "files" / w.name)
+            rows.append(f'<a href="../../files/{w.name}#sha256={sha256_file(w)}">{w.name}</a><br>')
+        (simple / name / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(rows) + "\n</body></html>\n")
+        links.append(f'<a href="{name}/">{name}</a><br>')
+    (simple / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+    return simple
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def served(root: Path):
+    """`python -m http.server` serving `root` on 127.0.0.1; yields the base URL."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                             "--directory", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/", timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError(f"http.server on port {port} did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def demo_variant(recipes: Path, name: str, resolve: dict, **overrides) -> Path:
+    """recipes/<name>.toml: the shipped demo with its own [resolve] (and any other tables replaced)."""
+    data = tomlio.load_file(REPO / "recipes" / "demo.toml")
+    # relative to the recipe file, like the shipped demo: a container runtime brings the folder in
+    data["toolchain"] = {"setvars": os.path.relpath(STANDIN_SETVARS, recipes), "setvars-args": ["--force"]}
+    data["resolve"] = resolve
+    data.update(overrides)
+    recipes.mkdir(parents=True, exist_ok=True)
+    path = recipes / f"{name}.toml"
+    path.write_text(tomlio.dumps(data))
+    return path
+
+
+def dead_proxy_env() -> dict[str, str]:
+    """Every proxy variable pointing at a closed port: any network access beyond local files fails."""
+    dead = f"http://127.0.0.1:{_free_port()}"
+    return {k: dead for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")} | {
+        "NO_PROXY": "", "no_proxy": ""}

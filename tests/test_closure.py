@@ -1,0 +1,278 @@
+"""The lock is the environment (issue 13): the runtime closure of the built wheels resolved by uv, pinned with
+the sha256 of each exact file in both locks; installs take exactly those files (hashes required, no index);
+the ABI check compares the stand-in torch the kernels were built against with the closure's.
+
+Everything is real and offline: the demo's built wheels, a find-links folder or a PEP 503 index served by
+`python -m http.server` on 127.0.0.1 holding wheels the fixtures build, fresh venvs, pip; one test resolves
+against the real configured package index and skips, saying why, when it cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+from spine_helpers import Cli, isolated_env
+from support.closure import (
+    REPO,
+    WHEELHOUSE,
+    dead_proxy_env,
+    demo_variant,
+    served,
+    simple_index,
+    wheelhouse,
+)
+
+from toolchain.core import toml as tomlio
+from toolchain.core.fs import sha256_file
+from toolchain.errors import TestFailed
+from toolchain.lock import read_lock
+from toolchain.smoke import install
+
+try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
+    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.test_image import containers_env
+except ImportError:  # pragma: no cover
+    from support.container_fixtures import podman_image  # noqa: F401
+    from support.test_image import containers_env
+
+pytestmark = pytest.mark.slow
+DEPS = {"packaging", "tomli", "standin-torch"}
+
+
+@pytest.fixture(scope="module")
+def warm(demo_build, tmp_path_factory):
+    """A copy of the demo build's cache (every component cached) and a CLI to build recipe variants with it."""
+    root = tmp_path_factory.mktemp("closure")
+    shutil.copytree(demo_build.cache, root / "cache", symlinks=True)
+    cli = Cli(root, isolated_env(root))
+
+    def build(recipe: Path, out: str, *args) -> tuple:
+        r = cli("build", "--recipe", recipe, "--patches-dir", REPO / "patches", "--cache-dir", root / "cache",
+                "--out", root / out, "--json", *args)
+        return r, root / out
+
+    return root, cli, build
+
+
+def _copy_out(demo_build, dest: Path) -> Path:
+    shutil.copytree(demo_build.out, dest)
+    return dest / "stack.lock.toml"
+
+
+def test_the_closure_and_its_hashes_are_in_both_locks(demo_build):
+    lock = read_lock(demo_build.lock_path)
+    assert lock.closure is not None
+    shipped = {p.name: sha256_file(p) for p in WHEELHOUSE.glob("*.whl")}
+    deps = {d.name: d for d in lock.closure.dists}
+    assert set(deps) == DEPS
+    for d in deps.values():
+        assert d.sha256 == shipped[d.file] and d.url.startswith("file://") and d.url.endswith(d.file)
+    assert deps["standin-torch"].version == "2.14.0+xpu" and deps["standin-torch"].required_by == ("demo-kernels",)
+    assert deps["packaging"].required_by == ("demo-engine",) and deps["packaging"].index == "{demo}/wheelhouse"
+    assert lock.closure.indexes == () and lock.closure.find_links == ("{demo}/wheelhouse",)
+    assert lock.closure.resolver.startswith("uv ")
+    kernels = lock.component("kernels")
+    assert [(b.name, b.version) for b in kernels.built_against] == [("standin-torch", "2.14.0+xpu")]
+    # stack.lock.toml as text, and PEP 751 pylock.toml: every dependency file with its sha256
+    raw = tomlio.load_file(demo_build.lock_path)
+    assert {d["name"]: d["sha256"] for d in raw["dependencies"]} == {n: d.sha256 for n, d in deps.items()}
+    pylock = tomlio.load_file(demo_build.out / "pylock.toml")
+    packages = {p["name"]: p for p in pylock["packages"]}
+    for name, d in deps.items():
+        (wheel,) = packages[name]["wheels"]
+        assert wheel["hashes"]["sha256"] == d.sha256 and wheel["url"] == d.url
+        assert packages[name]["tool"]["toolchain"]["role"] == "dependency"
+    assert packages["demo-engine"]["tool"]["toolchain"]["role"] == "built"
+    assert {x["name"] for x in packages["demo-engine"]["dependencies"]} == {"packaging", "tomli"}
+    # --json shows the same
+    data = demo_build.result.json()
+    assert data["resolved"] is True and {d["name"] for d in data["dependencies"]} == DEPS
+
+
+def test_smoke_install_takes_exactly_the_lock_with_no_network(demo_build, tmp_path, monkeypatch):
+    lock = read_lock(_copy_out(demo_build, tmp_path / "out"))
+    for k, v in dead_proxy_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    log = tmp_path / "install.log"
+    env = install.create_venv(sys.executable, tmp_path / "venv", log)
+    install.install(lock, env, log)
+    report = install.environment(lock, env, log)
+    assert report["resolved"] and report["ok"], report
+    rows = {r["name"]: r for r in report["locked"]}
+    assert set(rows) == DEPS | {"demo-engine", "demo-kernels", "demo-ark-lib"}
+    for r in rows.values():  # pip recorded the sha256 of the very file the lock names
+        assert r["state"] == "ok" and r["installed-sha256"] == r["locked-sha256"]
+    assert {r["name"] for r in report["other"]} <= {"pip", "setuptools", "wheel"}
+    text = log.read_text()
+    assert "--require-hashes" in text and "--no-index" in text and "--no-deps" in text
+    done = subprocess.run([env.python, "-c", "import demo_engine, demo_kernels, packaging, tomli, standin_torch; "
+                                             "print(standin_torch.__version__)"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "2.14.0+xpu", done.stderr
+
+
+def test_a_tampered_dependency_wheel_is_refused(warm, tmp_path):
+    root, cli, build = warm
+    links = wheelhouse(tmp_path / "links")
+    recipe = demo_variant(tmp_path / "recipes", "tamper", {"indexes": [], "find-links": [str(links)]})
+    r, out = build(recipe, "out-tamper")
+    assert r.returncode == 0, str(r)
+    lock = read_lock(out)
+    assert {d.local_path() for d in lock.closure.dists} == {str(links / d.file) for d in lock.closure.dists}
+    victim = next(links.glob("tomli-*.whl"))
+    victim.write_bytes(victim.read_bytes() + b"tampered")
+    env = install.create_venv(sys.executable, tmp_path / "venv", tmp_path / "install.log")
+    with pytest.raises(TestFailed) as err:
+        install.install(lock, env, tmp_path / "install.log")
+    assert "sha256" in str(err.value).lower() or "hash" in str(err.value).lower()
+    versions = install.installed_versions(env, ["tomli", "demo-engine"])
+    assert versions == {"tomli": None, "demo-engine": None}  # nothing was installed
+
+
+def test_an_index_serving_another_torch_build_fails_the_abi_check(warm, tmp_path):
+    root, cli, build = warm
+    wheels = wheelhouse(tmp_path / "wheels", torch="2.14.0+cpu")
+    simple_index(wheels, tmp_path / "index")
+    with served(tmp_path / "index") as url:
+        recipe = demo_variant(tmp_path / "recipes", "cpu-torch", {"indexes": [f"{url}/simple"]})
+        r, out = build(recipe, "out-cpu")
+    assert r.returncode == 1, str(r)
+    err = r.json()
+    assert err["kind"] == "ABIMismatch"
+    assert "standin-torch 2.14.0+xpu" in err["error"] and "standin-torch 2.14.0+cpu" in err["error"]
+    assert "kernels" in err["error"] and "index" in err["hint"]
+    assert not (out / "stack.lock.toml").exists()  # no lock that cannot work
+
+
+def test_the_same_index_with_the_built_against_torch_resolves_over_http(warm, tmp_path):
+    root, cli, build = warm
+    wheels = wheelhouse(tmp_path / "wheels")
+    simple_index(wheels, tmp_path / "index")
+    with served(tmp_path / "index") as url:
+        recipe = demo_variant(tmp_path / "recipes", "http", {"indexes": [f"{url}/simple"]})
+        r, out = build(recipe, "out-http")
+    assert r.returncode == 0, str(r)
+    lock = read_lock(out)
+    for d in lock.closure.dists:
+        assert d.url == f"{url}/files/{d.file}" and d.index == f"{url}/simple"
+        assert d.sha256 == sha256_file(wheels / d.file)
+
+
+def test_an_unresolvable_requirement_names_it_and_its_component(warm, tmp_path):
+    root, cli, build = warm
+    links = wheelhouse(tmp_path / "links", without=("tomli",))
+    recipe = demo_variant(tmp_path / "recipes", "no-tomli", {"indexes": [], "find-links": [str(links)]})
+    r, _ = build(recipe, "out-unresolvable")
+    assert r.returncode == 1, str(r)
+    err = r.json()
+    assert err["kind"] == "ResolveError"
+    assert "component engine" in err["error"] and "tomli>=2" in err["error"]
+    assert "packaging" not in err["error"].split("resolver said")[0]  # only what cannot be satisfied is named
+
+
+def test_toolchain_lock_re_resolves_and_no_resolve_builds_pin_nothing(demo_build, warm, tmp_path):
+    root, cli, build = warm
+    lock_path = _copy_out(demo_build, tmp_path / "out")
+    before = read_lock(lock_path).closure
+    data = tomlio.load_file(lock_path)
+    del data["resolve"], data["dependencies"]
+    lock_path.write_text(tomlio.dumps(data))
+    assert read_lock(lock_path).closure is None
+    r = cli("lock", "--lock", lock_path, "--cache-dir", root / "cache", "--patches-dir", REPO / "patches", "--json")
+    assert r.returncode == 0, str(r)
+    assert read_lock(lock_path).closure == before
+    recipe = demo_variant(tmp_path / "recipes", "offline", {"indexes": ["https://unreachable.invalid/simple"]})
+    r, out = build(recipe, "out-no-resolve", "--no-resolve")
+    assert r.returncode == 0, str(r)
+    assert read_lock(out).closure is None and r.json()["resolved"] is False
+
+
+def _bundle(warm, tmp_path: Path, recipe: Path, tag: str) -> Path:
+    root, cli, build = warm
+    r, out = build(recipe, f"out-{tag}", "--bundle", "--with-deps")
+    assert r.returncode == 0, str(r)
+    tarball = Path(r.json()["bundle"] + ".tar.gz")
+    dest = tmp_path / f"unpacked-{tag}"
+    with tarfile.open(tarball) as tar:
+        tar.extractall(dest)
+    (bundle,) = dest.iterdir()
+    return bundle
+
+
+def test_bundle_with_deps_installs_air_gapped_in_a_fresh_venv(demo_build, warm, tmp_path):
+    links = wheelhouse(tmp_path / "links")
+    recipe = demo_variant(tmp_path / "recipes", "gapped", {"indexes": [], "find-links": [str(links)]})
+    bundle = _bundle(warm, tmp_path, recipe, "gapped")
+    shutil.rmtree(links)  # the index is gone: the tarball alone must do
+    assert sorted(p.name for p in (bundle / "wheels" / "deps").iterdir()) == sorted(
+        p.name for p in WHEELHOUSE.glob("*.whl"))
+    assert "--require-hashes" in (bundle / "INSTALL.txt").read_text()
+    pylock = tomlio.load_file(bundle / "pylock.toml")
+    paths = {w["path"] for p in pylock["packages"] for w in p.get("wheels", [])}
+    assert {f"wheels/deps/{p.name}" for p in WHEELHOUSE.glob("*.whl")} <= paths
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True, timeout=300)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")} | dead_proxy_env()
+    r = subprocess.run([py, "-m", "pip", "install", "--isolated", "--no-index", "--no-deps", "--require-hashes",
+                        "-r", "requirements.lock.txt"], cwd=bundle, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([py, "-m", "pip", "check"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # a tampered file in the bundle is refused by the same command
+    victim = next((bundle / "wheels" / "deps").glob("packaging-*.whl"))
+    victim.write_bytes(victim.read_bytes()[:-10])
+    r = subprocess.run([py, "-m", "pip", "install", "--isolated", "--no-index", "--no-deps", "--require-hashes",
+                        "--force-reinstall", "-r", "requirements.lock.txt"], cwd=bundle, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0 and "HASHES" in r.stdout + r.stderr
+
+
+@pytest.mark.container
+def test_bundle_with_deps_installs_in_the_podman_test_image(warm, tmp_path, podman_image):
+    recipe = demo_variant(tmp_path / "recipes", "in-podman", {"indexes": [], "find-links": ["{demo}/wheelhouse"]},
+                          target={"runtime": "podman", "image": podman_image, "python": "python3"})
+    bundle = _bundle(warm, tmp_path, recipe, "podman")
+    script = ("set -e; python3 -m venv /tmp/v; cd /bundle; "
+              "/tmp/v/bin/pip install --isolated --no-index --no-deps --require-hashes -r requirements.lock.txt; "
+              "/tmp/v/bin/pip check; /tmp/v/bin/python -c 'import demo_engine, demo_kernels, tomli, standin_torch'")
+    r = subprocess.run(["podman", "run", "--rm", "--network=none", "-v", f"{bundle}:/bundle:ro", podman_image,
+                        "sh", "-c", script], env=containers_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _configured_index() -> str:
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True,
+                          text=True, timeout=60)
+    return os.environ.get("PIP_INDEX_URL") or (done.stdout.strip() if done.returncode == 0 else "") \
+        or "https://pypi.org/simple"
+
+
+def test_resolves_against_the_real_configured_index(warm, tmp_path):
+    index = _configured_index().rstrip("/")
+    try:
+        urllib.request.urlopen(f"{index}/packaging/", timeout=10).close()
+    except OSError as exc:
+        pytest.skip(f"the configured package index {index} is not reachable: {exc}")
+    root, cli, build = warm
+    links = tmp_path / "torch-only"
+    links.mkdir()
+    torch = next(WHEELHOUSE.glob("standin_torch-*.whl"))
+    shutil.copyfile(torch, links / torch.name)  # the stand-in torch is on no public index
+    recipe = demo_variant(tmp_path / "recipes", "real-index", {"indexes": [index], "find-links": [str(links)]})
+    r, out = build(recipe, "out-real")
+    assert r.returncode == 0, str(r)
+    deps = {d.name: d for d in read_lock(out).closure.dists}
+    assert set(deps) == DEPS
+    for name in ("packaging", "tomli"):
+        assert deps[name].url.startswith(("https://", "http://")) and len(deps[name].sha256) == 64
+        assert deps[name].index == index
+    print(json.dumps({n: (d.version, d.url) for n, d in deps.items()}, indent=1))

@@ -1,0 +1,38 @@
+"""`toolchain lock --lock LOCK`: resolve the runtime closure of an existing lock again (the same built wheels,
+the recipe's [resolve]) and rewrite stack.lock.toml and pylock.toml; the ABI check runs first."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from toolchain.commands import options
+from toolchain.console import UI, CommandResult
+from toolchain.pipeline import relock
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("lock", help="resolve a lock's runtime dependencies again (pinned with sha256) and rewrite it",
+                       description="Resolve the runtime closure of the wheels a lock records with the [resolve] "
+                                   "indexes of its recorded recipe, check it against what each compiled component "
+                                   "was built against, and rewrite stack.lock.toml and pylock.toml.")
+    p.add_argument("--lock", type=Path, required=True, metavar="LOCK", help="the stack.lock.toml to re-resolve")
+    options.add(p, "recipes-dir", "patches-dir", "cache-dir")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    from toolchain.commands.build import closure_summary
+    from toolchain.commands.recipes import Table
+
+    lock = relock(args.lock, options.cache_dir(args), args.patches_dir, args.recipes_dir, ui)
+    assert lock.closure is not None
+    data = {"ok": True, "lock": str(lock.path), "pylock": str(lock.path.parent / "pylock.toml") if lock.path else "",
+            **closure_summary(lock)}
+    table = Table(title=f"{lock.recipe_name}: {len(lock.closure.dists)} locked dependencies")
+    for col in ("dependency", "version", "sha256", "from"):
+        table.add_column(col, overflow="fold")
+    for d in lock.closure.dists:
+        table.add_row(d.name, d.version, d.sha256[:16], d.index or d.url)
+    return CommandResult(data, 0, f"[green]lock:[/] {lock.path}", (table,))

@@ -1,0 +1,15 @@
+"""The runtime closure: after the build, the requirements of the built wheels are resolved (with uv) into one
+set of pinned distributions, each with the sha256 of the exact file and where it came from; the lock records
+them and every install installs exactly them. The built wheels are taken as given, never from an index.
+
+closure.py  the data (`Closure`, `LockedDist`) and its TOML form
+uvpin.py    running the kept resolver (`uv pip compile`) and picking the exact file for the target
+abi.py      the check that the closure's torch (and any other `built-against` distribution) is the build the
+            compiled wheels were built against
+"""
+
+from toolchain.resolve.abi import check_built_against
+from toolchain.resolve.closure import Closure, LockedDist
+from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
+
+__all__ = ["BuiltWheel", "Closure", "LockedDist", "check_built_against", "resolve_closure"]

@@ -1,0 +1,329 @@
+"""Resolve the built wheels' requirements with a kept resolver: `uv pip compile` (docs/DESIGN.md says why uv).
+
+The built wheels are the input requirements (`name @ file://...`, in lock order) AND overrides, so every
+requirement on a built distribution, wherever in the graph, is answered by the built file and never by an
+index. uv runs twice against its warm cache: once writing PEP 751 (every candidate file of each pinned version
+with its URL and sha256), once writing annotated requirements (which index served each package and who asked
+for it). Of the candidates the one file pip would install on the target is kept (best tag for the target's
+Python and platform; the sdist only when no wheel fits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+
+from toolchain.core import toml as tomlio
+from toolchain.core.proc import CommandFailed, merge_env, run
+from toolchain.errors import BuildError, RecipeError
+from toolchain.recipe.model import ResolveSpec
+from toolchain.resolve.closure import Closure, LockedDist, file_name
+from toolchain.target.facts import TargetInfo
+
+DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
+RESOLVE_TIMEOUT = 1800
+
+
+class ResolveError(BuildError):
+    """The closure cannot be resolved (exit 1): names the requirement and the component that asked for it."""
+
+
+@dataclass(frozen=True)
+class BuiltWheel:
+    """A wheel the tool built (taken as given): its component, distribution name and file."""
+    component: str
+    wheel: Path
+
+    @property
+    def dist(self) -> str:
+        return str(parse_wheel_filename(self.wheel.name)[0])
+
+    @property
+    def version(self) -> str:
+        return str(parse_wheel_filename(self.wheel.name)[1])
+
+    def requirement(self) -> str:
+        return f"{self.dist} @ {self.wheel.resolve().as_uri()}"
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin  # the `uv` wheel from PyPI (a dependency of this package)
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise BuildError("the resolver `uv` is not installed", hint="pip install uv (or build with --no-resolve)")
+
+
+def uv_version(uv: str) -> str:
+    out = run([uv, "--version"], capture=True, env=_uv_env()).stdout.split()
+    return f"uv {out[1]}" if len(out) > 1 else "uv"
+
+
+def target_python(spec: ResolveSpec, target: TargetInfo) -> str:
+    if spec.python_version:
+        return spec.python_version
+    if target.python_version:
+        return ".".join(target.python_version.split(".")[:2])
+    import sys
+
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def target_platform(spec: ResolveSpec, target: TargetInfo) -> str:
+    """uv's --python-platform: the recipe's, or the probed platform (linux_x86_64 → x86_64-manylinux_2_28)."""
+    if spec.platform:
+        return spec.platform
+    m = re.match(r"^linux_(\w+)$", target.platform or "")
+    if m:
+        return f"{m.group(1)}-manylinux_{DEFAULT_MANYLINUX}"
+    import platform as _platform
+
+    return f"{_platform.machine() or 'x86_64'}-manylinux_{DEFAULT_MANYLINUX}"
+
+
+def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[BuiltWheel], cache_dir: Path,
+                    log: Path, ui=None) -> Closure:
+    """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component."""
+    recorded_links = tuple(spec.find_links)  # as the recipe says ({demo}/... stays portable)
+    spec = dataclasses.replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
+    python, platform = target_python(spec, target), target_platform(spec, target)
+    notes = _unmet_built_requirements(built)
+    uv = uv_binary()
+    base = Closure(resolver=uv_version(uv), indexes=tuple(spec.indexes), find_links=recorded_links,
+                   index_strategy=spec.index_strategy, python_version=python, platform=platform, dists=(),
+                   notes=notes)
+    if not any(_requirements(b.wheel) for b in built):
+        return base  # nothing to resolve: no resolver run, no index asked
+    for link in spec.find_links:
+        if "://" not in link and not Path(link).is_dir():
+            raise RecipeError(f"[resolve] find-links: {link} is not a directory",
+                              hint="relative find-links paths are relative to the recipe file")
+    if not spec.indexes and not spec.find_links:
+        raise ResolveError("the built wheels have requirements, but the recipe's [resolve] names no index and no "
+                           "find-links", hint="add `indexes = [...]` or `find-links = [...]` to [resolve], or "
+                                              "build with --no-resolve")
+    with tempfile.TemporaryDirectory(prefix="toolchain-resolve-") as tmp:
+        work = Path(tmp)
+        try:
+            pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log)
+        except CommandFailed as exc:
+            raise _explain(exc, uv, spec, python, platform, built, work, cache_dir, log) from None
+    built_names = {canonicalize_name(b.dist) for b in built}
+    via, source = _annotations(annotated)
+    tags = supported_tags(python, platform)
+    recorded = {(Path(x).as_uri() if "://" not in x else x).rstrip("/"): r
+                for x, r in zip(spec.find_links, recorded_links)}
+    dists = []
+    for pkg in pylock.get("packages", []):
+        name = canonicalize_name(pkg["name"])
+        if name in built_names:
+            continue
+        dists.append(_pick(pkg, tags, python, platform, via.get(name, ()), source.get(name, ""), spec, recorded))
+    return dataclasses.replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)))
+
+
+def expand_link(link: str) -> str:
+    """`{demo}` is the folder of the demo's shipped files (toolchain/demo_src) wherever the tool is installed."""
+    if link.startswith("{demo}"):
+        from toolchain.sources.demo import SRC
+
+        return str(SRC) + link[len("{demo}"):]
+    return link
+
+
+def _uv_env() -> dict[str, str]:
+    """This process's environment without UV_* settings (the recipe says where to resolve from)."""
+    layer: dict[str, str | None] = {k: None for k in os.environ if k.startswith("UV_")}
+    layer.update({"UV_NO_PROGRESS": "1", "NO_COLOR": "1"})
+    return merge_env(os.environ, layer)
+
+
+def _argv(uv: str, spec: ResolveSpec, python: str, platform: str, cache_dir: Path) -> list[str]:
+    argv = [uv, "pip", "compile", "--no-config", "--no-header", "--quiet", "--cache-dir", str(cache_dir / "uv"),
+            "--python-version", python, "--python-platform", platform, "--index-strategy", spec.index_strategy]
+    if spec.indexes:
+        argv += ["--index-url", spec.indexes[0]]
+        for extra in spec.indexes[1:]:
+            argv += ["--extra-index-url", extra]
+    else:
+        argv.append("--no-index")
+    for link in spec.find_links:
+        argv += ["--find-links", link]
+    return argv
+
+
+def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequence[BuiltWheel], work: Path,
+             cache_dir: Path, log: Path) -> tuple[dict[str, Any], str]:
+    reqs = work / "built.txt"
+    reqs.write_text("".join(b.requirement() + "\n" for b in built))
+    argv = [*_argv(uv, spec, python, platform, cache_dir), "--override", str(reqs), str(reqs)]
+    out = work / "pylock.toml"
+    run([*argv, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    annotated = work / "annotated.txt"
+    run([*argv, "--emit-index-annotation", "-o", str(annotated)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    return tomlio.load_file(out), annotated.read_text()
+
+
+def _annotations(text: str) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """{name: names that asked for it}, {name: index it came from} from uv's annotated requirements."""
+    via: dict[str, list[str]] = {}
+    source: dict[str, str] = {}
+    current = None
+    in_via = False
+    for line in text.splitlines():
+        if line and not line.startswith((" ", "#")):
+            head = re.split(r"[=@ ;\[]", line.strip(), maxsplit=1)[0]
+            current = str(canonicalize_name(head))
+            via.setdefault(current, [])
+            in_via = False
+            continue
+        body = line.strip().lstrip("#").strip()
+        if current is None or not body:
+            continue
+        if body.startswith("from "):
+            source[current] = body[5:].strip()
+        elif body.startswith("via "):
+            via[current].append(body[4:].strip())
+        elif body == "via":
+            in_via = True
+        elif in_via:
+            via[current].append(body)
+    clean = {k: tuple(str(canonicalize_name(v)) for v in vs if not v.startswith("-")) for k, vs in via.items()}
+    return clean, source
+
+
+def supported_tags(python: str, platform: str) -> list[Any]:
+    """The target's wheel tags, most preferred first (what pip on the target would accept)."""
+    from packaging import tags
+
+    major, minor = (int(x) for x in python.split(".")[:2])
+    m = re.match(r"^(\w+?)-(?:unknown-linux-gnu|manylinux_?(\d+)_(\d+)|linux)$", platform)
+    if m:
+        arch = m.group(1)
+        glibc_minor = int(m.group(3)) if m.group(3) else int(DEFAULT_MANYLINUX.split("_")[1])
+        plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc_minor, 4, -1)]
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        plats = [p for n, p in zip(range(glibc_minor, 4, -1), plats)
+                 for p in ([p, f"{legacy[n]}_{arch}"] if n in legacy else [p])]
+        plats.append(f"linux_{arch}")
+    else:
+        plats = [platform.replace("-", "_")]
+    version = (major, minor)
+    return [*tags.cpython_tags(version, platforms=plats),
+            *tags.compatible_tags(version, f"cp{major}{minor}", plats)]
+
+
+def _pick(pkg: dict[str, Any], tags: list[Any], python: str, platform: str, via: tuple[str, ...], index: str,
+          spec: ResolveSpec, recorded: dict[str, str]) -> LockedDist:
+    rank = {t: i for i, t in enumerate(tags)}
+    best, best_rank = None, len(rank)
+    for w in pkg.get("wheels", []):
+        fname = w.get("name") or file_name(w.get("url", "") or w.get("path", ""))
+        try:
+            wtags = parse_wheel_filename(fname)[3]
+        except ValueError:
+            continue
+        r = min((rank[t] for t in wtags if t in rank), default=None)
+        if r is not None and r < best_rank:
+            best, best_rank = w, r
+    chosen = best or pkg.get("sdist")
+    name, version = str(canonicalize_name(pkg["name"])), str(pkg["version"])
+    if not chosen:
+        raise ResolveError(f"{name} {version}: no wheel for Python {python} on {platform} and no sdist",
+                           hint="set [resolve] platform / python-version to the machine that installs the lock")
+    url = chosen.get("url") or Path(chosen["path"]).resolve().as_uri()
+    sha = (chosen.get("hashes") or {}).get("sha256", "")
+    if not sha:
+        raise ResolveError(f"{name} {version}: the index serves {url} without a sha256",
+                           hint="use an index that publishes hashes (PEP 503 #sha256= fragments)")
+    size = int(chosen.get("size", 0) or 0)
+    local = Path(unquote(urlparse(url).path)) if url.startswith("file:") else None
+    if not size and local is not None and local.is_file():
+        size = local.stat().st_size
+    return LockedDist(name=name, version=version, file=chosen.get("name") or file_name(url), url=url, sha256=sha,
+                      size=size, index=_recorded_index(index, recorded) or _guess_index(url, spec), required_by=via)
+
+
+def _recorded_index(index: str, recorded: dict[str, str]) -> str:
+    """The index as the recipe names it ({demo}/wheelhouse, not this machine's path of it)."""
+    return recorded.get(index.rstrip("/"), index)
+
+
+def _guess_index(url: str, spec: ResolveSpec) -> str:
+    for link in spec.find_links:
+        if url.startswith(Path(link).as_uri() if "://" not in link else link):
+            return link
+    return spec.indexes[0] if len(spec.indexes) == 1 else ""
+
+
+def _requirements(wheel: Path) -> list[Requirement]:
+    """The wheel's Requires-Dist (extras-only requirements left out)."""
+    import zipfile
+    from email.parser import HeaderParser
+
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        msg = HeaderParser().parsestr(zf.read(meta).decode("utf-8"))
+    out = []
+    for line in msg.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or "extra" not in str(req.marker):
+            out.append(req)
+    return out
+
+
+def _unmet_built_requirements(built: Sequence[BuiltWheel]) -> tuple[str, ...]:
+    """Requirements of one built wheel on another that the built version does not meet (it is used anyway,
+    as the real stack does with vLLM's vllm_xpu_kernels==X pin and locally built kernels)."""
+    versions = {canonicalize_name(b.dist): (b, Version(b.version)) for b in built}
+    notes = []
+    for b in built:
+        for req in _requirements(b.wheel):
+            other = versions.get(canonicalize_name(req.name))
+            if other and req.specifier and not req.specifier.contains(other[1], prereleases=True):
+                notes.append(f"{b.component} ({b.dist}) requires {req}; the lock has the built "
+                             f"{other[0].dist} {other[1]} ({other[0].component}), taken as given")
+    return tuple(notes)
+
+
+def _explain(exc: CommandFailed, uv: str, spec: ResolveSpec, python: str, platform: str,
+             built: Sequence[BuiltWheel], work: Path, cache_dir: Path, log: Path) -> ResolveError:
+    """Which component's requirements make the closure unresolvable: resolve the lock-order prefixes."""
+    culprit = built[-1]
+    for i in range(1, len(built)):
+        try:
+            _compile(uv, spec, python, platform, built[:i], work, cache_dir, log)
+        except CommandFailed:
+            culprit = built[i - 1]
+            break
+    message = exc.tail.strip()
+    named = [str(r) for r in _requirements(culprit.wheel) if re.search(
+        rf"(?<![\w.-]){re.escape(canonicalize_name(r.name))}(?![\w.-]*[\w])", message.lower().replace("_", "-"))]
+    asked = ", ".join(named) or "its requirements"
+    where = ", ".join(spec.indexes + spec.find_links) or "nothing"
+    return ResolveError(f"cannot resolve the runtime closure: component {culprit.component} "
+                        f"({culprit.wheel.name}) requires {asked}, which {where} cannot satisfy for Python "
+                        f"{python} on {platform}\n  resolver said:\n"
+                        + "\n".join("    " + line for line in message.splitlines()[-8:]),
+                        hint="add the index or find-links that serves it to [resolve] in the recipe, fix the "
+                             "requirement with a patch, or build with --no-resolve (the lock then pins no "
+                             f"dependencies); log: {log}")
