@@ -36,7 +36,10 @@ ZIP_MAX_EPOCH = 4354819198  # 2107-12-31T23:59:58Z, the latest
 _BLOCK = 1 << 20
 
 
-def zip_date_time(epoch: int) -> tuple[int, int, int, int, int, int]:
+DateTime = tuple[int, int, int, int, int, int]  # what zipfile.ZipInfo stores
+
+
+def zip_date_time(epoch: int) -> DateTime:
     """The zip date_time for `epoch` (UTC), clamped to what zip can store (seconds are even)."""
     clamped = min(max(int(epoch), ZIP_MIN_EPOCH), ZIP_MAX_EPOCH)
     t = time.gmtime(clamped)
@@ -101,7 +104,7 @@ def _mode(info: zipfile.ZipInfo) -> int:
     return stat.S_IFREG | (0o755 if mode & 0o111 else 0o644)
 
 
-def _normal_info(name: str, mode: int, date_time: tuple[int, ...]) -> zipfile.ZipInfo:
+def _normal_info(name: str, mode: int, date_time: DateTime) -> zipfile.ZipInfo:
     info = zipfile.ZipInfo(name, date_time=date_time)
     info.create_system = 3  # Unix, so the mode bits are honoured
     info.external_attr = (mode << 16) | (0x10 if stat.S_ISDIR(mode) else 0)
@@ -110,7 +113,7 @@ def _normal_info(name: str, mode: int, date_time: tuple[int, ...]) -> zipfile.Zi
 
 
 def _write_normalized(zin: zipfile.ZipFile, ordered: list[zipfile.ZipInfo], record_name: str,
-                      date_time: tuple[int, ...], dest: Path) -> bytes:
+                      date_time: DateTime, dest: Path) -> bytes:
     rows: list[tuple[str, str, str]] = []
     with zipfile.ZipFile(dest, "w") as zout:
         for info in ordered:
@@ -140,7 +143,7 @@ def _record_bytes(rows: list[tuple[str, str, str]]) -> bytes:
 
 
 def _differences(infos: list[zipfile.ZipInfo], ordered: list[zipfile.ZipInfo], record_name: str,
-                 date_time: tuple[int, ...], old_record: bytes, new_record: bytes) -> list[str]:
+                 date_time: DateTime, old_record: bytes, new_record: bytes) -> list[str]:
     applied = []
     if [i.filename for i in infos] != [i.filename for i in ordered] + [record_name]:
         applied.append("entry-order")

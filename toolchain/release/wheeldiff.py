@@ -123,7 +123,9 @@ def compare_with_hashes(expected: Mapping[str, str], rebuilt: Iterable[Path], *,
             continue
         original = originals.get(file_a)
         if original is not None and original.is_file() and sha256_file(original) == expected[file_a]:
-            differing.append(compare_wheels(original, path_b, use_diffoscope=use_diffoscope))
+            diff = compare_wheels(original, path_b, use_diffoscope=use_diffoscope)
+            if diff is not None:  # (the hashes differ, so the wheels do)
+                differing.append(diff)
             continue
         if sha_b != expected[file_a]:
             notes.append(f"{file_a}: the recorded wheel is not at hand, so only its hash was compared")
