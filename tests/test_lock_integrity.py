@@ -9,9 +9,11 @@ damaged wheel-cache entry is rebuilt, never served. Everything runs the real CLI
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import shutil
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -421,10 +423,25 @@ def _entry_json(change: Callable[[dict], Any]) -> Callable[[Path], None]:
     return edit
 
 
-def _replace_in(p: Path, old: bytes, new: bytes) -> None:
-    data = p.read_bytes()
-    assert data.count(old) == 1 and len(old) == len(new)
-    p.write_bytes(data.replace(old, new))
+def _same_size_other_wheel(p: Path) -> None:
+    """A valid wheel with other content (tiny/__init__.py cut short), padded to the size of `p` with a zip
+    comment: the size check alone cannot tell it from the real one."""
+    size = p.stat().st_size
+    with zipfile.ZipFile(p) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    members["tiny/__init__.py"] = b"GREETING = 'tampered'\n"
+
+    def zipped(comment: bytes) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in members.items():
+                z.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
+            z.comment = comment
+        return buf.getvalue()
+
+    data = zipped(b"x" * (size - len(zipped(b""))))
+    assert len(data) == size
+    p.write_bytes(data)
 
 
 def _wheel_of(entry: Path) -> Path:
@@ -437,8 +454,7 @@ CACHE_TAMPERING: dict[str, Callable[[Path], None]] = {
     "wheel truncated": lambda e: _wheel_of(e).write_bytes(_wheel_of(e).read_bytes()[:200]),
     "wheel emptied": lambda e: _wheel_of(e).write_bytes(b""),
     "wheel deleted": lambda e: _wheel_of(e).unlink(),
-    "wheel replaced by another valid wheel of the same size": lambda e: _replace_in(_wheel_of(e), b"LOCAL = 1",
-                                                                                     b"LOCAL = 2"),
+    "wheel replaced by another valid wheel of the same size": lambda e: _same_size_other_wheel(_wheel_of(e)),
     "entry.json deleted": lambda e: (e / "entry.json").unlink(),
     "entry.json garbage": lambda e: (e / "entry.json").write_bytes(b"\x00\xffnot json{"),
     "entry.json empty": lambda e: (e / "entry.json").write_text(""),

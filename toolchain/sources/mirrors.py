@@ -19,7 +19,7 @@ from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
 from toolchain.core.proc import CommandFailed
 from toolchain.core.redact import redact_text, without_credentials
-from toolchain.errors import SourceError, UsageError
+from toolchain.errors import BuildError, SourceError, UsageError
 
 # `git describe` as setuptools-scm runs it in a tree (`--tags --long --match *[0-9]*`), with the abbreviation
 # pinned: git's default grows with the object count, so a mirror holding pull refs gave g1234567 where a lean
@@ -156,11 +156,15 @@ class Mirrors:
                 else:
                     self._replace(mirror, fresh)
                     return
-            raise SourceError(redact_text(
-                f"cannot fetch {url}" + (f" (from {source})" if source != url else "")
-                + f": git exited with {exc.returncode}\n{exc.tail}"),
-                hint="check the URL and your network, or map it to a local mirror with "
-                     "--mirror FROM=TO (or [mirrors] in the recipe)") from None
+            what = redact_text(f"cannot fetch {url}" + (f" (from {source})" if source != url else ""))
+            if "No space left on device" in exc.tail:
+                raise BuildError(f"{what} into {mirror}: No space left on device\n{redact_text(exc.tail)}",
+                                 hint=f"free space under {self.root.parent}, or pass another --cache-dir "
+                                      "(or set $TOOLCHAIN_CACHE_DIR)") from None
+            raise SourceError(f"{what}: git exited with {exc.returncode}\n{redact_text(exc.tail)}",
+                              hint="check the URL and your network, or map it to a local mirror with "
+                                   "--mirror FROM=TO (or [mirrors] in the recipe); if the mirror "
+                                   f"{mirror} is damaged, --fresh-sources makes it anew") from None
 
     def _new_mirror(self, mirror: Path, source: str, log: Path | None) -> Path:
         """An empty bare repository beside `mirror`, marked as not yet fetched."""
@@ -177,7 +181,10 @@ class Mirrors:
         if mirror.exists() or mirror.is_symlink():
             trash = mirror.with_name(f".tmp-{mirror.name}-old-{uuid.uuid4().hex[:8]}")
             os.rename(mirror, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            if trash.is_dir() and not trash.is_symlink():
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                trash.unlink()
         os.rename(new, mirror)
 
     def _fetch_into(self, mirror: Path, source: str, log: Path | None) -> None:
