@@ -189,6 +189,9 @@ def test_secrets_in_urls_and_argv_are_masked_everywhere_and_the_lock_still_rebui
     assert SECRET not in broken.output
     assert not [p for p in (ws.root / "broken").rglob("*") if SECRET in p.name or
                 (p.is_file() and SECRET in p.read_text(errors="replace"))]
+    plan = ws.cli("plan", "--recipe", "r", "--json")
+    assert plan.returncode == 0 and f"oauth2:{MASK}@" in plan.stdout and f"HF_TOKEN={MASK}" in plan.stdout, str(plan)
+    assert SECRET not in plan.output
     # the masked lock rebuilds to the same wheels, in a fresh cache
     r = ws.cli("build", "--from-lock", built.out / LOCK_NAME, "--out", tmp_path / "rebuilt", "--cache-dir",
                tmp_path / "fresh", "--json")
