@@ -225,7 +225,7 @@ def _flip(hexdigest: str) -> str:
     return ("0" if hexdigest[0] != "0" else "1") + hexdigest[1:]
 
 
-def _wheels(edit_wheel: Callable[[Path], None], which: int = 0) -> Edit:
+def _wheels(edit_wheel: Callable[[Path], object], which: int = 0) -> Edit:
     def edit(data: dict, out: Path) -> None:
         edit_wheel(out / "wheels" / data["components"][which]["wheel"]["file"])
     return edit
@@ -447,12 +447,17 @@ def _same_size_other_wheel(p: Path) -> None:
     p.write_bytes(data)
 
 
+def _empty(directory: Path) -> None:
+    for p in directory.iterdir():
+        p.unlink()
+
+
 def _wheel_of(entry: Path) -> Path:
     (wheel,) = entry.glob("*.whl")
     return wheel
 
 
-CACHE_TAMPERING: dict[str, Callable[[Path], None]] = {
+CACHE_TAMPERING: dict[str, Callable[[Path], object]] = {
     "wheel byte flipped (same size)": lambda e: _flip_byte(_wheel_of(e)),
     "wheel truncated": lambda e: _wheel_of(e).write_bytes(_wheel_of(e).read_bytes()[:200]),
     "wheel emptied": lambda e: _wheel_of(e).write_bytes(b""),
@@ -467,7 +472,7 @@ CACHE_TAMPERING: dict[str, Callable[[Path], None]] = {
     "entry.json wrong size": _entry_json(lambda m: m.update(size=m["size"] + 1)),
     "entry.json size a string": _entry_json(lambda m: m.update(size=str(m["size"]))),
     "entry.json wheel escapes the entry": _entry_json(lambda m: m.update(wheel="../../../" + m["wheel"])),
-    "entry directory emptied": lambda e: [p.unlink() for p in e.iterdir()],
+    "entry directory emptied": lambda e: _empty(e),
 }
 
 
