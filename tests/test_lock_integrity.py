@@ -274,10 +274,10 @@ def _commit_of(data: dict, out: Path) -> None:  # the commit of another componen
 LOCK_TAMPERING: dict[str, tuple[Edit, int, str]] = {
     # recorded fields against the wheels beside the lock (present: exit 2 before building)
     "wheel sha256, wheels present": (lambda d, o: _set("components.0.wheel.sha256", _flip(d["components"][0]["wheel"]["sha256"]))(d, o), 2, "the lock records"),
-    "wheel size, wheels present": (lambda d, o: _set("components.1.wheel.size", d["components"][1]["wheel"]["size"] + 1)(d, o), 2, "bytes, the lock records"),
+    "wheel size, wheels present": (lambda d, o: _set("components.1.wheel.size", d["components"][1]["wheel"]["size"] + 1)(d, o), 2, "bytes), the lock records"),
     "wheel file flipped byte": (_wheels(_flip_byte), 2, "has sha256"),
-    "wheel file truncated": (_wheels(lambda p: p.write_bytes(p.read_bytes()[:100])), 2, "100 bytes, the lock records"),
-    "wheel file appended to": (_wheels(lambda p: p.write_bytes(p.read_bytes() + b"x"), 1), 2, "bytes, the lock records"),
+    "wheel file truncated": (_wheels(lambda p: p.write_bytes(p.read_bytes()[:100])), 2, "(100 bytes), the lock records"),
+    "wheel file appended to": (_wheels(lambda p: p.write_bytes(p.read_bytes() + b"x"), 1), 2, "bytes), the lock records"),
     # ... and absent: the rebuild must give the lock's hashes, or exit 1 naming the difference
     "wheel sha256, wheels absent": (_without_wheels(lambda d, o: _set("components.0.wheel.sha256", _flip(d["components"][0]["wheel"]["sha256"]))(d, o)), 1, "the rebuilt wheel has sha256"),
     "wheel size, wheels absent": (_without_wheels(lambda d, o: _set("components.1.wheel.size", 7)(d, o)), 1, "the rebuilt wheel has size"),

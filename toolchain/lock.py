@@ -347,12 +347,11 @@ def wheel_problems(lock: Lock, *, missing_ok: bool = False) -> list[str]:
             if not missing_ok:
                 problems.append(f"{c.name}: wheel {p} is missing")
             continue
-        size = p.stat().st_size
+        size, digest = p.stat().st_size, sha256_file(p)
         if size != c.wheel.size:
-            problems.append(f"{c.name}: {p.name} has {size} bytes, the lock records {c.wheel.size}")
-            continue
-        digest = sha256_file(p)
-        if digest != c.wheel.sha256:
+            problems.append(f"{c.name}: {p.name} has sha256 {digest} ({size} bytes), the lock records "
+                            f"{c.wheel.sha256} ({c.wheel.size} bytes)")
+        elif digest != c.wheel.sha256:
             problems.append(f"{c.name}: {p.name} has sha256 {digest}, the lock records {c.wheel.sha256}")
     return problems
 

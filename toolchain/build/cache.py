@@ -118,6 +118,9 @@ class WheelCache:
             return None
         except FileNotFoundError:  # evicted by another builder meanwhile
             return None
+        except OSError as exc:  # writing into dest_dir (the out dir): a full disk, a read-only mount
+            raise BuildError(f"cannot write {dest}: {exc.strerror or exc}",
+                             hint=f"free space there, or pass another --out than {dest_dir.parent}") from None
         return entry
 
     def _drop(self, key: str, problem: str) -> None:
