@@ -488,7 +488,7 @@ def test_a_damaged_cache_entry_is_rebuilt_never_served(built, clean_hashes, tmp_
     key = built.lock_data()["components"][0]["cache-key"]  # tiny: patched, with a secret in its command
     CACHE_TAMPERING[case](_entry(cache, key))
     counter = tmp_path / "builds"
-    r = built.ws.build("r", "out-after", env={"TINY_BUILD_COUNTER": str(counter)}, cache=cache)
+    r = built.ws.build("r", str(tmp_path / "out"), env={"TINY_BUILD_COUNTER": str(counter)}, cache=cache)
     assert r.returncode == 0, str(r)
     built_now = counter.read_text().splitlines() if counter.exists() else []
     assert [line.split()[0] for line in built_now] == ["tiny"]  # that one was rebuilt, the other served
@@ -499,7 +499,7 @@ def test_a_damaged_cache_entry_is_rebuilt_never_served(built, clean_hashes, tmp_
         assert sha256_file(Path(c["path"])) == c["sha256"]
     meta = json.loads((_entry(cache, key) / "entry.json").read_text())  # the entry is whole again
     assert meta["sha256"] == clean_hashes["tiny"] == sha256_file(_entry(cache, key) / meta["wheel"])
-    again = built.ws.build("r", "out-again", env={"TINY_BUILD_COUNTER": str(counter)}, cache=cache)
+    again = built.ws.build("r", str(tmp_path / "again"), env={"TINY_BUILD_COUNTER": str(counter)}, cache=cache)
     assert again.returncode == 0 and len(counter.read_text().splitlines()) == 1, str(again)  # now a hit
 
 
@@ -509,7 +509,7 @@ def test_no_cache_replaces_a_damaged_entry_with_the_rebuilt_one(built, clean_has
     shutil.copytree(built.ws.cache, cache, symlinks=True)
     key = built.lock_data()["components"][0]["cache-key"]
     _flip_byte(_wheel_of(_entry(cache, key)))
-    r = built.ws.build("r", "out-nc", "--no-cache", cache=cache)
+    r = built.ws.build("r", str(tmp_path / "out"), "--no-cache", cache=cache)
     assert r.returncode == 0, str(r)
     assert sha256_file(_wheel_of(_entry(cache, key))) == clean_hashes["tiny"]
     assert {c["name"]: c["sha256"] for c in r.json()["components"]} == clean_hashes
@@ -521,14 +521,14 @@ def test_a_warm_rebuild_into_the_same_out_dir_keeps_serving_the_lock_s_wheels(bu
     cache = tmp_path / "cache"
     shutil.copytree(built.ws.cache, cache, symlinks=True)
     key = built.lock_data()["components"][0]["cache-key"]
-    first = built.ws.build("r", "warm", cache=cache)
+    first = built.ws.build("r", str(tmp_path / "warm"), cache=cache)
     assert first.returncode == 0, str(first)
     _flip_byte(_wheel_of(_entry(cache, key)))
-    warm = built.ws.build("r", "warm", cache=cache)
+    warm = built.ws.build("r", str(tmp_path / "warm"), cache=cache)
     assert warm.returncode == 0, str(warm)
     for c in warm.json()["components"]:
         assert sha256_file(Path(c["path"])) == c["sha256"] == clean_hashes[c["name"]]
-    elsewhere = built.ws.build("r", "elsewhere", cache=cache)
+    elsewhere = built.ws.build("r", str(tmp_path / "elsewhere"), cache=cache)
     assert elsewhere.returncode == 0 and "damaged" in elsewhere.stderr, str(elsewhere)
     assert {c["name"]: c["sha256"] for c in elsewhere.json()["components"]} == clean_hashes
 
