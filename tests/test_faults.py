@@ -232,7 +232,7 @@ def tiny_mount(tmp_path):
 
     yield mount
     for where in reversed(mounted):
-        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)  # (the test may have)
+        subprocess.run(["umount", "-l", str(where)], check=False, capture_output=True)  # the test may have unmounted it
 
 
 @pytest.mark.parametrize("full", ["the whole cache (the fetch)", "the wheel cache (storing the wheel)"])
