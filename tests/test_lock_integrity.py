@@ -27,7 +27,8 @@ from toolchain.build.cache import WheelRef
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.redact import MASK
 from toolchain.errors import RecipeError
-from toolchain.lock import LOCK_NAME, Lock, LockedComponent, PatchRef, read_lock, write_lock
+from toolchain.lock import LOCK_NAME, Lock, LockedComponent, read_lock, write_lock
+from toolchain.recipe.model import Patch
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 # ---- round trip ----------------------------------------------------------------------------------------
@@ -68,8 +69,9 @@ ROUND_TRIP = {
         {"name": "cutlass", "url": "https://example.invalid/cutlass.git", "commit": "d" * 40},
         {"name": "oneDNN", "url": "https://example.invalid/onednn.git", "commit": "e" * 40}))),
     "remote and local patches": _lock(_component("vllm", patches=(
-        PatchRef("vllm/0001-local.patch", "1" * 64),
-        PatchRef("https://example.invalid/intel/llm-scaler.git@0123456789ab:vllm/patches/x.patch", "2" * 64)))),
+        Patch("vllm/0001-local.patch", "1" * 64),
+        Patch("vllm/patches/x.patch", "2" * 64, url="https://example.invalid/intel/llm-scaler.git", commit="3" * 40),
+        Patch("p.patch", "4" * 64, url=f"https://oauth2:{MASK}@example.invalid/private.git", commit="5" * 40)))),
     "a full stack": _lock(
         _component("vllm"), _component("vllm-xpu-kernels", after=("vllm",), subdir=""),
         _component("ark", after=("vllm-xpu-kernels",), subdir="auto_round_extension/ark", build_seconds=0.0),
@@ -86,6 +88,14 @@ def _random_text(rng: random.Random, n: int) -> str:
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, n)))
 
 
+def _random_patch(rng: random.Random, i: int, j: int) -> Patch:
+    """Local (a path under patches/) or remote (a path in a repository pinned by commit)."""
+    path, sha = _random_text(rng, 20) or "p", sha256_bytes(bytes([i, j]))
+    if rng.random() < 0.5:
+        return Patch(path, sha)
+    return Patch(path, sha, url="https://example.invalid/" + _random_text(rng, 8), commit=sha256_bytes(sha.encode())[:40])
+
+
 def _random_lock(seed: int) -> Lock:
     """A lock with random strings (quotes, backslashes, TOML syntax, non-ASCII) in every free-text field."""
     rng = random.Random(seed)
@@ -97,8 +107,7 @@ def _random_lock(seed: int) -> Lock:
             command=tuple(_random_text(rng, 15) or "x" for _ in range(rng.randint(1, 6))),
             install_args=tuple(_random_text(rng, 8) for _ in range(rng.randint(0, 2))),
             build_seconds=round(rng.random() * 1000, 3),
-            patches=tuple(PatchRef(_random_text(rng, 20) or "p", sha256_bytes(bytes([i, j])))
-                          for j in range(rng.randint(0, 2))),
+            patches=tuple(_random_patch(rng, i, j) for j in range(rng.randint(0, 2))),
             wheel=WheelRef(f"c{i}-1.0.{rng.randint(0, 99)}-py3-none-any.whl", sha256_bytes(bytes([i])),
                            rng.randint(0, 2**40))))
     return _lock(*comps, recipe_text=_random_text(rng, 200), recipe_path=_random_text(rng, 30),
