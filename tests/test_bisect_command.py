@@ -16,6 +16,7 @@ from spine_helpers import GitRepo
 from toolchain import cli
 from toolchain.bisect.core import BuildOutcome, Candidate, Verdict
 from toolchain.bisect.testers import CommandTester
+from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run
 from toolchain.errors import BuildError, UsageError
@@ -25,6 +26,7 @@ from toolchain.lock import (
     TargetInfo,
     ToolchainInfo,
     WheelRef,
+    locked_env,
     read_lock,
     verify_wheels,
     write_lock,
@@ -129,9 +131,10 @@ def fake_spine(monkeypatch, calls: list):
             wheel = options.out_dir / "wheels" / f"{comp.name}-0.1-py3-none-any.whl"
             wheel.parent.mkdir(parents=True, exist_ok=True)
             wheel.write_text(show("value.txt"))
-            comps.append(LockedComponent(
-                name=comp.name, url=comp.url, ref="", commit=comp.commit, describe="", subdir="", after=comp.after,
-                dist=comp.name, import_name=comp.name, version="0.1", install_args=(), patches=(), env={},
+            comps.append(LockedComponent(  # recorded as a real lock records the recipe's component
+                name=comp.name, url=comp.url, ref="", commit=comp.commit, describe="", subdir=comp.subdir,
+                after=comp.after, dist=comp.name, import_name=comp.name, version="0.1",
+                install_args=comp.install_args, patches=(), env=locked_env(component_env(recipe, comp).items()),
                 command=comp.command, cache_key=comp.commit, build_seconds=0.1,
                 wheel=WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size)))
         lock = Lock(recipe_name=recipe.name, recipe_path=str(recipe.path), recipe_sha256=recipe.sha256,

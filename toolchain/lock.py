@@ -5,7 +5,9 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +15,8 @@ from toolchain import __version__
 from toolchain.build.abi import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.core import toml as tomlio
-from toolchain.core.fs import atomic_write_text, sha256_file
-from toolchain.core.redact import redact_env
+from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
+from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.model import Patch
 from toolchain.resolve.closure import Closure, pylock_entry
@@ -181,19 +183,32 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
 
 
 def read_lock(path: Path) -> Lock:
+    """A lock file read back, after checking every value it records is well-formed (RecipeError naming
+    each bad key otherwise: a lock that cannot be trusted is refused before anything uses it)."""
     path = Path(path)
     if path.is_dir():
         path = path / LOCK_NAME
     if not path.is_file():
         raise RecipeError(f"{path}: no such lock file", hint="pass the stack.lock.toml written by `toolchain build`")
     try:
-        data = tomlio.load_file(path)
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(f"{path}: not a lock: not UTF-8 text (byte {exc.start})",
+                          hint="pass the stack.lock.toml written by `toolchain build`") from None
+    except OSError as exc:
+        raise RecipeError(f"{path}: cannot read the lock: {exc.strerror or exc}") from None
+    try:
+        data = tomlio.loads(text)
     except tomlio.TOMLDecodeError as exc:
         raise RecipeError(f"{path}: not valid TOML: {exc}") from None
+    if data.get("lock-version") != LOCK_VERSION:
+        raise RecipeError(f"{path}: lock-version {data.get('lock-version')!r} is not supported "
+                          f"(this tool reads {LOCK_VERSION})")
+    problems = lock_data_problems(data)
+    if problems:
+        raise RecipeError([f"{path}: {p}" for p in problems],
+                          hint="locks are written by `toolchain build` and must not be edited; rebuild it")
     try:
-        if data.get("lock-version") != LOCK_VERSION:
-            raise RecipeError(f"{path}: lock-version {data.get('lock-version')!r} is not supported "
-                              f"(this tool reads {LOCK_VERSION})")
         comps = []
         for c in data["components"]:
             comps.append(LockedComponent(
@@ -220,43 +235,184 @@ def read_lock(path: Path) -> Lock:
             path=path.resolve(),
             closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
         )
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
                           hint="locks are written by `toolchain build`; rebuild it") from None
 
 
-def verify_wheels(lock: Lock) -> None:
-    """Every wheel the lock names exists with the recorded size and sha256; raises TestFailed otherwise."""
+# ---- what a well-formed lock holds (checked on read) ---------------------------------------------------
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_HEX = re.compile(r"^[0-9a-f]{8,64}$")
+Check = tuple[str, Callable[[Any], bool]]  # (what a value must be, the test)
+
+STR: Check = ("a string", lambda v: isinstance(v, str))
+NAME: Check = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
+SHA256: Check = ("a 64-hex sha256", lambda v: isinstance(v, str) and _HEX64.match(v) is not None)
+COMMIT: Check = ("a full commit id (40 or 64 hex)", lambda v: isinstance(v, str) and _COMMIT.match(v) is not None)
+HEX: Check = ("a hex digest", lambda v: isinstance(v, str) and _HEX.match(v) is not None)
+SIZE: Check = ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+SECONDS: Check = ("a non-negative number",
+                  lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
+STRS: Check = ("an array of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+ARGV: Check = ("a non-empty array of strings",
+               lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v))
+ENV: Check = ("a table of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
+TABLE: Check = ("a table", lambda v: isinstance(v, dict))
+
+
+def _wheel_file(v: Any) -> bool:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    if not isinstance(v, str) or "/" in v or "\\" in v or "\0" in v:
+        return False
+    try:
+        parse_wheel_filename(v)
+    except InvalidWheelFilename:
+        return False
+    return True
+
+
+WHEEL_FILE: Check = ("a wheel file name (no directory)", _wheel_file)
+
+# key: (required, check); nested tables and arrays of tables are checked by their own schema below
+RECIPE_SCHEMA: dict[str, tuple[bool, Check]] = {
+    "name": (True, NAME), "path": (False, STR), "sha256": (True, SHA256), "text": (False, STR)}
+COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
+    "name": (True, NAME), "url": (True, NAME), "ref": (False, STR), "commit": (True, COMMIT),
+    "describe": (False, STR), "subdir": (False, STR), "after": (False, STRS), "dist": (False, STR),
+    "import": (False, STR), "version": (False, STR), "install-args": (False, STRS), "env": (False, ENV),
+    "command": (True, ARGV), "cache-key": (True, HEX), "build-seconds": (False, SECONDS),
+    "wheel": (True, TABLE), "patches": (False, ("an array of tables", lambda v: isinstance(v, list))),
+    "fetchcontent": (False, ("an array of tables", lambda v: isinstance(v, list)))}
+WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {"file": (True, WHEEL_FILE), "sha256": (True, SHA256), "size": (True, SIZE)}
+PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
+                                               "commit": (False, COMMIT)}
+FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "url": (True, NAME), "commit": (True, COMMIT)}
+
+
+def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{where}: must be a table, got {_shown(value)}"]
+    out = []
+    for key, (required, (what, ok)) in schema.items():
+        if key not in value:
+            if required:
+                out.append(f"{where}.{key}: missing")
+        elif not ok(value[key]):
+            out.append(f"{where}.{key}: must be {what}, got {_shown(value[key])}")
+    return out
+
+
+def _info_problems(value: Any, cls: type, where: str) -> list[str]:
+    """[toolchain] / [target]: the keys of `cls` (kebab-case), strings (arrays of strings for tuples)."""
+    if not isinstance(value, dict):
+        return [f"{where}: must be a table, got {_shown(value)}"]
+    kinds = {f.name.replace("_", "-"): f.type for f in fields(cls)}
+    out = []
+    for key, v in value.items():
+        if key not in kinds:
+            out.append(f"{where}.{key}: not a key of a lock's [{where}] (known: {', '.join(kinds)})")
+        elif not (STRS if "tuple" in str(kinds[key]) else STR)[1](v):
+            out.append(f"{where}.{key}: must be {(STRS if 'tuple' in str(kinds[key]) else STR)[0]}, got {_shown(v)}")
+    return out
+
+
+def lock_data_problems(data: dict[str, Any]) -> list[str]:
+    """Every malformed value of a parsed lock, each naming its key (empty: well-formed)."""
+    out = _table_problems(data.get("recipe"), RECIPE_SCHEMA, "recipe")
+    out += _info_problems(data.get("toolchain", {}), ToolchainInfo, "toolchain")
+    out += _info_problems(data.get("target", {}), TargetInfo, "target")
+    for key, check in (("smoke", TABLE), ("normalizations", STRS), ("tool-version", STR)):
+        if key in data and not check[1](data[key]):
+            out.append(f"{key}: must be {check[0]}, got {_shown(data[key])}")
+    comps = data.get("components")
+    if not isinstance(comps, list):
+        return out + [f"components: must be an array of tables ([[components]]), got {_shown(comps)}"]
+    seen: set[str] = set()
+    for i, c in enumerate(comps):
+        name = c.get("name") if isinstance(c, dict) else None
+        where = f"components[{i}]" + (f" ({name})" if isinstance(name, str) else "")
+        problems = _table_problems(c, COMPONENT_SCHEMA, where)
+        out += problems
+        if problems and not isinstance(c, dict):
+            continue
+        if isinstance(name, str):
+            if name in seen:
+                out.append(f"{where}.name: {name!r} appears twice")
+            seen.add(name)
+        if isinstance(c.get("wheel"), dict):
+            out += _table_problems(c["wheel"], WHEEL_SCHEMA, f"{where}.wheel")
+        for key, schema in (("patches", PATCH_SCHEMA), ("fetchcontent", FETCHCONTENT_SCHEMA)):
+            if isinstance(c.get(key), list):
+                for j, item in enumerate(c[key]):
+                    out += _table_problems(item, schema, f"{where}.{key}[{j}]")
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def wheel_problems(lock: Lock, *, missing_ok: bool = False) -> list[str]:
+    """Each wheel of the lock that is not in its wheels/ directory with the recorded size and sha256."""
     problems = []
     for c in lock.components:
         p = lock.wheel_path(c)
         if not p.is_file():
-            problems.append(f"{c.name}: wheel {p} is missing")
+            if not missing_ok:
+                problems.append(f"{c.name}: wheel {p} is missing")
             continue
-        digest = sha256_file(p)
-        if digest != c.wheel.sha256:
+        size, digest = p.stat().st_size, sha256_file(p)
+        if size != c.wheel.size:
+            problems.append(f"{c.name}: {p.name} has sha256 {digest} ({size} bytes), the lock records "
+                            f"{c.wheel.sha256} ({c.wheel.size} bytes)")
+        elif digest != c.wheel.sha256:
             problems.append(f"{c.name}: {p.name} has sha256 {digest}, the lock records {c.wheel.sha256}")
+    return problems
+
+
+def verify_wheels(lock: Lock) -> None:
+    """Every wheel the lock names exists with the recorded size and sha256; raises TestFailed otherwise."""
+    problems = wheel_problems(lock)
     if problems:
         raise TestFailed("wheels do not match the lock " + str(lock.path) + ":\n"
                          + "\n".join(f"  - {p}" for p in problems),
                          hint="rebuild with `toolchain build --from-lock` or fetch the bundle again")
 
 
+def locked_env(env: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    """A component's build env as a lock records it: secrets masked, unset (None) variables left out."""
+    return {k: v for k, v in redact_env(dict(env)).items() if v is not None}
+
+
 def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | None = None) -> Lock:
-    """The lock of a plan's built components (install order)."""
+    """The lock of a plan's built components (install order). Secrets are masked in everything it records
+    (URL credentials, secret-named assignments in commands, in the recipe text too; the recipe's sha256 is
+    then that of the masked text, which is what a rebuild from the lock reads back)."""
     comps = []
     for b in built:
         c = b.plan.component
         comps.append(LockedComponent(
-            name=c.name, url=c.url, ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
+            name=c.name, url=redact_text(c.url), ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
             after=c.after, dist=c.dist, import_name=c.import_name,
-            version=wheel_name_version(b.wheel.file)[1], install_args=c.install_args,
-            patches=b.plan.patches,
-            env={k: v for k, v in redact_env(dict(b.plan.env)).items() if v is not None}, command=c.command, cache_key=b.plan.cache_key,
+            version=wheel_name_version(b.wheel.file)[1], install_args=tuple(redact_argv(c.install_args)),
+            patches=tuple(replace(p, url=redact_text(p.url)) for p in b.plan.patches),
+            env=locked_env(b.plan.env), command=tuple(redact_argv(c.command)), cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,
-            fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent),
+            fetchcontent=tuple({"name": d.name, "url": redact_text(d.url), "commit": d.commit}
+                               for d in c.fetchcontent),
             built_against=b.built_against))
     norms = sorted({n for b in built for n in b.normalizations})
-    return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=plan.recipe.sha256,
-                recipe_text=plan.recipe.text, toolchain=plan.toolchain, target=plan.target,
-                smoke=plan.recipe.smoke.raw, components=tuple(comps), normalizations=tuple(norms), closure=closure)
+    text, sha = plan.recipe.text, plan.recipe.sha256
+    resolved = tomlio.loads(text)
+    masked = redact_data(resolved)
+    if masked != resolved:  # masked value by value: the text stays TOML that reads back to the same recipe
+        text = tomlio.dumps(masked)
+        sha = sha256_bytes(text.encode())
+    return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=sha,
+                recipe_text=text, toolchain=plan.toolchain, target=plan.target,
+                smoke=redact_data(plan.recipe.smoke.raw), components=tuple(comps), normalizations=tuple(norms),
+                closure=closure)

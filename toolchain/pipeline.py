@@ -11,17 +11,20 @@ import json
 import os
 from pathlib import Path
 
-from toolchain.build.plan import make_plan
+from toolchain.build.plan import component_env, make_plan
 from toolchain.build.remote import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user
-from toolchain.errors import BuildError, RecipeError, UsageError
+from toolchain.core.redact import redact_argv, redact_text
+from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
 from toolchain.lock import (
     LOCK_NAME,
     WHEELS_DIR,
     Lock,
     assemble_lock,
+    locked_env,
     read_lock,
+    wheel_problems,
     write_lock,
 )
 from toolchain.recipe.load import default_recipes_dir, load_recipe_text
@@ -34,11 +37,15 @@ OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
 
 
-def build_stack(recipe: Recipe, options: BuildOptions, ui) -> Lock:
-    return build_stack_components(recipe, options, ui)[0]
+def build_stack(recipe: Recipe, options: BuildOptions, ui, *, expect: Lock | None = None) -> Lock:
+    """Build `recipe` into `options.out_dir` and write its lock. With `expect` (a rebuild from that lock)
+    the result must record the same components, commits and wheels: otherwise TestFailed names each
+    difference and no lock is written (the rebuilt wheels stay in the out dir, to compare)."""
+    return build_stack_components(recipe, options, ui, expect=expect)[0]
 
 
-def build_stack_components(recipe: Recipe, options: BuildOptions, ui) -> tuple[Lock, list[BuiltComponent]]:
+def build_stack_components(recipe: Recipe, options: BuildOptions, ui, *,
+                           expect: Lock | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
@@ -58,7 +65,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui) -> tuple[L
         _mark_out_dir(out, ours)  # not before: a bad interpreter leaves no output
         logs.mkdir(parents=True, exist_ok=True)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
-        mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui)
+        mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
         try:
             built = build_plan(plan, runtime, mirrors, options, ui)
         except BuildError as err:
@@ -72,6 +79,14 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui) -> tuple[L
         closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
                                                       for b in built], options.cache_dir, logs, ui)
     lock = assemble_lock(plan, built, closure)
+    if expect is not None:
+        differences = rebuild_differences(expect, lock)
+        if differences:
+            raise TestFailed(f"the rebuild from {expect.path} does not match it:\n"
+                             + "\n".join(f"  - {d}" for d in differences),
+                             hint=f"no lock was written; the rebuilt wheels are in {out / WHEELS_DIR}. The lock was "
+                                  "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
+                                  "--lock` shows where the wheels differ)")
     path = out / LOCK_NAME
     if not _same_lock(path, lock):
         write_lock(lock, out)
@@ -154,24 +169,57 @@ def _same_lock(path: Path, lock: Lock) -> bool:
     return old == lock and (path.parent / "pylock.toml").is_file()
 
 
+def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:
+    """What a rebuild from `expected` recorded differently: components, commits, wheel names, sizes, sha256."""
+    out = []
+    names = [c.name for c in expected.components]
+    got = [c.name for c in rebuilt.components]
+    if names != got:
+        out.append(f"components: the lock lists {', '.join(names) or 'none'}; the rebuild made {', '.join(got) or 'none'}")
+    have = {c.name: c for c in rebuilt.components}
+    for c in expected.components:
+        r = have.get(c.name)
+        if r is None:
+            continue
+        if r.commit != c.commit:
+            out.append(f"{c.name}: rebuilt at commit {r.commit}, the lock records {c.commit}")
+        for what, mine, theirs in (("wheel", r.wheel.file, c.wheel.file), ("size", r.wheel.size, c.wheel.size),
+                                   ("sha256", r.wheel.sha256, c.wheel.sha256)):
+            if mine != theirs:
+                out.append(f"{c.name}: the rebuilt wheel has {what} {mine}, the lock records {theirs}")
+    return out
+
+
 def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
-    """The lock's recorded recipe, after checking that it and every patch still hash as recorded.
+    """The lock's recorded recipe, after checking that the lock's parts agree: the recipe text hashes as
+    recorded, every component is the one the recipe text describes (and no other), every patch still hashes
+    as recorded, and each wheel present beside the lock has the recorded size and sha256. Any disagreement
+    is a RecipeError (exit 2) naming each, before anything is built.
 
     Local patches are looked up in `patches_dir` when given (a bundle's patches/), else beside the recipes/
     the lock names and then beside the project's recipes (a recipe may inherit patches from either)."""
     recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
     dirs = [patches_dir] if patches_dir else [(recipes_dir or recorded.parent).parent / "patches",
                                               (recipes_dir or default_recipes_dir()).parent / "patches"]
-    recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, list(dict.fromkeys(dirs)))
+    try:
+        recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, list(dict.fromkeys(dirs)))
+    except RecipeError as err:
+        raise RecipeError([f"{lock.path}: the recorded recipe: {p}" for p in err.problems],
+                          hint="the lock's [recipe] text is damaged; rebuild the lock from its recipe") from None
     problems = []
     if recipe.sha256 != lock.recipe_sha256:
         problems.append(f"recipe text has sha256 {recipe.sha256}, the lock records {lock.recipe_sha256}")
+    problems += component_problems(lock, recipe)
     for comp in lock.components:
+        if comp.name not in {c.name for c in recipe.components}:
+            continue  # (named by component_problems)
         have = {p.label: p for p in recipe.component(comp.name).patches}
         for p in comp.patches:
             if have.get(p.label) != p:
                 found = have[p.label].sha256 if p.label in have else "(missing)"
                 problems.append(f"{comp.name}: patch {p.label} has sha256 {found}, the lock records {p.sha256}")
+    if lock.path is not None:
+        problems += wheel_problems(lock, missing_ok=True)
     if problems:
         raise RecipeError([f"{lock.path}: {p}" for p in problems],
                           hint="the lock no longer matches its inputs; restore them or build the recipe anew")
@@ -195,3 +243,41 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
     write_lock(dataclasses.replace(lock, closure=closure), lock.path.parent)
     give_to_invoking_user(lock.path.parent)
     return read_lock(lock.path)
+
+
+def component_problems(lock: Lock, recipe: Recipe) -> list[str]:
+    """Where the lock's [[components]] disagree with the recipe text it embeds (as a lock records them:
+    URLs and commands masked, env redacted)."""
+    want = [c.name for c in recipe.components]
+    got = [c.name for c in lock.components]
+    out = []
+    missing = [n for n in want if n not in got]
+    extra = [n for n in got if n not in want]
+    if missing:
+        out.append(f"components: the recipe text has {', '.join(missing)}, which the lock does not list")
+    if extra:
+        out.append(f"components: the lock lists {', '.join(extra)}, which the recipe text does not have")
+    if not missing and not extra and want != got:
+        out.append(f"components: the lock lists them in the order {', '.join(got)}; the recipe's build order is "
+                   f"{', '.join(want)}")
+    by_name = {c.name: c for c in lock.components}
+    for comp in recipe.components:
+        locked = by_name.get(comp.name)
+        if locked is None:
+            continue
+        recorded = {
+            "url": redact_text(comp.url), "commit": comp.commit, "subdir": comp.subdir,
+            "command": redact_argv(comp.command), "install-args": redact_argv(comp.install_args),
+            "after": list(comp.after), "env": locked_env(component_env(recipe, comp).items()),
+            "patches": [redact_text(p.label) for p in comp.patches],
+            "fetchcontent": [{"name": d.name, "url": redact_text(d.url), "commit": d.commit} for d in comp.fetchcontent],
+        }
+        in_lock = {
+            "url": locked.url, "commit": locked.commit, "subdir": locked.subdir, "command": list(locked.command),
+            "install-args": list(locked.install_args), "after": list(locked.after), "env": dict(locked.env),
+            "patches": [p.label for p in locked.patches], "fetchcontent": [dict(f) for f in locked.fetchcontent],
+        }
+        for key, value in recorded.items():
+            if in_lock[key] != value:
+                out.append(f"{comp.name}: {key} is {in_lock[key]!r} in [[components]], the recipe text says {value!r}")
+    return out

@@ -1,8 +1,11 @@
-"""The content-addressed wheel cache and the prepared source-tree cache, under one cache directory.
+"""The content-addressed wheel cache, under one cache directory.
 
 Wheel entries (`wheels/<k[:2]>/<key>/`) are written into a temporary directory and renamed into place, so
 an entry is whole or absent; a builder holds the key's flock while building, so two builders of one key
-build it once, and the kernel drops the lock of a builder killed with SIGKILL.
+build it once, and the kernel drops the lock of a builder killed with SIGKILL. An entry is served only when
+its wheel hashes as its entry.json records (checked while it is copied out); anything damaged (a flipped
+byte, a truncated wheel, entry.json missing, garbage or with another sha256) is evicted and rebuilt.
+Recorded metadata (entry.json) is redacted like a lock.
 """
 
 from __future__ import annotations
@@ -10,20 +13,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolchain.core.fs import (
-    atomic_copy,
+    DigestMismatch,
+    atomic_copy_verified,
     atomic_write_text,
     file_lock,
     publish_dir,
     sha256_file,
 )
+from toolchain.core.redact import redact_data
+from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
 
@@ -54,9 +62,21 @@ class CacheEntry:
     meta: dict
 
 
+Warn = Callable[[str], None]
+
+
+def _no_warning(message: str) -> None:
+    pass
+
+
 class WheelCache:
-    def __init__(self, root: Path) -> None:
+    """`get` is a cheap structural check (entry.json readable and well-formed, the wheel there with the
+    recorded size); the content is checked against the recorded sha256 as it is copied out (`take`).
+    A damaged entry of any kind is evicted with a warning that names it: a miss, never a wedge."""
+
+    def __init__(self, root: Path, warn: Warn = _no_warning) -> None:
         self.root = Path(root) / "wheels"
+        self.warn = warn
 
     def _dir(self, key: str) -> Path:
         return self.root / key[:2] / key
@@ -64,23 +84,57 @@ class WheelCache:
     def get(self, key: str) -> CacheEntry | None:
         d = self._dir(key)
         meta_file = d / "entry.json"
-        if not meta_file.is_file():
+        if not d.is_dir():
             return None
-        meta = json.loads(meta_file.read_text())
+        problem, meta = _read_meta(meta_file)
+        if meta is None:
+            self._drop(key, problem)
+            return None
         wheel = d / meta["wheel"]
-        if not wheel.is_file() or wheel.stat().st_size != meta["size"]:
+        try:
+            size = wheel.stat().st_size
+        except OSError:
+            self._drop(key, f"its wheel {meta['wheel']} is missing")
+            return None
+        if size != meta["size"]:
+            self._drop(key, f"its wheel {meta['wheel']} has {size} bytes, entry.json records {meta['size']}")
             return None
         return CacheEntry(key, wheel, meta["sha256"], meta["size"], meta)
 
-    def verify(self, entry: CacheEntry) -> bool:
-        return sha256_file(entry.wheel) == entry.sha256
+    def take(self, key: str, dest_dir: Path) -> CacheEntry | None:
+        """The entry of `key` with its wheel in `dest_dir`, checked against the recorded sha256 on the way
+        (a wheel already there that hashes as recorded is kept); None when there is none or it was damaged."""
+        entry = self.get(key)
+        if entry is None:
+            return None
+        dest = dest_dir / entry.wheel.name
+        if dest.is_file() and dest.stat().st_size == entry.size and sha256_file(dest) == entry.sha256:
+            return entry
+        try:
+            atomic_copy_verified(entry.wheel, dest, entry.sha256)
+        except DigestMismatch as exc:
+            self._drop(key, f"its wheel {entry.wheel.name} has sha256 {exc.actual}, entry.json records "
+                            f"{entry.sha256}")
+            return None
+        except FileNotFoundError:  # evicted by another builder meanwhile
+            return None
+        except OSError as exc:  # writing into dest_dir (the out dir): a full disk, a read-only mount
+            raise BuildError(f"cannot write {dest}: {exc.strerror or exc}",
+                             hint=f"free space there, or pass another --out than {dest_dir.parent}") from None
+        return entry
+
+    def _drop(self, key: str, problem: str) -> None:
+        self.warn(f"wheel cache entry {self._dir(key)} is damaged ({problem}); evicted, it will be rebuilt")
+        self.evict(key)
 
     def evict(self, key: str) -> None:
         d = self._dir(key)
-        if d.is_dir():
-            trash = d.with_name(f".tmp-evict-{key}-{uuid.uuid4().hex}")
+        trash = d.with_name(f".tmp-evict-{key}-{uuid.uuid4().hex}")
+        try:
             os.rename(d, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+        except FileNotFoundError:
+            return  # already gone (another process evicted or replaced it)
+        shutil.rmtree(trash, ignore_errors=True)
 
     @contextlib.contextmanager
     def building(self, key: str) -> Iterator[None]:
@@ -88,28 +142,58 @@ class WheelCache:
         with file_lock(self.root / "locks" / f"{key}.lock"):
             parent = self._dir(key).parent
             if parent.is_dir():
-                for stale in parent.glob(f".tmp-{key}-*"):
+                for stale in [*parent.glob(f".tmp-{key}-*"), *parent.glob(f".tmp-evict-{key}-*")]:
                     shutil.rmtree(stale, ignore_errors=True)
             yield
 
     def put(self, key: str, wheel: Path, meta: dict, log: Path | None = None) -> CacheEntry:
+        """Store a built wheel (called holding `building(key)`). An existing entry of the key is replaced:
+        what was just built wins over what was stored before (`--no-cache` repairs an entry)."""
         final = self._dir(key)
         tmp = final.with_name(f".tmp-{key}-{uuid.uuid4().hex}")
-        tmp.mkdir(parents=True)
-        shutil.copyfile(wheel, tmp / wheel.name)
-        if log is not None and log.is_file():
-            shutil.copyfile(log, tmp / "build.log")
-        sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
-        meta = dict(meta, wheel=wheel.name, sha256=sha, size=size, stored=time.time())
-        atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
-        publish_dir(tmp, final)
-        entry = self.get(key)
-        assert entry is not None
-        return entry
+        try:
+            tmp.mkdir(parents=True)
+            shutil.copyfile(wheel, tmp / wheel.name)
+            if log is not None and log.is_file():
+                shutil.copyfile(log, tmp / "build.log")
+            sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
+            meta = dict(redact_data(meta), wheel=wheel.name, sha256=sha, size=size, stored=time.time())
+            atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
+            if final.exists():
+                self.evict(key)
+            published = publish_dir(tmp, final)
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildError(f"cannot store {wheel.name} in the wheel cache {self.root}: "
+                             f"{exc.strerror or exc}",
+                             hint="free space there, or pass another --cache-dir (or set $TOOLCHAIN_CACHE_DIR)"
+                             ) from None
+        if not published:  # another writer of the key won (it did not hold the key's lock)
+            raise BuildError(f"the wheel cache entry {final} was written by another process while this one "
+                             "held its lock", hint="run the build again")
+        return CacheEntry(key, final / wheel.name, sha, size, meta)
 
 
-def copy_wheel(entry: CacheEntry, dest_dir: Path) -> Path:
-    dest = dest_dir / entry.wheel.name
-    if not (dest.is_file() and dest.stat().st_size == entry.size and sha256_file(dest) == entry.sha256):
-        atomic_copy(entry.wheel, dest)
-    return dest
+def _read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
+    """entry.json, or why it cannot be used."""
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "entry.json is missing", None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"entry.json is unreadable: {exc}", None
+    if not isinstance(meta, dict):
+        return "entry.json is not an object", None
+    checks = {
+        "wheel": lambda v: isinstance(v, str) and v.endswith(".whl") and "/" not in v and v not in (".", ".."),
+        "sha256": lambda v: isinstance(v, str) and _HEX64.match(v) is not None,
+        "size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    }
+    bad = [k for k, ok in checks.items() if not ok(meta.get(k))]
+    if bad:
+        return f"entry.json has no valid {', '.join(bad)}", None
+    return "", meta
+
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+

@@ -14,7 +14,7 @@ from pathlib import Path
 from toolchain import __version__
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.memo import remembered
-from toolchain.core.redact import is_secret, redact_env
+from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
 from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
@@ -186,10 +186,11 @@ def plan_to_dict(plan: Plan) -> dict:
         "toolchain": toolchain,
         "tool-version": __version__,
         "components": [{
-            "name": c.name, "url": c.component.url, "ref": c.component.ref, "commit": c.component.commit,
+            "name": c.name, "url": redact_text(c.component.url), "ref": c.component.ref, "commit": c.component.commit,
             "subdir": c.component.subdir, "after": list(c.component.after),
-            "patches": [{"path": p.label, "sha256": p.sha256} for p in c.patches],
-            "fetchcontent": [{"name": f.name, "url": f.url, "commit": f.commit} for f in c.component.fetchcontent],
-            "env": c.display_env(), "command": list(c.component.command), "cache-key": c.cache_key,
+            "patches": [{"path": redact_text(p.label), "sha256": p.sha256} for p in c.patches],
+            "fetchcontent": [{"name": f.name, "url": redact_text(f.url), "commit": f.commit}
+                             for f in c.component.fetchcontent],
+            "env": c.display_env(), "command": redact_argv(c.component.command), "cache-key": c.cache_key,
         } for c in plan.components],
     }

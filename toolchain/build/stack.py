@@ -13,11 +13,11 @@ from pathlib import Path
 
 from toolchain.build.abi import BuiltAgainst, probe_built_against
 from toolchain.build.buildreqs import check_build_requires
-from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef, copy_wheel
+from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.remote import RemoteCache, RemoteRequest, entry_annotations, open_remote
 from toolchain.core.proc import CommandFailed, merge_env
-from toolchain.core.redact import redact_env
+from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
@@ -51,7 +51,7 @@ class BuiltComponent:
 
 
 def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
-    cache = WheelCache(options.cache_dir)
+    cache = WheelCache(options.cache_dir, warn=ui.warn)
     remote = open_remote(plan.recipe.cache, options.remote)
     trees = SourceTrees(options.cache_dir, mirrors)
     wheels_dir = options.out_dir / WHEELS_DIR
@@ -81,24 +81,28 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
     log = options.out_dir / "logs" / f"{comp.name}.log"
-    log.write_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n")
+    log.write_text(redact_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n"))
     started = time.monotonic()
-    entry = cache.get(cp.cache_key) if options.use_cache else None
+    # take(): the cached wheel, copied into wheels_dir only if it hashes as recorded (else evicted: a miss)
+    entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
     source = "remote-cache" if downloaded and entry is not None else "local-cache"
     if entry is None:
         with cache.building(cp.cache_key):
-            entry = cache.get(cp.cache_key) if options.use_cache else None
+            entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
             if entry is None and options.use_cache and remote is not None and downloaded is None:  # the team's cache
-                entry = remote.fetch(cp.cache_key, f"{comp.name}@{comp.commit[:12]}", cache,
-                                     Path(options.cache_dir) / "work", ui)
+                if remote.fetch(cp.cache_key, f"{comp.name}@{comp.commit[:12]}", cache,
+                                Path(options.cache_dir) / "work", ui) is not None:
+                    entry = cache.take(cp.cache_key, wheels_dir)  # served like any local entry
                 source = "remote-cache"
             if entry is None:
                 mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
                 for dep in comp.fetchcontent:
                     mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui)
-                entry = cache.get(cp.cache_key)
-                assert entry is not None
+                entry = cache.take(cp.cache_key, wheels_dir)
+                if entry is None:
+                    raise BuildError(f"{comp.name}: the wheel just stored in the cache under {cp.cache_key} "
+                                     "could not be read back", hint="check the cache directory's disk")
                 source = "built"
     cached = source != "built"
     describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
@@ -110,7 +114,6 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
         ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
     pushed = source != "remote-cache" and remote is not None and remote.push(
         entry, entry_annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
-    copy_wheel(entry, wheels_dir)
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
                           float(entry.meta.get("build_seconds", 0.0)), cached, log,
                           tuple(entry.meta.get("normalizations", ())), source, pushed,
@@ -158,7 +161,7 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
             try:
                 ws.run(argv, env=env, cwd=src, log=log, verbose=options.verbose)
             except CommandFailed as exc:
-                raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(argv)}\n"
+                raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}\n"
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         wheel = _the_wheel(out_tmp, comp, log)

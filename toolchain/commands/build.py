@@ -12,7 +12,7 @@ from toolchain.commands import options
 from toolchain.commands.recipes import Table
 from toolchain.console import UI, CommandResult, literal
 from toolchain.errors import UsageError
-from toolchain.lock import PYLOCK_NAME, Lock, read_lock, verify_wheels
+from toolchain.lock import PYLOCK_NAME, Lock, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
 from toolchain.recipe.load import Recipe
 from toolchain.release.bundle import BUNDLES_DIR
@@ -53,13 +53,12 @@ def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) ->
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    old: Lock | None = None
     if args.from_lock:
         if args.recipe:
             raise UsageError("--from-lock and --recipe exclude each other", hint="the lock names its recipe")
         old = read_lock(args.from_lock)
-        if any(old.wheel_path(c).exists() for c in old.components):
-            verify_wheels(old)
-        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)
+        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)  # the lock's parts agree, or exit 2
     else:
         recipe = options.recipe_from_args(args)
     if args.with_deps and not args.bundle:
@@ -72,7 +71,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         raise UsageError("--push needs a remote cache", hint="pass --remote-cache oci://HOST[:PORT]/NAMESPACE, "
                                                          "set $TOOLCHAIN_REMOTE_CACHE or [cache] remote in the recipe")
     ui.step(f"building recipe [bold]{literal(recipe.name)}[/] → {literal(str(build.out_dir))}")
-    lock, built = build_stack_components(recipe, build, ui)
+    lock, built = build_stack_components(recipe, build, ui, expect=old)  # from a lock: its hashes, or exit 1
     data = lock_summary(lock)
     for entry, b in zip(data["components"], built):
         entry["source"], entry["pushed"] = b.source, b.pushed

@@ -87,6 +87,7 @@ def exact_command(plan, cp, runtime_kind: str, cache: Path, epoch: str = "") -> 
     env = build_env(plan, cp, src, deps, epoch or "0", True)
     if "SOURCE_DATE_EPOCH" in env and not epoch:
         env["SOURCE_DATE_EPOCH"] = f"(the committer date of {comp.commit[:12]}: not fetched yet)"
-    from toolchain.core.redact import redact_env
+    from toolchain.core.redact import redact_argv, redact_env
 
-    return [_fill(a, python=plan.recipe.target.python, src=src, out=out) for a in comp.command], redact_env(env)
+    return redact_argv([_fill(a, python=plan.recipe.target.python, src=src, out=out) for a in comp.command]), \
+        redact_env(env)

@@ -60,6 +60,27 @@ def atomic_copy(src: Path, dst: Path, mode: int = 0o644) -> None:
         shutil.copyfile(src, tmp)
 
 
+class DigestMismatch(Exception):
+    """A copy's content did not hash as expected (nothing was written)."""
+
+    def __init__(self, path: Path, actual: str, expected: str) -> None:
+        super().__init__(f"{path}: sha256 {actual}, expected {expected}")
+        self.path, self.actual, self.expected = path, actual, expected
+
+
+def atomic_copy_verified(src: Path, dst: Path, sha256: str) -> None:
+    """Copy `src` to `dst` (temp then rename), hashing the bytes as they stream: when they do not hash to
+    `sha256`, `dst` is left as it was and DigestMismatch is raised. One read of `src`, no second pass."""
+    h = hashlib.sha256()
+    with _replacing(dst) as tmp:
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            for block in iter(lambda: fin.read(1 << 20), b""):
+                h.update(block)
+                fout.write(block)
+        if h.hexdigest() != sha256:
+            raise DigestMismatch(src, h.hexdigest(), sha256)
+
+
 def publish_dir(tmp_dir: Path, final: Path) -> bool:
     """Move a fully written directory into place. Returns False when another writer won the race
     (its entry is kept, ours is removed): entries are immutable once published."""

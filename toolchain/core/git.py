@@ -45,11 +45,11 @@ def git_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | No
 
 def git(args: Sequence[str], *, cwd: Path | None = None, git_dir: Path | None = None,
         env: Mapping[str, str] | None = None, log: Path | None = None, capture: bool = True, check: bool = True,
-        hint: str | None = None) -> Completed:
+        hint: str | None = None, stdin: bytes | None = None) -> Completed:
     """`git [--git-dir G] ARGS` in `cwd` (a work tree or a bare repository). `env`: extra variables (e.g. the
-    author and dates of a commit the tool makes)."""
+    author and dates of a commit the tool makes); `stdin`: bytes fed to git (`update-ref --stdin`)."""
     argv = ["git"] + (["--git-dir", str(git_dir)] if git_dir else []) + list(args)
-    return run(argv, env=git_env(env), cwd=cwd, log=log, capture=capture, check=check, hint=hint)
+    return run(argv, env=git_env(env), cwd=cwd, log=log, capture=capture, check=check, hint=hint, stdin=stdin)
 
 
 def commit_id(repo: Path, rev: str) -> str | None:

@@ -1,9 +1,16 @@
-"""Secrets never reach a lock or a log: variables whose names contain these words are masked."""
+"""Secrets never reach a lock, a log, a file name, an error or --json output.
+
+Three kinds are masked: values of variables whose names contain a secret word (TOKEN, SECRET, PASSWORD, KEY,
+CREDENTIAL); `NAME=value` assignments with such names anywhere in a text or an argv; credentials in URLs
+(`https://oauth2:TOKEN@host/...`, `https://TOKEN@host/...`). Masking is idempotent. Whatever must still
+tell two secrets apart (a cache key) hashes the unmasked value; only the mask is ever shown.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 MASK = "<redacted>"
@@ -31,21 +38,54 @@ def secret_values(env: Mapping[str, str | None]) -> list[str]:
     return sorted(vals, key=len, reverse=True)
 
 
-def redact_text(text: str, env: Mapping[str, str | None]) -> str:
-    """Mask every secret value of `env` (and `name=value` pairs with secret names) inside `text`."""
-    for value in secret_values(env):
+def redact_text(text: str, env: Mapping[str, str | None] | None = None) -> str:
+    """Mask every secret value of `env`, `name=value` pairs with secret names and URL credentials in `text`."""
+    for value in secret_values(env or {}):
         text = text.replace(value, MASK)
-    return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
+    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
+    return redact_urls(text)
+
+
+def redact_urls(text: str) -> str:
+    """`scheme://user:password@` keeps the user and masks the password; `http(s)://userinfo@` (a token used
+    as the user name) masks all of it. `ssh://git@host` and scp-like `git@host:path` carry no secret."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
+    return _HTTP_USER.sub(lambda m: f"{m.group(1)}{MASK}@" if m.group(2) != MASK else m.group(0), text)
+
+
+def redact_url(url: str) -> str:
+    """One URL as it may be shown or recorded (the rule of `redact_urls`)."""
+    return redact_urls(url)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """An argv as it may be recorded or shown: each argument masked like text (assignments, URLs)."""
+    return [redact_text(a) for a in argv]
+
+
+def redact_data(value: Any) -> Any:
+    """Every string (keys included) inside nested dicts, lists and tuples masked like text (for records such
+    as entry.json and a lock's recipe text). Env tables are masked by name with `redact_env`."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):  # keys too: a [mirrors] table is keyed by URL prefixes
+        return {redact_data(k): redact_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_data(v) for v in value)
+    return value
+
+
+def without_credentials(url: str) -> str:
+    """`url` with any userinfo removed: what names a repository whoever authenticates (readable parts of
+    file names are made from this; a hash of the full URL still tells credentials apart)."""
+    return _USERINFO.sub(r"\1", url)
 
 
 # Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values
 # end at whitespace or NUL (`env -0` output).
 _ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
-
-
-def redact_url(url: str) -> str:
-    """`url` without the credentials it may carry (https://user:token@host/... → https://<redacted>@host/...)."""
-    return _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{MASK}@", url)
-
-
-_URL_CREDENTIALS = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]+@")
+# scheme://user:password@ (user and password without '/', '@' or whitespace; the password may hold ':')
+_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/@\s'\"]+)@")
+# http(s)://token@ (no password part)
+_HTTP_USER = re.compile(r"\b(https?://)([^/@:\s'\"]+)@", re.IGNORECASE)
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")

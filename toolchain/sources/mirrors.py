@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ from pathlib import Path
 from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
 from toolchain.core.proc import CommandFailed
-from toolchain.errors import SourceError, UsageError
+from toolchain.core.redact import redact_text, without_credentials
+from toolchain.errors import BuildError, SourceError, UsageError
 
 # `git describe` as setuptools-scm runs it in a tree (`--tags --long --match *[0-9]*`), with the abbreviation
 # pinned: git's default grows with the object count, so a mirror holding pull refs gave g1234567 where a lean
@@ -61,20 +63,34 @@ def rewrite_url(url: str, rewrites: Sequence[Rewrite]) -> str:
 
 
 def _slug(url: str) -> str:
-    tail = re.sub(r"\.git$", "", url.rstrip("/")).rsplit("/", 2)[-2:]
+    """A file name for `url`: its readable tail without credentials, and a hash of the whole URL."""
+    tail = re.sub(r"\.git$", "", without_credentials(url).rstrip("/")).rsplit("/", 2)[-2:]
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(tail)).strip("-") or "repo"
     return f"{name}-{sha256_bytes(url.encode())[:12]}"
 
 
+INCOMING = "refs/toolchain-incoming"  # where a fetch lands before the refs are switched in one transaction
+FETCHING = "toolchain-fetching"      # in a mirror while a fetch is under way: present = refs not to be trusted
+
+
 class Mirrors:
-    """The mirror cache under `<cache>/git/`. Safe for concurrent users (one flock per mirror)."""
+    """The mirror cache under `<cache>/git/`. Safe for concurrent users (one flock per mirror) and kill -9.
+
+    A fetch lands in `refs/toolchain-incoming/` and the real refs are switched to it in one `update-ref
+    --stdin` transaction, so a mirror has its old refs or its new ones. A mirror carries FETCHING from before
+    its fetch until after that transaction: one that has it (a fetcher was killed) is fetched again before
+    it is used, whatever objects it holds. `refresh` (`--fresh-sources`) fetches every mirror once per run,
+    and makes a mirror anew when it cannot be fetched into (it is damaged).
+    """
 
     def __init__(self, cache_dir: Path, rewrites: Sequence[Rewrite] = (), log_dir: Path | None = None,
-                 ui=None) -> None:
+                 ui=None, *, refresh: bool = False) -> None:
         self.root = Path(cache_dir) / "git"
         self.rewrites = tuple(rewrites)
         self.log_dir = log_dir
         self.ui = ui
+        self.refresh = refresh
+        self._fetched: set[str] = set()  # URLs fetched by this instance (a refresh fetches each once)
 
     def path(self, url: str) -> Path:
         return self.root / f"{_slug(url)}.git"
@@ -82,55 +98,102 @@ class Mirrors:
     def _log(self, url: str) -> Path | None:
         return self.log_dir / f"git-{_slug(url)}.log" if self.log_dir else None
 
+    def _trusted(self, mirror: Path) -> bool:
+        return (mirror / "HEAD").exists() and not (mirror / FETCHING).exists()
+
     def has_commit(self, url: str, commit: str) -> bool:
         mirror = self.path(url)
-        if not (mirror / "HEAD").exists():
+        if not self._trusted(mirror):
             return False
         r = git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=mirror, check=False)
         return r.returncode == 0
 
+    def _needs_fetch(self, url: str, commit: str | None) -> bool:
+        if self.refresh and url not in self._fetched:
+            return True
+        return not (commit and self.has_commit(url, commit))
+
     def ensure(self, url: str, commit: str | None = None, *, where: str = "") -> Path:
         """The mirror of `url`, fetched if `commit` (or, with None, anything) is missing."""
         mirror = self.path(url)
-        if commit and self.has_commit(url, commit):
+        if not self._needs_fetch(url, commit):
             return mirror
         with file_lock(mirror.with_suffix(".lock")):
-            if commit and self.has_commit(url, commit):
+            if not self._needs_fetch(url, commit):
                 return mirror
             self._fetch(url, mirror)
+            self._fetched.add(url)
             if commit and not self.has_commit(url, commit):
                 fetched = rewrite_url(url, self.rewrites)
                 raise SourceError(
-                    f"{where + ': ' if where else ''}commit {commit} is not in {url}"
-                    + (f" (fetched from {fetched})" if fetched != url else ""),
+                    redact_text(f"{where + ': ' if where else ''}commit {commit} is not in {url}"
+                                + (f" (fetched from {fetched})" if fetched != url else "")),
                     hint="check the pinned `commit` (was the branch force-pushed?), or run "
                          "`toolchain update --recipe ...` to pin the current head of `ref`")
         return mirror
 
     def _fetch(self, url: str, mirror: Path) -> None:
+        """Fetch into `mirror` (made when missing; made anew when damaged and this is a refresh).
+        Called holding the mirror's lock."""
         source = rewrite_url(url, self.rewrites)
         log = self._log(url)
         if self.ui:
-            self.ui.step(f"fetching {url}" + (f" via {source}" if source != url else ""))
+            self.ui.step(redact_text(f"fetching {url}" + (f" via {source}" if source != url else "")))
+        for stale in mirror.parent.glob(f".tmp-{mirror.name}-*"):  # a killed fetcher's (we hold the lock)
+            shutil.rmtree(stale, ignore_errors=True)
         if not (mirror / "HEAD").exists():
-            for stale in mirror.parent.glob(f".tmp-{mirror.name}-*"):  # a killed fetcher's (we hold the lock)
-                shutil.rmtree(stale, ignore_errors=True)
-            tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}")
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            git(["init", "--bare", "--quiet", str(tmp)], log=log)
-            git(["config", "remote.origin.url", source], git_dir=tmp)
-            git(["config", "gc.auto", "0"], git_dir=tmp)
-            os.rename(tmp, mirror)  # an empty mirror is valid; the fetch below fills it
-        else:
-            git(["config", "remote.origin.url", source], git_dir=mirror)
+            self._replace(mirror, self._new_mirror(mirror, source, log))
         try:
-            git(["fetch", "--progress", "--prune", "--force", "origin", "+refs/heads/*:refs/heads/*",
-                 "+refs/tags/*:refs/tags/*"], git_dir=mirror, log=log, capture=False)
+            self._fetch_into(mirror, source, log)
         except CommandFailed as exc:
-            raise SourceError(f"cannot fetch {url}" + (f" (from {source})" if source != url else "")
-                              + f": git exited with {exc.returncode}\n{exc.tail}",
+            if self.refresh and mirror.is_dir():
+                # a damaged mirror cannot be fetched into: make it anew beside it, swap when it is whole
+                fresh = self._new_mirror(mirror, source, log)
+                try:
+                    self._fetch_into(fresh, source, log)
+                except CommandFailed:
+                    shutil.rmtree(fresh, ignore_errors=True)
+                else:
+                    self._replace(mirror, fresh)
+                    return
+            what = redact_text(f"cannot fetch {url}" + (f" (from {source})" if source != url else ""))
+            if "No space left on device" in exc.tail:
+                raise BuildError(f"{what} into {mirror}: No space left on device\n{redact_text(exc.tail)}",
+                                 hint=f"free space under {self.root.parent}, or pass another --cache-dir "
+                                      "(or set $TOOLCHAIN_CACHE_DIR)") from None
+            raise SourceError(f"{what}: git exited with {exc.returncode}\n{redact_text(exc.tail)}",
                               hint="check the URL and your network, or map it to a local mirror with "
-                                   "--mirror FROM=TO (or [mirrors] in the recipe)") from None
+                                   "--mirror FROM=TO (or [mirrors] in the recipe); if the mirror "
+                                   f"{mirror} is damaged, --fresh-sources makes it anew") from None
+
+    def _new_mirror(self, mirror: Path, source: str, log: Path | None) -> Path:
+        """An empty bare repository beside `mirror`, marked as not yet fetched."""
+        tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        git(["init", "--bare", "--quiet", str(tmp)], log=log)
+        git(["config", "gc.auto", "0"], git_dir=tmp)
+        (tmp / FETCHING).write_text("")
+        return tmp
+
+    @staticmethod
+    def _replace(mirror: Path, new: Path) -> None:
+        """Put `new` at `mirror`; whatever was there (damaged, or a mirror without HEAD) is removed."""
+        if mirror.exists() or mirror.is_symlink():
+            trash = mirror.with_name(f".tmp-{mirror.name}-old-{uuid.uuid4().hex[:8]}")
+            os.rename(mirror, trash)
+            if trash.is_dir() and not trash.is_symlink():
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                trash.unlink()
+        os.rename(new, mirror)
+
+    def _fetch_into(self, mirror: Path, source: str, log: Path | None) -> None:
+        (mirror / FETCHING).write_text("")
+        git(["config", "remote.origin.url", source], git_dir=mirror)
+        git(["fetch", "--progress", "--force", "--no-tags", "origin", f"+refs/heads/*:{INCOMING}/heads/*",
+             f"+refs/tags/*:{INCOMING}/tags/*"], git_dir=mirror, log=log, capture=False)
+        git(["update-ref", "--stdin"], git_dir=mirror, stdin=_switch_refs(mirror).encode(), log=log)
+        (mirror / FETCHING).unlink()
 
     def resolve(self, url: str, ref: str) -> str:
         """The commit a branch, tag or commit-ish points at now (fetches first)."""
@@ -163,3 +226,20 @@ class Mirrors:
         git(["config", "core.abbrev", str(DESCRIBE_ABBREV)], cwd=dest, log=log)  # see DESCRIBE_RULE
         git(["checkout", "--quiet", "--detach", commit], cwd=dest, log=log)
         return dest
+
+
+def _switch_refs(mirror: Path) -> str:
+    """The `update-ref --stdin` transaction that makes refs/heads and refs/tags exactly what the fetch left
+    under INCOMING (pruning what is gone upstream) and removes INCOMING."""
+    listing = git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags", INCOMING],
+                  git_dir=mirror).stdout
+    current: dict[str, str] = {}
+    incoming: dict[str, str] = {}
+    for line in listing.splitlines():
+        oid, ref = line.split(" ", 1)
+        if ref.startswith(INCOMING + "/"):
+            incoming["refs/" + ref[len(INCOMING) + 1:]] = oid
+        current[ref] = oid  # INCOMING's own refs are not in `incoming`: deleted below
+    lines = [f"update {ref} {oid}" for ref, oid in sorted(incoming.items()) if current.get(ref) != oid]
+    lines += [f"delete {ref}" for ref in sorted(current) if ref not in incoming]
+    return "".join(line + "\n" for line in lines)
