@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain import __version__
 from toolchain.build.cache import WHEELS_DIR, WheelRef
+from toolchain.build.ccache import CacheReport
+from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_file
 from toolchain.core.redact import redact_env
@@ -48,6 +50,11 @@ class LockedComponent:
     build_seconds: float
     wheel: WheelRef
     fetchcontent: tuple[dict[str, str], ...] = ()
+    # what the build that made the wheel cost (facts of that build, not inputs: a bundle drops them)
+    compiler_cache: CacheReport = CacheReport()
+    jobs: int = 0
+    jobs_source: str = ""
+    metrics: BuildMetrics = BuildMetrics()
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,12 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         }
         if c.fetchcontent:
             d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
+        if c.jobs:
+            d["jobs"], d["jobs-source"] = c.jobs, c.jobs_source
+        if c.compiler_cache != CacheReport():
+            d["compiler-cache"] = c.compiler_cache.as_dict()
+        if c.metrics != BuildMetrics():
+            d["metrics"] = c.metrics.as_dict()
         comps.append(d)
     return {
         "lock-version": LOCK_VERSION,
@@ -190,6 +203,9 @@ def read_lock(path: Path) -> Lock:
                 build_seconds=float(c.get("build-seconds", 0.0)),
                 wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
                 fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
+                compiler_cache=CacheReport.from_dict(c.get("compiler-cache")),
+                jobs=int(c.get("jobs", 0)), jobs_source=str(c.get("jobs-source", "")),
+                metrics=BuildMetrics.from_dict(c.get("metrics")),
             ))
         r = data["recipe"]
         return Lock(
@@ -202,7 +218,7 @@ def read_lock(path: Path) -> Lock:
             describe_rule=data.get("describe-rule", ""),
             path=path.resolve(),
         )
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
                           hint="locks are written by `toolchain build`; rebuild it") from None
 
@@ -236,7 +252,8 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent]) -> Lock:
             patches=b.plan.patches,
             env={k: v for k, v in redact_env(dict(b.plan.env)).items() if v is not None}, command=c.command, cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,
-            fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent)))
+            fetchcontent=tuple({"name": d.name, "url": d.url, "commit": d.commit} for d in c.fetchcontent),
+            compiler_cache=b.compiler_cache, jobs=b.jobs, jobs_source=b.jobs_source, metrics=b.metrics))
     norms = sorted({n for b in built for n in b.normalizations})
     return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=plan.recipe.sha256,
                 recipe_text=plan.recipe.text, toolchain=plan.toolchain, target=plan.target,

@@ -13,6 +13,7 @@ from typing import Any
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.errors import RecipeError
+from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
 
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
@@ -86,6 +87,8 @@ class Component:
     command: tuple[str, ...] = DEFAULT_COMMAND
     env: tuple[tuple[str, str], ...] = ()
     fetchcontent: tuple[FetchContentDep, ...] = ()
+    jobs: int = 0             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
+    memory_per_job: int = 0   # bytes one compile job needs (0: the tool's default for it)
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,7 @@ class Recipe:
     # "components.NAME.patches"; every other key is this recipe's own (`own_origin`)
     origins: tuple[tuple[str, Origin], ...] = field(default=(), compare=False, hash=False)
     cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
+    build: BuildSpec = BuildSpec()  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
 
     @functools.cached_property
     def text(self) -> str:
