@@ -45,15 +45,25 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Build benchmarks, measured side by side in one run (prints ratios)."""
+    """Build benchmarks, measured side by side in one run (prints ratios); then the build-cost ones (P5
+    compiler cache, P6 memory-sized jobs in podman) at their default sizes."""
     session.run("python", "-m", "benchmarks.bench_build", *session.posargs, external=True)
     session.run("python", "-m", "benchmarks.bench_remote", external=True)  # P7: the remote wheel cache
+    session.run("python", "-m", "benchmarks.bench_cost", external=True)
+
+
+@nox.session(name="bench-cost", venv_backend="none")
+def bench_cost(session: nox.Session) -> None:
+    """The build-cost benchmarks alone, sized by options: nox -s bench-cost -- --tus 8 --work 120 --no-p6."""
+    session.run("python", "-m", "benchmarks.bench_cost", *session.posargs, external=True)
 
 
 @nox.session(name="bench-bisect", venv_backend="none")
 def bench_bisect(session: nox.Session) -> None:
-    """Bisect benchmark: builds per bisect and wall time against `git bisect run`."""
+    """Bisect benchmarks: builds per bisect and wall time against `git bisect run`; then compile seconds of a
+    30-commit bisect with the compiler cache against without it and against `git bisect run`."""
     session.run("python", "-m", "benchmarks.bench_bisect", *session.posargs, external=True)
+    session.run("python", "-m", "benchmarks.bench_ccache_bisect", external=True)
 
 
 @nox.session(venv_backend="none")

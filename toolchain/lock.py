@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from toolchain import __version__
 from toolchain.build.abi import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, WheelRef
+from toolchain.build.ccache import CacheReport
+from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
@@ -53,6 +55,11 @@ class LockedComponent:
     wheel: WheelRef
     fetchcontent: tuple[dict[str, str], ...] = ()
     built_against: tuple[BuiltAgainst, ...] = ()  # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.abi)
+    # what the build that made the wheel cost (facts of that build, not inputs: a bundle drops them)
+    compiler_cache: CacheReport = CacheReport()
+    jobs: int = 0
+    jobs_source: str = ""
+    metrics: BuildMetrics = BuildMetrics()
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,12 @@ def to_dict(lock: Lock) -> dict[str, Any]:
             d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
         if c.built_against:
             d["built-against"] = [b.to_dict() for b in c.built_against]
+        if c.jobs:
+            d["jobs"], d["jobs-source"] = c.jobs, c.jobs_source
+        if c.compiler_cache != CacheReport():
+            d["compiler-cache"] = c.compiler_cache.as_dict()
+        if c.metrics != BuildMetrics():
+            d["metrics"] = c.metrics.as_dict()
         comps.append(d)
     closure = {} if lock.closure is None else {
         "resolve": lock.closure.settings(), "dependencies": [d.to_dict() for d in lock.closure.dists]}
@@ -222,6 +235,9 @@ def read_lock(path: Path) -> Lock:
                 wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
                 fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
                 built_against=tuple(BuiltAgainst.from_dict(b) for b in c.get("built-against", ())),
+                compiler_cache=CacheReport.from_dict(c.get("compiler-cache")),
+                jobs=int(c.get("jobs", 0)), jobs_source=str(c.get("jobs-source", "")),
+                metrics=BuildMetrics.from_dict(c.get("metrics")),
             ))
         r = data["recipe"]
         return Lock(
@@ -404,7 +420,8 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
             build_seconds=b.seconds, wheel=b.wheel,
             fetchcontent=tuple({"name": d.name, "url": redact_text(d.url), "commit": d.commit}
                                for d in c.fetchcontent),
-            built_against=b.built_against))
+            built_against=b.built_against, compiler_cache=b.compiler_cache, jobs=b.jobs,
+            jobs_source=b.jobs_source, metrics=b.metrics))
     norms = sorted({n for b in built for n in b.normalizations})
     text, sha = plan.recipe.text, plan.recipe.sha256
     resolved = tomlio.loads(text)

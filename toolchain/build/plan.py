@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolchain import __version__
+from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_memory
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
@@ -29,6 +30,7 @@ class ComponentPlan:
     component: Component
     env: tuple[tuple[str, str | None], ...]  # recipe env + component env + version override (no toolchain)
     cache_key: str  # "" when the toolchain could not be captured (`Plan.toolchain_missing`)
+    jobs: JobsDecision | None = None  # compile jobs (not in the cache key: they do not change the wheel)
 
     @property
     def name(self) -> str:
@@ -50,6 +52,7 @@ class Plan:
     toolchain_env: ToolchainEnv
     components: tuple[ComponentPlan, ...]
     toolchain_missing: str = ""  # why the toolchain was not captured (only a plan to show has this)
+    resources: Resources | None = None  # the target's cores and available memory, when probed
 
     def component(self, name: str) -> ComponentPlan:
         for c in self.components:
@@ -102,12 +105,36 @@ def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir:
         spec = recipe.toolchain
         tenv = ToolchainEnv(ToolchainInfo(setvars=runtime.toolchain_path(spec.setvars, spec.base_dir),
                                           setvars_args=spec.setvars_args), ())
+    resources = probe_resources(runtime, recipe.target.python)
+    user_env = runtime.base_env()
     comps = []
     for comp in recipe.components:
         env = component_env(recipe, comp)
         key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info)
-        comps.append(ComponentPlan(comp, tuple(env.items()), key))
-    return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing)
+        comps.append(ComponentPlan(comp, tuple(env.items()), key,
+                                   component_jobs(recipe, comp, env, resources, user_env)))
+    return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing, resources=resources)
+
+
+def probe_resources(runtime, python: str) -> Resources:
+    """Cores and available memory as the target sees them (a container's limits included)."""
+    from toolchain.build.metrics import RUNNER_FILE
+
+    r = runtime.run([python, "-c", RUNNER_FILE.read_text(), "resources"], capture=True, check=False)
+    try:
+        return Resources.from_json(r.stdout)
+    except (ValueError, KeyError, IndexError):
+        import os
+
+        return Resources(os.cpu_count() or 1, 1 << 60, f"unknown (the probe failed: {(r.stderr or r.stdout)[-200:]})")
+
+
+def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], res: Resources,
+                   user_env: dict[str, str]) -> JobsDecision:
+    per_job, why = per_job_memory(comp, recipe.build.memory_per_job)
+    pin = ((comp.jobs, f"components.{comp.name}.jobs") if comp.jobs
+           else (recipe.build.jobs, "[build] jobs") if recipe.build.jobs else None)
+    return decide_jobs(res, per_job, why, recipe_pin=pin, recipe_env=env, user_env=user_env)
 
 
 def probe_target(runtime, memo_dir: Path | None, ident: dict | None) -> TargetInfo:
@@ -192,5 +219,8 @@ def plan_to_dict(plan: Plan) -> dict:
             "fetchcontent": [{"name": f.name, "url": redact_text(f.url), "commit": f.commit}
                              for f in c.component.fetchcontent],
             "env": c.display_env(), "command": redact_argv(c.component.command), "cache-key": c.cache_key,
+            **({"jobs": c.jobs.as_dict()} if c.jobs else {}),
         } for c in plan.components],
+        **({"resources": {"cpus": plan.resources.cpus, "memory-bytes": plan.resources.memory,
+                          "memory-source": plan.resources.why_memory}} if plan.resources else {}),
     }

@@ -4,6 +4,8 @@ cache when its key is there, otherwise from a prepared source tree built inside 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import os
 import shlex
 import shutil
 import time
@@ -11,9 +13,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.build import ccache
 from toolchain.build.abi import BuiltAgainst, probe_built_against
 from toolchain.build.buildreqs import check_build_requires
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
+from toolchain.build.ccache import CacheReport, CompilerCache
+from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_result
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.remote import RemoteCache, RemoteRequest, entry_annotations, open_remote
 from toolchain.core.proc import CommandFailed, merge_env
@@ -21,6 +26,7 @@ from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
+from toolchain.target.base import Extra
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class BuildOptions:
     verbose: bool = False
     remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remote.py)
     resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
+    compiler_cache: bool = True  # False: --no-compiler-cache
+    compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,10 @@ class BuiltComponent:
     source: str = "built"        # "built" | "local-cache" | "remote-cache": where the wheel came from
     pushed: bool = False         # uploaded to the remote cache by this build
     built_against: tuple[BuiltAgainst, ...] = ()  # what the build environment had of `built-against`
+    compiler_cache: CacheReport = CacheReport()  # what the build that made the wheel cost (its cache entry)
+    metrics: BuildMetrics = BuildMetrics()
+    jobs: int = 0
+    jobs_source: str = ""
 
 
 def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
@@ -60,13 +72,14 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     if remote is not None and options.use_cache:
         looked_up = remote.prefetch([(cp.cache_key, f"{cp.name}@{cp.component.commit[:12]}") for cp in plan.components
                                      if cache.get(cp.cache_key) is None], cache, Path(options.cache_dir) / "work", ui)
+    cc = _compiler_cache(plan, options, ui)
     built = []
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         for cp in plan.components:
             bar.update(description=f"{cp.name} @ {cp.component.commit[:12]}")
             try:
                 built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui,
-                                             remote, looked_up.get(cp.cache_key)))
+                                             remote, looked_up.get(cp.cache_key), cc))
             except ToolError as err:
                 err.component = getattr(err, "component", None) or cp.name  # which component failed
                 raise
@@ -76,7 +89,8 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
 
 def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
                     cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui,
-                    remote: RemoteCache | None = None, downloaded: bool | None = None) -> BuiltComponent:
+                    remote: RemoteCache | None = None, downloaded: bool | None = None,
+                    cc: CompilerCache | None = None) -> BuiltComponent:
     """`downloaded`: the remote was already asked for this key (True: its entry is now local)."""
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
@@ -98,7 +112,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                 mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
                 for dep in comp.fetchcontent:
                     mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
-                _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui)
+                _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
+                                  cc or _compiler_cache(plan, options, ui))
                 entry = cache.take(cp.cache_key, wheels_dir)
                 if entry is None:
                     raise BuildError(f"{comp.name}: the wheel just stored in the cache under {cp.cache_key} "
@@ -114,10 +129,13 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
         ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
     pushed = source != "remote-cache" and remote is not None and remote.push(
         entry, entry_annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
+    meta = entry.meta
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
-                          float(entry.meta.get("build_seconds", 0.0)), cached, log,
-                          tuple(entry.meta.get("normalizations", ())), source, pushed,
-                          tuple(BuiltAgainst.from_dict(d) for d in entry.meta.get("built_against", ())))
+                          float(meta.get("build_seconds", 0.0)), cached, log,
+                          tuple(meta.get("normalizations", ())), source, pushed,
+                          tuple(BuiltAgainst.from_dict(d) for d in meta.get("built_against", ())),
+                          CacheReport.from_dict(meta.get("compiler_cache")), BuildMetrics.from_dict(meta.get("metrics")),
+                          int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")))
 
 
 def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
@@ -135,7 +153,20 @@ def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
             shutil.copyfileobj(src, f)
 
 
-def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, options, log, ui) -> None:
+def _compiler_cache(plan: Plan, options: BuildOptions, ui) -> CompilerCache:
+    cc = ccache.choose(plan.recipe.build, options.cache_dir, disabled=not options.compiler_cache, ui=ui,
+                       data_dir=options.compiler_cache_dir)
+    if cc.enabled:
+        try:
+            cc.data_dir.mkdir(parents=True, exist_ok=True)  # (a fresh container mounts it)
+        except OSError as exc:  # a cache never fails a build
+            ui.warn(f"compiling without a compiler cache: cannot create {cc.data_dir}: {exc.strerror or exc}")
+            return dataclasses.replace(cc, enabled=False, why=f"off (cannot create {cc.data_dir})")
+    return cc
+
+
+def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, options, log, ui,
+                      cc: CompilerCache) -> None:
     comp = cp.component
     what = f"{comp.name}@{comp.commit[:12]}"
     work = Path(options.cache_dir) / "work"
@@ -150,35 +181,69 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
                                                   what=what, log=log, fresh=options.fresh_sources))
             deps = {d.name: stack.enter_context(trees.tree(d.url, d.commit, what=f"{d.name}@{d.commit[:12]}",
                                                            log=log)) for d in comp.fetchcontent}
-            ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps))
+            extras = [*cc.extras(runtime.kind), Extra(RUNNER, RUNNER_FILE)]
+            ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps, extras))
             src = f"{ws.src}/{comp.subdir}".rstrip("/") if comp.subdir else ws.src
             epoch = mirrors.commit_info(comp.url, comp.commit)["epoch"]
-            env = build_env(plan, cp, src, ws.deps, epoch, options.deterministic)
-            argv = [_fill(a, python=plan.recipe.target.python, src=src, out=ws.out) for a in comp.command]
-            check_build_requires(ws, plan.recipe.target.python, src, what, log)
-            against = probe_built_against(ws, plan.recipe.target.python, comp.built_against, env, src, log, what)
+            basedir = os.path.commonpath([ws.src, ws.out, *ws.deps.values()])
+            env = {**cc.env(ws.extras, basedir), **(cp.jobs.env() if cp.jobs else {}),
+                   **build_env(plan, cp, src, ws.deps, epoch, options.deterministic)}
+            python = plan.recipe.target.python
+            argv = [_fill(a, python=python, src=src, out=ws.out) for a in comp.command]
+            check_build_requires(ws, python, src, what, log)
+            _log_decisions(log, cc, cp)
+            if cp.jobs and cp.jobs.warning:
+                ui.warn(f"{comp.name}: {cp.jobs.warning}")
+            against = probe_built_against(ws, python, comp.built_against, env, src, log, what)
             ui.step(f"building {what} in the {runtime.describe()} (log: {log})")
             try:
-                ws.run(argv, env=env, cwd=src, log=log, verbose=options.verbose)
+                ws.run(measured_argv(python, ws.extras[RUNNER], ws.out, argv), env=env, cwd=src, log=log,
+                       verbose=options.verbose)
             except CommandFailed as exc:
+                failed = read_result(out_tmp)
+                if failed is not None and failed.error:
+                    raise ccache.CompilerCacheMissing(f"building {what}: {failed.error}",
+                                                      hint=ccache.INSTALL_HINT) from None
                 raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}\n"
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
+        result = read_result(out_tmp)
+        report = result.cache if result else CacheReport()
+        metrics = result.metrics if result else BuildMetrics()
+        _log_result(log, report, metrics)
+        if cc.enabled and report.note:
+            ui.warn(f"{comp.name}: {report.note}")
         wheel = _the_wheel(out_tmp, comp, log)
         normalizations = _normalize(wheel, epoch) if options.deterministic else []
         cache.put(cp.cache_key, wheel, {
             "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
             "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
             "built_against": [b.to_dict() for b in against],
+            "compiler_cache": report.as_dict(), "metrics": metrics.as_dict(),
+            "jobs": cp.jobs.jobs if cp.jobs else 0, "jobs_source": cp.jobs.source if cp.jobs else "",
         }, log=log)
     finally:
         shutil.rmtree(out_tmp, ignore_errors=True)
 
 
+def _log_decisions(log: Path, cc: CompilerCache, cp: ComponentPlan) -> None:
+    with open(log, "a") as f:
+        f.write(f"# compiler cache: {cc.why}\n")
+        if cp.jobs:
+            f.write(f"# jobs: {cp.jobs.why}\n" + (f"# WARNING: {cp.jobs.warning}\n" if cp.jobs.warning else ""))
+
+
+def _log_result(log: Path, report: CacheReport, metrics: BuildMetrics) -> None:
+    with open(log, "a") as f:
+        f.write(f"# compiler cache: {report.summary()}\n")
+        if metrics.wall_seconds:
+            f.write(f"# build cost: {metrics.summary()}\n")
+
+
 def build_env(plan: Plan, cp: ComponentPlan, src: str, deps: dict[str, str], epoch: str,
               deterministic: bool) -> dict[str, str | None]:
     """toolchain diff < recipe env < component env < version override < determinism < pre-fetched deps."""
-    env = merge_env({}, plan.toolchain_env.as_dict(), dict(cp.env))
+    env: dict[str, str | None] = dict(merge_env({}, plan.toolchain_env.as_dict(), dict(cp.env)))
     env.update({k: None for k, v in plan.toolchain_env.diff if v is None})
     if deterministic:
         from toolchain.build.determinism import deterministic_env

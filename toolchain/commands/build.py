@@ -12,7 +12,7 @@ from toolchain.commands import options
 from toolchain.commands.recipes import Table
 from toolchain.console import UI, CommandResult, literal
 from toolchain.errors import UsageError
-from toolchain.lock import PYLOCK_NAME, Lock, read_lock
+from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
 from toolchain.recipe.load import Recipe
 from toolchain.release.bundle import BUNDLES_DIR
@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
                        description="Build each component's wheel (from the wheel cache when its inputs are "
                                    "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
     options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "out", "remote-cache", "push",
-                "remote-insecure",
+                "remote-insecure", "no-compiler-cache",
                 help={"out": "output directory: wheels/, logs/, the locks and the bundle (default: dist/<recipe>); "
                              "it must be new, empty or an earlier build's output"})
     p.add_argument("--from-lock", type=Path, metavar="LOCK", help="rebuild exactly what a lock records")
@@ -47,7 +47,8 @@ def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) ->
                                 use_cache=not getattr(args, "no_cache", False),
                                 fresh_sources=getattr(args, "fresh_sources", False), verbose=args.verbose,
                                 remote=options.remote_request(args),
-                                resolve=not getattr(args, "no_resolve", False))
+                                resolve=not getattr(args, "no_resolve", False),
+                                compiler_cache=not getattr(args, "no_compiler_cache", False))
     opts.update(overrides)
     return BuildOptions(**opts)
 
@@ -86,10 +87,11 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     tables: tuple[Any, ...] = ()
     if not ui.json_mode:
         table = Table(title=literal(f"{recipe.name}: {lock.path}"))
-        for col in ("component", "commit", "describe", "wheel", "sha256", "from"):
+        for col in ("component", "commit", "describe", "wheel", "sha256", "from", "build cost"):
             table.add_column(col)
         for c, b in zip(lock.components, built):
-            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16], SOURCES[b.source])
+            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16], SOURCES[b.source],
+                          build_cost(c))
         tables = (table,)
     summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
         f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "")
@@ -101,8 +103,20 @@ def lock_summary(lock: Lock) -> dict[str, Any]:
             "pylock": str(lock.wheels_dir.parent / PYLOCK_NAME),
             "components": [{"name": c.name, "commit": c.commit, "describe": c.describe, "wheel": c.wheel.file,
                             "sha256": c.wheel.sha256, "size": c.wheel.size, "cache-key": c.cache_key,
-                            "path": str(lock.wheel_path(c))} for c in lock.components],
+                            "path": str(lock.wheel_path(c)), "jobs": c.jobs,
+                            "compiler-cache": c.compiler_cache.as_dict(), "metrics": c.metrics.as_dict()}
+                           for c in lock.components],
             **closure_summary(lock)}
+
+
+def build_cost(c: LockedComponent) -> str:
+    """One cell of the build summary: jobs, cost and the compiler cache of the build that made the wheel."""
+    parts = [f"{c.jobs} jobs"] if c.jobs else []
+    if c.metrics.wall_seconds:
+        parts.append(c.metrics.summary())
+    if c.compiler_cache.launcher != "none" or c.compiler_cache.note:
+        parts.append(c.compiler_cache.summary())
+    return "\n".join(parts)
 
 
 def closure_summary(lock: Lock) -> dict[str, Any]:

@@ -85,6 +85,9 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
            {"action": "store_true", "default": None}),
     Option("remote_insecure", ("--remote-insecure",),
            "the remote cache's host speaks plain HTTP (only for a registry you trust)", {"action": "store_true"}),
+    Option("no_compiler_cache", ("--no-compiler-cache",),
+           "compile without ccache (default: every compiled component builds through ccache)",
+           {"action": "store_true"}),
 )}
 
 

@@ -18,17 +18,19 @@ def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="show the fully resolved plan; builds nothing",
                        description="Show what `toolchain build` would do, exactly: each component's commit, "
                                    "patches with sha256, environment, command and cache key, and each commit "
-                                   "as the local mirror has it (describe, date, SOURCE_DATE_EPOCH). Builds "
+                                   "as the local mirror has it (describe, date, SOURCE_DATE_EPOCH); the "
+                                   "compile jobs each component gets and why, and the compiler cache. Builds "
                                    "nothing and clones no mirror (a mirror that lacks a pinned commit is "
                                    "fetched once: still absent is exit 2). Without oneAPI the toolchain "
                                    "shows as \"not captured\".")
-    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror")
+    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "no-compiler-cache")
     p.set_defaults(handler=cmd_plan)
 
 
 def cmd_plan(args, ui) -> CommandResult:
     """The whole plan, even where it cannot be complete: a toolchain that cannot be captured here is shown
     "not captured: <why>", and each commit as the local mirror has it (describe, date, SOURCE_DATE_EPOCH)."""
+    from toolchain.build import ccache
     from toolchain.build.plan import source_facts
     from toolchain.core.proc import display
     from toolchain.sources.mirrors import Mirrors, parse_rewrites
@@ -36,11 +38,14 @@ def cmd_plan(args, ui) -> CommandResult:
 
     recipe = recipe_from_args(args)
     cache = cache_dir(args)
+    cc = ccache.choose(recipe.build, cache, disabled=args.no_compiler_cache, ui=ui)
     with make_runtime(recipe.target, ui) as runtime:
         plan = make_plan(recipe, runtime, need_toolchain=False)
     facts = source_facts(recipe, Mirrors(cache), lambda: Mirrors(
         cache, recipe_rewrites(recipe, cache) + parse_rewrites(args.mirror), ui=ui))
     data = plan_to_dict(plan)
+    data["compiler-cache"] = {"enabled": cc.enabled, "required": cc.required, "why": cc.why,
+                              "dir": str(cc.data_dir) if cc.enabled else None}
     for comp, entry in zip(plan.components, data["components"]):
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
@@ -53,11 +58,14 @@ def cmd_plan(args, ui) -> CommandResult:
     table.add_column("commit", no_wrap=True)
     table.add_column("describe, date, epoch", no_wrap=True)
     table.add_column("patches", overflow="fold")
+    table.add_column("jobs", no_wrap=True)
     for c in data["components"]:
         source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
                   else "not fetched yet")
+        jobs = c.get("jobs", {})
         table.add_row(c["name"], c["commit"][:12], source,
-                      "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-")
+                      "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-",
+                      f"{jobs.get('jobs', '')}\n({jobs.get('source', '')})")
     from rich.markup import escape
 
     lines = [f"[bold]{c['name']}[/] cache key {c['cache-key'][:16] or '(needs the toolchain)'}"
@@ -66,6 +74,12 @@ def cmd_plan(args, ui) -> CommandResult:
     if plan.toolchain_missing:
         lines.append(f"[yellow]toolchain {escape(data['toolchain']['status'])}[/]\n  the cache keys depend on "
                      "it; `toolchain build` needs it")
+    lines.append(f"compiler cache: {escape(cc.why)}")
+    for cp in plan.components:
+        if cp.jobs:
+            lines.append(f"jobs for {cp.name}: {escape(cp.jobs.why)}")
+            if cp.jobs.warning:
+                ui.warn(f"{cp.name}: {cp.jobs.warning}")
     return CommandResult(data, 0, "\n".join(lines), (table,))
 
 

@@ -1,7 +1,8 @@
 """`toolchain verify-repro`: prove that a stack rebuilds bit for bit.
 
   --recipe X   build X twice, in different directories, at different times and under a different umask,
-               with the wheel cache off, and compare every wheel;
+               with the wheel cache off (the compiler cache on and shared: the second build compiles from
+               a warm cache), and compare every wheel;
   --lock LOCK  rebuild what a published lock records and compare with the hashes it records (and, where its
                wheels are beside it, with the wheels themselves, file by file).
 
@@ -169,11 +170,16 @@ def _shared_mirror(cache_dir: Path | None) -> Path:
 
 
 def _options(out_dir: Path, cache_dir: Path, args):
+    from toolchain.build.cache import default_cache_dir
+    from toolchain.build.ccache import DATA_DIR
     from toolchain.build.stack import BuildOptions
     from toolchain.sources.mirrors import parse_rewrites
 
+    # The compiler cache is the user's, shared by both builds: the second one compiles from a warm cache, so a
+    # cache that changed an output would show here as a difference.
+    shared = (args.cache_dir or default_cache_dir()).resolve() / DATA_DIR
     return BuildOptions(out_dir=out_dir, cache_dir=cache_dir, rewrites=parse_rewrites(args.mirror),
-                        use_cache=False, fresh_sources=True, verbose=args.verbose)
+                        use_cache=False, fresh_sources=True, verbose=args.verbose, compiler_cache_dir=shared)
 
 
 def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args, ui: UI) -> Lock:

@@ -13,6 +13,7 @@ from typing import Any
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.errors import RecipeError
+from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
 
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
@@ -87,6 +88,8 @@ class Component:
     env: tuple[tuple[str, str], ...] = ()
     fetchcontent: tuple[FetchContentDep, ...] = ()
     built_against: tuple[str, ...] = ()  # distributions whose C++ ABI the compiled wheel depends on (torch)
+    jobs: int = 0             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
+    memory_per_job: int = 0   # bytes one compile job needs (0: the tool's default for it)
 
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -155,6 +158,7 @@ class Recipe:
     origins: tuple[tuple[str, Origin], ...] = field(default=(), compare=False, hash=False)
     resolve: ResolveSpec = ResolveSpec()  # [resolve]: the runtime closure (toolchain.resolve)
     cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
+    build: BuildSpec = BuildSpec()  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
 
     @functools.cached_property
     def text(self) -> str:

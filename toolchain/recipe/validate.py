@@ -17,6 +17,7 @@ from typing import Any
 from toolchain.core.fs import sha256_file
 from toolchain.core.redact import is_secret
 from toolchain.errors import RecipeError
+from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
 from toolchain.recipe.model import (
     DEFAULT_COMMAND,
@@ -46,14 +47,15 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
             "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict,
-            "resolve": dict}
+            "resolve": dict, "build": dict}
 RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "platform": str, "python-version": str}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list}
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
-                  "command": list, "env": dict, "fetchcontent": list, "built-against": list}
+                  "command": list, "env": dict, "fetchcontent": list, "built-against": list,
+                  **buildspec.COMPONENT_BUILD_KEYS}
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
@@ -145,6 +147,10 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
                               base_dir=declared.get("toolchain.setvars", own).dir)
     target = _target(data.get("target", {}), pr)
     env = pr.env_table(data.get("env", {}), "env")
+    buildspec.check_job_env(dict(env), "env", pr.add)
+    if isinstance(data.get("build"), dict):
+        pr.check_keys(data["build"], buildspec.BUILD_KEYS, "build.")
+    build = buildspec.build_spec(data.get("build", {}), pr.add)
     mirrors = _mirrors(data.get("mirrors", {}), pr)
     components = _components(data.get("components"), pr, own, declared, pinned)
     smoke = _smoke(data.get("smoke", {}), pr)
@@ -157,7 +163,8 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     kept = tuple((k, o) for k, o in declared.items() if o != own)
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
-                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache, resolve=resolve)
+                  demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache,
+                  resolve=resolve, build=build)
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:
@@ -234,6 +241,9 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
         if isinstance(venv, str) and not ENV_NAME.match(venv):
             pr.add(f"{where}.version-env", "not a valid environment variable name")
         fetch = _fetchcontent(c.get("fetchcontent", []), pr, where)
+        cenv = pr.env_table(c.get("env", {}), f"{where}.env")
+        buildspec.check_job_env(dict(cenv), f"{where}.env", pr.add)
+        jobs, memory_per_job = buildspec.component_build(c, where, pr.add)
         built[name] = Component(
             name=name, url=url if isinstance(url, str) else "", commit=commit if isinstance(commit, str) else "",
             ref=_str(c, "ref"),
@@ -245,7 +255,7 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             import_name=_str(c, "import"),
             install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
             else DEFAULT_INSTALL_ARGS,
-            command=command, env=pr.env_table(c.get("env", {}), f"{where}.env"), fetchcontent=fetch,
+            command=command, env=cenv, fetchcontent=fetch, jobs=jobs, memory_per_job=memory_per_job,
             built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"))
     return _order(built, pr)
 

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain import lock as lockmod
+from toolchain.build.ccache import CacheReport
+from toolchain.build.metrics import BuildMetrics
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
 from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
 from toolchain.core.proc import display
@@ -85,14 +87,15 @@ def tarball_path(bundle_dir: Path) -> Path:
 
 def publishable(lock: Lock) -> Lock:
     """The lock as published in a bundle: without what varies between two builds of the same sources
-    (build seconds, the container's name, the directory the recipes were checked out in)."""
+    (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in)."""
     recipe_path = Path(lock.recipe_path)
     if recipe_path.is_absolute():  # keep `recipes/<name>.toml`, drop where the repository was checked out
         recipe_path = recipe_path.relative_to(recipe_path.parent.parent if recipe_path.parent.name == "recipes"
                                               else recipe_path.parent)
     return dataclasses.replace(
         lock, recipe_path=recipe_path.as_posix(), target=dataclasses.replace(lock.target, container=""),
-        components=tuple(dataclasses.replace(c, build_seconds=0.0) for c in lock.components))
+        components=tuple(dataclasses.replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
+                                             metrics=BuildMetrics()) for c in lock.components))
 
 
 def stack_epoch(lock: Lock) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -75,7 +75,20 @@ class Runtime(Protocol):
     def identity(self) -> dict[str, object] | None:
         """What a remembered probe depends on; None: probe every time."""
         ...
-    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> AbstractContextManager[Workspace]: ...
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
+                  extras: Sequence[Extra] = ()) -> AbstractContextManager[Workspace]: ...
+
+
+@dataclass(frozen=True)
+class Extra:
+    """A host file or directory one build needs besides its trees: a tool brought in read-only (`cache=False`),
+    or a cache directory the build writes (`cache=True`). The host uses it in place; a fresh container mounts
+    it at `/toolchain/extra/NAME`; exec mode copies a tool in and keeps a cache in the container itself
+    (under /var/cache/xpu-toolchain/NAME, reused by the next build there), since a running container cannot
+    gain a mount."""
+    name: str
+    host: Path
+    cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,7 @@ class Workspace:
     out: str
     deps: Mapping[str, str]
     runner: Runner
+    extras: Mapping[str, str] = field(default_factory=dict)  # Extra.name -> target-side path
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
             verbose: bool = False, capture: bool = False) -> Completed:

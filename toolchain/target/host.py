@@ -17,7 +17,7 @@ from pathlib import Path
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Workspace, target_info, watch_dirs
+from toolchain.target.base import PROBE, Extra, Workspace, target_info, watch_dirs
 from toolchain.target.facts import TargetInfo
 
 
@@ -79,9 +79,11 @@ class HostRuntime:
         return {"python": exe, "real": os.path.realpath(exe), "stat": [st.st_ino, st.st_mtime_ns, st.st_size]}
 
     @contextlib.contextmanager
-    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
+                  extras: Sequence[Extra] = ()) -> Iterator[Workspace]:
         def runner(argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
                    verbose: bool = False, capture: bool = False) -> Completed:
             return self.run(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
 
-        yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner)
+        yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner,
+                        {e.name: str(e.host) for e in extras})

@@ -18,7 +18,7 @@ from pathlib import Path
 from toolchain.console import UI
 from toolchain.core.proc import Completed
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Runner, Workspace, target_info
+from toolchain.target.base import PROBE, Extra, Runner, Workspace, target_info
 from toolchain.target.container.engine import (
     ENGINES,
     ROOT,
@@ -33,6 +33,9 @@ from toolchain.target.container.engine import (
 from toolchain.target.facts import TargetInfo
 
 SRC, OUT, DEPS, SETVARS = f"{ROOT}/src", f"{ROOT}/out", f"{ROOT}/deps", f"{ROOT}/setvars"
+# A build's Extra tools and caches (target.base.Extra): mounted at EXTRA/NAME (fresh), or copied there and
+# the caches kept at KEPT/NAME, in the container itself (exec)
+EXTRA, KEPT = f"{ROOT}/extra", "/var/cache/xpu-toolchain"
 # safe.directory: the checkouts belong to the host user, not necessarily to the container's user.
 GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 
@@ -68,7 +71,8 @@ class ContainerRuntimeBase(abc.ABC):
         """Make the host's `folder` visible at `inside` for the commands that follow."""
 
     @abc.abstractmethod
-    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> AbstractContextManager[Workspace]: ...
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
+                  extras: Sequence[Extra] = ()) -> AbstractContextManager[Workspace]: ...
 
     def _container_id(self) -> str:
         """The container recorded in the lock ("" when each build gets a fresh one)."""

@@ -51,7 +51,8 @@ ENGINE_READS = {"PATH", "HOME", "TMPDIR", "TZ", "REGISTRY_AUTH_FILE", "CONTAINER
 ENGINE_READS_PREFIXES = ("LD_", "XDG_", "CONTAINERS_", "DOCKER_", "PODMAN_", "BUILDAH_", "GO", "SSL_")
 # `sh -c KILL_PIDFILE PIDFILE SIGNAL`: send SIGNAL to the process group (else the process) whose id an
 # `exec_argv(pidfile=...)` command wrote to PIDFILE.
-KILL_PIDFILE = 'p=$(cat "$0" 2>/dev/null) && { kill -"$1" -- "-$p" 2>/dev/null || kill -"$1" "$p"; }'
+# (`kill -s SIG -- -PGID`: dash, the /bin/sh of Debian images, rejects `kill -SIG -- -PGID`.)
+KILL_PIDFILE = 'p=$(cat "$0" 2>/dev/null) && { kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p"; }'
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,13 @@ One builder at a time uses it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from toolchain.console import UI
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Workspace
-from toolchain.target.container.common import DEPS, OUT, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.base import Extra, Workspace
+from toolchain.target.container.common import DEPS, EXTRA, KEPT, OUT, SRC, ContainerRuntimeBase, alternates
 from toolchain.target.container.engine import ROOT, Container, EngineConfig, NoSigint
 
 GIT = f"{ROOT}/git"  # copies of the object directories the checkouts borrow from
@@ -56,9 +56,12 @@ class ExecContainerRuntime(ContainerRuntimeBase):
             self._target().call(["rm", "-rf", *self._setvars.values()], user="0", capture=True, check=False)
 
     @contextlib.contextmanager
-    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
+                  extras: Sequence[Extra] = ()) -> Iterator[Workspace]:
         """The trees copied in (a checkout that borrows objects borrows from copies of them), the wheels
-        copied out; at the end the copies are removed."""
+        copied out; at the end the copies are removed. Extra tools are copied in too; an Extra cache is a
+        directory kept in the container (KEPT/NAME), for the next build there (a running container cannot
+        gain a mount)."""
         container = self._target()
         inside = {name: f"{DEPS}/{name}" for name in deps}
         try:
@@ -73,11 +76,19 @@ class ExecContainerRuntime(ContainerRuntimeBase):
                 if mine:  # the copy borrows objects from the copies of the host's object directories
                     container.call(["sh", "-c", 'printf "%s\\n" "$@" >"$0"', f"{there}/.git/objects/info/alternates",
                                     *(alts[a] for a in mine)], user="0", capture=True)
+            extra_at = {e.name: (f"{KEPT}/{e.name}" if e.cache else f"{EXTRA}/{e.name}") for e in extras}
+            kept = [extra_at[e.name] for e in extras if e.cache]
+            container.call(["mkdir", "-p", EXTRA, *kept], user="0", capture=True)
+            for e in extras:
+                if not e.cache:
+                    container.copy_into(str(e.host), extra_at[e.name])
             uid = container.user()
-            if uid != "0:0":  # the build runs as the container's user
-                container.call(["chown", "-R", uid, SRC, OUT, DEPS], user="0", capture=True)
-            yield Workspace(SRC, OUT, inside, self._runner(container))
+            if uid != "0:0":  # the build runs as the container's user (not -R on a kept cache: it is large)
+                container.call(["chown", "-R", uid, SRC, OUT, DEPS, EXTRA], user="0", capture=True)
+                if kept:
+                    container.call(["chown", uid, *kept], user="0", capture=True)
+            yield Workspace(SRC, OUT, inside, self._runner(container), extra_at)
             container.copy_out(OUT, out)
         finally:
             with NoSigint():
-                container.call(["rm", "-rf", SRC, OUT, DEPS, GIT], user="0", capture=True, check=False)
+                container.call(["rm", "-rf", SRC, OUT, DEPS, GIT, EXTRA], user="0", capture=True, check=False)

@@ -9,14 +9,14 @@ is started again when a setvars folder has to be mounted.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from toolchain.console import UI
 from toolchain.core.fs import invoking_user
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Workspace
-from toolchain.target.container.common import DEPS, OUT, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.base import Extra, Workspace
+from toolchain.target.container.common import DEPS, EXTRA, OUT, SRC, ContainerRuntimeBase, alternates
 from toolchain.target.container.engine import Container, EngineConfig, Image, Mount, NoSigint
 
 
@@ -56,15 +56,18 @@ class FreshContainerRuntime(ContainerRuntimeBase):
         self._remove_oneoff()  # started without the mount: the next run() starts one with it
 
     @contextlib.contextmanager
-    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path]) -> Iterator[Workspace]:
+    def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
+                  extras: Sequence[Extra] = ()) -> Iterator[Workspace]:
         inside = {name: f"{DEPS}/{name}" for name in deps}
         mounts = [Mount(str(src), SRC), Mount(str(out), OUT)]
         mounts += [Mount(str(path), inside[n]) for n, path in deps.items()]
+        mounts += [Mount(str(e.host), f"{EXTRA}/{e.name}", readonly=not e.cache) for e in extras]
         mounts += self._setvars_mounts()
         mounts += [Mount(alt, alt, readonly=True) for alt in alternates([src, *deps.values()])]
         with self.engine.started("build", self._image(), mounts, self.spec.run_args) as container:
             try:
-                yield Workspace(SRC, OUT, inside, self._runner(container))
+                yield Workspace(SRC, OUT, inside, self._runner(container),
+                                {e.name: f"{EXTRA}/{e.name}" for e in extras})
             finally:
                 with NoSigint():  # what the build wrote in the mounted trees belongs to the invoking user
                     uid, gid = (0, 0) if self.rootless else invoking_user()

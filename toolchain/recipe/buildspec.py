@@ -1,0 +1,97 @@
+"""The recipe's build-cost keys: `[build]` (compiler cache, jobs, memory per job) and the per-component
+`jobs` / `memory-per-job`; and the job variables a recipe env may pin (positive integers).
+
+    [build]
+    compiler-cache = "ccache"    # or "none"; unset: ccache when one is found, else uncached with a warning
+    jobs = 4                     # pin the compile jobs of every component (unset: sized by memory)
+    memory-per-job = "2GiB"      # what one compile job of a component needs, unless it declares its own
+
+    [components.NAME]
+    memory-per-job = "8GiB"
+    jobs = 2
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+COMPILER_CACHES = ("ccache", "none")
+BUILD_KEYS: dict[str, type] = {"compiler-cache": str, "jobs": int, "memory-per-job": str}
+COMPONENT_BUILD_KEYS: dict[str, type] = {"jobs": int, "memory-per-job": str}
+JOB_ENV = ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "ARK_SYCL_TLA_JOBS")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
+
+Add = Callable[[str, str], None]
+
+
+def parse_size(text: str) -> int:
+    """"8GiB", "8G", "512 MiB" (powers of 1024), "3GB" (powers of 1000), "1048576" (bytes) → bytes;
+    ValueError when it is not a positive size."""
+    m = _SIZE.match(text) if isinstance(text, str) else None
+    if not m or (m.group(3) and not m.group(2)):
+        raise ValueError(f"{text!r} is not a size")
+    number, unit, binary, byte = float(m.group(1)), m.group(2).upper(), m.group(3), m.group(4)
+    power = "KMGT".index(unit) + 1 if unit else 0
+    base = 1000 if (unit and byte and not binary) else 1024
+    value = int(number * base ** power)
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive size")
+    return value
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    compiler_cache: str = ""   # "" = not set: ccache if available (not required)
+    jobs: int = 0              # 0 = sized by memory
+    memory_per_job: int = 0    # 0 = the component's own or the tool's default
+
+    @property
+    def cache_required(self) -> bool:
+        return self.compiler_cache == "ccache"
+
+
+def build_spec(table: Any, add: Add) -> BuildSpec:
+    if not isinstance(table, dict):
+        return BuildSpec()
+    cc = table.get("compiler-cache", "")
+    if isinstance(cc, str) and cc and cc not in COMPILER_CACHES:
+        add("build.compiler-cache", f"unknown compiler cache {cc!r}; use one of {', '.join(map(repr, COMPILER_CACHES))}")
+    jobs, mem = _jobs_and_memory(table, "build.", add)
+    return BuildSpec(cc if isinstance(cc, str) and cc in COMPILER_CACHES else "", jobs, mem)
+
+
+def component_build(table: Mapping[str, Any], where: str, add: Add) -> tuple[int, int]:
+    """(jobs, memory-per-job) of a component table (0 when not set)."""
+    return _jobs_and_memory(table, f"{where}.", add)
+
+
+def _jobs_and_memory(table: Mapping[str, Any], prefix: str, add: Add) -> tuple[int, int]:
+    jobs, mem = table.get("jobs", 0), table.get("memory-per-job", "")
+    if isinstance(jobs, int) and not isinstance(jobs, bool) and "jobs" in table and jobs <= 0:
+        add(f"{prefix}jobs", f"must be a positive number of compile jobs, got {jobs}; remove it to size jobs by memory")
+    size = 0
+    if isinstance(mem, str) and "memory-per-job" in table:
+        try:
+            size = parse_size(mem)
+        except ValueError:
+            add(f"{prefix}memory-per-job", f"{mem!r} is not a size; write it like \"8GiB\", \"3G\" or \"512MiB\"")
+    ok_jobs = jobs if isinstance(jobs, int) and not isinstance(jobs, bool) and jobs > 0 else 0
+    return ok_jobs, size
+
+
+def check_job_env(env: Mapping[str, str], where: str, add: Add) -> None:
+    """A job variable in a recipe env must be a positive integer (the builds read it as one)."""
+    for var in JOB_ENV:
+        value = env.get(var)
+        if value is not None and not (value.strip().isdigit() and int(value) > 0):
+            add(f"{where}.{var}", f"a job count must be a positive integer, got {value!r}; remove it to size "
+                                  f"jobs by memory")
+
+
+__all__ = ["BUILD_KEYS", "COMPILER_CACHES", "COMPONENT_BUILD_KEYS", "BuildSpec", "build_spec", "check_job_env",
+           "component_build", "parse_size"]
