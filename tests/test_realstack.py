@@ -13,10 +13,21 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from spine_helpers import STANDIN, STANDIN_SETVARS, wheel_member
-from support.realstack import (ARK_DIST, ARK_PATCH, DESCRIBE, ENGINE_DIST, ENGINE_PATCH, FIRST_BAD, KERNELS_DIST,
-                               KERNELS_TEST, cli_in, read_toml, run_with_wheels, sha256_file)
+from support.realstack import (
+    ARK_DIST,
+    ARK_PATCH,
+    DESCRIBE,
+    ENGINE_DIST,
+    ENGINE_PATCH,
+    FIRST_BAD,
+    KERNELS_DIST,
+    KERNELS_TEST,
+    cli_in,
+    read_toml,
+    run_with_wheels,
+    sha256_file,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomlkit
-
 from spine_helpers import BACKEND, PACKAGES, STANDIN, STANDIN_SETVARS, Cli, GitRepo, Result, isolated_env
 
 SRC = PACKAGES / "realstack"

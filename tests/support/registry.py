@@ -30,9 +30,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Optional
 
 REGISTRY_EXE = "docker-registry"
 HTPASSWD_EXE = "htpasswd"
@@ -45,7 +46,7 @@ class RegistryError(RuntimeError):
     """The registry could not be started."""
 
 
-def registry_available(auth: bool = False) -> Tuple[bool, str]:
+def registry_available(auth: bool = False) -> tuple[bool, str]:
     """(usable, reason): `docker-registry` (and `htpasswd` when ``auth``) are on PATH."""
     for exe, pkg in ((REGISTRY_EXE, "docker-registry"), (HTPASSWD_EXE, "apache2-utils"))[: 2 if auth else 1]:
         if shutil.which(exe) is None:
@@ -74,7 +75,7 @@ class Registry:
         return f"http://{self.address}"
 
     @property
-    def auth(self) -> Optional[Tuple[str, str]]:
+    def auth(self) -> Optional[tuple[str, str]]:
         """(username, password) for requests' ``auth=``, or None without auth."""
         return (self.username, self.password) if self.username is not None else None
 

@@ -9,7 +9,7 @@ Starting one takes well under a second; each test gets its own, with its own sto
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -146,7 +146,7 @@ def _run(argv: list, log: Path, env: Optional[dict] = None, cwd: Optional[Path] 
             proc = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   env=env, cwd=cwd, timeout=STEP_TIMEOUT)
         except subprocess.TimeoutExpired:
-            raise SystemExit(f"[vllm_cpu] timed out after {STEP_TIMEOUT}s: {' '.join(argv)} (log: {log})")
+            raise SystemExit(f"[vllm_cpu] timed out after {STEP_TIMEOUT}s: {' '.join(argv)} (log: {log})") from None
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
         raise SystemExit(f"[vllm_cpu] failed (exit {proc.returncode}): {' '.join(argv)}\nlog: {log}\n{tail}")

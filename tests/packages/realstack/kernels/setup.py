@@ -63,6 +63,6 @@ ext = Extension(
     "realstack_kernels._C",
     sources=["csrc/ops.c"],
     include_dirs=["csrc", os.path.join(onednn, "include"), os.path.join(cutlass, "include")],
-    define_macros=[("REALSTACK_COMPILER", '"%s"' % compiler_version())],
+    define_macros=[("REALSTACK_COMPILER", f'"{compiler_version()}"')],
 )
 setup(name="realstack-kernels", version=version(), packages=["realstack_kernels"], ext_modules=[ext])
