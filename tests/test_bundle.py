@@ -222,7 +222,6 @@ def test_tampered_wheel_or_patch_writes_nothing(stack, tmp_path):
 @pytest.mark.slow
 def test_demo_recipe_built_twice_gives_identical_bundles(tmp_path):
     """Once the build spine has landed: `toolchain build --recipe demo --bundle` in two directories."""
-    pytest.importorskip("toolchain.build.stack", reason="the build spine (toolchain.build.stack) has not landed yet")
     require_wheel_backend()
     results = []
 

@@ -208,7 +208,6 @@ def test_cli_usage_errors_exit_2(argv, message, capsys):
 @pytest.mark.slow
 def test_demo_recipe_end_to_end(tmp_path, capsys):
     """Once the build spine has landed: the demo recipe built twice gives identical wheels."""
-    pytest.importorskip("toolchain.build.stack", reason="the build spine (toolchain.build.stack) has not landed yet")
     require_wheel_backend()
     shared = tmp_path / "cache"
     code, data = run_cli(["verify-repro", "--recipe", "demo", "--work-dir", str(tmp_path / "w"),

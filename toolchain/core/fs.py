@@ -108,28 +108,6 @@ def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-def clean_stale_tmp(parent: Path, prefix: str = ".tmp-") -> None:
-    """Remove temporary entries left by killed writers (only those nobody holds a lock on)."""
-    if not parent.is_dir():
-        return
-    for entry in parent.iterdir():
-        if not entry.name.startswith(prefix):
-            continue
-        lock = entry.with_name(entry.name + ".lock")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644) if lock.parent.exists() else None
-        try:
-            if fd is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # a live writer owns it
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-            lock.unlink(missing_ok=True)
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-
 def invoking_user() -> tuple[int, int]:
     """Who should own what the tool writes: the sudo caller when run via sudo, else this process's user."""
     if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():
