@@ -337,7 +337,7 @@ LOCK_TAMPERING: dict[str, tuple[Edit, int, str]] = {
     "a component not a table": (_set("components.0", "tiny"), 2, "components[0]: must be a table"),
     "recipe missing": (lambda d, o: d.pop("recipe"), 2, "recipe: must be a table"),
     "recipe sha256 not hex": (_set("recipe.sha256", "0"), 2, "recipe.sha256: must be a 64-hex sha256"),
-    "recipe text not TOML": (_set("recipe.text", "[[[ not toml"), 2, "recorded recipe is not valid TOML"),
+    "recipe text not TOML": (_set("recipe.text", "[[[ not toml"), 2, "not valid TOML"),
     "recipe text invalid recipe": (_set("recipe.text", 'description = "no components"\n'), 2, "the recorded recipe:"),
     "toolchain unknown key": (_set("toolchain.compiler", "gcc"), 2, "toolchain.compiler: not a key"),
     "target value not a string": (_set("target.python-version", 3.11), 2, "target.python-version: must be a string"),
