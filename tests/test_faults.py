@@ -140,7 +140,7 @@ def test_sigkill_at_random_moments_of_every_phase_then_the_next_build_is_a_clean
     repo = _describe_repo(tmp_path / "repos" / "tiny", blob_bytes=2 << 20, payload_bytes=512 << 10)
     ws = _workspace(tmp_path / "ws", repo)
     clean = _wheels(ws.build("r", "clean", cache=tmp_path / "clean-cache"))
-    assert list(clean) == [f"tiny-1.0.0.post2+g{repo.head()[:7]}-py3-none-any.whl"]  # describe reached the build
+    assert list(clean) == [f"tiny-1.0.0.post2+g{repo.head()[:12]}-py3-none-any.whl"]  # describe reached the build
     rng = random.Random(SEED)
     kills: dict[str, int] = {p: 0 for p in PHASES}
     outcomes = []
