@@ -88,14 +88,15 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui, *,
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
     path = out / LOCK_NAME
-    if not _same_lock(path, lock):
+    same = _same_lock(path, lock)
+    if same is None:
         write_lock(lock, out)
     keep = {b.wheel.file for b in built}
     for stale in ours - keep:
         (out / WHEELS_DIR / stale).unlink(missing_ok=True)
     _mark_out_dir(out, keep)
     give_to_invoking_user(out)
-    return read_lock(path), built
+    return same or read_lock(path), built
 
 
 def _standin_note(setvars: str) -> str:
@@ -133,9 +134,14 @@ def check_out_dir(out: Path) -> set[str]:
 
 def _mark_out_dir(out: Path, wheels: set[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / OUT_MARKER, json.dumps(
-        {"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
-         "wheels": sorted(wheels)}, indent=2) + "\n")
+    text = json.dumps({"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
+                       "wheels": sorted(wheels)}, indent=2) + "\n"
+    try:
+        if (out / OUT_MARKER).read_text(encoding="utf-8") == text:
+            return  # a warm no-op writes nothing
+    except (OSError, UnicodeDecodeError):
+        pass
+    atomic_write_text(out / OUT_MARKER, text)
 
 
 def check_dir(path: Path, what: str, *, writable: bool = True) -> None:
@@ -160,13 +166,13 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def _same_lock(path: Path, lock: Lock) -> bool:
-    """True when `path` already records exactly `lock` (a warm no-op rewrites nothing)."""
+def _same_lock(path: Path, lock: Lock) -> Lock | None:
+    """The lock `path` holds when it records exactly `lock` (a warm no-op rewrites nothing), else None."""
     try:
         old = read_lock(path)
     except Exception:
-        return False
-    return old == lock and (path.parent / "pylock.toml").is_file()
+        return None
+    return old if old == lock and (path.parent / "pylock.toml").is_file() else None
 
 
 def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:

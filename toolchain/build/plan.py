@@ -92,6 +92,7 @@ def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir:
               need_toolchain: bool = True) -> Plan:
     """`need_toolchain=False` (a plan to show, not to build): a toolchain that cannot be captured is
     recorded in `toolchain_missing` and the cache keys, which depend on it, are left empty."""
+    recipe.remember_text(memo_dir)
     ident = runtime.identity()
     target = probe_target(runtime, memo_dir, ident)
     missing = ""
