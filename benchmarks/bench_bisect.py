@@ -20,8 +20,8 @@ requirements, linear history; the stack is that one component):
    raw `git archive` + `pip wheel` of the same commit, interleaved; the difference, wall and CPU.
                                                                                goal: <= 0.3 s per step
 5. the top lines of a cProfile of one step;
-6. a cold bisect by the tool against `git bisect run` with a script that exports, builds and tests each
-   step, on that component.                                                    goal: ratio <= 1
+6. a cold bisect by the tool (its default --jobs, and --jobs 1: no building ahead) against `git bisect
+   run` with a script that exports, builds and tests each step, on that component.   goal: ratio <= 1
 
     python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N]
                                       [--py-commits 60] [--step-rounds 5] [--no-kernel] [--no-step] [--json]
@@ -36,6 +36,7 @@ import os
 import re
 import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -46,6 +47,7 @@ from typing import Any
 from benchmarks.measure import Sample, profile_call, side_by_side
 from toolchain.bisect.candidates import git_candidates
 from toolchain.bisect.core import Bisector
+from toolchain.bisect.session import DEFAULT_JOBS
 from toolchain.bisect.testers import CommandTester
 from toolchain.core.proc import run
 
@@ -421,17 +423,28 @@ def run_step_benchmark(work: Path, *, commits: int = 60, rounds: int = 5, baseli
                                "step_overhead": overhead.as_dict(), "step_profile": profile}
     checks = {"step_builds": bool(getattr(outcome, "ok", False)), "step_overhead_within_0.3s": overhead.median <= 0.3}
     if baseline:
-        cold = work / "cold"
+        # cold bisects (each in a cache of its own) with the tool's default jobs and with jobs=1 (no building
+        # ahead: the tool's own overhead alone), interleaved with `git bisect run`
         cands = git_candidates(repo, stack.kern.good, stack.kern.bad)
-        tester = CommandTester([sys.executable, str(stack.test_script)], cold / "test-logs")
-        started = time.monotonic()
-        result = Bisector(cands, spine_builder(stack, cold, name=PY), tester, jobs=1).run()
-        t_tool = time.monotonic() - started
-        git_first_bad, git_steps, t_git = git_bisect_run(stack, work)
-        figures.update(py_commits=commits, py_steps=len(result.steps), py_tool_seconds=round(t_tool, 2),
-                       py_git_steps=git_steps, py_git_seconds=round(t_git, 2), py_time_ratio=round(t_tool / t_git, 3))
-        checks.update(py_found=bool(result.first_bad) and result.first_bad.key == stack.kern.first_bad,
-                      py_git_agrees=git_first_bad == stack.kern.first_bad, py_no_slower_than_git=t_tool <= t_git)
+        found, t_tool, steps, t_git = {}, {}, {}, []
+        git_first_bad = ""
+        for jobs in (DEFAULT_JOBS, 1):
+            cold = work / f"cold-jobs{jobs}"
+            tester = CommandTester([sys.executable, str(stack.test_script)], cold / "test-logs")
+            started = time.monotonic()
+            result = Bisector(cands, spine_builder(stack, cold, name=PY), tester, jobs=jobs).run()
+            t_tool[jobs] = time.monotonic() - started
+            steps[jobs] = len(result.steps)
+            found[jobs] = bool(result.first_bad) and result.first_bad.key == stack.kern.first_bad
+            git_first_bad, git_steps, seconds = git_bisect_run(stack, work)
+            t_git.append(seconds)
+        g = statistics.median(t_git)
+        figures.update(py_commits=commits, py_steps=steps[1], py_git_steps=git_steps,
+                       py_git_seconds=[round(t, 2) for t in t_git],
+                       py_tool_seconds=round(t_tool[DEFAULT_JOBS], 2), py_time_ratio=round(t_tool[DEFAULT_JOBS] / g, 3),
+                       py_tool_seconds_jobs1=round(t_tool[1], 2), py_time_ratio_jobs1=round(t_tool[1] / g, 3))
+        checks.update(py_found=all(found.values()), py_git_agrees=git_first_bad == stack.kern.first_bad,
+                      py_no_slower_than_git=t_tool[DEFAULT_JOBS] <= g)
     return {"ok": all(checks.values()), "figures": figures, "checks": checks}
 
 
