@@ -198,25 +198,44 @@ def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
 
 # ---- the warm no-op ------------------------------------------------------------------------------------
 
-NOT_ON_THE_WARM_PATH = ("tomlkit", "packaging.utils", "packaging.tags", "rich", "subprocess", "jsonschema",
-                        "requests", "cyclonedx", "toolchain.target.container", "toolchain.release.",
-                        "toolchain.smoke", "uuid", "difflib")
+NOT_ON_THE_WARM_PATH = ("tomlkit", "packaging.utils", "packaging.tags", "packaging.requirements", "rich",
+                        "jsonschema", "requests", "cyclonedx", "uv", "importlib.metadata", "toolchain.target.container",
+                        "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib")
+
+# The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.
+AUDITED = """
+import runpy, sys
+started = open(sys.argv.pop(1), "w")
+def hook(event, args):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system"):
+        started.write(f"{event} {args!r}\\n")
+        started.flush()
+sys.addaudithook(hook)
+runpy.run_module("toolchain", run_name="__main__", alter_sys=True)
+"""
 
 
-def test_a_warm_no_op_imports_no_writer_and_runs_no_git(ws, make_repo, tmp_path):
+def test_a_warm_no_op_starts_no_process_imports_no_writer_and_rewrites_nothing(ws, make_repo, tmp_path):
     repo = make_repo("tiny", "tiny")
     ws.recipe("r", recipe_data({"tiny": component(repo)}))
     assert ws.build("r").returncode == 0
-    lock = ws.root / "out" / "stack.lock.toml"
-    before = lock.stat().st_mtime_ns, lock.read_bytes()
-    trace = tmp_path / "git-trace"
-    argv = [sys.executable, "-X", "importtime", "-m", "toolchain", "build", "--recipe", "r", "--out",
-            str(ws.root / "out"), "--cache-dir", str(ws.cache), "--json"]
-    done = subprocess.run(argv, cwd=ws.root, env={**ws.env, "GIT_TRACE": str(trace)}, capture_output=True,
-                          text=True, timeout=300)
+    out = ws.root / "out"
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()}
+    started = tmp_path / "started"
+    argv = [sys.executable, "-X", "importtime", "-c", AUDITED, str(started), "build", "--recipe", "r", "--out",
+            str(out), "--cache-dir", str(ws.cache), "--json"]
+    done = subprocess.run(argv, cwd=ws.root, env=ws.env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "toolchain.pipeline" in imported  # the measurement saw the build
     assert sorted(m for m in imported if m.startswith(NOT_ON_THE_WARM_PATH)) == []
-    assert not trace.exists() or trace.read_text() == ""  # no git process started
-    assert (lock.stat().st_mtime_ns, lock.read_bytes()) == before  # nothing rewritten
+    assert started.read_text() == ""  # no git, no probe, no resolver: no process at all
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()} == before
+
+    # the same run after a change that needs the target (a new commit to build) does start processes: the
+    # hook sees them
+    repo.commit("tiny: another change", {"tiny/extra.py": "X = 1\n"})
+    ws.recipe("r", recipe_data({"tiny": component(repo)}))
+    done = subprocess.run(argv, cwd=ws.root, env=ws.env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'git'" in started.read_text()

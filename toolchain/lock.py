@@ -286,11 +286,24 @@ ENV: Check = ("a table of strings", lambda v: isinstance(v, dict) and all(isinst
 TABLE: Check = ("a table", lambda v: isinstance(v, dict))
 
 
-def _wheel_file(v: Any) -> bool:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+# A wheel name of the plain form (one tag; a name without "__"), which packaging accepts whenever its version
+# parses: checked without packaging.utils, whose tag machinery (sysconfig, platform, subprocess) a warm build
+# would import only to read back its own lock. Any other name is left to packaging.
+_PLAIN_WHEEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.]|_(?!_))*-[^-]+(?:-[0-9][^-]*)?"
+                          r"-[a-z][a-z0-9_]*-[a-z0-9_]+-[a-z0-9_]+\.whl")
 
+
+def _wheel_file(v: Any) -> bool:
     if not isinstance(v, str) or "/" in v or "\\" in v or "\0" in v:
         return False
+    if _PLAIN_WHEEL.fullmatch(v):
+        try:
+            wheel_name_version(v)
+        except ValueError:
+            return False
+        return True
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     try:
         parse_wheel_filename(v)
     except InvalidWheelFilename:

@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,7 +73,13 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     if remote is not None and options.use_cache:
         looked_up = remote.prefetch([(cp.cache_key, f"{cp.name}@{cp.component.commit[:12]}") for cp in plan.components
                                      if cache.get(cp.cache_key) is None], cache, Path(options.cache_dir) / "work", ui)
-    cc = _compiler_cache(plan, options, ui)
+    chosen: list[CompilerCache] = []
+
+    def cc() -> CompilerCache:  # chosen when a component is compiled: a build served from the cache never asks
+        if not chosen:
+            chosen.append(_compiler_cache(plan, options, ui))
+        return chosen[0]
+
     built = []
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         for cp in plan.components:
@@ -90,8 +97,9 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
 def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
                     cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui,
                     remote: RemoteCache | None = None, downloaded: bool | None = None,
-                    cc: CompilerCache | None = None) -> BuiltComponent:
-    """`downloaded`: the remote was already asked for this key (True: its entry is now local)."""
+                    cc: Callable[[], CompilerCache] | None = None) -> BuiltComponent:
+    """`downloaded`: the remote was already asked for this key (True: its entry is now local); `cc`: gives
+    the compiler cache, asked only when the component is compiled."""
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
     log = options.out_dir / "logs" / f"{comp.name}.log"
@@ -113,7 +121,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                 for dep in comp.fetchcontent:
                     mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
-                                  cc or _compiler_cache(plan, options, ui))
+                                  cc() if cc else _compiler_cache(plan, options, ui))
                 entry = cache.take(cp.cache_key, wheels_dir)
                 if entry is None:
                     raise BuildError(f"{comp.name}: the wheel just stored in the cache under {cp.cache_key} "
