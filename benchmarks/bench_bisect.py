@@ -13,7 +13,18 @@ Builds go through the build spine (`spine_builder`: the `toolchain bisect` build
 The wall-time ratio depends on how much heavier the other components are than the bisected one
 (`--heavy-functions`).
 
-    python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N] [--json]
+Then the tool's own cost per step, on a fast pure-Python component (`benchpy`, a pyproject with build
+requirements, linear history; the stack is that one component):
+
+4. the step overhead: a step built by the tool (`SpineBuilder.build` of a commit not built before) beside a
+   raw `git archive` + `pip wheel` of the same commit, interleaved; the difference, wall and CPU.
+                                                                               goal: <= 0.3 s per step
+5. the top lines of a cProfile of one step;
+6. a cold bisect by the tool (its default --jobs, and --jobs 1: no building ahead) against `git bisect
+   run` with a script that exports, builds and tests each step, on that component.   goal: ratio <= 1
+
+    python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N]
+                                      [--py-commits 60] [--step-rounds 5] [--no-kernel] [--no-step] [--json]
 """
 
 from __future__ import annotations
@@ -23,7 +34,9 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -31,8 +44,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.measure import Sample, profile_call, side_by_side
 from toolchain.bisect.candidates import git_candidates
 from toolchain.bisect.core import Bisector
+from toolchain.bisect.session import DEFAULT_JOBS
 from toolchain.bisect.testers import CommandTester
 from toolchain.core.proc import run
 
@@ -204,7 +219,8 @@ def make_stack(work: Path, *, commits: int = 240, heavy_functions: int = 6000) -
 
 # ---- builders ------------------------------------------------------------------------------------------
 
-def spine_builder(stack: Stack, work: Path, *, extra: str = "", cache: Path | None = None) -> Any:
+def spine_builder(stack: Stack, work: Path, *, extra: str = "", cache: Path | None = None,
+                  name: str = KERN) -> Any:
     """The bisect builder through the build spine (as `toolchain bisect` makes it): a recipe for the generated stack (no toolchain, host
     target, this interpreter), `benchkern` pinned per step, the other components from the wheel cache.
     `extra`: more recipe text (a [cache] table); `cache`: the wheel cache (default <work>/cache)."""
@@ -215,16 +231,16 @@ def spine_builder(stack: Stack, work: Path, *, extra: str = "", cache: Path | No
     lines = ['description = "bisect benchmark"', "[toolchain]", 'setvars = ""', "[target]", 'runtime = "host"',
              f"python = {json.dumps(sys.executable)}"]
     deps: list[str] = []
-    for name, repo, commit in (*stack.others, (KERN, stack.kern.path, stack.kern.bad)):
-        lines += [f"[components.{name}]", f"url = {json.dumps(repo.resolve().as_uri())}", f'commit = "{commit}"',
+    for comp, repo, commit in (*stack.others, (name, stack.kern.path, stack.kern.bad)):
+        lines += [f"[components.{comp}]", f"url = {json.dumps(repo.resolve().as_uri())}", f'commit = "{commit}"',
                   f"after = {json.dumps(deps)}"]
-        deps = [name]
+        deps = [comp]
     path = work / "recipes" / "bench.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n" + extra)
     base = recipes.load_recipe(str(path))
-    return SpineBuilder(lambda sha: recipes.with_commit(base, KERN, sha), work / "steps", cache or work / "cache", (),
-                        UI(quiet=True), component=KERN)
+    return SpineBuilder(lambda sha: recipes.with_commit(base, name, sha), work / "steps", cache or work / "cache", (),
+                        UI(quiet=True), component=name)
 
 
 # ---- measuring -----------------------------------------------------------------------------------------
@@ -284,6 +300,166 @@ def run_benchmark(work: Path, *, commits: int = 240, jobs: int = 3,
             "repo": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(stack.kern).items()}}
 
 
+# ---- the tool's own cost per step, on a fast pure-Python component -------------------------------------
+
+PY = "benchpy"
+PY_PYPROJECT = """\
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+"""
+PY_SETUP = """\
+from setuptools import setup
+setup(name="benchpy", version="0.1", packages=["benchpy"])
+"""
+PY_TEST = """\
+import os, sys, tempfile, zipfile
+wheels = [w for w in os.environ["TOOLCHAIN_BISECT_WHEELS"].split(os.pathsep) if w]
+with tempfile.TemporaryDirectory() as d:
+    for w in wheels:
+        zipfile.ZipFile(w).extractall(d)
+    sys.path.insert(0, d)
+    import benchpy
+    sys.exit(0 if benchpy.VALUE == {answer} else 1)
+"""
+
+
+def make_py_stack(work: Path, *, commits: int = 60, modules: int = 40) -> Stack:
+    """`benchpy`: a pure-Python package of `modules` modules, `commits` linear commits after the good one;
+    the one at 7/10 makes VALUE wrong."""
+    first_bad = commits * 7 // 10
+    g = _Git(work / "repos" / PY)
+    body = {f"{PY}/m{j}.py": "".join(f"def f{k}(x):\n    return x * {k} + {j}\n" for k in range(30))
+            for j in range(modules)}
+
+    def files(i: int) -> dict[str, str]:
+        value = ANSWER - 1 if i >= first_bad else ANSWER
+        return {"pyproject.toml": PY_PYPROJECT, "setup.py": PY_SETUP,
+                f"{PY}/__init__.py": f"VALUE = {value}\nREVISION = {i}\n", **(body if i == 0 else {})}
+
+    shas = [g.commit("initial import", files(0))]
+    shas += [g.commit(f"change {i}", files(i)) for i in range(1, commits + 1)]
+    test = work / "test_py.py"
+    test.write_text(PY_TEST.format(answer=ANSWER))
+    return Stack(BenchRepo(g.path, shas[0], shas[-1], shas[first_bad], (), commits), (), test)
+
+
+def _cpu(who: int | None = None) -> float:
+    """CPU seconds of this process and its children (or of `who` alone)."""
+    total = 0.0
+    for w in ((who,) if who is not None else (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)):
+        r = resource.getrusage(w)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+class BuildCommandClock:
+    """Times the build command (`pip wheel`) the tool runs on the host, so that a step's own overhead is
+    measured inside the same step: the step's time less its build command's (wall, and CPU of the child)."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[float, float]] = []
+
+    def __enter__(self) -> BuildCommandClock:
+        import toolchain.target.host as host
+
+        self._host, self._real = host, host.run
+
+        def timing_run(argv, **kw):
+            if "wheel" not in argv:
+                return self._real(argv, **kw)
+            wall, cpu = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
+            try:
+                return self._real(argv, **kw)
+            finally:
+                self.times.append((time.perf_counter() - wall, _cpu(resource.RUSAGE_CHILDREN) - cpu))
+
+        host.run = timing_run  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._host.run = self._real  # type: ignore[assignment]
+
+
+def _timed(fn: Any) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), _cpu()
+    fn()
+    return time.perf_counter() - wall, _cpu() - cpu
+
+
+def raw_wheel(repo: Path, sha: str, work: Path) -> None:
+    """What a `git bisect run` step does before its test: export the commit, `pip wheel` it."""
+    src, out = work / f"raw-{sha[:12]}", work / f"raw-{sha[:12]}-wheels"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    archive = src.with_suffix(".tar")
+    run(["git", "-C", str(repo), "archive", "--format=tar", "-o", str(archive), sha], capture=True)
+    run(["tar", "-xf", str(archive), "-C", str(src)], capture=True)
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", str(src), "-w", str(out)],
+        capture=True)
+    shutil.rmtree(src)
+    shutil.rmtree(out)
+    archive.unlink()
+
+
+def run_step_benchmark(work: Path, *, commits: int = 60, rounds: int = 5, baseline: bool = True) -> dict[str, Any]:
+    stack = make_py_stack(work, commits=commits)
+    repo = stack.kern.path
+    shas = run(["git", "-C", str(repo), "rev-list", "--reverse", stack.kern.bad], capture=True).stdout.split()
+    builder = spine_builder(stack, work / "steps", name=PY)
+    assert builder.build(shas[0]).ok  # the mirror fetched, the target probed: what every later step finds
+    picks = iter(shas[1:])
+    with BuildCommandClock() as clock:
+        samples = side_by_side({"tool": lambda: _timed(lambda: builder.build(next(picks))),
+                                "raw": lambda: _timed(lambda: raw_wheel(repo, shas[-1], work))}, rounds)
+    tool, raw = samples["tool"], samples["raw"]
+    if len(clock.times) != rounds:
+        raise RuntimeError(f"expected {rounds} timed build commands, saw {len(clock.times)}")
+    overhead = Sample([t - b[0] for t, b in zip(tool.wall, clock.times)],
+                      [t - b[1] for t, b in zip(tool.cpu, clock.times)])
+    outcome, profile = profile_call(lambda: builder.build(next(picks)))
+    figures: dict[str, Any] = {"step_tool": tool.as_dict(), "step_raw_pip_wheel": raw.as_dict(),
+                               "step_tool_over_raw": round(tool.median / raw.median, 3),
+                               "step_overhead": overhead.as_dict(), "step_profile": profile}
+    checks = {"step_builds": bool(getattr(outcome, "ok", False)), "step_overhead_within_0.3s": overhead.median <= 0.3}
+    if baseline:
+        # cold bisects (each in a cache of its own) with the tool's default jobs and with jobs=1 (no building
+        # ahead: the tool's own overhead alone), interleaved with `git bisect run`
+        cands = git_candidates(repo, stack.kern.good, stack.kern.bad)
+        found, t_tool, steps, t_git = {}, {}, {}, []
+        git_first_bad = ""
+        for jobs in (DEFAULT_JOBS, 1):
+            cold = work / f"cold-jobs{jobs}"
+            tester = CommandTester([sys.executable, str(stack.test_script)], cold / "test-logs")
+            started = time.monotonic()
+            result = Bisector(cands, spine_builder(stack, cold, name=PY), tester, jobs=jobs).run()
+            t_tool[jobs] = time.monotonic() - started
+            steps[jobs] = len(result.steps)
+            found[jobs] = bool(result.first_bad) and result.first_bad.key == stack.kern.first_bad
+            git_first_bad, git_steps, seconds = git_bisect_run(stack, work)
+            t_git.append(seconds)
+        g = statistics.median(t_git)
+        figures.update(py_commits=commits, py_steps=steps[1], py_git_steps=git_steps,
+                       py_git_seconds=[round(t, 2) for t in t_git],
+                       py_tool_seconds=round(t_tool[DEFAULT_JOBS], 2), py_time_ratio=round(t_tool[DEFAULT_JOBS] / g, 3),
+                       py_tool_seconds_jobs1=round(t_tool[1], 2), py_time_ratio_jobs1=round(t_tool[1] / g, 3))
+        checks.update(py_found=all(found.values()), py_git_agrees=git_first_bad == stack.kern.first_bad,
+                      py_no_slower_than_git=t_tool[DEFAULT_JOBS] <= g)
+    return {"ok": all(checks.values()), "figures": figures, "checks": checks}
+
+
+def print_report(report: dict[str, Any]) -> None:
+    for k, v in report["figures"].items():
+        if isinstance(v, list):
+            print(f"{k:>22}:")
+            for line in v:
+                print(f"{'':>24}{line}")
+        else:
+            print(f"{k:>22}: {v}")
+    for k, v in report["checks"].items():
+        print(f"{k:>22}: {'ok' if v else 'FAILED'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_bisect", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -291,20 +467,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commits", type=int, default=240)
     ap.add_argument("--jobs", type=int, default=3)
     ap.add_argument("--heavy-functions", type=int, default=6000, help="size of the slow-to-compile component")
-    ap.add_argument("--no-baseline", action="store_true", help="skip the `git bisect run` comparison")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the `git bisect run` comparisons")
+    ap.add_argument("--py-commits", type=int, default=60, help="commits of the pure-Python component")
+    ap.add_argument("--step-rounds", type=int, default=5, help="steps measured beside a raw pip wheel")
+    ap.add_argument("--no-kernel", action="store_true", help="skip the C-extension stack bisect (1-3)")
+    ap.add_argument("--no-step", action="store_true", help="skip the pure-Python step figures (4-6)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    reports = []
     with tempfile.TemporaryDirectory(prefix="bench-bisect-") as tmp:
         work = args.work or Path(tmp)
-        report = run_benchmark(work, commits=args.commits, jobs=args.jobs,
-                               heavy_functions=args.heavy_functions, baseline=not args.no_baseline)
+        if not args.no_kernel:
+            reports.append(run_benchmark(work / "kernel", commits=args.commits, jobs=args.jobs,
+                                         heavy_functions=args.heavy_functions, baseline=not args.no_baseline))
+            if not args.json:
+                print_report(reports[-1])
+        if not args.no_step:
+            reports.append(run_step_benchmark(work / "step", commits=args.py_commits, rounds=args.step_rounds,
+                                              baseline=not args.no_baseline))
+            if not args.json:
+                print_report(reports[-1])
+    report = {"ok": all(r["ok"] for r in reports), "figures": {k: v for r in reports for k, v in r["figures"].items()},
+              "checks": {k: v for r in reports for k, v in r["checks"].items()}}
     if args.json:
         print(json.dumps(report, indent=2))
-    else:
-        for k, v in report["figures"].items():
-            print(f"{k:>22}: {v}")
-        for k, v in report["checks"].items():
-            print(f"{k:>22}: {'ok' if v else 'FAILED'}")
     return 0 if report["ok"] else 1
 
 

@@ -1,14 +1,17 @@
-"""Build benchmarks, measured side by side in one run (`nox -s bench`). Prints figures and ratios.
+"""Build benchmarks, measured side by side in one run (`nox -s bench`). Prints figures, ratios and profiles.
 
 1. cold `toolchain build --recipe demo` (empty cache; the demo repositories already exist, as a network
    remote would) against raw `pip wheel --no-build-isolation` of the same patched sources in the same
    toolchain environment.                                        goal: <= 1.05x
-2. a warm no-op rerun of the same build.                         goal: <= 1 s and <= 2 % of cold
-3. checking a pinned commit out of the mirror against a fresh `git clone` + checkout, on a generated
-   repository of 2,000 files and 300 commits: a first (cold) checkout from the mirror, and the prepared
-   tree a build gets when the same commit is built again.         goal: >= 10x
-4. resolving the runtime closure of the demo (uv, warm resolver cache): a warm build against the same warm
-   build with --no-resolve, and the resolver call alone.         goal: <= 1 s added to a warm build
+2. a warm no-op rerun of the same build against a bare interpreter start (`python -c pass`), N runs each,
+   interleaved; medians and ranges of wall and CPU time.         goal: <= 0.15 s and <= 4x the bare start
+   Interpreters run as an installed tool does, with byte code (under a temporary PYTHONPYCACHEPREFIX).
+3. where a warm no-op spends its time: the costliest imports (`-X importtime`) and a cProfile's top lines.
+4. checking a pinned commit out of the mirror against a fresh `git clone` + checkout, on a generated
+   repository of 2,000 files and 300 commits: a first checkout from the mirror (no prepared tree yet), and
+   the prepared tree a build gets when the same commit is built again.   goal: >= 2x, and >= 10x on reuse
+
+    python -m benchmarks.bench_build [--rounds 3] [--runs 10] [--skip-cold] [--skip-checkout] [--skip-resolve]
 """
 
 from __future__ import annotations
@@ -21,9 +24,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from benchmarks.measure import (
+    importtime_top,
+    installed_like_env,
+    profile_command,
+    ratio,
+    run_timed,
+    side_by_side,
+    timed,
+)
 from toolchain.recipe.load import load_recipe
 from toolchain.sources.demo import materialize
 from toolchain.sources.mirrors import Mirrors, Rewrite
@@ -32,19 +43,13 @@ from toolchain.sources.trees import SourceTrees
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def sh(argv, **kw):
     return subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def toolchain_build(cache: Path, out: Path, *extra: str) -> None:
-    sh([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(cache),
-        "--out", str(out), "--json", *extra], cwd=ROOT)
+def build_argv(cache: Path, out: Path, *extra: str) -> list[str]:
+    return ["-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(cache), "--out", str(out), "--json",
+            *extra]
 
 
 def resolve_only(cache: Path, out: Path) -> None:
@@ -59,7 +64,11 @@ def resolve_only(cache: Path, out: Path) -> None:
                   UI(quiet=True))
 
 
-def raw_pip_wheel(work: Path, demo_repos: Path) -> None:
+def toolchain_build(cache: Path, out: Path, env: dict[str, str], *extra: str) -> tuple[float, float]:
+    return run_timed([sys.executable, *build_argv(cache, out, *extra)], cwd=ROOT, env=env)
+
+
+def raw_pip_wheel(work: Path, demo_repos: Path, base_env: dict[str, str]) -> None:
     """What a hand-written script does: check out, patch, source setvars, pip wheel each component."""
     recipe = load_recipe("demo", ROOT / "recipes")
     setvars = ROOT / "toolchain/demo_src/oneapi-standin/setvars.sh"
@@ -71,7 +80,7 @@ def raw_pip_wheel(work: Path, demo_repos: Path) -> None:
         sh(["git", "-C", str(src), "checkout", "-q", comp.commit])
         for p in comp.patches:
             sh(["git", "-C", str(src), "apply", str(p.file)])
-        env = dict(os.environ, **dict(recipe.env), **dict(comp.env))
+        env = dict(base_env, **dict(recipe.env), **dict(comp.env))
         for dep in comp.fetchcontent:
             dsrc = work / dep.name
             sh(["git", "clone", "-q", str(demo_repos / dep.url.rsplit("/", 1)[1]), str(dsrc)])
@@ -108,62 +117,106 @@ def make_big_repo(path: Path, files: int = 2000, commits: int = 300) -> str:
                           text=True, check=True).stdout.strip()
 
 
+def cold_and_raw(base: Path, demo_repos: Path, env: dict[str, str], rounds: int) -> tuple[Path, Path]:
+    cold, raw = [], []
+    for r in range(rounds):  # interleaved so drift hits both sides alike
+        cache, out = base / f"cache{r}", base / f"out{r}"
+        shutil.copytree(base / "demo-cache" / "demo-repos", cache / "demo-repos")
+        cold.append(toolchain_build(cache, out, env)[0])
+        raw.append(timed(lambda: raw_pip_wheel(base / f"raw{r}", demo_repos, env)))
+    c, rw = statistics.median(cold), statistics.median(raw)
+    print(f"cold demo build against raw pip wheel, median of {rounds} (ranges in brackets):")
+    print(f"  cold toolchain build      {c:7.2f} s  ({min(cold):.2f}-{max(cold):.2f})")
+    print(f"  raw pip wheel (by hand)   {rw:7.2f} s  ({min(raw):.2f}-{max(raw):.2f})")
+    print(f"  ratio cold/raw            {ratio(c, rw)}   (goal <= 1.05x)")
+    return base / "cache0", base / "out0"
+
+
+def warm_and_bare(cache: Path, out: Path, env: dict[str, str], runs: int) -> None:
+    toolchain_build(cache, out, env)  # byte code written, memo files in place: what every later run sees
+    samples = side_by_side({
+        "warm": lambda: toolchain_build(cache, out, env),
+        "bare": lambda: run_timed([sys.executable, "-c", "pass"], env=env),
+    }, runs)
+    warm, bare = samples["warm"], samples["bare"]
+    print(f"warm no-op against a bare interpreter start, {runs} runs each, interleaved: median (range)")
+    print(f"  warm no-op build          {warm.describe()}")
+    print(f"  python -c pass            {bare.describe()}")
+    print(f"  ratio warm/bare           wall {ratio(warm.median, bare.median)}   cpu "
+          f"{ratio(warm.cpu_median, bare.cpu_median)}   (goal <= 0.15 s and <= 4x)")
+    print("where a warm no-op spends its time:")
+    for line in importtime_top(build_argv(cache, out), cwd=ROOT, env=env, n=10):
+        print("  " + line)
+    for line in profile_command(build_argv(cache, out), cwd=ROOT, env=env, n=10):
+        print("  " + line)
+
+
+def resolution(cache: Path, out: Path, env: dict[str, str], rounds: int) -> None:
+    samples = side_by_side({
+        "no-resolve": lambda: toolchain_build(cache, out, env, "--no-resolve"),
+        "resolves": lambda: toolchain_build(cache, out, env),
+        "alone": lambda: timed(lambda: resolve_only(cache, out)),
+    }, rounds)
+    u, w, a1 = samples["no-resolve"], samples["resolves"], samples["alone"]
+    print(f"resolving the demo closure (uv, warm resolver cache), {rounds} runs each, interleaved:")
+    print(f"  warm build --no-resolve   {u.describe()}")
+    print(f"  warm build (resolves)     {w.describe()}   added {w.median - u.median:+.2f} s   (goal <= 1 s)")
+    print(f"  the resolution step alone {a1.describe()}")
+
+
+def checkouts(base: Path, rounds: int) -> None:
+    remote = base / "big.git"
+    commit = make_big_repo(remote)
+    url = "https://bench.invalid/big.git"
+    mirrors = Mirrors(base / "ckcache", (Rewrite(url, f"file://{remote}"),))
+    mirrors.ensure(url, commit)
+    fresh, first, again = [], [], []
+    for r in range(rounds):
+        dest = base / f"clone{r}"
+        fresh.append(timed(lambda: (sh(["git", "clone", "-q", "--no-checkout", f"file://{remote}", str(dest)]),
+                                    sh(["git", "-C", str(dest), "checkout", "-q", commit]))))
+        shutil.rmtree(dest)
+        # a cache of its own each round (the mirror shared): the first checkout of this commit, as a build
+        # that has never prepared it meets it; no earlier tree is removed inside the timing
+        trees = SourceTrees(base / f"trees{r}", mirrors)
+
+        def checkout(trees=trees):
+            with trees.tree(url, commit):
+                pass
+        first.append(timed(checkout))
+        again.append(timed(checkout))
+    f, a, b = statistics.median(fresh), statistics.median(first), statistics.median(again)
+    print(f"checkout of a pinned commit (2,000 files, 300 commits), median of {rounds} (ranges in brackets):")
+    print(f"  fresh git clone + checkout        {f:7.3f} s  ({min(fresh):.3f}-{max(fresh):.3f})")
+    print(f"  from the mirror, first time       {a:7.3f} s  ({min(first):.3f}-{max(first):.3f})   "
+          f"{ratio(f, a)} faster   (goal >= 2x)")
+    print(f"  prepared tree, built again        {b:7.3f} s  ({min(again):.3f}-{max(again):.3f})   "
+          f"{ratio(f, b)} faster   (goal >= 10x)")
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="cold builds and checkouts: rounds (medians)")
+    ap.add_argument("--runs", type=int, default=10, help="warm no-ops and bare interpreter starts: runs each")
+    ap.add_argument("--skip-cold", action="store_true", help="warm no-op only (one cold build to warm up)")
+    ap.add_argument("--skip-checkout", action="store_true")
+    ap.add_argument("--skip-resolve", action="store_true")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="toolchain-bench-"))
+    env = installed_like_env(base / "pycache")
     try:
         demo_repos = materialize(base / "demo-cache")
-        cold, raw, warm, unresolved, alone = [], [], [], [], []
-        for r in range(args.rounds):  # interleaved so drift hits both sides alike
-            cache, out = base / f"cache{r}", base / f"out{r}"
+        if args.skip_cold:
+            cache, out = base / "cache0", base / "out0"
             shutil.copytree(base / "demo-cache" / "demo-repos", cache / "demo-repos")
-            cold.append(timed(lambda: toolchain_build(cache, out)))
-            raw.append(timed(lambda: raw_pip_wheel(base / f"raw{r}", demo_repos)))
-            warm.append(timed(lambda: toolchain_build(cache, out)))
-            unresolved.append(timed(lambda: toolchain_build(cache, out, "--no-resolve")))
-            warm.append(timed(lambda: toolchain_build(cache, out)))
-            alone.append(timed(lambda: resolve_only(cache, out)))
-        c, w, rw = statistics.median(cold), statistics.median(warm), statistics.median(raw)
-        print(f"demo build, median of {args.rounds}:")
-        print(f"  cold toolchain build      {c:7.2f} s")
-        print(f"  raw pip wheel (by hand)   {rw:7.2f} s")
-        print(f"  ratio cold/raw            {c / rw:7.3f}x   (goal <= 1.05x)")
-        print(f"  warm no-op rerun          {w:7.2f} s   = {100 * w / c:.1f}% of cold   (goal <= 1 s and <= 2%)")
-        u, a1 = statistics.median(unresolved), statistics.median(alone)
-        print("resolving the demo closure (uv, warm resolver cache), median of", args.rounds)
-        print(f"  warm build --no-resolve   {u:7.2f} s")
-        print(f"  warm build (resolves)     {w:7.2f} s   added {w - u:+.2f} s   (goal <= 1 s)")
-        print(f"  the resolution step alone {a1:7.2f} s")
-
-        remote = base / "big.git"
-        commit = make_big_repo(remote)
-        mirrors = Mirrors(base / "ckcache", (Rewrite("https://bench.invalid/big.git", f"file://{remote}"),))
-        url = "https://bench.invalid/big.git"
-        mirrors.ensure(url, commit)
-        trees = SourceTrees(base / "ckcache", mirrors)
-        fresh, first, again = [], [], []
-        for r in range(args.rounds):
-            dest = base / f"clone{r}"
-            fresh.append(timed(lambda: (sh(["git", "clone", "-q", "--no-checkout", f"file://{remote}", str(dest)]),
-                                        sh(["git", "-C", str(dest), "checkout", "-q", commit]))))
-            shutil.rmtree(dest)
-
-            def cold_checkout():
-                with trees.tree(url, commit, fresh=True):
-                    pass
-
-            def reuse():
-                with trees.tree(url, commit):
-                    pass
-            first.append(timed(cold_checkout))
-            again.append(timed(reuse))
-        f, a, b = statistics.median(fresh), statistics.median(first), statistics.median(again)
-        print("checkout of a pinned commit (2,000 files, 300 commits), median of", args.rounds)
-        print(f"  fresh git clone + checkout        {f:7.3f} s")
-        print(f"  from the mirror, first time       {a:7.3f} s   {f / a:6.1f}x faster")
-        print(f"  prepared tree, built again        {b:7.3f} s   {f / b:6.1f}x faster   (goal >= 10x)")
+            toolchain_build(cache, out, env)
+        else:
+            cache, out = cold_and_raw(base, demo_repos, env, args.rounds)
+        warm_and_bare(cache, out, env, args.runs)
+        if not args.skip_resolve:
+            resolution(cache, out, env, args.rounds)
+        if not args.skip_checkout:
+            checkouts(base, args.rounds)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -117,6 +117,8 @@ class UI:
 
 def literal(text: str) -> str:
     """`text` (a name, a path, a message) for a string that rich parses as markup: shown as written."""
+    if "[" not in text and not text.endswith("\\"):
+        return text  # nothing rich would read as markup: as rich's escape() would return it, without rich
     from rich.markup import escape
 
     return escape(text)

@@ -189,10 +189,18 @@ def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:
 
 
 def wheel_name_version(filename: str) -> tuple[str, str]:
-    from packaging.utils import canonicalize_name, parse_wheel_filename
+    """(canonical name, normalized version) of a wheel file name. Only `packaging.version` is imported:
+    `packaging.utils` brings in the tags machinery (sysconfig, platform), a fifth of a warm build's time."""
+    from packaging.version import InvalidVersion, Version
 
-    name, version, _build, _tags = parse_wheel_filename(filename)
-    return str(canonicalize_name(name)), str(version)
+    parts = filename[:-4].split("-") if filename.endswith(".whl") else []
+    if len(parts) not in (5, 6) or not parts[0]:
+        raise ValueError(f"invalid wheel filename: {filename!r}")
+    try:
+        version = Version(parts[1])
+    except InvalidVersion:
+        raise ValueError(f"invalid wheel filename (version {parts[1]!r}): {filename!r}") from None
+    return re.sub(r"[-_.]+", "-", parts[0]).lower(), str(version)
 
 
 def read_lock(path: Path) -> Lock:
@@ -278,11 +286,24 @@ ENV: Check = ("a table of strings", lambda v: isinstance(v, dict) and all(isinst
 TABLE: Check = ("a table", lambda v: isinstance(v, dict))
 
 
-def _wheel_file(v: Any) -> bool:
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+# A wheel name of the plain form (one tag; a name without "__"), which packaging accepts whenever its version
+# parses: checked without packaging.utils, whose tag machinery (sysconfig, platform, subprocess) a warm build
+# would import only to read back its own lock. Any other name is left to packaging.
+_PLAIN_WHEEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.]|_(?!_))*-[^-]+(?:-[0-9][^-]*)?"
+                          r"-[a-z][a-z0-9_]*-[a-z0-9_]+-[a-z0-9_]+\.whl")
 
+
+def _wheel_file(v: Any) -> bool:
     if not isinstance(v, str) or "/" in v or "\\" in v or "\0" in v:
         return False
+    if _PLAIN_WHEEL.fullmatch(v):
+        try:
+            wheel_name_version(v)
+        except ValueError:
+            return False
+        return True
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
     try:
         parse_wheel_filename(v)
     except InvalidWheelFilename:
@@ -414,7 +435,7 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
         comps.append(LockedComponent(
             name=c.name, url=redact_text(c.url), ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
             after=c.after, dist=c.dist, import_name=c.import_name,
-            version=wheel_name_version(b.wheel.file)[1], install_args=tuple(redact_argv(c.install_args)),
+            version=b.version or wheel_name_version(b.wheel.file)[1], install_args=tuple(redact_argv(c.install_args)),
             patches=tuple(replace(p, url=redact_text(p.url)) for p in b.plan.patches),
             env=locked_env(b.plan.env), command=tuple(redact_argv(c.command)), cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,

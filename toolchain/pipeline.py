@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from toolchain.build.plan import component_env, make_plan
+from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remote import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user
@@ -29,6 +29,7 @@ from toolchain.lock import (
 )
 from toolchain.recipe.load import default_recipes_dir, load_recipe_text
 from toolchain.recipe.model import Recipe
+from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import make_runtime
@@ -72,12 +73,19 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui, *,
             if plan.toolchain_env.as_dict().get(STANDIN_VAR) == "1":
                 err.hint = _standin_note(plan.toolchain.setvars) + (f"\n{err.hint}" if err.hint else "")
             raise
+    path = out / LOCK_NAME
+    previous = _previous_lock(path)
     closure = None
     if options.resolve:
-        from toolchain.resolve.run import resolve_built
+        closure = _recorded_closure(previous, plan, built)
+        if closure is not None:  # nothing it was resolved from changed: a warm no-op starts no resolver
+            for note in closure.notes:
+                ui.warn(note)
+        else:
+            from toolchain.resolve.run import resolve_built
 
-        closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
-                                                      for b in built], options.cache_dir, logs, ui)
+            closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
+                                                           b.built_against) for b in built], options.cache_dir, logs, ui)
     lock = assemble_lock(plan, built, closure)
     if expect is not None:
         differences = rebuild_differences(expect, lock)
@@ -87,15 +95,15 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui, *,
                              hint=f"no lock was written; the rebuilt wheels are in {out / WHEELS_DIR}. The lock was "
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
-    path = out / LOCK_NAME
-    if not _same_lock(path, lock):
+    same = previous if previous is not None and previous == lock else None
+    if same is None:
         write_lock(lock, out)
     keep = {b.wheel.file for b in built}
     for stale in ours - keep:
         (out / WHEELS_DIR / stale).unlink(missing_ok=True)
     _mark_out_dir(out, keep)
     give_to_invoking_user(out)
-    return read_lock(path), built
+    return same or read_lock(path), built
 
 
 def _standin_note(setvars: str) -> str:
@@ -133,9 +141,14 @@ def check_out_dir(out: Path) -> set[str]:
 
 def _mark_out_dir(out: Path, wheels: set[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / OUT_MARKER, json.dumps(
-        {"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
-         "wheels": sorted(wheels)}, indent=2) + "\n")
+    text = json.dumps({"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
+                       "wheels": sorted(wheels)}, indent=2) + "\n"
+    try:
+        if (out / OUT_MARKER).read_text(encoding="utf-8") == text:
+            return  # a warm no-op writes nothing
+    except (OSError, UnicodeDecodeError):
+        pass
+    atomic_write_text(out / OUT_MARKER, text)
 
 
 def check_dir(path: Path, what: str, *, writable: bool = True) -> None:
@@ -160,13 +173,22 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def _same_lock(path: Path, lock: Lock) -> bool:
-    """True when `path` already records exactly `lock` (a warm no-op rewrites nothing)."""
+def _previous_lock(path: Path) -> Lock | None:
+    """The lock an earlier build left at `path` with its pylock.toml beside it, if it reads back whole: when it
+    records exactly what this build makes, a warm no-op rewrites nothing."""
     try:
-        old = read_lock(path)
+        return read_lock(path) if (path.parent / "pylock.toml").is_file() else None
     except Exception:
-        return False
-    return old == lock and (path.parent / "pylock.toml").is_file()
+        return None
+
+
+def _recorded_closure(previous: Lock | None, plan: Plan, built: list[BuiltComponent]) -> Closure | None:
+    """The closure `previous` records, when it was resolved from exactly what this build has: the same recipe
+    (its [resolve] table), target and built wheels (names, sha256, what they were built against) — the lock
+    this build would write with that closure is `previous` itself. `toolchain lock` resolves again on demand."""
+    if previous is None or previous.closure is None:
+        return None
+    return previous.closure if assemble_lock(plan, built, previous.closure) == previous else None
 
 
 def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:

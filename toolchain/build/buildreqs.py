@@ -1,11 +1,22 @@
 """Pre-flight for `--no-build-isolation`: the build requirements a source tree declares must already be
-installed in the target interpreter, since pip will not install them. Checked inside the target."""
+installed in the target interpreter, since pip will not install them. Checked inside the target.
+
+The check starts an interpreter in the target, so it is skipped where its answer is known: a tree that
+declares no build requirements (read here, from the prepared tree), or requirements this process has
+already found installed in the same target interpreter (a bisect checks once, not once per step)."""
 
 from __future__ import annotations
 
+import json
 import shlex
+import threading
+from pathlib import Path
 
+from toolchain.core import toml as tomlio
 from toolchain.errors import BuildError
+
+_FOUND: set[str] = set()  # (target identity, interpreter, requirements) found installed in this process
+_LOCK = threading.Lock()
 
 CHECK = r"""
 import os, re, sys
@@ -35,9 +46,35 @@ print("\n".join(missing))
 """
 
 
-def check_build_requires(ws, python: str, src: str, what: str, log) -> None:
+def declared_requires(tree: Path) -> list[str] | None:
+    """`build-system.requires` of `tree/pyproject.toml` ([] without one); None when it cannot be read here
+    (the check in the target then reads it)."""
+    path = Path(tree) / "pyproject.toml"
+    if not path.exists():
+        return []
+    try:
+        reqs = tomlio.load_file(path).get("build-system", {}).get("requires", [])
+    except (OSError, UnicodeDecodeError, tomlio.TOMLDecodeError, AttributeError):
+        return None
+    return [str(r) for r in reqs] if isinstance(reqs, list) else None
+
+
+def check_build_requires(ws, python: str, src: str, what: str, log, *, tree: Path | None = None,
+                         identity: dict | None = None) -> None:
+    """`src`: the source directory inside the target; `tree`: the same directory here (None: not readable
+    here); `identity`: the target interpreter's (`Runtime.identity()`; None: check every time)."""
+    reqs = declared_requires(tree) if tree is not None else None
+    if reqs == []:
+        return
+    key = json.dumps([identity, python, sorted(reqs)], sort_keys=True, default=str) \
+        if identity is not None and reqs is not None else None
+    if key is not None and key in _FOUND:
+        return
     r = ws.run([python, "-c", CHECK, src], env={}, cwd=src, log=log, capture=True)
     missing = [line for line in r.stdout.splitlines() if line.strip()]
+    if not missing and key is not None:
+        with _LOCK:
+            _FOUND.add(key)
     if missing:
         raise BuildError(f"{what}: build requirements missing in the target interpreter {python}: "
                          + ", ".join(missing),

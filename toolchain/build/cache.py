@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +128,7 @@ class WheelCache:
 
     def evict(self, key: str) -> None:
         d = self._dir(key)
-        trash = d.with_name(f".tmp-evict-{key}-{uuid.uuid4().hex}")
+        trash = d.with_name(f".tmp-evict-{key}-{os.urandom(16).hex()}")
         try:
             os.rename(d, trash)
         except FileNotFoundError:
@@ -150,7 +149,7 @@ class WheelCache:
         """Store a built wheel (called holding `building(key)`). An existing entry of the key is replaced:
         what was just built wins over what was stored before (`--no-cache` repairs an entry)."""
         final = self._dir(key)
-        tmp = final.with_name(f".tmp-{key}-{uuid.uuid4().hex}")
+        tmp = final.with_name(f".tmp-{key}-{os.urandom(16).hex()}")
         try:
             tmp.mkdir(parents=True)
             shutil.copyfile(wheel, tmp / wheel.name)

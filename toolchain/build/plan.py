@@ -92,6 +92,7 @@ def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir:
               need_toolchain: bool = True) -> Plan:
     """`need_toolchain=False` (a plan to show, not to build): a toolchain that cannot be captured is
     recorded in `toolchain_missing` and the cache keys, which depend on it, are left empty."""
+    recipe.remember_text(memo_dir)
     ident = runtime.identity()
     target = probe_target(runtime, memo_dir, ident)
     missing = ""
@@ -117,7 +118,13 @@ def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir:
 
 
 def probe_resources(runtime, python: str) -> Resources:
-    """Cores and available memory as the target sees them (a container's limits included)."""
+    """Cores and available memory as the target sees them (a container's limits included). On the host they
+    are this process's own (a child inherits its cgroup and CPU affinity): read here, the same way
+    (`intarget.gather`), instead of starting an interpreter for every plan."""
+    if getattr(runtime, "kind", "") == "host":
+        from toolchain.build import intarget
+
+        return Resources.from_json(json.dumps(intarget.gather()))
     from toolchain.build.metrics import RUNNER_FILE
 
     r = runtime.run([python, "-c", RUNNER_FILE.read_text(), "resources"], capture=True, check=False)

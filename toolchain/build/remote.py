@@ -39,7 +39,6 @@ import re
 import shutil
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,7 +378,7 @@ class Registry:
             self._upload(path, layer)
             layers.append(layer)
         work.mkdir(parents=True, exist_ok=True)
-        empty = work / f".empty-{uuid.uuid4().hex}.json"
+        empty = work / f".empty-{os.urandom(16).hex()}.json"
         empty.write_bytes(EMPTY)
         try:
             config = {"mediaType": MT_EMPTY, "digest": "sha256:" + hashlib.sha256(EMPTY).hexdigest(),
@@ -517,7 +516,7 @@ class RemoteCache:
         a refused entry or a registry problem (the caller builds)."""
         if self.off is not None:
             return None
-        tmp = work / f"{key}-remote-{uuid.uuid4().hex[:8]}"  # under the build's stale-leftover sweep
+        tmp = work / f"{key}-remote-{os.urandom(4).hex()}"  # under the build's stale-leftover sweep
         try:
             reg = self._registry()
             got = reg.manifest(key)

@@ -9,7 +9,7 @@ import os
 import shlex
 import shutil
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +60,7 @@ class BuiltComponent:
     metrics: BuildMetrics = BuildMetrics()
     jobs: int = 0
     jobs_source: str = ""
+    version: str = ""  # the wheel's (normalized), as the cache entry recorded it ("": read the file name)
 
 
 def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
@@ -72,7 +73,13 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     if remote is not None and options.use_cache:
         looked_up = remote.prefetch([(cp.cache_key, f"{cp.name}@{cp.component.commit[:12]}") for cp in plan.components
                                      if cache.get(cp.cache_key) is None], cache, Path(options.cache_dir) / "work", ui)
-    cc = _compiler_cache(plan, options, ui)
+    chosen: list[CompilerCache] = []
+
+    def cc() -> CompilerCache:  # chosen when a component is compiled: a build served from the cache never asks
+        if not chosen:
+            chosen.append(_compiler_cache(plan, options, ui))
+        return chosen[0]
+
     built = []
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         for cp in plan.components:
@@ -90,8 +97,9 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
 def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
                     cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui,
                     remote: RemoteCache | None = None, downloaded: bool | None = None,
-                    cc: CompilerCache | None = None) -> BuiltComponent:
-    """`downloaded`: the remote was already asked for this key (True: its entry is now local)."""
+                    cc: Callable[[], CompilerCache] | None = None) -> BuiltComponent:
+    """`downloaded`: the remote was already asked for this key (True: its entry is now local); `cc`: gives
+    the compiler cache, asked only when the component is compiled."""
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
     log = options.out_dir / "logs" / f"{comp.name}.log"
@@ -113,7 +121,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                 for dep in comp.fetchcontent:
                     mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
-                                  cc or _compiler_cache(plan, options, ui))
+                                  cc() if cc else _compiler_cache(plan, options, ui))
                 entry = cache.take(cp.cache_key, wheels_dir)
                 if entry is None:
                     raise BuildError(f"{comp.name}: the wheel just stored in the cache under {cp.cache_key} "
@@ -135,7 +143,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                           tuple(meta.get("normalizations", ())), source, pushed,
                           tuple(BuiltAgainst.from_dict(d) for d in meta.get("built_against", ())),
                           CacheReport.from_dict(meta.get("compiler_cache")), BuildMetrics.from_dict(meta.get("metrics")),
-                          int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")))
+                          int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")))
 
 
 def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
@@ -172,7 +180,7 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
     work = Path(options.cache_dir) / "work"
     for stale in work.glob(f"{cp.cache_key}-*"):  # left by a builder killed holding this key's lock (we hold it)
         shutil.rmtree(stale, ignore_errors=True)
-    out_tmp = work / f"{cp.cache_key}-{uuid.uuid4().hex[:8]}"
+    out_tmp = work / f"{cp.cache_key}-{os.urandom(4).hex()}"
     out_tmp.mkdir(parents=True)
     started = time.monotonic()
     try:
@@ -190,7 +198,8 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
                    **build_env(plan, cp, src, ws.deps, epoch, options.deterministic)}
             python = plan.recipe.target.python
             argv = [_fill(a, python=python, src=src, out=ws.out) for a in comp.command]
-            check_build_requires(ws, python, src, what, log)
+            check_build_requires(ws, python, src, what, log, tree=tree / comp.subdir if comp.subdir else tree,
+                                 identity=runtime.identity())
             _log_decisions(log, cc, cp)
             if cp.jobs and cp.jobs.warning:
                 ui.warn(f"{comp.name}: {cp.jobs.warning}")
@@ -213,10 +222,11 @@ def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, o
         _log_result(log, report, metrics)
         if cc.enabled and report.note:
             ui.warn(f"{comp.name}: {report.note}")
-        wheel = _the_wheel(out_tmp, comp, log)
+        wheel, version = _the_wheel(out_tmp, comp, log)
         normalizations = _normalize(wheel, epoch) if options.deterministic else []
         cache.put(cp.cache_key, wheel, {
             "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
+            "version": version,
             "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
             "built_against": [b.to_dict() for b in against],
             "compiler_cache": report.as_dict(), "metrics": metrics.as_dict(),
@@ -265,7 +275,8 @@ def _fill(arg: str, **values: str) -> str:
     return arg
 
 
-def _the_wheel(out: Path, comp, log: Path) -> Path:
+def _the_wheel(out: Path, comp, log: Path) -> tuple[Path, str]:
+    """The one wheel a build wrote, and its version."""
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
     wheels = sorted(out.glob("*.whl"))
@@ -273,12 +284,12 @@ def _the_wheel(out: Path, comp, log: Path) -> Path:
         raise BuildError(f"building {comp.name} produced {len(wheels)} wheels in {out} "
                          f"({', '.join(w.name for w in wheels) or 'none'}); expected exactly one",
                          hint=f"the build command must write one wheel to {{out}} (pass --no-deps to pip wheel); log: {log}")
-    name = parse_wheel_filename(wheels[0].name)[0]
+    name, version = parse_wheel_filename(wheels[0].name)[:2]
     if comp.dist and canonicalize_name(comp.dist) != name:
         raise BuildError(f"{comp.name}: the wheel is {wheels[0].name} (distribution {name}), "
                          f"but the recipe says dist = {comp.dist!r}",
                          hint="fix `dist` in the recipe or the subdirectory that is built")
-    return wheels[0]
+    return wheels[0], str(version)
 
 
 def _normalize(wheel: Path, epoch: str) -> list[str]:

@@ -15,7 +15,7 @@ from toolchain.errors import UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
 from toolchain.recipe.load import Recipe
-from toolchain.release.bundle import BUNDLES_DIR
+from toolchain.release import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
 
 SOURCES = {"built": "compiled", "local-cache": "cached", "remote-cache": "downloaded"}  # BuiltComponent.source

@@ -25,7 +25,7 @@ def _stamp(path: str) -> list[int] | None:
 
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
-               compute: Callable[[], tuple[Any, Iterable[str]]]) -> Any:
+               compute: Callable[[], tuple[Any, Iterable[str] | None]]) -> Any:
     """`compute()` returns (value, paths it depends on); the value must be JSON-serialisable.
     Paths of None mean: use the value but do not remember it (e.g. it holds a secret)."""
     if memo_dir is None or identity is None:

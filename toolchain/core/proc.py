@@ -14,14 +14,16 @@ import contextlib
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess  # imported when a command runs: a warm no-op build runs none
 
 from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError
@@ -152,6 +154,8 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
            verbose: bool, timeout: float | None, stdin: bytes | None,
            new_session: bool) -> tuple[int, str, str, str, bool]:
     """(exit code, stdout, stderr, output tail, timed out)."""
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             argv, env=env, cwd=cwd,
@@ -217,6 +221,8 @@ def _pump(proc, env, log_file, verbose, tail):
 
 def _stop(proc: subprocess.Popen) -> None:
     """Ctrl-C escalation: interrupt, then terminate, then kill."""
+    import subprocess
+
     for action, grace in ((lambda: proc.send_signal(signal.SIGINT), 3.0), (proc.terminate, 3.0),
                           (proc.kill, None)):
         if proc.poll() is not None:
@@ -299,6 +305,8 @@ class Background:
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit status, waiting up to `timeout` seconds; None while still running. Once it exited, its
         last output is in the log (unless a process it left behind still holds the output open)."""
+        import subprocess
+
         try:
             code = self._proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -398,6 +406,8 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
     """Start `argv` in the background, in a new process group (stop it with `.stop()` or a `with` block).
     `env` is the complete environment (None: inherit os.environ); output is appended to `log`, after a
     `$ command` line unless the caller wrote its own (`log_command=False`)."""
+    import subprocess
+
     args = _checked_argv(argv, "start")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
     if log is not None:

@@ -1,4 +1,5 @@
-"""TOML reading (tomllib / tomli) and writing (tomlkit) in one place."""
+"""TOML reading (tomllib / tomli) and writing (tomlkit) in one place. Importing and running tomlkit costs a
+warm build more than everything else it does, so `dumps_remembered` keeps what it wrote."""
 
 from __future__ import annotations
 
@@ -26,6 +27,23 @@ def dumps(data: dict[str, Any]) -> str:
     import tomlkit  # only writers pay for it
 
     return tomlkit.dumps(_drop_none(data))
+
+
+def dumps_remembered(data: dict[str, Any], memo_dir: Path) -> str:
+    """`dumps(data)`, remembered under `memo_dir` while the writer (tomlkit, this module) is the same file.
+    Keyed by `repr(data)`: it tells 1 from 1.0 and True, keeps key order, and names dates by type."""
+    import importlib.util
+
+    from toolchain.core.fs import sha256_bytes
+    from toolchain.core.memo import remembered
+
+    spec = importlib.util.find_spec("tomlkit")
+    writer = [spec.origin, __file__] if spec and spec.origin else None
+
+    def compute() -> tuple[str, list[str] | None]:
+        return dumps(data), writer
+
+    return remembered(memo_dir, "toml", {"data": sha256_bytes(repr(data).encode())}, compute)
 
 
 def _drop_none(value: Any) -> Any:

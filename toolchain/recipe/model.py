@@ -170,6 +170,12 @@ class Recipe:
         """sha256 of `text`, the resolved recipe a lock records."""
         return sha256_bytes(self.text.encode())
 
+    def remember_text(self, memo_dir: Path | None) -> None:
+        """Compute `text` through the memo under `memo_dir` (the same resolved recipe gives the same TOML
+        while the writer is unchanged): a warm build does not load the TOML writer."""
+        if memo_dir is not None and "text" not in self.__dict__:
+            self.__dict__["text"] = tomlio.dumps_remembered(self._resolved(), memo_dir)  # cached_property's slot
+
     def _resolved(self) -> dict[str, Any]:
         return {k: v for k, v in self.data.items() if k != "extends"}
 

@@ -8,7 +8,6 @@ from anywhere else is a pinned `{url, commit, path, sha256}` table.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -124,6 +123,8 @@ def _type_name(t: type) -> str:
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    import difflib  # only when a name is wrong
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

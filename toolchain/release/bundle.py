@@ -31,13 +31,13 @@ from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
 from toolchain.core.proc import display
 from toolchain.errors import TestFailed
 from toolchain.lock import Lock
+from toolchain.release import BUNDLES_DIR  # noqa: F401 - the constant's old home
 from toolchain.release.sbom import SBOM_NAME, sbom_json
 
 SUMS_NAME = "SHA256SUMS"
 INSTALL_NAME = "INSTALL.txt"
 REQUIREMENTS_NAME = "requirements.lock.txt"
 PATCHES_DIR = "patches"
-BUNDLES_DIR = "bundles"  # under a build's --out: `toolchain build --bundle` writes its bundles there
 KEY_LENGTH = 12
 
 

@@ -6,10 +6,27 @@ closure.py  the data (`Closure`, `LockedDist`) and its TOML form
 uvpin.py    running the kept resolver (`uv pip compile`) and picking the exact file for the target
 abi.py      the check that the closure's torch (and any other `built-against` distribution) is the build the
             compiled wheels were built against
+
+Names are imported from their modules on first use: the lock reads `closure.py` on every build, a warm
+no-op must not pay for the resolver's (packaging's requirement and tag machinery).
 """
 
-from toolchain.resolve.abi import check_built_against
-from toolchain.resolve.closure import Closure, LockedDist
-from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolchain.resolve.abi import check_built_against
+    from toolchain.resolve.closure import Closure, LockedDist
+    from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
 
 __all__ = ["BuiltWheel", "Closure", "LockedDist", "check_built_against", "resolve_closure"]
+_HOME = {"check_built_against": "abi", "Closure": "closure", "LockedDist": "closure", "BuiltWheel": "uvpin",
+         "resolve_closure": "uvpin"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

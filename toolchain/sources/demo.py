@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
@@ -40,7 +39,7 @@ def materialize(cache_dir: Path) -> Path:
         if (final / ".complete").exists():
             return final
         shutil.rmtree(final, ignore_errors=True)
-        tmp = final.with_name(f".tmp-{final.name}-{uuid.uuid4().hex[:8]}")
+        tmp = final.with_name(f".tmp-{final.name}-{os.urandom(4).hex()}")
         tmp.mkdir(parents=True)
         history = tomlio.load_file(SRC / "history.toml")
         for project, commits in history.items():

@@ -3,6 +3,11 @@
 A mirror is fetched only when the pinned commit is missing. `--mirror FROM=TO` rewrites URL prefixes
 (air-gapped sites, tests); the cache is keyed by the recipe's URL, so a rewrite does not change it.
 Checkouts are prepared source trees keyed by (commit, patches) and reused after a cleanliness check.
+
+What git says about a commit is asked once per (mirror, commit): one `git cat-file --batch` answers both
+"is it there?" and its committer date (kept in-process and on disk under `<cache>/git/meta/`: a commit id
+names its content, so the answer is final while the mirror exists); `describe` is kept in-process until the
+mirror is fetched again (a fetch can bring tags).
 """
 
 from __future__ import annotations
@@ -10,13 +15,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import uuid
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
+from toolchain.core.memo import remembered
 from toolchain.core.proc import CommandFailed
 from toolchain.core.redact import redact_text, without_credentials
 from toolchain.errors import BuildError, SourceError, UsageError
@@ -72,6 +79,30 @@ def _slug(url: str) -> str:
 INCOMING = "refs/toolchain-incoming"  # where a fetch lands before the refs are switched in one transaction
 FETCHING = "toolchain-fetching"      # in a mirror while a fetch is under way: present = refs not to be trusted
 
+# (mirror, commit) -> facts of a commit present in it; (mirror, commit) -> describe. Presence is final: mirrors
+# never drop objects (gc.auto=0); describe is dropped for a mirror when it is fetched.
+_COMMITS: dict[tuple[str, str], dict[str, str]] = {}
+_DESCRIBE: dict[tuple[str, str], str] = {}
+_LOCK = threading.Lock()
+
+
+def parse_commit(sha: str, body: str) -> dict[str, str]:
+    """The facts `commit_info` gives, from a raw commit object (`git cat-file commit`): its id, subject
+    (first paragraph, lines joined), committer date (strict ISO 8601, as %cI) and epoch, author name."""
+    head, _, message = body.partition("\n\n")
+    fields: dict[str, str] = {}
+    for line in head.split("\n"):
+        if line[:1] != " ":  # continuation lines (a gpgsig) belong to the header before them
+            key, _, value = line.partition(" ")
+            fields.setdefault(key, value)
+    author = fields.get("author", "").rsplit(" <", 1)[0]
+    stamp, zone = fields["committer"].rsplit(" ", 2)[-2:]
+    sign = -1 if zone.startswith("-") else 1
+    offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[3:5])) * sign
+    date = datetime.fromtimestamp(int(stamp), timezone(offset)).isoformat()
+    subject = " ".join(message.split("\n\n", 1)[0].strip("\n").split("\n")).strip()
+    return {"commit": sha, "subject": subject, "date": date, "epoch": stamp, "author": author}
+
 
 class Mirrors:
     """The mirror cache under `<cache>/git/`. Safe for concurrent users (one flock per mirror) and kill -9.
@@ -102,11 +133,32 @@ class Mirrors:
         return (mirror / "HEAD").exists() and not (mirror / FETCHING).exists()
 
     def has_commit(self, url: str, commit: str) -> bool:
+        return self._commit(url, commit) is not None
+
+    def _commit(self, url: str, commit: str) -> dict[str, str] | None:
+        """The commit's facts, or None when the mirror lacks it: asked once per (mirror, commit)."""
         mirror = self.path(url)
-        if not self._trusted(mirror):
-            return False
-        r = git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=mirror, check=False)
-        return r.returncode == 0
+        if not self._trusted(mirror):  # no mirror, or a fetch was killed: what was kept is not used
+            return None
+        key = (str(mirror), commit)
+        if key in _COMMITS:
+            return _COMMITS[key]
+
+        def ask() -> tuple[dict[str, str] | None, list[str] | None]:
+            r = git(["cat-file", "--batch"], git_dir=mirror, stdin=f"{commit}^{{commit}}\n".encode(), check=False)
+            first, _, rest = r.stdout.partition("\n")
+            words = first.split()
+            if r.returncode != 0 or len(words) != 3 or words[1] != "commit":
+                return None, None  # missing: not remembered (a fetch may bring it)
+            body = rest[:-1] if rest.endswith("\n") else rest  # the content, then a newline
+            # the objects directory: a mirror removed and made again is asked again
+            return parse_commit(words[0], body), [str(mirror / "objects")]
+
+        found = remembered(self.root / "meta", "commit", {"mirror": str(mirror), "commit": commit}, ask)
+        if found is not None:
+            with _LOCK:
+                _COMMITS[key] = found
+        return found
 
     def _needs_fetch(self, url: str, commit: str | None) -> bool:
         if self.refresh and url not in self._fetched:
@@ -141,9 +193,10 @@ class Mirrors:
             self.ui.step(redact_text(f"fetching {url}" + (f" via {source}" if source != url else "")))
         for stale in mirror.parent.glob(f".tmp-{mirror.name}-*"):  # a killed fetcher's (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
-        if not (mirror / "HEAD").exists():
-            self._replace(mirror, self._new_mirror(mirror, source, log))
         try:
+            if not (mirror / "HEAD").exists():
+                self._replace(mirror, self._cloned(mirror, source, log))
+                return
             self._fetch_into(mirror, source, log)
         except CommandFailed as exc:
             if self.refresh and mirror.is_dir():
@@ -166,9 +219,23 @@ class Mirrors:
                                    "--mirror FROM=TO (or [mirrors] in the recipe); if the mirror "
                                    f"{mirror} is damaged, --fresh-sources makes it anew") from None
 
+    def _cloned(self, mirror: Path, source: str, log: Path | None) -> Path:
+        """A new mirror beside `mirror`, whole: one `git clone --bare` (branches to refs/heads, every tag, the
+        URL as origin, gc.auto=0) into a temporary directory, which only a finished clone leaves; three
+        processes fewer than making an empty one and fetching into it."""
+        tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}-{os.urandom(4).hex()}")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            git(["clone", "--bare", "--progress", "--config", "gc.auto=0", source, str(tmp)], log=log,
+                capture=False)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return tmp
+
     def _new_mirror(self, mirror: Path, source: str, log: Path | None) -> Path:
         """An empty bare repository beside `mirror`, marked as not yet fetched."""
-        tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}-{os.urandom(4).hex()}")
         tmp.parent.mkdir(parents=True, exist_ok=True)
         git(["init", "--bare", "--quiet", str(tmp)], log=log)
         git(["config", "gc.auto", "0"], git_dir=tmp)
@@ -179,7 +246,7 @@ class Mirrors:
     def _replace(mirror: Path, new: Path) -> None:
         """Put `new` at `mirror`; whatever was there (damaged, or a mirror without HEAD) is removed."""
         if mirror.exists() or mirror.is_symlink():
-            trash = mirror.with_name(f".tmp-{mirror.name}-old-{uuid.uuid4().hex[:8]}")
+            trash = mirror.with_name(f".tmp-{mirror.name}-old-{os.urandom(4).hex()}")
             os.rename(mirror, trash)
             if trash.is_dir() and not trash.is_symlink():
                 shutil.rmtree(trash, ignore_errors=True)
@@ -188,6 +255,9 @@ class Mirrors:
         os.rename(new, mirror)
 
     def _fetch_into(self, mirror: Path, source: str, log: Path | None) -> None:
+        with _LOCK:  # a fetch can add or move tags: what describe said may change
+            for key in [k for k in _DESCRIBE if k[0] == str(mirror)]:
+                del _DESCRIBE[key]
         (mirror / FETCHING).write_text("")
         git(["config", "remote.origin.url", source], git_dir=mirror)
         git(["fetch", "--progress", "--force", "--no-tags", "origin", f"+refs/heads/*:{INCOMING}/heads/*",
@@ -206,25 +276,36 @@ class Mirrors:
 
     def describe(self, url: str, commit: str) -> str:
         """`DESCRIBE_RULE`: the same answer whatever else the mirror holds (the bare abbreviated commit when
-        no tag matches)."""
-        r = git(["describe", *DESCRIBE_ARGS, "--always", commit], git_dir=self.path(url), check=False)
-        return r.stdout.strip()
+        no tag matches). Kept in-process until the mirror is fetched again."""
+        key = (str(self.path(url)), commit)
+        if key not in _DESCRIBE:
+            r = git(["describe", *DESCRIBE_ARGS, "--always", commit], git_dir=self.path(url), check=False)
+            if r.returncode != 0:
+                return r.stdout.strip()
+            with _LOCK:
+                _DESCRIBE[key] = r.stdout.strip()
+        return _DESCRIBE[key]
 
     def commit_info(self, url: str, commit: str) -> dict[str, str]:
-        fmt = "%H%x00%s%x00%cI%x00%ct%x00%an"
-        r = git(["show", "-s", f"--format={fmt}", commit], git_dir=self.path(url))
-        sha, subject, date, epoch, author = r.stdout.rstrip("\n").split("\x00")
-        return {"commit": sha, "subject": subject, "date": date, "epoch": epoch, "author": author}
+        """id, subject, date (%cI), epoch (%ct) and author of a commit the mirror has."""
+        found = self._commit(url, commit)
+        if found is None:
+            raise SourceError(f"commit {commit} is not in the mirror of {url}",
+                              hint="fetch it first (`Mirrors.ensure`)")
+        return found
 
-    def checkout(self, url: str, commit: str, dest: Path, *, sparse: str = "") -> Path:
-        """A shared clone of the mirror at `commit` (objects are borrowed, not copied; tags kept)."""
+    def checkout(self, url: str, commit: str, dest: Path) -> Path:
+        """A shared clone of the mirror at `commit`: objects are borrowed through alternates, not copied, and
+        every branch and tag is visible (setuptools-scm's `git describe` in the tree sees full history). Files
+        are written by parallel checkout workers (one per CPU): writing them is the cost of a first checkout."""
         mirror = self.path(url)
         shutil.rmtree(dest, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
         log = self._log(url)
-        git(["clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(dest)], log=log)
-        git(["config", "core.abbrev", str(DESCRIBE_ABBREV)], cwd=dest, log=log)  # see DESCRIBE_RULE
-        git(["checkout", "--quiet", "--detach", commit], cwd=dest, log=log)
+        # core.abbrev in the clone's own config (see DESCRIBE_RULE), written by the clone itself
+        git(["clone", "--quiet", "--shared", "--no-checkout", "--config", f"core.abbrev={DESCRIBE_ABBREV}",
+             str(mirror), str(dest)], log=log)
+        git(["-c", "checkout.workers=0", "checkout", "--quiet", "--detach", commit], cwd=dest, log=log)
         return dest
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,14 +64,15 @@ class SourceTrees:
         state.unlink(missing_ok=True)
         for stale in self.root.glob(f".tmp-{path.name}-*"):  # a killed preparer's (we hold the key's lock)
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = self.root / f".tmp-{path.name}-{uuid.uuid4().hex[:8]}"
+        tmp = self.root / f".tmp-{path.name}-{os.urandom(4).hex()}"
         try:
             files = [materialize(p, self.mirrors, self.root.parent) for p in patches]
             self.mirrors.checkout(url, commit, tmp)
+            staged = ""  # a fresh checkout has nothing staged
             if patches:
                 apply_series(patches, files, tmp, subdir=subdir, what=what or f"{url}@{commit[:12]}", log=log)
                 git(["add", "-A"], cwd=tmp)
-            staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=tmp).stdout
+                staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=tmp).stdout
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
             # The clone's alternates point at the mirror by absolute path; the tree moves, the mirror doesn't.

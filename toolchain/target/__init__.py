@@ -1,13 +1,19 @@
 """Where builds run: the host, a fresh container per build, or a running container. `make_runtime` picks the
-implementation of the `Runtime` protocol (toolchain.target.base) that a recipe's `[target]` names."""
+implementation of the `Runtime` protocol (toolchain.target.base) that a recipe's `[target]` names.
+
+The container runtimes are imported when a recipe asks for one: a host build does not pay for them."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from toolchain.console import UI
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.base import Runtime
-from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 from toolchain.target.host import HostRuntime
+
+if TYPE_CHECKING:
+    from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 
 __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Runtime", "make_runtime"]
 
@@ -15,6 +21,16 @@ __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Runt
 def make_runtime(spec: TargetSpec, ui: UI | None = None) -> Runtime:
     if spec.runtime == "host":
         return HostRuntime(spec)
+    from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
+
     if spec.container:
         return ExecContainerRuntime(spec, ui=ui)
     return FreshContainerRuntime(spec, ui=ui)
+
+
+def __getattr__(name: str) -> object:
+    if name in ("ExecContainerRuntime", "FreshContainerRuntime"):
+        from toolchain.target import container
+
+        return getattr(container, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

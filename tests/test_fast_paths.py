@@ -1,0 +1,241 @@
+"""The tool's own fast paths (issue 15): git asked once per (mirror, commit), the build-requirement check
+skipped where its answer is known, the recipe's TOML remembered, and a warm no-op that imports no TOML
+writer, no packaging tags, no rich, no container runtime and runs no git at all.
+
+Real git repositories, real builds through the CLI; the speed itself is measured by the benchmarks."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from spine_helpers import GitRepo, component, recipe_data
+
+from toolchain.build import buildreqs
+from toolchain.build.buildreqs import check_build_requires, declared_requires
+from toolchain.core import toml as tomlio
+from toolchain.core.proc import run
+from toolchain.errors import BuildError
+from toolchain.lock import wheel_name_version
+from toolchain.sources import mirrors as mirrors_mod
+from toolchain.sources.mirrors import Mirrors, parse_commit
+from toolchain.target.base import Workspace
+
+SHOW = "%H%x00%s%x00%cI%x00%ct%x00%an"
+
+
+def git_show(repo: Path, sha: str) -> dict[str, str]:
+    out = subprocess.run(["git", "-C", str(repo), "show", "-s", f"--format={SHOW}", sha], capture_output=True,
+                         text=True, check=True).stdout.rstrip("\n").split("\x00")
+    return dict(zip(("commit", "subject", "date", "epoch", "author"), out))
+
+
+def raw_commit(repo: Path, sha: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "cat-file", "commit", sha], capture_output=True, text=True,
+                          check=True).stdout
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_caches():
+    """What the module-level caches hold is per process; each test starts as a new process would."""
+    mirrors_mod._COMMITS.clear()
+    mirrors_mod._DESCRIBE.clear()
+    buildreqs._FOUND.clear()
+    yield
+    mirrors_mod._COMMITS.clear()
+    mirrors_mod._DESCRIBE.clear()
+    buildreqs._FOUND.clear()
+
+
+# ---- commit facts from one cat-file --------------------------------------------------------------------
+
+def test_commit_facts_read_from_the_object_match_git_show(tmp_path):
+    repo = GitRepo.create(tmp_path / "r")
+    shas = []
+    for zone in ("+0000", "-0700", "+0530", "+1400"):
+        when = f"1700000000 {zone}"
+        subprocess.run(["git", "-C", str(repo.path), "-c", "user.name=Ann Author", "-c", "user.email=a@b.invalid",
+                        "commit", "-q", "--allow-empty", "-m", "a subject\non two lines\n\nand a body"],
+                       env={"GIT_COMMITTER_DATE": when, "GIT_AUTHOR_DATE": when, "PATH": "/usr/bin:/bin",
+                            "HOME": str(tmp_path)}, check=True)
+        shas.append(repo.head())
+    # a signed commit: the gpgsig header's continuation lines belong to it, not to the fields
+    text = raw_commit(repo.path, shas[-1]).replace(
+        "\n\n", "\ngpgsig -----BEGIN PGP SIGNATURE-----\n \n iQEzBAABCAAdFiEE\n -----END PGP SIGNATURE-----\n\n", 1)
+    signed = subprocess.run(["git", "-C", str(repo.path), "hash-object", "-t", "commit", "-w", "--stdin"],
+                            input=text, capture_output=True, text=True, check=True).stdout.strip()
+    for sha in [*shas, signed]:
+        assert parse_commit(sha, raw_commit(repo.path, sha).rstrip("\n")) == git_show(repo.path, sha)
+
+
+def test_git_is_asked_once_per_mirror_and_commit_and_the_answer_is_kept_on_disk(tmp_path, monkeypatch):
+    repo = GitRepo.create(tmp_path / "r")
+    first = repo.head()
+    cache = tmp_path / "cache"
+    m = Mirrors(cache)
+    m.ensure(repo.url, first)
+    calls: list[list[str]] = []
+    real = mirrors_mod.git
+
+    def counting(args, **kw):
+        calls.append(list(args))
+        return real(args, **kw)
+
+    monkeypatch.setattr(mirrors_mod, "git", counting)
+    info = m.commit_info(repo.url, first)
+    assert info == git_show(repo.path, first)
+    assert m.has_commit(repo.url, first) and m.commit_info(repo.url, first) == info
+    assert calls == []  # ensure() asked already; everything since came from that one answer
+
+    mirrors_mod._COMMITS.clear()  # a new process: the answer is on disk
+    assert Mirrors(cache).commit_info(repo.url, first) == info and calls == []
+
+    # a commit the mirror lacks is not remembered as missing: fetched later, it is found
+    second = repo.commit("second")
+    assert not m.has_commit(repo.url, second)
+    m.ensure(repo.url, second)
+    assert m.commit_info(repo.url, second) == git_show(repo.path, second)
+
+    # the mirror removed and fetched anew: what was kept about it is not trusted
+    shutil.rmtree(m.path(repo.url))
+    mirrors_mod._COMMITS.clear()
+    calls.clear()
+    assert not m.has_commit(repo.url, first)
+    m.ensure(repo.url, first)
+    assert any(c[:2] == ["cat-file", "--batch"] for c in calls)
+    with pytest.raises(Exception, match="not in the mirror"):
+        m.commit_info(repo.url, "0" * 40)
+
+
+def test_describe_is_kept_until_a_fetch_brings_tags(tmp_path):
+    repo = GitRepo.create(tmp_path / "r", tag="v1.0.0")
+    head = repo.commit("after the tag")
+    m = Mirrors(tmp_path / "cache")
+    m.ensure(repo.url, head)
+    assert m.describe(repo.url, head).startswith("v1.0.0-1-g")
+    repo.git("tag", "v1.1.0", head)
+    assert m.describe(repo.url, head).startswith("v1.0.0-1-g")  # not fetched: the mirror has no v1.1.0
+    m.ensure(repo.url, None)  # a fetch
+    assert m.describe(repo.url, head).startswith("v1.1.0-0-g")
+
+
+# ---- build requirements --------------------------------------------------------------------------------
+
+def test_declared_requires(tmp_path):
+    assert declared_requires(tmp_path) == []  # no pyproject: nothing declared
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert declared_requires(tmp_path) == []
+    (tmp_path / "pyproject.toml").write_text("[build-system]\nrequires = ['setuptools>=61', 'wheel']\n")
+    assert declared_requires(tmp_path) == ["setuptools>=61", "wheel"]
+    (tmp_path / "pyproject.toml").write_text("[build-system\nrequires = [")
+    assert declared_requires(tmp_path) is None  # unreadable here: the target reads it
+
+
+def _recording_workspace(src: Path, seen: list[list[str]]) -> Workspace:
+    def runner(argv, *, env, cwd, log, verbose=False, capture=False):
+        seen.append(list(argv))
+        return run(argv, env=None, cwd=cwd, log=log, capture=capture)
+    return Workspace(str(src), str(src), {}, runner)
+
+
+def test_the_requirement_check_runs_once_per_target_and_only_when_something_is_declared(tmp_path):
+    seen: list[list[str]] = []
+    ws = _recording_workspace(tmp_path, seen)
+    identity = {"python": sys.executable}
+    check_build_requires(ws, sys.executable, str(tmp_path), "x", None, tree=tmp_path, identity=identity)
+    assert seen == []  # nothing declared: no interpreter started
+
+    (tmp_path / "pyproject.toml").write_text("[build-system]\nrequires = ['setuptools']\n")
+    for _ in range(3):
+        check_build_requires(ws, sys.executable, str(tmp_path), "x", None, tree=tmp_path, identity=identity)
+    assert len(seen) == 1  # found installed once: known for the rest of the process
+    check_build_requires(ws, sys.executable, str(tmp_path), "x", None, tree=tmp_path, identity=None)
+    assert len(seen) == 2  # no identity for the interpreter: always checked
+
+    (tmp_path / "pyproject.toml").write_text("[build-system]\nrequires = ['setuptools', 'tiny-not-installed-x']\n")
+    for _ in range(2):  # a missing requirement is never remembered
+        with pytest.raises(BuildError, match="tiny-not-installed-x"):
+            check_build_requires(ws, sys.executable, str(tmp_path), "x", None, tree=tmp_path, identity=identity)
+    assert len(seen) == 4
+
+
+# ---- TOML text and wheel names -------------------------------------------------------------------------
+
+def test_toml_text_is_remembered_per_exact_data(tmp_path, monkeypatch):
+    data = {"a": 1, "b": {"c": [1.0, "x"], "d": True}}
+    text = tomlio.dumps(data)
+    assert tomlio.dumps_remembered(data, tmp_path) == text
+    monkeypatch.setattr(tomlio, "dumps", lambda d: pytest.fail("the TOML writer ran again"))
+    assert tomlio.dumps_remembered({"a": 1, "b": {"c": [1.0, "x"], "d": True}}, tmp_path) == text
+    monkeypatch.undo()
+    other = {"a": 1.0, "b": {"c": [1.0, "x"], "d": True}}  # equal in Python, not in TOML
+    assert tomlio.dumps_remembered(other, tmp_path) == tomlio.dumps(other) != text
+    one, two = {"z": 1, "a": 2}, {"a": 2, "z": 1}  # key order is kept in the text
+    assert tomlio.dumps_remembered(one, tmp_path) == tomlio.dumps(one)
+    assert tomlio.dumps_remembered(two, tmp_path) == tomlio.dumps(two) != tomlio.dumps(one)
+
+
+@pytest.mark.parametrize("name", [
+    "demo_engine-0.2.0-py3-none-any.whl", "Demo.Kernels-1.0.0+xpu-cp311-cp311-linux_x86_64.whl",
+    "vllm-0.11.1.dev12+g0abc123.d20260101-py3-none-any.whl", "pkg-1.0_rc1-1-py3-none-any.whl",
+    "auto_round_lib-0.9.1.post2-cp311-cp311-linux_x86_64.whl", "x-01.002-py3-none-any.whl",
+])
+def test_wheel_name_version_agrees_with_packaging(name):
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    n, v, _, _ = parse_wheel_filename(name)
+    assert wheel_name_version(name) == (str(canonicalize_name(n)), str(v))
+
+
+@pytest.mark.parametrize("bad", ["x-1.0.tar.gz", "x-notaversion-py3-none-any.whl", "x-1.0-py3.whl"])
+def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
+    with pytest.raises(ValueError):
+        wheel_name_version(bad)
+
+
+# ---- the warm no-op ------------------------------------------------------------------------------------
+
+NOT_ON_THE_WARM_PATH = ("tomlkit", "packaging.utils", "packaging.tags", "packaging.requirements", "rich",
+                        "jsonschema", "requests", "cyclonedx", "uv", "importlib.metadata", "toolchain.target.container",
+                        "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib")
+
+# The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.
+AUDITED = """
+import runpy, sys
+started = open(sys.argv.pop(1), "w")
+def hook(event, args):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.system"):
+        started.write(f"{event} {args!r}\\n")
+        started.flush()
+sys.addaudithook(hook)
+runpy.run_module("toolchain", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_warm_no_op_starts_no_process_imports_no_writer_and_rewrites_nothing(ws, make_repo, tmp_path):
+    repo = make_repo("tiny", "tiny")
+    ws.recipe("r", recipe_data({"tiny": component(repo)}))
+    assert ws.build("r").returncode == 0
+    out = ws.root / "out"
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()}
+    started = tmp_path / "started"
+    argv = [sys.executable, "-X", "importtime", "-c", AUDITED, str(started), "build", "--recipe", "r", "--out",
+            str(out), "--cache-dir", str(ws.cache), "--json"]
+    done = subprocess.run(argv, cwd=ws.root, env=ws.env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "toolchain.pipeline" in imported  # the measurement saw the build
+    assert sorted(m for m in imported if m.startswith(NOT_ON_THE_WARM_PATH)) == []
+    assert started.read_text() == ""  # no git, no probe, no resolver: no process at all
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()} == before
+
+    # the same run after a change that needs the target (a new commit to build) does start processes: the
+    # hook sees them
+    repo.commit("tiny: another change", {"tiny/extra.py": "X = 1\n"})
+    ws.recipe("r", recipe_data({"tiny": component(repo)}))
+    done = subprocess.run(argv, cwd=ws.root, env=ws.env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'git'" in started.read_text()
