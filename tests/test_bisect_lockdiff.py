@@ -82,7 +82,7 @@ def write_stack_lock(out: Path, data: dict, *, oneapi: str = "2025.2") -> Lock:
             name=name, url=c["url"], ref=c.get("ref", ""), commit=c["commit"], describe="", subdir=c.get("subdir", ""),
             after=tuple(c.get("after", ())), dist=name, import_name=name, version="0.1", install_args=(),
             patches=tuple(Patch(p, "ab" * 32) for p in c.get("patches", ())), env=c.get("env", {}),
-            command=tuple(c.get("command", recipes.DEFAULT_COMMAND)), cache_key="k", build_seconds=1.0,
+            command=tuple(c.get("command", recipes.DEFAULT_COMMAND)), cache_key="ab" * 32, build_seconds=1.0,
             wheel=WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size)))
     lock = Lock(recipe_name="b70", recipe_path=str(out.parent / "recipes" / "b70.toml"), recipe_sha256="0" * 64,
                 recipe_text=tomlio.dumps(data), toolchain=ToolchainInfo(oneapi_version=oneapi),
