@@ -64,7 +64,7 @@ def _component(name: str, wheel: Path, dist: str, install_args=()) -> LockedComp
     return LockedComponent(
         name=name, url=f"https://example.invalid/{name}.git", ref="main", commit="a" * 40, describe="v1",
         subdir="", after=(), dist=dist, import_name=dist, version="", install_args=tuple(install_args),
-        patches=(), env={}, command=("{python}", "-m", "pip", "wheel"), cache_key="k" * 16, build_seconds=1.0,
+        patches=(), env={}, command=("{python}", "-m", "pip", "wheel"), cache_key="ab" * 32, build_seconds=1.0,
         wheel=WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size))
 
 
