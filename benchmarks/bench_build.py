@@ -10,6 +10,9 @@
 4. checking a pinned commit out of the mirror against a fresh `git clone` + checkout, on a generated
    repository of 2,000 files and 300 commits: a first checkout from the mirror (no prepared tree yet), and
    the prepared tree a build gets when the same commit is built again.   goal: >= 2x, and >= 10x on reuse
+   The same again on a repository shaped like the real ones by its history (2,000 files, 20,000 commits,
+   made with `git fast-import`): vLLM has tens of thousands of commits, and there a fresh clone pays for
+   the history while a checkout from the mirror borrows it (`--shared`).
 
     python -m benchmarks.bench_build [--rounds 3] [--runs 10] [--skip-cold] [--skip-checkout] [--skip-resolve]
 """
@@ -117,6 +120,34 @@ def make_big_repo(path: Path, files: int = 2000, commits: int = 300) -> str:
                           text=True, check=True).stdout.strip()
 
 
+def make_history_repo(path: Path, files: int = 2000, commits: int = 20000) -> str:
+    """A bare repository with a long history, written by one `git fast-import` (seconds, not minutes): the
+    first commit adds `files` files, each later one rewrites one file. Returns the commit 5 before the tip."""
+    rnd = random.Random(11)
+    sh(["git", "init", "-q", "--bare", str(path)])
+    chunks: list[bytes] = []
+
+    def blob(text: str) -> None:
+        data = text.encode()
+        chunks.append(b"data %d\n" % len(data) + data + b"\n")
+
+    contents = ["".join(f"v{j} = {rnd.random()!r}\n" for j in range(40)) for _ in range(files)]
+    for c in range(commits):
+        msg = f"change {c}"
+        chunks.append(b"commit refs/heads/main\ncommitter b <b@x> %d +0000\n" % (1_600_000_000 + c))
+        blob(msg)  # a later commit to the same branch has the branch's tip as its parent
+        changed = range(files) if c == 0 else [rnd.randrange(files)]
+        for i in changed:
+            if c:
+                contents[i] += f"c{c} = {c}\n"
+            chunks.append(f"M 100644 inline pkg{i % 40}/mod{i}.py\n".encode())
+            blob(contents[i])
+    subprocess.run(["git", "--git-dir", str(path), "fast-import", "--quiet"], input=b"".join(chunks), check=True)
+    sh(["git", "--git-dir", str(path), "repack", "-adq"])  # packed, like a real remote
+    return subprocess.run(["git", "--git-dir", str(path), "rev-parse", "main~5"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
 def cold_and_raw(base: Path, demo_repos: Path, env: dict[str, str], rounds: int) -> tuple[Path, Path]:
     cold, raw = [], []
     for r in range(rounds):  # interleaved so drift hits both sides alike
@@ -164,21 +195,21 @@ def resolution(cache: Path, out: Path, env: dict[str, str], rounds: int) -> None
     print(f"  the resolution step alone {a1.describe()}")
 
 
-def checkouts(base: Path, rounds: int) -> None:
-    remote = base / "big.git"
-    commit = make_big_repo(remote)
-    url = "https://bench.invalid/big.git"
+def checkouts(base: Path, rounds: int, shape: str = "2,000 files, 300 commits", history: bool = False) -> None:
+    remote = base / ("history.git" if history else "big.git")
+    commit = make_history_repo(remote) if history else make_big_repo(remote)
+    url = f"https://bench.invalid/{remote.name}"
     mirrors = Mirrors(base / "ckcache", (Rewrite(url, f"file://{remote}"),))
     mirrors.ensure(url, commit)
     fresh, first, again = [], [], []
     for r in range(rounds):
-        dest = base / f"clone{r}"
+        dest = base / f"clone-{remote.stem}{r}"
         fresh.append(timed(lambda: (sh(["git", "clone", "-q", "--no-checkout", f"file://{remote}", str(dest)]),
                                     sh(["git", "-C", str(dest), "checkout", "-q", commit]))))
         shutil.rmtree(dest)
         # a cache of its own each round (the mirror shared): the first checkout of this commit, as a build
         # that has never prepared it meets it; no earlier tree is removed inside the timing
-        trees = SourceTrees(base / f"trees{r}", mirrors)
+        trees = SourceTrees(base / f"trees-{remote.stem}{r}", mirrors)
 
         def checkout(trees=trees):
             with trees.tree(url, commit):
@@ -186,7 +217,7 @@ def checkouts(base: Path, rounds: int) -> None:
         first.append(timed(checkout))
         again.append(timed(checkout))
     f, a, b = statistics.median(fresh), statistics.median(first), statistics.median(again)
-    print(f"checkout of a pinned commit (2,000 files, 300 commits), median of {rounds} (ranges in brackets):")
+    print(f"checkout of a pinned commit ({shape}), median of {rounds} (ranges in brackets):")
     print(f"  fresh git clone + checkout        {f:7.3f} s  ({min(fresh):.3f}-{max(fresh):.3f})")
     print(f"  from the mirror, first time       {a:7.3f} s  ({min(first):.3f}-{max(first):.3f})   "
           f"{ratio(f, a)} faster   (goal >= 2x)")
@@ -217,6 +248,7 @@ def main() -> int:
             resolution(cache, out, env, args.rounds)
         if not args.skip_checkout:
             checkouts(base, args.rounds)
+            checkouts(base, args.rounds, "2,000 files, 20,000 commits: a real repository's history", history=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0
