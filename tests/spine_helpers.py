@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +197,65 @@ def kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
+
+
+def live_in_group(pgid: int) -> list[str]:
+    """The processes of process group `pgid` that still run ("pid command line"), read from /proc. A zombie
+    (dead, not yet reaped) holds no port, file or device and is not counted."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            fields = text[text.rindex(")") + 2:].split()
+            if int(fields[2]) != pgid or fields[0] in ("Z", "X"):
+                continue
+            cmdline = Path(stat.parent, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        live.append(f"{stat.parent.name} {cmdline.strip()}")
+    return live
+
+
+def interrupt(proc: subprocess.Popen, sig: int, timeout: float = 120) -> Result:
+    """Send `sig` the way it reaches the tool in real life: SIGINT to its whole process group (Ctrl-C at a
+    terminal), SIGTERM or SIGHUP to the tool alone (a CI cancel, `timeout`, a closed terminal). Wait for it
+    to end; nothing of its process group may be left running."""
+    try:
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=timeout)
+        left = live_in_group(proc.pid)
+    finally:
+        kill_group(proc)
+    assert left == [], left
+    return Result(list(map(str, proc.args)), proc.returncode, out, err)  # type: ignore[arg-type]
+
+
+def assert_interrupted(r: Result, sig: int, code: int) -> None:
+    """The documented exit code of a stop signal and the `--json` error document, no traceback."""
+    assert r.returncode == code, str(r)
+    assert r.json() == {"ok": False, "exit_code": code, "kind": "Interrupted", "hint": None,
+                        "error": f"interrupted by {signal.Signals(sig).name}"
+                                 + (" (Ctrl-C)" if sig == signal.SIGINT else "")}
+    assert "Traceback" not in r.stderr, str(r)
+
+
+def wait_for_text(path: Path, text: str = "", count: int = 1, *, proc: subprocess.Popen | None = None,
+                  timeout: float = 120) -> str:
+    """Wait until `path` holds `text` `count` times (text "": until it is not empty) and return its content;
+    fail at once if `proc` (the process expected to write it) ends first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        content = path.read_text(errors="replace") if path.is_file() else ""
+        if (content.count(text) >= count) if text else content.strip():
+            return content
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the process ended before {path} held {text!r} x{count}:\n{out}{err}")
+        assert time.monotonic() < deadline, f"{text!r} never appeared {count} time(s) in {path}"
+        time.sleep(0.05)
 
 
 # ---- recipe workspaces -------------------------------------------------------------------------------

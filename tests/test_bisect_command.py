@@ -217,8 +217,9 @@ def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, mon
     assert f"resume with: toolchain bisect --resume --state {state}" in " ".join(err.split())
     saved = json.loads(state.read_text())
     assert saved["phases"]["commits"]["steps"] == [] and not saved["done"]
-    assert cli.main(argv) == 2  # an unfinished bisect is not overwritten
-    capsys.readouterr()
+    other = [a if a != p.commits[0][:10] else p.commits[1][:10] for a in argv]
+    assert cli.main(other) == 2  # an unfinished bisect is not overwritten by another one
+    assert "holds an unfinished bisect with other options" in capsys.readouterr().err
 
     assert cli.main(["bisect", "--resume", "--state", str(state), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -10,12 +10,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, kill_group, recipe_data
+from spine_helpers import assert_interrupted, component, interrupt, kill_group, recipe_data, wait_for_text
 
 ROOT = os.geteuid() == 0
 
@@ -243,28 +242,6 @@ def test_a_full_disk_for_the_out_dir_is_exit_1_with_one_line(ws, tiny_repo, moun
 
 # ---- signals (issue 14.11) and literal error text (14.12) --------------------------------------------------
 
-def live_in_group(pgid: int) -> list[str]:
-    """Processes of group `pgid` that still run (zombies, already dead, do not count)."""
-    live = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            live.append(Path(stat.parent, "cmdline").read_bytes().replace(b"\0", b" ").decode())
-    return live
-
-
-def _wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.is_file() and path.read_text().strip()):
-        if proc.poll() is not None:
-            raise AssertionError("the build ended before it could be interrupted:\n" + "".join(proc.communicate()))
-        assert time.monotonic() < deadline, "the build did not start"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_during_a_build_stops_it_with_the_documented_exit(ws, tiny_repo, tmp_path, sig, code):
@@ -273,20 +250,11 @@ def test_a_signal_during_a_build_stops_it_with_the_documented_exit(ws, tiny_repo
     proc = ws.cli.start("build", "--recipe", "r", "--out", ws.root / "out", "--cache-dir", ws.cache, "--json",
                         env={"TINY_BUILD_COUNTER": str(counter), "TINY_BUILD_SLEEP": "120"})
     try:
-        _wait_for_file(counter, proc)
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)  # Ctrl-C: the terminal signals the whole foreground group
-        else:
-            os.kill(proc.pid, sig)    # a CI cancel or `timeout`: the tool alone; it stops what it started
-        out, err = proc.communicate(timeout=60)
-        assert live_in_group(proc.pid) == []  # nothing of the build's process group keeps running
-    finally:
+        wait_for_text(counter, proc=proc)  # the build has started
+    except BaseException:
         kill_group(proc)
-    assert proc.returncode == code, (out, err)
-    assert json.loads(out) == {"ok": False, "exit_code": code, "kind": "Interrupted", "hint": None,
-                               "error": f"interrupted by {signal.Signals(sig).name}"
-                                        + (" (Ctrl-C)" if sig == signal.SIGINT else "")}
-    assert "Traceback" not in err
+        raise
+    assert_interrupted(interrupt(proc, sig), sig, code)  # and nothing of its process group keeps running
     assert ws.build("r").returncode == 0  # and the next run succeeds
 
 

@@ -380,3 +380,68 @@ def test_update_refuses_a_component_without_ref_and_an_unknown_ref(ws, make_repo
     r = ws.cli("update", "--recipe", "r", "--component", "tinny", "--json")
     assert r.returncode == 2 and "did you mean 'tiny'" in r.json()["error"], str(r)
     assert before.replace('ref = ""', 'ref = "no-such-branch"') == path.read_text()
+
+
+# ---- a remote patch whose URL carries credentials (issue 9) -------------------------------------------------
+
+PASSWORD = "pw-s3cret-9137"
+TOKEN = "tok-9137-abcdefgh"
+
+
+@pytest.fixture
+def git_http(tmp_path):
+    """A dumb-HTTP git server on 127.0.0.1 (http.server over a directory of bare repositories): a path
+    that is not there answers 404."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path / "served"
+    root.mkdir()
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield root, server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("userinfo", [f"ci:{PASSWORD}", TOKEN], ids=["user-password", "token-as-user"])
+@pytest.mark.parametrize("served", [False, True], ids=["404", "path-missing-at-commit"])
+def test_a_remote_patch_url_with_credentials_never_shows_them(ws, make_repo, git_http, userinfo, served):
+    """A pinned remote patch fetched over HTTP with credentials in its URL: whether the server answers 404
+    or the patch is not at the pinned commit, the error names the patch and the URL without the secret,
+    and no log (nor anything under --out) holds it."""
+    from toolchain.core.fs import sha256_bytes
+
+    root, port = git_http
+    repo = make_repo("tiny", "tiny")
+    integrator = make_repo("integrator")
+    pinned = integrator.commit("the integrator's notes", {"NOTES": "no patch here\n"})
+    if served:
+        subprocess.run(["git", "clone", "--quiet", "--bare", str(integrator.path), str(root / "integrator.git")],
+                       check=True)
+        subprocess.run(["git", "update-server-info"], cwd=root / "integrator.git", check=True)
+    url = f"http://{userinfo}@127.0.0.1:{port}/integrator.git"
+    remote = {"url": url, "commit": pinned, "path": "patches/notes.patch", "sha256": sha256_bytes(b"x")}
+    ws.recipe("r", recipe_data({"tiny": component(repo, patches=[remote])}))
+    r = ws.build("r")
+    assert r.returncode in (1, 2), str(r)
+    error = r.json()["error"]
+    secret = userinfo.split(":")[-1]
+    assert secret not in r.output, str(r)
+    assert f"127.0.0.1:{port}/integrator.git" in error, error
+    if served:  # the fetch worked: the patch's own check failed, naming the path and commit
+        assert "patches/notes.patch does not exist at" in error and pinned in error, error
+    else:
+        assert "cannot fetch" in error, error
+    logs = [p for p in [*ws.cache.rglob("*.log"), *(ws.root / "out").rglob("*")] if p.is_file()]
+    assert logs, "the build wrote no log"
+    for log in logs:
+        assert secret not in log.read_text(errors="replace"), log

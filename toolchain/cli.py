@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI
-from toolchain.core.proc import Interrupted
+from toolchain.core.proc import STOPPING, Interrupted
 from toolchain.errors import ToolError, UsageError
 
 EXIT_CODES = """\
@@ -176,7 +176,11 @@ def _environment_error(exc: OSError) -> ToolError | None:
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise `Interrupted` (after a SIGINT to the tool's own group, as Ctrl-C would send);
+    SIGINT raises KeyboardInterrupt as Python's default does (once: later ones are ignored while the first
+    unwinds, as in `proc.interruptible`). Each notes the stop first (`STOPPING`)."""
     def raise_interrupted(signum: int, frame: Any) -> None:
+        STOPPING.set()
         if os.getpgrp() == os.getpid():  # the group is the tool's: stop it as Ctrl-C would, children included
             old = signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
@@ -185,10 +189,18 @@ def _stop_on_signals() -> Iterator[None]:
                 signal.signal(signal.SIGINT, old)
         raise Interrupted(signum)
 
+    def ctrl_c(signum: int, frame: Any) -> None:
+        if not STOPPING.is_set():  # a second Ctrl-C does not cut short the clean-up of the first
+            STOPPING.set()
+            raise KeyboardInterrupt
+
+    STOPPING.clear()
     saved = {}
     try:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             saved[sig] = signal.signal(sig, raise_interrupted)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when ignored (a background job)
+            saved[signal.SIGINT] = signal.signal(signal.SIGINT, ctrl_c)
     except ValueError:  # not the main thread: leave the signals alone
         pass
     try:

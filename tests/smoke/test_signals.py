@@ -14,36 +14,15 @@ from pathlib import Path
 
 import pytest
 from smoke_helpers import fault_cmd, free_port
+from spine_helpers import live_in_group, wait_for_text
 
 from toolchain.core import proc
 
 DEADLINE = 60.0
 
 
-def group_members(pgid: int) -> list[str]:
-    """The processes of process group `pgid` that still run (pid, state, command), read from /proc. A zombie
-    (dead, not yet reaped by init once its parent is gone) holds no port or device and is not counted."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(f"{entry.name} {fields[0]} {stat[stat.index('(') + 1:stat.rindex(')')]}")
-    return found
-
-
 def wait_for(path: Path, text: str, count: int = 1) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if path.is_file() and path.read_text(errors="replace").count(text) >= count:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{text!r} never appeared {count} time(s) in {path}")
+    wait_for_text(path, text, count, timeout=DEADLINE)
 
 
 def smoke_argv(mode: str, port: int, out: Path, cases: str, *extra: str) -> list[str]:
@@ -63,19 +42,19 @@ def test_a_stop_signal_stops_the_server_group_and_writes_a_partial_report(tmp_pa
         wait_for(out / "smoke" / "server.log", "engine worker ready", 2)  # they ignore SIGINT/SIGTERM now
         wait_for(out / "smoke" / "server.log", "request 1 received: POST /v1/chat/completions")
         server = json.loads(pids.read_text())
-        assert len(group_members(server["pgid"])) == 3  # the server and its two children, running
+        assert len(live_in_group(server["pgid"])) == 3  # the server and its two children, running
         os.kill(tool.pid, sig)
         stdout, stderr = tool.communicate(timeout=DEADLINE)
     finally:  # whatever the outcome, leave nothing running
         if tool.poll() is None:
             os.killpg(tool.pid, signal.SIGKILL)
             tool.wait()
-        if pids.is_file() and group_members(json.loads(pids.read_text())["pgid"]):
+        if pids.is_file() and live_in_group(json.loads(pids.read_text())["pgid"]):
             os.killpg(json.loads(pids.read_text())["pgid"], signal.SIGKILL)
     assert tool.returncode == 128 + sig, stderr
     # nothing of the server's process group, nor of the tool's, is left
-    assert group_members(server["pgid"]) == []
-    assert group_members(tool.pid) == []
+    assert live_in_group(server["pgid"]) == []
+    assert live_in_group(tool.pid) == []
     # the partial report says what ran and what was running
     data = json.loads(stdout)
     assert data["verdict"] == "interrupted" and data["interrupted"] == sig.name and data["exit_code"] == 128 + sig
@@ -113,7 +92,7 @@ def test_background_stop_escalates_to_the_whole_group(tmp_path):
         assert members["pgid"] == server.pid and server.alive() and server.group_alive()
         code = server.stop(grace=1.0)
     assert code == 0  # the leader handles SIGINT (KeyboardInterrupt) and exits 0; its children needed SIGKILL
-    assert not server.group_alive() and group_members(server.pid) == []
+    assert not server.group_alive() and live_in_group(server.pid) == []
     assert "INFO: Shutting down" in log.read_text() and log.read_text().endswith("# exit code 0\n")
     assert proc.exit_status(-11) == "signal SIGSEGV (11)" and proc.exit_status(3) == "exit code 3"
 

@@ -13,6 +13,7 @@ from toolchain.bisect.core import BuildOutcome, first_line
 from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
+from toolchain.core.proc import STOPPING
 from toolchain.errors import BuildError, SourceError
 from toolchain.pipeline import build_stack_components
 from toolchain.recipe.load import with_data
@@ -46,6 +47,8 @@ class SpineBuilder:
         try:
             lock, built = build_stack_components(recipe, options, ui)
         except (SourceError, BuildError) as err:  # e.g. a patch that does not apply, a compile error
+            if STOPPING.is_set():  # a build ahead that the stop signal reached: no verdict on the commit
+                return BuildOutcome(False, log=out / "logs", reason=f"stopped: {first_line(err)}")
             self._check_upstream(recipe, err)
             if not isinstance(err, SourceError):
                 atomic_write_text(memo, first_line(err) + "\n")

@@ -69,11 +69,14 @@ class BisectOptions:
 
 def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *,
                jobs: int | None = None) -> BisectOutcome:
-    """Start a bisect with `options`, or (None) resume the one saved in `state_path`. `jobs` overrides the
-    saved number of builds at once."""
+    """Start a bisect with `options`, or (None) resume the one saved in `state_path`; the same bisect started
+    again (after a Ctrl-C, a CI cancel) resumes too. `jobs` overrides the saved number of builds at once."""
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
     state_file = StateFile(state_path)
+    if options is not None and _same_as_saved(options, state_file):
+        ui.info(f"resuming the unfinished bisect saved in {state_file.path}")
+        options = None
     resuming = options is None
     opts = saved_options(state_file) if options is None else _new(options, state_file)
     if jobs is not None:  # saved with the rest: a resume builds ahead only if the bisect did
@@ -101,9 +104,21 @@ def saved_options(state_file: StateFile) -> BisectOptions:
                          hint="start the bisect again") from None
 
 
+def _same_as_saved(options: BisectOptions, state_file: StateFile) -> bool:
+    """Whether `options` start the unfinished bisect saved in `state_file` (--jobs aside; no --bad: the one
+    saved, the recipe's commit when it started)."""
+    if not state_file.unfinished:
+        return False
+    try:
+        saved = saved_options(state_file)
+    except UsageError:
+        return False
+    return replace(options, jobs=saved.jobs, bad=options.bad or saved.bad) == saved
+
+
 def _new(options: BisectOptions, state_file: StateFile) -> BisectOptions:
     if state_file.unfinished:
-        raise UsageError(f"{state_file.path} holds an unfinished bisect",
+        raise UsageError(f"{state_file.path} holds an unfinished bisect with other options",
                          hint=f"continue it with `toolchain bisect --resume --state {state_file.path}`, or pass "
                               f"another --state/--out to start a new one")
     if not options.test_cmd and options.smoke is None:

@@ -7,7 +7,7 @@
 Each step builds the stack with one candidate (a commit of the component, or the good lock with some of the
 differences to the bad one applied); components that did not change come from the wheel cache. Then the
 step is tested: by the smoke regression set, or by a command (exit 0 good, 125 skip, anything else bad).
-Ctrl-C stops the bisect; `--resume` continues it where it stopped.
+Ctrl-C stops the bisect; `--resume` (or the same command again) continues it where it stopped.
 """
 
 from __future__ import annotations

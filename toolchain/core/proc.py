@@ -430,6 +430,11 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+STOPPING = threading.Event()
+"""Set when a stop signal reached the tool (by `interruptible()`, and by the CLI's handlers): a command that
+fails from then on may have failed because the signal reached it too (a Ctrl-C goes to the whole process
+group), so its failure is no finding to remember (e.g. a build ahead, in another thread, as unbuildable)."""
+
 
 class Interrupted(KeyboardInterrupt):
     """A stop request (Ctrl-C, SIGTERM from CI or `timeout`, SIGHUP from a closed terminal), raised where the
@@ -462,6 +467,7 @@ def interruptible(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
     fired: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
+        STOPPING.set()
         fired.append(signum)
         if len(fired) == 1:
             raise Interrupted(signum)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from toolchain.core.fs import atomic_write_bytes, sha256_bytes, sha256_file
 from toolchain.core.git import git
+from toolchain.core.redact import redact_text
 from toolchain.errors import SourceError
 from toolchain.recipe.model import Patch
 
@@ -22,18 +23,19 @@ def materialize(patch: Patch, mirrors, cache_dir: Path) -> Path:
                               hint="run the command again once the patch is final")
         return patch.file
     if not patch.remote:
-        raise SourceError(f"patch {patch.label}: no file (a lock's patch is found through its recipe)")
+        raise SourceError(redact_text(f"patch {patch.label}: no file (a lock's patch is found through its recipe)"))
     dest = Path(cache_dir) / "patches" / f"{patch.sha256}.patch"
     if dest.is_file() and sha256_file(dest) == patch.sha256:
         return dest
-    mirror = mirrors.ensure(patch.url, patch.commit, where=f"patch {patch.label}")
+    label = redact_text(patch.label)  # the URL may hold credentials (user:password@, a token)
+    mirror = mirrors.ensure(patch.url, patch.commit, where=f"patch {label}")
     r = git(["show", f"{patch.commit}:{patch.path}"], git_dir=mirror, check=False)
     if r.returncode != 0:
-        raise SourceError(f"patch {patch.label}: {patch.path} does not exist at {patch.commit}",
+        raise SourceError(f"patch {label}: {patch.path} does not exist at {patch.commit}",
                           hint="check `path` (relative to that repository's root) and `commit`")
     data = r.stdout.encode("utf-8", "surrogateescape")
     if sha256_bytes(data) != patch.sha256:
-        raise SourceError(f"patch {patch.label} has sha256 {sha256_bytes(data)}, the recipe pins {patch.sha256}",
+        raise SourceError(f"patch {label} has sha256 {sha256_bytes(data)}, the recipe pins {patch.sha256}",
                           hint="the file changed at that commit? re-check it and update `sha256` deliberately")
     atomic_write_bytes(dest, data)
     return dest
@@ -49,7 +51,7 @@ def apply_series(series: tuple[Patch, ...], files: list[Path], tree: Path, *, su
         if check.returncode != 0:
             git(["reset", "--quiet", "--hard"], cwd=tree, log=log)
             git(["clean", "-ffdxq"], cwd=tree, log=log)
-            raise SourceError(f"patch {patch.label} does not apply to {what}:\n{_where(check.stderr)}",
+            raise SourceError(redact_text(f"patch {patch.label} does not apply to {what}:\n") + _where(check.stderr),
                               hint=f"refresh {file} against that commit (git format-patch), "
                                    "or drop it from the recipe's `patches`")
         git(["apply", *directory, str(file)], cwd=tree, log=log)

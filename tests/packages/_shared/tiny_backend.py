@@ -8,7 +8,8 @@ from `[project]` (name, version) and `[tool.tiny]`:
   hash-env     variables the wheel records only as sha256 (e.g. secrets: proves the build saw them)
 Invoking-environment knobs (not part of any cache key): TINY_BUILD_COUNTER (a file that gets one line per
 build_wheel call, `name pid version source-dir`, written before anything else), TINY_BUILD_SLEEP (seconds
-build_wheel sleeps after that), TINY_PRINT_ENV (print every `NAME=value`, and every value alone, of the
+build_wheel sleeps after that), TINY_BUILD_GATE (a file: while it exists, build_wheel waits after writing the
+counter line; a test holds a build mid-way by creating it), TINY_PRINT_ENV (print every `NAME=value`, and every value alone, of the
 build environment; needs `pip wheel -v` to reach the build log).
 The version can be overridden with SETUPTOOLS_SCM_PRETEND_VERSION, like setuptools-scm.
 """
@@ -74,6 +75,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         with open(counter, "a") as f:
             f.write(f"{name} {os.getpid()} {version} {HERE}\n")
     time.sleep(float(os.environ.get("TINY_BUILD_SLEEP") or 0))
+    gate = os.environ.get("TINY_BUILD_GATE")
+    while gate and os.path.exists(gate):
+        time.sleep(0.05)
     if os.environ.get("TINY_PRINT_ENV"):
         for k, v in sorted(os.environ.items()):
             print(f"{k}={v}")
