@@ -38,7 +38,7 @@ say "the house checks: mypy over the package, ruff, the import-linter layer cont
 
 say "running the tests"
 set +e
-"$PYTHON" -m pytest -p no:cacheprovider -ra "$@"
+"$PYTHON" -m pytest -p no:cacheprovider -ra --durations=30 "$@"
 rc=$?
 set -e
 if [[ $rc == 5 ]]; then
