@@ -93,13 +93,34 @@ def test_install_plan_order_and_kernel_args(tmp_path, wheels):
     assert plan[1].args == ("--no-deps", "--force-reinstall")
 
 
+def test_a_lock_without_closure_whose_wheels_need_dependencies_is_refused(smoke, tmp_path, wheels, monkeypatch):
+    """No resolved closure, and tinykernels needs a distribution the lock does not pin: an error (exit 2) that
+    names it and says how to pin it, never a download; nothing is served."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    lock = _lock(tmp_path, wheels)
+    dump = tmp_path / "env.json"
+    r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), python="{python}"),
+              "--ready-timeout", "30")
+    assert r.code == 2, r.stdout
+    out = json.loads(r.stdout)
+    assert out["kind"] == "UnlockedDependencies" and "records no resolved closure" in out["error"]
+    assert "toolchain-test-missing-dependency" in out["error"] and "nothing was downloaded" in out["error"]
+    assert f"toolchain lock --lock {lock}" in out["hint"] and "--allow-unlocked-deps" in out["hint"]
+    assert not dump.exists() and r.report["exit_code"] == 2 and r.report["install"]["unlocked"] is False
+    log = (r.out / "install.log").read_text()
+    assert "--no-index --no-deps --require-hashes" in log and "pip check" in log
+
+
 def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch):
+    """--allow-unlocked-deps: lock order, the kernel wheel --no-deps --force-reinstall; the run is marked unlocked."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # nothing may come from an index
     lock = _lock(tmp_path, wheels)
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), python="{python}"),
-              "--ready-timeout", "30", "--keep-venv")
+              "--ready-timeout", "30", "--keep-venv", "--allow-unlocked-deps")
     assert r.code == 0, r.stdout
+    assert r.report["install"]["unlocked"] is True and r.report["install"]["environment"]["resolved"] is False
+    assert "**Unlocked:**" in (r.out / "summary.md").read_text()
     venv = r.out / "venv"
     assert r.report["install"]["venv_state"] == f"kept: the venv is at {venv} (--keep-venv)"
     assert r.report["served"]["same_as_verified"] is True and r.report["served"]["program"] == str(venv / "bin/python")
@@ -120,7 +141,7 @@ def test_a_serve_command_outside_the_venv_is_said_and_the_venv_removed(smoke, tm
     """--serve-cmd with another interpreter: the report says what was served and what was verified (not
     "versions match" alone); the fresh venv does not stay behind."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")
-    lock = _lock(tmp_path, wheels)
+    lock = _lock(tmp_path, wheels, kernels="kernels-old")  # no closure, and no wheel needs a dependency
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump)), "--cases", "math",
               "--ready-timeout", "30")
@@ -188,9 +209,11 @@ def test_smoke_from_the_demo_build_lock(smoke, demo_build, tmp_path, monkeypatch
                                        python="{python}"), "--ready-timeout", "30", "--keep-venv")
     assert r.code == 0, r.stdout
     locked = demo_build.lock()["components"]
-    steps = r.report["install"]["steps"]
-    assert [s["component"] for s in steps] == [c["name"] for c in locked]
-    assert all(s["args"][-2:] == ["--no-deps", "--force-reinstall"] for s in steps[1:])
+    deps = [d["name"] for d in demo_build.lock()["dependencies"]]
+    steps = r.report["install"]["steps"]  # the locked files, dependencies first, all hashed, none from an index
+    assert [s["component"] for s in steps] == deps + [c["name"] for c in locked]
+    assert all(s["args"] == list(install.CLOSURE_ARGS) for s in steps)
+    assert r.report["install"]["unlocked"] is False and r.report["install"]["environment"]["ok"] is True
     assert {v["dist"] for v in r.report["install"]["versions"] if v["ok"]} == {c["dist"] for c in locked}
     assert r.report["device"]["skipped"] and r.report["recipe"] == "demo"
     assert json.loads(dump.read_text())["prefix"] == str(r.out / "venv")

@@ -57,6 +57,10 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    "with --no-install, the environment to serve from")
     p.add_argument("--venv", type=Path, help="where the fresh venv goes (default: <out>/venv; removed at the end)")
     p.add_argument("--keep-venv", action="store_true", help="keep the fresh venv after the run (it can be gigabytes)")
+    p.add_argument("--allow-unlocked-deps", action="store_true",
+                   help="a lock without a resolved closure (--no-resolve, older locks): install its wheels' "
+                        "dependencies from the index, unpinned; the report marks the run unlocked (default: an "
+                        "error; `toolchain lock --lock LOCK` pins them)")
 
 
 def options_from(args: argparse.Namespace) -> SmokeOptions:
@@ -67,7 +71,7 @@ def options_from(args: argparse.Namespace) -> SmokeOptions:
         cases=tuple(n.strip() for n in (args.cases or "").split(",") if n.strip()),
         ready_timeout=args.ready_timeout or 0.0, request_timeout=args.request_timeout or 0.0,
         no_install=args.no_install, python=args.python or "", venv=args.venv.resolve() if args.venv else None,
-        keep_venv=args.keep_venv)
+        keep_venv=args.keep_venv, allow_unlocked_deps=args.allow_unlocked_deps)
 
 
 class _OptionsParser(argparse.ArgumentParser):

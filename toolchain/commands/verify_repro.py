@@ -6,8 +6,13 @@
   --lock LOCK  rebuild what a published lock records and compare with the hashes it records (and, where its
                wheels are beside it, with the wheels themselves, file by file).
 
-Exit 0 when every wheel is identical; 1 with the differing wheels, the files inside them and a content diff.
-The build directories are kept on a difference (and with --keep) so the wheels can be inspected.
+Then the last build's wheels and the lock's resolved closure (--lock: the published lock's; the rebuild does
+not resolve again) are installed together into a fresh venv the way smoke installs them: every file with its
+sha256 required, --no-index --no-deps, then `pip check` — a dependency the lock does not pin is an error.
+
+Exit 0 when every wheel is identical and the install check passes; 1 with the differing wheels, the files
+inside them and a content diff, or the install check's error. The build directories are kept on a failure
+(and with --keep) so the wheels can be inspected.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,7 +43,7 @@ from toolchain.release.wheeldiff import (
 MIN_GAP_SECONDS = 2.0   # zip timestamps have a 2-second resolution: the second build starts in a later slot
 SECOND_UMASK = 0o002    # the first build runs under the caller's umask (usually 022)
 DEFAULT_WORK_ROOT = Path("dist") / ".repro"
-BUILD_DIRS = ("build-1", "build-2", "rebuild")
+BUILD_DIRS = ("build-1", "build-2", "rebuild", "install-check")
 
 # (out_dir, cache_dir) -> the lock that build wrote
 Builder = Callable[[Path, Path], Lock]
@@ -66,19 +72,89 @@ def handle(args, ui: UI) -> CommandResult:
     work = _work_dir(args.work_dir, Path(args.lock).parent.name if args.lock else Path(args.recipe).stem)
     mirror = _shared_mirror(args.cache_dir)
     diffoscope = False if args.no_diffoscope else None
+    built: list[Lock] = []
+
+    def keep(lock: Lock) -> Lock:
+        built.append(lock)
+        return lock
+
     if published is not None:
-        report = verify_lock(published, lambda out, cache: _rebuild_lock(published, out, cache, args, ui),
+        report = verify_lock(published, lambda out, cache: keep(_rebuild_lock(published, out, cache, args, ui)),
                              work, ui, mirror=mirror, use_diffoscope=diffoscope)
     else:
-        report = verify_builds(lambda out, cache: _build_recipe(args.recipe, out, cache, args, ui),
+        report = verify_builds(lambda out, cache: keep(_build_recipe(args.recipe, out, cache, args, ui)),
                                work, ui, mirror=mirror, use_diffoscope=diffoscope)
-    kept = not report.ok or args.keep
+    installed = check_install(built[-1], published, work / BUILD_DIRS[3], ui)
+    ok = report.ok and installed["ok"] is not False
+    kept = not ok or args.keep
     if not kept:
         _remove_builds(work)
-    data = {"ok": report.ok, "mode": "lock" if args.lock else "recipe",
-            "work-dir": str(work) if kept else None, **report.to_dict()}
-    summary = format_report(report) + (f"\nbuilds kept in {work}" if kept else "")
-    return CommandResult(data=data, exit_code=0 if report.ok else 1, summary=summary)
+    data = {"ok": ok, "mode": "lock" if args.lock else "recipe",
+            "work-dir": str(work) if kept else None, **report.to_dict(), "install": installed}
+    summary = format_report(report) + "\n" + _install_summary(installed) + (f"\nbuilds kept in {work}" if kept else "")
+    return CommandResult(data=data, exit_code=0 if ok else 1, summary=summary)
+
+
+def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) -> dict[str, Any]:
+    """Install `rebuilt`'s wheels and the closure of `published` (or `rebuilt`'s own) together into a fresh
+    venv, exactly as smoke does (`toolchain.smoke.install`: hashes required, no index, `pip check`).
+    {"ok": None} when it cannot run here (a container build's wheels are for the container's Python)."""
+    from toolchain.errors import ToolError
+    from toolchain.smoke import install
+
+    lock = dataclasses.replace(rebuilt, closure=published.closure) if published is not None else rebuilt
+    source = f"the closure of {published.path}" if published is not None else "its own closure"
+    if lock.closure is None:
+        source = "no closure: the lock pins no dependencies, so its wheels alone"
+    info: dict[str, Any] = {"ok": None, "closure": source, "files": 0,
+                            "dependencies": len(lock.closure.dists) if lock.closure is not None else 0}
+    if (lock.target.runtime or "host") != "host":
+        info["skipped"] = (f"the wheels were built in a {lock.target.runtime} container for its Python; install "
+                           f"them there (`toolchain smoke --lock LOCK` installs them the same way)")
+        return info
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    log = where / "install.log"
+    info["log"] = str(log)
+    if published is not None and published.path is not None and lock.closure is not None:
+        _seed_deps(published.path.parent, rebuilt, lock)
+    ui.step(f"installing the {'rebuilt' if published is not None else 'built'} wheels and {source} into a fresh "
+            f"venv (sha256 required, no index)")
+    try:
+        env = install.create_venv(lock.target.python or sys.executable, where / "venv", log)
+        steps = install.install(lock, env, log)
+        environment = install.environment(lock, env, log)
+        install.require_environment(environment, env.python)
+    except ToolError as err:
+        info.update(ok=False, error=str(err), hint=err.hint or "")
+        return info
+    info.update(ok=True, files=len(steps), python=env.python,
+                installed=[{k: r[k] for k in ("name", "role", "installed", "installed-sha256")}
+                           for r in environment["locked"]])
+    return info
+
+
+def _seed_deps(published_dir: Path, rebuilt: Lock, lock: Lock) -> None:
+    """The published lock's dependency files (fetched beside it, or bundled --with-deps) beside the rebuild,
+    so the check needs no network when the published side has them (their sha256 is checked on use)."""
+    from toolchain.core.fs import atomic_copy
+    from toolchain.resolve.closure import DEPS_DIR
+
+    assert lock.closure is not None and rebuilt.path is not None
+    for d in lock.closure.dists:
+        src, dst = published_dir / DEPS_DIR / d.file, rebuilt.path.parent / DEPS_DIR / d.file
+        if src.is_file() and not dst.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            atomic_copy(src, dst)
+
+
+def _install_summary(info: dict[str, Any]) -> str:
+    if info["ok"] is None:
+        return f"install check skipped: {info.get('skipped', '')}"
+    if not info["ok"]:
+        return f"install check FAILED ({info['closure']}): {info['error']}"
+    return (f"install check: {info['files']} file(s), {info['closure']}, installed together with sha256 required "
+            f"and no index in {info['python']}")
 
 
 def verify_builds(build: Builder, work: Path, ui: UI, *, mirror: Path | None = None,
@@ -169,7 +245,7 @@ def _shared_mirror(cache_dir: Path | None) -> Path:
     return _mirror_dir(options.resolve_cache_dir(cache_dir))
 
 
-def _options(out_dir: Path, cache_dir: Path, args):
+def _options(out_dir: Path, cache_dir: Path, args, *, resolve: bool = True):
     from toolchain.build.cache import default_cache_dir
     from toolchain.build.ccache import DATA_DIR
     from toolchain.build.stack import BuildOptions
@@ -179,7 +255,8 @@ def _options(out_dir: Path, cache_dir: Path, args):
     # cache that changed an output would show here as a difference.
     shared = (args.cache_dir or default_cache_dir()).resolve() / DATA_DIR
     return BuildOptions(out_dir=out_dir, cache_dir=cache_dir, rewrites=parse_rewrites(args.mirror),
-                        use_cache=False, fresh_sources=True, verbose=args.verbose, compiler_cache_dir=shared)
+                        use_cache=False, fresh_sources=True, verbose=args.verbose, compiler_cache_dir=shared,
+                        resolve=resolve)
 
 
 def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args, ui: UI) -> Lock:
@@ -195,4 +272,5 @@ def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args, ui: UI) -> L
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
     patches_dir = args.patches_dir or (bundled if bundled and bundled.is_dir() else None)
     recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir)
-    return build_stack(recipe, _options(out_dir, cache_dir, args), ui)
+    # the published closure is what is checked (check_install): resolving again would ask today's index
+    return build_stack(recipe, _options(out_dir, cache_dir, args, resolve=False), ui)

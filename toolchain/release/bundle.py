@@ -28,7 +28,6 @@ from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
 from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
-from toolchain.core.proc import display
 from toolchain.errors import TestFailed
 from toolchain.lock import Lock
 from toolchain.release import BUNDLES_DIR  # noqa: F401 - the constant's old home
@@ -62,8 +61,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
         if with_deps:
             _bundle_deps(lock, tmp)
         lockmod.write_lock(published, tmp, bundled_deps=with_deps)
-        if lock.closure is not None:
-            (tmp / REQUIREMENTS_NAME).write_text(requirements_text(published, bundled=with_deps), encoding="utf-8")
+        (tmp / REQUIREMENTS_NAME).write_text(requirements_text(published, bundled=with_deps), encoding="utf-8")
         dirs = [patches_dir] if isinstance(patches_dir, (str, Path)) else list(patches_dir or ())
         patch_texts = _copy_patches(lock, dirs, tmp) if dirs else {}
         lock_key = sha256_file(tmp / lockmod.LOCK_NAME)[:KEY_LENGTH]
@@ -130,12 +128,12 @@ def _bundle_deps(lock: Lock, dest: Path) -> None:
 
 def requirements_text(lock: Lock, *, bundled: bool) -> str:
     """Every locked file with its sha256 (pip --require-hashes): dependencies (bundled paths, or their URLs)
-    then the built wheels, paths relative to the bundle directory."""
+    then the built wheels, paths relative to the bundle directory. A lock without a closure: the built wheels."""
     from toolchain.resolve.closure import DEPS_DIR
     from toolchain.resolve.fetch import hashed_requirements
 
-    assert lock.closure is not None
-    deps = [(f"./{DEPS_DIR}/{d.file}" if bundled else f"{d.name} @ {d.url}", d.sha256) for d in lock.closure.dists]
+    dists = lock.closure.dists if lock.closure is not None else ()
+    deps = [(f"./{DEPS_DIR}/{d.file}" if bundled else f"{d.name} @ {d.url}", d.sha256) for d in dists]
     built = [(f"./{lockmod.WHEELS_DIR}/{c.wheel.file}", c.wheel.sha256) for c in lock.components]
     return ("# Every file of the stack with its sha256: pip install --no-index --no-deps --require-hashes -r "
             f"{REQUIREMENTS_NAME}\n" + hashed_requirements([*deps, *built]))
@@ -162,19 +160,20 @@ def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
 
 
 def _install_text_unresolved(lock: Lock) -> str:
-    wheels = [f"{lockmod.WHEELS_DIR}/{c.wheel.file}" for c in lock.components]
-    in_order = " && ".join(
-        display(["pip", "install", *(c.install_args or ("--no-deps", "--force-reinstall")),
-                 f"{lockmod.WHEELS_DIR}/{c.wheel.file}"]) for c in lock.components)
+    """A lock that pins no dependencies: its wheels install alone, hashes required; what they need beyond
+    them is for `pip check` to name, never for pip to download."""
     return "\n".join([
-        f"Bundle of recipe {lock.recipe_name!r}: {len(wheels)} wheel(s), built by toolchain {lock.tool_version}.",
+        f"Bundle of recipe {lock.recipe_name!r}: {len(lock.components)} wheel(s), built by toolchain "
+        f"{lock.tool_version}.",
+        "Its lock records NO resolved closure (built with --no-resolve, or by an older toolchain): the wheels'",
+        "dependencies are not pinned, and are not in this bundle.",
         "",
         "Check it (in this directory):   sha256sum -c SHA256SUMS",
-        "Install it, one of:",
-        "  pip install -r pylock.toml            (pip >= 26.1)",
-        "  uv pip install -r pylock.toml",
-        "  or with any pip, the wheels in lock order:",
-        f"  {in_order}" if wheels else "  (no wheels)",
+        "Install exactly the lock (in this directory, into a fresh venv; every wheel's sha256 is checked):",
+        f"  pip install --no-index --no-deps --require-hashes -r {REQUIREMENTS_NAME}",
+        "  pip check",
+        "`pip check` names each dependency the lock does not pin: nothing is downloaded in its place. To pin them:",
+        "  toolchain lock --lock stack.lock.toml   (or build again: toolchain build --recipe RECIPE --bundle --with-deps)",
         "Rebuild and compare it:         toolchain verify-repro --lock stack.lock.toml",
         "",
     ])

@@ -18,7 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from toolchain.core.proc import Completed, merge_env, run
-from toolchain.errors import TestFailed
+from toolchain.errors import TestFailed, UsageError
 from toolchain.lock import Lock, wheel_name_version
 
 KERNEL_ARGS = ("--no-deps", "--force-reinstall")
@@ -130,11 +130,19 @@ def pip_argv(target: Target, step: InstallStep, find_links: str) -> list[str]:
             "--find-links", find_links, *step.args, target.visible_path(step.wheel)]
 
 
-def install(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
-    """A resolved lock: exactly its files, hashes required, nothing from an index (`install_closure`).
-    A lock without a resolved closure (--no-resolve, older locks): lock order, the first with its deps."""
-    if lock.closure is not None:
-        return install_closure(lock, target, log, progress)
+def install(lock: Lock, target: Target, log: Path, progress=None, *, allow_unlocked: bool = False,
+            staged: Staged | None = None) -> tuple[InstallStep, ...]:
+    """Exactly the lock: its dependency files and built wheels, hashes required, nothing from an index
+    (`install_locked`). A lock without a resolved closure (--no-resolve, older locks) gets its built wheels
+    alone, the same way: a dependency they need is an error (`UnlockedDependencies`), unless
+    `allow_unlocked` (smoke --allow-unlocked-deps): lock order, the first with its deps from the index."""
+    if lock.closure is None and allow_unlocked:
+        return install_unlocked(lock, target, log, progress)
+    return install_locked(lock, target, log, progress, staged=staged)
+
+
+def install_unlocked(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
+    """Lock order, the first component with its install-args (its dependencies from whatever the index serves)."""
     steps = install_plan(lock)
     links = target.visible_path(lock.wheels_dir)
     for step in steps:
@@ -196,20 +204,37 @@ CLOSURE_ARGS = ("--no-index", "--no-deps", "--require-hashes", "--force-reinstal
 REQUIREMENTS_NAME = "requirements.lock.txt"
 
 
+class UnlockedDependencies(UsageError):
+    """A lock that pins no closure, whose built wheels need distributions: installing them would be a download
+    of whatever the index serves today (exit 2: resolve the lock first)."""
+
+
 def closure_files(lock: Lock, log: Path) -> list[tuple[str, Path, str]]:
     """(name, local file, sha256) of every locked file: the dependencies (fetched into wheels/deps/ with their
-    hashes checked) and the built wheels, in that order."""
+    hashes checked) and the built wheels, in that order. A lock without a closure: the built wheels."""
     from toolchain.resolve.closure import DEPS_DIR
     from toolchain.resolve.fetch import fetch_dists
 
-    assert lock.closure is not None and lock.path is not None
-    fetched = fetch_dists(lock.closure.dists, lock.path.parent / DEPS_DIR, log)
-    files = [(d.name, fetched[d.name], d.sha256) for d in lock.closure.dists]
+    assert lock.path is not None
+    files = []
+    if lock.closure is not None:
+        fetched = fetch_dists(lock.closure.dists, lock.path.parent / DEPS_DIR, log)
+        files = [(d.name, fetched[d.name], d.sha256) for d in lock.closure.dists]
     files += [(c.name, lock.wheel_path(c), c.wheel.sha256) for c in lock.components]
     return files
 
 
-def install_closure(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
+@dataclass(frozen=True)
+class Staged:
+    """The locked files ready beside the lock, and the hashed requirements file that names them."""
+    requirements: Path
+    steps: tuple[InstallStep, ...]
+
+
+def stage(lock: Lock, target: Target, log: Path) -> Staged:
+    """Every locked file beside the lock (dependencies fetched into wheels/deps/, sha256 checked) and the
+    hashed requirements file naming them as `target` sees them: wheels/deps/requirements.lock.txt. A container
+    that gets the wheels by copy (exec mode) must be given them after this."""
     from toolchain.core.fs import atomic_write_text
     from toolchain.resolve.closure import DEPS_DIR
     from toolchain.resolve.fetch import hashed_requirements
@@ -217,17 +242,33 @@ def install_closure(lock: Lock, target: Target, log: Path, progress=None) -> tup
     assert lock.path is not None
     files = closure_files(lock, log)
     reqs = lock.path.parent / DEPS_DIR / REQUIREMENTS_NAME
+    reqs.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(reqs, hashed_requirements((target.visible_path(p), sha) for _, p, sha in files))
-    steps = tuple(InstallStep(name, path, CLOSURE_ARGS) for name, path, _ in files)
+    return Staged(reqs, tuple(InstallStep(name, path, CLOSURE_ARGS) for name, path, _ in files))
+
+
+def install_locked(lock: Lock, target: Target, log: Path, progress=None, *,
+                   staged: Staged | None = None) -> tuple[InstallStep, ...]:
+    """`pip install --no-index --no-deps --require-hashes` of the staged files, then `pip check`: whatever
+    the locked files need and the lock does not name is an error, never a download."""
+    ready = staged or stage(lock, target, log)
+    reqs, steps = ready.requirements, ready.steps
     if progress is not None:
-        progress(InstallStep(f"{len(files)} locked files", reqs, CLOSURE_ARGS))
+        progress(InstallStep(f"{len(steps)} locked files", reqs, CLOSURE_ARGS))
     target.run([target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off", "--isolated",
                 *CLOSURE_ARGS, "-r", target.visible_path(reqs)], log=log, timeout=INSTALL_TIMEOUT)
     done = target.run([target.python, "-m", "pip", "check"], log=log, capture=True, check=False, timeout=300)
     if done.returncode != 0:
+        said = "\n".join("  " + line for line in (done.stdout + done.stderr).strip().splitlines())
+        if lock.closure is None:
+            raise UnlockedDependencies(
+                f"{lock.path} records no resolved closure (built with --no-resolve, or by an older toolchain), and "
+                f"its wheels need distributions it does not pin; nothing was downloaded in their place "
+                f"({target.python}):\n{said}",
+                hint=f"resolve and pin them: `toolchain lock --lock {lock.path}`; or, to take them unpinned from "
+                     f"the index anyway, `toolchain smoke --allow-unlocked-deps` (the report marks the run unlocked)")
         raise TestFailed(f"the environment installed from the lock misses requirements the lock does not pin "
-                         f"({target.python}); nothing was downloaded in their place:\n"
-                         + "\n".join("  " + line for line in (done.stdout + done.stderr).strip().splitlines()),
+                         f"({target.python}); nothing was downloaded in their place:\n{said}",
                          hint="re-resolve the closure with `toolchain lock --lock LOCK`")
     return steps
 
@@ -278,10 +319,15 @@ def environment(lock: Lock, target: Target, log: Path | None = None) -> dict:
             "locked": rows, "other": extra}
 
 
-def require_environment(env: dict, where: str) -> None:
-    """A resolved lock installed: every locked distribution is there, in the locked version and file."""
-    bad = [r for r in env["locked"] if r["state"] != "ok"] if env.get("resolved") else []
+def require_environment(env: dict, where: str, *, installed_here: bool = True) -> None:
+    """Every locked distribution is there, in the locked version and file (a lock without a closure: its built
+    wheels). `installed_here`: False for an existing environment (--no-install), said in the hint."""
+    bad = [r for r in env["locked"] if r["state"] != "ok"]
     if bad:
+        hint = ("install from the lock again (a fresh venv), or re-resolve with `toolchain lock`" if installed_here
+                else "serve from an environment installed from this lock (drop --no-install), or make this one "
+                     "match it (`pip install --no-deps --require-hashes` of the lock's files)")
         raise TestFailed(f"the environment {where} does not match the lock; nothing was served:\n" + "\n".join(
-            f"  - {r['name']}: {r['state']} (installed {r['installed'] or 'nothing'}, the lock has {r['locked']})"
-            for r in bad), hint="install from the lock again (a fresh venv), or re-resolve with `toolchain lock`")
+            f"  - {r['name']}: {r['state']} (installed {r['installed'] or 'nothing'}"
+            f"{' sha256 ' + r['installed-sha256'] if r['state'] == 'differs' and r['installed-sha256'] else ''}, "
+            f"the lock has {r['locked']} sha256 {r['locked-sha256']})" for r in bad), hint=hint)

@@ -59,7 +59,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     inst = report.get("install") or {}
     if inst.get("versions") or inst.get("steps"):
         bad = [v for v in inst.get("versions", []) if not v.get("ok")]
-        lines.append(f"- install: {len(inst.get('steps', []))} wheel(s) into `{inst.get('python')}`; the versions "
+        how = (" from the index, UNLOCKED (--allow-unlocked-deps)" if inst.get("unlocked") else
+               " exactly the lock's files (sha256 required, no index)" if "unlocked" in inst else "")
+        lines.append(f"- install: {len(inst.get('steps', []))} file(s){how} into `{inst.get('python')}`; the versions "
                      f"there " + ("match the lock" if not bad else "DIFFER: " + ", ".join(
                          f"{v['dist']} {v['installed']} != {v['locked']}" for v in bad)))
     if inst.get("venv_state"):
@@ -81,7 +83,11 @@ def markdown(report: Mapping[str, Any]) -> str:
                   f"{(r['installed-sha256'] or r['locked-sha256'])[:16]} | {r['state']} |" for r in env["locked"]]
         lines += [f"| {r['name']} | (not locked) | | {r['installed']} | {(r['installed-sha256'] or '')[:16]} | "
                   f"{r['state']} |" for r in env.get("other", [])]
-        if not env.get("resolved"):
+        if inst.get("unlocked"):
+            lines += ["", "**Unlocked:** the lock records no resolved closure, and its dependencies were installed "
+                          "from the index, unpinned and unchecked (--allow-unlocked-deps): another run may test "
+                          "another stack (`toolchain lock --lock LOCK` pins them)."]
+        elif not env.get("resolved"):
             lines += ["", "The lock records no resolved closure: its dependencies were not pinned "
                           "(`toolchain lock --lock LOCK` pins them)."]
     if report.get("error"):

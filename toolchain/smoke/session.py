@@ -1,8 +1,9 @@
 """`run_smoke()`: the whole smoke stage as a library call (the CLI and `toolchain bisect --test smoke` use it).
 
-Order: (a container lock: the serving container) → device check → wheel hashes → fresh venv → install in
-lock order → installed versions; any mismatch stops before anything is served (and still writes the
-reports). Then the regression set, or the ladder. A container started for the run is removed at the end.
+Order: wheel hashes and the locked dependency files staged beside the lock → (a container lock: the serving
+container) → device check → fresh venv → install exactly the lock (hashes required, no index; a lock without
+a closure: its built wheels alone, unless --allow-unlocked-deps) → installed versions and environment against
+the lock; any mismatch stops before anything is served (and still writes the reports). Then the regression set, or the ladder. A container started for the run is removed at the end.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class SmokeOptions:
     python: str = ""
     venv: Path | None = None
     keep_venv: bool = False
+    allow_unlocked_deps: bool = False  # a lock without a closure: its dependencies from the index, unpinned
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, target: i
     """Container, device check, install, then the runs (appended to `runs` as they finish)."""
     with contextlib.ExitStack() as stack:
         rep["stage"] = "prepare"
+        staged = _stage(lock, opts, target, base_python, out, ui, rep)
         if isinstance(target, ContainerTarget):
             ui.step(f"starting the serving container ({target.kind}, "
                     f"{target.spec.container or target.spec.image})")
@@ -143,7 +146,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, target: i
             ui.info(f"target: {target.name}")
         rep["device"] = _check_devices(opts, config, target).to_dict()
         ui.info(f"device: {rep['device']['message']}")
-        target = _prepare(lock, target, base_python, out, ui, rep)
+        target = _prepare(lock, opts, target, base_python, staged, out, ui, rep)
         rep["served"] = served(config.serve_argv, target, rep.get("install"))
         if rep["served"]["note"]:
             ui.warn(rep["served"]["note"])
@@ -267,30 +270,50 @@ def _check_devices(opts: SmokeOptions, config: SmokeConfig,
     return check
 
 
-def _prepare(lock: Lock | None, target: install.Target, base_python: str | None, out: Path, ui: UI,
-             rep: dict[str, Any]) -> install.Target:
-    """Hashes, fresh venv, install in lock order, version check; fills rep["install"] as it goes."""
+def _stage(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_python: str | None, out: Path,
+           ui: UI, rep: dict[str, Any]) -> install.Staged | None:
+    """Before any container: the built wheels checked against their hashes, the locked dependency files
+    fetched beside the lock with theirs, and the hashed requirements file written (an exec-mode container
+    gets the wheel directory by copy when it starts). None: nothing to install, or --allow-unlocked-deps."""
+    if lock is None or not lock.components or base_python is None:
+        return None
+    log = out / "install.log"
+    rep["install"] = {"python": target.python, "log": str(log), "steps": [], "versions": [],
+                      "locked": lock.closure is not None, "unlocked": False}
+    ui.step(f"verifying {len(lock.components)} wheel(s) against {lock.path}")
+    verify_wheels(lock)
+    if lock.closure is None and opts.allow_unlocked_deps:
+        rep["install"]["unlocked"] = True
+        ui.warn(f"{lock.path} pins no dependencies: they come from the index, unpinned (--allow-unlocked-deps)")
+        return None
+    if lock.closure is not None:
+        ui.step(f"fetching the {len(lock.closure.dists)} locked dependency file(s) (sha256 checked)")
+    return install.stage(lock, target, log)
+
+
+def _prepare(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_python: str | None,
+             staged: install.Staged | None, out: Path, ui: UI, rep: dict[str, Any]) -> install.Target:
+    """Fresh venv, install exactly the lock (hashes required, no index), versions and environment checked
+    against the lock; fills rep["install"] as it goes."""
     if lock is None or not lock.components:
         return target
     log = out / "install.log"
-    info: dict[str, Any] = {"python": target.python, "log": str(log), "steps": [], "versions": []}
-    rep["install"] = info
+    info: dict[str, Any] = rep.setdefault("install", {"python": target.python, "log": str(log), "steps": [],
+                                                      "versions": []})
     if base_python is not None:
-        ui.step(f"verifying {len(lock.components)} wheel(s) against {lock.path}")
-        verify_wheels(lock)
         ui.step(f"creating a fresh venv {target.venv} from {base_python}"
                 + (f" in the {target.name}" if isinstance(target, ContainerTarget) else ""))
         target = target.make_venv(base_python, log)
-        info["steps"] = [s.to_dict() for s in install.install_plan(lock)]
-        install.install(lock, target, log, progress=lambda s: ui.step(
-            f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()))
+        steps = install.install(lock, target, log, progress=lambda s: ui.step(
+            f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()),
+            allow_unlocked=opts.allow_unlocked_deps, staged=staged)
+        info["steps"] = [s.to_dict() for s in steps]
+    where = f"{target.python} in the {target.name}" if isinstance(target, ContainerTarget) else target.python
+    info["environment"] = install.environment(lock, target, log)
     checks = install.check_versions(lock, target, log)
     info["versions"] = [c.to_dict() for c in checks]
-    install.require_versions(checks, f"{target.python} in the {target.name}"
-                             if isinstance(target, ContainerTarget) else target.python)
-    info["environment"] = install.environment(lock, target, log)
-    if base_python is not None:
-        install.require_environment(info["environment"], target.python)
+    install.require_versions(checks, where)
+    install.require_environment(info["environment"], where, installed_here=base_python is not None)
     ui.info(f"installed versions match the lock ({len(checks)} package(s))")
     return target
 
