@@ -28,6 +28,7 @@ from toolchain.errors import TestFailed
 from toolchain.lock import read_lock, verify_wheels
 from toolchain.release.bundle import (
     INSTALL_NAME,
+    REQUIREMENTS_NAME,
     SUMS_NAME,
     publishable,
     stack_epoch,
@@ -91,7 +92,7 @@ def test_bundle_contents_and_checksums(stack, bundles):
     names = sorted(files_under(bundle))
     wheels = sorted(f"wheels/{c.wheel.file}" for c in first.components)
     assert names == sorted([INSTALL_NAME, SUMS_NAME, SBOM_NAME, "patches/pure/0001-mark.patch", "pylock.toml",
-                            "stack.lock.toml", *wheels])
+                            REQUIREMENTS_NAME, "stack.lock.toml", *wheels])
     subprocess.run(["sha256sum", "--check", "--strict", "--quiet", SUMS_NAME], cwd=bundle, check=True, timeout=60)
     lock = read_lock(bundle)
     verify_wheels(lock)
@@ -152,17 +153,21 @@ def test_sbom_is_valid_cyclonedx_with_commits_patches_and_hashes(stack, bundles)
 
 
 def test_documented_install_command_works(bundles, tmp_path):
+    """A lock with no resolved closure: the documented command installs its wheels alone, every sha256
+    required and no index (what they would need beyond them is for `pip check` to name, never a download)."""
     bundle, _ = bundles
     text = (bundle / INSTALL_NAME).read_text()
+    assert "NO resolved closure" in text and "toolchain lock --lock stack.lock.toml" in text
     lines = text.splitlines()
-    command = lines[lines.index("  or with any pip, the wheels in lock order:") + 1].strip()
+    start = lines.index("Install exactly the lock (in this directory, into a fresh venv; every wheel's sha256 is checked):")
+    commands = [shlex.split(line) for line in lines[start + 1:start + 3]]
+    assert commands == [["pip", "install", "--no-index", "--no-deps", "--require-hashes", "-r", REQUIREMENTS_NAME],
+                        ["pip", "check"]]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
-    for part in command.split(" && "):
-        argv = shlex.split(part)
-        assert argv[:2] == ["pip", "install"]
-        subprocess.run(pip + argv[1:] + ["--no-index"], cwd=bundle, check=True, capture_output=True, timeout=300)
+    for argv in commands:
+        subprocess.run(pip + argv[1:], cwd=bundle, check=True, capture_output=True, timeout=300)
     out = subprocess.run([str(venv / "bin" / "python"), "-c",
                           "import pure, stamped._where as w, stamped._stamp as s; "
                           "print(pure.PATCHED, w.where(), s.BUILD_TIME)"],

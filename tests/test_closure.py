@@ -22,8 +22,10 @@ from spine_helpers import Cli, isolated_env
 from support.closure import (
     REPO,
     WHEELHOUSE,
+    build_standin_torch,
     dead_proxy_env,
     demo_variant,
+    free_port,
     served,
     simple_index,
     wheelhouse,
@@ -117,6 +119,114 @@ def test_smoke_install_takes_exactly_the_lock_with_no_network(demo_build, tmp_pa
                                              "print(standin_torch.__version__)"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "2.14.0+xpu", done.stderr
+
+
+FAULT_SERVER = REPO / "tests" / "smoke" / "fault_server.py"
+
+
+def _smoke(cli: Cli, lock: Path, out: Path, *args) -> tuple[int, dict]:
+    """`toolchain smoke` of a demo lock with the smoke tests' fault server as the server; (exit, report.json)."""
+    serve = " ".join(["{python}", str(FAULT_SERVER), "--port", "{port}", "--mode", "healthy",
+                      "--served-model-name", "{model}"])
+    r = cli("smoke", "--lock", lock, "--out", out, "--port", free_port(), "--skip-device-check", "--cases",
+            "models,math", "--ready-timeout", "60", "--serve-cmd", serve, "--json", *args)
+    return r.returncode, (json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {})
+
+
+def _unresolved_copy(demo_build, dest: Path) -> Path:
+    """The demo's lock as a --no-resolve build (or an older toolchain) writes it: no [resolve], no dependencies."""
+    lock_path = _copy_out(demo_build, dest)
+    data = tomlio.load_file(lock_path)
+    del data["resolve"], data["dependencies"]
+    lock_path.write_text(tomlio.dumps(data))
+    assert read_lock(lock_path).closure is None
+    return lock_path
+
+
+def test_smoke_refuses_a_lock_without_closure_unless_unlocked_deps_are_allowed(demo_build, tmp_path):
+    """The index serves the demo's dependencies, so installing them would work: a lock that does not pin them
+    is still an error naming them and `toolchain lock`; --allow-unlocked-deps installs them from the index,
+    and the report says the run was unlocked."""
+    lock_path = _unresolved_copy(demo_build, tmp_path / "out")
+    simple_index(wheelhouse(tmp_path / "wheels"), tmp_path / "index")
+    with served(tmp_path / "index") as url:
+        env = {k: v for k, v in isolated_env(tmp_path).items() if k != "PIP_NO_INDEX"}
+        cli = Cli(tmp_path, env | {"PIP_INDEX_URL": f"{url}/simple"})
+        code, report = _smoke(cli, lock_path, tmp_path / "refused")
+        assert code == 2, report
+        assert "records no resolved closure" in report["error"] and "nothing was downloaded" in report["error"]
+        for need in ("packaging", "tomli", "standin-torch"):
+            assert need in report["error"]
+        log = (tmp_path / "refused" / "install.log").read_text()
+        assert "--no-index --no-deps --require-hashes" in log and "/simple" not in log
+        assert not (tmp_path / "refused" / "smoke").exists()  # nothing was served
+        code, report = _smoke(cli, lock_path, tmp_path / "unlocked", "--allow-unlocked-deps")
+    assert code == 0, report
+    inst = report["install"]
+    assert inst["unlocked"] is True and inst["environment"]["resolved"] is False
+    other = {r["name"]: r for r in inst["environment"]["other"]}
+    assert {"packaging", "tomli"} <= set(other) and other["packaging"]["state"] == "not in lock"
+    assert "**Unlocked:**" in (tmp_path / "unlocked" / "summary.md").read_text()
+
+
+def test_the_installed_environment_against_the_lock_flags_a_different_file(demo_build, tmp_path):
+    """The environment report (pip freeze-like, with each file's sha256) names a dependency that is not the
+    locked file; smoke --no-install from that environment stops before serving."""
+    lock_path = _copy_out(demo_build, tmp_path / "out")
+    lock = read_lock(lock_path)
+    log = tmp_path / "install.log"
+    env = install.create_venv(sys.executable, tmp_path / "venv", log)
+    install.install(lock, env, log)
+    other = build_standin_torch("2.14.0+xpu", tmp_path / "rebuilt-torch")  # same version, another file
+    assert sha256_file(other) != lock.closure.dist("standin-torch").sha256
+    subprocess.run([env.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
+                    str(other)], check=True, timeout=300)
+    report = install.environment(lock, env, log)
+    rows = {r["name"]: r for r in report["locked"]}
+    assert not report["ok"] and rows["standin-torch"]["state"] == "differs"
+    assert rows["standin-torch"]["installed-sha256"] == sha256_file(other)
+    assert all(r["state"] == "ok" for n, r in rows.items() if n != "standin-torch")
+    with pytest.raises(TestFailed) as err:
+        install.require_environment(report, env.python, installed_here=False)
+    assert "standin-torch: differs" in str(err.value) and sha256_file(other) in str(err.value)
+    cli = Cli(tmp_path, isolated_env(tmp_path))
+    code, rep = _smoke(cli, lock_path, tmp_path / "smoke", "--no-install", "--python", env.python)
+    assert code == 1 and "standin-torch: differs" in rep["error"], rep
+    assert "| standin-torch | dependency | 2.14.0+xpu |" in (tmp_path / "smoke" / "summary.md").read_text()
+    assert not (tmp_path / "smoke" / "smoke").exists()
+
+
+def test_verify_repro_installs_the_rebuild_with_the_locks_closure(demo_build, warm, tmp_path):
+    """verify-repro --lock: the rebuilt wheels and the published closure install together into a fresh venv,
+    hashes required and no index (the rebuild resolves nothing); a dependency the lock does not pin fails."""
+    root, cli, build = warm
+    lock_path = _copy_out(demo_build, tmp_path / "out")
+    env = dead_proxy_env()
+
+    def verify(work: str):
+        return cli("verify-repro", "--lock", lock_path, "--cache-dir", root / "cache", "--patches-dir",
+                   REPO / "patches", "--work-dir", tmp_path / work, "--no-diffoscope", "--keep", "--json", env=env)
+
+    r = verify("ok")
+    assert r.returncode == 0, str(r)
+    data = r.json()
+    inst = data["install"]
+    assert data["reproducible"] is True and inst["ok"] is True and inst["dependencies"] == len(DEPS)
+    assert str(lock_path) in inst["closure"] and inst["files"] == len(DEPS) + 3
+    locked = {d.name: d.sha256 for d in read_lock(lock_path).closure.dists}
+    installed = {x["name"]: x for x in inst["installed"]}
+    assert {n: installed[n]["installed-sha256"] for n in DEPS} == locked
+    log = Path(inst["log"]).read_text()
+    assert "--no-index --no-deps --require-hashes" in log and "pip check" in log
+    assert not (tmp_path / "ok" / "rebuild" / "out" / "logs" / "resolve.log").exists()  # nothing re-resolved
+    data = tomlio.load_file(lock_path)
+    data["dependencies"] = [d for d in data["dependencies"] if d["name"] != "tomli"]
+    lock_path.write_text(tomlio.dumps(data))
+    r = verify("missing")
+    assert r.returncode == 1, str(r)
+    inst = r.json()["install"]
+    assert inst["ok"] is False and "tomli" in inst["error"] and "does not pin" in inst["error"]
+    assert r.json()["reproducible"] is True  # the wheels are the same: the closure is what fails
 
 
 def test_a_tampered_dependency_wheel_is_refused(warm, tmp_path):

@@ -214,6 +214,10 @@ def test_demo_recipe_end_to_end(tmp_path, capsys):
                           "--cache-dir", str(shared), "--keep", "--json"], capsys)
     assert code == 0, data
     assert data["ok"] is True and len(data["identical"]) >= 3
+    # the second build's wheels and its closure, installed together: sha256 required, no index, pip check
+    inst = data["install"]
+    assert inst["ok"] is True and inst["dependencies"] == 3 and inst["files"] == len(data["identical"]) + 3
+    assert all(r["installed-sha256"] for r in inst["installed"])
     trees = [sorted((tmp_path / "w" / b / "cache" / "trees").glob("*/")) for b in ("build-1", "build-2")]
     assert trees[0] and trees[1] and set(trees[0]).isdisjoint(trees[1])  # built in different directories
     assert any((shared / "git").iterdir())  # one mirror, shared by both builds

@@ -22,6 +22,7 @@ import pytest
 from smoke_helpers import HERE, free_port
 
 from toolchain.lock import wheel_name_version
+from toolchain.smoke.install import CLOSURE_ARGS
 
 try:  # the same module names as tests/test_container_build.py uses (one copy of the session fixtures)
     from tests.support.container_fixtures import podman_image  # noqa: F401
@@ -129,6 +130,30 @@ def start(name: str, image: str, probe: Path, *extra: str, network: str = "host"
                *mounts(probe), *extra, "--entrypoint", "sleep", image, "infinity")
 
 
+def assert_locked_install(r, lock) -> None:
+    """One `pip install --no-index --no-deps --require-hashes -r` in the container of the requirements file
+    that names every locked file (dependencies, then built wheels) under /toolchain/wheels with its sha256;
+    the environment report (read in the container) has each of them in the locked version and file."""
+    inst = r.report["install"]
+    deps = {d.name: d for d in lock.closure.dists}
+    assert [s["component"] for s in inst["steps"]] == [*deps, *(c.name for c in lock.components)]
+    assert inst["unlocked"] is False and all(s["args"] == list(CLOSURE_ARGS) for s in inst["steps"])
+    pip_lines = [ln for ln in (r.out / "install.log").read_text().splitlines()
+                 if ln.startswith("$ ") and "pip install" in ln]
+    assert len(pip_lines) == 1, pip_lines
+    assert pip_lines[0].startswith("$ podman exec ") and f" {r.report['target']['container']} " in pip_lines[0]
+    assert "--no-index --no-deps --require-hashes" in pip_lines[0]
+    assert pip_lines[0].endswith(" -r /toolchain/wheels/deps/requirements.lock.txt")
+    reqs = (lock.path.parent / "wheels" / "deps" / "requirements.lock.txt").read_text().splitlines()
+    want = [f"/toolchain/wheels/deps/{d.file} --hash=sha256:{d.sha256}" for d in deps.values()]
+    want += [f"/toolchain/wheels/{c.wheel.file} --hash=sha256:{c.wheel.sha256}" for c in lock.components]
+    assert reqs == want
+    env = inst["environment"]
+    assert env["resolved"] and env["ok"], env
+    rows = {x["name"]: x for x in env["locked"]}
+    assert {n: rows[n]["installed-sha256"] for n in deps} == {n: d.sha256 for n, d in deps.items()}
+
+
 # ---- fresh-image mode ----------------------------------------------------------------------------------
 
 def test_fresh_container_installs_the_wheels_and_serves(smoke, fresh, tmp_path, monkeypatch, no_leftovers):
@@ -153,17 +178,11 @@ def test_fresh_container_installs_the_wheels_and_serves(smoke, fresh, tmp_path, 
         labels = json.loads(engine_run("podman", "container", "inspect", "--format", "{{json .Config.Labels}}",
                                        name).stdout)
         assert labels["toolchain"] == "1" and labels["toolchain.role"] == "smoke"
-        # installed inside, in lock order, kernel wheels --no-deps --force-reinstall, versions checked
+        # installed inside: exactly the lock's files (closure and built wheels), hashes required, no index
         inst = r.report["install"]
-        assert [s["component"] for s in inst["steps"]] == [c.name for c in lock.components]
-        assert all(s["args"][-2:] == ["--no-deps", "--force-reinstall"] for s in inst["steps"][1:])
+        assert_locked_install(r, lock)
         assert all(v["ok"] for v in inst["versions"]) and len(inst["versions"]) == len(lock.components)
         assert inst["python"] == "/toolchain/smoke/venv/bin/python"
-        pip_lines = [ln for ln in (r.out / "install.log").read_text().splitlines()
-                     if ln.startswith("$ ") and "pip install" in ln]
-        assert len(pip_lines) == len(lock.components)
-        assert all(ln.startswith("$ podman exec ") and f" {name} " in ln and " /toolchain/wheels/" in ln
-                   for ln in pip_lines), pip_lines
         code = ("import demo_kernels, demo_engine, importlib.metadata as m; "
                 "print(m.version('demo-kernels'), m.version('demo-engine'), demo_kernels.__file__)")
         kernels, engine, where = engine_run("podman", "exec", name, "/toolchain/smoke/venv/bin/python", "-c",
@@ -263,7 +282,7 @@ def test_no_install_checks_the_images_own_interpreter(smoke, fresh, no_leftovers
     assert r.code == 1
     error = json.loads(r.stdout)["error"]
     assert "python3 in the podman container toolchain-smoke-" in error and "nothing was served" in error
-    assert "demo-engine (engine): installed nothing, the lock has 0.2.0+demo" in error
+    assert f"demo-engine (engine): installed nothing, the lock has {locked_version(fresh['lock'], 'engine')}" in error
     assert r.report["install"]["python"] == "python3" and not r.report["install"]["steps"]
     assert tool_containers("podman") == []
 
@@ -284,6 +303,7 @@ def test_exec_mode_installs_and_serves_in_the_running_container(smoke, running, 
     r = smoke("--lock", str(lock.path), *FAST, "--cases", "models,math,restart",
               "--serve-cmd", serve_cmd("healthy", "--env-out", f"{PROBE}/{dump.name}", shell=check))
     assert r.code == 0, r.stdout
+    assert_locked_install(r, lock)  # the staged files reached the container by copy
     target = r.report["target"]
     assert target["mode"] == "container" and target["name"] == f"podman container {name}"
     assert target["image_digest"] == lock.target.image_digest

@@ -74,7 +74,7 @@ def simple_index(wheels: Path, root: Path) -> Path:
     return simple
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -83,7 +83,7 @@ def _free_port() -> int:
 @contextmanager
 def served(root: Path):
     """`python -m http.server` serving `root` on 127.0.0.1; yields the base URL."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
                              "--directory", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -118,6 +118,6 @@ def demo_variant(recipes: Path, name: str, resolve: dict, **overrides) -> Path:
 
 def dead_proxy_env() -> dict[str, str]:
     """Every proxy variable pointing at a closed port: any network access beyond local files fails."""
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     return {k: dead for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")} | {
         "NO_PROXY": "", "no_proxy": ""}

@@ -274,27 +274,38 @@ def install_locked(lock: Lock, target: Target, log: Path, progress=None, *,
 
 
 INSPECT_SCRIPT = r"""
-import json, sys
+import hashlib, json, os, sys
 from importlib import metadata
+from urllib.parse import unquote, urlparse
 out = []
 for d in metadata.distributions():
     name = d.metadata["Name"]
-    sha = ""
+    sha, source = "", ""
     try:
         info = json.loads(d.read_text("direct_url.json") or "{}")
-        sha = (info.get("archive_info", {}).get("hashes") or {}).get("sha256", "")
+        archive = info.get("archive_info", {})
+        sha = (archive.get("hashes") or {}).get("sha256", "") or archive.get("hash", "").partition("sha256=")[2]
+        source = "pip" if sha else ""
+        url = urlparse(info.get("url", ""))
+        path = unquote(url.path)
+        if not sha and url.scheme == "file" and os.path.isfile(path):  # an older pip records no hash
+            with open(path, "rb") as f:
+                sha, source = hashlib.sha256(f.read()).hexdigest(), "file"
     except Exception:
         pass
-    out.append({"name": name, "version": d.version, "sha256": sha})
+    out.append({"name": name, "version": d.version, "sha256": sha, "sha256-from": source})
 print(json.dumps(out))
 """
 
 
 def environment(lock: Lock, target: Target, log: Path | None = None) -> dict:
-    """The installed environment (pip freeze-like, with the sha256 pip recorded for each file) against the
-    lock: every locked distribution with its state (ok, differs, missing), then what is installed besides."""
+    """The installed environment (pip freeze-like, with the sha256 of each file it was installed from: as pip
+    recorded it, or, for an older pip that records none, of the local file its direct_url.json names) against
+    the lock: every locked distribution with its state (ok, differs, missing), then what is installed besides."""
     done = target.run([target.python, "-I", "-c", INSPECT_SCRIPT], capture=True, log=log, timeout=300)
-    installed = {str(canonicalize_name(d["name"])): d for d in json.loads(done.stdout.strip().splitlines()[-1])}
+    installed: dict[str, dict] = {}
+    for d in json.loads(done.stdout.strip().splitlines()[-1]):  # sys.path order: the first one is the one imported
+        installed.setdefault(str(canonicalize_name(d["name"])), d)
     locked: list[tuple[str, str, str, str]] = []  # (name, version, sha256, role)
     for c in lock.components:
         name, version = wheel_name_version(c.wheel.file)
@@ -312,7 +323,8 @@ def environment(lock: Lock, target: Target, log: Path | None = None) -> dict:
             state = "ok"
         rows.append({"name": name, "role": role, "locked": version, "locked-sha256": sha,
                      "installed": have["version"] if have else None,
-                     "installed-sha256": have["sha256"] if have else None, "state": state})
+                     "installed-sha256": have["sha256"] if have else None,
+                     "sha256-from": have["sha256-from"] if have else "", "state": state})
     extra = [{"name": n, "installed": d["version"], "installed-sha256": d["sha256"] or None, "state": "not in lock"}
              for n, d in sorted(installed.items())]
     return {"resolved": lock.closure is not None, "ok": all(r["state"] == "ok" for r in rows),

@@ -137,7 +137,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, target: i
     """Container, device check, install, then the runs (appended to `runs` as they finish)."""
     with contextlib.ExitStack() as stack:
         rep["stage"] = "prepare"
-        staged = _stage(lock, opts, target, base_python, out, ui, rep)
+        staged = _stage(lock, opts, target, base_python, out, ui)
         if isinstance(target, ContainerTarget):
             ui.step(f"starting the serving container ({target.kind}, "
                     f"{target.spec.container or target.spec.image})")
@@ -271,24 +271,20 @@ def _check_devices(opts: SmokeOptions, config: SmokeConfig,
 
 
 def _stage(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_python: str | None, out: Path,
-           ui: UI, rep: dict[str, Any]) -> install.Staged | None:
+           ui: UI) -> install.Staged | None:
     """Before any container: the built wheels checked against their hashes, the locked dependency files
     fetched beside the lock with theirs, and the hashed requirements file written (an exec-mode container
     gets the wheel directory by copy when it starts). None: nothing to install, or --allow-unlocked-deps."""
     if lock is None or not lock.components or base_python is None:
         return None
-    log = out / "install.log"
-    rep["install"] = {"python": target.python, "log": str(log), "steps": [], "versions": [],
-                      "locked": lock.closure is not None, "unlocked": False}
     ui.step(f"verifying {len(lock.components)} wheel(s) against {lock.path}")
     verify_wheels(lock)
     if lock.closure is None and opts.allow_unlocked_deps:
-        rep["install"]["unlocked"] = True
         ui.warn(f"{lock.path} pins no dependencies: they come from the index, unpinned (--allow-unlocked-deps)")
         return None
     if lock.closure is not None:
         ui.step(f"fetching the {len(lock.closure.dists)} locked dependency file(s) (sha256 checked)")
-    return install.stage(lock, target, log)
+    return install.stage(lock, target, out / "install.log")
 
 
 def _prepare(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_python: str | None,
@@ -298,9 +294,10 @@ def _prepare(lock: Lock | None, opts: SmokeOptions, target: install.Target, base
     if lock is None or not lock.components:
         return target
     log = out / "install.log"
-    info: dict[str, Any] = rep.setdefault("install", {"python": target.python, "log": str(log), "steps": [],
-                                                      "versions": []})
+    info: dict[str, Any] = {"python": target.python, "log": str(log), "steps": [], "versions": []}
+    rep["install"] = info
     if base_python is not None:
+        info["unlocked"] = lock.closure is None and opts.allow_unlocked_deps
         ui.step(f"creating a fresh venv {target.venv} from {base_python}"
                 + (f" in the {target.name}" if isinstance(target, ContainerTarget) else ""))
         target = target.make_venv(base_python, log)
