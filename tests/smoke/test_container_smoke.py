@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 from smoke_helpers import HERE, free_port
+from support.closure import build_standin_torch
 
+from toolchain.core.fs import sha256_file
 from toolchain.lock import wheel_name_version
 from toolchain.smoke.install import CLOSURE_ARGS
 
@@ -319,6 +321,36 @@ def test_exec_mode_installs_and_serves_in_the_running_container(smoke, running, 
     assert "fault_server.py" not in ps_in(name)
     assert engine_run("podman", "exec", name, "test", "-e", "/toolchain", check=False).returncode == 1
     print(f"exec-mode smoke: {r.seconds:.1f}s")
+
+
+def test_an_environment_in_the_container_that_differs_from_the_lock_is_flagged(smoke, running, tmp_path,
+                                                                               no_leftovers):
+    """--no-install with a venv in the running container holding the lock's files but another build of the
+    stand-in torch: the environment report (read in the container) names it, and nothing is served."""
+    name, lock = running["name"], running["lock"]
+    other = build_standin_torch("2.14.0+xpu", tmp_path / "other")  # the locked version, another file
+    files = [Path(d.local_path()) for d in lock.closure.dists] + [lock.wheel_path(c) for c in lock.components]
+    engine_run("podman", "exec", name, "mkdir", "-p", "/tmp/envcheck")
+    for f in [*files, other]:
+        engine_run("podman", "cp", str(f), f"{name}:/tmp/envcheck/{f.name}")
+    where = [f"/tmp/envcheck/{f.name}" for f in files]
+    engine_run("podman", "exec", name, "sh", "-c", 'python3 -m venv /tmp/envcheck/v && /tmp/envcheck/v/bin/pip install '
+               '-q --no-index --no-deps "$@" && /tmp/envcheck/v/bin/pip install -q --no-index --no-deps '
+               f'--force-reinstall /tmp/envcheck/{other.name}', "sh", *where)
+    try:
+        r = smoke("--lock", str(lock.path), "--no-install", "--python", "/tmp/envcheck/v/bin/python", *FAST,
+                  "--cases", "models", "--serve-cmd", serve_cmd())
+        assert r.code == 1, r.stdout
+        error = json.loads(r.stdout)["error"]
+        assert "standin-torch: differs" in error and sha256_file(other) in error and "nothing was served" in error
+        rows = {x["name"]: x for x in r.report["install"]["environment"]["locked"]}
+        assert rows["standin-torch"]["state"] == "differs"
+        assert rows["standin-torch"]["installed-sha256"] == sha256_file(other)
+        assert all(x["state"] == "ok" for n, x in rows.items() if n != "standin-torch"), rows
+        assert "| standin-torch | dependency |" in (r.out / "summary.md").read_text()
+        assert not (r.out / "smoke").exists()
+    finally:
+        engine_run("podman", "exec", name, "rm", "-rf", "/tmp/envcheck", check=False)
 
 
 def test_exec_mode_needs_a_reachable_container(smoke, running, no_leftovers):
