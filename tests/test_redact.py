@@ -138,3 +138,18 @@ def test_a_recipe_cannot_carry_a_secret(ws, tiny_repo):
     assert "components.tiny.env.TINY_API_TOKEN: looks like a secret" in r.json()["error"]
     assert INVOKER_SECRET not in r.output  # not even echoed back
     assert ws.snapshot() == before
+
+
+def test_toml_text_holding_a_secret_is_never_remembered_on_disk(tmp_path):
+    from toolchain.core.redact import holds_secret
+    from toolchain.core.toml import dumps_remembered
+
+    plain = {"components": {"a": {"url": "https://example.invalid/a.git", "env": {"MAX_JOBS": "2"}}}}
+    secret = {"components": {"a": {"url": f"https://oauth2:{INVOKER_SECRET}@example.invalid/a.git"}}}
+    named = {"components": {"a": {"env": {"HF_TOKEN": INVOKER_SECRET}}}}
+    assert not holds_secret(plain) and holds_secret(secret) and holds_secret(named)
+    for data in (plain, secret, named):
+        assert INVOKER_SECRET in dumps_remembered(data, tmp_path / "memo") or data is plain
+    kept = [p.read_text() for p in (tmp_path / "memo").rglob("*") if p.is_file()]
+    assert any("example.invalid/a.git" in t for t in kept)  # the plain text was remembered
+    assert not [t for t in kept if INVOKER_SECRET in t]

@@ -75,6 +75,19 @@ def redact_data(value: Any) -> Any:
     return value
 
 
+def holds_secret(value: Any) -> bool:
+    """Whether nested data carries a secret: a credential or secret assignment in any string (keys too), or
+    a value under a secret-named key (an env table's HF_TOKEN)."""
+    if isinstance(value, str):
+        return redact_text(value) != value
+    if isinstance(value, Mapping):
+        return any(holds_secret(k) or (isinstance(k, str) and is_secret(k) and isinstance(v, str) and v != MASK
+                                       and len(v) >= _MIN_SECRET_LEN) or holds_secret(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(holds_secret(v) for v in value)
+    return False
+
+
 def without_credentials(url: str) -> str:
     """`url` with any userinfo removed: what names a repository whoever authenticates (readable parts of
     file names are made from this; a hash of the full URL still tells credentials apart)."""

@@ -31,11 +31,16 @@ def dumps(data: dict[str, Any]) -> str:
 
 def dumps_remembered(data: dict[str, Any], memo_dir: Path) -> str:
     """`dumps(data)`, remembered under `memo_dir` while the writer (tomlkit, this module) is the same file.
-    Keyed by `repr(data)`: it tells 1 from 1.0 and True, keeps key order, and names dates by type."""
+    Keyed by `repr(data)`: it tells 1 from 1.0 and True, keeps key order, and names dates by type. Data
+    holding a secret (a credentialed URL, a secret-named value) is written each time, never remembered."""
     import importlib.util
 
     from toolchain.core.fs import sha256_bytes
     from toolchain.core.memo import remembered
+    from toolchain.core.redact import holds_secret
+
+    if holds_secret(data):  # text holding a secret is never written to the cache
+        return dumps(data)
 
     spec = importlib.util.find_spec("tomlkit")
     writer = [spec.origin, __file__] if spec and spec.origin else None
