@@ -346,8 +346,9 @@ class Container:
         pidfile = "" if self.owned or user else f"{PIDS}/{uuid.uuid4().hex}"
         full, engine_env = self.engine.exec_argv(self.id, argv, env=env, cwd=cwd, user=user, pidfile=pidfile)
         try:
-            return run(full, env=merge_env(os.environ, engine_env), log=log, capture=capture, check=check,
+            done = run(full, env=merge_env(os.environ, engine_env), log=log, capture=capture, check=check,
                        timeout=timeout, verbose=verbose)
+            return _missing_program_is_127(done)
         except BaseException as exc:
             if pidfile and (isinstance(exc, CommandTimeout) or not isinstance(exc, CommandFailed)):
                 with NoSigint():
@@ -374,6 +375,15 @@ class Container:
         """The contents of directory `inside` into `host`, owned by the invoking user (the sudo caller)."""
         self.engine.query("cp", f"{self.id}:{inside}/.", f"{host}/", check=True, timeout=None)
         give_to_invoking_user(host)
+
+
+def _missing_program_is_127(done: Completed) -> Completed:
+    """A program missing in the container is exit 127 with the reason in stderr, as on the host and in podman:
+    docker's exec answers 126 ("OCI runtime exec failed: ... executable file not found"), on stdout."""
+    said = done.stderr + done.stdout
+    if done.returncode == 126 and "executable file not found" in said:
+        return replace(done, returncode=127, stderr=said, started=False)
+    return done
 
 
 def _engine_reads(name: str) -> bool:
