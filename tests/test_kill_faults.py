@@ -166,21 +166,25 @@ def test_sigkill_at_random_moments_of_every_phase_then_the_next_build_is_a_clean
 
 @pytest.mark.slow
 def test_a_fetch_killed_midway_leaves_a_mirror_that_is_fetched_again_before_use(tmp_path):
-    """The wedge of the issue: objects without refs made every later build fail `git describe`."""
+    """The wedge of the issue: objects without refs made every later build fail `git describe`. A new mirror
+    is cloned into a temporary directory renamed into place only when whole, so a kill while its objects
+    arrive leaves no mirror under the final name (and never one with objects but no refs)."""
     repo = _describe_repo(tmp_path / "repos" / "tiny", blob_bytes=8 << 20)
     ws = _workspace(tmp_path / "ws", repo)
     clean = _wheels(ws.build("r", "clean", cache=tmp_path / "clean-cache"))
     proc = ws.cli.start("build", "--recipe", "r", "--out", ws.root / "killed", "--cache-dir", ws.cache, "--json")
     deadline = time.monotonic() + 60
-    while not list((ws.cache / "git").glob("*.git/objects/??/*")):  # loose objects arriving (a small fetch)
+    git_dir = ws.cache / "git"
+    while not (list(git_dir.glob("*/objects/??/*")) or list(git_dir.glob("*/objects/pack/tmp_*"))):
+        # loose objects (a small fetch) or a pack being written (a clone) arriving
         assert proc.poll() is None and time.monotonic() < deadline, "the fetch was not seen writing objects"
         time.sleep(0.002)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
-    (mirror,) = (ws.cache / "git").glob("*.git")
-    refs = subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref", "refs/heads", "refs/tags"],
-                          capture_output=True, text=True).stdout
-    assert refs == ""  # killed with objects arriving and no refs: the state that used to wedge every build
+    for mirror in (ws.cache / "git").glob("*.git"):  # a mirror under its final name is a whole one
+        refs = subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref", "refs/heads", "refs/tags"],
+                              capture_output=True, text=True).stdout
+        assert refs != "", f"{mirror}: objects without refs, the state that used to wedge every build"
     assert _wheels(ws.build("r", "after")) == clean
 
 
