@@ -88,6 +88,7 @@ def test_background_stop_escalates_to_the_whole_group(tmp_path):
                          "--children", "2", "--stubborn-children", "--pid-file", str(pids)], log=log)
     with server:
         wait_for(log, "engine worker ready", 2)
+        wait_for(log, "INFO: Uvicorn running")  # the leader serves (its Ctrl-C handling is in place)
         members = json.loads(pids.read_text())
         assert members["pgid"] == server.pid and server.alive() and server.group_alive()
         code = server.stop(grace=1.0)
