@@ -269,8 +269,7 @@ class Registry:
             raise RemoteError(f"{self.where.host}: TLS failed while {what} (is it a plain-HTTP registry?)",
                               hint=self._insecure_hint()) from None
         except requests.exceptions.RequestException as exc:  # refused, reset, broken off, silent, bad answer
-            if isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc).lower():  # (urllib3 may
-                # report a read timeout on a pooled connection as a ConnectionError)
+            if _timed_out(exc):  # (urllib3 may report a read timeout on a pooled connection as a ConnectionError)
                 raise RemoteError(f"{self.where.host} did not answer within {self.settings.timeout:g}s while {what}",
                                   hint=f"a slow registry is skipped; raise [cache] timeout or ${ENV_TIMEOUT}") from None
             raise RemoteError(f"cannot reach the registry {self.where.host} while {what}: {_reason(exc)}",
@@ -434,6 +433,25 @@ def _read_limited(r: Any, limit: int, what: str) -> bytes:
         if len(data) > limit:
             raise Refused(f"{what} is larger than {limit} bytes")
     return data
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a request failed because the registry did not answer in time: a Timeout, or a connection error
+    wrapping a TimeoutError (urllib3's `ProtocolError('Connection aborted.', TimeoutError())`, whose text may
+    not say "timed out"), found through the exception's arguments, cause and context."""
+    import requests
+
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (requests.exceptions.Timeout, TimeoutError)) or "timed out" in str(e).lower():
+            return True
+        todo += [*e.args, e.__cause__, e.__context__]
+    return False
 
 
 def _reason(exc: BaseException) -> str:
