@@ -326,10 +326,10 @@ def test_an_unusable_registry_is_one_warning_and_a_local_build(case, registry, w
         r2 = ws.build("r", "o1")  # nothing missing locally: the registry is not even asked
     finally:
         listener.close()
-    assert r.returncode == 0 and sources(r) == ["built"] * 3, str(r)
+    assert r.returncode == 0 and sources(r) == ["built"] * 3 and len(warnings(r)) == 1, str(r)
     (w,) = warnings(r)
     assert {"down": "cannot reach the registry", "silent": "did not answer within 2s",
-            "not-opted-in": "TLS failed"}[case] in w
+            "not-opted-in": "TLS failed"}[case] in w, str(r)
     if case == "not-opted-in":
         assert f"TOOLCHAIN_REMOTE_INSECURE={registry.address}" in w
     assert r2.returncode == 0 and sources(r2) == ["local-cache"] * 3, str(r2)
@@ -352,6 +352,33 @@ def test_two_builders_pushing_the_same_key_at_once(registry, ws, make_repo, tmp_
     r = ws.build("r", "o3", cache=tmp_path / "c3")  # whichever manifest won, it is a whole, valid entry
     assert r.returncode == 0 and sources(r) == ["remote-cache"] * 2 and warnings(r) == [], str(r)
     assert [c["sha256"] for c in r.json()["components"]] == [c["sha256"] for c in results[0].json()["components"]]
+
+
+def test_a_blob_link_rewritten_under_the_manifest_push_is_uploaded_again(registry, ws, tiny_repo, tmp_path):
+    """What two builders pushing one wheel at once do to a `distribution` registry on filesystem storage: one
+    rewrites a blob's link (truncate, then write) while the other's manifest PUT looks it up, and the registry
+    answers 400 MANIFEST_BLOB_UNKNOWN for a blob it holds. Here the links are emptied right before the first
+    manifest PUT reaches the registry; the push uploads what the registry no longer sees and retries."""
+    tiny_ws(ws, {"tiny": tiny_repo})
+    layers = registry.storage / "docker/registry/v2/repositories/team/wheels/_layers/sha256"
+    emptied: list[str] = []
+
+    def relink(method: str, path: str) -> None:
+        if method == "PUT" and "/manifests/" in path and not emptied:
+            for link in sorted(layers.glob("*/link")):
+                link.write_bytes(b"")
+                emptied.append(link.parent.name)
+
+    with CutProxy(registry, lambda method, path: False, before=relink) as px:
+        url = f"oci://{px.address}/team"
+        r = ws.build("r", "o1", "--push", "--remote-cache", url, "--remote-insecure")
+    assert len(emptied) >= 2, emptied  # the wheel, its metadata, the empty config...
+    assert r.returncode == 0 and warnings(r) == [], str(r)
+    assert r.json()["components"][0]["pushed"] is True
+    assert all(len((layers / d / "link").read_bytes()) > 0 for d in emptied)
+    r = ws.build("r", "o2", "--remote-cache", f"oci://{registry.address}/team", "--remote-insecure",
+                 cache=tmp_path / "c2")
+    assert r.returncode == 0 and sources(r) == ["remote-cache"] and warnings(r) == [], str(r)
 
 
 # ---- settings and credentials (no registry) -------------------------------------------------------------------

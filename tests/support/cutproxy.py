@@ -8,6 +8,9 @@ HTTP/1.1 with keep-alive is followed request by request (Content-Length bodies: 
 client under test send). For a matching GET the registry's answer is forwarded up to half of its body; for a
 matching PUT/PATCH/POST half of the request body reaches the registry. Then the registry is killed (SIGKILL)
 and both connections are closed.
+
+`before(method, path)`, when given, runs before each request is forwarded (to change the registry's storage at
+a known point, as a concurrent writer would) and `cut` may then be a function that never matches.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ def _length(head: bytes) -> int:
 
 
 class CutProxy:
-    def __init__(self, registry, cut: Callable[[str, str], bool]) -> None:
-        self.registry, self.cut = registry, cut
+    def __init__(self, registry, cut: Callable[[str, str], bool],
+                 before: Callable[[str, str], None] | None = None) -> None:
+        self.registry, self.cut, self.before = registry, cut, before
         self.cut_done = threading.Event()
         self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.server.bind(("127.0.0.1", 0))
@@ -97,6 +101,8 @@ class CutProxy:
                     upstream.sendall(head + body[: len(body) // 2])
                     self._kill()
                     return
+                if self.before is not None:
+                    self.before(method.decode(), path.decode())
                 upstream.sendall(head + body)
                 rhead, u_pending = _read_head(upstream, u_pending)
                 if not rhead:

@@ -71,6 +71,7 @@ TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"
 A = "vnd.xpu-toolchain."  # our annotations: A + "component", "commit", ...
 PREFETCH_JOBS = 4  # downloads at once
+BLOB_UNKNOWN_RETRIES = 4  # manifest PUTs retried (0.1, 0.2, 0.4, 0.8 s apart) while another writer relinks a blob
 MAX_MANIFEST, MAX_META, MAX_LOG = 4 << 20, 4 << 20, 256 << 20
 WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
 
@@ -370,27 +371,53 @@ class Registry:
         """Upload `files` ((path, media type), blobs first) and then the manifest tagged `tag`; its digest."""
         import oras.oci  # type: ignore[import-untyped]
 
-        layers = []
-        for path, media_type in files:
-            layer = oras.oci.NewLayer(str(path), media_type=media_type)
-            layer["annotations"] = {TITLE: path.name}
-            self._upload(path, layer)
-            layers.append(layer)
         work.mkdir(parents=True, exist_ok=True)
         empty = work / f".empty-{os.urandom(16).hex()}.json"
         empty.write_bytes(EMPTY)
         try:
+            blobs = []
+            for path, media_type in files:
+                layer = oras.oci.NewLayer(str(path), media_type=media_type)
+                layer["annotations"] = {TITLE: path.name}
+                blobs.append((path, layer))
             config = {"mediaType": MT_EMPTY, "digest": "sha256:" + hashlib.sha256(EMPTY).hexdigest(),
                       "size": len(EMPTY)}
-            self._upload(empty, config)
+            blobs.append((empty, config))
+            for path, layer in blobs:
+                self._upload(path, layer)
+            manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
+                        "config": config, "layers": [layer for _, layer in blobs[:-1]], "annotations": annotations}
+            body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+            self._put_manifest(tag, body, blobs)
         finally:
             empty.unlink(missing_ok=True)
-        manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
-                    "config": config, "layers": layers, "annotations": annotations}
-        body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-        self._request("PUT", f"{self.base}/manifests/{tag}", what=f"pushing the manifest of {tag[:16]}",
-                      ok=(200, 201), data=body, headers={"Content-Type": OCI_MANIFEST})
         return "sha256:" + hashlib.sha256(body).hexdigest()
+
+    def _put_manifest(self, tag: str, body: bytes, blobs: list[tuple[Path, dict[str, Any]]]) -> None:
+        """PUT the manifest. A registry whose blob links another writer is rewriting at the same moment (two
+        builders pushing one wheel: the filesystem storage of `distribution` truncates and rewrites the
+        link) answers 400 MANIFEST_BLOB_UNKNOWN for a blob it holds; upload what it does not see, then retry."""
+        what = f"pushing the manifest of {tag[:16]}"
+        for attempt in range(BLOB_UNKNOWN_RETRIES + 1):
+            r = self._request("PUT", f"{self.base}/manifests/{tag}", what=what, ok=(200, 201, 400), data=body,
+                              headers={"Content-Type": OCI_MANIFEST})
+            if r.status_code != 400:
+                return
+            said = _read_limited(r, MAX_MANIFEST, what).decode(errors="replace")
+            r.close()
+            if "BLOB_UNKNOWN" not in said or attempt == BLOB_UNKNOWN_RETRIES:
+                raise RemoteError(f"{self.where.host} answered HTTP 400 while {what}: {_error_codes(said)}")
+            time.sleep(0.1 * 2 ** attempt)
+            for path, layer in blobs:
+                if not self._has_blob(layer["digest"]):
+                    self._upload(path, layer)
+
+    def _has_blob(self, digest: str) -> bool:
+        """Whether the registry serves the blob now (a link caught empty mid-rewrite is a 500: not served)."""
+        r = self._request("HEAD", f"{self.base}/blobs/{digest}", what=f"looking up blob {digest[7:23]}",
+                          ok=(200, 404, 500))
+        r.close()
+        return r.status_code == 200
 
     def _upload(self, path: Path, layer: dict[str, Any]) -> None:
         what = f"uploading {path.name}"
@@ -424,6 +451,15 @@ class Registry:
         if component:
             found = [e for e in found if e.annotations.get(A + "component") == component]
         return sorted(found, key=lambda e: (e.annotations.get(CREATED, ""), e.key))
+
+
+def _error_codes(body: str) -> str:
+    """The OCI error codes of an error body ("MANIFEST_BLOB_UNKNOWN, ..."), or its start when it has none."""
+    try:
+        codes = [str(e.get("code")) for e in json.loads(body).get("errors", []) if isinstance(e, dict)]
+    except (ValueError, AttributeError):
+        codes = []
+    return ", ".join(codes) if codes else (body.strip()[:200] or "no reason given")
 
 
 def _read_limited(r: Any, limit: int, what: str) -> bytes:
