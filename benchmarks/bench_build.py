@@ -9,7 +9,8 @@
 3. where a warm no-op spends its time: the costliest imports (`-X importtime`) and a cProfile's top lines.
 4. checking a pinned commit out of the mirror against a fresh `git clone` + checkout, on a generated
    repository of 2,000 files and 300 commits: a first checkout from the mirror (no prepared tree yet), and
-   the prepared tree a build gets when the same commit is built again.   goal: >= 2x, and >= 10x on reuse
+   the prepared tree a build gets when the same commit is built again (after what an in-tree build leaves
+   behind: build/, *.egg-info, byte code, a second later).              goal: >= 2x, and >= 10x on reuse
    The same again on a repository shaped like the real ones by its history (2,000 files, 20,000 commits,
    made with `git fast-import`): vLLM has tens of thousands of commits, and there a fresh clone pays for
    the history while a checkout from the mirror borrows it (`--shared`).
@@ -27,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks.measure import (
@@ -195,6 +197,21 @@ def resolution(cache: Path, out: Path, env: dict[str, str], rounds: int) -> None
     print(f"  the resolution step alone {a1.describe()}")
 
 
+def leave_build_output(tree: Path, files: int = 200) -> None:
+    """What an in-tree `pip wheel` leaves in a source tree (build/lib copies, *.egg-info, byte code), a second
+    later (a build takes at least that: git re-reads files written in the second its index was)."""
+    sources = sorted(p for p in tree.rglob("*.py") if ".git" not in p.parts)[:files] or \
+        sorted(p for p in tree.rglob("*") if p.is_file() and ".git" not in p.parts)[:files]
+    for src in sources:
+        rel = src.relative_to(tree)
+        for dest in (tree / "build" / "lib" / rel, tree / rel.parent / "__pycache__" / (rel.name + ".pyc")):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+    (tree / "bench.egg-info").mkdir(exist_ok=True)
+    (tree / "bench.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: bench\n")
+    time.sleep(1.1)
+
+
 def checkouts(base: Path, rounds: int, shape: str = "2,000 files, 300 commits", history: bool = False) -> None:
     remote = base / ("history.git" if history else "big.git")
     commit = make_history_repo(remote) if history else make_big_repo(remote)
@@ -215,13 +232,14 @@ def checkouts(base: Path, rounds: int, shape: str = "2,000 files, 300 commits", 
             with trees.tree(url, commit):
                 pass
         first.append(timed(checkout))
+        leave_build_output(trees.root / trees.key(commit, (), ""))  # as the build that follows a checkout
         again.append(timed(checkout))
     f, a, b = statistics.median(fresh), statistics.median(first), statistics.median(again)
     print(f"checkout of a pinned commit ({shape}), median of {rounds} (ranges in brackets):")
-    print(f"  fresh git clone + checkout        {f:7.3f} s  ({min(fresh):.3f}-{max(fresh):.3f})")
-    print(f"  from the mirror, first time       {a:7.3f} s  ({min(first):.3f}-{max(first):.3f})   "
+    print(f"  fresh git clone + checkout                   {f:7.3f} s  ({min(fresh):.3f}-{max(fresh):.3f})")
+    print(f"  from the mirror, first time                  {a:7.3f} s  ({min(first):.3f}-{max(first):.3f})   "
           f"{ratio(f, a)} faster   (goal >= 2x)")
-    print(f"  prepared tree, built again        {b:7.3f} s  ({min(again):.3f}-{max(again):.3f})   "
+    print(f"  prepared tree again, build output cleaned    {b:7.3f} s  ({min(again):.3f}-{max(again):.3f})   "
           f"{ratio(f, b)} faster   (goal >= 10x)")
 
 

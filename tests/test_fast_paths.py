@@ -200,7 +200,9 @@ def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
 
 NOT_ON_THE_WARM_PATH = ("tomlkit", "packaging.utils", "packaging.tags", "packaging.requirements", "rich",
                         "jsonschema", "requests", "cyclonedx", "uv", "importlib.metadata", "toolchain.target.container",
-                        "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib")
+                        "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib",
+                        "toolchain.build.regauth")
+NOT_IMPORTED_WITHOUT_A_REMOTE = {"toolchain.build.remote"}  # the client (build/remotespec.py decides without it)
 
 # The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.
 AUDITED = """
@@ -229,6 +231,7 @@ def test_a_warm_no_op_starts_no_process_imports_no_writer_and_rewrites_nothing(w
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "toolchain.pipeline" in imported  # the measurement saw the build
     assert sorted(m for m in imported if m.startswith(NOT_ON_THE_WARM_PATH)) == []
+    assert imported & NOT_IMPORTED_WITHOUT_A_REMOTE == set()
     assert started.read_text() == ""  # no git, no probe, no resolver: no process at all
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(out.iterdir()) if p.is_file()} == before
 

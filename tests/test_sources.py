@@ -164,6 +164,48 @@ def test_a_checkout_shares_the_mirror_objects_and_keeps_tags(tmp_path, make_repo
         assert (tree / "NEWS").read_text() == "2\n"
 
 
+def test_a_prepared_tree_is_reused_after_a_build_and_prepared_again_when_its_tracked_state_moved(tmp_path,
+                                                                                                make_repo):
+    from toolchain.sources.trees import SourceTrees
+
+    repo = make_repo("tiny", "tiny")
+    second = repo.commit("second", {"NEWS": "2\n"})
+    mirrors = Mirrors(tmp_path / "cache")
+    mirrors.ensure(repo.url, second)
+    trees = SourceTrees(tmp_path / "cache", mirrors)
+
+    def use(mark: bool = False) -> tuple[Path, bool]:
+        """(the tree, whether it is the one prepared before: a marker inside its .git survived)"""
+        with trees.tree(repo.url, second) as tree:
+            kept = (tree / ".git" / "marker").exists()
+            (tree / ".git" / "marker").write_text("")
+            return tree, kept
+
+    tree, kept = use()
+    assert not kept
+    assert use()[1]  # untouched
+    for leftover in ("build/lib/tiny/__init__.py", "tiny.egg-info/PKG-INFO", "tiny/__pycache__/x.pyc"):
+        (tree / leftover).parent.mkdir(parents=True, exist_ok=True)
+        (tree / leftover).write_text("what a build leaves\n")
+    assert use()[1]  # what a build leaves is cleaned away; the tree is kept
+    assert not (tree / "build").exists() and not (tree / "tiny.egg-info").exists()
+    assert not (tree / "tiny" / "__pycache__").exists()
+    moved = {
+        "a tracked file edited, same size": lambda: (tree / "NEWS").write_text("3\n"),
+        "an edit staged": lambda: ((tree / "NEWS").write_text("staged\n"),
+                                   subprocess.run(["git", "-C", str(tree), "add", "NEWS"], check=True)),
+        "a tracked file deleted": lambda: (tree / "NEWS").unlink(),
+        "HEAD moved": lambda: subprocess.run(["git", "-C", str(tree), "checkout", "-q", "--detach", "HEAD~1"],
+                                             check=True),
+    }
+    for what, change in moved.items():
+        change()
+        tree, kept = use()
+        assert not kept, what
+        assert (tree / "NEWS").read_text() == "2\n", what
+        assert use()[1], what
+
+
 def test_a_prepared_tree_edited_by_hand_is_prepared_again(ws, make_repo):
     repo = make_repo("tiny", "tiny")
     ws.recipe("r", recipe_data({"tiny": component(repo)}))

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.build import ccache
 from toolchain.build.abi import BuiltAgainst, probe_built_against
@@ -20,13 +21,16 @@ from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
 from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_result
 from toolchain.build.plan import ComponentPlan, Plan
-from toolchain.build.remote import RemoteCache, RemoteRequest, entry_annotations, open_remote
+from toolchain.build.remotespec import RemoteRequest, open_remote
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
 from toolchain.target.base import Extra
+
+if TYPE_CHECKING:
+    from toolchain.build.remote import RemoteCache
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
     else:
         ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
     pushed = source != "remote-cache" and remote is not None and remote.push(
-        entry, entry_annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
+        entry, _annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
     meta = entry.meta
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
                           float(meta.get("build_seconds", 0.0)), cached, log,
@@ -144,6 +148,12 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                           tuple(BuiltAgainst.from_dict(d) for d in meta.get("built_against", ())),
                           CacheReport.from_dict(meta.get("compiler_cache")), BuildMetrics.from_dict(meta.get("metrics")),
                           int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")))
+
+
+def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:
+    from toolchain.build.remote import entry_annotations  # (the client is imported only with a remote)
+
+    return entry_annotations(plan, cp, entry)
 
 
 def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:

@@ -67,7 +67,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from toolchain.build.remote import RemoteRequest, resolve_settings
+    from toolchain.build.remotespec import RemoteRequest, resolve_settings
     from toolchain.recipe.cachespec import CacheSpec
 
     spec = CacheSpec()

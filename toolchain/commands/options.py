@@ -131,7 +131,7 @@ def option_strings(parsers: Iterable[argparse.ArgumentParser]) -> list[str]:
 
 def remote_request(args: argparse.Namespace) -> Any:
     """--remote-cache, --push and --remote-insecure as the build stage takes them (build/remote.py)."""
-    from toolchain.build.remote import RemoteRequest
+    from toolchain.build.remotespec import RemoteRequest
 
     return RemoteRequest(url=getattr(args, "remote_cache", None), push=getattr(args, "push", None),
                          insecure=getattr(args, "remote_insecure", False))

@@ -2,8 +2,9 @@
 
 A tree lives at `<cache>/trees/<key>` (key: commit, patches). It is used under its flock; before each use it
 is cleaned (`git clean -ffdx`) and checked: HEAD is the commit, the index holds exactly the patched state,
-and the working tree matches the index. Anything else (a build killed half-way that edited tracked files,
-a hand edit) makes it be prepared again from the mirror.
+and the working tree matches the index (the first use checks each, and records the tree's `git status` that
+later uses compare with). Anything else (a build killed half-way that edited tracked files, a hand edit)
+makes it be prepared again from the mirror.
 """
 
 from __future__ import annotations
@@ -49,16 +50,30 @@ class SourceTrees:
         if not (path / ".git").exists() or not state.is_file():
             return False
         expected = json.loads(state.read_text())
-        # Fast path: one `git status` (HEAD, index, working tree, untracked and ignored files) that reads
-        # exactly as it did when the tree was prepared means nothing touched it.
-        if expected.get("status") is not None and _status(path) == expected["status"]:
-            return expected["commit"] == commit
+        if expected["commit"] != commit:
+            return False
+        # One `git status` (HEAD, index, working tree, untracked and ignored files) that reads exactly as it
+        # did when the tree was prepared means nothing touched it. After a build it differs by what the build
+        # left (build/, *.egg-info): those are cleaned away, and the same status again means the tracked
+        # state is untouched (its lines carry the index's object names, and HEAD's).
+        if expected.get("status") is not None:
+            if _status(path) == expected["status"]:
+                return True
+            git(["clean", "-ffdxq"], cwd=path, check=False)
+            return _status(path) == expected["status"]
+        # First use after preparing: the whole check, then its status is recorded for the uses after it. (Not
+        # recorded when prepared: files written in the same second as the index are re-read by the next
+        # `git status`, which would cost every first checkout a second read of every file.)
         git(["clean", "-ffdxq"], cwd=path, check=False)
         head = git(["rev-parse", "HEAD"], cwd=path, check=False).stdout.strip()
         staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=path, check=False)
-        unstaged = git(["diff", "--quiet"], cwd=path, check=False)
-        return (head == commit == expected["commit"] and unstaged.returncode == 0
-                and sha256_bytes(staged.stdout.encode()) == expected["staged"])
+        if not (head == commit and sha256_bytes(staged.stdout.encode()) == expected["staged"]):
+            return False
+        status = _status(path)  # (also refreshes the index: the stat data of files is trusted from now on)
+        if status is None or git(["diff", "--quiet"], cwd=path, check=False).returncode != 0:
+            return False
+        atomic_write_text(state, json.dumps({**expected, "status": status}))
+        return True
 
     def _prepare(self, url, commit, patches, subdir, what, path: Path, state: Path, log) -> None:
         state.unlink(missing_ok=True)
@@ -76,8 +91,7 @@ class SourceTrees:
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
             # The clone's alternates point at the mirror by absolute path; the tree moves, the mirror doesn't.
-            atomic_write_text(state, json.dumps({"commit": commit, "staged": sha256_bytes(staged.encode()),
-                                                 "status": _status(path)}))
+            atomic_write_text(state, json.dumps({"commit": commit, "staged": sha256_bytes(staged.encode())}))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
