@@ -454,6 +454,91 @@ def git_http(tmp_path):
         server.server_close()
 
 
+@pytest.fixture
+def slow_git_http(tmp_path):
+    """A dumb-HTTP git server on 127.0.0.1 that answers each request 0.3 s late (a network remote's latency)
+    and records which repositories it served at the same time (git itself asks for one repository's objects
+    in parallel requests, so only different repositories at once tell that clones overlapped)."""
+    import functools
+    import threading
+    import time
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path / "served"
+    root.mkdir()
+    seen: dict = {"in-flight": [], "together": set(), "paths": []}  # together: repositories served at once
+    lock = threading.Lock()
+
+    class Slow(SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            repo = self.path.split("/")[1]
+            with lock:
+                seen["together"].update(frozenset({repo, other}) for other in seen["in-flight"] if other != repo)
+                seen["in-flight"].append(repo)
+                seen["paths"].append(self.path)
+            try:
+                time.sleep(0.3)
+                super().do_GET()
+            finally:
+                with lock:
+                    seen["in-flight"].remove(repo)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Slow, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield root, server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _serve(repo, root: Path) -> None:
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo.path), str(root / f"{repo.path.name}.git")],
+                   check=True)
+    subprocess.run(["git", "update-server-info"], cwd=root / f"{repo.path.name}.git", check=True)
+
+
+def test_a_cold_stack_fetches_its_sources_at_once_and_a_bad_pin_stops_it_before_any_compile(ws, make_repo,
+                                                                                           slow_git_http):
+    """Three components and a FetchContent dependency behind a remote with latency: their mirrors are fetched
+    at the same time (the server sees requests overlap), not one after the other; the stack builds. A pin the
+    remote lacks, in the last component, stops the build before the first component compiles."""
+    root, port, seen = slow_git_http
+    repos = [make_repo(n, "tiny") for n in ("one", "two", "three")]
+    dep = make_repo("dep")
+    dep.commit("the pinned header", {"include/dep.h": "#define DEP 1\n"})
+    for repo in (*repos, dep):
+        _serve(repo, root)
+    base = f"http://127.0.0.1:{port}/"
+    comps = {r.path.name: component(r, url=FAKE_BASE + r.path.name + ".git", dist="tiny") for r in repos}
+    comps["three"]["fetchcontent"] = [{"name": "dep", "url": FAKE_BASE + "dep.git", "commit": dep.head()}]
+    ws.recipe("r", recipe_data(comps))
+    r = ws.build("r", "out", "--mirror", f"{FAKE_BASE}={base}")
+    assert r.returncode == 0, str(r)
+    assert [c["source"] for c in r.json()["components"]] == ["built"] * 3
+    assert {p.split("/")[1] for p in seen["paths"]} == {"one.git", "two.git", "three.git", "dep.git"}
+    assert len(seen["together"]) >= 2, seen  # the clones overlapped
+
+    missing = "0" * 40
+    comps["three"]["commit"] = missing
+    changed = comps["one"]["commit"] = repos[0].commit("one: a change to compile", {"tiny/extra.py": "X = 1\n"})
+    served_one = root / "one.git"
+    subprocess.run(["git", "fetch", "--quiet", str(repos[0].path), "+refs/heads/*:refs/heads/*"], cwd=served_one,
+                   check=True)
+    subprocess.run(["git", "update-server-info"], cwd=served_one, check=True)
+    ws.recipe("r", recipe_data(comps))
+    entries = sorted(ws.cache.rglob("entry.json"))
+    r = ws.build("r", "out2", "--mirror", f"{FAKE_BASE}={base}")
+    assert r.returncode == 2, str(r)
+    assert f"components.three.commit: commit {missing} is not in {FAKE_BASE}three.git" in r.json()["error"]
+    assert sorted(ws.cache.rglob("entry.json")) == entries  # nothing was compiled, one included
+    assert not (ws.root / "out2" / "logs" / "one.log").exists()  # its build never started
+    assert mirror_git(ws.cache, FAKE_BASE + "one.git", "cat-file", "-t", changed) == "commit"  # fetched all the same
+
+
 @pytest.mark.parametrize("userinfo", [f"ci:{PASSWORD}", TOKEN], ids=["user-password", "token-as-user"])
 @pytest.mark.parametrize("served", [False, True], ids=["404", "path-missing-at-commit"])
 def test_a_remote_patch_url_with_credentials_never_shows_them(ws, make_repo, git_http, userinfo, served):

@@ -84,6 +84,10 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
             chosen.append(_compiler_cache(plan, options, ui))
         return chosen[0]
 
+    # The sources of every component that will be compiled are fetched first, at once: a cold stack waits for
+    # its slowest clone, not for the sum of them, and a pin that does not exist stops it before any compile.
+    fetch_sources(mirrors, plan, [cp for cp in plan.components if not (options.use_cache and (
+        looked_up.get(cp.cache_key) or cache.get(cp.cache_key) is not None))])
     built = []
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         for cp in plan.components:
@@ -98,6 +102,37 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     return built
 
 
+FETCH_AT_ONCE = 4  # mirrors fetched at once
+
+
+def fetch_sources(mirrors: Mirrors, plan: Plan, components: list[ComponentPlan]) -> None:
+    """`ensure_sources` of each component, up to FETCH_AT_ONCE at a time. All of them finish (a clone is not
+    cut off half-way); then the first failure in the plan's order is raised, naming its component."""
+    if len(components) < 2:
+        for cp in components:
+            ensure_sources(mirrors, plan, cp)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(FETCH_AT_ONCE, len(components)), thread_name_prefix="fetch") as pool:
+        futures = [(cp, pool.submit(ensure_sources, mirrors, plan, cp)) for cp in components]
+    for cp, future in futures:
+        err = future.exception()
+        if isinstance(err, ToolError):
+            err.component = getattr(err, "component", None) or cp.name
+        if err is not None:
+            raise err
+
+
+def ensure_sources(mirrors: Mirrors, plan: Plan, cp: ComponentPlan) -> None:
+    """The component's commit and each of its FetchContent dependencies' in their mirrors (fetched if not)."""
+    comp = cp.component
+    where = f"{plan.recipe.path.name}: components.{comp.name}"
+    mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+    for dep in comp.fetchcontent:
+        mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
+
+
 def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
                     cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui,
                     remote: RemoteCache | None = None, downloaded: bool | None = None,
@@ -105,7 +140,6 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
     """`downloaded`: the remote was already asked for this key (True: its entry is now local); `cc`: gives
     the compiler cache, asked only when the component is compiled."""
     comp = cp.component
-    where = f"{plan.recipe.path.name}: components.{comp.name}"
     log = options.out_dir / "logs" / f"{comp.name}.log"
     log.write_text(redact_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n"))
     started = time.monotonic()
@@ -121,9 +155,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, tr
                     entry = cache.take(cp.cache_key, wheels_dir)  # served like any local entry
                 source = "remote-cache"
             if entry is None:
-                mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
-                for dep in comp.fetchcontent:
-                    mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
+                ensure_sources(mirrors, plan, cp)  # (fetched by build_plan: asks the mirror, fetches nothing)
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
                                   cc() if cc else _compiler_cache(plan, options, ui))
                 entry = cache.take(cp.cache_key, wheels_dir)
