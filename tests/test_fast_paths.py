@@ -198,7 +198,7 @@ def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
 
 # ---- the warm no-op ------------------------------------------------------------------------------------
 
-NOT_ON_THE_WARM_PATH = ("tomlkit", "packaging.utils", "packaging.tags", "packaging.requirements", "rich",
+NOT_ON_THE_WARM_PATH = ("tomlkit", "tomli_w", "packaging.utils", "packaging.tags", "packaging.requirements", "rich",
                         "jsonschema", "requests", "cyclonedx", "uv", "importlib.metadata", "toolchain.target.container",
                         "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib",
                         "toolchain.build.regauth")

@@ -373,6 +373,25 @@ def test_an_untouched_lock_rebuilds_to_its_own_hashes(built, tmp_path):
         [(c["wheel"]["file"], c["wheel"]["sha256"]) for c in built.lock_data()["components"]]
 
 
+def test_a_lock_whose_recipe_text_another_writer_laid_out_still_rebuilds(built, tmp_path):
+    """Locks written before the tool wrote TOML with tomli-w hold the recipe text as tomlkit laid it out (and
+    its sha256): the recorded text is checked as recorded, not against this version's layout of it."""
+    from toolchain.core.fs import sha256_bytes
+    from toolchain.core.toml import dumps, loads
+
+    out = _copy_out(built, tmp_path)
+    data = built.lock_data()
+    text = tomlkit.dumps(loads(data["recipe"]["text"]))
+    assert text != dumps(loads(text))  # laid out differently: arrays on one line, not one item per line
+    data["recipe"]["text"], data["recipe"]["sha256"] = text, sha256_bytes(text.encode())
+    (out / LOCK_NAME).write_text(tomlkit.dumps(data))
+    shutil.rmtree(out / "wheels")
+    r = _from_lock(built, out / LOCK_NAME, tmp_path / "rebuilt")
+    assert r.returncode == 0, str(r)
+    assert [(c["wheel"], c["sha256"]) for c in r.json()["components"]] == \
+        [(c["wheel"]["file"], c["wheel"]["sha256"]) for c in built.lock_data()["components"]]
+
+
 @pytest.mark.parametrize("case", LOCK_TAMPERING, ids=list(LOCK_TAMPERING))
 def test_every_tampering_of_a_lock_is_refused(built, tmp_path, case):
     edit, code, expected = LOCK_TAMPERING[case]

@@ -14,7 +14,7 @@ from pathlib import Path
 from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remotespec import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
-from toolchain.core.fs import atomic_write_text, give_to_invoking_user
+from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
 from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
 from toolchain.lock import (
@@ -229,8 +229,9 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
         raise RecipeError([f"{lock.path}: the recorded recipe: {p}" for p in err.problems],
                           hint="the lock's [recipe] text is damaged; rebuild the lock from its recipe") from None
     problems = []
-    if recipe.sha256 != lock.recipe_sha256:
-        problems.append(f"recipe text has sha256 {recipe.sha256}, the lock records {lock.recipe_sha256}")
+    recorded_sha = sha256_bytes(lock.recipe_text.encode())  # the text as recorded (whichever writer wrote it)
+    if recorded_sha != lock.recipe_sha256:
+        problems.append(f"recipe text has sha256 {recorded_sha}, the lock records {lock.recipe_sha256}")
     problems += component_problems(lock, recipe)
     for comp in lock.components:
         if comp.name not in {c.name for c in recipe.components}:
