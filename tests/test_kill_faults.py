@@ -87,7 +87,12 @@ def _running(*words: str) -> Callable[[subprocess.Popen, Path], bool]:
 
 
 def _exists(pattern: str) -> Callable[[subprocess.Popen, Path], bool]:
-    return lambda proc, cache: any(cache.glob(pattern))
+    def seen(proc: subprocess.Popen, cache: Path) -> bool:
+        try:
+            return any(cache.glob(pattern))
+        except OSError:  # a directory the glob was reading was removed under it (the build moved on)
+            return False
+    return seen
 
 
 # phase: (seen when, longest random delay after it is seen, seconds)

@@ -238,7 +238,7 @@ def test_registry_killed_mid_upload_fails_no_build_and_publishes_nothing(registr
     tiny_ws(ws, {"tiny": tiny_repo})
     with CutProxy(registry, lambda method, path: method == "PUT" and "/blobs/uploads/" in path) as px:
         r = ws.build("r", "o1", "--push", "--remote-cache", f"oci://{px.address}/team", "--remote-insecure")
-        assert px.cut_done.is_set()
+        assert px.cut_done.is_set(), str(r)
     assert r.returncode == 0, str(r)
     assert sources(r) == ["built"] and r.json()["components"][0]["pushed"] is False
     (w,) = warnings(r)
