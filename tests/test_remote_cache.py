@@ -23,7 +23,8 @@ from spine_helpers import Cli, GitRepo, Workspace, component, isolated_env, reci
 from tests.support.cutproxy import CutProxy
 from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
 from toolchain.build.regauth import Credentials, find_credentials
-from toolchain.build.remote import ARTIFACT_TYPE, MT_LOG, MT_META, MT_WHEEL, RemoteRequest, resolve_settings
+from toolchain.build.remote import ARTIFACT_TYPE, MT_LOG, MT_META, MT_WHEEL
+from toolchain.build.remotespec import RemoteRequest, resolve_settings
 from toolchain.errors import UsageError
 from toolchain.recipe.cachespec import CacheSpec
 

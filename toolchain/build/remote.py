@@ -48,14 +48,7 @@ from urllib.parse import urljoin
 from toolchain import __version__
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.build.regauth import Credentials, find_credentials
-from toolchain.build.remotespec import (
-    ENV_INSECURE,
-    ENV_TIMEOUT,
-    RemoteRequest,
-    RemoteSettings,
-    open_remote,
-    resolve_settings,
-)
+from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
 from toolchain.core.redact import redact_url
 from toolchain.errors import ToolError
 
@@ -664,4 +657,4 @@ def entry_annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[
 
 
 __all__ = ["ARTIFACT_TYPE", "MT_LOG", "MT_META", "MT_WHEEL", "Registry", "RemoteCache", "RemoteError",
-           "RemoteRequest", "RemoteSettings", "entry_annotations", "open_remote", "resolve_settings"]
+           "entry_annotations"]

@@ -80,3 +80,7 @@ def open_remote(spec: CacheSpec, request: RemoteRequest) -> RemoteCache | None:
     from toolchain.build.remote import RemoteCache
 
     return RemoteCache.shared(settings)
+
+
+__all__ = ["ENV_INSECURE", "ENV_REMOTE", "ENV_TIMEOUT", "OFF", "RemoteRequest", "RemoteSettings", "open_remote",
+           "resolve_settings"]
