@@ -486,7 +486,11 @@ def slow_git_http(tmp_path):
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Slow, directory=str(root)))
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128  # (5 by default: four clones' parallel requests, each 0.3 s late, overflow it
+        daemon_threads = True     # and the kernel resets connections: "Recv failure: Connection reset by peer")
+
+    server = Server(("127.0.0.1", 0), functools.partial(Slow, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield root, server.server_address[1], seen
