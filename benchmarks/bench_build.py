@@ -56,8 +56,8 @@ def sh(argv, **kw):
     return subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
-def build_argv(cache: Path, out: Path, *extra: str) -> list[str]:
-    return ["-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(cache), "--out", str(out), "--json",
+def build_argv(cache: Path, out: Path, *extra: str, recipe: str = "demo") -> list[str]:
+    return ["-m", "toolchain", "build", "--recipe", recipe, "--cache-dir", str(cache), "--out", str(out), "--json",
             *extra]
 
 
@@ -73,8 +73,15 @@ def resolve_only(cache: Path, out: Path) -> None:
                   UI(quiet=True))
 
 
-def toolchain_build(cache: Path, out: Path, env: dict[str, str], *extra: str) -> tuple[float, float]:
-    return run_timed([sys.executable, *build_argv(cache, out, *extra)], cwd=ROOT, env=env)
+def toolchain_build(cache: Path, out: Path, env: dict[str, str], *extra: str,
+                    recipe: str = "demo") -> tuple[float, float]:
+    return run_timed([sys.executable, *build_argv(cache, out, *extra, recipe=recipe)], cwd=ROOT, env=env)
+
+
+def check_out_by_hand(repo: Path, commit: str, dest: Path) -> None:
+    """What a hand-written script does to get a commit's sources: clone, then check the commit out."""
+    sh(["git", "clone", "-q", "--no-checkout", str(repo), str(dest)])
+    sh(["git", "-C", str(dest), "checkout", "-q", commit])
 
 
 def raw_pip_wheel(work: Path, demo_repos: Path, base_env: dict[str, str]) -> None:
@@ -85,15 +92,13 @@ def raw_pip_wheel(work: Path, demo_repos: Path, base_env: dict[str, str]) -> Non
     for comp in recipe.components:
         repo = demo_repos / comp.url.rsplit("/", 1)[1]
         src = work / comp.name
-        sh(["git", "clone", "-q", "--no-checkout", str(repo), str(src)])
-        sh(["git", "-C", str(src), "checkout", "-q", comp.commit])
+        check_out_by_hand(repo, comp.commit, src)
         for p in comp.patches:
             sh(["git", "-C", str(src), "apply", str(p.file)])
         env = dict(base_env, **dict(recipe.env), **dict(comp.env))
         for dep in comp.fetchcontent:
             dsrc = work / dep.name
-            sh(["git", "clone", "-q", str(demo_repos / dep.url.rsplit("/", 1)[1]), str(dsrc)])
-            sh(["git", "-C", str(dsrc), "checkout", "-q", dep.commit])
+            check_out_by_hand(demo_repos / dep.url.rsplit("/", 1)[1], dep.commit, dsrc)
             env["CMAKE_ARGS"] = f"-D{dep.cmake_var}={dsrc}"
         path = src / comp.subdir if comp.subdir else src
         sh(["bash", "-c", 'source "$1" --force >/dev/null; shift; exec "$@"', "raw", str(setvars),
@@ -185,14 +190,11 @@ def cold_compiled(base: Path, env: dict[str, str], rounds: int, tus: int = 40) -
     for r in range(rounds):
         for side, extra in (("cached", ()), ("uncached", ("--no-compiler-cache",))):
             cache, out = base / f"synth-{side}-cache{r}", base / f"synth-{side}-out{r}"  # empty caches each round
-            times[side].append(run_timed([sys.executable, "-m", "toolchain", "build", "--recipe", str(recipe),
-                                          "--cache-dir", str(cache), "--out", str(out), "--json", *extra],
-                                         cwd=ROOT, env=env)[0])
+            times[side].append(toolchain_build(cache, out, env, *extra, recipe=str(recipe))[0])
 
         def by_hand(r=r):
             src = base / f"synth-raw{r}"
-            sh(["git", "clone", "-q", "--no-checkout", str(synth.path), str(src)])
-            sh(["git", "-C", str(src), "checkout", "-q", commit])
+            check_out_by_hand(synth.path, commit, src)
             sh([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", str(src), "-w",
                 str(src / "dist")], env=env)
         times["raw"].append(timed(by_hand))

@@ -71,7 +71,6 @@ def resolve_settings(spec: CacheSpec, request: RemoteRequest = RemoteRequest(),
     return RemoteSettings(where, push=push, insecure=insecure, timeout=timeout)
 
 
-
 def open_remote(spec: CacheSpec, request: RemoteRequest) -> RemoteCache | None:
     """The remote cache to use (one per settings in this process), or None; the client is imported only then."""
     settings = resolve_settings(spec, request)
