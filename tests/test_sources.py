@@ -5,9 +5,15 @@ All through real git repositories (tests/conftest.py GitRepo) and the real CLI.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import shutil
 import subprocess
+import threading
+import time
 import zipfile
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -430,28 +436,43 @@ PASSWORD = "pw-s3cret-9137"
 TOKEN = "tok-9137-abcdefgh"
 
 
-@pytest.fixture
-def git_http(tmp_path):
-    """A dumb-HTTP git server on 127.0.0.1 (http.server over a directory of bare repositories): a path
-    that is not there answers 404."""
-    import functools
-    import threading
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
 
-    root = tmp_path / "served"
-    root.mkdir()
-    class Quiet(SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # (5 by default: four clones' parallel requests, each 0.3 s late, overflow it
+    daemon_threads = True     # and the kernel resets connections: "Recv failure: Connection reset by peer")
+
+
+@contextlib.contextmanager
+def _dumb_http(root: Path, handler: type[SimpleHTTPRequestHandler] = _Quiet) -> Iterator[int]:
+    """A dumb-HTTP git server on 127.0.0.1 over `root`, a directory of bare repositories (`serve_bare`): its
+    port; a path that is not there answers 404."""
+    root.mkdir(parents=True, exist_ok=True)
+    server = _Server(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield root, server.server_address[1]
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def serve_bare(repo, root: Path) -> Path:
+    """`repo` as the bare repository `root/<name>.git` that a dumb-HTTP server can serve."""
+    bare = root / f"{repo.path.name}.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo.path), str(bare)], check=True)
+    subprocess.run(["git", "update-server-info"], cwd=bare, check=True)
+    return bare
+
+
+@pytest.fixture
+def git_http(tmp_path):
+    """(root, port) of a dumb-HTTP git server on 127.0.0.1."""
+    with _dumb_http(tmp_path / "served") as port:
+        yield tmp_path / "served", port
 
 
 @pytest.fixture
@@ -459,17 +480,10 @@ def slow_git_http(tmp_path):
     """A dumb-HTTP git server on 127.0.0.1 that answers each request 0.3 s late (a network remote's latency)
     and records which repositories it served at the same time (git itself asks for one repository's objects
     in parallel requests, so only different repositories at once tell that clones overlapped)."""
-    import functools
-    import threading
-    import time
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
-    root = tmp_path / "served"
-    root.mkdir()
     seen: dict = {"in-flight": [], "together": set(), "paths": []}  # together: repositories served at once
     lock = threading.Lock()
 
-    class Slow(SimpleHTTPRequestHandler):
+    class Slow(_Quiet):
         def do_GET(self) -> None:
             repo = self.path.split("/")[1]
             with lock:
@@ -483,26 +497,8 @@ def slow_git_http(tmp_path):
                 with lock:
                     seen["in-flight"].remove(repo)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 128  # (5 by default: four clones' parallel requests, each 0.3 s late, overflow it
-        daemon_threads = True     # and the kernel resets connections: "Recv failure: Connection reset by peer")
-
-    server = Server(("127.0.0.1", 0), functools.partial(Slow, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield root, server.server_address[1], seen
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _serve(repo, root: Path) -> None:
-    subprocess.run(["git", "clone", "--quiet", "--bare", str(repo.path), str(root / f"{repo.path.name}.git")],
-                   check=True)
-    subprocess.run(["git", "update-server-info"], cwd=root / f"{repo.path.name}.git", check=True)
+    with _dumb_http(tmp_path / "served", Slow) as port:
+        yield tmp_path / "served", port, seen
 
 
 def test_a_cold_stack_fetches_its_sources_at_once_and_a_bad_pin_stops_it_before_any_compile(ws, make_repo,
@@ -515,7 +511,7 @@ def test_a_cold_stack_fetches_its_sources_at_once_and_a_bad_pin_stops_it_before_
     dep = make_repo("dep")
     dep.commit("the pinned header", {"include/dep.h": "#define DEP 1\n"})
     for repo in (*repos, dep):
-        _serve(repo, root)
+        serve_bare(repo, root)
     base = f"http://127.0.0.1:{port}/"
     comps = {r.path.name: component(r, url=FAKE_BASE + r.path.name + ".git", dist="tiny") for r in repos}
     comps["three"]["fetchcontent"] = [{"name": "dep", "url": FAKE_BASE + "dep.git", "commit": dep.head()}]
@@ -556,9 +552,7 @@ def test_a_remote_patch_url_with_credentials_never_shows_them(ws, make_repo, git
     integrator = make_repo("integrator")
     pinned = integrator.commit("the integrator's notes", {"NOTES": "no patch here\n"})
     if served:
-        subprocess.run(["git", "clone", "--quiet", "--bare", str(integrator.path), str(root / "integrator.git")],
-                       check=True)
-        subprocess.run(["git", "update-server-info"], cwd=root / "integrator.git", check=True)
+        serve_bare(integrator, root)
     url = f"http://{userinfo}@127.0.0.1:{port}/integrator.git"
     remote = {"url": url, "commit": pinned, "path": "patches/notes.patch", "sha256": sha256_bytes(b"x")}
     ws.recipe("r", recipe_data({"tiny": component(repo, patches=[remote])}))
