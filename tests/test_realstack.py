@@ -29,6 +29,8 @@ from support.realstack import (
     sha256_file,
 )
 
+from toolchain.sources.mirrors import Mirrors
+
 pytestmark = pytest.mark.slow
 
 ORDER = ["engine", "kernels", "ark"]
@@ -344,6 +346,31 @@ def test_the_kernels_build_fails_without_the_prefetched_sources(realstack_built,
     err = r.json()["error"]
     assert f"building kernels@{s.kernels_commit[:12]} failed" in err
     assert "FetchContent: ONEDNN is not pre-fetched" in err
+
+
+def test_a_pin_missing_in_the_last_component_stops_the_stack_before_anything_compiles(realstack_built, tmp_path):
+    """The user's override (extends the base stack from another directory, its own ARK patch) pins ARK, the
+    last component, at a commit its repository lacks. In a fresh cache the build fetches every component's
+    mirror and the kernels' FetchContent sources first, then stops on that pin: nothing compiled, not even
+    the engine built before it, and no lock."""
+    s = realstack_built.stack
+    missing = "0" * 40
+    recipe = s.user_recipe("child-bad-pin")
+    recipe.write_text(f'extends = "child"\n\n[components.ark]\ncommit = "{missing}"\n')
+    cache, out = tmp_path / "fresh-cache", tmp_path / "out"
+    cli = cli_in(tmp_path / "cwd")
+    try:
+        r = cli("build", "--recipe", recipe, "--cache-dir", cache, "--out", out, "--json")
+    finally:
+        recipe.unlink()
+    assert r.returncode == 2, str(r)
+    assert f"child-bad-pin.toml: components.ark.commit: commit {missing} is not in {s.suite.url}" in r.json()["error"]
+    assert not list(cache.rglob("entry.json")) and not (out / "stack.lock.toml").exists()
+    assert not any((out / "logs" / f"{name}.log").exists() for name in ("engine", "kernels", "ark"))
+    mirrors = Mirrors(cache)
+    for repo, commit in ((s.engine, s.engine_commit), (s.kernels, s.kernels_commit), (s.onednn, s.onednn_commit),
+                         (s.cutlass, s.cutlass_commit), (s.suite, s.ark_commit)):
+        assert mirrors.has_commit(repo.url, commit), repo.url  # fetched all the same
 
 
 def test_the_engine_version_override_env_sets_the_wheel_version(realstack_built, tmp_path):
