@@ -1,5 +1,6 @@
-"""Plan → built components → lock. Components build in dependency order; each result comes from the wheel
-cache when its key is there, otherwise from a prepared source tree built inside the target runtime."""
+"""Plan → built components → lock. Each component's wheel comes from the wheel cache when its key is there,
+otherwise from a prepared source tree built inside the target runtime; the compiles overlap where the target's
+cores and memory allow (build/schedule.py), and the results keep the plan's (dependency) order."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import os
 import shlex
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from toolchain.build.ccache import CacheReport, CompilerCache
 from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_result
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.remotespec import RemoteRequest, open_remote
+from toolchain.build.schedule import Budget, run_at_once
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.errors import BuildError, ToolError
@@ -46,6 +49,7 @@ class BuildOptions:
     resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
     compiler_cache: bool = True  # False: --no-compiler-cache
     compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
+    builds_at_once: int = 0      # compiles at once, at most (0: as the target's cores and memory allow)
 
 
 @dataclass(frozen=True)
@@ -78,28 +82,63 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
         looked_up = remote.prefetch([(cp.cache_key, f"{cp.name}@{cp.component.commit[:12]}") for cp in plan.components
                                      if cache.get(cp.cache_key) is None], cache, Path(options.cache_dir) / "work", ui)
     chosen: list[CompilerCache] = []
+    choosing = threading.Lock()
 
     def cc() -> CompilerCache:  # chosen when a component is compiled: a build served from the cache never asks
-        if not chosen:
-            chosen.append(_compiler_cache(plan, options, ui))
-        return chosen[0]
+        with choosing:
+            if not chosen:
+                chosen.append(_compiler_cache(plan, options, ui))
+            return chosen[0]
 
     # The sources of every component that will be compiled are fetched first, at once: a cold stack waits for
     # its slowest clone, not for the sum of them, and a pin that does not exist stops it before any compile.
-    fetch_sources(mirrors, plan, [cp for cp in plan.components if not (options.use_cache and (
-        looked_up.get(cp.cache_key) or cache.get(cp.cache_key) is not None))])
-    built = []
+    compiled = [cp for cp in plan.components if not (options.use_cache and (
+        looked_up.get(cp.cache_key) or cache.get(cp.cache_key) is not None))]
+    to_compile = {cp.name for cp in compiled}
+    fetch_sources(mirrors, plan, compiled)
+    built: dict[str, BuiltComponent] = {}
+    running: list[str] = []
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
-        for cp in plan.components:
-            bar.update(description=f"{cp.name} @ {cp.component.commit[:12]}")
+        def one(cp: ComponentPlan) -> BuiltComponent:
             try:
-                built.append(build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui,
-                                             remote, looked_up.get(cp.cache_key), cc))
+                built[cp.name] = build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui,
+                                                 remote, looked_up.get(cp.cache_key), cc)
             except ToolError as err:
                 err.component = getattr(err, "component", None) or cp.name  # which component failed
                 raise
-            bar.update(advance=1)
-    return built
+            return built[cp.name]
+
+        def show(cp: ComponentPlan, start: bool) -> None:
+            (running.append if start else running.remove)(cp.name)
+            what = ", ".join(f"{n} @ {plan.component(n).component.commit[:12]}" for n in running)
+            bar.update(description=what or f"building {plan.recipe.name}", advance=0 if start else 1)
+
+        # served from the cache first (nothing to overlap), then the compiles, side by side where they fit
+        for cp in plan.components:
+            if cp.name not in to_compile:
+                show(cp, True)
+                one(cp)
+                show(cp, False)
+        run_at_once(compiled, one, build_budget(plan, options, runtime), reserved_memory,
+                    started=lambda cp: show(cp, True), ended=lambda cp: show(cp, False),
+                    also_failed=lambda cp, err: ui.warn(f"{cp.name} failed too: {str(err).splitlines()[0]}"))
+    return [built[cp.name] for cp in plan.components]
+
+
+def build_budget(plan: Plan, options: BuildOptions, runtime) -> Budget:
+    """How many compiles may run at once (build/schedule.py): the target's cores and available memory, as
+    probed for the plan, and at most `--builds-at-once`; one where the runtime has one place to build in
+    (exec into a running container)."""
+    res = plan.resources
+    if res is None or not getattr(runtime, "workspaces_at_once", False):
+        return Budget(1, 0)
+    at_once = min(res.cpus, options.builds_at_once) if options.builds_at_once else res.cpus
+    return Budget(max(1, at_once), res.memory)
+
+
+def reserved_memory(cp: ComponentPlan) -> int:
+    """The memory a compile's jobs are budgeted (build/jobs.py): what it reserves while it runs."""
+    return cp.jobs.jobs * cp.jobs.per_job if cp.jobs else 0
 
 
 FETCH_AT_ONCE = 4  # mirrors fetched at once

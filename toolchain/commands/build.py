@@ -26,7 +26,7 @@ def register(sub: Any) -> None:
                        description="Build each component's wheel (from the wheel cache when its inputs are "
                                    "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
     options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "out", "remote-cache", "push",
-                "remote-insecure", "no-compiler-cache",
+                "remote-insecure", "no-compiler-cache", "builds-at-once",
                 help={"out": "output directory: wheels/, logs/, the locks and the bundle (default: dist/<recipe>); "
                              "it must be new, empty or an earlier build's output"})
     p.add_argument("--from-lock", type=Path, metavar="LOCK", help="rebuild exactly what a lock records")
@@ -48,7 +48,8 @@ def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) ->
                                 fresh_sources=getattr(args, "fresh_sources", False), verbose=args.verbose,
                                 remote=options.remote_request(args),
                                 resolve=not getattr(args, "no_resolve", False),
-                                compiler_cache=not getattr(args, "no_compiler_cache", False))
+                                compiler_cache=not getattr(args, "no_compiler_cache", False),
+                                builds_at_once=getattr(args, "builds_at_once", None) or 0)
     opts.update(overrides)
     return BuildOptions(**opts)
 

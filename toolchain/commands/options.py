@@ -48,6 +48,14 @@ def _existing_dir_or_new(value: Path | None, flag: str) -> Path | None:
     return path
 
 
+def _at_least_one(value: int | None, flag: str) -> int | None:
+    if value is not None and value < 1:
+        from toolchain.errors import UsageError
+
+        raise UsageError(f"{flag} {value}: give a number of builds, at least 1", hint=f"{flag} 1 builds one at a time")
+    return value
+
+
 def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Path:
     """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain."""
     from toolchain.build.cache import default_cache_dir
@@ -88,6 +96,10 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
     Option("no_compiler_cache", ("--no-compiler-cache",),
            "compile without ccache (default: every compiled component builds through ccache)",
            {"action": "store_true"}),
+    Option("builds_at_once", ("--builds-at-once",),
+           "compile at most N components at once (default: as many as the target's cores and the memory "
+           "their compile jobs are budgeted allow; 1: one after another)",
+           {"type": int, "metavar": "N"}, finalize=_at_least_one),
 )}
 
 

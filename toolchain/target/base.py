@@ -59,6 +59,7 @@ class Runtime(Protocol):
     toolchain.target.container; `toolchain.target.make_runtime` picks one."""
 
     kind: str
+    workspaces_at_once: bool  # True: workspaces may be open in several threads at once (separate builds)
 
     def __enter__(self) -> Runtime: ...
     def __exit__(self, *exc: object) -> None: ...

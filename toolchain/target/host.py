@@ -25,6 +25,7 @@ class HostRuntime:
     """Builds on this machine with the recipe's interpreter."""
 
     kind = "host"
+    workspaces_at_once = True  # each build its own tree and output directory
 
     def __init__(self, spec: TargetSpec) -> None:
         self.spec = spec

@@ -43,6 +43,8 @@ GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_
 class ContainerRuntimeBase(abc.ABC):
     """A `Runtime` (toolchain.target.base) whose commands run in a podman or docker container."""
 
+    workspaces_at_once = False  # (each kind says whether its builds can run side by side)
+
     def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
         self.spec = spec
         self.kind = spec.runtime

@@ -23,6 +23,8 @@ GIT = f"{ROOT}/git"  # copies of the object directories the checkouts borrow fro
 class ExecContainerRuntime(ContainerRuntimeBase):
     """Builds in the running container the recipe names."""
 
+    workspaces_at_once = False  # the trees are copied to fixed paths in the one container: one build at a time
+
     def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
         super().__init__(spec, ui, config)
         self._container: Container | None = None  # once entered

@@ -9,6 +9,7 @@ is started again when a setvars folder has to be mounted.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -23,9 +24,12 @@ from toolchain.target.container.engine import Container, EngineConfig, Image, Mo
 class FreshContainerRuntime(ContainerRuntimeBase):
     """Builds in a fresh container from the recipe's image, one per build."""
 
+    workspaces_at_once = True  # a container of its own per workspace
+
     def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
         super().__init__(spec, ui, config)
         self._oneoff: Container | None = None  # where one-off commands run
+        self._oneoff_lock = threading.Lock()
 
     def describe(self) -> str:
         return f"{self.kind} container (image {self.spec.image})"
@@ -43,9 +47,10 @@ class FreshContainerRuntime(ContainerRuntimeBase):
         return [Mount(host, inside, readonly=True) for host, inside in self._setvars.items()]
 
     def _target(self) -> Container:
-        if self._oneoff is None:
-            self._oneoff = self.engine.start("run", self._image(), self._setvars_mounts(), self.spec.run_args)
-        return self._oneoff
+        with self._oneoff_lock:  # (builds side by side may both run a one-off command first)
+            if self._oneoff is None:
+                self._oneoff = self.engine.start("run", self._image(), self._setvars_mounts(), self.spec.run_args)
+            return self._oneoff
 
     def _remove_oneoff(self) -> None:
         container, self._oneoff = self._oneoff, None
