@@ -20,8 +20,14 @@ requirements, linear history; the stack is that one component):
    raw `git archive` + `pip wheel` of the same commit, interleaved; the difference, wall and CPU.
                                                                                goal: <= 0.3 s per step
 5. the top lines of a cProfile of one step;
-6. a cold bisect by the tool (its default --jobs, and --jobs 1: no building ahead) against `git bisect
-   run` with a script that exports, builds and tests each step, on that component.   goal: ratio <= 1
+6. a cold bisect by the tool against `git bisect run` with a script that exports, builds and tests each
+   step, on that component.   goal: ratio <= 1
+   With its default --jobs (3) the first build measures how many cores a build keeps busy (one: `pip wheel`
+   is single-threaded), then the tool keeps idle cores / that builds in flight (at most --jobs), spread
+   over the range: with 2 idle cores each step's midpoint builds together with the midpoint of one of its
+   halves, which the next step tests half of the time (~1.5 levels per build time). Steps and builds
+   needed stay plain bisection's. With --jobs 1 (py_time_ratio_jobs1) nothing is built ahead: the tool's
+   own overhead alone. On a loaded machine (fewer idle cores) the default falls back to one build at once.
 
     python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N]
                                       [--py-commits 60] [--step-rounds 5] [--no-kernel] [--no-step] [--json]

@@ -27,21 +27,33 @@ def cands(n: int) -> list[Candidate]:
 
 
 class Builds:
-    """Thread-safe scripted builder: `broken` keys fail to build."""
+    """Thread-safe scripted builder: `broken` keys fail to build; a build that works reports it kept `cores`
+    busy (0: not measured, as a cache hit); `during(key)` runs inside the build of key (in its thread)."""
 
-    def __init__(self, broken=(), hold: threading.Event | None = None) -> None:
-        self.broken, self.hold = set(broken), hold
+    def __init__(self, broken=(), hold: threading.Event | None = None, *, cores: float = 0.0,
+                 during=None) -> None:
+        self.broken, self.hold, self.cores, self.during = set(broken), hold, cores, during
         self.calls: list[str] = []
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
+        self.building = 0       # builds in progress now
+        self.most_at_once = 0
 
     def build(self, key: str) -> BuildOutcome:
         with self.changed:
             self.calls.append(key)
+            self.building += 1
+            self.most_at_once = max(self.most_at_once, self.building)
             self.changed.notify_all()
+        try:
+            if self.during is not None:
+                self.during(key)
+        finally:
+            with self.changed:
+                self.building -= 1
         if key in self.broken:
             return BuildOutcome(False, reason=f"{key}: error: expected ';' before '}}' token")
-        return BuildOutcome(True, wheels=(Path(f"/wheels/{key}.whl"),))
+        return BuildOutcome(True, wheels=(Path(f"/wheels/{key}.whl"),), cores=self.cores)
 
     def wait_for(self, keys: set[str], timeout: float = 10) -> bool:
         with self.changed:
@@ -77,6 +89,17 @@ class Events(BisectHandler):
 
     def prefetching(self, cand) -> None:
         self.seen.append(("prefetch", cand.key))
+
+    def building(self, cand) -> None:
+        self.seen.append(("building", cand.key))
+
+    def testing(self, cand) -> None:
+        self.seen.append(("testing", cand.key))
+
+    def after_builds_ahead(self) -> set[str]:
+        """What each run of builds started ahead came before: a step's build ("building") or its test."""
+        kinds = [e[0] for e in self.seen]
+        return {next(k for k in kinds[i:] if k != "prefetch") for i, k in enumerate(kinds) if k == "prefetch"}
 
     def finished(self, result) -> None:
         self.seen.append(("finished", result.first_bad.key if result.first_bad else ""))
@@ -264,7 +287,7 @@ def test_while_a_test_runs_both_possible_next_midpoints_are_built():
 
 def test_no_prefetch_without_idle_cores_or_with_one_job():
     for kw in ({"jobs": 3, "idle": lambda: 1.0}, {"jobs": 1, "idle": lambda: 64.0}):
-        builder = Builds()
+        builder = Builds(cores=1.0)  # (one core a build: idle cores would spread builds with jobs > 1)
 
         class Records:
             during: list[list[str]] = []
@@ -277,6 +300,100 @@ def test_no_prefetch_without_idle_cores_or_with_one_job():
         # during each test only the candidates already stepped on have been built
         for i, calls in enumerate(Records.during):
             assert len(calls) == i + 1, (kw, Records.during)
+
+
+def test_builds_of_one_core_spread_over_the_range_while_the_midpoint_builds():
+    # 65 candidates, 2 idle cores, a build keeps one busy: W = 2 once the first build (c032) measured it.
+    # c032 is good; the next step builds c048 and, at once, the midpoint of the lower half, c040 (then used:
+    # c048 is bad); c044 is built with c042 (not needed: c044 is good), c046 with c045 (needed)
+    builder: Builds
+
+    def during(key):
+        if key == "c048":
+            assert builder.wait_for({"c040"}), f"the quarter point did not start: {builder.calls}"
+        if key == "c040":  # (still building when c048 starts: both at once)
+            assert builder.wait_for({"c048"})
+
+    builder, tester, events = Builds(cores=1.0, during=during), Verdicts(45), Events()
+    result = Bisector(cands(65), builder, tester, events, jobs=3, idle=lambda: 2.0).run()
+    plain, *_ = bisect(65, 45)
+    assert result.first_bad.key == "c045"
+    assert [s.key for s in result.steps] == [s.key for s in plain.steps]  # the tests are plain bisection's
+    assert result.builds_needed == plain.builds_needed == len(result.steps)
+    assert builder.most_at_once == 2  # W builds at once, no more
+    assert [s.key for s in result.steps if s.prefetched] == ["c040", "c045"]
+    assert len(builder.calls) == len(set(builder.calls))
+    # spread builds start when a step waits for its own, knowing the last verdict; none while a test runs
+    assert events.after_builds_ahead() == {"building"}
+
+
+def test_spread_bisects_test_what_plain_bisection_does():
+    for n in range(2, 40, 3):
+        for first_bad in range(1, n):
+            broken = {f"c{n // 2:03d}"} if n // 2 not in (first_bad - 1, first_bad) else set()
+            plain, *_ = bisect(n, first_bad, broken=broken)
+            for idle in (2.0, 8.0):
+                builder, tester = Builds(broken, cores=1.0), Verdicts(first_bad)
+                result = Bisector(cands(n), builder, tester, jobs=3, idle=lambda idle=idle: idle).run()
+                assert result.first_bad == plain.first_bad and result.possible == plain.possible, (n, first_bad)
+                assert [s.key for s in result.steps] == [s.key for s in plain.steps], (n, first_bad, idle)
+                assert result.builds_needed == plain.builds_needed
+                assert len(builder.calls) == len(set(builder.calls))
+
+
+def test_builds_that_keep_the_idle_cores_busy_are_not_spread():
+    # a build keeps 2 cores busy, 2 are idle: W = 1; builds start ahead only while a test runs (both
+    # possible next midpoints if the cores leave one for the test: here one)
+    builder, tester, events = Builds(cores=2.0), Verdicts(41), Events()
+    result = Bisector(cands(65), builder, tester, events, jobs=3, idle=lambda: 2.0).run()
+    assert result.first_bad.key == "c041"
+    assert events.after_builds_ahead() == {"testing"}, events.seen
+    assert events.seen[:3] == [("building", "c032"), ("prefetch", "c048"), ("testing", "c032")]
+
+
+def test_the_idle_cores_are_read_at_the_start_and_once_measured_not_at_each_step():
+    idle_calls = []
+    builder = Builds(cores=1.0)
+    result = Bisector(cands(200), builder, Verdicts(77), jobs=2, idle=lambda: idle_calls.append(1) or 4.0).run()
+    assert result.first_bad.key == "c077" and len(result.steps) >= 7
+    assert len(idle_calls) == 2  # the bisect's start, the first compiled build; never before a test
+
+
+def test_a_resumed_spread_bisect_knows_its_width_from_the_saved_builds(tmp_path: Path):
+    sf = StateFile(tmp_path / "state.json")
+    with pytest.raises(KeyboardInterrupt):
+        Bisector(cands(64), Builds(cores=1.0), Verdicts(41, interrupt_at=3), persist=sf.saver("commits"),
+                 jobs=2, idle=lambda: 2.0).run()
+    saved = StateFile(sf.path).load("commits")
+    assert {b.cores for b in saved.builds.values()} == {1.0}  # saved with the builds
+    builder, events = Builds(cores=0.0), Events()  # cache hits now: W comes from the saved builds
+    result = Bisector(cands(64), builder, Verdicts(41), events, state=saved, jobs=2, idle=lambda: 2.0).run()
+    plain, *_ = bisect(64, 41)
+    assert result.first_bad.key == "c041" and [s.key for s in result.steps] == [s.key for s in plain.steps]
+    # c039 was built (its test interrupted); the next step's build (c043) comes with its lower half's (c041)
+    assert events.seen[:5] == [("building", "c039"), ("testing", "c039"), ("step", "c039"), ("prefetch", "c041"),
+                               ("building", "c043")]
+    old = {k: v for k, v in saved.builds[saved.steps[0].key].to_dict().items() if k != "cores"}
+    assert BuildOutcome.from_dict(old).cores == 0.0  # a state file from before still loads
+
+
+def test_idle_cores_reads_without_waiting(monkeypatch):
+    from toolchain.core import cpu
+
+    ncpu = len(cpu.os.sched_getaffinity(0))
+    readings = iter([cpu._Reading(10.0, [0, 0, 0, 0, 0], 0.0),   # the first reading, 0.05 s after import: waits
+                     cpu._Reading(10.2, [100, 0, 0, 300, 0], 0.1),
+                     cpu._Reading(11.2, [200, 0, 0, 400, 0], 0.9),   # a second later: half idle, 0.8 s ours
+                     cpu._Reading(11.3, [210, 0, 0, 410, 0], 0.9)])  # sooner than 0.2 s: the same figure
+    slept: list[float] = []
+    monkeypatch.setattr(cpu, "_last", cpu._Reading(9.95, [0, 0, 0, 0, 0], 0.0))
+    monkeypatch.setattr(cpu, "_snapshot", lambda: next(readings))
+    monkeypatch.setattr(cpu.time, "sleep", slept.append)
+    assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.75 + 0.1 / 0.25))
+    assert slept == [pytest.approx(0.15)]
+    assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.5 + 0.8))
+    assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.5 + 0.8))
+    assert slept == [pytest.approx(0.15)]  # only the first reading waited
 
 
 def test_state_file_errors(tmp_path: Path):

@@ -224,8 +224,8 @@ def test_unbuildable_memo_key_follows_the_patch_identity(ws, stack):
 
 
 def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch):
-    """jobs=3 with idle cores: while a step is tested, both possible next midpoints build in threads into
-    the same cache; the answer is the same and no commit is built twice."""
+    """jobs=3 with idle cores: builds ahead (spread over the range: a tiny build keeps about one core busy)
+    run in threads into the same cache; the answer is the same and no commit is built twice."""
     from toolchain.bisect.builder import SpineBuilder
     from toolchain.bisect.candidates import git_candidates
     from toolchain.bisect.core import Bisector
@@ -245,3 +245,45 @@ def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch)
     assert any(s.prefetched for s in result.steps) and result.builds_speculative >= 1
     built = result.builds_needed + result.builds_speculative
     assert len(counter.read_text().splitlines()) == built + 1  # each kern commit once, `other` once
+
+
+def test_a_spread_bisect_through_the_spine_tests_what_plain_bisection_does(ws, stack):
+    """2 idle cores, jobs=3: the first compiled build measures how many cores a build keeps busy (one: a
+    `pip wheel` of the tiny package), then two builds at once spread over the range. The steps, the skip of
+    the commit that does not build and the first bad commit are those of plain bisection."""
+    from toolchain.bisect.builder import SpineBuilder
+    from toolchain.bisect.candidates import git_candidates
+    from toolchain.bisect.core import BisectHandler, Bisector, BuildOutcome, Verdict
+    from toolchain.bisect.testers import CommandTester
+    from toolchain.console import UI
+    from toolchain.recipe import load as recipes
+
+    class Plain:  # the same commits, scripted: plain bisection (jobs=1)
+        def build(self, key):
+            return BuildOutcome(key != c[UNBUILDABLE], reason="does not build")
+
+        def test(self, cand, build):
+            return Verdict.BAD if c.index(cand.key) >= FIRST_BAD else Verdict.GOOD
+
+    class Seen(BisectHandler):
+        events: list[str] = []
+
+        def building(self, cand):
+            Seen.events.append("building")
+
+        def prefetching(self, cand):
+            Seen.events.append("ahead")
+
+    kern, _, c, script = stack
+    cands = git_candidates(kern.path, c[0], c[-1])
+    base = recipes.load_recipe(str(ws.recipes / "stack.toml"))
+    builder = SpineBuilder(lambda sha: recipes.with_commit(base, "kern", sha), ws.root / "steps", ws.cache, (),
+                           UI(quiet=True), component="kern")
+    tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
+    result = Bisector(cands, builder, tester, Seen(), jobs=3, idle=lambda: 2.0).run()
+    plain = Bisector(cands, Plain(), Plain()).run()
+    assert result.first_bad.key == plain.first_bad.key == c[FIRST_BAD]
+    assert [(s.key, s.verdict) for s in result.steps] == [(s.key, s.verdict) for s in plain.steps]
+    assert any(s.key == c[UNBUILDABLE] and s.build_failed for s in result.steps)
+    assert result.builds_needed == plain.builds_needed
+    assert ("ahead", "building") in set(zip(Seen.events, Seen.events[1:]))  # spread: with a step's own build

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.bisect.core import BuildOutcome, first_line
-from toolchain.build.stack import BuildOptions
+from toolchain.build.metrics import BuildMetrics
+from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc import STOPPING
@@ -56,7 +57,7 @@ class SpineBuilder:
         sources = {b.source for b in built}  # the remote cache (build/remote.py) serves every step and build ahead
         source = "compiled" if "built" in sources else "downloaded" if "remote-cache" in sources else "cached"
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),
-                            log=out / "logs", cached=source != "compiled", source=source)
+                            log=out / "logs", cached=source != "compiled", source=source, cores=busy_cores(built))
 
     def _check_upstream(self, recipe: Recipe, err: Exception) -> None:
         """A component built before the bisected one cannot fail because of its commit: stop, not skip."""
@@ -68,6 +69,13 @@ class SpineBuilder:
                              f"{first_line(err)}",
                              hint=f"make the recipe build as it is (`toolchain build --recipe {recipe.path}`), "
                                   "then bisect again") from None
+
+
+def busy_cores(built: Sequence[BuiltComponent]) -> float:
+    """How many cores the build kept busy (what the bisect spreads its builds by): its busiest compiled
+    component's CPU / wall seconds; 0 when nothing was compiled or measured (a stand-in without metrics)."""
+    measured = [getattr(b, "metrics", BuildMetrics()) for b in built if b.source == "built"]
+    return max((m.cpu_seconds / m.wall_seconds for m in measured if m.wall_seconds > 0), default=0.0)
 
 
 def failed_component(message: str, names: Sequence[str]) -> str:

@@ -5,9 +5,20 @@ bad. Each step builds the untested candidate nearest the middle of the range (`b
 it (`tester.test(candidate, build)`) and tells the handler, which does all reporting. A failed build or a
 SKIP verdict skips the candidate, as `git bisect skip` does; skips next to the boundary leave a set of
 possible first-bad candidates instead of one. After every step the state goes to `persist` (atomically, see
-`bisect.state.StateFile`), so an interrupted bisect resumes where it stopped. While a step's test runs, the
-builds for both possible next midpoints may start in a thread pool when idle cores permit (the builder must
-be thread-safe for distinct keys).
+`bisect.state.StateFile`), so an interrupted bisect resumes where it stopped.
+
+Building ahead (`jobs` > 1; the builder must be thread-safe for distinct keys), in a thread pool:
+- spread: a build that keeps fewer cores busy than the machine has idle (a single-threaded `pip wheel` of a
+  pure-Python component) leaves cores to other builds. How many cores one build keeps busy is measured (the
+  first compiled build's CPU over wall seconds, rounded, at least 1); W = min(jobs, idle cores / that) builds
+  are then kept in flight for the untested candidates of the range: when a step has to wait for its build,
+  new ones start at the midpoint of the largest gap between the ends of the range and the candidates built
+  or building (the midpoint's halves first: with W = 2 the step's midpoint and one quarter point). Steps
+  still test the candidate nearest the middle, so they are plain bisection's; the others are speculative,
+  and about half of them are tested next: ~1.5 levels per build time on 2 cores instead of 1.
+- while a step's test runs: the builds for both possible next midpoints, when W is 1 (a build that keeps
+  every core busy, as a real kernel build does with MAX_JOBS; or none compiled yet) and idle cores leave one
+  for the test (a GPU smoke test leaves the CPUs idle).
 
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
 (the differences between two locks). How they are built and tested: `bisect.builder`, `bisect.testers`.
@@ -59,16 +70,18 @@ class BuildOutcome:
     reason: str = ""        # why the build failed (one line)
     cached: bool = False    # nothing was compiled: every wheel came from the cache
     source: str = ""        # "compiled" | "downloaded" (from the remote cache, nothing compiled) | "cached"
+    cores: float = 0.0      # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "lock": _str(self.lock_path), "wheels": [str(w) for w in self.wheels],
-                "log": _str(self.log), "reason": self.reason, "cached": self.cached, "source": self.source}
+                "log": _str(self.log), "reason": self.reason, "cached": self.cached, "source": self.source,
+                "cores": round(self.cores, 2)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BuildOutcome:
         return cls(ok=bool(d["ok"]), lock_path=_path(d.get("lock")), wheels=tuple(Path(w) for w in d.get("wheels", ())),
                    log=_path(d.get("log")), reason=d.get("reason", ""), cached=bool(d.get("cached", False)),
-                   source=str(d.get("source", "")))
+                   source=str(d.get("source", "")), cores=float(d.get("cores", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -96,7 +109,7 @@ class StepRecord:
     verdict: Verdict
     reason: str = ""
     build_failed: bool = False
-    prefetched: bool = False    # its build had started ahead, during an earlier test
+    prefetched: bool = False    # its build had started ahead (during an earlier test, or spread)
     cached: bool = False
     source: str = ""            # its build's wheels: "compiled" | "downloaded" | "cached" (BuildOutcome.source)
     build_seconds: float = 0.0  # time this step waited for its build
@@ -207,9 +220,11 @@ class BisectHandler:
 
 class Bisector:
     """`run()` bisects `candidates` (good first, bad last). `state`: a saved state to continue; `persist`:
-    called with the state after every change; `jobs` > 1 lets up to jobs-1 builds start ahead while a test
-    runs, when `idle()` (idle cores) leaves one core for the test; `builds`: builds already known (the ends'
-    locks); `build_ends`: build the last good and first bad candidates if no step did (for their locks)."""
+    called with the state after every change; `jobs` > 1 lets builds start ahead (the module's docstring:
+    spread over the range, or while a test runs) as `idle()` permits: the cores other processes leave idle
+    (`core.cpu.idle_cores`), read when the bisect starts, then when a build ahead may start; it must not
+    block. `jobs` = 1 builds nothing ahead. `builds`: builds already known (the ends' locks); `build_ends`:
+    build the last good and first bad candidates if no step did (for their locks)."""
 
     def __init__(self, candidates: Sequence[Candidate], builder: Builder, tester: Tester,
                  handler: BisectHandler | None = None, *, state: BisectState | None = None,
@@ -231,12 +246,18 @@ class Bisector:
         self._futures: dict[str, Future] = {}
         self._used: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
+        self._width = 0  # builds kept in flight (W): 0 until a compiled build measured how many cores one keeps busy
 
     # ---- driving ----------------------------------------------------------------------------------
     def run(self) -> BisectResult:
-        self._pool = ThreadPoolExecutor(self.jobs - 1, thread_name_prefix="prefetch") if self.jobs > 1 else None
+        # _spread and _prefetch keep the count; threads to spare for the step's own build and for builds ahead
+        # that no step needs any more, finishing (threads start when needed)
+        self._pool = ThreadPoolExecutor(2 * self.jobs, thread_name_prefix="prefetch") if self.jobs > 1 else None
         clean = False
         try:
+            if self._pool is not None:
+                self.idle()  # the default measures from one reading to the next: from here
+                self._measure(*self.state.builds.values())  # a resumed bisect's builds
             self.handler.started(self.state)
             while (index := self.next_index()) is not None:
                 self._step(index)
@@ -258,6 +279,8 @@ class Bisector:
     def _step(self, index: int) -> None:
         cand = self.state.candidates[index]
         prefetched = cand.key in self._futures
+        if self._width > 1 and not self._ready(cand.key):
+            self._spread(index)
         self.handler.building(cand)
         started = time.monotonic()
         build = self._build(cand.key)
@@ -323,8 +346,8 @@ class Bisector:
     def _build(self, key: str) -> BuildOutcome:
         """The build of `key`: a known one (an earlier run's, or a given end), the one started ahead
         (waiting for it), else built now."""
-        known = self.state.builds.get(key)
-        if known is not None and known.ok and (known.lock_path is None or known.lock_path.exists()):
+        known = self._known(key)
+        if known is not None:
             return known
         future = self._futures.get(key)
         if future is None:
@@ -333,8 +356,54 @@ class Bisector:
             self._futures[key] = future
         outcome = future.result()
         self._used.add(key)
+        self._measure(outcome)
         self._save(replace(self.state, builds={**self.state.builds, key: outcome}))
         return outcome
+
+    def _known(self, key: str) -> BuildOutcome | None:
+        known = self.state.builds.get(key)
+        if known is not None and known.ok and (known.lock_path is None or known.lock_path.exists()):
+            return known
+        return None
+
+    def _ready(self, key: str) -> bool:
+        """Whether the build of `key` is there to test without waiting."""
+        future = self._futures.get(key)
+        return self._known(key) is not None or (future is not None and future.done())
+
+    def _running(self) -> int:
+        return sum(1 for f in self._futures.values() if not f.done())
+
+    def _start(self, cand: Candidate) -> None:
+        assert self._pool is not None
+        self.handler.prefetching(cand)
+        self._futures[cand.key] = self._pool.submit(self.builder.build, cand.key)
+
+    def _measure(self, *outcomes: BuildOutcome) -> None:
+        """W, once a compiled build tells how many cores one keeps busy (CPU / wall seconds, rounded, at least
+        1): min(jobs, idle cores / that). A real kernel build keeps them all busy (MAX_JOBS): W = 1 there."""
+        cores = next((o.cores for o in outcomes if o.cores > 0), 0.0)
+        if self._pool is None or self._width or not cores:
+            return
+        self._width = max(1, min(self.jobs, math.floor(self.idle() / max(1, math.floor(cores + 0.5)))))
+
+    def _spread(self, index: int) -> None:
+        """Keep W builds in flight for untested candidates of the range, the step's own (`index`, built here
+        unless it is building) among them: each new one at the midpoint of the largest gap between the
+        range's ends and the candidates built or building. (A build ahead that no step can need now finishes
+        beside them: it started with the last step's build, about when that one ended.)"""
+        lo, hi = self.state.bounds()
+        marks = self.state.marks()
+        cands = self.state.candidates
+        for i, cand in enumerate(cands):  # builds waiting for a thread that no step can need now: dropped
+            future = self._futures.get(cand.key)
+            if future is not None and not (lo < i < hi and marks[i] is None) and future.cancel():
+                del self._futures[cand.key]
+        points = {i for i in range(lo + 1, hi) if marks[i] is None
+                  and (cands[i].key in self._futures or cands[i].key in self.state.builds)}
+        running = sum(1 for i in points if not self._ready(cands[i].key)) + (cands[index].key not in self._futures)
+        for i in _splits(lo, hi, marks, points | {index}, self._width - running):
+            self._start(cands[i])
 
     def _end_build(self, cand: Candidate) -> BuildOutcome:
         if cand.key not in self.state.builds:
@@ -342,8 +411,9 @@ class Bisector:
         return self._build(cand.key)
 
     def _prefetch(self, index: int) -> None:
-        """Start the builds for both possible next midpoints (if `index` is good / if it is bad)."""
-        if self._pool is None:
+        """Start the builds for both possible next midpoints (if `index` is good / if it is bad), unless the
+        builds are spread (W > 1: the next step starts them knowing this one's verdict)."""
+        if self._pool is None or self._width > 1:
             return
         lo, hi = self.state.bounds()
         marks = self.state.marks()
@@ -352,11 +422,10 @@ class Bisector:
         todo = [c for c in todo if c.key not in self._futures and c.key not in self.state.builds]
         if not todo:
             return
-        running = sum(1 for f in self._futures.values() if not f.done())
+        running = self._running()
         slots = min(self.jobs - 1 - running, int(self.idle()) - 1)  # keep one core for the test
         for cand in todo[:max(0, slots)]:
-            self.handler.prefetching(cand)
-            self._futures[cand.key] = self._pool.submit(self.builder.build, cand.key)
+            self._start(cand)
 
     def _save(self, state: BisectState) -> None:
         self.state = state
@@ -391,6 +460,21 @@ def _pick(lo: int, hi: int, marks: Sequence[Verdict | None]) -> int | None:
         return None
     mid = (lo + hi) / 2
     return min(untested, key=lambda i: (abs(i - mid), i))
+
+
+def _splits(lo: int, hi: int, marks: Sequence[Verdict | None], points: set[int], count: int) -> list[int]:
+    """Up to `count` indices to build, one after the other the untested index nearest the middle of the largest
+    gap (the most untested indices strictly inside; ties: the lowest) between lo, `points` and hi."""
+    edges, new = sorted({lo, hi, *points}), []
+    for _ in range(count):
+        size, _lowest, a, b = max((sum(1 for i in range(a + 1, b) if marks[i] is None), -a, a, b)
+                                  for a, b in zip(edges, edges[1:]))
+        index = _pick(a, b, marks) if size else None
+        if index is None:
+            break
+        new.append(index)
+        edges = sorted((*edges, index))
+    return new
 
 
 def steps_left(pending: int) -> int:

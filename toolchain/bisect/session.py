@@ -32,7 +32,8 @@ from toolchain.smoke import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 
 DEFAULT_OUT = Path("bisect-out")
-DEFAULT_JOBS = 3  # the step's build and, while its test runs, both possible next midpoints
+DEFAULT_JOBS = 3  # at most: builds spread over the range on idle cores, or (builds keeping every core busy) the
+                 # step's and, while its test runs, both possible next midpoints (bisect/core.py)
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,66 @@
-"""How many cores are idle right now: the machine's answer to "may another build start?" (bisect's builds
-ahead use it; any stage deciding how much to run at once may)."""
+"""How many cores the other processes leave idle: the machine's answer to "may another build start?" (bisect's
+builds ahead use it; any stage deciding how much to run at once may)."""
 
 from __future__ import annotations
 
 import os
+import resource
+import threading
 import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class _Reading:
+    at: float           # time.monotonic()
+    stat: list[int]     # /proc/stat's first line (jiffies per state, all cores)
+    own: float          # CPU seconds of this process and the children it waited for
+    cores: float = -1.0  # what the reading that took this snapshot returned (-1: none yet)
+
+
+_lock = threading.Lock()
+_last: _Reading | None = None
 
 
 def idle_cores(sample: float = 0.2) -> float:
-    """Cores idle right now: /proc/stat sampled over `sample` seconds (the load average as a fallback)."""
+    """Cores the other processes left idle since the previous call, without waiting: /proc/stat's idle time
+    plus this process's own CPU time (its threads, and the children it waited for: what it runs is its own
+    to schedule), per second of wall time. A call less than `sample` seconds after the previous one repeats
+    that one's figure; only the first call of a process, when the module was imported less than `sample`
+    seconds ago, waits for the rest of it. The load average is the fallback where /proc/stat is missing."""
+    global _last
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        before = _cpu_times()
-        time.sleep(sample)
-        after = _cpu_times()
-        total = sum(after) - sum(before)
-        idle = (after[3] + after[4]) - (before[3] + before[4])
-        return ncpu * idle / total if total > 0 else float(ncpu)
+        with _lock:
+            before = _last or _snapshot()
+            now = _snapshot()
+            if now.at - before.at < sample:
+                if before.cores >= 0:
+                    return before.cores
+                time.sleep(sample - (now.at - before.at))
+                now = _snapshot()
+            total = sum(now.stat) - sum(before.stat)
+            idle = (now.stat[3] + now.stat[4]) - (before.stat[3] + before.stat[4])
+            cores = ncpu * idle / total if total > 0 else float(ncpu)
+            cores = min(float(ncpu), cores + (now.own - before.own) / (now.at - before.at))
+            _last = _Reading(now.at, now.stat, now.own, cores)
+            return cores
     except (OSError, IndexError, ValueError):
         try:
             return max(0.0, ncpu - os.getloadavg()[0])
         except OSError:
             return 0.0
 
-def _cpu_times() -> list[int]:
+
+def _snapshot() -> _Reading:
     with open("/proc/stat", encoding="ascii") as f:
-        return [int(x) for x in f.readline().split()[1:]]
+        stat = [int(x) for x in f.readline().split()[1:]]
+    own = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return _Reading(time.monotonic(), stat, own)
+
+
+try:  # the first call measures from here
+    _last = _snapshot()
+except (OSError, IndexError, ValueError):
+    pass
