@@ -212,6 +212,77 @@ def test_a_prepared_tree_is_reused_after_a_build_and_prepared_again_when_its_tra
         assert use()[1], what
 
 
+def test_a_reuse_moves_untracked_and_ignored_output_out_of_the_tree_and_deletes_it_beside_the_build(tmp_path,
+                                                                                                      make_repo):
+    import threading
+
+    from toolchain.sources.trees import TRASH, SourceTrees
+
+    repo = make_repo("tiny", "tiny")
+    commit = repo.commit("ignore byte code", {".gitignore": "*.pyc\n", "tiny/data.txt": "tracked\n"})
+    mirrors = Mirrors(tmp_path / "cache")
+    mirrors.ensure(repo.url, commit)
+    trees = SourceTrees(tmp_path / "cache", mirrors)
+    for _ in range(2):  # prepared, then the first use records its status
+        with trees.tree(repo.url, commit) as tree:
+            (tree / ".git" / "marker").write_text("")
+    # git lists an untracked folder and, again, the ignored files inside it; ignored files in tracked
+    # folders one by one; a folder holding only ignored files once
+    left = ["out/lib/x.py", "out/lib/x.pyc", "out/y.pyc", "tiny/a.pyc", "tiny/new.txt", "cache/z.pyc", "top.pyc"]
+    for rel in left:
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("what a build leaves\n")
+    stale = trees.root / f"{TRASH}999999999-dead"  # a killed process's (no such pid)
+    (stale / "0").mkdir(parents=True)
+    (stale / "0" / "f").write_text("x")
+    with trees.tree(repo.url, commit) as again:
+        assert again == tree and (tree / ".git" / "marker").exists()  # reused
+        assert not any((tree / rel).exists() for rel in left)
+        assert not (tree / "out").exists() and not (tree / "cache").exists()
+        assert (tree / "tiny" / "data.txt").read_text() == "tracked\n" and (tree / ".gitignore").exists()
+    for t in threading.enumerate():
+        if t.name == "trees-trash":
+            t.join(60)
+    assert not list(trees.root.glob(f"{TRASH}*"))  # this reuse's output and the stale folder: deleted
+
+
+def test_a_patched_tree_is_reused_while_its_index_holds_what_the_patches_staged(ws, make_repo):
+    """A patch series that edits, adds and deletes files: the first use after preparing checks the index
+    against what was staged (by object names), later uses compare the recorded status; an index moved away
+    from the patches (unstaged, re-staged differently) is prepared again."""
+    repo = make_repo("tiny", "tiny")
+    repo.commit("a file to delete", {"tiny/gone.txt": "bye\n"})
+    start = repo.head()
+    repo.commit("the patch", {"tiny/__init__.py": TINY_INIT + "\nPATCHED = True\n", "tiny/added.py": "A = 1\n"})
+    repo.git("rm", "--quiet", "tiny/gone.txt")
+    repo.git("commit", "--quiet", "--amend", "--no-edit")
+    patch = repo.git("format-patch", "-1", "--stdout", "HEAD")
+    repo.git("reset", "--quiet", "--hard", start)
+    ws.patch("tiny/0001-edit-add-delete.patch", patch)
+    ws.recipe("r", recipe_data({"tiny": component(repo, patches=["tiny/0001-edit-add-delete.patch"])}))
+
+    def build(out: str) -> bool:
+        """Build; whether the tree was the one prepared before (a marker in its .git survived)."""
+        r = ws.build("r", out, "--no-cache", "--no-resolve")
+        assert r.returncode == 0, str(r)
+        (tree,) = [t for t in (ws.cache / "trees").iterdir() if t.is_dir() and not t.name.startswith(".")]
+        kept = (tree / ".git" / "marker").exists()
+        (tree / ".git" / "marker").write_text("")
+        assert "PATCHED = True" in wheel_member(ws.root / out, "tiny/__init__.py")
+        return kept
+
+    assert not build("a")  # prepared
+    assert build("b") and build("c")  # the first use's full check, then the recorded status
+    (tree,) = [t for t in (ws.cache / "trees").iterdir() if t.is_dir() and not t.name.startswith(".")]
+    subprocess.run(["git", "-C", str(tree), "reset", "-q"], check=True)  # the patch unstaged, files as patched
+    assert not build("d")
+    assert build("e")
+    (tree / "tiny" / "added.py").write_text("A = 2\n")  # staged differently: the index moved, the files agree
+    subprocess.run(["git", "-C", str(tree), "add", "tiny/added.py"], check=True)
+    assert not build("f")
+    assert build("g")
+
+
 def test_a_prepared_tree_edited_by_hand_is_prepared_again(ws, make_repo):
     repo = make_repo("tiny", "tiny")
     ws.recipe("r", recipe_data({"tiny": component(repo)}))

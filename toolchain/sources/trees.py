@@ -1,10 +1,10 @@
 """Prepared source trees: a checkout of a pinned commit with its patch series applied, reused across builds.
 
 A tree lives at `<cache>/trees/<key>` (key: commit, patches). It is used under its flock; before each use it
-is cleaned (`git clean -ffdx`) and checked: HEAD is the commit, the index holds exactly the patched state,
-and the working tree matches the index (the first use checks each, and records the tree's `git status` that
-later uses compare with). Anything else (a build killed half-way that edited tracked files, a hand edit)
-makes it be prepared again from the mirror.
+is checked: HEAD is the commit, the index holds exactly the patched state, and the working tree matches the
+index (the first use checks each, and records the tracked part of the tree's `git status` that later uses
+compare with), and it is cleaned of what git does not track (what the last build left). Anything else (a
+build killed half-way that edited tracked files, a hand edit) makes it be prepared again from the mirror.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,28 +53,38 @@ class SourceTrees:
         expected = json.loads(state.read_text())
         if expected["commit"] != commit:
             return False
-        # One `git status` (HEAD, index, working tree, untracked and ignored files) that reads exactly as it
-        # did when the tree was prepared means nothing touched it. After a build it differs by what the build
-        # left (build/, *.egg-info): those are cleaned away, and the same status again means the tracked
-        # state is untouched (its lines carry the index's object names, and HEAD's).
+        # One `git status` (HEAD, index, working tree, and what is untracked or ignored). The first use after
+        # preparing checks what it says: HEAD is the commit, the index holds exactly what the preparation
+        # staged (by object names) and the working tree matches the index; its tracked part is recorded. A
+        # later use only compares the tracked part with that record. What is untracked or ignored (what a
+        # build leaves: build/, *.egg-info, byte code) is moved out of the tree, as `git clean -ffdx` would
+        # remove it, and deleted beside the build instead of before it.
+        tracked, extra = _scan(path)
+        if tracked is None:
+            return False
         if expected.get("status") is not None:
-            if _status(path) == expected["status"]:
-                return True
-            git(["clean", "-ffdxq"], cwd=path, check=False)
-            return _status(path) == expected["status"]
-        # First use after preparing: the whole check, then its status is recorded for the uses after it. (Not
-        # recorded when prepared: files written in the same second as the index are re-read by the next
-        # `git status`, which would cost every first checkout a second read of every file.)
-        git(["clean", "-ffdxq"], cwd=path, check=False)
-        head = git(["rev-parse", "HEAD"], cwd=path, check=False).stdout.strip()
-        staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=path, check=False)
-        if not (head == commit and sha256_bytes(staged.stdout.encode()) == expected["staged"]):
+            if tracked != expected["status"]:
+                return False
+        elif "index" not in expected or not _is_prepared_state(tracked, commit, expected["index"]):
             return False
-        status = _status(path)  # (also refreshes the index: the stat data of files is trusted from now on)
-        if status is None or git(["diff", "--quiet"], cwd=path, check=False).returncode != 0:
-            return False
-        atomic_write_text(state, json.dumps({**expected, "status": status}))
+        else:  # (not recorded when prepared: the status after a checkout re-reads every file written in the
+            # same second as the index, which would cost every first checkout a second read)
+            atomic_write_text(state, json.dumps({**expected, "status": tracked}))
+        self._discard(path, extra)
         return True
+
+    def _discard(self, tree: Path, paths: list[str]) -> None:
+        """Move `paths` (relative to `tree`) out of it at once; a thread deletes them while the build runs
+        (the process waits for it before it exits). A folder left by a killed process is deleted by the next
+        one that discards."""
+        if not paths:
+            return
+        trash = self.root / f"{TRASH}{os.getpid()}-{os.urandom(4).hex()}"
+        trash.mkdir()
+        for i, rel in enumerate(_outermost(paths)):
+            os.rename(tree / rel, trash / str(i))
+        stale = [p for p in self.root.glob(f"{TRASH}*") if not _alive(p.name[len(TRASH):].split("-")[0])]
+        threading.Thread(target=_delete, args=([trash, *stale],), name="trees-trash").start()
 
     def _prepare(self, url, commit, patches, subdir, what, path: Path, state: Path, log) -> None:
         state.unlink(missing_ok=True)
@@ -83,20 +94,94 @@ class SourceTrees:
         try:
             files = [materialize(p, self.mirrors, self.root.parent) for p in patches]
             self.mirrors.checkout(url, commit, tmp)
-            staged = ""  # a fresh checkout has nothing staged
+            index: list[str] = []  # a fresh checkout has nothing staged
             if patches:
                 apply_series(patches, files, tmp, subdir=subdir, what=what or f"{url}@{commit[:12]}", log=log)
                 git(["add", "-A"], cwd=tmp)
-                staged = git(["diff", "--cached", "--binary", "HEAD"], cwd=tmp).stdout
+                index = _staged(tmp)
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
             # The clone's alternates point at the mirror by absolute path; the tree moves, the mirror doesn't.
-            atomic_write_text(state, json.dumps({"commit": commit, "staged": sha256_bytes(staged.encode())}))
+            atomic_write_text(state, json.dumps({"commit": commit, "index": index}))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _status(tree: Path) -> str | None:
-    r = git(["status", "--porcelain=v2", "--branch", "--untracked-files=all", "--ignored=matching"], cwd=tree,
-            check=False)
-    return r.stdout if r.returncode == 0 else None
+TRASH = ".trash-"  # <trees>/.trash-<pid>-<random>: what reuses moved out of trees, being deleted
+
+
+def _scan(tree: Path) -> tuple[str | None, list[str]]:
+    """(the tracked part of the tree's `git status`, or None when git fails; the untracked and ignored
+    paths, a folder once when all of it is)."""
+    r = git(["status", "--porcelain=v2", "-z", "--branch", "--no-renames", "--untracked-files=normal",
+             "--ignored=traditional"], cwd=tree, check=False)
+    if r.returncode != 0:
+        return None, []
+    tracked, extra = [], []
+    fields = iter(r.stdout.split("\0"))
+    for entry in fields:
+        if entry[:2] in ("? ", "! "):
+            extra.append(entry[2:])
+        elif entry:
+            tracked.append(entry)
+    return "\n".join(tracked), extra
+
+
+def _staged(tree: Path) -> list[str]:
+    """What the index holds besides HEAD, one "X mode-in-HEAD mode-in-index object-in-HEAD object-in-index
+    path" a path (what `git status --porcelain=v2` says of a staged path)."""
+    raw = git(["diff", "--cached", "--raw", "-z", "--no-abbrev", "--no-renames", "HEAD"], cwd=tree).stdout
+    fields = raw.split("\0")
+    out = []
+    for head, path in zip(fields[0::2], fields[1::2]):
+        m_head, m_index, o_head, o_index, x = head.lstrip(":").split()
+        out.append(f"{x} {m_head} {m_index} {o_head} {o_index} {path}")
+    return sorted(out)
+
+
+def _is_prepared_state(tracked: str, commit: str, index: list[str]) -> bool:
+    """Whether a tree's tracked status says: HEAD is `commit` (detached), nothing differs between the index
+    and the working tree, and the index differs from HEAD by exactly `index` (see `_staged`)."""
+    staged = []
+    oid = ""
+    for line in tracked.split("\n"):
+        if line.startswith("# branch.oid "):
+            oid = line.split()[2]
+        elif line.startswith("1 "):  # 1 XY sub mH mI mW hH hI path
+            _, xy, _sub, m_head, m_index, _m_work, o_head, o_index, path = line.split(" ", 8)
+            if xy[1] != ".":
+                return False  # the working tree differs from the index
+            staged.append(f"{xy[0]} {m_head} {m_index} {o_head} {o_index} {path}")
+        elif not line.startswith("# "):
+            return False  # unmerged, or anything else
+    return oid == commit and sorted(staged) == index
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """`paths` without those inside a folder listed too (git lists an untracked folder, then the ignored
+    files in it)."""
+    kept: list[str] = []
+    folder = None  # the last folder kept: sorted, what is inside it follows it
+    for rel in sorted(paths):
+        if folder is not None and rel.startswith(folder):
+            continue
+        kept.append(rel)
+        folder = rel if rel.endswith("/") else folder
+    return kept
+
+
+def _alive(pid: str) -> bool:
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _delete(folders: list[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
