@@ -351,6 +351,18 @@ def test_builds_that_keep_the_idle_cores_busy_are_not_spread():
     assert events.seen[:3] == [("building", "c032"), ("prefetch", "c048"), ("testing", "c032")]
 
 
+def test_an_idle_reading_a_little_short_of_whole_cores_counts_them():
+    # /proc/stat read over a build says 1.98 idle cores on an idle 2-core machine: two 1-core builds fit
+    # (measured: the bisect benchmark's readings were 1.98-1.99, and flooring them spread nothing)
+    spread = []
+    for idle in (1.85, 1.7):
+        builder, events = Builds(cores=1.0), Events()
+        result = Bisector(cands(65), builder, Verdicts(41), events, jobs=3, idle=lambda idle=idle: idle).run()
+        assert result.first_bad.key == "c041"
+        spread.append(any(kind == "prefetch" for kind, _ in events.seen))
+    assert spread == [True, False]
+
+
 def test_the_idle_cores_are_read_at_the_start_and_once_measured_not_at_each_step():
     idle_calls = []
     builder = Builds(cores=1.0)

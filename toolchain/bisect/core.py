@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from toolchain.core.cpu import idle_cores
 from toolchain.errors import BuildError, UsageError
 
+IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -385,7 +386,8 @@ class Bisector:
         cores = next((o.cores for o in outcomes if o.cores > 0), 0.0)
         if self._pool is None or self._width or not cores:
             return
-        self._width = max(1, min(self.jobs, math.floor(self.idle() / max(1, math.floor(cores + 0.5)))))
+        # (a measured 1.98 idle cores are 2: a reading is never exact, and a core 80 % free is worth a build)
+        self._width = max(1, min(self.jobs, math.floor(self.idle() / max(1, math.floor(cores + 0.5)) + IDLE_SLACK)))
 
     def _spread(self, index: int) -> None:
         """Keep W builds in flight for untested candidates of the range, the step's own (`index`, built here

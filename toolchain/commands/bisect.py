@@ -53,8 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state", type=Path, help=f"state file (default: OUT/{STATE_NAME})")
     shared.add(p, "out", help={"out": f"where builds, logs and results go (default: ./{DEFAULT_OUT})"})
     p.add_argument("--jobs", type=int,
-                   help="builds at once: the step's and, while its test runs and cores are idle, the possible "
-                        f"next ones (default {DEFAULT_JOBS}; 1 = no building ahead; --resume keeps the saved one)")
+                   help="builds at once, at most: where one build leaves cores idle, candidates further along the "
+                        "range build beside the step's (a quarter point beside the midpoint); where it keeps them "
+                        "busy (a kernel build), the possible next ones build while a test runs "
+                        f"(default {DEFAULT_JOBS}; 1 = no building ahead; --resume keeps the saved one)")
     shared.add(p, "cache-dir", "mirror")
     p.set_defaults(handler=handle)
 
