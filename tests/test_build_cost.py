@@ -21,6 +21,7 @@ from spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
 
 from toolchain.build import ccache, intarget
 from toolchain.build.jobs import GiB, MiB, Resources, decide_jobs, per_job_memory, resources_from
+from toolchain.build.metrics import RESULT, BuildMetrics, read_result
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.buildspec import BuildSpec, parse_size
 from toolchain.recipe.load import Component, load_recipe
@@ -434,3 +435,32 @@ def test_jobs_follow_the_containers_memory_limit(podman_image, tmp_path):
     assert 500 * MiB < res["memory-bytes"] <= 600 * MiB and "limit" in res["memory-source"], res
     for comp in data["components"]:
         assert comp["jobs"]["jobs"] == min(res["cpus"], 2), comp["jobs"]
+
+
+@pytest.mark.container
+def test_a_build_in_a_container_that_outlives_it_reports_its_own_peak_not_an_earlier_builds(podman_image,
+                                                                                             tmp_path):
+    """Exec into a running container: the container's cgroup holds only the runner (and the container's
+    init), so its peak looks like the build's, but it is the container's since it started. A build that
+    allocates 300 MiB, then one that allocates nothing: the second must not report the first's peak."""
+    name = f"toolchain-test-peak-{uuid.uuid4().hex[:8]}"
+    podman("run", "--detach", "--name", name, "--label", "org.toolchain.test=build-cost", "--network=none",
+           "--entrypoint", "sleep", podman_image, "infinity")
+    try:
+        podman("cp", str(INTARGET), f"{name}:/runner.py")
+
+        def build(code: str) -> tuple[dict, BuildMetrics]:
+            podman("exec", name, "python3", "/runner.py", "build", "/result.json", "--", "python3", "-c", code)
+            raw = json.loads(podman("exec", name, "cat", "/result.json").stdout)["metrics"]
+            podman("cp", f"{name}:/result.json", str(tmp_path / RESULT))
+            read = read_result(tmp_path)
+            assert read is not None
+            return raw, read.metrics
+
+        big, big_metrics = build("import time; b = bytearray(300 << 20); time.sleep(0.5)")
+        small, small_metrics = build("import time; time.sleep(0.5)")
+        assert big_metrics.peak_memory_bytes >= 300 * MiB, big
+        assert small["peak_cgroup_bytes"] == 0, small  # the cgroup's peak is still the big build's: not used
+        assert 0 < small_metrics.peak_memory_bytes < 100 * MiB and small_metrics.peak_memory_source != "cgroup", small
+    finally:
+        podman("rm", "--force", "--time", "0", name, check=False)

@@ -13,7 +13,7 @@ It puts a directory first on PATH holding ccache under the names of the C/C++ co
 setuptools or Makefile build goes through it) and an `sccache` that runs ccache (or, with no cache, the
 compiler itself): sccache does not support Intel's compilers, and vllm-xpu-kernels' setup.py picks sccache
 whenever one is on PATH. RESULT (JSON) holds wall and CPU seconds, the peak memory of the whole process tree
-(sampled PSS, which counts shared pages once, else RSS; and the cgroup's own peak when the build has the cgroup to itself, as in a fresh container),
+(sampled PSS, which counts shared pages once, else RSS; and the cgroup's own peak when the build has the cgroup to itself, as in a fresh container, and raised it),
 the ccache version and this build's hits and misses (from a CCACHE_STATSLOG of its own).
 """
 
@@ -245,6 +245,7 @@ def build(result_path, argv):
     if statslog:
         env["CCACHE_STATSLOG"] = statslog  # this build's own statistics, whatever else shares the cache
     peak_file, dedicated = _own_cgroup()
+    peak_before = _peak(peak_file) if dedicated else 0
     started = time.monotonic()
     child = subprocess.Popen(argv, env=env)
     forward = lambda sig, _frame: child.send_signal(sig)
@@ -274,12 +275,10 @@ def build(result_path, argv):
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if statslog:
         report["hits"], report["misses"] = _count(statslog)
-    cgroup_peak = 0
-    if dedicated and peak_file:
-        try:
-            cgroup_peak = int((_read(peak_file) or "0").strip())
-        except ValueError:
-            cgroup_peak = 0
+    # The cgroup's peak is the build's only when the build set it: a cgroup outlives builds (exec into a running
+    # container, the tool as a container's main process), and its peak may be an earlier build's.
+    peak_after = _peak(peak_file) if dedicated else 0
+    cgroup_peak = peak_after if peak_after > peak_before else 0
     shutil.rmtree(shims, ignore_errors=True)
     _write(result_path, {
         "compiler_cache": report,
@@ -290,6 +289,13 @@ def build(result_path, argv):
         "returncode": code,
     })
     return code if code >= 0 else 128 - code
+
+
+def _peak(peak_file):
+    try:
+        return int((_read(peak_file) or "0").strip())
+    except ValueError:
+        return 0
 
 
 def _write(path, data):
