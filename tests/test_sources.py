@@ -214,8 +214,6 @@ def test_a_prepared_tree_is_reused_after_a_build_and_prepared_again_when_its_tra
 
 def test_a_reuse_moves_untracked_and_ignored_output_out_of_the_tree_and_deletes_it_beside_the_build(tmp_path,
                                                                                                       make_repo):
-    import threading
-
     from toolchain.sources.trees import TRASH, SourceTrees
 
     repo = make_repo("tiny", "tiny")
@@ -240,9 +238,7 @@ def test_a_reuse_moves_untracked_and_ignored_output_out_of_the_tree_and_deletes_
         assert not any((tree / rel).exists() for rel in left)
         assert not (tree / "out").exists() and not (tree / "cache").exists()
         assert (tree / "tiny" / "data.txt").read_text() == "tracked\n" and (tree / ".gitignore").exists()
-    for t in threading.enumerate():
-        if t.name == "trees-trash":
-            t.join(60)
+    trees.settled()
     assert not list(trees.root.glob(f"{TRASH}*"))  # this reuse's output and the stale folder: deleted
 
 
@@ -281,6 +277,42 @@ def test_a_patched_tree_is_reused_while_its_index_holds_what_the_patches_staged(
     subprocess.run(["git", "-C", str(tree), "add", "tiny/added.py"], check=True)
     assert not build("f")
     assert build("g")
+
+
+def test_a_new_tree_is_settled_when_its_build_ends_and_one_the_build_broke_is_prepared_again(tmp_path, make_repo):
+    """The check a tree's first reuse would make runs when the build that prepared it ends (beside the rest of
+    that build): its status is recorded and what the build left is gone; a tree whose build edited a
+    tracked file is not settled, and the next use prepares it again."""
+    import json as _json
+
+    from toolchain.sources.trees import SourceTrees
+
+    repo = make_repo("tiny", "tiny")
+    mirrors = Mirrors(tmp_path / "cache")
+    mirrors.ensure(repo.url, repo.head())
+    trees = SourceTrees(tmp_path / "cache", mirrors)
+    state = trees.root / f"{trees.key(repo.head(), (), '')}.state"
+    with trees.tree(repo.url, repo.head()) as tree:
+        assert "status" not in _json.loads(state.read_text())  # prepared: nothing recorded yet
+        (tree / ".git" / "marker").write_text("")
+        (tree / "build" / "lib").mkdir(parents=True)
+        (tree / "build" / "lib" / "x.py").write_text("what a build leaves\n")
+    trees.settled()
+    assert _json.loads(state.read_text())["status"].startswith(f"# branch.oid {repo.head()}")
+    assert not (tree / "build").exists() and not list(trees.root.glob(".trash-*"))
+    with trees.tree(repo.url, repo.head()):
+        assert (tree / ".git" / "marker").exists()  # reused (the recorded status compared)
+
+    other = repo.commit("second", {"NEWS": "2\n"})
+    mirrors.ensure(repo.url, other)
+    state = trees.root / f"{trees.key(other, (), '')}.state"
+    with trees.tree(repo.url, other) as broken:
+        (broken / ".git" / "marker").write_text("")
+        (broken / "NEWS").write_text("the build rewrote a tracked file\n")
+    trees.settled()
+    assert "status" not in _json.loads(state.read_text())
+    with trees.tree(repo.url, other) as again:
+        assert not (again / ".git" / "marker").exists() and (again / "NEWS").read_text() == "2\n"
 
 
 def test_a_prepared_tree_edited_by_hand_is_prepared_again(ws, make_repo):

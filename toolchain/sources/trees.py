@@ -31,6 +31,8 @@ class SourceTrees:
     def __init__(self, cache_dir: Path, mirrors: Mirrors) -> None:
         self.root = Path(cache_dir) / "trees"
         self.mirrors = mirrors
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
 
     @staticmethod
     def key(commit: str, patches: tuple[Patch, ...], subdir: str) -> str:
@@ -42,10 +44,36 @@ class SourceTrees:
         key = self.key(commit, patches, subdir)
         path = self.root / key
         state = self.root / f"{key}.state"
-        with file_lock(self.root / f"{key}.lock"):
-            if fresh or not self._usable(path, state, commit):
+        lock = self.root / f"{key}.lock"
+        with file_lock(lock):
+            prepared = fresh or not self._usable(path, state, commit)
+            if prepared:
                 self._prepare(url, commit, patches, subdir, what, path, state, log)
             yield path
+        if prepared:
+            self._later(self._settle, path, state, commit, lock)
+
+    def _settle(self, path: Path, state: Path, commit: str, lock: Path) -> None:
+        """The check the first reuse of a tree makes (its first `git status` re-reads every file checked out in
+        the index's second, then the status is recorded for later reuses to compare with), made when the build
+        that prepared the tree ends, beside the rest of that build, under the tree's lock like any use. What
+        the build left is moved out too. A tree the build broke is left for the next use to prepare again."""
+        with contextlib.suppress(Exception), file_lock(lock):  # (a failure here: the next use checks whole)
+            self._usable(path, state, commit)
+
+    def _later(self, work, *args) -> None:
+        """`work(*args)` in a thread beside the build (the process waits for it before it exits)."""
+        thread = threading.Thread(target=work, args=args, name="trees-later")
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def settled(self) -> None:
+        """Wait for the work started beside builds (settling prepared trees, deleting what builds left)."""
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join()
 
     def _usable(self, path: Path, state: Path, commit: str) -> bool:
         if not (path / ".git").exists() or not state.is_file():
@@ -84,7 +112,7 @@ class SourceTrees:
         for i, rel in enumerate(_outermost(paths)):
             os.rename(tree / rel, trash / str(i))
         stale = [p for p in self.root.glob(f"{TRASH}*") if not _alive(p.name[len(TRASH):].split("-")[0])]
-        threading.Thread(target=_delete, args=([trash, *stale],), name="trees-trash").start()
+        self._later(_delete, [trash, *stale])
 
     def _prepare(self, url, commit, patches, subdir, what, path: Path, state: Path, log) -> None:
         state.unlink(missing_ok=True)
