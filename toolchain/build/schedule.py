@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,6 +66,8 @@ def run_at_once(items: Sequence[T], work: Callable[[T], R], budget: Budget, memo
             if ended:
                 ended(item)
         return out
+    from concurrent.futures import ThreadPoolExecutor  # (not on a warm no-op's path: it imports logging)
+
     board = _Board()
     futures: list[Future[R]] = []
 
