@@ -16,6 +16,7 @@ from spine_helpers import GitRepo
 from toolchain import cli
 from toolchain.bisect.core import BuildOutcome, Candidate, Verdict
 from toolchain.bisect.testers import CommandTester
+from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run
@@ -151,7 +152,7 @@ def fake_spine(monkeypatch, calls: list):
 
     def build_stack_components(recipe, options, ui):  # every component compiled (BuiltComponent.source)
         lock = build_stack(recipe, options, ui)
-        return lock, [types.SimpleNamespace(source="built") for _ in lock.components]
+        return lock, [types.SimpleNamespace(source="built", metrics=BuildMetrics()) for _ in lock.components]
 
     monkeypatch.setattr("toolchain.bisect.builder.build_stack_components", build_stack_components)
     monkeypatch.setattr("toolchain.bisect.candidates.Mirrors", Mirrors)

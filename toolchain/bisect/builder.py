@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.bisect.core import BuildOutcome, first_line
-from toolchain.build.metrics import BuildMetrics
 from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
@@ -73,8 +72,8 @@ class SpineBuilder:
 
 def busy_cores(built: Sequence[BuiltComponent]) -> float:
     """How many cores the build kept busy (what the bisect spreads its builds by): its busiest compiled
-    component's CPU / wall seconds; 0 when nothing was compiled or measured (a stand-in without metrics)."""
-    measured = [getattr(b, "metrics", BuildMetrics()) for b in built if b.source == "built"]
+    component's CPU / wall seconds; 0 when nothing was compiled or measured."""
+    measured = [b.metrics for b in built if b.source == "built"]
     return max((m.cpu_seconds / m.wall_seconds for m in measured if m.wall_seconds > 0), default=0.0)
 
 

@@ -94,34 +94,36 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     # its slowest clone, not for the sum of them, and a pin that does not exist stops it before any compile.
     compiled = [cp for cp in plan.components if not (options.use_cache and (
         looked_up.get(cp.cache_key) or cache.get(cp.cache_key) is not None))]
-    to_compile = {cp.name for cp in compiled}
+    to_compile = [cp.name for cp in compiled]
     fetch_sources(mirrors, plan, compiled)
     built: dict[str, BuiltComponent] = {}
-    running: list[str] = []
+    running: list[str] = []  # (the progress line: the builds running now)
+    showing = threading.Lock()
     with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
         def one(cp: ComponentPlan) -> BuiltComponent:
             try:
-                built[cp.name] = build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui,
-                                                 remote, looked_up.get(cp.cache_key), cc)
+                return build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui, remote,
+                                       looked_up.get(cp.cache_key), cc)
             except ToolError as err:
                 err.component = getattr(err, "component", None) or cp.name  # which component failed
                 raise
-            return built[cp.name]
 
         def show(cp: ComponentPlan, start: bool) -> None:
-            (running.append if start else running.remove)(cp.name)
-            what = ", ".join(f"{n} @ {plan.component(n).component.commit[:12]}" for n in running)
+            with showing:
+                (running.append if start else running.remove)(cp.name)
+                what = ", ".join(f"{n} @ {plan.component(n).component.commit[:12]}" for n in running)
             bar.update(description=what or f"building {plan.recipe.name}", advance=0 if start else 1)
 
         # served from the cache first (nothing to overlap), then the compiles, side by side where they fit
         for cp in plan.components:
             if cp.name not in to_compile:
                 show(cp, True)
-                one(cp)
+                built[cp.name] = one(cp)
                 show(cp, False)
-        run_at_once(compiled, one, build_budget(plan, options, runtime), reserved_memory,
-                    started=lambda cp: show(cp, True), ended=lambda cp: show(cp, False),
-                    also_failed=lambda cp, err: ui.warn(f"{cp.name} failed too: {str(err).splitlines()[0]}"))
+        built.update(zip(to_compile, run_at_once(
+            compiled, one, build_budget(plan, options, runtime), reserved_memory,
+            started=lambda cp: show(cp, True), ended=lambda cp: show(cp, False),
+            also_failed=lambda cp, err: ui.warn(f"{cp.name} failed too: {str(err).splitlines()[0]}"))))
     return [built[cp.name] for cp in plan.components]
 
 
