@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import shutil
 import subprocess
 import threading
@@ -180,12 +181,15 @@ def test_a_prepared_tree_is_reused_after_a_build_and_prepared_again_when_its_tra
     mirrors.ensure(repo.url, second)
     trees = SourceTrees(tmp_path / "cache", mirrors)
 
-    def use(mark: bool = False) -> tuple[Path, bool]:
-        """(the tree, whether it is the one prepared before: a marker inside its .git survived)"""
+    def use() -> tuple[Path, bool]:
+        """(the tree, whether it is the one prepared before: a marker inside its .git survived), once the work
+        started beside the build has ended, as it has when the tool's process exits (the changes below are
+        made by hand, after it; git refuses them while that work holds the tree's index lock)"""
         with trees.tree(repo.url, second) as tree:
             kept = (tree / ".git" / "marker").exists()
             (tree / ".git" / "marker").write_text("")
-            return tree, kept
+        trees.settled()
+        return tree, kept
 
     tree, kept = use()
     assert not kept
@@ -221,9 +225,10 @@ def test_a_reuse_moves_untracked_and_ignored_output_out_of_the_tree_and_deletes_
     mirrors = Mirrors(tmp_path / "cache")
     mirrors.ensure(repo.url, commit)
     trees = SourceTrees(tmp_path / "cache", mirrors)
-    for _ in range(2):  # prepared, then the first use records its status
+    for _ in range(2):  # prepared (and settled when that use ends), then reused
         with trees.tree(repo.url, commit) as tree:
             (tree / ".git" / "marker").write_text("")
+    trees.settled()  # (the process that used it has ended before a build writes below)
     # git lists an untracked folder and, again, the ignored files inside it; ignored files in tracked
     # folders one by one; a folder holding only ignored files once
     left = ["out/lib/x.py", "out/lib/x.pyc", "out/y.pyc", "tiny/a.pyc", "tiny/new.txt", "cache/z.pyc", "top.pyc"]
@@ -283,8 +288,6 @@ def test_a_new_tree_is_settled_when_its_build_ends_and_one_the_build_broke_is_pr
     """The check a tree's first reuse would make runs when the build that prepared it ends (beside the rest of
     that build): its status is recorded and what the build left is gone; a tree whose build edited a
     tracked file is not settled, and the next use prepares it again."""
-    import json as _json
-
     from toolchain.sources.trees import SourceTrees
 
     repo = make_repo("tiny", "tiny")
@@ -293,12 +296,12 @@ def test_a_new_tree_is_settled_when_its_build_ends_and_one_the_build_broke_is_pr
     trees = SourceTrees(tmp_path / "cache", mirrors)
     state = trees.root / f"{trees.key(repo.head(), (), '')}.state"
     with trees.tree(repo.url, repo.head()) as tree:
-        assert "status" not in _json.loads(state.read_text())  # prepared: nothing recorded yet
+        assert "status" not in json.loads(state.read_text())  # prepared: nothing recorded yet
         (tree / ".git" / "marker").write_text("")
         (tree / "build" / "lib").mkdir(parents=True)
         (tree / "build" / "lib" / "x.py").write_text("what a build leaves\n")
     trees.settled()
-    assert _json.loads(state.read_text())["status"].startswith(f"# branch.oid {repo.head()}")
+    assert json.loads(state.read_text())["status"].startswith(f"# branch.oid {repo.head()}")
     assert not (tree / "build").exists() and not list(trees.root.glob(".trash-*"))
     with trees.tree(repo.url, repo.head()):
         assert (tree / ".git" / "marker").exists()  # reused (the recorded status compared)
@@ -310,7 +313,7 @@ def test_a_new_tree_is_settled_when_its_build_ends_and_one_the_build_broke_is_pr
         (broken / ".git" / "marker").write_text("")
         (broken / "NEWS").write_text("the build rewrote a tracked file\n")
     trees.settled()
-    assert "status" not in _json.loads(state.read_text())
+    assert "status" not in json.loads(state.read_text())
     with trees.tree(repo.url, other) as again:
         assert not (again / ".git" / "marker").exists() and (again / "NEWS").read_text() == "2\n"
 
