@@ -373,6 +373,36 @@ def test_a_pin_missing_in_the_last_component_stops_the_stack_before_anything_com
         assert mirrors.has_commit(repo.url, commit), repo.url  # fetched all the same
 
 
+def test_the_users_stack_compiled_side_by_side_and_one_at_a_time_gives_the_same_bytes_and_reuses_its_trees(
+        realstack_built, tmp_path):
+    """The user's override (extends the base stack from another directory, its own ARK patch; the engine's
+    patch, the kernels' FetchContent sources, ARK in a subdirectory, versions from `git describe`) built in
+    two fresh caches, compiles side by side and `--builds-at-once 1`: the same wheels. Built again with
+    --no-cache, every prepared tree (patched, FetchContent, subdirectory) is reused, not prepared again, and
+    gives the same wheels once more."""
+    s = realstack_built.stack
+    cli = cli_in(tmp_path / "cwd")
+    locks = {}
+    for how, extra in (("at-once", ()), ("one", ("--builds-at-once", "1"))):
+        r = cli("build", "--recipe", s.user_recipe("child"), "--cache-dir", tmp_path / f"cache-{how}",
+                "--out", tmp_path / f"out-{how}", "--json", *extra)
+        assert r.returncode == 0, str(r)
+        locks[how] = read_toml(tmp_path / f"out-{how}" / "stack.lock.toml")
+    wheels = {how: [(c["name"], c["describe"], c["wheel"]) for c in lock["components"]] for how, lock in locks.items()}
+    assert wheels["at-once"] == wheels["one"]
+    assert [c["name"] for c in locks["at-once"]["components"]] == ORDER
+    trees = [t for t in (tmp_path / "cache-at-once" / "trees").iterdir() if t.is_dir() and not t.name.startswith(".")]
+    assert len(trees) == 5  # engine, kernels, its two FetchContent sources, the suite (ARK's subdirectory)
+    for tree in trees:
+        (tree / ".git" / "marker").write_text("")
+    r = cli("build", "--recipe", s.user_recipe("child"), "--cache-dir", tmp_path / "cache-at-once",
+            "--out", tmp_path / "out-again", "--json", "--no-cache")
+    assert r.returncode == 0, str(r)
+    again = read_toml(tmp_path / "out-again" / "stack.lock.toml")
+    assert [(c["name"], c["describe"], c["wheel"]) for c in again["components"]] == wheels["at-once"]
+    assert all((tree / ".git" / "marker").exists() for tree in trees)  # reused, none prepared again
+
+
 def test_the_engine_version_override_env_sets_the_wheel_version(realstack_built, tmp_path):
     s = realstack_built.stack
     recipe = tmp_path / "recipes" / "pinned-version.toml"
