@@ -49,3 +49,17 @@ class TestFailed(ToolError):
 
     __test__ = False  # not a pytest class
     return_code = 1
+
+
+class TransientError(BuildError):
+    """A failure of the surroundings, not of the recipe or the commit: the network (DNS, refused, timeout, TLS,
+    proxy), a full disk, an interruption. The same input may succeed later, so bisect never remembers it as
+    unbuildable: it stops, and can be resumed. `kind` names the class ("network", "disk-full", "interrupted")."""
+
+    KINDS = ("network", "disk-full", "interrupted")
+
+    def __init__(self, message: str, *, kind: str, hint: str | None = None) -> None:
+        if kind not in self.KINDS:
+            raise ValueError(f"TransientError kind {kind!r} is not one of {self.KINDS}")
+        super().__init__(message, hint=hint)
+        self.kind = kind
