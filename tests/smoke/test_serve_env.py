@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from smoke_helpers import FAULT_SERVER, fault_cmd, free_port, write_test_lock
 
+from toolchain.core.devices import find_cards
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import SmokeOptions, devices, run_smoke
@@ -74,12 +75,12 @@ def _fake_card(drm: Path, pci: Path, name: str, slot: str, device: str, vendor: 
 
 
 def test_cards_are_found_in_sysfs(tmp_path):
-    drm, pci = tmp_path / "drm", tmp_path / "pci"
+    drm, pci = tmp_path / "sys/class/drm", tmp_path / "pci"
     _fake_card(drm, pci, "card1", "0000:03:00.0", "0xe211")
     _fake_card(drm, pci, "card0", "0000:00:02.0", "0x1234", vendor="0x10de")  # not Intel
     _fake_card(drm, pci, "card2", "0000:04:00.0", "0xe223")
     (drm / "card1-DP-1").mkdir()
-    cards = devices.find_cards(drm)
+    cards = find_cards(tmp_path)
     assert [(c.node, c.pci_id, c.slot) for c in cards] == [("card1", 0xE211, "0000:03:00.0"),
                                                            ("card2", 0xE223, "0000:04:00.0")]
     assert "BMG-G21" in cards[0].describe()
@@ -110,7 +111,7 @@ def test_device_profiles_env():
         devices.device_env(devices.profile("b70"), 2, {"ZE_AFFINITY_MASK": "0"})
 
 
-@pytest.mark.skipif(bool(devices.find_cards()), reason="this machine has Intel GPUs")
+@pytest.mark.skipif(bool(find_cards()), reason="this machine has Intel GPUs")
 def test_missing_cards_stop_before_serving(smoke, tmp_path):
     dump = tmp_path / "env.json"
     r = smoke("--serve-cmd", fault_cmd("healthy", "--env-out", str(dump)), "--device", "b70", "--cases", "math")

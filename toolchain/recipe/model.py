@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
+from toolchain.core.devices import DEFAULT_DEVICE
 from toolchain.core.fs import sha256_bytes
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
@@ -131,7 +132,7 @@ class TargetSpec:
 @dataclass(frozen=True)
 class SmokeSpec:
     model: str = ""
-    device: str = "b70"
+    device: str = DEFAULT_DEVICE
     tensor_parallel_size: int = 1
     serve_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()

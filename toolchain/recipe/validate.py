@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from toolchain.core.devices import DEFAULT_DEVICE, PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.redact import is_secret
 from toolchain.errors import RecipeError
@@ -37,7 +38,6 @@ from toolchain.recipe.model import (
 
 PLACEHOLDERS = ("python", "src", "out")
 RUNTIMES = ("host", "podman", "docker")
-DEVICES = {"b60": (1,), "b70": (1, 2)}  # allowed tensor-parallel sizes per card profile
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -392,18 +392,19 @@ def _smoke(s: Any, pr: _Problems) -> SmokeSpec:
     if not isinstance(s, dict):
         return SmokeSpec()
     pr.check_keys(s, SMOKE_KEYS, "smoke.")
-    device = s.get("device", "b70")
+    device = s.get("device", DEFAULT_DEVICE)
     tp = s.get("tensor-parallel-size", 1)
-    if isinstance(device, str) and device not in DEVICES:
-        pr.add("smoke.device", f"unknown device {device!r}{did_you_mean(device, list(DEVICES))}; use b60 or b70")
-    elif isinstance(tp, int) and isinstance(device, str) and tp not in DEVICES[device]:
+    if isinstance(device, str) and device not in PROFILES:
+        pr.add("smoke.device", f"unknown device {device!r}{did_you_mean(device, list(PROFILES))}; "
+                               f"use {' or '.join(PROFILES)}")
+    elif isinstance(tp, int) and isinstance(device, str) and tp not in PROFILES[device].tensor_parallel_sizes:
         pr.add("smoke.tensor-parallel-size", f"{tp} is not supported on {device} "
-                                              f"(allowed: {', '.join(map(str, DEVICES[device]))})")
+                                              f"(allowed: {', '.join(map(str, PROFILES[device].tensor_parallel_sizes))})")
     for key in ("port", "ready-timeout", "repeat", "max-model-len", "request-timeout"):
         if isinstance(s.get(key), int) and s[key] <= 0:
             pr.add(f"smoke.{key}", "must be a positive integer")
     return SmokeSpec(model=s.get("model", "") if isinstance(s.get("model", ""), str) else "",
-                     device=device if isinstance(device, str) else "b70",
+                     device=device if isinstance(device, str) else DEFAULT_DEVICE,
                      tensor_parallel_size=tp if isinstance(tp, int) else 1,
                      serve_args=pr.str_list(s, "serve-args", "smoke.serve-args"),
                      env=pr.env_table(s.get("env", {}), "smoke.env"),

@@ -37,6 +37,7 @@ from typing import Any
 
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
+from toolchain.core.devices import VENDOR_INTEL
 from toolchain.core.proc import CommandTimeout, Completed, merge_env, run
 from toolchain.errors import UsageError
 from toolchain.lock import Lock
@@ -305,7 +306,7 @@ class ContainerTarget:
         for line in out.splitlines():
             node, vendor, pci_id, slot, visible = (line.split("|") + [""] * 5)[:5]
             try:
-                if int(vendor, 16) != devices.VENDOR_INTEL:
+                if int(vendor, 16) != VENDOR_INTEL:
                     continue
                 card = devices.Card(node, int(pci_id, 16), slot)
             except ValueError:

@@ -1,4 +1,5 @@
-"""Device profiles (Arc Pro B60, B70) and the check that the cards present match the request.
+"""The check that the cards present match the smoke request (the device facts and profiles are
+toolchain.core.devices').
 
 Cards are found under /sys/class/drm (vendor 0x8086, PCI device id of a Battlemage die), with `xpu-smi
 discovery -j` as a fallback when sysfs shows none (some containers); `sycl-ls` output is recorded for the
@@ -11,50 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from toolchain.core import devices as facts
+from toolchain.core.devices import PROFILES, Card, DeviceProfile
 from toolchain.core.proc import CommandTimeout, run
 from toolchain.errors import UsageError
 
-VENDOR_INTEL = 0x8086
-BMG_G21_IDS = frozenset({0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216})
-BMG_G31_IDS = frozenset({0xE220, 0xE221, 0xE222, 0xE223})
-DRM_ROOT = Path("/sys/class/drm")
 TOOL_TIMEOUT = 20
-
-
-@dataclass(frozen=True)
-class DeviceProfile:
-    name: str
-    product: str
-    die: str
-    pci_ids: frozenset[int]
-    max_cards: int
-    ark_target: str
-
-
-PROFILES = {
-    "b60": DeviceProfile("b60", "Intel Arc Pro B60", "BMG-G21", BMG_G21_IDS, 1, "intel_gpu_bmg_g21"),
-    "b70": DeviceProfile("b70", "Intel Arc Pro B70", "BMG-G31", BMG_G31_IDS, 2, "intel_gpu_bmg_g31"),
-}
-
-
-@dataclass(frozen=True)
-class Card:
-    node: str       # card0, or "xpu-smi:0"
-    pci_id: int
-    slot: str       # PCI address, e.g. 0000:03:00.0
-
-    @property
-    def die(self) -> str:
-        if self.pci_id in BMG_G21_IDS:
-            return "BMG-G21 (B60 class)"
-        if self.pci_id in BMG_G31_IDS:
-            return "BMG-G31 (B70 class)"
-        return "other Intel GPU"
-
-    def describe(self) -> str:
-        return f"{self.node} {self.die}, device 0x{self.pci_id:04x} at {self.slot or '?'}"
 
 
 @dataclass(frozen=True)
@@ -113,28 +77,6 @@ def device_env(prof: DeviceProfile, tp: int, env: Mapping[str, str]) -> dict[str
     return out
 
 
-def find_cards(drm_root: Path = DRM_ROOT) -> list[Card]:
-    """Intel GPUs under /sys/class/drm, one per PCI device, in PCI order (Level Zero's default order)."""
-    by_slot: dict[str, Card] = {}
-    for entry in sorted(drm_root.glob("card*")):
-        if "-" in entry.name:  # connectors: card0-DP-1
-            continue
-        dev = entry / "device"
-        vendor, device = _read_hex(dev / "vendor"), _read_hex(dev / "device")
-        if vendor != VENDOR_INTEL or device is None:
-            continue
-        slot = dev.resolve().name if dev.exists() else ""
-        by_slot.setdefault(slot or entry.name, Card(entry.name, device, slot))
-    return [by_slot[k] for k in sorted(by_slot)]
-
-
-def _read_hex(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip(), 16)
-    except (OSError, ValueError):
-        return None
-
-
 def xpu_smi_cards() -> list[Card]:
     """Cards as `xpu-smi discovery -j` lists them (empty when xpu-smi is absent or fails)."""
     out = _tool_output(["xpu-smi", "discovery", "-j"])
@@ -190,7 +132,7 @@ def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str
                              f"but only {len(cards)} Intel GPU(s) are present: {found}")
     wrong = [c for c in selected if c.pci_id not in prof.pci_ids]
     if wrong:
-        other = next((p for p in PROFILES.values() if wrong[0].pci_id in p.pci_ids), None)
+        other = facts.profile_of(wrong[0].pci_id)
         tip = f" (that is a {other.product}: use --device {other.name})" if other else ""
         return result(False, f"--device {device} asks for {prof.product} ({prof.die}) but the selected card is "
                              f"{wrong[0].describe()}{tip}. Present: {found}")

@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
+from toolchain.core.devices import find_cards
 from toolchain.core.proc import Interrupted, interruptible
 from toolchain.core.redact import redact_env
 from toolchain.errors import ToolError, UsageError
@@ -262,7 +263,7 @@ def _check_devices(opts: SmokeOptions, config: SmokeConfig,
         return devices.skipped(config.device, config.tensor_parallel_size, mask)
     if isinstance(target, ContainerTarget):
         return target.device_check(config.device, config.tensor_parallel_size, mask)
-    cards = devices.find_cards() or devices.xpu_smi_cards()
+    cards = find_cards() or devices.xpu_smi_cards()
     check = devices.check(config.device, config.tensor_parallel_size, mask, cards, devices.tool_reports())
     if not check.ok:
         raise devices.DeviceMismatch(check.message, hint="pick the --device and tensor-parallel-size that match the "

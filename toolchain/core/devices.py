@@ -1,0 +1,82 @@
+"""The device facts, owned here once: Intel's PCI vendor id, the Battlemage dies and their device ids, the card
+profiles a recipe names (B60, B70: product, die, AOT target, how many cards a profile serves on), and finding
+the cards under a sysfs tree. The recipe check, smoke's device check and `toolchain doctor` all read them here.
+
+The ids are those the Intel compute runtime lists per die (intel/compute-runtime device_ids_configs_bmg.h):
+B60 is BMG-G21 (0xE211), B70 is BMG-G31 (0xE223 as sycl-ls shows it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+VENDOR_INTEL = 0x8086
+BMG_G21_IDS = frozenset({0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216})
+BMG_G31_IDS = frozenset({0xE220, 0xE221, 0xE222, 0xE223})
+DRM = Path("sys/class/drm")  # under the host root
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    product: str
+    die: str
+    pci_ids: frozenset[int]
+    max_cards: int
+    ark_target: str
+    aot_device: str
+
+    @property
+    def tensor_parallel_sizes(self) -> tuple[int, ...]:
+        return tuple(range(1, self.max_cards + 1))
+
+
+PROFILES = {
+    "b60": DeviceProfile("b60", "Intel Arc Pro B60", "BMG-G21", BMG_G21_IDS, 1, "intel_gpu_bmg_g21", "bmg-g21-a0"),
+    "b70": DeviceProfile("b70", "Intel Arc Pro B70", "BMG-G31", BMG_G31_IDS, 2, "intel_gpu_bmg_g31", "bmg-g31-a0"),
+}
+DEFAULT_DEVICE = "b70"
+
+
+def profile_of(pci_id: int) -> DeviceProfile | None:
+    return next((p for p in PROFILES.values() if pci_id in p.pci_ids), None)
+
+
+@dataclass(frozen=True)
+class Card:
+    node: str       # card0, or "xpu-smi:0"
+    pci_id: int
+    slot: str       # PCI address, e.g. 0000:03:00.0
+    driver: str = ""  # xe | i915 (sysfs device/driver), "" when not readable
+
+    @property
+    def die(self) -> str:
+        prof = profile_of(self.pci_id)
+        return f"{prof.die} ({prof.name.upper()} class)" if prof else "other Intel GPU"
+
+    def describe(self) -> str:
+        return f"{self.node} {self.die}, device 0x{self.pci_id:04x} at {self.slot or '?'}"
+
+
+def find_cards(root: Path = Path("/")) -> list[Card]:
+    """Intel GPUs under <root>/sys/class/drm, one per PCI device, in PCI order (Level Zero's default order)."""
+    by_slot: dict[str, Card] = {}
+    for entry in sorted((root / DRM).glob("card*")):
+        if "-" in entry.name:  # connectors: card0-DP-1
+            continue
+        dev = entry / "device"
+        vendor, device = read_hex(dev / "vendor"), read_hex(dev / "device")
+        if vendor != VENDOR_INTEL or device is None:
+            continue
+        slot = dev.resolve().name if dev.exists() else ""
+        driver = (dev / "driver").resolve().name if (dev / "driver").exists() else ""
+        by_slot.setdefault(slot or entry.name, Card(entry.name, device, slot, driver))
+    return [by_slot[k] for k in sorted(by_slot)]
+
+
+def read_hex(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip(), 16)
+    except (OSError, ValueError):
+        return None
