@@ -42,6 +42,7 @@ COMMANDS = {
     "verify-repro": "toolchain.commands.verify_repro",
     "cache": "toolchain.commands.cache",
     "lock": "toolchain.commands.lock",
+    "doctor": "toolchain.commands.doctor",
 }
 
 

@@ -1,0 +1,88 @@
+"""`toolchain doctor`: the box as build and smoke will see it, one line per fact (ok / warn / missing) with
+a fix. `TOOLCHAIN_HOST_ROOT=DIR` makes it read DIR as `/` (sysfs, /dev/dri, /proc, dpkg's status,
+/opt/intel/oneapi): a fake host in tests, or a mounted image of the box a user reports from."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from toolchain.commands import options
+from toolchain.console import UI, CommandResult
+
+STATUS_STYLE = {"ok": "green", "warn": "yellow", "missing": "red"}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="describe this box as build and smoke will see it, with fixes",
+                       description="One line per fact, ok / warn / missing, each with a fix: the Intel GPUs "
+                                   "(B60 = 0xe211 BMG-G21, B70 = 0xe223 BMG-G31), their driver, the render "
+                                   "nodes and this user's access, the kernel, GuC/HuC firmware where readable, "
+                                   "the Level Zero loader and compute runtime, oneAPI (from the recipe's setvars, "
+                                   "else what is installed), oneCCL; in the target interpreter torch, its XPU "
+                                   "build, torch.xpu.is_available() and the device count, and the stack's "
+                                   "versions; memory and the compile jobs the plan gives. Reads the box under "
+                                   "$TOOLCHAIN_HOST_ROOT (default /). Exit 0 whatever it finds.")
+    options.add(p, "recipe", "recipes-dir", "patches-dir",
+                help={"recipe": "recipe name or path: its target interpreter, setvars, [smoke] device and "
+                                "compiled components (default: the host's python3, no recipe)"})
+    p.set_defaults(handler=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
+    from rich.markup import escape
+
+    from toolchain.build.jobs import format_size
+    from toolchain.recipe.load import TargetSpec
+    from toolchain.target import make_runtime
+    from toolchain.target.doctor import Finding, host_findings, interpreter_findings, oneapi_findings
+    from toolchain.target.hostfacts import gather, host_root
+
+    root = host_root()
+    facts = gather(root)
+    recipe = options.recipe_from_args(args, pinned=False) if args.recipe else None
+    spec = recipe.target if recipe else TargetSpec()
+    device, tp = (recipe.smoke.device, recipe.smoke.tensor_parallel_size) if recipe and recipe.smoke.model \
+        else ("", 1)
+    findings = host_findings(facts, root, device, tp)
+    with ui.status("reading the target interpreter"), make_runtime(spec, ui) as runtime:
+        plan = None
+        if recipe is not None:
+            from toolchain.build.plan import make_plan
+
+            plan = make_plan(recipe, runtime, need_toolchain=False)
+            tc = plan.toolchain
+            findings += oneapi_findings(facts, tc.oneapi_version, tc.setvars, plan.toolchain_missing,
+                                        "TOOLCHAIN_ONEAPI_STANDIN" in dict(plan.toolchain_env.diff))
+        else:
+            findings += oneapi_findings(facts, "", "", "", False)
+        findings += interpreter_findings(runtime, spec.python, facts, device)
+        if facts.memory_total:
+            findings.append(Finding("memory", "ok", f"{format_size(facts.memory_total)} total, "
+                                                   f"{format_size(facts.memory_available)} available"))
+        findings += _jobs(plan, runtime, spec.python)
+    width = max(len(f.topic) for f in findings)
+    lines = [f"[{STATUS_STYLE[f.status]}]{f.status:<7}[/] {escape(f.topic):<{width}}  {escape(f.value)}"
+             + (f"  [dim]fix:[/] {escape(f.fix)}" if f.fix else "") for f in findings]
+    counts = {s: sum(f.status == s for f in findings) for s in STATUS_STYLE}
+    return CommandResult({"root": str(root), "recipe": recipe.name if recipe else None,
+                          "host": facts.record(), "findings": [f.as_dict() for f in findings], "counts": counts},
+                         0, "\n".join([f"doctor: {root} ({recipe.name if recipe else 'no recipe'}, {spec.python} "
+                                        f"on {spec.runtime})", *lines,
+                                        ", ".join(f"{n} {s}" for s, n in counts.items())]))
+
+
+def _jobs(plan: Any, runtime: Any, python: str) -> list[Any]:
+    """The compile jobs each compiled component gets here (the plan's decision), or, without a recipe, what
+    a vllm-xpu-kernels build (8 GiB a job) would get."""
+    from toolchain.build.jobs import KNOWN_PER_JOB, decide_jobs
+    from toolchain.build.plan import probe_resources
+    from toolchain.target.doctor import Finding
+
+    if plan is not None:
+        return [Finding(f"jobs: {c.name}", "warn" if c.jobs.warning else "ok", c.jobs.why, c.jobs.warning)
+                for c in plan.components if c.jobs is not None]
+    per_job, why = KNOWN_PER_JOB["vllm-xpu-kernels"]
+    d = decide_jobs(probe_resources(runtime, python), per_job, why, recipe_pin=None, recipe_env={},
+                    user_env=runtime.base_env())
+    return [Finding("jobs: vllm-xpu-kernels", "warn" if d.warning else "ok", d.why, d.warning)]

@@ -1,0 +1,162 @@
+"""The box as build and smoke see it: GPUs, driver, render nodes, kernel, GPU firmware, Level Zero and the
+compute runtime, installed oneAPI and oneCCL, memory. Everything is read as files under one root folder
+(`TOOLCHAIN_HOST_ROOT`, default `/`), so a test describes a B70 box with a folder; nothing here runs a command.
+
+`HostFacts` is what a lock records at build and a smoke report at serve (and what a lock-to-lock bisect
+compares); `toolchain doctor` turns the same facts into ok / warn / missing lines with a fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from toolchain.core.devices import Card, find_cards
+
+HOST_ROOT_ENV = "TOOLCHAIN_HOST_ROOT"
+LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib", "lib/x86_64-linux-gnu")
+ONEAPI = "opt/intel/oneapi"
+DPKG_STATUS = "var/lib/dpkg/status"
+LOADER_PACKAGES = ("libze1", "level-zero")
+COMPUTE_RUNTIME_PACKAGES = ("libze-intel-gpu1", "intel-level-zero-gpu", "intel-opencl-icd")
+FW_VERSION = re.compile(r"found\s+(?:release\s+)?(\d+\.\d+\.\d+)|version:\s*(\d+\.\d+\.\d+)")
+VERSION_DIR = re.compile(r"^\d{4}\.\d+(\.\d+)*$")
+
+
+def host_root() -> Path:
+    return Path(os.environ.get(HOST_ROOT_ENV) or "/")
+
+
+@dataclass(frozen=True)
+class RenderNode:
+    path: str          # /dev/dri/renderD128, as the host names it
+    access: bool       # this user can open it read-write
+    group: str         # the group that owns it (render, video)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the box is, in plain strings (a lock and a report record it; a bisect compares two)."""
+    kernel: str = ""
+    gpus: tuple[str, ...] = ()           # "card0 BMG-G31 (B70 class), device 0xe223 at 0000:03:00.0"
+    drivers: tuple[str, ...] = ()        # the kernel driver of each GPU (xe, i915)
+    guc: str = ""
+    huc: str = ""
+    level_zero: str = ""                 # the loader's version (libze_loader.so.1.X.Y, or its package)
+    compute_runtime: str = ""            # the GPU driver's user-space runtime (package version or library)
+    oneapi: tuple[str, ...] = ()         # compiler versions installed under /opt/intel/oneapi
+    oneccl: tuple[str, ...] = ()         # oneCCL versions installed under /opt/intel/oneapi
+    memory_total: int = 0                # bytes
+    memory_available: int = 0            # bytes
+
+    def record(self) -> dict[str, Any]:
+        """The facts a lock and a report keep (available memory changes by the minute: not kept)."""
+        d = {k.replace("_", "-"): (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        d.pop("memory-available")
+        return d
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> HostFacts:
+        kw: dict[str, Any] = {k.replace("-", "_"): (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+        return cls(**{k: v for k, v in kw.items() if k in cls.__dataclass_fields__})
+
+
+def gather(root: Path | None = None) -> HostFacts:
+    root = host_root() if root is None else root
+    cards = find_cards(root)
+    guc, huc = firmware(root)
+    total, avail = memory(root)
+    return HostFacts(kernel=_read(root / "proc/sys/kernel/osrelease"),
+                     gpus=tuple(c.describe() for c in cards), drivers=tuple(c.driver or "none" for c in cards),
+                     guc=guc, huc=huc, level_zero=level_zero_loader(root), compute_runtime=compute_runtime(root),
+                     oneapi=versions_in(root / ONEAPI / "compiler"), oneccl=versions_in(root / ONEAPI / "ccl"),
+                     memory_total=total, memory_available=avail)
+
+
+def cards(root: Path) -> list[Card]:
+    return find_cards(root)
+
+
+def render_nodes(root: Path) -> list[RenderNode]:
+    """/dev/dri/renderD* under the root and whether this user may open each read-write."""
+    import grp
+
+    out = []
+    for node in sorted((root / "dev/dri").glob("renderD*")):
+        try:
+            gid = node.stat().st_gid
+            group = grp.getgrgid(gid).gr_name
+        except (OSError, KeyError):
+            group = ""
+        out.append(RenderNode("/" + str(node.relative_to(root)), os.access(node, os.R_OK | os.W_OK), group))
+    return out
+
+
+def firmware(root: Path) -> tuple[str, str]:
+    """(GuC, HuC) versions from debugfs (xe: dri/N/gt0/uc, i915: dri/N/gt/uc); "" where not readable
+    (debugfs is root-only on most boxes)."""
+    found = []
+    for name in ("guc_info", "huc_info"):
+        version = ""
+        for f in sorted((root / "sys/kernel/debug/dri").glob(f"*/gt*/uc/{name}")):
+            m = FW_VERSION.search(_read(f))
+            if m:
+                version = m.group(1) or m.group(2)
+                break
+        found.append(version)
+    return found[0], found[1]
+
+
+def memory(root: Path) -> tuple[int, int]:
+    total = avail = 0
+    for line in _read(root / "proc/meminfo").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("MemTotal", "MemAvailable") and value.split() and value.split()[0].isdigit():
+            if key == "MemTotal":
+                total = int(value.split()[0]) * 1024
+            else:
+                avail = int(value.split()[0]) * 1024
+    return total, avail
+
+
+def level_zero_loader(root: Path) -> str:
+    return dpkg_version(root, LOADER_PACKAGES) or _library_version(root, "libze_loader.so.1.")
+
+
+def compute_runtime(root: Path) -> str:
+    return dpkg_version(root, COMPUTE_RUNTIME_PACKAGES) or _library_version(root, "libze_intel_gpu.so.1.")
+
+
+def dpkg_version(root: Path, packages: tuple[str, ...]) -> str:
+    """`<package> <version>` of the first of `packages` dpkg lists as installed."""
+    found: dict[str, str] = {}
+    for stanza in _read(root / DPKG_STATUS).split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
+        name = fields.get("Package", "")
+        if name in packages and "installed" in fields.get("Status", "").split():
+            found[name] = fields.get("Version", "")
+    return next((f"{p} {found[p]}" for p in packages if p in found), "")
+
+
+def _library_version(root: Path, prefix: str) -> str:
+    for d in LIB_DIRS:
+        for lib in sorted((root / d).glob(prefix + "*")):
+            return lib.name[len(prefix) - 2:]  # "1.21.9" of libze_loader.so.1.21.9
+    return ""
+
+
+def versions_in(folder: Path) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(p.name for p in folder.iterdir() if VERSION_DIR.match(p.name)))
+    except OSError:
+        return ()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace").strip()
+    except OSError:
+        return ""
