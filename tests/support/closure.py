@@ -121,3 +121,62 @@ def dead_proxy_env() -> dict[str, str]:
     dead = f"http://127.0.0.1:{free_port()}"
     return {k: dead for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")} | {
         "NO_PROXY": "", "no_proxy": ""}
+
+
+class CountingIndex:
+    """A PEP 503 index (a folder `simple_index` made) served on 127.0.0.1 by a thread of the test process: it
+    counts the requests it answers (`requests`: their paths), can answer each `latency` seconds late, can ask
+    for credentials (`need_auth`: every request without the right ones gets 401) and can be stopped (`stop()`:
+    the port then refuses connections, the outage)."""
+
+    def __init__(self, root: Path, *, latency: float = 0.0, need_auth: str = "") -> None:
+        import base64
+        import http.server
+        import threading
+
+        self.requests: list[str] = []
+        self.latency = latency
+        self.need_auth = need_auth  # "user:password"
+        index = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=str(root), **kwargs)
+
+            def do_GET(self):  # noqa: N802 (the http.server API)
+                index.requests.append(self.path)
+                if index.latency:
+                    time.sleep(index.latency)
+                if index.need_auth:
+                    want = "Basic " + base64.b64encode(index.need_auth.encode()).decode()
+                    if self.headers.get("Authorization") != want:
+                        self.send_response(401)
+                        self.send_header("WWW-Authenticate", 'Basic realm="test index"')
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def count(self) -> int:
+        return len(self.requests)
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(timeout=30)
+
+    def __enter__(self) -> CountingIndex:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -4,16 +4,19 @@ so a file that differs from the lock, or a dependency the lock does not name, is
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text, sha256_file
 from toolchain.core.proc import CommandFailed, run
-from toolchain.errors import TestFailed
+from toolchain.errors import TestFailed, TransientError
 from toolchain.resolve.closure import LockedDist
+from toolchain.resolve.failure import raise_classified
 
 FETCH_TIMEOUT = 3600
+FETCHING = "fetching the locked dependency files"
 
 
 def hashed_requirements(entries: Iterable[tuple[str, str]]) -> str:
@@ -23,7 +26,18 @@ def hashed_requirements(entries: Iterable[tuple[str, str]]) -> str:
 
 def fetch_dists(dists: Sequence[LockedDist], dest: Path, log: Path) -> dict[str, Path]:
     """{name: local file} of every locked dependency, downloaded into `dest` unless already there with the
-    locked sha256. Raises TestFailed naming each file that is missing or differs from the lock."""
+    locked sha256. Raises TestFailed naming each file that is missing or differs from the lock, TransientError
+    for a network failure or a full disk."""
+    try:
+        return _fetch(dists, dest, log)
+    except OSError as exc:  # our own writes (the folder, the requirements file)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TransientError(f"{FETCHING} failed: no space left on device ({exc.filename or dest})",
+                                 kind="disk-full", hint="free space there and run the same command again") from None
+        raise
+
+
+def _fetch(dists: Sequence[LockedDist], dest: Path, log: Path) -> dict[str, Path]:
     dest.mkdir(parents=True, exist_ok=True)
     want = [d for d in dists if not _have(dest / d.file, d.sha256)]
     if want:
@@ -34,6 +48,7 @@ def fetch_dists(dists: Sequence[LockedDist], dest: Path, log: Path) -> dict[str,
                  "--no-index", "--require-hashes", "--isolated", "-d", str(dest), "-r", str(reqs)], log=log,
                 timeout=FETCH_TIMEOUT)
         except CommandFailed as exc:
+            raise_classified(exc.tail, what=FETCHING, log=log, disk_fallback=str(dest), leave=("hash",))
             raise TestFailed(f"the locked dependency files could not be fetched with their sha256 checked:\n"
                              f"{exc.tail}", hint=f"a file differs from the lock or is gone from its index; "
                                                  f"`toolchain lock --lock LOCK` resolves again (log: {log})") from None

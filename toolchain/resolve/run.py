@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.abi import BuiltAgainst
+from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
 from toolchain.resolve.abi import Compiled, check_built_against
 from toolchain.resolve.closure import Closure
@@ -24,7 +25,7 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
     log_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     spec = recipe.resolve
-    where = ", ".join([*spec.indexes, *spec.find_links]) or "no index"
+    where = redact_text(", ".join([*spec.indexes, *spec.find_links])) or "no index"
     with ui.status(f"resolving the runtime closure ({where})"):
         closure = resolve_closure(spec, target, wheels, Path(cache_dir) / RESOLVE_DIR, log_dir / "resolve.log", ui)
     check_built_against([Compiled(name, against) for name, _, against in built if against], closure,

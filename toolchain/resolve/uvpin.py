@@ -11,6 +11,7 @@ Python and platform; the sdist only when no wheel fits).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import shutil
@@ -26,14 +27,17 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from toolchain.core import toml as tomlio
-from toolchain.core.proc import CommandFailed, merge_env, run
-from toolchain.errors import BuildError, RecipeError
+from toolchain.core.proc import CommandFailed, CommandTimeout, merge_env, run
+from toolchain.core.redact import redact_text
+from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, LockedDist, file_name
+from toolchain.resolve.failure import raise_classified
 from toolchain.target.facts import TargetInfo
 
 DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
 RESOLVE_TIMEOUT = 1800
+RESOLVING = "resolving the runtime closure"
 
 
 class ResolveError(BuildError):
@@ -118,12 +122,23 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
         raise ResolveError("the built wheels have requirements, but the recipe's [resolve] names no index and no "
                            "find-links", hint="add `indexes = [...]` or `find-links = [...]` to [resolve], or "
                                               "build with --no-resolve")
-    with tempfile.TemporaryDirectory(prefix="toolchain-resolve-") as tmp:
-        work = Path(tmp)
-        try:
-            pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log)
-        except CommandFailed as exc:
-            raise _explain(exc, uv, spec, python, platform, built, work, cache_dir, log) from None
+    try:
+        with tempfile.TemporaryDirectory(prefix="toolchain-resolve-") as tmp:
+            work = Path(tmp)
+            try:
+                pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log)
+            except CommandTimeout as exc:
+                raise TransientError(f"{RESOLVING} failed: the resolver ran out of time after {exc.timeout:g}s",
+                                     kind="network", hint=f"a slow or stalled index; run again (log: {log})") from None
+            except CommandFailed as exc:
+                raise_classified(exc.tail, what=RESOLVING, log=log, disk_fallback=str(cache_dir))
+                raise _explain(exc, uv, spec, python, platform, built, work, cache_dir, log) from None
+    except OSError as exc:  # our own files: the work folder, the log, uv's cache folder
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TransientError(f"{RESOLVING} failed: no space left on device ({exc.filename or cache_dir})",
+                                 kind="disk-full", hint="free space there (or point --cache-dir / TMPDIR at a "
+                                                        "larger disk) and run the same command again") from None
+        raise
     built_names = {canonicalize_name(b.dist) for b in built}
     via, source = _annotations(annotated)
     tags = supported_tags(python, platform)
@@ -319,7 +334,7 @@ def _explain(exc: CommandFailed, uv: str, spec: ResolveSpec, python: str, platfo
     named = [str(r) for r in _requirements(culprit.wheel) if re.search(
         rf"(?<![\w.-]){re.escape(canonicalize_name(r.name))}(?![\w.-]*[\w])", message.lower().replace("_", "-"))]
     asked = ", ".join(named) or "its requirements"
-    where = ", ".join(spec.indexes + spec.find_links) or "nothing"
+    where = redact_text(", ".join(spec.indexes + spec.find_links)) or "nothing"
     return ResolveError(f"cannot resolve the runtime closure: component {culprit.component} "
                         f"({culprit.wheel.name}) requires {asked}, which {where} cannot satisfy for Python "
                         f"{python} on {platform}\n  resolver said:\n"

@@ -1,0 +1,157 @@
+"""Closure resolution that names the real failure (issue 26): a network outage (a stopped index, a dead proxy),
+an index asking for credentials, a full disk under the resolver's cache are each one line naming the host (or
+the path) with their own TIP, never "cannot satisfy"; network and disk-full are TransientError (bisect never
+remembers them as unbuildable). Everything is real: the demo's built wheels, uv, a PEP 503 index served on
+127.0.0.1 by the test process (counting its requests), a tmpfs that is full."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from spine_helpers import Cli, isolated_env
+from support.closure import REPO, CountingIndex, dead_proxy_env, demo_variant, simple_index, wheelhouse
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def warm(demo_build, tmp_path_factory):
+    """A copy of the demo build's cache (every component cached) and a CLI to build recipe variants with it."""
+    root = tmp_path_factory.mktemp("closure-failures")
+    shutil.copytree(demo_build.cache, root / "cache", symlinks=True)
+    cli = Cli(root, isolated_env(root))
+
+    def build(recipe: Path, out: str, *args, env: dict[str, str] | None = None, cache: Path | None = None):
+        r = cli("build", "--recipe", recipe, "--patches-dir", REPO / "patches", "--cache-dir", cache or root / "cache",
+                "--out", root / out, "--json", *args, env=env)
+        return r, root / out
+
+    return root, cli, build
+
+
+@pytest.fixture(scope="module")
+def index_root(tmp_path_factory) -> Path:
+    """A PEP 503 index folder serving the demo's dependencies (packaging, tomli, the stand-in torch)."""
+    root = tmp_path_factory.mktemp("index")
+    simple_index(wheelhouse(root / "wheels"), root / "index")
+    return root / "index"
+
+
+def _error(r) -> dict:
+    data = r.json()
+    assert data["ok"] is False, str(r)
+    return data
+
+
+def test_a_stopped_index_is_a_network_failure_naming_the_host_not_an_unsatisfiable_requirement(warm, index_root):
+    root, cli, build = warm
+    index = CountingIndex(index_root)
+    index.stop()  # the port now refuses connections
+    recipe = demo_variant(root / "recipes", "stopped", {"indexes": [f"{index.url}/simple"]})
+    r, out = build(recipe, "out-stopped")
+    assert r.returncode == 1, str(r)
+    err = _error(r)
+    assert err["kind"] == "TransientError", err
+    assert f"cannot reach 127.0.0.1:{index.port}" in err["error"] and "connection refused" in err["error"]
+    assert "cannot satisfy" not in err["error"] and "requires" not in err["error"]
+    assert "\n" not in err["error"]  # one line
+    assert "network" in err["hint"] and "add the index" not in err["hint"]
+    assert not (out / "stack.lock.toml").exists()
+
+
+def test_a_dead_proxy_is_a_network_failure_naming_the_proxy(warm):
+    root, cli, build = warm
+    recipe = demo_variant(root / "recipes", "proxied", {"indexes": ["https://pypi.example.test/simple"]})
+    env = dead_proxy_env()
+    r, _ = build(recipe, "out-proxied", env=env)
+    assert r.returncode == 1, str(r)
+    err = _error(r)
+    assert err["kind"] == "TransientError", err
+    proxy = env["HTTPS_PROXY"].split("://")[1]
+    assert "cannot reach pypi.example.test" in err["error"] and "proxy" in err["error"] and proxy in err["error"]
+    assert "cannot satisfy" not in err["error"]
+    assert "proxy" in err["hint"]
+
+
+def test_an_index_asking_for_credentials_is_an_authentication_failure(warm, index_root):
+    root, cli, build = warm
+    with CountingIndex(index_root, need_auth="user:right") as index:
+        recipe = demo_variant(root / "recipes", "auth", {"indexes": [f"{index.url}/simple"]})
+        r, _ = build(recipe, "out-auth")
+        assert index.count() >= 1
+    assert r.returncode == 1, str(r)
+    err = _error(r)
+    assert err["kind"] == "BuildError", err  # not transient: the same credentials fail again
+    assert f"127.0.0.1:{index.port} refused the request: authentication" in err["error"]
+    assert "cannot satisfy" not in err["error"]
+    assert "netrc" in err["hint"]
+
+
+def test_a_full_disk_under_the_resolvers_cache_blames_no_package(warm, index_root, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root, cli, build = warm
+    full = root / "cache" / "resolve"
+    had = full.exists()
+    if had:
+        full.rename(tmp_path / "resolve-kept")
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        with open(full / "filler", "wb") as f:
+            try:
+                f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        with CountingIndex(index_root) as index:
+            recipe = demo_variant(root / "recipes", "full", {"indexes": [f"{index.url}/simple"]})
+            r, _ = build(recipe, "out-full")
+    finally:
+        subprocess.run(["umount", "-l", str(full)], check=False)
+        full.rmdir()
+        if had:
+            (tmp_path / "resolve-kept").rename(full)
+    assert r.returncode == 1, str(r)
+    err = _error(r)
+    assert err["kind"] == "TransientError", err
+    assert "no space left on device" in err["error"] and str(full) in err["error"], err
+    assert "requires" not in err["error"] and "engine" not in err["error"] and "\n" not in err["error"]
+    assert "free space" in err["hint"]
+
+
+def test_a_full_disk_for_the_fetched_dependencies_is_one_line_in_bundle_and_smoke(warm, index_root, tmp_path):
+    """--bundle --with-deps and smoke fetch the locked files (pip download) beside the lock: onto a full disk
+    that is "no space left on device (path)", one line, exit 1, no pip traceback."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    root, cli, build = warm
+    with CountingIndex(index_root) as index:
+        recipe = demo_variant(root / "recipes", "deps-full", {"indexes": [f"{index.url}/simple"]})
+        r, out = build(recipe, "out-deps-full")
+        assert r.returncode == 0, str(r)
+        deps = out / "wheels" / "deps"
+        deps.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(deps)], check=True)
+        try:
+            with open(deps / "filler", "wb") as f:
+                try:
+                    f.write(b"\0" * (1 << 20))
+                except OSError:
+                    pass
+            (deps / "filler").rename(deps / ".filler")  # stays full; not a dependency file
+            r, _ = build(recipe, "out-deps-full", "--bundle", "--with-deps")
+            serve = f"{{python}} {REPO / 'tests' / 'smoke' / 'fault_server.py'} --port {{port}} --mode healthy " \
+                    f"--served-model-name {{model}}"
+            s = cli("smoke", "--lock", out / "stack.lock.toml", "--out", tmp_path / "smoke", "--port", index.port + 1,
+                    "--skip-device-check", "--cases", "models", "--ready-timeout", "60", "--serve-cmd", serve, "--json")
+        finally:
+            subprocess.run(["umount", "-l", str(deps)], check=False)
+    for what, res in (("bundle", r), ("smoke", s)):
+        assert res.returncode == 1, f"{what}: {res}"
+        err = res.json().get("error") or ""
+        assert err.startswith("fetching the locked dependency files failed: no space left on device ("), (what, err)
+        assert str(deps) in err and "\n" not in err and "Traceback" not in err + res.stderr, (what, err)
