@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from spine_helpers import Cli, isolated_env
-from support.closure import REPO, CountingIndex, dead_proxy_env, demo_variant, simple_index, wheelhouse
+from support.closure import (
+    REPO,
+    CountingIndex,
+    dead_proxy_env,
+    demo_variant,
+    free_port,
+    full_disk,
+    simple_index,
+    wheelhouse,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -91,30 +99,14 @@ def test_an_index_asking_for_credentials_is_an_authentication_failure(warm, inde
     assert "netrc" in err["hint"]
 
 
-def test_a_full_disk_under_the_resolvers_cache_blames_no_package(warm, index_root, tmp_path):
+def test_a_full_disk_under_the_resolvers_cache_blames_no_package(warm, index_root):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     root, cli, build = warm
     full = root / "cache" / "resolve"
-    had = full.exists()
-    if had:
-        full.rename(tmp_path / "resolve-kept")
-    full.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
-    try:
-        with open(full / "filler", "wb") as f:
-            try:
-                f.write(b"\0" * (1 << 20))
-            except OSError:
-                pass
-        with CountingIndex(index_root) as index:
-            recipe = demo_variant(root / "recipes", "full", {"indexes": [f"{index.url}/simple"]})
-            r, _ = build(recipe, "out-full")
-    finally:
-        subprocess.run(["umount", "-l", str(full)], check=False)
-        full.rmdir()
-        if had:
-            (tmp_path / "resolve-kept").rename(full)
+    with full_disk(full), CountingIndex(index_root) as index:
+        recipe = demo_variant(root / "recipes", "full", {"indexes": [f"{index.url}/simple"]})
+        r, _ = build(recipe, "out-full")
     assert r.returncode == 1, str(r)
     err = _error(r)
     assert err["kind"] == "TransientError", err
@@ -134,22 +126,12 @@ def test_a_full_disk_for_the_fetched_dependencies_is_one_line_in_bundle_and_smok
         r, out = build(recipe, "out-deps-full")
         assert r.returncode == 0, str(r)
         deps = out / "wheels" / "deps"
-        deps.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(deps)], check=True)
-        try:
-            with open(deps / "filler", "wb") as f:
-                try:
-                    f.write(b"\0" * (1 << 20))
-                except OSError:
-                    pass
-            (deps / "filler").rename(deps / ".filler")  # stays full; not a dependency file
+        with full_disk(deps):
             r, _ = build(recipe, "out-deps-full", "--bundle", "--with-deps")
             serve = f"{{python}} {REPO / 'tests' / 'smoke' / 'fault_server.py'} --port {{port}} --mode healthy " \
                     f"--served-model-name {{model}}"
-            s = cli("smoke", "--lock", out / "stack.lock.toml", "--out", tmp_path / "smoke", "--port", index.port + 1,
+            s = cli("smoke", "--lock", out / "stack.lock.toml", "--out", tmp_path / "smoke", "--port", free_port(),
                     "--skip-device-check", "--cases", "models", "--ready-timeout", "60", "--serve-cmd", serve, "--json")
-        finally:
-            subprocess.run(["umount", "-l", str(deps)], check=False)
     for what, res in (("bundle", r), ("smoke", s)):
         assert res.returncode == 1, f"{what}: {res}"
         err = res.json().get("error") or ""

@@ -180,3 +180,27 @@ class CountingIndex:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextmanager
+def full_disk(where: Path):
+    """A 64 KiB tmpfs mounted at `where` (made empty first; what was there is put back after) and filled, so
+    every write under it fails with ENOSPC; unmounted after. Needs root (the caller skips otherwise)."""
+    kept = where.with_name(where.name + ".kept")
+    had = where.exists()
+    if had:
+        where.rename(kept)
+    where.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
+    try:
+        with open(where / ".filler", "wb") as f:
+            try:
+                f.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)
+        if had:
+            kept.rename(where)
