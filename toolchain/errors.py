@@ -13,6 +13,11 @@ class ToolError(Exception):
         super().__init__(message)
         self.hint = hint
 
+    def blame(self, component: str) -> None:
+        """Name the component whose build raised it (a component named before stays: the innermost knows)."""
+        if self.component is None:
+            self.component = component
+
 
 class UsageError(ToolError):
     """Bad command-line input."""

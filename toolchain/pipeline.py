@@ -14,6 +14,7 @@ from pathlib import Path
 from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remotespec import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
+from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
 from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
@@ -38,14 +39,14 @@ OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
 
 
-def build_stack(recipe: Recipe, options: BuildOptions, ui, *, expect: Lock | None = None) -> Lock:
+def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None) -> Lock:
     """Build `recipe` into `options.out_dir` and write its lock. With `expect` (a rebuild from that lock)
     the result must record the same components, commits and wheels: otherwise TestFailed names each
     difference and no lock is written (the rebuilt wheels stay in the out dir, to compare)."""
     return build_stack_components(recipe, options, ui, expect=expect)[0]
 
 
-def build_stack_components(recipe: Recipe, options: BuildOptions, ui, *,
+def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
                            expect: Lock | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
@@ -249,7 +250,7 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
     return recipe
 
 
-def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui) -> Lock:
+def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui: UI) -> Lock:
     """`toolchain lock`: resolve an existing lock's closure again (same built wheels, the recipe's [resolve])
     and rewrite the lock in place; the ABI check runs before anything is written."""
     from toolchain.lock import verify_wheels

@@ -14,7 +14,7 @@ from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc import STOPPING
-from toolchain.errors import BuildError, SourceError
+from toolchain.errors import BuildError, SourceError, ToolError
 from toolchain.pipeline import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
@@ -61,7 +61,7 @@ class SpineBuilder:
     def _check_upstream(self, recipe: Recipe, err: Exception) -> None:
         """A component built before the bisected one cannot fail because of its commit: stop, not skip."""
         names = [c.name for c in recipe.components]
-        failed = getattr(err, "component", None) or failed_component(str(err), names)
+        failed = (err.component if isinstance(err, ToolError) else None) or failed_component(str(err), names)
         if self.component and failed and names.index(failed) < names.index(self.component):
             raise BuildError(f"{failed} does not build, and it is built before {self.component} (whose commit is "
                              f"all that changes here), so no commit of {self.component} can be tested: "

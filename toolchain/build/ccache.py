@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.console import UI
 from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.target.base import Extra
@@ -135,7 +136,7 @@ def _is_script(path: Path) -> bool:
         return True
 
 
-def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui=None,
+def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI | None = None,
            data_dir: Path | None = None) -> CompilerCache:
     """`disabled`: --no-compiler-cache. A recipe that asks for ccache requires it (missing: an error); by
     default ccache is used when found, else the builds run uncached with a warning. The cache lives in

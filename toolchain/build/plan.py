@@ -19,6 +19,7 @@ from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_tex
 from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
+from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
 
@@ -88,7 +89,7 @@ def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | 
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())[:32]
 
 
-def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None,
+def make_plan(recipe: Recipe, runtime: Runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None,
               need_toolchain: bool = True) -> Plan:
     """`need_toolchain=False` (a plan to show, not to build): a toolchain that cannot be captured is
     recorded in `toolchain_missing` and the cache keys, which depend on it, are left empty."""
@@ -117,11 +118,11 @@ def make_plan(recipe: Recipe, runtime, *, log_dir: Path | None = None, memo_dir:
     return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing, resources=resources)
 
 
-def probe_resources(runtime, python: str) -> Resources:
+def probe_resources(runtime: Runtime, python: str) -> Resources:
     """Cores and available memory as the target sees them (a container's limits included). On the host they
     are this process's own (a child inherits its cgroup and CPU affinity): read here, the same way
     (`intarget.gather`), instead of starting an interpreter for every plan."""
-    if getattr(runtime, "kind", "") == "host":
+    if runtime.on_host:
         from toolchain.build import intarget
 
         return Resources.from_json(json.dumps(intarget.gather()))
@@ -144,7 +145,7 @@ def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], 
     return decide_jobs(res, per_job, why, recipe_pin=pin, recipe_env=env, user_env=user_env)
 
 
-def probe_target(runtime, memo_dir: Path | None, ident: dict | None) -> TargetInfo:
+def probe_target(runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
     if ident is None:
         return runtime.probe()
     python = ident["python"]
@@ -156,7 +157,8 @@ def probe_target(runtime, memo_dir: Path | None, ident: dict | None) -> TargetIn
     return TargetInfo(**remembered(memo_dir, "probe", ident, compute))
 
 
-def capture_toolchain(recipe: Recipe, runtime, memo_dir: Path | None, ident: dict | None, log=None) -> ToolchainEnv:
+def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None,
+                      log: Path | None = None) -> ToolchainEnv:
     if not recipe.toolchain.enabled:
         return capture(recipe, runtime, log=log)
     setvars = runtime.toolchain_path(recipe.toolchain.setvars, recipe.toolchain.base_dir)

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     import requests
 
     from toolchain.build.plan import ComponentPlan, Plan
+    from toolchain.console import UI
 
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -493,11 +494,11 @@ class RemoteCache:
                 self._registry_made = Registry(self.settings)
             return self._registry_made
 
-    def _warn(self, ui: Any, message: str) -> None:
+    def _warn(self, ui: UI, message: str) -> None:
         self.warnings.append(message)
         ui.warn(message)
 
-    def _turn_off(self, ui: Any, err: RemoteError, *, push_only: bool = False) -> None:
+    def _turn_off(self, ui: UI, err: RemoteError, *, push_only: bool = False) -> None:
         with self._lock:
             if self.off is not None or (push_only and self.push_off is not None):
                 return
@@ -510,7 +511,7 @@ class RemoteCache:
         tip = f" ({err.hint})" if err.hint else ""
         self._warn(ui, f"remote cache {self.settings.url}: {err}; {what} for the rest of this run{tip}")
 
-    def fetch(self, key: str, name: str, cache: WheelCache, work: Path, ui: Any) -> CacheEntry | None:
+    def fetch(self, key: str, name: str, cache: WheelCache, work: Path, ui: UI) -> CacheEntry | None:
         """The entry for `key` from the registry, verified and put into the local cache; None on a miss,
         a refused entry or a registry problem (the caller builds)."""
         if self.off is not None:
@@ -537,7 +538,7 @@ class RemoteCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def push(self, entry: CacheEntry, annotations: dict[str, str], name: str, work: Path, ui: Any) -> bool:
+    def push(self, entry: CacheEntry, annotations: dict[str, str], name: str, work: Path, ui: UI) -> bool:
         """Upload a local entry unless the registry holds its key; True when pushed."""
         if not self.push_enabled:
             return False
@@ -557,7 +558,7 @@ class RemoteCache:
         self.pushed.append(entry.key)
         return True
 
-    def prefetch(self, wanted: list[tuple[str, str]], cache: WheelCache, work: Path, ui: Any) -> dict[str, bool]:
+    def prefetch(self, wanted: list[tuple[str, str]], cache: WheelCache, work: Path, ui: UI) -> dict[str, bool]:
         """Look up and download several (key, name) at once (a build's local misses, before its first
         component builds: wheels download side by side). key -> True (now in the local cache) or False (the
         registry has no usable entry). Each key is fetched holding its build lock, like a build."""

@@ -11,7 +11,7 @@ import shlex
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,10 +30,11 @@ from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
-from toolchain.target.base import Extra
+from toolchain.target.base import Extra, Runtime
 
 if TYPE_CHECKING:
     from toolchain.build.remote import RemoteCache
+    from toolchain.console import UI
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class BuiltComponent:
     version: str = ""  # the wheel's (normalized), as the cache entry recorded it ("": read the file name)
 
 
-def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui) -> list[BuiltComponent]:
+def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
     cache = WheelCache(options.cache_dir, warn=ui.warn)
     remote = open_remote(plan.recipe.cache, options.remote)
     trees = SourceTrees(options.cache_dir, mirrors)
@@ -105,7 +106,7 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
                 return build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui, remote,
                                        looked_up.get(cp.cache_key), cc)
             except ToolError as err:
-                err.component = getattr(err, "component", None) or cp.name  # which component failed
+                err.blame(cp.name)  # which component failed
                 raise
 
         def show(cp: ComponentPlan, start: bool) -> None:
@@ -127,12 +128,12 @@ def build_plan(plan: Plan, runtime, mirrors: Mirrors, options: BuildOptions, ui)
     return [built[cp.name] for cp in plan.components]
 
 
-def build_budget(plan: Plan, options: BuildOptions, runtime) -> Budget:
+def build_budget(plan: Plan, options: BuildOptions, runtime: Runtime) -> Budget:
     """How many compiles may run at once (build/schedule.py): the target's cores and available memory, as
     probed for the plan, and at most `--builds-at-once`; one where the runtime has one place to build in
     (exec into a running container)."""
     res = plan.resources
-    if res is None or not getattr(runtime, "workspaces_at_once", False):
+    if res is None or not runtime.workspaces_at_once:
         return Budget(1, 0)
     at_once = min(res.cpus, options.builds_at_once) if options.builds_at_once else res.cpus
     return Budget(max(1, at_once), res.memory)
@@ -160,7 +161,7 @@ def fetch_sources(mirrors: Mirrors, plan: Plan, components: list[ComponentPlan])
     for cp, future in futures:
         err = future.exception()
         if isinstance(err, ToolError):
-            err.component = getattr(err, "component", None) or cp.name
+            err.blame(cp.name)
         if err is not None:
             raise err
 
@@ -174,8 +175,8 @@ def ensure_sources(mirrors: Mirrors, plan: Plan, cp: ComponentPlan) -> None:
         mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
 
 
-def build_component(plan: Plan, cp: ComponentPlan, runtime, mirrors: Mirrors, trees: SourceTrees,
-                    cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui,
+def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mirrors, trees: SourceTrees,
+                    cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui: UI,
                     remote: RemoteCache | None = None, downloaded: bool | None = None,
                     cc: Callable[[], CompilerCache] | None = None) -> BuiltComponent:
     """`downloaded`: the remote was already asked for this key (True: its entry is now local); `cc`: gives
@@ -244,7 +245,7 @@ def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
             shutil.copyfileobj(src, f)
 
 
-def _compiler_cache(plan: Plan, options: BuildOptions, ui) -> CompilerCache:
+def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
     cc = ccache.choose(plan.recipe.build, options.cache_dir, disabled=not options.compiler_cache, ui=ui,
                        data_dir=options.compiler_cache_dir)
     if cc.enabled:
@@ -256,7 +257,8 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui) -> CompilerCache:
     return cc
 
 
-def _build_into_cache(plan, cp: ComponentPlan, runtime, mirrors, trees, cache, options, log, ui,
+def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mirrors, trees: SourceTrees,
+                      cache: WheelCache, options: BuildOptions, log: Path, ui: UI,
                       cc: CompilerCache) -> None:
     comp = cp.component
     what = f"{comp.name}@{comp.commit[:12]}"
@@ -333,7 +335,7 @@ def _log_result(log: Path, report: CacheReport, metrics: BuildMetrics) -> None:
             f.write(f"# build cost: {metrics.summary()}\n")
 
 
-def build_env(plan: Plan, cp: ComponentPlan, src: str, deps: dict[str, str], epoch: str,
+def build_env(plan: Plan, cp: ComponentPlan, src: str, deps: Mapping[str, str], epoch: str,
               deterministic: bool) -> dict[str, str | None]:
     """toolchain diff < recipe env < component env < version override < determinism < pre-fetched deps."""
     env: dict[str, str | None] = dict(merge_env({}, plan.toolchain_env.as_dict(), dict(cp.env)))

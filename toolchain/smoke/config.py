@@ -65,6 +65,11 @@ def expand(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
     return out
 
 
+def port_of(option: int, smoke: Mapping[str, Any]) -> int:
+    """The port the server listens on: --port, else [smoke] port, else DEFAULT_PORT."""
+    return int(option or smoke.get("port") or DEFAULT_PORT)
+
+
 def build_config(opts: Any, smoke: Mapping[str, Any], python: str, where: str = "[smoke]") -> SmokeConfig:
     """`opts` is a session.SmokeOptions: its non-empty fields win over the lock's [smoke] table."""
     unknown = sorted(set(smoke) - SMOKE_KEYS)
@@ -74,7 +79,7 @@ def build_config(opts: Any, smoke: Mapping[str, Any], python: str, where: str = 
     request_model = opts.model or str(smoke.get("served-model-name") or serve_model)
     device = opts.device or str(smoke.get("device", ""))
     tp = int(opts.tensor_parallel_size or smoke.get("tensor-parallel-size", 1))
-    port = int(opts.port or smoke.get("port") or DEFAULT_PORT)
+    port = port_of(opts.port, smoke)
     env = {str(k): str(v) for k, v in dict(smoke.get("env", {})).items()}
     if device:
         env.update(devices.device_env(devices.profile(device), tp, env))

@@ -12,13 +12,25 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from toolchain.core import devices as facts
 from toolchain.core.devices import PROFILES, Card, DeviceProfile
 from toolchain.core.proc import CommandTimeout, run
 from toolchain.errors import UsageError
 
+if TYPE_CHECKING:
+    from toolchain.target import Runtime
+
 TOOL_TIMEOUT = 20
+# One line per DRM card: node|vendor|device|PCI slot|visible (its /dev/dri node exists where it runs).
+CARDS_SCRIPT = r"""
+for d in /sys/class/drm/card*; do
+  n=${d##*/}; case $n in *-*) continue;; esac; [ -e "$d/device" ] || continue
+  v=0; [ -e "/dev/dri/$n" ] && v=1
+  echo "$n|$(cat "$d/device/vendor" 2>/dev/null)|$(cat "$d/device/device" 2>/dev/null)|$(basename "$(readlink -f "$d/device")")|$v"
+done
+"""
 
 
 @dataclass(frozen=True)
@@ -146,3 +158,37 @@ def skipped(device: str, tp: int, mask: str) -> DeviceCheck:
 
 class DeviceMismatch(UsageError):
     """The cards present do not match the requested device or count."""
+
+
+def check_in(runtime: Runtime, device: str, tp: int, mask: str) -> DeviceCheck:
+    """The cards as a runtime that is not this machine (a container) sees them: Intel GPUs in its sysfs whose
+    /dev/dri node is there."""
+    out = runtime.run(["sh", "-c", CARDS_SCRIPT], capture=True).stdout
+    by_slot: dict[str, Card] = {}
+    hidden = 0
+    for line in out.splitlines():
+        node, vendor, pci_id, slot, visible = ([*line.split("|"), "", "", "", "", ""])[:5]
+        try:
+            if int(vendor, 16) != facts.VENDOR_INTEL:
+                continue
+            card = Card(node, int(pci_id, 16), slot)
+        except ValueError:
+            continue
+        if visible == "1":
+            by_slot.setdefault(slot or node, card)
+        else:
+            hidden += 1
+    found = check(device, tp, mask, [by_slot[k] for k in sorted(by_slot)])
+    if found.ok:
+        return found
+    where = runtime.describe()
+    dri = f"give the {where} the cards (--device=/dev/dri: in [target] run-args, or when starting the container)"
+    if not by_slot:
+        seen = f"; the machine has {hidden}, but none is in the container's /dev/dri" if hidden else ""
+        raise DeviceMismatch(f"in the {where}: --device {device} needs {found.cards_needed} "
+                             f"{profile(device).product} card(s), but the container sees no "
+                             f"Intel GPU (/sys/class/drm and /dev/dri there){seen}",
+                             hint=f"{dri}, or pass --skip-device-check to run without cards")
+    raise DeviceMismatch(f"in the {where}: {found.message}",
+                         hint="pick the --device and tensor-parallel-size that match the cards, or "
+                              "pass --skip-device-check")

@@ -1,25 +1,23 @@
-"""Install a lock's wheels into a target environment in lock order, then check the installed versions.
+"""Install a lock's wheels into a Python environment in lock order, then check the installed versions.
 
-A `Target` is where wheels are installed and the server runs. `HostEnv` is a Python environment on this
-machine (a fresh venv made by `create_venv`, or an existing one); `container_target.ContainerTarget`
-implements the same members with `podman exec`/`docker exec` and a mounted or copied wheel directory.
+The environment is an `Interpreter` (toolchain.target.base): a Python in a `Runtime`, on this machine or in a
+container, that the runtime made a fresh venv for or that exists already. The runtime says where it sees the
+lock's files (`visible_path`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import TestFailed, UsageError
 from toolchain.lock import Lock, wheel_name_version
+from toolchain.target import HostRuntime, Interpreter
 
 KERNEL_ARGS = ("--no-deps", "--force-reinstall")
 INSTALL_TIMEOUT = 3600
@@ -36,71 +34,9 @@ print(json.dumps(out))
 """
 
 
-class Target(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def python(self) -> str: ...
-
-    @property
-    def venv(self) -> str:
-        """The virtual environment's directory; "" when not a virtual environment."""
-
-    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
-            timeout: float | None = None, check: bool = True) -> Completed: ...
-
-    def make_venv(self, base_python: str, log: Path) -> Target:
-        """A fresh venv at `venv`, made from `base_python`; the target that uses it."""
-
-    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        """(argv, env) of the server process to start on this machine for `argv` with `env`."""
-
-    def visible_path(self, host_path: Path) -> str:
-        """Where the target sees a file of this machine (the lock's wheels)."""
-
-    def serve_env(self) -> dict[str, str | None]:
-        """Layered over this process's environment for the server; None removes a variable."""
-
-
-@dataclass(frozen=True)
-class HostEnv:
-    """A Python environment on this machine. `venv` is set when it is a virtual environment."""
-    python: str
-    venv: str = ""
-    name: str = "host"
-
-    def env(self) -> dict[str, str]:
-        # The host's PYTHONPATH/PYTHONHOME must not leak packages into the checked environment.
-        return merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None, "PIP_REQUIRE_VIRTUALENV": None},
-                         self.serve_env())
-
-    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
-            timeout: float | None = None, check: bool = True) -> Completed:
-        return run(argv, env=self.env(), log=log, capture=capture, timeout=timeout, check=check)
-
-    def make_venv(self, base_python: str, log: Path) -> HostEnv:
-        return create_venv(base_python, Path(self.venv), log)
-
-    def launch(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-        return list(argv), dict(env)
-
-    def visible_path(self, host_path: Path) -> str:
-        return str(host_path)
-
-    def serve_env(self) -> dict[str, str | None]:
-        if not self.venv:
-            return {}
-        bindir = str(Path(self.venv) / "bin")
-        return {"VIRTUAL_ENV": self.venv, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-
-
-def create_venv(base_python: str, path: Path, log: Path) -> HostEnv:
-    """A fresh virtual environment (an existing one at `path` is cleared)."""
-    run([base_python, "-m", "venv", "--clear", str(path)], log=log, timeout=600,
-        env=merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None}),
-        hint=f"check that {base_python} can create virtual environments (python3-venv)")
-    return HostEnv(python=str(path / "bin" / "python"), venv=str(path))
+def create_venv(base_python: str, path: Path, log: Path) -> Interpreter:
+    """A fresh virtual environment on this machine (an existing one at `path` is cleared)."""
+    return HostRuntime().make_venv(base_python, str(path), log)
 
 
 @dataclass(frozen=True)
@@ -125,12 +61,12 @@ def install_plan(lock: Lock) -> tuple[InstallStep, ...]:
     return tuple(steps)
 
 
-def pip_argv(target: Target, step: InstallStep, find_links: str) -> list[str]:
+def pip_argv(target: Interpreter, step: InstallStep, find_links: str) -> list[str]:
     return [target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off",
-            "--find-links", find_links, *step.args, target.visible_path(step.wheel)]
+            "--find-links", find_links, *step.args, target.runtime.visible_path(step.wheel)]
 
 
-def install(lock: Lock, target: Target, log: Path, progress=None, *, allow_unlocked: bool = False,
+def install(lock: Lock, target: Interpreter, log: Path, progress=None, *, allow_unlocked: bool = False,
             staged: Staged | None = None) -> tuple[InstallStep, ...]:
     """Exactly the lock: its dependency files and built wheels, hashes required, nothing from an index
     (`install_locked`). A lock without a resolved closure (--no-resolve, older locks) gets its built wheels
@@ -141,10 +77,10 @@ def install(lock: Lock, target: Target, log: Path, progress=None, *, allow_unloc
     return install_locked(lock, target, log, progress, staged=staged)
 
 
-def install_unlocked(lock: Lock, target: Target, log: Path, progress=None) -> tuple[InstallStep, ...]:
+def install_unlocked(lock: Lock, target: Interpreter, log: Path, progress=None) -> tuple[InstallStep, ...]:
     """Lock order, the first component with its install-args (its dependencies from whatever the index serves)."""
     steps = install_plan(lock)
-    links = target.visible_path(lock.wheels_dir)
+    links = target.runtime.visible_path(lock.wheels_dir)
     for step in steps:
         if progress is not None:
             progress(step)
@@ -173,12 +109,12 @@ class VersionCheck:
                 "installed": self.installed, "ok": self.ok}
 
 
-def installed_versions(target: Target, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
+def installed_versions(target: Interpreter, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
     done = target.run([target.python, "-I", "-c", VERSIONS_SCRIPT, *dists], capture=True, log=log, timeout=300)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def check_versions(lock: Lock, target: Target, log: Path | None = None) -> tuple[VersionCheck, ...]:
+def check_versions(lock: Lock, target: Interpreter, log: Path | None = None) -> tuple[VersionCheck, ...]:
     """What the target has against what the lock's wheels carry (the wheel file names' versions)."""
     wanted = []
     for c in lock.components:
@@ -231,7 +167,7 @@ class Staged:
     steps: tuple[InstallStep, ...]
 
 
-def stage(lock: Lock, target: Target, log: Path) -> Staged:
+def stage(lock: Lock, target: Interpreter, log: Path) -> Staged:
     """Every locked file beside the lock (dependencies fetched into wheels/deps/, sha256 checked) and the
     hashed requirements file naming them as `target` sees them: wheels/deps/requirements.lock.txt. A container
     that gets the wheels by copy (exec mode) must be given them after this."""
@@ -243,11 +179,11 @@ def stage(lock: Lock, target: Target, log: Path) -> Staged:
     files = closure_files(lock, log)
     reqs = lock.path.parent / DEPS_DIR / REQUIREMENTS_NAME
     reqs.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(reqs, hashed_requirements((target.visible_path(p), sha) for _, p, sha in files))
+    atomic_write_text(reqs, hashed_requirements((target.runtime.visible_path(p), sha) for _, p, sha in files))
     return Staged(reqs, tuple(InstallStep(name, path, CLOSURE_ARGS) for name, path, _ in files))
 
 
-def install_locked(lock: Lock, target: Target, log: Path, progress=None, *,
+def install_locked(lock: Lock, target: Interpreter, log: Path, progress=None, *,
                    staged: Staged | None = None) -> tuple[InstallStep, ...]:
     """`pip install --no-index --no-deps --require-hashes` of the staged files, then `pip check`: whatever
     the locked files need and the lock does not name is an error, never a download."""
@@ -256,7 +192,7 @@ def install_locked(lock: Lock, target: Target, log: Path, progress=None, *,
     if progress is not None:
         progress(InstallStep(f"{len(steps)} locked files", reqs, CLOSURE_ARGS))
     target.run([target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off", "--isolated",
-                *CLOSURE_ARGS, "-r", target.visible_path(reqs)], log=log, timeout=INSTALL_TIMEOUT)
+                *CLOSURE_ARGS, "-r", target.runtime.visible_path(reqs)], log=log, timeout=INSTALL_TIMEOUT)
     done = target.run([target.python, "-m", "pip", "check"], log=log, capture=True, check=False, timeout=300)
     if done.returncode != 0:
         said = "\n".join("  " + line for line in (done.stdout + done.stderr).strip().splitlines())
@@ -298,7 +234,7 @@ print(json.dumps(out))
 """
 
 
-def environment(lock: Lock, target: Target, log: Path | None = None) -> dict:
+def environment(lock: Lock, target: Interpreter, log: Path | None = None) -> dict:
     """The installed environment (pip freeze-like, with the sha256 of each file it was installed from: as pip
     recorded it, or, for an older pip that records none, of the local file its direct_url.json names) against
     the lock: every locked distribution with its state (ok, differs, missing), then what is installed besides."""

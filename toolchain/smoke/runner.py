@@ -24,7 +24,7 @@ from toolchain.smoke.triage import Finding, Signature, triage
 
 if TYPE_CHECKING:
     from toolchain.smoke.config import SmokeConfig
-    from toolchain.smoke.install import Target
+    from toolchain.target import Interpreter
 
 EXIT_GRACE = 3.0   # after a connection failure, how long a dying server gets to show its exit
 DYING_GRACE = 1.0  # after an HTTP 5xx, how long to watch whether the server goes down with it
@@ -132,9 +132,9 @@ class RunInterrupted(Interrupted):
         self.result = result
 
 
-def serve_env(target: Target, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
-    """The server's environment: ours + the target's + the run's, with every oneAPI trace removed."""
-    return strip_oneapi(merge_env(os.environ, target.serve_env(), env))
+def serve_env(py: Interpreter, env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The server's environment: ours + the runtime's for `py` + the run's, with every oneAPI trace removed."""
+    return strip_oneapi(merge_env(os.environ, py.runtime.serve_env(py), env))
 
 
 @dataclass
@@ -149,16 +149,16 @@ class _Progress:
 
 
 def run_set(config: SmokeConfig, *, name: str, argv: Sequence[str], env: Mapping[str, str], out_dir: Path,
-            target: Target, ui: UI, signatures: Sequence[Signature]) -> RunResult:
+            py: Interpreter, ui: UI, signatures: Sequence[Signature]) -> RunResult:
     """One pass of the set against a server started for it. A stop request (SIGINT/SIGTERM/SIGHUP) stops the
     server's whole process group and raises `RunInterrupted` with the cases that ran."""
     if _answers(config.host, config.port):
         raise UsageError(f"port {config.port} on {config.host} is already in use; smoke would talk to that server",
                          hint="stop it or pass another --port")
     started = time.monotonic()
-    full_env, stripped = serve_env(target, env)
+    full_env, stripped = serve_env(py, env)
     log = out_dir / "server.log"
-    server = Server(ServeSpec(tuple(argv), full_env, config.base_url, log, config.ready_timeout), target.launch)
+    server = Server(ServeSpec(tuple(argv), full_env, config.base_url, log, config.ready_timeout), py.runtime.serve)
     done = _Progress([], [])
     stop: Interrupted | None = None
     with server:

@@ -29,13 +29,14 @@ from toolchain.core.proc import Interrupted, interruptible
 from toolchain.core.redact import redact_env
 from toolchain.errors import ToolError, UsageError
 from toolchain.lock import Lock, verify_wheels, wheel_name_version
+from toolchain.recipe.load import TargetSpec
 from toolchain.smoke import devices, install, report
-from toolchain.smoke.config import SmokeConfig, build_config
-from toolchain.smoke.container_target import ContainerTarget, spec_from_lock
+from toolchain.smoke.config import SmokeConfig, build_config, port_of
 from toolchain.smoke.ladder import LadderResult, run_ladder
 from toolchain.smoke.rootcause import render
 from toolchain.smoke.runner import RunInterrupted, RunResult, run_set
 from toolchain.smoke.triage import load_signatures
+from toolchain.target import HostRuntime, Interpreter, Runtime, Serving, make_runtime
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,10 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
                          hint="toolchain smoke --lock dist/NAME/stack.lock.toml --device b70")
     started = time.monotonic()
     out = (out_dir or _default_out(lock)).resolve()
-    target, base_python = _target(opts, lock, out, ui)
-    config = build_config(opts, lock.smoke if lock else {}, target.python,
+    runtime, py, base_python = _where(opts, lock, out, ui)
+    config = build_config(opts, lock.smoke if lock else {}, py.python,
                           where=f"{lock.path} [smoke]" if lock else "[smoke]")
-    require_a_server(lock, opts, target)
+    require_a_server(lock, opts, runtime)
     out.mkdir(parents=True, exist_ok=True)
     rep: dict[str, Any] = {
         "tool": "toolchain smoke", "tool_version": __version__,
@@ -102,23 +103,23 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "config": {**config.to_dict(), "env": redact_env(dict(config.env))},
     }
     runs: list[RunResult] = []
-    made_venv = base_python is not None and not isinstance(target, ContainerTarget) and bool(target.venv)
+    made_venv = base_python is not None and runtime.on_host and bool(py.venv)
     try:
         with interruptible():
             try:
-                ladder = _smoke(lock, opts, config, target, base_python, out, ui, rep, runs)
+                ladder = _smoke(lock, opts, config, py, base_python, out, ui, rep, runs)
             except KeyboardInterrupt as exc:
                 stop = Interrupted.of(exc)
-                _end_venv(made_venv, target.venv, opts.keep_venv, rep)
+                _end_venv(made_venv, py.venv, opts.keep_venv, rep)
                 raise SmokeInterrupted(stop.signum, _interrupted(stop, rep, runs, out, started)) from None
             except ToolError as err:
-                _end_venv(made_venv, target.venv, opts.keep_venv, rep)
+                _end_venv(made_venv, py.venv, opts.keep_venv, rep)
                 rep.update(verdict="fail", exit_code=err.return_code, error=str(err),
                            seconds=time.monotonic() - started)
                 report.write_all(out, rep)
                 raise
     finally:
-        _end_venv(made_venv, target.venv, opts.keep_venv, rep)
+        _end_venv(made_venv, py.venv, opts.keep_venv, rep)
     passed = not ladder.first_broken if ladder else runs[0].passed
     rep.update(verdict="pass" if passed else "fail", exit_code=0 if passed else 1,
                seconds=round(time.monotonic() - started, 3), runs=[r.to_dict() for r in runs],
@@ -133,26 +134,27 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
                         render(cause) if cause else "")
 
 
-def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, target: install.Target,
+def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Interpreter,
            base_python: str | None, out: Path, ui: UI, rep: dict[str, Any], runs: list[RunResult]) -> LadderResult | None:
-    """Container, device check, install, then the runs (appended to `runs` as they finish)."""
+    """Runtime, device check, install, then the runs (appended to `runs` as they finish)."""
+    runtime = py.runtime
     with contextlib.ExitStack() as stack:
         rep["stage"] = "prepare"
-        staged = _stage(lock, opts, target, base_python, out, ui)
-        if isinstance(target, ContainerTarget):
-            ui.step(f"starting the serving container ({target.kind}, "
-                    f"{target.spec.container or target.spec.image})")
-            stack.enter_context(target.serving(config.port))
-            rep["target"] = target.to_dict()
-            ui.info(f"target: {target.name}")
-        rep["device"] = _check_devices(opts, config, target).to_dict()
+        staged = _stage(lock, opts, py, base_python, out, ui)
+        if not runtime.on_host:
+            ui.step(f"opening the serving {runtime.describe()}")
+        stack.enter_context(runtime)
+        rep["target"] = runtime.report()
+        if not runtime.on_host:
+            ui.info(f"target: {rep['target']['name']}")
+        rep["device"] = _check_devices(opts, config, runtime).to_dict()
         ui.info(f"device: {rep['device']['message']}")
-        target = _prepare(lock, opts, target, base_python, staged, out, ui, rep)
-        rep["served"] = served(config.serve_argv, target, rep.get("install"))
+        py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
+        rep["served"] = served(config.serve_argv, py, rep.get("install"))
         if rep["served"]["note"]:
             ui.warn(rep["served"]["note"])
         rep["stage"] = "serve"
-        ladder = _serve_and_test(opts, config, target, out, ui, runs)
+        ladder = _serve_and_test(opts, config, py, out, ui, runs)
         rep.pop("stage")
         return ladder
 
@@ -185,12 +187,12 @@ def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
     info["venv_state"] = f"removed: the venv {venv} (pass --keep-venv to keep it)"
 
 
-def require_a_server(lock: Lock | None, opts: SmokeOptions, target: install.Target) -> None:
+def require_a_server(lock: Lock | None, opts: SmokeOptions, runtime: Runtime) -> None:
     """A lock whose wheels hold no vLLM, installed into a fresh venv and served with the default
     `{python} -m vllm ...`, cannot start: say so before anything is installed (the demo's lock is one)."""
     if lock is None or not lock.components or opts.serve_cmd or opts.no_install or "serve-cmd" in lock.smoke:
         return
-    if isinstance(target, ContainerTarget):
+    if not runtime.on_host:
         return  # the image brings its own vLLM (the venv sees the image's packages)
     dists = {str(canonicalize_name(c.dist or wheel_name_version(c.wheel.file)[0])) for c in lock.components}
     if "vllm" in dists:
@@ -211,14 +213,14 @@ def _is_demo(lock: Lock) -> bool:
         return False
 
 
-def served(argv: Sequence[str], target: install.Target, inst: Mapping[str, Any] | None) -> dict[str, Any]:
+def served(argv: Sequence[str], py: Interpreter, inst: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the serve command runs, and whether that is the environment whose versions were checked."""
     program = argv[0] if argv else ""
-    if not isinstance(target, ContainerTarget) and program and "/" not in program:
-        program = shutil.which(program, path=target.serve_env().get("PATH") or os.environ.get("PATH")) or program
-    checked = target.python if inst and inst.get("versions") else ""
+    if py.runtime.on_host and program and "/" not in program:
+        program = shutil.which(program, path=py.runtime.serve_env(py).get("PATH") or os.environ.get("PATH")) or program
+    checked = py.python if inst and inst.get("versions") else ""
     in_checked = bool(checked) and (os.path.abspath(program) == os.path.abspath(checked) or bool(
-        target.venv and os.path.abspath(program).startswith(os.path.abspath(target.venv) + os.sep)))
+        py.venv and os.path.abspath(program).startswith(os.path.abspath(py.venv) + os.sep)))
     note = ""
     if checked and not in_checked:
         note = (f"the serve command runs {program}, not the environment whose versions were checked "
@@ -232,37 +234,56 @@ def _default_out(lock: Lock | None) -> Path:
     return (lock.path.parent / "smoke" / stamp) if lock and lock.path else Path("smoke-reports") / stamp
 
 
-def _target(opts: SmokeOptions, lock: Lock | None, out: Path,
-            ui: UI) -> tuple[install.HostEnv | ContainerTarget, str | None]:
-    """Where to serve from, and the interpreter to make a fresh venv from (None: nothing to install)."""
+def _where(opts: SmokeOptions, lock: Lock | None, out: Path,
+           ui: UI) -> tuple[Runtime, Interpreter, str | None]:
+    """Where to serve from: the runtime (the lock's target, ready to serve), the interpreter that serves (a
+    fresh venv's when the lock's wheels are installed) and the one to make that venv from (None: nothing to
+    install)."""
     if lock is None:
-        return install.HostEnv(python=opts.python or sys.executable), None
+        host = HostRuntime()
+        return host, host.interpreter(opts.python or sys.executable), None
     install_wheels = bool(lock.components) and not opts.no_install
+    runtime: Runtime = HostRuntime()
+    base = opts.python or lock.target.python or sys.executable
     if (lock.target.runtime or "host") != "host":
         if opts.venv is not None:
             raise UsageError(f"--venv is a path on this machine, but {lock.path} was built in a "
                              f"{lock.target.runtime} container: the venv goes inside it",
                              hint="drop --venv")
         spec = spec_from_lock(lock, opts.python)
-        target = ContainerTarget(spec, locked_digest=lock.target.image_digest, ui=ui, venv=install_wheels,
-                                 wheels=lock.wheels_dir if install_wheels else None)
-        return target, (spec.python if install_wheels else None)
-    if install_wheels:
-        venv = (opts.venv or out / "venv").resolve()
-        return install.HostEnv(python=str(venv / "bin" / "python"), venv=str(venv)), \
-            opts.python or lock.target.python or sys.executable
-    return install.HostEnv(python=opts.python or lock.target.python or sys.executable), None
+        runtime = make_runtime(spec, ui, serving=Serving(port_of(opts.port, lock.smoke),
+                                                         lock.wheels_dir if install_wheels else None,
+                                                         lock.target.image_digest))
+        base = spec.python
+    if not install_wheels:
+        return runtime, runtime.interpreter(base), None
+    venv = str(opts.venv.resolve()) if opts.venv is not None else f"{runtime.scratch(out)}/venv"
+    return runtime, runtime.interpreter(f"{venv}/bin/python", venv), base
 
 
-def _check_devices(opts: SmokeOptions, config: SmokeConfig,
-                   target: install.Target) -> devices.DeviceCheck:
+def spec_from_lock(lock: Lock, python: str = "") -> TargetSpec:
+    """The lock's target plus the recipe's run-args and engine-args (kept in the lock's recipe text). Exec
+    mode names the container as the recipe did (the lock records its id)."""
+    t = lock.target
+    recipe = tomlio.loads(lock.recipe_text).get("target", {}) if lock.recipe_text.strip() else {}
+    container = str(recipe.get("container") or t.container)
+    if not t.image and not container:
+        raise UsageError(f"{lock.path}: [target] runtime is {t.runtime!r} but the lock names neither an image "
+                         f"nor a container", hint="rebuild the lock, or serve with --no-install --python PATH")
+    return TargetSpec(runtime=t.runtime, python=python or t.python, image="" if container else t.image,
+                      container=container,
+                      run_args=tuple(str(a) for a in recipe.get("run-args", ())),
+                      engine_args=tuple(str(a) for a in recipe.get("engine-args", ())))
+
+
+def _check_devices(opts: SmokeOptions, config: SmokeConfig, runtime: Runtime) -> devices.DeviceCheck:
     mask = config.env.get("ZE_AFFINITY_MASK", "")
     if not config.device:
         return devices.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
     if opts.skip_device_check:
         return devices.skipped(config.device, config.tensor_parallel_size, mask)
-    if isinstance(target, ContainerTarget):
-        return target.device_check(config.device, config.tensor_parallel_size, mask)
+    if not runtime.on_host:
+        return devices.check_in(runtime, config.device, config.tensor_parallel_size, mask)
     cards = find_cards() or devices.xpu_smi_cards()
     check = devices.check(config.device, config.tensor_parallel_size, mask, cards, devices.tool_reports())
     if not check.ok:
@@ -271,7 +292,7 @@ def _check_devices(opts: SmokeOptions, config: SmokeConfig,
     return check
 
 
-def _stage(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_python: str | None, out: Path,
+def _stage(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python: str | None, out: Path,
            ui: UI) -> install.Staged | None:
     """Before any container: the built wheels checked against their hashes, the locked dependency files
     fetched beside the lock with theirs, and the hashed requirements file written (an exec-mode container
@@ -285,45 +306,45 @@ def _stage(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_p
         return None
     if lock.closure is not None:
         ui.step(f"fetching the {len(lock.closure.dists)} locked dependency file(s) (sha256 checked)")
-    return install.stage(lock, target, out / "install.log")
+    return install.stage(lock, py, out / "install.log")
 
 
-def _prepare(lock: Lock | None, opts: SmokeOptions, target: install.Target, base_python: str | None,
-             staged: install.Staged | None, out: Path, ui: UI, rep: dict[str, Any]) -> install.Target:
+def _prepare(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python: str | None,
+             staged: install.Staged | None, out: Path, ui: UI, rep: dict[str, Any]) -> Interpreter:
     """Fresh venv, install exactly the lock (hashes required, no index), versions and environment checked
     against the lock; fills rep["install"] as it goes."""
     if lock is None or not lock.components:
-        return target
+        return py
     log = out / "install.log"
-    info: dict[str, Any] = {"python": target.python, "log": str(log), "steps": [], "versions": []}
+    info: dict[str, Any] = {"python": py.python, "log": str(log), "steps": [], "versions": []}
     rep["install"] = info
     if base_python is not None:
         info["unlocked"] = lock.closure is None and opts.allow_unlocked_deps
-        ui.step(f"creating a fresh venv {target.venv} from {base_python}"
-                + (f" in the {target.name}" if isinstance(target, ContainerTarget) else ""))
-        target = target.make_venv(base_python, log)
-        steps = install.install(lock, target, log, progress=lambda s: ui.step(
+        ui.step(f"creating a fresh venv {py.venv} from {base_python}"
+                + ("" if py.runtime.on_host else f" in the {py.runtime.describe()}"))
+        py = py.runtime.make_venv(base_python, py.venv, log)
+        steps = install.install(lock, py, log, progress=lambda s: ui.step(
             f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()),
             allow_unlocked=opts.allow_unlocked_deps, staged=staged)
         info["steps"] = [s.to_dict() for s in steps]
-    where = f"{target.python} in the {target.name}" if isinstance(target, ContainerTarget) else target.python
-    info["environment"] = install.environment(lock, target, log)
-    checks = install.check_versions(lock, target, log)
+    where = py.where()
+    info["environment"] = install.environment(lock, py, log)
+    checks = install.check_versions(lock, py, log)
     info["versions"] = [c.to_dict() for c in checks]
     install.require_versions(checks, where)
     install.require_environment(info["environment"], where, installed_here=base_python is not None)
     ui.info(f"installed versions match the lock ({len(checks)} package(s))")
-    return target
+    return py
 
 
-def _serve_and_test(opts: SmokeOptions, config: SmokeConfig, target: install.Target, out: Path,
+def _serve_and_test(opts: SmokeOptions, config: SmokeConfig, py: Interpreter, out: Path,
                     ui: UI, runs: list[RunResult]) -> LadderResult | None:
     """The regression set (or the ladder); each finished or interrupted run is appended to `runs`."""
     signatures = load_signatures()
 
     def run_one(name: str, argv: list, env: dict) -> RunResult:
         try:
-            result = run_set(config, name=name, argv=argv, env=env, out_dir=out / name, target=target, ui=ui,
+            result = run_set(config, name=name, argv=argv, env=env, out_dir=out / name, py=py, ui=ui,
                              signatures=signatures)
         except RunInterrupted as exc:
             runs.append(exc.result)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from toolchain.console import UI
 from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
 from toolchain.core.memo import remembered
@@ -115,7 +116,7 @@ class Mirrors:
     """
 
     def __init__(self, cache_dir: Path, rewrites: Sequence[Rewrite] = (), log_dir: Path | None = None,
-                 ui=None, *, refresh: bool = False) -> None:
+                 ui: UI | None = None, *, refresh: bool = False) -> None:
         self.root = Path(cache_dir) / "git"
         self.rewrites = tuple(rewrites)
         self.log_dir = log_dir

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core.fs import atomic_write_bytes, sha256_bytes, sha256_file
 from toolchain.core.git import git
@@ -11,8 +12,11 @@ from toolchain.core.redact import redact_text
 from toolchain.errors import SourceError
 from toolchain.recipe.model import Patch
 
+if TYPE_CHECKING:
+    from toolchain.sources.mirrors import Mirrors
 
-def materialize(patch: Patch, mirrors, cache_dir: Path) -> Path:
+
+def materialize(patch: Patch, mirrors: Mirrors, cache_dir: Path) -> Path:
     """The patch as a file whose content hashes to `patch.sha256`: a local one as the recipe resolved it
     (checked again: it may have changed since), a remote one taken from its repository at the pinned commit
     and kept content-addressed under `<cache>/patches/`."""

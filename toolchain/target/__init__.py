@@ -1,5 +1,6 @@
-"""Where builds run: the host, a fresh container per build, or a running container. `make_runtime` picks the
-implementation of the `Runtime` protocol (toolchain.target.base) that a recipe's `[target]` names.
+"""Where builds and smokes run: the host, a fresh container, or a running container. `make_runtime` picks the
+strategy of the `Runtime` protocol (toolchain.target.base) that a recipe's `[target]` names; `serving` makes
+it ready to serve (smoke).
 
 The container runtimes are imported when a recipe asks for one: a host build does not pay for them."""
 
@@ -9,23 +10,24 @@ from typing import TYPE_CHECKING
 
 from toolchain.console import UI
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Runtime
+from toolchain.target.base import Interpreter, Runtime, Serving
 from toolchain.target.host import HostRuntime
 
 if TYPE_CHECKING:
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 
-__all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Runtime", "make_runtime"]
+__all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Interpreter", "Runtime", "Serving",
+           "make_runtime"]
 
 
-def make_runtime(spec: TargetSpec, ui: UI | None = None) -> Runtime:
+def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
     if spec.runtime == "host":
         return HostRuntime(spec)
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 
     if spec.container:
-        return ExecContainerRuntime(spec, ui=ui)
-    return FreshContainerRuntime(spec, ui=ui)
+        return ExecContainerRuntime(spec, ui=ui, serving=serving)
+    return FreshContainerRuntime(spec, ui=ui, serving=serving)
 
 
 def __getattr__(name: str) -> object:

@@ -54,16 +54,28 @@ class Runner(Protocol):
 
 
 class Runtime(Protocol):
-    """Where commands run. Implementations: `HostRuntime` (toolchain.target.host), `FreshContainerRuntime`
-    (a fresh container per build) and `ExecContainerRuntime` (exec into a running container), both in
-    toolchain.target.container; `toolchain.target.make_runtime` picks one."""
+    """Where commands run, for builds and for smoke. Strategies: `HostRuntime` (toolchain.target.host, this
+    machine), `FreshContainerRuntime` (a fresh container: one per build, one for a smoke's serving) and
+    `ExecContainerRuntime` (exec into a running container), both in toolchain.target.container;
+    `toolchain.target.make_runtime` picks one. A new place to run (a remote box) is one more class with these
+    members: a context manager whose entry opens the place and whose exit leaves it as it was found.
 
-    kind: str
+    - build: `run`, `probe`, `toolchain_path`, `workspace` (trees in, wheels out);
+    - smoke: `visible_path` (a host directory named by `Serving.share`), `copy_in` / `copy_out`,
+      `make_venv` and `interpreter` (a Python there), `serve` (a long-running process: the host-side argv and
+      environment that start it; stopping that host process stops it, and whatever a killed one left behind
+      is stopped when the runtime exits)."""
+
+    kind: str  # "host", or the engine ("podman", "docker"): what the lock records as [target] runtime
     workspaces_at_once: bool  # True: workspaces may be open in several threads at once (separate builds)
+    on_host: bool  # True: its paths are this machine's (a venv made there outlives the runtime)
 
     def __enter__(self) -> Runtime: ...
     def __exit__(self, *exc: object) -> None: ...
     def describe(self) -> str: ...
+    def report(self) -> dict[str, object]:
+        """Where it ran, for a report (smoke's report.json `target`)."""
+        ...
     def base_env(self) -> dict[str, str]: ...
     def toolchain_path(self, setvars: str, recipe_dir: Path) -> str: ...
     def run(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | None = None,
@@ -78,6 +90,62 @@ class Runtime(Protocol):
         ...
     def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
                   extras: Sequence[Extra] = ()) -> AbstractContextManager[Workspace]: ...
+    def copy_in(self, host: Path, inside: str) -> None:
+        """A host file or directory to `inside` in the target (the host: a copy)."""
+        ...
+    def copy_out(self, inside: str, host: Path) -> None:
+        """The contents of directory `inside` of the target into `host`."""
+        ...
+    def visible_path(self, host: Path) -> str:
+        """Where the target sees a file of this machine (one under `Serving.share`; the host: itself)."""
+        ...
+    def scratch(self, host_dir: Path) -> str:
+        """A directory for one run's files in the target (the host: `host_dir`)."""
+        ...
+    def interpreter(self, python: str, venv: str = "") -> Interpreter:
+        """A Python in this target (`venv`: the virtual environment it belongs to)."""
+        ...
+    def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
+        """A fresh virtual environment at `path` in the target, made by `base_python`."""
+        ...
+    def python_env(self, py: Interpreter) -> dict[str, str | None]:
+        """Layered over `base_env()` when running `py` (pip, checks); None removes a variable."""
+        ...
+    def serve_env(self, py: Interpreter) -> dict[str, str | None]:
+        """Layered over this process's environment for a server that runs `py`'s environment."""
+        ...
+    def serve(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """(argv, env) of the process to start on this machine that runs `argv` with the complete
+        environment `env` in the target, stops it when signalled, and exits with its exit code."""
+        ...
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python in a runtime: a venv's (`venv` set) or a base interpreter."""
+    runtime: Runtime = field(compare=False, repr=False)
+    python: str
+    venv: str = ""
+
+    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
+            timeout: float | None = None, check: bool = True) -> Completed:
+        """`argv` in the runtime with this interpreter's environment."""
+        return self.runtime.run(argv, env=self.runtime.python_env(self), log=log, capture=capture,
+                                timeout=timeout, check=check)
+
+    def where(self) -> str:
+        return self.python if self.runtime.on_host else f"{self.python} in the {self.runtime.describe()}"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What smoke asks of a runtime it serves from, given when the runtime is made: the port the server
+    listens on (a container shares the host's network, or must publish it), a host directory the target must
+    see (the lock's wheels: mounted read-only in a fresh container, copied into a running one), and the
+    image digest the lock was built in (a fresh container starts exactly that image when it is here)."""
+    port: int
+    share: Path | None = None
+    digest: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The host runtime: builds on this machine with the recipe's interpreter (the degenerate `Runtime`).
+"""The host runtime: builds and smokes on this machine with the recipe's interpreter (the degenerate `Runtime`).
 
 A runtime is a context manager. `run()` executes a one-off command in the target (probing, sourcing
 setvars). `workspace()` makes a source tree, an output directory and dependency trees visible inside the
@@ -17,7 +17,7 @@ from pathlib import Path
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Extra, Workspace, target_info, watch_dirs
+from toolchain.target.base import PROBE, Extra, Interpreter, Workspace, target_info, watch_dirs
 from toolchain.target.facts import TargetInfo
 
 
@@ -26,9 +26,10 @@ class HostRuntime:
 
     kind = "host"
     workspaces_at_once = True  # each build its own tree and output directory
+    on_host = True
 
-    def __init__(self, spec: TargetSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: TargetSpec | None = None) -> None:
+        self.spec = spec or TargetSpec()
 
     def __enter__(self) -> HostRuntime:
         return self
@@ -38,6 +39,9 @@ class HostRuntime:
 
     def describe(self) -> str:
         return "host"
+
+    def report(self) -> dict[str, object]:
+        return {"runtime": self.kind, "mode": "host", "name": self.describe()}
 
     def base_env(self) -> dict[str, str]:
         return dict(os.environ)
@@ -88,3 +92,49 @@ class HostRuntime:
 
         yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner,
                         {e.name: str(e.host) for e in extras})
+
+    # ---- smoke: files, interpreters, servers ---------------------------------------------------------------
+
+    def copy_in(self, host: Path, inside: str) -> None:
+        _copy(host, Path(inside))
+
+    def copy_out(self, inside: str, host: Path) -> None:
+        host.mkdir(parents=True, exist_ok=True)
+        for item in Path(inside).iterdir():
+            _copy(item, host / item.name)
+
+    def visible_path(self, host: Path) -> str:
+        return str(host)
+
+    def scratch(self, host_dir: Path) -> str:
+        return str(host_dir)
+
+    def interpreter(self, python: str, venv: str = "") -> Interpreter:
+        return Interpreter(self, python, venv)
+
+    def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
+        """A fresh venv (an existing one at `path` is cleared)."""
+        run([base_python, "-m", "venv", "--clear", path], log=log, timeout=600,
+            env=merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None}),
+            hint=f"check that {base_python} can create virtual environments (python3-venv)")
+        return Interpreter(self, str(Path(path) / "bin" / "python"), path)
+
+    def python_env(self, py: Interpreter) -> dict[str, str | None]:
+        """The host's PYTHONPATH/PYTHONHOME must not leak packages into the checked environment."""
+        return {"PYTHONPATH": None, "PYTHONHOME": None, "PIP_REQUIRE_VIRTUALENV": None, **self.serve_env(py)}
+
+    def serve_env(self, py: Interpreter) -> dict[str, str | None]:
+        if not py.venv:
+            return {}
+        return {"VIRTUAL_ENV": py.venv, "PATH": str(Path(py.venv) / "bin") + os.pathsep + os.environ.get("PATH", "")}
+
+    def serve(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        return list(argv), dict(env)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)

@@ -6,7 +6,7 @@
 
 Both are built on `engine.py`: the engine calls (`Engine`), one container (`Container`), labelled fresh
 containers (`Engine.started`) and borrowed running ones (`Engine.borrowed`). Smoke serves through the same
-API (toolchain.smoke.container_target).
+API (serve.py: a venv, the server environment, `supervise()`).
 """
 
 from toolchain.target.container.engine import (

@@ -1,5 +1,6 @@
 """What the two container runtimes share, as a small base: the engine check on entry and cleanup on exit,
-one-off commands (probe, setvars), setvars paths, and how a workspace's commands run.
+one-off commands (probe, setvars), setvars paths, how a workspace's commands run, and serving (smoke): a
+venv, the server's environment and its supervised start, servers left behind stopped at exit.
 
 A build sees its trees at fixed paths (`/toolchain/src`, `/toolchain/out`, `/toolchain/deps/NAME`) and a
 setvars folder of the host at `/toolchain/setvars`, so that a build does not depend on where the host keeps
@@ -11,16 +12,21 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
+import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from toolchain.console import UI
-from toolchain.core.proc import Completed
+from toolchain.core.proc import Completed, merge_env
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Extra, Runner, Workspace, target_info
+from toolchain.target.base import PROBE, Extra, Interpreter, Runner, Serving, Workspace, target_info
+from toolchain.target.container import serve
 from toolchain.target.container.engine import (
     ENGINES,
+    KILL_PIDFILE,
+    PIDS,
     ROOT,
     Container,
     ContainerError,
@@ -36,6 +42,8 @@ SRC, OUT, DEPS, SETVARS = f"{ROOT}/src", f"{ROOT}/out", f"{ROOT}/deps", f"{ROOT}
 # A build's Extra tools and caches (target.base.Extra): mounted at EXTRA/NAME (fresh), or copied there and
 # the caches kept at KEPT/NAME, in the container itself (exec)
 EXTRA, KEPT = f"{ROOT}/extra", "/var/cache/xpu-toolchain"
+# smoke: the shared host directory (Serving.share) and one run's files (scratch: the venv)
+SHARE, SCRATCH = f"{ROOT}/wheels", f"{ROOT}/smoke"
 # safe.directory: the checkouts belong to the host user, not necessarily to the container's user.
 GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 
@@ -44,13 +52,17 @@ class ContainerRuntimeBase(abc.ABC):
     """A `Runtime` (toolchain.target.base) whose commands run in a podman or docker container."""
 
     workspaces_at_once = False  # (each kind says whether its builds can run side by side)
+    on_host = False
 
-    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
+    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None, *,
+                 serving: Serving | None = None) -> None:
         self.spec = spec
         self.kind = spec.runtime
         self.engine = Engine(config or ENGINES[spec.runtime], tuple(spec.engine_args), ui)
+        self.serving = serving
         self.rootless = False
         self.image: Image | None = None           # known once entered
+        self.notes: list[str] = []                # what a report should say (the image is not the locked one)
         self._setvars: dict[str, str] = {}        # host directory -> in-container directory
         self._base_env: dict[str, str] | None = None
         self._stack: contextlib.ExitStack | None = None
@@ -87,6 +99,8 @@ class ContainerRuntimeBase(abc.ABC):
         stack = contextlib.ExitStack()
         try:
             self._open(stack)
+            if self.serving is not None:
+                self._open_serving(stack)
         except BaseException:
             with NoSigint():
                 stack.close()
@@ -150,6 +164,85 @@ class ContainerRuntimeBase(abc.ABC):
                                  hint=f"run it by hand: {self.engine.name} exec ... {python} -c 'import sys'")
         return target_info(self.kind, python, r.stdout, image=image.name, image_digest=image.digest,
                            container=self._container_id())
+
+    def report(self) -> dict[str, object]:
+        image = self.image
+        return {"runtime": self.kind, "mode": "container" if self.spec.container else "image",
+                "name": self.describe(), "container": self._container_id(),
+                "image": image.name if image else self.spec.image,
+                "image_ref": image.start_ref if image else self.spec.image,
+                "image_digest": image.digest if image and image.id else "",
+                "locked_image_digest": self.serving.digest if self.serving else "", "notes": list(self.notes)}
+
+    # ---- smoke: files, interpreters, servers ---------------------------------------------------------------
+
+    def copy_in(self, host: Path, inside: str) -> None:
+        self._target().copy_into(host, inside)
+
+    def copy_out(self, inside: str, host: Path) -> None:
+        self._target().copy_out(inside, host)
+
+    def visible_path(self, host: Path) -> str:
+        share = self.serving.share if self.serving else None
+        if share is not None and (host == share or share in host.parents):
+            return str(Path(SHARE) / host.relative_to(share))
+        return str(host)
+
+    def scratch(self, host_dir: Path) -> str:
+        return SCRATCH
+
+    def interpreter(self, python: str, venv: str = "") -> Interpreter:
+        return Interpreter(self, python, venv)
+
+    def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
+        """A venv made with --system-site-packages (and a .pth when the image's interpreter is a venv
+        itself): the image's packages (its torch) stay visible and the image is left as it was."""
+        py = self.interpreter(base_python)
+        py.run([base_python, "-c", serve.VENV_SCRIPT, path], log=log, timeout=600)
+        return self.interpreter(f"{path}/bin/python", path)
+
+    def python_env(self, py: Interpreter) -> dict[str, str | None]:
+        """The container's environment plus pip's settings from here."""
+        return {"PIP_DISABLE_PIP_VERSION_CHECK": "1", **serve.from_host(serve.PIP_FROM_HOST)}
+
+    def serve_env(self, py: Interpreter) -> dict[str, str | None]:
+        return serve.serve_env(self.base_env(), py.venv)
+
+    def serve(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The server exec'd in the container under `serve.supervise()` with exactly `env`."""
+        cenv = self.base_env()
+        changes: dict[str, str | None] = {k: v for k, v in env.items() if cenv.get(k) != v}
+        changes.update({k: None for k in cenv if k not in env})
+        container = self._target()
+        pidfile = f"{PIDS}/serve-{uuid.uuid4().hex}"
+        exec_argv, engine_env = self.engine.exec_argv(container.id, argv, env=changes, pidfile=pidfile)
+        where = {"engine": self.engine.argv(), "container": container.id, "pidfile": pidfile}
+        return serve.boot_argv(where, exec_argv), merge_env(os.environ, engine_env)
+
+    def _open_serving(self, stack: contextlib.ExitStack) -> None:
+        """The container prepared to serve: scratch and pid directories, the share copied in where it is not
+        mounted; at exit servers whose supervisor did not get to stop them are killed."""
+        container = self._target()
+        stack.callback(self._kill_servers, container)
+        container.call(["sh", "-c", 'mkdir -p "$0" "$1" && chmod 1777 "$1"', SCRATCH, PIDS], user="0",
+                       capture=True)
+        container.call(["chown", container.user(), SCRATCH], user="0", capture=True)
+        share = self.serving.share if self.serving else None
+        if share is not None and not container.owned:  # a started container has it mounted
+            container.call(["rm", "-rf", SHARE], user="0", capture=True)
+            self.copy_in(share, SHARE)
+
+    def _kill_servers(self, container: Container) -> None:
+        container.call(["sh", "-c", 'k=$1; for f in "$0"/serve-*; do [ -f "$f" ] && sh -c "$k" "$f" '
+                        'KILL; rm -f "$f"; done; true', PIDS, KILL_PIDFILE],
+                       user="0", capture=True, check=False, timeout=60)
+
+    def _note_digest(self, image: Image) -> None:
+        locked = self.serving.digest if self.serving else ""
+        if locked and image.digest != locked:
+            self.notes.append(f"the lock was built in image {locked}; serving from "
+                              f"{image.name or self.spec.image} {image.digest}")
+            self.engine.say(warn=True, message=self.notes[-1])
 
     # ---- for the implementations ---------------------------------------------------------------------------
 

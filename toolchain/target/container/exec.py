@@ -1,20 +1,33 @@
 """Exec into a running container: `ExecContainerRuntime` (recipe `[target] container`).
 
 The container is someone else's (a vLLM container a user started): the sources are copied in and the
-wheels out, and at the end what was copied in (under /toolchain) is removed; the container keeps running.
-One builder at a time uses it.
+wheels out (a smoke: the shared directory copied in, the server exec'd there), and at the end what was
+copied in (under /toolchain) is removed and servers left behind killed; the container keeps running.
+One process at a time uses it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from toolchain.console import UI
+from toolchain.errors import UsageError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Extra, Workspace
-from toolchain.target.container.common import DEPS, EXTRA, KEPT, OUT, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.base import Extra, Serving, Workspace
+from toolchain.target.container.common import (
+    DEPS,
+    EXTRA,
+    KEPT,
+    OUT,
+    SCRATCH,
+    SHARE,
+    SRC,
+    ContainerRuntimeBase,
+    alternates,
+)
 from toolchain.target.container.engine import ROOT, Container, EngineConfig, NoSigint
 
 GIT = f"{ROOT}/git"  # copies of the object directories the checkouts borrow from
@@ -25,8 +38,9 @@ class ExecContainerRuntime(ContainerRuntimeBase):
 
     workspaces_at_once = False  # the trees are copied to fixed paths in the one container: one build at a time
 
-    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
-        super().__init__(spec, ui, config)
+    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None, *,
+                 serving: Serving | None = None) -> None:
+        super().__init__(spec, ui, config, serving=serving)
         self._container: Container | None = None  # once entered
 
     def describe(self) -> str:
@@ -35,10 +49,33 @@ class ExecContainerRuntime(ContainerRuntimeBase):
     def _open(self, stack: contextlib.ExitStack) -> None:
         self._container = stack.enter_context(self.engine.borrowed(self.spec.container))
         self.image = self._container.image
-        if self.spec.run_args:
+        if self.serving is not None:
+            self._note_digest(self.image)
+            self._check_network(self.serving.port)
+            stack.callback(self._container.call, ["rm", "-rf", SCRATCH, SHARE], user="0", capture=True, check=False)
+        elif self.spec.run_args:
             self.engine.say(warn=True, message=f"target.run-args {list(self.spec.run_args)} are ignored: they "
                                                f"apply to containers the tool starts, not to {self.spec.container}")
         stack.callback(self._remove_setvars)
+
+    def _check_network(self, port: int) -> None:
+        """Smoke talks to the server on this machine: the container uses the host's network or publishes `port`."""
+        name, engine = self.spec.container, self.kind
+        r = self.engine.query("container", "inspect", "--format", "{{.HostConfig.NetworkMode}}|"
+                              "{{json .HostConfig.PortBindings}}", name, check=True)
+        mode, _, bindings = r.stdout.strip().partition("|")
+        if mode == "host":
+            return
+        published = json.loads(bindings or "null") or {}
+        if any(b.get("HostPort") == str(port) for b in published.get(f"{port}/tcp") or ()):
+            self.engine.say(warn=True, message=f"{name} publishes port {port}: the server must listen on 0.0.0.0 "
+                                               f"inside it (--host 0.0.0.0)")
+            return
+        raise UsageError(f"target.container: {engine} container {name!r} does not use the host's network "
+                         f"(network {mode!r}) and does not publish port {port}, so smoke cannot reach a "
+                         f"server in it", hint=f"start it with --network=host (`{engine} run -d --network=host "
+                                               f"--name {name} ...`), or with -p 127.0.0.1:{port}:{port} and pass "
+                                               f"--port {port} --host 0.0.0.0")
 
     def _target(self) -> Container:
         if self._container is None:

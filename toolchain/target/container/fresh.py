@@ -1,9 +1,14 @@
-"""A fresh container per build: `FreshContainerRuntime` (recipe `[target] image`).
+"""A fresh container: `FreshContainerRuntime` (recipe `[target] image`).
 
-Each `workspace()` starts a container with the source tree, the output directory and the dependency trees
-mounted at the fixed paths, and removes it at the end (the trees are handed back to the invoking user
+Builds: each `workspace()` starts a container with the source tree, the output directory and the dependency
+trees mounted at the fixed paths, and removes it at the end (the trees are handed back to the invoking user
 first). One-off commands (probe, setvars) run in a second container that lives as long as the runtime and
 is started again when a setvars folder has to be mounted.
+
+Serving (smoke, `serving=Serving(...)`): that one-off container is the serving one, started on entry from the
+locked image (by its recorded digest when that image is here) with the recipe's `run-args` and the host's
+network (so the server's 127.0.0.1:PORT is this machine's), the shared directory mounted read-only, labelled
+`toolchain.role=smoke`; removed at exit (success, failure, Ctrl-C) unless TOOLCHAIN_KEEP_CONTAINERS=1.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from pathlib import Path
 from toolchain.console import UI
 from toolchain.core.fs import invoking_user
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Extra, Workspace
-from toolchain.target.container.common import DEPS, EXTRA, OUT, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.base import Extra, Serving, Workspace
+from toolchain.target.container.common import DEPS, EXTRA, OUT, SHARE, SRC, ContainerRuntimeBase, alternates
 from toolchain.target.container.engine import Container, EngineConfig, Image, Mount, NoSigint
+from toolchain.target.container.serve import host_network_args, pinned_image
 
 
 class FreshContainerRuntime(ContainerRuntimeBase):
@@ -26,22 +32,43 @@ class FreshContainerRuntime(ContainerRuntimeBase):
 
     workspaces_at_once = True  # a container of its own per workspace
 
-    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None) -> None:
-        super().__init__(spec, ui, config)
-        self._oneoff: Container | None = None  # where one-off commands run
+    def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None, *,
+                 serving: Serving | None = None) -> None:
+        super().__init__(spec, ui, config, serving=serving)
+        self._oneoff: Container | None = None  # where one-off commands run (serving: the serving container)
         self._oneoff_lock = threading.Lock()
+        self._role, self._run_args, self._replaced_network = "run", list(spec.run_args), ""
+        if serving is not None:
+            self._role = "smoke"
+            self._run_args, self._replaced_network = host_network_args(spec.run_args)
 
     def describe(self) -> str:
         return f"{self.kind} container (image {self.spec.image})"
 
+    def _container_id(self) -> str:
+        return self._oneoff.id if self.serving is not None and self._oneoff is not None else ""
+
     def _open(self, stack: contextlib.ExitStack) -> None:
-        self.image = self.engine.image(self.spec.image)
         stack.callback(self._remove_oneoff)
+        if self.serving is None:
+            self.image = self.engine.image(self.spec.image)
+            return
+        self.image = self.engine.image(self.spec.image, pinned=pinned_image(self.spec.image, self.serving.digest))
+        self._note_digest(self.image)
+        if self._replaced_network:
+            self.engine.say(warn=True, message=f"target.run-args: serving on the host's network instead of "
+                                               f"{self._replaced_network!r} (smoke talks to the server on this "
+                                               f"machine)")
+        self._target()
 
     def _image(self) -> Image:
         if self.image is None:
             raise RuntimeError("FreshContainerRuntime used outside `with`")
         return self.image
+
+    def _oneoff_mounts(self) -> list[Mount]:
+        share = self.serving.share if self.serving else None
+        return ([Mount(str(share), SHARE, readonly=True)] if share is not None else []) + self._setvars_mounts()
 
     def _setvars_mounts(self) -> list[Mount]:
         return [Mount(host, inside, readonly=True) for host, inside in self._setvars.items()]
@@ -49,7 +76,7 @@ class FreshContainerRuntime(ContainerRuntimeBase):
     def _target(self) -> Container:
         with self._oneoff_lock:  # (builds side by side may both run a one-off command first)
             if self._oneoff is None:
-                self._oneoff = self.engine.start("run", self._image(), self._setvars_mounts(), self.spec.run_args)
+                self._oneoff = self.engine.start(self._role, self._image(), self._oneoff_mounts(), self._run_args)
             return self._oneoff
 
     def _remove_oneoff(self) -> None:
