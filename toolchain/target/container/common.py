@@ -180,6 +180,7 @@ class ContainerRuntimeBase(abc.ABC):
         self._target().copy_into(host, inside)
 
     def copy_out(self, inside: str, host: Path) -> None:
+        host.mkdir(parents=True, exist_ok=True)
         self._target().copy_out(inside, host)
 
     def visible_path(self, host: Path) -> str:

@@ -43,7 +43,9 @@ class FreshContainerRuntime(ContainerRuntimeBase):
             self._run_args, self._replaced_network = host_network_args(spec.run_args)
 
     def describe(self) -> str:
-        return f"{self.kind} container (image {self.spec.image})"
+        serving = self._container_id()  # a serving container is one container: named once it runs
+        return f"{self.kind} container {serving} (image {self.spec.image})" if serving else \
+            f"{self.kind} container (image {self.spec.image})"
 
     def _container_id(self) -> str:
         return self._oneoff.id if self.serving is not None and self._oneoff is not None else ""
