@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from toolchain.build.plan import Plan, component_env, make_plan
-from toolchain.build.remotespec import open_remote
+from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes

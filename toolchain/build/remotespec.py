@@ -1,5 +1,5 @@
 """Which remote wheel cache a build uses, decided without importing the client (build/remote.py): a build
-with no remote, the common case, never pays for it.
+with no remote, the common case, never pays for it (`remoteopen.open_remote` imports it only for a remote).
 
 --remote-cache, else $TOOLCHAIN_REMOTE_CACHE, else the recipe's `[cache] remote`; `none` turns it off."""
 
@@ -8,13 +8,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from toolchain.errors import UsageError
 from toolchain.recipe.cachespec import DEFAULT_TIMEOUT, CacheSpec, RemoteURL, parse_remote_url
-
-if TYPE_CHECKING:
-    from toolchain.build.remote import RemoteCache
 
 ENV_REMOTE, ENV_INSECURE, ENV_TIMEOUT = "TOOLCHAIN_REMOTE_CACHE", "TOOLCHAIN_REMOTE_INSECURE", "TOOLCHAIN_REMOTE_TIMEOUT"
 OFF = ("", "none", "off")  # --remote-cache none: no remote, whatever the recipe or the environment say
@@ -71,15 +67,5 @@ def resolve_settings(spec: CacheSpec, request: RemoteRequest = RemoteRequest(),
     return RemoteSettings(where, push=push, insecure=insecure, timeout=timeout)
 
 
-def open_remote(spec: CacheSpec, request: RemoteRequest) -> RemoteCache | None:
-    """The remote cache to use (one per settings in this process), or None; the client is imported only then."""
-    settings = resolve_settings(spec, request)
-    if settings is None:
-        return None
-    from toolchain.build.remote import RemoteCache
-
-    return RemoteCache.shared(settings)
-
-
-__all__ = ["ENV_INSECURE", "ENV_REMOTE", "ENV_TIMEOUT", "OFF", "RemoteRequest", "RemoteSettings", "open_remote",
+__all__ = ["ENV_INSECURE", "ENV_REMOTE", "ENV_TIMEOUT", "OFF", "RemoteRequest", "RemoteSettings",
            "resolve_settings"]

@@ -23,7 +23,8 @@ from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
 from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_result
 from toolchain.build.plan import ComponentPlan, Plan
-from toolchain.build.remotespec import RemoteRequest, open_remote
+from toolchain.build.remoteopen import open_remote
+from toolchain.build.remotespec import RemoteRequest
 from toolchain.build.schedule import Budget, run_at_once
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_argv, redact_env, redact_text

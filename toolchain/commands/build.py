@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from toolchain.build.remotespec import open_remote
+from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions
 from toolchain.commands import options
 from toolchain.commands.recipes import Table

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
+from toolchain.core.names import did_you_mean
 from toolchain.errors import RecipeError
 from toolchain.recipe.model import (
     DEFAULT_COMMAND,
@@ -27,7 +28,7 @@ from toolchain.recipe.model import (
     TargetSpec,
     ToolchainSpec,
 )
-from toolchain.recipe.validate import SMOKE_KEYS, did_you_mean, from_data
+from toolchain.recipe.validate import SMOKE_KEYS, from_data
 
 RECIPES_ENV = "TOOLCHAIN_RECIPES_DIR"
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of TOML; a larger file is a mistake, not a recipe

@@ -13,6 +13,7 @@ from typing import Any
 from toolchain.core import toml as tomlio
 from toolchain.core.devices import DEFAULT_DEVICE
 from toolchain.core.fs import sha256_bytes
+from toolchain.core.names import did_you_mean
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
@@ -203,7 +204,5 @@ class Recipe:
         for c in self.components:
             if c.name == name:
                 return c
-        from toolchain.recipe.validate import did_you_mean
-
         raise RecipeError(f"{self.path}: no component {name!r}" + did_you_mean(name, [c.name for c in self.components]),
                           hint=f"components of {self.name}: {', '.join(c.name for c in self.components)}")

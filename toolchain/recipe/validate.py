@@ -15,6 +15,7 @@ from typing import Any
 
 from toolchain.core.devices import DEFAULT_DEVICE, PROFILES
 from toolchain.core.fs import sha256_file
+from toolchain.core.names import did_you_mean
 from toolchain.core.redact import is_secret
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
@@ -120,13 +121,6 @@ def _str(table: dict[str, Any], key: str, default: str = "") -> str:
 def _type_name(t: type) -> str:
     return {str: "a string", list: "an array", dict: "a table", int: "an integer", bool: "true or false",
             float: "a number"}.get(t, t.__name__)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    import difflib  # only when a name is wrong
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path | Sequence[Path],

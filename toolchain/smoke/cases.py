@@ -21,8 +21,8 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import requests
 
+from toolchain.core.names import did_you_mean
 from toolchain.errors import UsageError
-from toolchain.recipe.load import did_you_mean
 from toolchain.smoke.rootcause import Excerpt, headline, render
 
 PASS, FAIL, ERROR, SKIP = "pass", "fail", "error", "skip"

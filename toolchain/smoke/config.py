@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolchain.core.names import did_you_mean
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.load import SMOKE_KEYS as RECIPE_SMOKE_KEYS
-from toolchain.recipe.load import did_you_mean
 from toolchain.smoke import cases as cases_mod
 from toolchain.smoke import devices
 from toolchain.smoke.ladder import LadderStep, steps_from

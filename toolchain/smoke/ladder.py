@@ -10,12 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from toolchain.errors import RecipeError
 
-if TYPE_CHECKING:
-    from toolchain.smoke.runner import RunResult
+
+class StepRun(Protocol):
+    """What the ladder reads of one step's run (a runner.RunResult)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def passed(self) -> bool: ...
+    def how(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ def apply(argv: Sequence[str], env: Mapping[str, str], step: LadderStep) -> tupl
 
 @dataclass(frozen=True)
 class LadderResult:
-    steps: tuple[tuple[LadderStep, RunResult | None], ...]
+    steps: tuple[tuple[LadderStep, StepRun | None], ...]
     first_broken: str
     how: str
 
@@ -107,9 +114,9 @@ class LadderResult:
 
 
 def run_ladder(argv: Sequence[str], env: Mapping[str, str], steps: Sequence[LadderStep],
-               run_one: Callable[[str, list, dict], RunResult]) -> LadderResult:
+               run_one: Callable[[str, list[str], dict[str, str]], StepRun]) -> LadderResult:
     """Run each step on top of the previous ones; stop at the first that fails."""
-    done: list[tuple[LadderStep, RunResult | None]] = []
+    done: list[tuple[LadderStep, StepRun | None]] = []
     cur_argv, cur_env = list(argv), dict(env)
     for i, step in enumerate(steps):
         cur_argv, cur_env = apply(cur_argv, cur_env, step)
