@@ -60,6 +60,8 @@ class LockedComponent:
     jobs: int = 0
     jobs_source: str = ""
     metrics: BuildMetrics = BuildMetrics()
+    # a prebuilt component (never compiled): {url, sha256, requirement?, index?}; url and commit are then ""
+    prebuilt: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ def to_dict(lock: Lock) -> dict[str, Any]:
             "build-seconds": round(c.build_seconds, 3),
             "wheel": {"file": c.wheel.file, "sha256": c.wheel.sha256, "size": c.wheel.size},
         }
+        if c.prebuilt:
+            d["prebuilt"] = dict(c.prebuilt)
         if c.fetchcontent:
             d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
         if c.built_against:
@@ -233,12 +237,12 @@ def read_lock(path: Path) -> Lock:
         comps = []
         for c in data["components"]:
             comps.append(LockedComponent(
-                name=c["name"], url=c["url"], ref=c.get("ref", ""), commit=c["commit"],
+                name=c["name"], url=c.get("url", ""), ref=c.get("ref", ""), commit=c.get("commit", ""),
                 describe=c.get("describe", ""), subdir=c.get("subdir", ""), after=tuple(c.get("after", ())),
                 dist=c.get("dist", ""), import_name=c.get("import", ""), version=c.get("version", ""),
                 install_args=tuple(c.get("install-args", ())),
                 patches=tuple(patch_from_dict(p) for p in c.get("patches", ())),
-                env=dict(c.get("env", {})), command=tuple(c["command"]), cache_key=c["cache-key"],
+                env=dict(c.get("env", {})), command=tuple(c.get("command", ())), cache_key=c["cache-key"],
                 build_seconds=float(c.get("build-seconds", 0.0)),
                 wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
                 fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
@@ -246,6 +250,7 @@ def read_lock(path: Path) -> Lock:
                 compiler_cache=CacheReport.from_dict(c.get("compiler-cache")),
                 jobs=int(c.get("jobs", 0)), jobs_source=str(c.get("jobs-source", "")),
                 metrics=BuildMetrics.from_dict(c.get("metrics")),
+                prebuilt=dict(c.get("prebuilt", {})),
             ))
         r = data["recipe"]
         return Lock(
@@ -322,7 +327,12 @@ COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     "import": (False, STR), "version": (False, STR), "install-args": (False, STRS), "env": (False, ENV),
     "command": (True, ARGV), "cache-key": (True, HEX), "build-seconds": (False, SECONDS),
     "wheel": (True, TABLE), "patches": (False, ("an array of tables", lambda v: isinstance(v, list))),
-    "fetchcontent": (False, ("an array of tables", lambda v: isinstance(v, list)))}
+    "fetchcontent": (False, ("an array of tables", lambda v: isinstance(v, list))), "prebuilt": (False, TABLE)}
+# a prebuilt component is not built from a repository: it has no url, commit or command of its own
+PREBUILT_COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
+    **COMPONENT_SCHEMA, "url": (False, STR), "commit": (False, STR), "command": (False, STRS)}
+PREBUILT_SCHEMA: dict[str, tuple[bool, Check]] = {"url": (True, NAME), "sha256": (True, SHA256),
+                                                  "requirement": (False, STR), "index": (False, STR)}
 WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {"file": (True, WHEEL_FILE), "sha256": (True, SHA256), "size": (True, SIZE)}
 PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
                                                "commit": (False, COMMIT)}
@@ -371,7 +381,10 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
     for i, c in enumerate(comps):
         name = c.get("name") if isinstance(c, dict) else None
         where = f"components[{i}]" + (f" ({name})" if isinstance(name, str) else "")
-        problems = _table_problems(c, COMPONENT_SCHEMA, where)
+        prebuilt = isinstance(c, dict) and "prebuilt" in c
+        problems = _table_problems(c, PREBUILT_COMPONENT_SCHEMA if prebuilt else COMPONENT_SCHEMA, where)
+        if prebuilt and isinstance(c.get("prebuilt"), dict):
+            problems += _table_problems(c["prebuilt"], PREBUILT_SCHEMA, f"{where}.prebuilt")
         out += problems
         if problems and not isinstance(c, dict):
             continue
@@ -442,7 +455,8 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
             fetchcontent=tuple({"name": d.name, "url": redact_text(d.url), "commit": d.commit}
                                for d in c.fetchcontent),
             built_against=b.built_against, compiler_cache=b.compiler_cache, jobs=b.jobs,
-            jobs_source=b.jobs_source, metrics=b.metrics))
+            jobs_source=b.jobs_source, metrics=b.metrics,
+            prebuilt=b.plan.prebuilt.as_dict() if b.plan.prebuilt is not None else {}))
     norms = sorted({n for b in built for n in b.normalizations})
     text, sha = plan.recipe.text, plan.recipe.sha256
     resolved = tomlio.loads(text)

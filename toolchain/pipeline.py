@@ -22,6 +22,7 @@ from toolchain.lock import (
     LOCK_NAME,
     WHEELS_DIR,
     Lock,
+    LockedComponent,
     assemble_lock,
     locked_env,
     read_lock,
@@ -29,7 +30,7 @@ from toolchain.lock import (
     write_lock,
 )
 from toolchain.recipe.load import default_recipes_dir, load_recipe_text
-from toolchain.recipe.model import Recipe
+from toolchain.recipe.model import Prebuilt, Recipe
 from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
@@ -66,6 +67,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             raise
         _mark_out_dir(out, ours)  # not before: a bad interpreter leaves no output
         logs.mkdir(parents=True, exist_ok=True)
+        plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or _previous_lock(out / LOCK_NAME))
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
         try:
@@ -105,6 +107,36 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
     _mark_out_dir(out, keep)
     give_to_invoking_user(out)
     return same or read_lock(path), built
+
+
+def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui, recorded: Lock | None = None) -> Plan:
+    """The plan with every prebuilt `dist==version` pinned to one file (URL and sha256) from the recipe's
+    [resolve] indexes and find-links. A lock that records the same requirement keeps its pin (a rebuild from
+    the lock takes exactly its file; a warm build asks no index); `toolchain lock` pins again."""
+    import dataclasses
+
+    from toolchain.build.plan import prebuilt_plan
+    from toolchain.build.prebuilt import PrebuiltFile
+
+    comps = []
+    for cp in plan.components:
+        pre = cp.component.prebuilt
+        if pre is None or not pre.requirement or cp.prebuilt is not None:
+            comps.append(cp)
+            continue
+        pinned = None
+        old = next((c for c in recorded.components if c.name == cp.name), None) if recorded else None
+        if old is not None and old.prebuilt.get("requirement") == pre.requirement:
+            pinned = PrebuiltFile(old.wheel.file, str(old.prebuilt["url"]), old.wheel.sha256, old.wheel.size,
+                                  pre.requirement, str(old.prebuilt.get("index", "")))
+        if pinned is None:
+            from toolchain.resolve.prebuilt import pin_requirement
+
+            with ui.status(f"pinning the prebuilt {pre.requirement}"):
+                pinned = pin_requirement(pre.requirement, plan.recipe.resolve, plan.target,
+                                         Path(cache_dir) / "resolve", log_dir / "resolve.log", cp.name)
+        comps.append(prebuilt_plan(cp.component, pinned))
+    return dataclasses.replace(plan, components=tuple(comps))
 
 
 def _standin_note(setvars: str) -> str:
@@ -289,6 +321,9 @@ def component_problems(lock: Lock, recipe: Recipe) -> list[str]:
         locked = by_name.get(comp.name)
         if locked is None:
             continue
+        if comp.prebuilt is not None:
+            out += _prebuilt_problems(comp.name, comp.prebuilt, locked)
+            continue
         recorded = {
             "url": redact_text(comp.url), "commit": comp.commit, "subdir": comp.subdir,
             "command": redact_argv(comp.command), "install-args": redact_argv(comp.install_args),
@@ -305,3 +340,17 @@ def component_problems(lock: Lock, recipe: Recipe) -> list[str]:
             if in_lock[key] != value:
                 out.append(f"{comp.name}: {key} is {in_lock[key]!r} in [[components]], the recipe text says {value!r}")
     return out
+
+
+def _prebuilt_problems(name: str, pre: Prebuilt, locked: LockedComponent) -> list[str]:
+    """Where a lock's prebuilt component disagrees with the recipe text: not recorded as prebuilt, another
+    requirement, or another file than the recipe's {url, sha256}."""
+    if not locked.prebuilt:
+        return [f"{name}: the recipe text says prebuilt {pre.label!r}, the lock records a build from source"]
+    if pre.requirement and locked.prebuilt.get("requirement") != pre.requirement:
+        return [f"{name}: the recipe text says prebuilt {pre.requirement!r}, the lock records "
+                f"{locked.prebuilt.get('requirement') or locked.prebuilt.get('url')!r}"]
+    if pre.sha256 and (locked.wheel.sha256 != pre.sha256 or locked.prebuilt.get("url") != redact_text(pre.url)):
+        return [f"{name}: the recipe text pins {pre.url} sha256 {pre.sha256}, the lock records "
+                f"{locked.prebuilt.get('url')} sha256 {locked.wheel.sha256}"]
+    return []

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from toolchain import __version__
 from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_memory
+from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
@@ -32,6 +33,11 @@ class ComponentPlan:
     env: tuple[tuple[str, str | None], ...]  # recipe env + component env + version override (no toolchain)
     cache_key: str  # "" when the toolchain could not be captured (`Plan.toolchain_missing`)
     jobs: JobsDecision | None = None  # compile jobs (not in the cache key: they do not change the wheel)
+    prebuilt: PrebuiltFile | None = None  # the pinned released wheel taken instead of a build
+
+    @property
+    def is_prebuilt(self) -> bool:
+        return self.component.prebuilt is not None or self.prebuilt is not None
 
     @property
     def name(self) -> str:
@@ -111,11 +117,25 @@ def make_plan(recipe: Recipe, runtime: Runtime, *, log_dir: Path | None = None, 
     user_env = runtime.base_env()
     comps = []
     for comp in recipe.components:
+        if comp.prebuilt is not None:
+            comps.append(prebuilt_plan(comp))
+            continue
         env = component_env(recipe, comp)
         key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info)
         comps.append(ComponentPlan(comp, tuple(env.items()), key,
                                    component_jobs(recipe, comp, env, resources, user_env)))
     return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing, resources=resources)
+
+
+def prebuilt_plan(comp: Component, pinned: PrebuiltFile | None = None) -> ComponentPlan:
+    """A prebuilt component's plan: no env, no jobs; its cache key is its file's sha256 once pinned (the
+    recipe's {url, sha256} is; a "dist==version" is pinned from the [resolve] indexes before the build)."""
+    pre = comp.prebuilt
+    if pinned is None and pre is not None and pre.url and pre.sha256:
+        from urllib.parse import unquote, urlparse
+
+        pinned = PrebuiltFile(unquote(urlparse(pre.url).path).rsplit("/", 1)[-1], pre.url, pre.sha256)
+    return ComponentPlan(comp, (), prebuilt_key(pinned.sha256) if pinned else "", None, pinned)
 
 
 def probe_resources(runtime: Runtime, python: str) -> Resources:
@@ -199,6 +219,9 @@ def source_facts(recipe: Recipe, mirrors: Mirrors, fetching: Callable[[], Mirror
     without that fetch a typo could not be told from a mirror fetched before the commit existed."""
     out = {}
     for comp in recipe.components:
+        if comp.prebuilt is not None:
+            out[comp.name] = SourceFacts(missing=f"prebuilt ({comp.prebuilt.label}): no source, never compiled")
+            continue
         if not (mirrors.path(comp.url) / "HEAD").exists():
             out[comp.name] = SourceFacts(missing=f"not fetched yet: no mirror of {comp.url} in "
                                                  f"{mirrors.root} (`toolchain build` fetches it)")
@@ -221,7 +244,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "target": plan.target.fingerprint(),
         "toolchain": toolchain,
         "tool-version": __version__,
-        "components": [{
+        "components": [prebuilt_to_dict(c) if c.is_prebuilt else {
             "name": c.name, "url": redact_text(c.component.url), "ref": c.component.ref, "commit": c.component.commit,
             "subdir": c.component.subdir, "after": list(c.component.after),
             "patches": [{"path": redact_text(p.label), "sha256": p.sha256} for p in c.patches],
@@ -233,3 +256,15 @@ def plan_to_dict(plan: Plan) -> dict:
         **({"resources": {"cpus": plan.resources.cpus, "memory-bytes": plan.resources.memory,
                           "memory-source": plan.resources.why_memory}} if plan.resources else {}),
     }
+
+
+def prebuilt_to_dict(cp: ComponentPlan) -> dict:
+    """A prebuilt component as `toolchain plan` shows it: what the recipe says and, once pinned, the file."""
+    pre = cp.component.prebuilt
+    shown: dict = {"requirement": pre.requirement} if pre and pre.requirement else {}
+    if cp.prebuilt is not None:
+        shown.update(cp.prebuilt.as_dict(), file=cp.prebuilt.file)
+    elif pre is not None:
+        shown["status"] = "pinned when built: the file and its sha256 from the [resolve] indexes and find-links"
+    return {"name": cp.name, "prebuilt": shown, "after": list(cp.component.after), "dist": cp.component.dist,
+            "cache-key": cp.cache_key}

@@ -23,6 +23,7 @@ from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
 from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_result
 from toolchain.build.plan import ComponentPlan, Plan
+from toolchain.build.prebuilt import take_prebuilt
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.remotespec import RemoteRequest
 from toolchain.build.schedule import Budget, run_at_once
@@ -63,7 +64,7 @@ class BuiltComponent:
     cached: bool                 # nothing was compiled for it (source is not "built")
     log: Path
     normalizations: tuple[str, ...] = ()
-    source: str = "built"        # "built" | "local-cache" | "remote-cache": where the wheel came from
+    source: str = "built"        # "built" | "local-cache" | "remote-cache" | "prebuilt": where the wheel came from
     pushed: bool = False         # uploaded to the remote cache by this build
     built_against: tuple[BuiltAgainst, ...] = ()  # what the build environment had of `built-against`
     compiler_cache: CacheReport = CacheReport()  # what the build that made the wheel cost (its cache entry)
@@ -82,7 +83,8 @@ def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOpt
     looked_up: dict[str, bool] = {}  # the local misses the remote was asked for: key -> downloaded
     if remote is not None and options.use_cache:
         looked_up = remote.prefetch([(cp.cache_key, f"{cp.name}@{cp.component.commit[:12]}") for cp in plan.components
-                                     if cache.get(cp.cache_key) is None], cache, Path(options.cache_dir) / "work", ui)
+                                     if not cp.is_prebuilt and cache.get(cp.cache_key) is None], cache,
+                                    Path(options.cache_dir) / "work", ui)
     chosen: list[CompilerCache] = []
     choosing = threading.Lock()
 
@@ -94,7 +96,7 @@ def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOpt
 
     # The sources of every component that will be compiled are fetched first, at once: a cold stack waits for
     # its slowest clone, not for the sum of them, and a pin that does not exist stops it before any compile.
-    compiled = [cp for cp in plan.components if not (options.use_cache and (
+    compiled = [cp for cp in plan.components if not cp.is_prebuilt and not (options.use_cache and (
         looked_up.get(cp.cache_key) or cache.get(cp.cache_key) is not None))]
     to_compile = [cp.name for cp in compiled]
     fetch_sources(mirrors, plan, compiled)
@@ -184,6 +186,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
     the compiler cache, asked only when the component is compiled."""
     comp = cp.component
     log = options.out_dir / "logs" / f"{comp.name}.log"
+    if cp.is_prebuilt:
+        return take_prebuilt_component(cp, cache, wheels_dir, Path(options.cache_dir) / "work", log, ui)
     log.write_text(redact_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n"))
     started = time.monotonic()
     # take(): the cached wheel, copied into wheels_dir only if it hashes as recorded (else evicted: a miss)
@@ -223,6 +227,23 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
                           tuple(BuiltAgainst.from_dict(d) for d in meta.get("built_against", ())),
                           CacheReport.from_dict(meta.get("compiler_cache")), BuildMetrics.from_dict(meta.get("metrics")),
                           int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")))
+
+
+def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Path, work: Path, log: Path,
+                            ui) -> BuiltComponent:
+    """A prebuilt component: its pinned wheel from the cache, or downloaded and checked; never compiled."""
+    pf = cp.prebuilt
+    if pf is None:
+        raise BuildError(f"{cp.name}: the prebuilt {cp.component.prebuilt.label if cp.component.prebuilt else ''} "
+                         "was not pinned to a file", hint="report this: the pipeline pins prebuilt wheels first")
+    log.write_text(redact_text(f"# {cp.name}: prebuilt {pf.file} from {pf.url}\n# sha256 {pf.sha256}\n"))
+    entry, fetched = take_prebuilt(pf, cache, wheels_dir, work, cp.name, log)
+    _the_wheel(entry.wheel.parent, cp.component, log)  # the distribution the recipe names
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"# {'downloaded and checked' if fetched else 'from the wheel cache'}: nothing was compiled\n")
+    ui.info(f"  [green]✓[/] {cp.name}: prebuilt {entry.wheel.name} ({'downloaded' if fetched else 'cached'})")
+    return BuiltComponent(cp, "", WheelRef(entry.wheel.name, entry.sha256, entry.size), 0.0, True, log,
+                          source="prebuilt")
 
 
 def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:

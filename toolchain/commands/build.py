@@ -18,7 +18,8 @@ from toolchain.recipe.load import Recipe
 from toolchain.release import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
 
-SOURCES = {"built": "compiled", "local-cache": "cached", "remote-cache": "downloaded"}  # BuiltComponent.source
+SOURCES = {"built": "compiled", "local-cache": "cached", "remote-cache": "downloaded",
+           "prebuilt": "prebuilt (never compiled)"}  # BuiltComponent.source
 
 
 def register(sub: Any) -> None:

@@ -47,6 +47,8 @@ def cmd_plan(args, ui) -> CommandResult:
     data["compiler-cache"] = {"enabled": cc.enabled, "required": cc.required, "why": cc.why,
                               "dir": str(cc.data_dir) if cc.enabled else None}
     for comp, entry in zip(plan.components, data["components"]):
+        if comp.is_prebuilt:
+            continue
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
@@ -60,6 +62,10 @@ def cmd_plan(args, ui) -> CommandResult:
     table.add_column("patches", overflow="fold")
     table.add_column("jobs", no_wrap=True)
     for c in data["components"]:
+        if "prebuilt" in c:
+            pre = c["prebuilt"]
+            table.add_row(c["name"], "prebuilt", pre.get("requirement") or pre.get("file", ""), "-", "-")
+            continue
         source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
                   else "not fetched yet")
         jobs = c.get("jobs", {})
@@ -68,7 +74,8 @@ def cmd_plan(args, ui) -> CommandResult:
                       f"{jobs.get('jobs', '')}\n({jobs.get('source', '')})")
     from rich.markup import escape
 
-    lines = [f"[bold]{c['name']}[/] cache key {c['cache-key'][:16] or '(needs the toolchain)'}"
+    lines = [f"[bold]{c['name']}[/] prebuilt {escape(_prebuilt_line(c['prebuilt']))}" if "prebuilt" in c else
+             f"[bold]{c['name']}[/] cache key {c['cache-key'][:16] or '(needs the toolchain)'}"
              + (f" — {escape(c['mirror'])}" if not c["describe"] else "")
              + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
     if plan.toolchain_missing:
@@ -81,6 +88,14 @@ def cmd_plan(args, ui) -> CommandResult:
             if cp.jobs.warning:
                 ui.warn(f"{cp.name}: {cp.jobs.warning}")
     return CommandResult(data, 0, "\n".join(lines), (table,))
+
+
+def _prebuilt_line(pre: dict[str, Any]) -> str:
+    """How `plan` shows a prebuilt component: never compiled; the file and sha256 once pinned."""
+    what = pre.get("requirement") or pre.get("url", "")
+    if pre.get("sha256"):
+        return f"{what}: {pre.get('file', '')} sha256 {pre['sha256'][:16]}… (never compiled)"
+    return f"{what}: {pre.get('status', '')} (never compiled)"
 
 
 def exact_command(plan, cp, runtime_kind: str, cache: Path, epoch: str = "") -> tuple[list[str], dict]:

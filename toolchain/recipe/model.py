@@ -73,6 +73,19 @@ class FetchContentDep:
 
 
 @dataclass(frozen=True)
+class Prebuilt:
+    """A component that is never compiled: a released wheel. `requirement` ("vllm-xpu-kernels==0.1.16.2")
+    is looked up in the recipe's [resolve] indexes and find-links; `url` + `sha256` name one file."""
+    requirement: str = ""
+    url: str = ""
+    sha256: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.requirement or self.url
+
+
+@dataclass(frozen=True)
 class Component:
     name: str
     url: str
@@ -92,6 +105,8 @@ class Component:
     built_against: tuple[str, ...] = ()  # distributions whose C++ ABI the compiled wheel depends on (torch)
     jobs: int = 0             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
     memory_per_job: int = 0   # bytes one compile job needs (0: the tool's default for it)
+    prebuilt: Prebuilt | None = None  # a released wheel, never compiled (url and commit are then empty)
+    prebuilt_index: str = ""  # per-commit wheels (+g<hex> local versions) a bisect step takes before compiling
 
 
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -30,6 +30,7 @@ from toolchain.recipe.model import (
     FetchContentDep,
     Origin,
     Patch,
+    Prebuilt,
     Recipe,
     ResolveSpec,
     SmokeSpec,
@@ -55,7 +56,9 @@ TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "r
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
-                  **buildspec.COMPONENT_BUILD_KEYS}
+                  "prebuilt": object, "prebuilt-index": str, **buildspec.COMPONENT_BUILD_KEYS}
+# what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
+PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args")
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
@@ -213,6 +216,9 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             pr.add(where, "must be a table")
             continue
         pr.check_keys(c, COMPONENT_KEYS, f"{where}.")
+        if "prebuilt" in c:
+            built[name] = _prebuilt_component(name, c, pr, where)
+            continue
         url = c.get("url")
         if not isinstance(url, str) or not url:
             pr.add(f"{where}.url", "missing: the git repository URL to build from")
@@ -251,8 +257,59 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
             else DEFAULT_INSTALL_ARGS,
             command=command, env=cenv, fetchcontent=fetch, jobs=jobs, memory_per_job=memory_per_job,
-            built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"))
+            built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"),
+            prebuilt_index=_prebuilt_index(c, pr, where))
     return _order(built, pr)
+
+
+REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
+
+
+def _prebuilt_component(name: str, c: dict[str, Any], pr: _Problems, where: str) -> Component:
+    """`prebuilt = "dist==version"` (from the [resolve] indexes and find-links) or `prebuilt = {url, sha256}`
+    (one file): a released wheel, never compiled, so nothing that only a build reads may be set."""
+    for key in c:
+        if key in COMPONENT_KEYS and key not in PREBUILT_KEYS:
+            pr.add(f"{where}.{key}", "a prebuilt component is never compiled, so it takes no "
+                                     f"{key!r}; remove it (or remove `prebuilt` to build it from source)")
+    value = c["prebuilt"]
+    prebuilt = Prebuilt()
+    if isinstance(value, str):
+        m = REQUIREMENT.match(value.strip())
+        if m is None:
+            pr.add(f"{where}.prebuilt", f"{value!r} is not an exact pin; write \"dist==version\" (e.g. "
+                                        f"\"vllm-xpu-kernels==0.1.16.2\") or a table {{url, sha256}}")
+        prebuilt = Prebuilt(requirement=value.strip())
+    elif isinstance(value, dict):
+        pr.check_keys(value, {"url": str, "sha256": str}, f"{where}.prebuilt.")
+        url, sha = value.get("url"), value.get("sha256")
+        if not isinstance(url, str) or not url.endswith(".whl"):
+            pr.add(f"{where}.prebuilt.url", f"must be the URL of one wheel file (…/name-version-tags.whl), got {url!r}")
+        elif re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
+            pr.add(f"{where}.prebuilt.url", "a URL with credentials would be recorded in the lock; "
+                                            "put them in ~/.netrc instead")
+        if not isinstance(sha, str) or not HEX64.match(sha):
+            pr.add(f"{where}.prebuilt.sha256", "missing or not the 64-hex sha256 of the wheel: the file is "
+                                               "refused unless it hashes as the recipe says")
+        prebuilt = Prebuilt(url=url if isinstance(url, str) else "", sha256=sha if isinstance(sha, str) else "")
+    else:
+        pr.add(f"{where}.prebuilt", f"must be \"dist==version\" or a table {{url, sha256}}, got {value!r}")
+    m = REQUIREMENT.match(prebuilt.requirement)
+    dist = _str(c, "dist", m.group(1) if m else name)
+    return Component(name=name, url="", commit="", after=pr.str_list(c, "after", f"{where}.after"), dist=dist,
+                     import_name=_str(c, "import"),
+                     install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
+                     else DEFAULT_INSTALL_ARGS, command=(), prebuilt=prebuilt)
+
+
+def _prebuilt_index(c: dict[str, Any], pr: _Problems, where: str) -> str:
+    index = c.get("prebuilt-index", "")
+    if not isinstance(index, str) or not index:
+        return ""
+    if re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", index):
+        pr.add(f"{where}.prebuilt-index", "a URL with credentials would be recorded in the lock; "
+                                          "put them in ~/.netrc instead")
+    return index
 
 
 PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}

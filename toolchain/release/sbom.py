@@ -78,6 +78,16 @@ def build_bom(lock: Lock, *, epoch: int, stack_version: str = "",
 
 def _component(comp: LockedComponent, patch_texts: Mapping[str, str]) -> Component:
     name, version = wheel_name_version(comp.wheel.file)
+    if comp.prebuilt:  # a released wheel: where it was downloaded from, not a commit
+        url = str(comp.prebuilt.get("url", ""))
+        return Component(
+            name=name, version=version, type=ComponentType.LIBRARY, bom_ref=f"component:{comp.name}",
+            purl=PackageURL(type="pypi", name=name, version=version),
+            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=comp.wheel.sha256)],
+            external_references=[ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(url))],
+            properties=[Property(name="toolchain:component", value=comp.name),
+                        Property(name="toolchain:prebuilt", value=str(comp.prebuilt.get("requirement") or url)),
+                        Property(name="toolchain:wheel", value=comp.wheel.file)])
     vcs = f"git+{comp.url}@{comp.commit}"
     purl = PackageURL(type="pypi", name=name, version=version, qualifiers={"vcs_url": vcs},
                       subpath=comp.subdir or None)
