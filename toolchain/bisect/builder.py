@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, first_line
 from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
@@ -38,7 +39,7 @@ class SpineBuilder:
     def build(self, key: str) -> BuildOutcome:
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
-        recipe = self.derive(key)
+        recipe = with_commit_wheel(self.derive(key), self.component)  # a per-commit wheel, if there is one
         memo = self.cache / "bisect" / "unbuildable" / f"{recipe_digest(recipe)}.txt"
         if memo.is_file():
             return BuildOutcome(False, log=out / "logs", cached=True,
@@ -54,7 +55,8 @@ class SpineBuilder:
                 atomic_write_text(memo, first_line(err) + "\n")
             return BuildOutcome(False, log=out / "logs", reason=first_line(err))
         sources = {b.source for b in built}  # the remote cache (build/remote.py) serves every step and build ahead
-        source = "compiled" if "built" in sources else "downloaded" if "remote-cache" in sources else "cached"
+        source = ("compiled" if "built" in sources else "prebuilt" if "prebuilt" in sources
+                  else "downloaded" if "remote-cache" in sources else "cached")
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),
                             log=out / "logs", cached=source != "compiled", source=source, cores=busy_cores(built))
 

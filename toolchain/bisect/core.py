@@ -70,7 +70,7 @@ class BuildOutcome:
     log: Path | None = None
     reason: str = ""        # why the build failed (one line)
     cached: bool = False    # nothing was compiled: every wheel came from the cache
-    source: str = ""        # "compiled" | "downloaded" (from the remote cache, nothing compiled) | "cached"
+    source: str = ""        # "compiled" | "prebuilt" (a per-commit wheel) | "downloaded" (the remote cache) | "cached"
     cores: float = 0.0      # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
 
     def to_dict(self) -> dict[str, Any]:

@@ -115,11 +115,23 @@ def commit_outcome(result: BisectResult, component: str, out: Path, state_path: 
     else:
         lines.append("skipped commits hide the first bad commit; it is one of:\n"
                      + "\n".join(f"  {_name(c)}" for c in result.possible))
+    wheels = wheel_sources(result)
     lines += _skipped_lines(result) + [f"{k} lock: {v}" for k, v in locks.items()] + [f"state: {state_path}"]
+    lines.append("steps' wheels: " + ", ".join(f"{n} {what}" for what, n in wheels.items()))
     data = {"ok": result.found, "mode": "commits", "component": component, "result": result.to_dict(),
-            "locks": locks, "state": str(state_path), "log": str(out / LOG_NAME)}
+            "locks": locks, "state": str(state_path), "log": str(out / LOG_NAME), "wheels": wheels}
     atomic_write_text(out / RESULT_NAME, _json(data))
     return BisectOutcome(result.found, data, "\n".join(lines), (steps_table(result, "commit"),))
+
+
+def wheel_sources(result: BisectResult) -> dict[str, int]:
+    """How many steps' wheels were compiled, prebuilt (a per-commit wheel), downloaded or cached."""
+    counts = {"compiled": 0, "prebuilt": 0, "downloaded": 0, "cached": 0}
+    for s in result.steps:
+        if not s.build_failed:
+            source = s.source or ("cached" if s.cached else "compiled")
+            counts[source] = counts.get(source, 0) + 1
+    return counts
 
 
 def lock_outcome(result: LockBisectResult, out: Path, state_path: Path) -> BisectOutcome:

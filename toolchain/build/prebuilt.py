@@ -7,14 +7,17 @@ pinned. Nothing is compiled for it."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.core.fs import sha256_bytes, sha256_file
@@ -99,10 +102,93 @@ def download(url: str, dest: Path, what: str) -> None:
     except urllib.error.HTTPError as exc:  # the server answered: the URL is wrong or gone
         raise BuildError(f"{what}: cannot download the prebuilt wheel {redact_text(url)}: HTTP {exc.code}",
                          hint="check the URL (the file is pinned: any copy with the same sha256 serves)") from None
+    except ValueError as exc:  # not a URL urllib can open
+        raise BuildError(f"{what}: cannot download the prebuilt wheel {redact_text(url)}: {exc}",
+                         hint="give an http(s):// or file:// URL, or a path") from None
     except FileNotFoundError:
         raise BuildError(f"{what}: the prebuilt wheel {redact_text(url)} does not exist",
                          hint="check the path in the recipe or the index") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise TransientError(f"{what}: no space left on device for the prebuilt wheel ({dest.parent})",
+                                 kind="disk-full", hint="free space there (or point --cache-dir at a larger disk) "
+                                                        "and run the same command again") from None
         raise TransientError(f"{what}: cannot download the prebuilt wheel {redact_text(url)}: {exc}",
                              kind="network", hint="check the network (a proxy: HTTPS_PROXY) and run again; the "
                                                   "file is pinned, so any copy with the same sha256 serves") from None
+
+
+# ---- per-commit wheels (`prebuilt-index`): a bisect step whose commit has one takes it ------------------
+
+COMMIT_LABEL = re.compile(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
+
+
+class _Links(HTMLParser):
+    """The <a href> links of a PEP 503 project page or a find-links HTML page, resolved against its URL."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.links.append(urljoin(self.base, href))
+
+
+def commit_wheel(index: str, dist: str, commit: str, what: str) -> PrebuiltFile | None:
+    """The wheel of `dist` whose local version names `commit` (`+g<hex>`, hex a prefix of it) in `index`: a
+    PEP 503 index (`<index>/<dist>/`), a find-links HTML page, or a folder (a path or file://). Only a file
+    whose sha256 is known (the page's #sha256= fragment, or a local file) is taken. None when there is none."""
+    from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+    want = canonicalize_name(dist)
+    for file, url, sha in _index_files(index, str(want), what):
+        try:
+            name, version, _, _ = parse_wheel_filename(file)
+        except InvalidWheelFilename:
+            continue
+        labels = (version.local or "").split(".")
+        if name == want and any((m := COMMIT_LABEL.match(label)) and commit.startswith(m.group(1))
+                                for label in labels):
+            if not sha and url.startswith("file:"):
+                sha = sha256_file(Path(unquote(urlparse(url).path)))
+            if sha:
+                return PrebuiltFile(file, url, sha, index=index)
+    return None
+
+
+def _index_files(index: str, dist: str, what: str) -> list[tuple[str, str, str]]:
+    """(file name, URL, sha256 or "") of every wheel `index` lists for `dist`."""
+    parsed = urlparse(index)
+    if parsed.scheme in ("", "file"):
+        folder = Path(unquote(parsed.path) if parsed.scheme else index)
+        if not folder.is_dir():
+            raise BuildError(f"{what}: prebuilt-index {index} is not a folder",
+                             hint="give a PEP 503 index URL, a find-links page or a folder of wheels")
+        return [(w.name, w.resolve().as_uri(), "") for w in sorted(folder.glob("*.whl"))]
+    for page in (f"{index.rstrip('/')}/{dist}/", index):  # a PEP 503 index, else a find-links page
+        try:
+            with urllib.request.urlopen(urllib.request.Request(page, headers={"User-Agent": "xpu-toolchain"}),
+                                        timeout=DOWNLOAD_TIMEOUT) as response:
+                text = response.read().decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                continue
+            raise BuildError(f"{what}: prebuilt-index {redact_text(page)} answered HTTP {exc.code}",
+                             hint="check the URL and its credentials (~/.netrc)") from None
+        except (OSError, ValueError) as exc:
+            raise TransientError(f"{what}: cannot read prebuilt-index {redact_text(page)}: {exc}", kind="network",
+                                 hint="check the network and run again") from None
+        parser = _Links(page)
+        parser.feed(text)
+        files = []
+        for link in parser.links:
+            url, _, fragment = link.partition("#")
+            name = unquote(urlparse(url).path).rsplit("/", 1)[-1]
+            if name.endswith(".whl"):
+                sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
+                files.append((name, url, sha if re.fullmatch(r"[0-9a-f]{64}", sha) else ""))
+        return files
+    return []

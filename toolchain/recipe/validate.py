@@ -58,7 +58,8 @@ COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
                   "prebuilt": object, "prebuilt-index": str, **buildspec.COMPONENT_BUILD_KEYS}
 # what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
-PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args")
+# (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
+PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref")
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
@@ -296,7 +297,10 @@ def _prebuilt_component(name: str, c: dict[str, Any], pr: _Problems, where: str)
         pr.add(f"{where}.prebuilt", f"must be \"dist==version\" or a table {{url, sha256}}, got {value!r}")
     m = REQUIREMENT.match(prebuilt.requirement)
     dist = _str(c, "dist", m.group(1) if m else name)
-    return Component(name=name, url="", commit="", after=pr.str_list(c, "after", f"{where}.after"), dist=dist,
+    commit = _str(c, "commit")
+    if commit and not HEX40.match(commit):
+        pr.add(f"{where}.commit", f"must be the full 40-hex commit the wheel was built from, got {commit!r}")
+    return Component(name=name, url="", commit=commit, ref=_str(c, "ref"), after=pr.str_list(c, "after", f"{where}.after"), dist=dist,
                      import_name=_str(c, "import"),
                      install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
                      else DEFAULT_INSTALL_ARGS, command=(), prebuilt=prebuilt)

@@ -13,6 +13,7 @@ from toolchain.core import toml as tomlio
 from toolchain.core.proc import CommandFailed, run
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve import uvpin
+from toolchain.resolve.failure import raise_classified
 from toolchain.target.facts import TargetInfo
 
 
@@ -33,6 +34,8 @@ def pin_requirement(requirement: str, spec: ResolveSpec, target: TargetInfo, cac
         try:
             run(argv, env=uvpin._uv_env(), log=log, timeout=uvpin.RESOLVE_TIMEOUT)
         except CommandFailed as exc:
+            raise_classified(exc.tail, what=f"pinning the prebuilt {requirement}", log=log,
+                             disk_fallback=str(cache_dir))
             raise uvpin.ResolveError(f"{what}: prebuilt {requirement!r} is not served by {where} for Python "
                                      f"{python} on {platform}\n  resolver said:\n"
                                      + "\n".join("    " + line for line in exc.tail.strip().splitlines()[-6:]),

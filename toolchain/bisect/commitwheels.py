@@ -1,0 +1,31 @@
+"""Per-commit prebuilt wheels for bisect (mozregression's and Chromium's bisect-builds' trick): a component with
+`prebuilt-index = URL` names an index (PEP 503, a find-links page or a folder) whose wheels carry the commit as a
+local version (`+g<hex>`, as setuptools-scm and vLLM's per-commit wheels do). A step whose commit has a wheel
+there takes it, sha256 checked, instead of compiling; the other steps build."""
+
+from __future__ import annotations
+
+import copy
+
+from toolchain.build.prebuilt import commit_wheel
+from toolchain.recipe.load import with_data
+from toolchain.recipe.model import Recipe
+from toolchain.recipe.validate import PREBUILT_KEYS
+
+
+def with_commit_wheel(recipe: Recipe, component: str) -> Recipe:
+    """`recipe` with `component` taken from its prebuilt-index when a wheel of its pinned commit is there
+    (a prebuilt {url, sha256}, so the step's lock records it as prebuilt); else `recipe` unchanged."""
+    if not component:
+        return recipe
+    comp = recipe.component(component)
+    if not comp.prebuilt_index or not comp.commit:
+        return recipe
+    found = commit_wheel(comp.prebuilt_index, comp.dist or comp.name, comp.commit, f"{component}@{comp.commit[:12]}")
+    if found is None:
+        return recipe
+    data = copy.deepcopy(recipe.data)
+    table = {k: v for k, v in data["components"][component].items() if k in PREBUILT_KEYS}
+    table["prebuilt"] = {"url": found.url, "sha256": found.sha256}
+    data["components"][component] = table
+    return with_data(recipe, data)
