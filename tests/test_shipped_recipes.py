@@ -13,7 +13,7 @@ from toolchain.target.host import HostRuntime
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
 STANDIN = ROOT / "toolchain" / "demo_src" / "oneapi-standin" / "setvars.sh"
-REAL = ["ark-latest", "ark-latest-b60", "w4a16-workaround", "gdn-outproj-fix"]
+REAL = ["ark-latest", "ark-latest-b60", "w4a16-workaround", "gdn-outproj-fix", "ark-released-kernels"]
 
 
 def load(name: str) -> Recipe:
@@ -82,3 +82,18 @@ def test_plans_differ_per_card(tmp_path):
     assert keys["ark-latest"]["vllm"] == keys["ark-latest-b60"]["vllm"]
     assert keys["ark-latest"]["auto-round-lib"] != keys["ark-latest-b60"]["auto-round-lib"]
     assert keys["ark-latest"]["vllm-xpu-kernels"] != keys["ark-latest-b60"]["vllm-xpu-kernels"]
+
+
+def test_the_released_kernels_recipe_takes_the_pypi_wheel_and_builds_ark_against_it():
+    r = load("ark-released-kernels")
+    assert [c.name for c in r.components] == ["vllm", "vllm-xpu-kernels", "auto-round-lib"]  # the install order
+    vllm, kernels, ark = r.components
+    assert kernels.prebuilt is not None and kernels.prebuilt.requirement == "vllm-xpu-kernels==0.1.16.2"
+    assert not kernels.url and not kernels.commit and kernels.command == ()  # never compiled
+    assert kernels.dist == "vllm-xpu-kernels" and {"--no-deps", "--force-reinstall"} <= set(kernels.install_args)
+    assert ark.subdir == "auto_round_extension/ark" and len(ark.commit) == 40 and ark.url.startswith("https://github.com/")
+    assert set(ark.built_against) == {"torch", "vllm-xpu-kernels"}  # ABI-checked against the prebuilt
+    assert dict(ark.env)["BUILD_MODE"] == "release" and dict(ark.env)["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g31"
+    assert r.toolchain.setvars == "/opt/intel/oneapi/setvars.sh"  # builds only: smoke serves without oneAPI
+    assert "https://pypi.org/simple" in r.resolve.indexes and r.smoke.device == "b70"
+    assert dict(r.smoke.env)["VLLM_XPU_INC_WNA16_BACKEND"] == "ark"
