@@ -168,10 +168,10 @@ def test_a_component_built_against_another_build_of_the_prebuilt_fails_the_abi_c
 def test_a_prebuilt_takes_no_build_keys_and_needs_an_exact_pin(tmp_path):
     cli = Cli(tmp_path, isolated_env(tmp_path))
     recipe = _prebuilt_recipe(tmp_path / "recipes", "bad", "http://127.0.0.1:9", {
-        "prebuilt": "demo-kernels>=1", "commit": "0" * 40, "patches": ["x.patch"]})
+        "prebuilt": "demo-kernels>=1", "command": ["make"], "patches": ["x.patch"]})
     r = cli("plan", "--recipe", recipe, "--json")
     assert r.returncode == 2, str(r)
-    for text in ("components.kernels.prebuilt", "not an exact pin", "components.kernels.commit",
+    for text in ("components.kernels.prebuilt", "not an exact pin", "components.kernels.command",
                  "components.kernels.patches", "never compiled"):
         assert text in r.output
 
