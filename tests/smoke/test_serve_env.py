@@ -147,3 +147,30 @@ def test_recipe_profile_changes_and_adds_cases(tmp_path):
     port = str(outcome.report["config"]["port"])
     assert argv[5:] == ["--host", "127.0.0.1", "--port", port, "--served-model-name", "fault-model",
                         "--max-model-len", "4096", "--enforce-eager"]
+
+
+def test_a_locks_smoke_table_is_typed_as_a_recipes(smoke, tmp_path):
+    """Smoke reads the lock's [smoke] through the recipe's own typing (recipe.validate.smoke_spec): a wrong type
+    or an unknown key is a recipe error naming the key (exit 2), never a traceback; nothing is served."""
+    dump = tmp_path / "env.json"
+    lock = write_test_lock(tmp_path / "lock", {"tensor-parallel-size": "two", "ready-timout": 5,
+                                               "serve-cmd": [sys.executable, str(FAULT_SERVER), "--env-out",
+                                                             str(dump)]})
+    r = smoke("--lock", str(lock))
+    assert r.code == 2, r.stdout
+    out = json.loads(r.stdout)
+    assert "smoke.tensor-parallel-size: must be an integer" in out["error"]
+    assert "smoke.ready-timout: unknown key (did you mean 'ready-timeout'?)" in out["error"]
+    assert not dump.exists()
+
+
+def test_no_device_named_means_none_in_the_recipe_and_in_smoke(tmp_path):
+    """One default: a [smoke] without `device` asks for no device, in the recipe as in smoke (no device check,
+    no profile environment)."""
+    from toolchain.recipe.validate import smoke_spec
+    from toolchain.smoke.config import build_config
+
+    spec = smoke_spec({"model": "m"}, "x.toml [smoke]")
+    assert spec.device == ""
+    config = build_config(SmokeOptions(), spec, sys.executable)
+    assert config.device == "" and "ZE_AFFINITY_MASK" not in config.env

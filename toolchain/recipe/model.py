@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
-from toolchain.core.devices import DEFAULT_DEVICE
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
 from toolchain.errors import RecipeError
@@ -147,12 +147,23 @@ class TargetSpec:
 
 @dataclass(frozen=True)
 class SmokeSpec:
+    """A recipe's `[smoke]` table, typed (recipe.validate checks it; smoke reads these fields). The lock keeps
+    the table as written (`raw`, redacted) and smoke types it again with the same `validate.smoke_spec`."""
     model: str = ""
-    device: str = DEFAULT_DEVICE
-    tensor_parallel_size: int = 1
+    served_model_name: str = ""
+    device: str = ""                  # "": no device requested (no device check, no profile environment)
+    tensor_parallel_size: int = 0     # 0: not given (1, and not passed to the server)
+    port: int = 0                     # 0: not given
+    max_model_len: int = 0
+    serve_cmd: tuple[str, ...] = ()   # (): the default serve command
     serve_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     cases: tuple[str, ...] = ()
+    custom_cases: tuple[Mapping[str, Any], ...] = ()  # tables with a name (smoke.cases checks their params)
+    repeat: int = 0
+    ladder: tuple[Mapping[str, Any], ...] | None = None  # None: the default steps
+    ready_timeout: float = 0.0
+    request_timeout: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from toolchain.core.devices import DEFAULT_DEVICE, PROFILES
+from toolchain.core.devices import PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
 from toolchain.core.redact import is_secret
@@ -99,7 +99,8 @@ class _Problems:
             return ()
         return tuple(value)
 
-    def env_table(self, table: Any, where: str) -> tuple[tuple[str, str], ...]:
+    def env_table(self, table: Any, where: str, *, secrets: bool = False) -> tuple[tuple[str, str], ...]:
+        """`secrets`: a secret's name is allowed (a lock's table, whose values were redacted when written)."""
         if not isinstance(table, dict):
             return ()
         out = []
@@ -108,7 +109,7 @@ class _Problems:
                 self.add(f"{where}.{k}", "not a valid environment variable name")
             elif not isinstance(v, str):
                 self.add(f"{where}.{k}", f"environment values are strings; write {k} = \"{v}\"")
-            elif is_secret(k):
+            elif is_secret(k) and not secrets:
                 self.add(f"{where}.{k}", "looks like a secret; recipes are committed and recorded in locks — "
                                          "export it in your environment instead")
             else:
@@ -443,27 +444,53 @@ def _order(comps: dict[str, Component], pr: _Problems) -> tuple[Component, ...]:
     return tuple(ordered)
 
 
-def _smoke(s: Any, pr: _Problems) -> SmokeSpec:
+def _smoke(s: Any, pr: _Problems, *, in_lock: bool = False) -> SmokeSpec:
     if not isinstance(s, dict):
         return SmokeSpec()
     pr.check_keys(s, SMOKE_KEYS, "smoke.")
-    device = s.get("device", DEFAULT_DEVICE)
-    tp = s.get("tensor-parallel-size", 1)
-    if isinstance(device, str) and device not in PROFILES:
+
+    def num(key: str) -> int:
+        value = s.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return 0  # absent, or a wrong type (check_keys says so)
+        if value <= 0:
+            pr.add(f"smoke.{key}", "must be a positive integer")
+        return max(value, 0)
+
+    device, tp = _str(s, "device"), num("tensor-parallel-size")
+    if device and device not in PROFILES:
         pr.add("smoke.device", f"unknown device {device!r}{did_you_mean(device, list(PROFILES))}; "
                                f"use {' or '.join(PROFILES)}")
-    elif isinstance(tp, int) and isinstance(device, str) and tp not in PROFILES[device].tensor_parallel_sizes:
+    elif device and tp and tp not in PROFILES[device].tensor_parallel_sizes:
         pr.add("smoke.tensor-parallel-size", f"{tp} is not supported on {device} "
                                               f"(allowed: {', '.join(map(str, PROFILES[device].tensor_parallel_sizes))})")
-    for key in ("port", "ready-timeout", "repeat", "max-model-len", "request-timeout"):
-        if isinstance(s.get(key), int) and s[key] <= 0:
-            pr.add(f"smoke.{key}", "must be a positive integer")
-    return SmokeSpec(model=s.get("model", "") if isinstance(s.get("model", ""), str) else "",
-                     device=device if isinstance(device, str) else DEFAULT_DEVICE,
-                     tensor_parallel_size=tp if isinstance(tp, int) else 1,
+    ladder = s.get("ladder")
+    return SmokeSpec(model=_str(s, "model"), served_model_name=_str(s, "served-model-name"), device=device,
+                     tensor_parallel_size=tp, port=num("port"), max_model_len=num("max-model-len"),
+                     serve_cmd=pr.str_list(s, "serve-cmd", "smoke.serve-cmd"),
                      serve_args=pr.str_list(s, "serve-args", "smoke.serve-args"),
-                     env=pr.env_table(s.get("env", {}), "smoke.env"),
-                     cases=pr.str_list(s, "cases", "smoke.cases"), raw=dict(s))
+                     env=pr.env_table(s.get("env", {}), "smoke.env", secrets=in_lock),
+                     cases=pr.str_list(s, "cases", "smoke.cases"),
+                     custom_cases=tuple(_tables(s.get("custom-cases"))),
+                     repeat=num("repeat"),
+                     ladder=tuple(_tables(ladder)) if isinstance(ladder, list) else None,
+                     ready_timeout=float(num("ready-timeout")), request_timeout=float(num("request-timeout")),
+                     raw=dict(s))
+
+
+def _tables(value: object) -> list[dict[str, Any]]:
+    """The tables of an array of tables (anything else in it is kept as an empty table, for its reader to name)."""
+    return [dict(t) if isinstance(t, dict) else {} for t in value] if isinstance(value, list) else []
+
+
+def smoke_spec(table: Mapping[str, Any], where: str) -> SmokeSpec:
+    """A lock's `[smoke]` table (the recipe's, kept as written), typed as the recipe's was; its problems raise
+    one RecipeError naming `where`."""
+    pr = _Problems(Path(where))
+    spec = _smoke(dict(table), pr, in_lock=True)
+    if pr.items:
+        raise RecipeError(pr.items)
+    return spec
 
 
 def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:

@@ -14,20 +14,40 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from toolchain.core.names import did_you_mean
 from toolchain.errors import RecipeError, UsageError
-from toolchain.recipe.load import SMOKE_KEYS as RECIPE_SMOKE_KEYS
+from toolchain.recipe.model import SmokeSpec
 from toolchain.smoke import cases as cases_mod
 from toolchain.smoke import devices
 from toolchain.smoke.ladder import LadderStep, steps_from
 
-SMOKE_KEYS = frozenset(RECIPE_SMOKE_KEYS)  # one list: what a recipe's [smoke] may say is what smoke reads
 DEFAULT_SERVE_COMMAND = ("{python}", "-m", "vllm.entrypoints.cli.main", "serve", "{model}")
 DEFAULT_PORT = 8000
 DEFAULT_READY_TIMEOUT = 1800.0
 DEFAULT_REQUEST_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class SmokeOptions:
+    """What the command line can change; every field left empty comes from the lock's [smoke]."""
+    device: str = ""
+    skip_device_check: bool = False
+    ladder: bool = False
+    serve_cmd: str = ""
+    model: str = ""
+    host: str = "127.0.0.1"
+    port: int = 0
+    tensor_parallel_size: int = 0
+    cases: tuple[str, ...] = ()
+    ready_timeout: float = 0.0
+    request_timeout: float = 0.0
+    no_install: bool = False
+    python: str = ""
+    venv: Path | None = None
+    keep_venv: bool = False
+    allow_unlocked_deps: bool = False  # a lock without a closure: its dependencies from the index, unpinned
 
 
 @dataclass(frozen=True)
@@ -65,22 +85,19 @@ def expand(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:
     return out
 
 
-def port_of(option: int, smoke: Mapping[str, Any]) -> int:
+def port_of(option: int, smoke: SmokeSpec) -> int:
     """The port the server listens on: --port, else [smoke] port, else DEFAULT_PORT."""
-    return int(option or smoke.get("port") or DEFAULT_PORT)
+    return option or smoke.port or DEFAULT_PORT
 
 
-def build_config(opts: Any, smoke: Mapping[str, Any], python: str, where: str = "[smoke]") -> SmokeConfig:
-    """`opts` is a session.SmokeOptions: its non-empty fields win over the lock's [smoke] table."""
-    unknown = sorted(set(smoke) - SMOKE_KEYS)
-    if unknown:
-        raise RecipeError([f"{where}: unknown key {k!r}" + did_you_mean(k, SMOKE_KEYS) for k in unknown])
-    serve_model = opts.model or str(smoke.get("model", ""))
-    request_model = opts.model or str(smoke.get("served-model-name") or serve_model)
-    device = opts.device or str(smoke.get("device", ""))
-    tp = int(opts.tensor_parallel_size or smoke.get("tensor-parallel-size", 1))
+def build_config(opts: SmokeOptions, smoke: SmokeSpec, python: str, where: str = "[smoke]") -> SmokeConfig:
+    """`opts`' non-empty fields win over the lock's [smoke] table (typed by recipe.validate.smoke_spec)."""
+    serve_model = opts.model or smoke.model
+    request_model = opts.model or smoke.served_model_name or serve_model
+    device = opts.device or smoke.device
+    tp = opts.tensor_parallel_size or smoke.tensor_parallel_size or 1
     port = port_of(opts.port, smoke)
-    env = {str(k): str(v) for k, v in dict(smoke.get("env", {})).items()}
+    env = dict(smoke.env)
     if device:
         env.update(devices.device_env(devices.profile(device), tp, env))
     values = {"python": python, "model": serve_model, "host": opts.host, "port": str(port), "tp": str(tp)}
@@ -91,44 +108,43 @@ def build_config(opts: Any, smoke: Mapping[str, Any], python: str, where: str = 
     else:
         argv = expand(_profile_argv(smoke, serve_model, opts.host, port, tp, bool(opts.model)), values)
     custom = _custom_cases(smoke, where)
-    names = list(opts.cases) or list(smoke.get("cases", ())) or \
+    names = list(opts.cases) or list(smoke.cases) or \
         list(cases_mod.DEFAULT_CASES) + [n for n in custom if n not in cases_mod.DEFAULT_CASES]
     return SmokeConfig(
         serve_argv=tuple(argv), env=env, host=opts.host, port=port, model=request_model,
         cases=cases_mod.resolve(names, custom, f"{where}.custom-cases"),
         device=device, tensor_parallel_size=tp,
-        ready_timeout=float(opts.ready_timeout or smoke.get("ready-timeout") or DEFAULT_READY_TIMEOUT),
-        request_timeout=float(opts.request_timeout or smoke.get("request-timeout") or DEFAULT_REQUEST_TIMEOUT),
-        ladder=steps_from(smoke.get("ladder"), f"{where}.ladder"),
+        ready_timeout=opts.ready_timeout or smoke.ready_timeout or DEFAULT_READY_TIMEOUT,
+        request_timeout=opts.request_timeout or smoke.request_timeout or DEFAULT_REQUEST_TIMEOUT,
+        ladder=steps_from(smoke.ladder, f"{where}.ladder"),
     )
 
 
-def _profile_argv(smoke: Mapping[str, Any], model: str, host: str, port: int, tp: int,
-                  model_from_cli: bool) -> list[str]:
+def _profile_argv(smoke: SmokeSpec, model: str, host: str, port: int, tp: int, model_from_cli: bool) -> list[str]:
     """The recipe's serve command: serve-cmd (or `vllm serve {model}`) + host/port, TP, served name, serve-args."""
-    template = [str(a) for a in smoke.get("serve-cmd", DEFAULT_SERVE_COMMAND)]
+    template = list(smoke.serve_cmd or DEFAULT_SERVE_COMMAND)
     if any("{model}" in a for a in template) and not model:
         raise UsageError("no model to serve", hint="set model in the recipe's [smoke] table or pass --model")
-    args = [str(a) for a in smoke.get("serve-args", ())]
+    args = list(smoke.serve_args)
     extra = []
     if not any("{port}" in a for a in template + args):
         extra += ["--host", host, "--port", str(port)]
-    if (tp > 1 or "tensor-parallel-size" in smoke) and "--tensor-parallel-size" not in args:
+    if (tp > 1 or smoke.tensor_parallel_size) and "--tensor-parallel-size" not in args:
         extra += ["--tensor-parallel-size", str(tp)]
-    if smoke.get("served-model-name") and "--served-model-name" not in args and not model_from_cli:
-        extra += ["--served-model-name", str(smoke["served-model-name"])]
-    if smoke.get("max-model-len") and "--max-model-len" not in args:
-        extra += ["--max-model-len", str(smoke["max-model-len"])]
+    if smoke.served_model_name and "--served-model-name" not in args and not model_from_cli:
+        extra += ["--served-model-name", smoke.served_model_name]
+    if smoke.max_model_len and "--max-model-len" not in args:
+        extra += ["--max-model-len", str(smoke.max_model_len)]
     return template + extra + args
 
 
-def _custom_cases(smoke: Mapping[str, Any], where: str) -> dict[str, dict[str, Any]]:
+def _custom_cases(smoke: SmokeSpec, where: str) -> dict[str, dict[str, Any]]:
     """custom-cases as {name: params}; `repeat` sets the repeat case's count."""
     custom: dict[str, dict[str, Any]] = {}
-    for i, table in enumerate(smoke.get("custom-cases", ())):
-        if not isinstance(table, Mapping) or not table.get("name"):
+    for i, table in enumerate(smoke.custom_cases):
+        if not table.get("name"):
             raise RecipeError(f"{where}.custom-cases #{i + 1}: each custom case is a table with a name")
         custom[str(table["name"])] = {k: v for k, v in table.items() if k != "name"}
-    if smoke.get("repeat"):
-        custom.setdefault("repeat", {}).setdefault("repeat", int(smoke["repeat"]))
+    if smoke.repeat:
+        custom.setdefault("repeat", {}).setdefault("repeat", smoke.repeat)
     return custom

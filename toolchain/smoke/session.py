@@ -30,34 +30,15 @@ from toolchain.core.redact import redact_env
 from toolchain.errors import ToolError, UsageError
 from toolchain.lock import Lock, verify_wheels, wheel_name_version
 from toolchain.recipe.load import TargetSpec
+from toolchain.recipe.model import SmokeSpec
+from toolchain.recipe.validate import smoke_spec
 from toolchain.smoke import devices, install, report
-from toolchain.smoke.config import SmokeConfig, build_config, port_of
+from toolchain.smoke.config import SmokeConfig, SmokeOptions, build_config, port_of
 from toolchain.smoke.ladder import LadderResult, run_ladder
 from toolchain.smoke.rootcause import render
 from toolchain.smoke.runner import RunInterrupted, RunResult, run_set
 from toolchain.smoke.triage import load_signatures
 from toolchain.target import HostRuntime, Interpreter, Runtime, Serving, make_runtime
-
-
-@dataclass(frozen=True)
-class SmokeOptions:
-    """What the command line can change; every field left empty comes from the lock's [smoke]."""
-    device: str = ""
-    skip_device_check: bool = False
-    ladder: bool = False
-    serve_cmd: str = ""
-    model: str = ""
-    host: str = "127.0.0.1"
-    port: int = 0
-    tensor_parallel_size: int = 0
-    cases: tuple[str, ...] = ()
-    ready_timeout: float = 0.0
-    request_timeout: float = 0.0
-    no_install: bool = False
-    python: str = ""
-    venv: Path | None = None
-    keep_venv: bool = False
-    allow_unlocked_deps: bool = False  # a lock without a closure: its dependencies from the index, unpinned
 
 
 @dataclass(frozen=True)
@@ -91,10 +72,11 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
                          hint="toolchain smoke --lock dist/NAME/stack.lock.toml --device b70")
     started = time.monotonic()
     out = (out_dir or _default_out(lock)).resolve()
-    runtime, py, base_python = _where(opts, lock, out, ui)
-    config = build_config(opts, lock.smoke if lock else {}, py.python,
-                          where=f"{lock.path} [smoke]" if lock else "[smoke]")
-    require_a_server(lock, opts, runtime)
+    where = f"{lock.path} [smoke]" if lock else "[smoke]"
+    smoke = smoke_spec(lock.smoke, where) if lock else SmokeSpec()
+    runtime, py, base_python = _where(opts, lock, smoke, out, ui)
+    config = build_config(opts, smoke, py.python, where=where)
+    require_a_server(lock, opts, smoke, runtime)
     out.mkdir(parents=True, exist_ok=True)
     rep: dict[str, Any] = {
         "tool": "toolchain smoke", "tool_version": __version__,
@@ -187,10 +169,10 @@ def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
     info["venv_state"] = f"removed: the venv {venv} (pass --keep-venv to keep it)"
 
 
-def require_a_server(lock: Lock | None, opts: SmokeOptions, runtime: Runtime) -> None:
+def require_a_server(lock: Lock | None, opts: SmokeOptions, smoke: SmokeSpec, runtime: Runtime) -> None:
     """A lock whose wheels hold no vLLM, installed into a fresh venv and served with the default
     `{python} -m vllm ...`, cannot start: say so before anything is installed (the demo's lock is one)."""
-    if lock is None or not lock.components or opts.serve_cmd or opts.no_install or "serve-cmd" in lock.smoke:
+    if lock is None or not lock.components or opts.serve_cmd or opts.no_install or smoke.serve_cmd:
         return
     if not runtime.on_host:
         return  # the image brings its own vLLM (the venv sees the image's packages)
@@ -234,7 +216,7 @@ def _default_out(lock: Lock | None) -> Path:
     return (lock.path.parent / "smoke" / stamp) if lock and lock.path else Path("smoke-reports") / stamp
 
 
-def _where(opts: SmokeOptions, lock: Lock | None, out: Path,
+def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
            ui: UI) -> tuple[Runtime, Interpreter, str | None]:
     """Where to serve from: the runtime (the lock's target, ready to serve), the interpreter that serves (a
     fresh venv's when the lock's wheels are installed) and the one to make that venv from (None: nothing to
@@ -251,7 +233,7 @@ def _where(opts: SmokeOptions, lock: Lock | None, out: Path,
                              f"{lock.target.runtime} container: the venv goes inside it",
                              hint="drop --venv")
         spec = spec_from_lock(lock, opts.python)
-        runtime = make_runtime(spec, ui, serving=Serving(port_of(opts.port, lock.smoke),
+        runtime = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke),
                                                          lock.wheels_dir if install_wheels else None,
                                                          lock.target.image_digest))
         base = spec.python
