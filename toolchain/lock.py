@@ -23,6 +23,7 @@ from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.model import Patch
 from toolchain.resolve.closure import Closure, pylock_entry
 from toolchain.sources.mirrors import DESCRIBE_RULE
+from toolchain.target.baseenv import BaseEnv
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class Lock:
     describe_rule: str = DESCRIBE_RULE  # how `describe` (and the versions the builds derived) were computed
     path: Path | None = field(default=None, compare=False)
     closure: Closure | None = None  # the resolved runtime dependencies; None: not resolved (--no-resolve)
+    base: BaseEnv | None = None  # what the base image held ([target] base): the components are installed over it
 
     @property
     def wheels_dir(self) -> Path:
@@ -135,6 +137,7 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "smoke": lock.smoke,
         "components": comps,
         **closure,
+        **({"base": lock.base.to_dict()} if lock.base is not None else {}),
     }
 
 
@@ -263,6 +266,7 @@ def read_lock(path: Path) -> Lock:
             describe_rule=data.get("describe-rule", ""),
             path=path.resolve(),
             closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
+            base=BaseEnv.from_dict(data["base"]) if "base" in data else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
@@ -336,6 +340,11 @@ PREBUILT_SCHEMA: dict[str, tuple[bool, Check]] = {"url": (True, NAME), "sha256":
 WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {"file": (True, WHEEL_FILE), "sha256": (True, SHA256), "size": (True, SIZE)}
 PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
                                                "commit": (False, COMMIT)}
+BASE_SCHEMA: dict[str, tuple[bool, Check]] = {
+    "image": (True, NAME), "digest": (False, STR), "python-version": (False, STR), "torch-version": (False, STR),
+    "torch-xpu": (False, STR), "dists": (True, ("an array of tables", lambda v: isinstance(v, list)))}
+BASE_DIST_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "version": (True, STR),
+                                                   "record-sha256": (False, STR)}
 FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "url": (True, NAME), "commit": (True, COMMIT)}
 
 
@@ -371,6 +380,10 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
     out = _table_problems(data.get("recipe"), RECIPE_SCHEMA, "recipe")
     out += _info_problems(data.get("toolchain", {}), ToolchainInfo, "toolchain")
     out += _info_problems(data.get("target", {}), TargetInfo, "target")
+    if "base" in data:
+        out += _table_problems(data["base"], BASE_SCHEMA, "base")
+        for j, item in enumerate(data["base"].get("dists", []) if isinstance(data["base"], dict) else []):
+            out += _table_problems(item, BASE_DIST_SCHEMA, f"base.dists[{j}]")
     for key, check in (("smoke", TABLE), ("normalizations", STRS), ("tool-version", STR)):
         if key in data and not check[1](data[key]):
             out.append(f"{key}: must be {check[0]}, got {_shown(data[key])}")
@@ -438,7 +451,8 @@ def locked_env(env: Iterable[tuple[str, str | None]]) -> dict[str, str]:
     return {k: v for k, v in redact_env(dict(env)).items() if v is not None}
 
 
-def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | None = None) -> Lock:
+def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | None = None,
+                  base: BaseEnv | None = None) -> Lock:
     """The lock of a plan's built components (install order). Secrets are masked in everything it records
     (URL credentials, secret-named assignments in commands, in the recipe text too; the recipe's sha256 is
     then that of the masked text, which is what a rebuild from the lock reads back)."""
@@ -467,4 +481,4 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
     return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=sha,
                 recipe_text=text, toolchain=plan.toolchain, target=plan.target,
                 smoke=redact_data(plan.recipe.smoke.raw), components=tuple(comps), normalizations=tuple(norms),
-                closure=closure)
+                closure=closure, base=base)

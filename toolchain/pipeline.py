@@ -67,6 +67,12 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             raise
         _mark_out_dir(out, ours)  # not before: a bad interpreter leaves no output
         logs.mkdir(parents=True, exist_ok=True)
+        base = None
+        if recipe.target.base:
+            from toolchain.target.baseenv import read_base
+
+            with ui.status(f"reading what the base image {recipe.target.base} holds"):
+                base = read_base(runtime, plan.target, recipe.target.base, recipe.target.python)
         plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or _previous_lock(out / LOCK_NAME))
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
@@ -79,7 +85,14 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
     path = out / LOCK_NAME
     previous = _previous_lock(path)
     closure = None
-    if options.resolve:
+    if base is not None:  # the image is the environment: nothing is resolved from an index
+        from toolchain.resolve.overlay import overlay_closure
+
+        closure = overlay_closure(base, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
+                                         for b in built])
+        for note in closure.notes:
+            ui.warn(note)
+    elif options.resolve:
         closure = _recorded_closure(previous, plan, built)
         if closure is not None:  # nothing it was resolved from changed: a warm no-op starts no resolver
             for note in closure.notes:
@@ -89,7 +102,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
 
             closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
                                                            b.built_against) for b in built], options.cache_dir, logs, ui)
-    lock = assemble_lock(plan, built, closure)
+    lock = assemble_lock(plan, built, closure, base)
     if expect is not None:
         differences = rebuild_differences(expect, lock)
         if differences:
@@ -292,11 +305,22 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
     verify_wheels(lock)
     recipe = recipe_from_lock(lock, patches_dir, recipes_dir)
     assert lock.path is not None
-    closure = resolve_built(recipe, lock.target, [(c.name, lock.wheel_path(c), c.built_against)
-                                                  for c in lock.components], cache_dir, lock.path.parent / "logs", ui)
+    built = [(c.name, lock.wheel_path(c), c.built_against) for c in lock.components]
+    base = None
+    if recipe.target.base:  # the image is read again: what it holds now is what the overlay runs on
+        from toolchain.build.plan import probe_target
+        from toolchain.resolve.overlay import overlay_closure
+        from toolchain.target.baseenv import read_base
+
+        with make_runtime(recipe.target, ui) as runtime, \
+                ui.status(f"reading what the base image {recipe.target.base} holds"):
+            base = read_base(runtime, probe_target(runtime, None, None), recipe.target.base, recipe.target.python)
+        closure = overlay_closure(base, built)
+    else:
+        closure = resolve_built(recipe, lock.target, built, cache_dir, lock.path.parent / "logs", ui)
     import dataclasses
 
-    write_lock(dataclasses.replace(lock, closure=closure), lock.path.parent)
+    write_lock(dataclasses.replace(lock, closure=closure, base=base), lock.path.parent)
     give_to_invoking_user(lock.path.parent)
     return read_lock(lock.path)
 

@@ -143,6 +143,7 @@ class TargetSpec:
     container: str = ""
     run_args: tuple[str, ...] = ()
     engine_args: tuple[str, ...] = ()
+    base: str = ""  # an image pinned by digest whose environment the components are rebuilt into (`image` = it)
 
 
 @dataclass(frozen=True)

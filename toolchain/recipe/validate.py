@@ -52,7 +52,8 @@ TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dic
 RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "platform": str, "python-version": str}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
-               "engine-args": list}
+               "engine-args": list, "base": str}
+PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
@@ -158,6 +159,12 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
         pr.check_keys(data["cache"], CACHE_KEYS, "cache.")
     cache = cache_spec(data.get("cache"), pr.add)
     resolve = _resolve(data.get("resolve", {}), pr, path)
+    if target.base:  # rebuilt over the image: installed with --force-reinstall --no-deps, as the direct fix does
+        for c in components:
+            if not {"--no-deps", "--force-reinstall"} <= set(c.install_args):
+                pr.add(f"components.{c.name}.install-args", "a component rebuilt over [target] base is installed "
+                                                            "over the image with --force-reinstall --no-deps; "
+                                                            "remove install-args (or include both)")
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
     kept = tuple((k, o) for k, o in declared.items() if o != own)
@@ -176,6 +183,17 @@ def _target(t: Any, pr: _Problems) -> TargetSpec:
         pr.add("target.runtime", f"unknown runtime {runtime!r}{did_you_mean(runtime, list(RUNTIMES))}; "
                                  f"use one of {', '.join(RUNTIMES)}")
     image, container = t.get("image", ""), t.get("container", "")
+    base = t.get("base", "")
+    if isinstance(base, str) and base:
+        if runtime not in ("podman", "docker"):
+            pr.add("target.base", "a base image is used through a container: set runtime = \"podman\" or \"docker\"")
+        if image or container:
+            pr.add("target.base", "`base` is the image the components are rebuilt in and installed over; "
+                                  "remove `image` / `container`")
+        if not PINNED_IMAGE.match(base):
+            pr.add("target.base", f"must be pinned by digest (name@sha256:<64 hex>), got {base!r}; "
+                                  f"`podman image inspect --format '{{{{.Digest}}}}' IMAGE` gives it")
+        image = base
     if runtime in ("podman", "docker") and bool(image) == bool(container):
         pr.add("target", f"runtime {runtime!r} needs exactly one of `image` (a fresh container per build) "
                          f"or `container` (exec into a running one)")
@@ -189,7 +207,8 @@ def _target(t: Any, pr: _Problems) -> TargetSpec:
                       image=image if isinstance(image, str) else "",
                       container=container if isinstance(container, str) else "",
                       run_args=pr.str_list(t, "run-args", "target.run-args"),
-                      engine_args=pr.str_list(t, "engine-args", "target.engine-args"))
+                      engine_args=pr.str_list(t, "engine-args", "target.engine-args"),
+                      base=base if isinstance(base, str) else "")
 
 
 def _mirrors(m: Any, pr: _Problems) -> tuple[tuple[str, str], ...]:

@@ -140,6 +140,8 @@ def requirements_text(lock: Lock, *, bundled: bool) -> str:
 
 
 def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
+    if lock.base is not None:
+        return _install_text_overlay(lock)
     if lock.closure is not None:
         n = len(lock.closure.dists)
         where = "in wheels/deps/: installs with no network" if bundled_deps else "fetched from the URLs the lock records"
@@ -157,6 +159,26 @@ def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
             "",
         ])
     return _install_text_unresolved(lock)
+
+
+def _install_text_overlay(lock: Lock) -> str:
+    """A lock rebuilt over a base image: its wheels go over that image, which holds everything else."""
+    base = lock.base
+    assert base is not None
+    image = base.image if "@" in base.image else f"{base.image}@{base.digest}"
+    return "\n".join([
+        f"Bundle of recipe {lock.recipe_name!r}: {len(lock.components)} wheel(s) rebuilt over the base image",
+        f"  {image}",
+        f"(Python {base.python_version}, torch {base.torch_version or 'none'}; the lock's [base] lists the "
+        f"{len(base.dists)} distributions it holds). It NEEDS that image: nothing else is pinned or bundled.",
+        "",
+        "Check it (in this directory):   sha256sum -c SHA256SUMS",
+        "Install it over the image (in a container of it, this directory mounted; every sha256 is checked):",
+        f"  pip install --no-index --no-deps --force-reinstall --require-hashes -r {REQUIREMENTS_NAME}",
+        "  pip check",
+        "Rebuild and compare it:         toolchain verify-repro --lock stack.lock.toml",
+        "",
+    ])
 
 
 def _install_text_unresolved(lock: Lock) -> str:

@@ -1,0 +1,131 @@
+"""A base environment (`[target] base = "image@sha256:..."`): one component rebuilt onto a stack someone else
+built, as the B70 report's direct fix does. The base is the Debian test image with a stand-in stack installed
+(engine, kernels, an older ARK, the stand-in torch and their dependencies) in /opt/stack: a derived image built
+once per session with real podman."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from spine_helpers import Cli, isolated_env
+from support.closure import WHEELHOUSE, demo_variant
+
+from toolchain.core import toml as tomlio
+from toolchain.resolve.abi import ABIMismatch
+from toolchain.resolve.overlay import overlay_closure
+from toolchain.resolve.uvpin import ResolveError
+from toolchain.target.baseenv import BaseDist, BaseEnv
+
+try:
+    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.test_image import containers_env
+except ImportError:  # tests/ itself on sys.path
+    from support.container_fixtures import podman_image  # noqa: F401
+    from support.test_image import containers_env
+
+STACK_PYTHON = "/opt/stack/bin/python"
+
+
+def _podman(*args: str, timeout: float = 900) -> str:
+    done = subprocess.run(["podman", *args], env=containers_env(), capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def stack_image(podman_image, demo_build, tmp_path_factory) -> str:
+    """The test image with the demo stack installed into /opt/stack (a venv that sees the image's setuptools):
+    `localhost/toolchain-test-stack@sha256:...`, tagged by what it holds, so a rerun reuses it."""
+    wheels = sorted([*(demo_build.out / "wheels").glob("*.whl"), *WHEELHOUSE.glob("*.whl")])
+    tag = hashlib.sha256("\n".join([podman_image, *(w.name for w in wheels)]).encode()).hexdigest()[:12]
+    name = f"localhost/toolchain-test-stack:{tag}"
+    have = subprocess.run(["podman", "image", "exists", name], env=containers_env(), timeout=60)
+    if have.returncode != 0:
+        ctx = tmp_path_factory.mktemp("stack-image")
+        (ctx / "wheels").mkdir()
+        for w in wheels:
+            shutil.copyfile(w, ctx / "wheels" / w.name)
+        (ctx / "Containerfile").write_text(
+            f"FROM {podman_image}\nCOPY wheels /wheels\n"
+            "RUN python3 -m venv --system-site-packages /opt/stack && /opt/stack/bin/python -m pip install -q "
+            "--no-index --no-deps /wheels/*.whl && rm -rf /wheels\n")
+        _podman("build", "-q", "--network=none", "-t", name, str(ctx))
+    digest = _podman("image", "inspect", "--format", "{{.Digest}}", name)
+    return f"localhost/toolchain-test-stack@{digest}"
+
+
+def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack_image, tmp_path):
+    recipes = tmp_path / "recipes"
+    recipe = demo_variant(recipes, "overlay", {"indexes": ["http://127.0.0.1:9/simple"]},  # no index is asked
+                          target={"runtime": "podman", "base": stack_image, "python": STACK_PYTHON})
+    data = tomlio.load_file(recipe)
+    ark = dict(data["components"]["ark"], **{"built-against": ["standin-torch"]})
+    data["components"] = {"ark": {k: v for k, v in ark.items() if k != "after"}}
+    recipe.write_text(tomlio.dumps(data))
+    env = {**isolated_env(tmp_path), **containers_env()}
+    cli = Cli(tmp_path, env)
+    r = cli("build", "--recipe", recipe, "--out", tmp_path / "out", "--cache-dir", tmp_path / "cache", "--bundle",
+            "--json")
+    assert r.returncode == 0, str(r)
+    lock = tomlio.load_file(tmp_path / "out" / "stack.lock.toml")
+    base = lock["base"]
+    assert base["image"] == stack_image and stack_image.endswith(base["digest"])
+    held = {d["name"]: d for d in base["dists"]}
+    for name in ("demo-engine", "demo-kernels", "demo-ark-lib", "standin-torch", "packaging", "tomli"):
+        assert name in held, sorted(held)
+    assert len(held["demo-kernels"]["record-sha256"]) == 64
+    assert base["python-version"].startswith("3.")
+    # rebuilt inside the image, against its torch, and installed over it
+    (locked,) = lock["components"]
+    assert locked["built-against"] == [{"name": "standin-torch", "version": "2.14.0+xpu", "cxx11-abi": ""}]
+    assert {"--force-reinstall", "--no-deps"} <= set(locked["install-args"])
+    assert lock["target"]["image-digest"] == base["digest"]
+    assert lock["resolve"]["indexes"] == [] and lock.get("dependencies", []) == []  # nothing from an index
+    (bundle,) = [p for p in (tmp_path / "out" / "bundles").iterdir() if p.is_dir()]
+    install = (bundle / "INSTALL.txt").read_text()
+    assert stack_image in install and "--force-reinstall" in install
+
+    # installed over the image: the overlay's ARK replaces the image's, the rest is the image's
+    wheel = tmp_path / "out" / "wheels" / locked["wheel"]["file"]
+    script = (f"set -e; {STACK_PYTHON} -m pip install -q --no-index --no-deps --force-reinstall /w/{wheel.name}; "
+              f"{STACK_PYTHON} -m pip check; {STACK_PYTHON} -c 'import demo_ark, demo_engine, demo_kernels'")
+    _podman("run", "--rm", "--network=none", "-v", f"{wheel.parent}:/w:ro", stack_image, "sh", "-c", script)
+
+    # `toolchain lock` reads the base again (a changed record is noticed: the lock is rewritten from the image)
+    path = tmp_path / "out" / "stack.lock.toml"
+    text = path.read_text().replace(held["demo-kernels"]["record-sha256"], "0" * 64)
+    path.write_text(text)
+    r = cli("lock", "--lock", path, "--cache-dir", tmp_path / "cache", "--json")
+    assert r.returncode == 0, str(r)
+    again = {d["name"]: d for d in tomlio.load_file(path)["base"]["dists"]}
+    assert again["demo-kernels"]["record-sha256"] == held["demo-kernels"]["record-sha256"]
+
+
+def test_a_base_must_be_pinned_by_digest(tmp_path):
+    recipe = demo_variant(tmp_path / "recipes", "unpinned", {"indexes": []},
+                          target={"runtime": "podman", "base": "docker.io/intel/llm-scaler-vllm:0.21.0-b2"})
+    r = Cli(tmp_path, isolated_env(tmp_path))("plan", "--recipe", recipe, "--json")
+    assert r.returncode == 2, str(r)
+    assert "target.base" in r.output and "pinned by digest" in r.output
+
+
+def _base(**versions: str) -> BaseEnv:
+    return BaseEnv("img@sha256:" + "0" * 64, "sha256:" + "0" * 64, "3.11.2", "", "",
+                   tuple(BaseDist(n, v, "") for n, v in versions.items()))
+
+
+def test_an_overlay_needs_nothing_the_image_lacks_and_its_torch(demo_build):
+    (engine,) = (demo_build.out / "wheels").glob("demo_engine-*.whl")  # requires packaging and tomli
+    ok = overlay_closure(_base(packaging="24.2", tomli="2.2.1"), [("engine", engine, ())])
+    assert ok.dists == () and ok.indexes == ()
+    with pytest.raises(ResolveError, match="tomli.*does not hold"):
+        overlay_closure(_base(packaging="24.2"), [("engine", engine, ())])
+    from toolchain.build.abi import BuiltAgainst
+
+    with pytest.raises(ABIMismatch, match="2.13.0"):
+        overlay_closure(_base(packaging="24.2", tomli="2.2.1", **{"standin-torch": "2.13.0+xpu"}),
+                        [("engine", engine, (BuiltAgainst("standin-torch", "2.14.0+xpu"),))])

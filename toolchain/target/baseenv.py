@@ -1,0 +1,85 @@
+"""A base environment: the image a recipe's components are rebuilt into and installed over (`[target] base =
+"image@sha256:..."`, the B70 report's direct fix: rebuild ARK inside the container that holds vLLM). What the
+image holds is read inside it, without importing anything: every installed distribution with its version and
+the sha256 of its `.dist-info/RECORD` (which names every installed file with its hash), and the Python and
+torch build. The lock records it; `toolchain lock` reads it again."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from toolchain.errors import BuildError
+from toolchain.target.base import Runtime
+from toolchain.target.facts import TargetInfo
+
+# Runs in the image (any Python >= 3.8): one JSON object.
+PROBE = r"""
+import hashlib, json, sys, sysconfig
+from importlib import metadata
+dists = {}
+for d in metadata.distributions():
+    name = (d.metadata["Name"] or "").strip()
+    if not name:
+        continue
+    record = d.read_text("RECORD")
+    key = name.lower().replace("_", "-").replace(".", "-")
+    dists.setdefault(key, {"name": key, "version": d.version,
+                           "record-sha256": hashlib.sha256(record.encode()).hexdigest() if record else ""})
+print(json.dumps({"python-version": "%d.%d.%d" % sys.version_info[:3], "dists": sorted(dists.values(),
+                  key=lambda x: x["name"])}))
+"""
+
+
+@dataclass(frozen=True)
+class BaseDist:
+    name: str           # canonical name
+    version: str
+    record_sha256: str  # sha256 of its .dist-info/RECORD ("" when it has none)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version, "record-sha256": self.record_sha256}
+
+
+@dataclass(frozen=True)
+class BaseEnv:
+    """What the base image holds, as read inside it."""
+    image: str                        # as the recipe names it (pinned by digest)
+    digest: str                       # the digest of the image that was read
+    python_version: str
+    torch_version: str
+    torch_xpu: str
+    dists: tuple[BaseDist, ...]
+
+    def version(self, name: str) -> str | None:
+        return next((d.version for d in self.dists if d.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"image": self.image, "digest": self.digest, "python-version": self.python_version,
+                "torch-version": self.torch_version, "torch-xpu": self.torch_xpu,
+                "dists": [d.to_dict() for d in self.dists]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BaseEnv:
+        return cls(str(d["image"]), str(d.get("digest", "")), str(d.get("python-version", "")),
+                   str(d.get("torch-version", "")), str(d.get("torch-xpu", "")),
+                   tuple(BaseDist(str(x["name"]), str(x["version"]), str(x.get("record-sha256", "")))
+                         for x in d.get("dists", ())))
+
+
+def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str) -> BaseEnv:
+    """What the image holds (run in a container of it: the runtime's one-off container); `target`: the
+    runtime's probe (the image's digest, torch)."""
+    done = runtime.run([python, "-c", PROBE], capture=True, check=False, timeout=300)
+    try:
+        data = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError(f"cannot read what the base image {image} holds with {python} "
+                         f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}",
+                         hint="the base must have a Python with the stack installed; set [target] python to it") from None
+    info = target
+    return BaseEnv(image=image, digest=info.image_digest, python_version=str(data["python-version"]),
+                   torch_version=info.torch_version, torch_xpu=info.torch_xpu,
+                   dists=tuple(BaseDist(str(x["name"]), str(x["version"]), str(x["record-sha256"]))
+                               for x in data["dists"]))
