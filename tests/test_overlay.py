@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from spine_helpers import Cli, isolated_env
