@@ -3,12 +3,17 @@
 Command handlers receive a `UI` and return a `CommandResult`; only `cli.main()` prints the result.
 Messages may use rich markup; text that comes from a user (names, paths, error messages) goes through
 `literal()` or is printed with `markup=False`, and emoji codes are never expanded (`sys:x:3` stays as is).
+Terminal control characters in any text printed (a recipe's `ESC[2J` or OSC title sequence in a component
+name, a description, an error) are shown escaped (`\x1b`), in one place: the consoles' rendering
+(`_text_escaped`), which every ERROR line, warning, progress line and table goes through; the styles the
+tool itself adds are not text and stay.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,17 +44,13 @@ class UI:
     @property
     def err(self) -> Console:
         if self._err is None:
-            from rich.console import Console
-
-            self._err = Console(stderr=True, highlight=False, emoji=False)
+            self._err = _console(stderr=True)
         return self._err
 
     @property
     def out(self) -> Console:
         if self._out is None:
-            from rich.console import Console
-
-            self._out = Console(highlight=False, emoji=False)
+            self._out = _console(stderr=False)
         return self._out
 
     def info(self, message: str) -> None:
@@ -113,6 +114,34 @@ class UI:
         self.err.print(Text.assemble(("ERROR:", "bold red"), " ", message), soft_wrap=True)
         if hint:
             self.err.print(Text.assemble(("TIP:", "bold"), " ", hint), soft_wrap=True)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 (but tab and newline), DEL, C1
+
+
+def escape_controls(text: str) -> str:
+    """`text` with terminal control characters shown as escapes: `ESC[2J` prints as `\\x1b[2J`."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if _CONTROL.search(text) else text
+
+
+def _console(*, stderr: bool) -> Console:
+    """A rich Console whose text (never its own styles and cursor controls) has control characters escaped."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class _TextEscaped(Console):
+        def _render_buffer(self, buffer: Any) -> str:
+            return super()._render_buffer(_text_escaped(buffer, Segment))
+
+    return _TextEscaped(stderr=stderr, highlight=False, emoji=False)
+
+
+def _text_escaped(buffer: Any, segment: Any) -> Iterator[Any]:
+    for seg in buffer:
+        if seg.control or not _CONTROL.search(seg.text):
+            yield seg
+        else:
+            yield segment(escape_controls(seg.text), seg.style, seg.control)
 
 
 def literal(text: str) -> str:

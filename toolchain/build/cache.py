@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -85,7 +86,7 @@ class WheelCache:
         meta_file = d / "entry.json"
         if not d.is_dir():
             return None
-        problem, meta = _read_meta(meta_file)
+        problem, meta = read_meta(meta_file)
         if meta is None:
             self._drop(key, problem)
             return None
@@ -173,7 +174,7 @@ class WheelCache:
         return CacheEntry(key, final / wheel.name, sha, size, meta)
 
 
-def _read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
+def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     """entry.json, or why it cannot be used."""
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
@@ -186,13 +187,62 @@ def _read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     checks = {
         "wheel": lambda v: isinstance(v, str) and v.endswith(".whl") and "/" not in v and v not in (".", ".."),
         "sha256": lambda v: isinstance(v, str) and _HEX64.match(v) is not None,
-        "size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "size": _count,
     }
     bad = [k for k, ok in checks.items() if not ok(meta.get(k))]
     if bad:
         return f"entry.json has no valid {', '.join(bad)}", None
+    problem = meta_problem(meta)
+    if problem:
+        return f"entry.json {problem}", None
     return "", meta
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _text(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _texts(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _table_of(fields: dict[str, Callable[[object], bool]], optional: bool = True) -> Callable[[object], bool]:
+    def ok(v: object) -> bool:
+        if v is None and optional:
+            return True
+        return isinstance(v, dict) and all(k not in v or check(v[k]) for k, check in fields.items())
+    return ok
+
+
+_BUILT_AGAINST = _table_of({"name": _text, "version": _text, "cxx11-abi": _text}, optional=False)
+# the optional fields a build reads back from an entry (build/stack.py), each with the type it must have
+META_FIELDS: dict[str, Callable[[object], bool]] = {
+    "build_seconds": _number, "stored": _number, "jobs": _count, "jobs_source": _text, "version": _text,
+    "describe": _text, "component": _text, "commit": _text, "normalizations": _texts,
+    "built_against": lambda v: isinstance(v, list) and all(
+        _BUILT_AGAINST(d) and isinstance(d, dict) and "name" in d and "version" in d for d in v),
+    "compiler_cache": _table_of({"launcher": _text, "version": _text, "hits": _count, "misses": _count,
+                                 "note": _text}),
+    "metrics": _table_of({"wall-seconds": _number, "cpu-seconds": _number, "peak-memory-bytes": _count,
+                          "peak-memory-source": _text, "peak-sampled-bytes": _count}),
+    "remote": _table_of({}),
+}
+
+
+def meta_problem(meta: dict[str, Any]) -> str:
+    """Why an entry's metadata cannot be used ("" when it can): an optional field of the wrong type (a
+    `build_seconds` of "fast") would otherwise fail every build served from the entry."""
+    bad = [k for k, ok in META_FIELDS.items() if k in meta and not ok(meta[k])]
+    return f"has a malformed {', '.join(bad)}" if bad else ""
 

@@ -110,6 +110,8 @@ def _from_helpers(doc: dict, host: str, source: str) -> Credentials | None:
         answer = json.loads(done.stdout)
     except ValueError:
         return None
+    if not isinstance(answer, dict):  # a helper answering a list, a string, a number: no credentials
+        return None
     user, secret = answer.get("Username"), answer.get("Secret")
     if isinstance(user, str) and isinstance(secret, str) and user and secret and user != "<token>":
         return Credentials(user, secret, f"{source} ({program})")

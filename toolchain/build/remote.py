@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 from toolchain import __version__
-from toolchain.build.cache import CacheEntry, WheelCache
+from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
 from toolchain.build.regauth import Credentials, find_credentials
 from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
 from toolchain.core.redact import redact_url
@@ -72,6 +72,8 @@ A = "vnd.xpu-toolchain."  # our annotations: A + "component", "commit", ...
 PREFETCH_JOBS = 4  # downloads at once
 BLOB_UNKNOWN_RETRIES = 4  # manifest PUTs retried (0.1, 0.2, 0.4, 0.8 s apart) while another writer relinks a blob
 MAX_MANIFEST, MAX_META, MAX_LOG = 4 << 20, 4 << 20, 256 << 20
+MAX_TAG_PAGES = 1000  # tag list pages followed (`Link: next`) before the listing is called endless
+MAX_ANNOTATION = 64 << 10  # characters of one annotation value shown (a registry may send anything)
 WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
 
 
@@ -107,14 +109,19 @@ class _Transport:
     def request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
                 json: dict | None = None, stream: bool = False) -> requests.Response:
         sent = dict(headers or {})
-        if self.authorization:
-            sent["Authorization"] = self.authorization
+        used = self.authorization  # what THIS request carries: threads share the transport
+        if used:
+            sent["Authorization"] = used
         response = self.session.request(method, url, data=data, json=json, headers=sent, stream=stream,
                                         timeout=self.timeout)
         if response.status_code != 401:
             return response
-        answer = self._answer(response.headers.get("WWW-Authenticate", ""))
-        if answer is None or answer == self.authorization:
+        latest = self.authorization
+        if latest and latest != used:  # another thread answered the challenge while this request was out
+            answer: str | None = latest
+        else:
+            answer = self._answer(str(response.headers.get("WWW-Authenticate", "")))
+        if answer is None or answer == used:  # the credentials this request carried were refused: final
             return response
         response.close()
         self.authorization = sent["Authorization"] = answer
@@ -139,9 +146,17 @@ class _Transport:
         r = self.session.get(fields["realm"], params=query, auth=creds, timeout=self.timeout)
         if r.status_code != 200:
             return None
-        doc = r.json() or {}
-        token = doc.get("token") or doc.get("access_token")
-        return f"Bearer {token}" if token else None
+        try:
+            doc = r.json()
+        except ValueError:
+            return None
+        token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not _TOKEN.match(token):  # a list, a number, a header-breaking string
+            return None
+        return f"Bearer {token}"
+
+
+_TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{1,16384}$")  # RFC 6750 b64token, bounded
 
 
 @functools.cache
@@ -177,10 +192,11 @@ class RemoteEntry:
 
     def to_dict(self) -> dict[str, Any]:
         a = self.annotations
+        size = a.get(A + "wheel.size", "0")
         return {"key": self.key, "digest": self.digest, "component": a.get(A + "component", ""),
                 "commit": a.get(A + "commit", ""), "describe": a.get(A + "describe", ""),
                 "wheel": a.get(A + "wheel", ""), "sha256": a.get(A + "wheel.sha256", ""),
-                "size": int(a.get(A + "wheel.size", "0") or 0), "created": a.get(CREATED, ""),
+                "size": int(size) if size.isdigit() and len(size) <= 18 else 0, "created": a.get(CREATED, ""),
                 "patches": [p for p in a.get(A + "patches", "").split(",") if p],
                 "toolchain": _json_or_text(a.get(A + "toolchain", "")), "target": _json_or_text(a.get(A + "target", ""))}
 
@@ -278,15 +294,34 @@ class Registry:
         return r.status_code == 200
 
     def tags(self) -> list[str]:
+        """Every tag, following `Link: next` pages: a page seen before, or more than MAX_TAG_PAGES of them,
+        and an answer that is not a tag list are RemoteError (the registry answered nonsense)."""
         out: list[str] = []
         url: str | None = f"{self.base}/tags/list?n=1000"
+        seen: set[str] = set()
         while url:
-            r = self._request("GET", url, what="listing tags", ok=(200, 404))
-            if r.status_code == 404:  # no repository yet: nothing pushed
-                return out
-            out += r.json().get("tags") or []
-            nxt = r.links.get("next", {}).get("url")
-            url = urljoin(url, nxt) if nxt else None
+            if url in seen or len(seen) >= MAX_TAG_PAGES:
+                raise RemoteError(f"{self.where.host} keeps sending more tag list pages (`Link: next` "
+                                  f"{'back to a page already read' if url in seen else f'past {MAX_TAG_PAGES} pages'})")
+            seen.add(url)
+            r = self._request("GET", url, what="listing tags", ok=(200, 404), stream=True)
+            with contextlib.closing(r):
+                if r.status_code == 404:  # no repository yet: nothing pushed
+                    return out
+                body = _read_limited(r, MAX_MANIFEST, "the tag list", RemoteError)
+                nxt = r.links.get("next", {}).get("url")
+            try:
+                doc = json.loads(body)
+            except ValueError:
+                doc = None
+            page = doc.get("tags") if isinstance(doc, dict) else None
+            if page is None and isinstance(doc, dict):
+                page = []
+            if not isinstance(page, list) or not all(isinstance(t, str) for t in page):
+                raise RemoteError(f"{self.where.host} answered the tag list with something that is not one "
+                                  "(a JSON object with a list of strings under \"tags\")")
+            out += page
+            url = urljoin(url, nxt) if isinstance(nxt, str) and nxt else None
         return out
 
     def blob_to(self, layer: Mapping[str, Any], dest: Path, limit: int) -> None:
@@ -387,10 +422,17 @@ class Registry:
         def one(tag: str) -> RemoteEntry | None:
             if not hasattr(local, "registry"):
                 local.registry = Registry(self.settings, self.env)
-            got = local.registry.manifest(tag)
+            try:
+                got = local.registry.manifest(tag)
+            except Refused:  # one bad manifest: not an entry to list
+                return None
             if got is None or got[0].get("artifactType") != ARTIFACT_TYPE:
                 return None
-            return RemoteEntry(tag, got[1], {str(k): str(v) for k, v in (got[0].get("annotations") or {}).items()})
+            annotations = got[0].get("annotations")
+            if not isinstance(annotations, dict):
+                return None
+            return RemoteEntry(tag, got[1], {str(k)[:MAX_ANNOTATION]: str(v)[:MAX_ANNOTATION]
+                                             for k, v in annotations.items()})
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             found = [e for e in pool.map(one, tags) if e is not None]
@@ -408,12 +450,12 @@ def _error_codes(body: str) -> str:
     return ", ".join(codes) if codes else (body.strip()[:200] or "no reason given")
 
 
-def _read_limited(r: Any, limit: int, what: str) -> bytes:
+def _read_limited(r: Any, limit: int, what: str, error: type[RemoteError] = Refused) -> bytes:
     data = b""
     for chunk in r.iter_content(1 << 16):
         data += chunk
         if len(data) > limit:
-            raise Refused(f"{what} is larger than {limit} bytes")
+            raise error(f"{what} is larger than {limit} bytes")
     return data
 
 
@@ -535,6 +577,10 @@ class RemoteCache:
         except RemoteError as err:
             self._turn_off(ui, err)
             return None
+        except _NONSENSE as exc:  # an answer no check above foresaw: the remote is off, never a traceback
+            self._turn_off(ui, RemoteError(f"answered something this client cannot use while fetching {name} "
+                                           f"({type(exc).__name__})"))
+            return None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -588,12 +634,17 @@ def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cac
     """Download, verify, then put into the local cache (atomic there). Raises Refused for a bad entry."""
     if manifest.get("artifactType") != ARTIFACT_TYPE:
         raise Refused(f"the artifact tagged {key} is not a toolchain cache entry (artifactType "
-                      f"{manifest.get('artifactType')!r})")
+                      f"{_shown(manifest.get('artifactType'))})")
     annotations = manifest.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise Refused(f"its annotations are a {type(annotations).__name__}, not an object")
     if annotations.get(A + "cache-key") != key:
-        raise Refused(f"the artifact tagged {key} says it is the entry of {annotations.get(A + 'cache-key')!r}")
+        raise Refused(f"the artifact tagged {key} says it is the entry of {_shown(annotations.get(A + 'cache-key'))}")
+    listed = manifest.get("layers") or []
+    if not isinstance(listed, list):
+        raise Refused(f"its layers are a {type(listed).__name__}, not a list")
     layers: dict[str, dict[str, Any]] = {}
-    for layer in manifest.get("layers") or []:
+    for layer in listed:
         if isinstance(layer, dict) and layer.get("mediaType") in (MT_WHEEL, MT_META, MT_LOG):
             if layer["mediaType"] in layers:
                 raise Refused(f"two {layer['mediaType']} layers")
@@ -607,13 +658,17 @@ def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cac
         raise Refused("its metadata is not JSON") from None
     if not isinstance(meta, dict):
         raise Refused("its metadata is not a JSON object")
+    problem = meta_problem(meta)
+    if problem:
+        raise Refused(f"its metadata {problem}")
     name, sha, size = meta.get("wheel"), meta.get("sha256"), meta.get("size")
-    title = (layers[MT_WHEEL].get("annotations") or {}).get(TITLE)
+    wheel_annotations = layers[MT_WHEEL].get("annotations") or {}
+    title = wheel_annotations.get(TITLE) if isinstance(wheel_annotations, dict) else None
     if not isinstance(name, str) or not WHEEL_NAME.match(name) or title != name:
-        raise Refused(f"its metadata names the wheel {name!r}, the layer {title!r}")
+        raise Refused(f"its metadata names the wheel {_shown(name)}, the layer {_shown(title)}")
     if layers[MT_WHEEL].get("digest") != f"sha256:{sha}" or layers[MT_WHEEL].get("size") != size \
             or annotations.get(A + "wheel.sha256") != sha:
-        raise Refused(f"the wheel layer ({layers[MT_WHEEL].get('digest')}) is not the wheel its metadata "
+        raise Refused(f"the wheel layer ({_shown(layers[MT_WHEEL].get('digest'))}) is not the wheel its metadata "
                       f"records (sha256:{sha}, {size} bytes)")
     wheel = tmp / name
     reg.blob_to(layers[MT_WHEEL], wheel, layers[MT_WHEEL]["size"])  # checks the bytes against sha256 `sha` as they stream
@@ -631,6 +686,16 @@ def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cac
         cache.evict(key)
         raise Refused(f"the local copy of {name} has sha256 {entry.sha256}, the entry records {sha}")
     return entry
+
+
+def _shown(value: object) -> str:
+    """A value from the registry, for a message: repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# what a registry's unforeseen answer raises in this client's parsing (never a ToolError, never an OSError)
+_NONSENSE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, UnicodeError)
 
 
 def entry_annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:

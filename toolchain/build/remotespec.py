@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolchain.errors import UsageError
-from toolchain.recipe.cachespec import DEFAULT_TIMEOUT, CacheSpec, RemoteURL, parse_remote_url
+from toolchain.recipe.cachespec import DEFAULT_TIMEOUT, CacheSpec, RemoteURL, parse_remote_url, timeout_problem
 
 ENV_REMOTE, ENV_INSECURE, ENV_TIMEOUT = "TOOLCHAIN_REMOTE_CACHE", "TOOLCHAIN_REMOTE_INSECURE", "TOOLCHAIN_REMOTE_TIMEOUT"
 OFF = ("", "none", "off")  # --remote-cache none: no remote, whatever the recipe or the environment say
@@ -62,7 +62,11 @@ def resolve_settings(spec: CacheSpec, request: RemoteRequest = RemoteRequest(),
         try:
             timeout = float(env[ENV_TIMEOUT])
         except ValueError:
-            raise UsageError(f"${ENV_TIMEOUT}={env[ENV_TIMEOUT]!r} is not a number of seconds") from None
+            timeout = float("nan")
+        problem = timeout_problem(timeout)
+        if problem:
+            raise UsageError(f"${ENV_TIMEOUT}={env[ENV_TIMEOUT]!r}: {problem.split(', got')[0]}",
+                             hint=f"set ${ENV_TIMEOUT} to seconds, e.g. 20, or unset it") from None
     push = request.push if request.push is not None else spec.push
     return RemoteSettings(where, push=push, insecure=insecure, timeout=timeout)
 

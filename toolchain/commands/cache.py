@@ -8,8 +8,8 @@ downloading a wheel: which commits of a component are there to download instead 
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.remote is None:
         if args.remote_insecure or args.recipe:
             raise UsageError("--remote-insecure and --recipe go with --remote")
-        rows = local_entries(_cache_dir(args), args.component or "")
+        rows = local_entries(_cache_dir(args), args.component or "", ui.warn)
         where = str(_cache_dir(args))
     else:
         from toolchain.build.remote import Registry
@@ -87,13 +87,19 @@ def _cache_dir(args: argparse.Namespace) -> Path:
     return options.cache_dir(args)
 
 
-def local_entries(cache_dir: Path, component: str = "") -> list[dict[str, Any]]:
-    """The local cache's entries, as `cache ls` shows them (same fields as a remote entry)."""
+def local_entries(cache_dir: Path, component: str = "", warn: Callable[[str], None] | None = None
+                  ) -> list[dict[str, Any]]:
+    """The local cache's entries, as `cache ls` shows them (same fields as a remote entry). A malformed
+    entry is skipped with a warning naming it (the next build that needs it evicts and rebuilds it)."""
+    from toolchain.build.cache import read_meta
+
     rows = []
     for meta_file in sorted((cache_dir / "wheels").glob("??/*/entry.json")):
-        try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        problem, meta = read_meta(meta_file)
+        if meta is None:
+            if warn is not None:
+                warn(f"skipping the wheel cache entry {meta_file.parent}: {problem} (the next build that needs "
+                     "it evicts and rebuilds it)")
             continue
         if component and meta.get("component") != component:
             continue

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import subprocess  # imported when a command runs: a warm no-op build runs none
 
 from toolchain.core.redact import redact_text
-from toolchain.errors import BuildError
+from toolchain.errors import BuildError, UsageError
 
 TAIL_LINES = 40
 GRACE = 5.0  # after a timeout: how long the output of a stopped command is still read
@@ -76,6 +76,22 @@ def _checked_argv(argv: Sequence[str], caller: str) -> list[str]:
     return args
 
 
+def _no_null_bytes(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """A NUL byte cannot reach a process (execve ends each string there): exit 2 naming the variable or the
+    argument, before anything runs (not subprocess's `ValueError: embedded null byte`)."""
+    for key, value in env.items():
+        if "\x00" in key or "\x00" in value:
+            shown = key.replace("\x00", "\\0")
+            raise UsageError(f"the environment variable {shown} holds a NUL byte; no command can be given it",
+                             hint=f"remove the NUL (\\0) from {shown} where it is set: a recipe's [env], or "
+                                  "the environment")
+    for i, arg in enumerate(argv):
+        if "\x00" in arg:
+            raise UsageError(f"argument {i} of `{argv[0].replace(chr(0), '')}` holds a NUL byte (from a recipe, a lock "
+                             "or the command line); no command can be given it",
+                             hint="remove the NUL (\\0) from the value it came from")
+
+
 def display(argv: Sequence[str]) -> str:
     """How a command is shown to a person (never executed)."""
     return shlex.join(str(a) for a in argv)
@@ -106,6 +122,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     """
     argv = _checked_argv(argv, "run")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
+    _no_null_bytes(argv, full_env)
     started = time.monotonic()
     log_file = None
     if log is not None:
@@ -410,6 +427,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
 
     args = _checked_argv(argv, "start")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
+    _no_null_bytes(args, full_env)
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         if log_command:

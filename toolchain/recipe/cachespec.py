@@ -12,6 +12,7 @@ recipe (which a lock records) can be committed and shared.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 SCHEME = "oci"
 DEFAULT_TIMEOUT = 20.0
+MAX_TIMEOUT = 3600.0  # an hour: a registry slower than that is no accelerator (and urllib3 refuses inf)
 CACHE_KEYS = {"remote": str, "push": bool, "insecure": bool, "timeout": object}  # timeout: checked below
 # distribution's repository name grammar: path components of lower-case alphanumerics and separators
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
@@ -69,6 +71,14 @@ def parse_remote_url(value: str) -> RemoteURL:
     return RemoteURL(parts.netloc.lower(), namespace)
 
 
+def timeout_problem(value: object) -> str:
+    """Why `value` is not a usable timeout ("" when it is): a finite number of seconds, > 0, at most an hour."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 < value <= MAX_TIMEOUT:
+        return f"must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}, got {value!r}"
+    return ""
+
+
 def cache_spec(table: Any, add_problem) -> CacheSpec:
     """The validated `[cache]` table; `add_problem(key, message)` collects what is wrong (key types are
     checked by the caller against CACHE_KEYS)."""
@@ -82,8 +92,9 @@ def cache_spec(table: Any, add_problem) -> CacheSpec:
             add_problem("cache.remote", str(exc))
             remote = ""
     timeout = table.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        add_problem("cache.timeout", f"must be a positive number of seconds, got {timeout!r}")
+    problem = timeout_problem(timeout)
+    if problem:
+        add_problem("cache.timeout", problem)
         timeout = DEFAULT_TIMEOUT
     return CacheSpec(remote=remote if isinstance(remote, str) else "",
                      push=table.get("push") is True, insecure=table.get("insecure") is True, timeout=float(timeout))

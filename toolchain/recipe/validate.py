@@ -9,7 +9,7 @@ from anywhere else is a pinned `{url, commit, path, sha256}` table.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -138,6 +138,11 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     own = Origin(path, dirs)
     declared = dict(origins)
     pr = _Problems(path)
+    for key in _null_bytes(data, ""):
+        pr.add(key, "holds a NUL byte (\\u0000), which no file name, URL, argument or environment value can carry; "
+                    "remove it")
+    if pr.items:  # nothing else is checked: a NUL would reach the file system or git on the way
+        raise RecipeError(pr.items, hint=f"fix {path} (each line names the key)")
     pr.check_keys(data, TOP_KEYS, "")
     tc = data.get("toolchain", {}) if isinstance(data.get("toolchain"), dict) else {}
     pr.check_keys(tc, TOOLCHAIN_KEYS, "toolchain.")
@@ -172,6 +177,23 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
                   demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache,
                   resolve=resolve, build=build)
+
+
+def _null_bytes(value: Any, where: str) -> Iterator[str]:
+    """The keys (dotted, [i] for array items) whose name or string value holds a NUL byte."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            yield where or "(top level)"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            key = f"{where}.{k}" if where else str(k)
+            if "\x00" in str(k):
+                yield key.replace("\x00", "\\u0000")
+            else:
+                yield from _null_bytes(v, key)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _null_bytes(v, f"{where}[{i}]")
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:
@@ -439,28 +461,50 @@ def _fetchcontent(items: Any, pr: _Problems, where: str) -> tuple[FetchContentDe
     return tuple(out)
 
 
+MAX_SUGGESTIONS = 20  # "did you mean" for the first unknown names only: each compares against every name
+MAX_NAMED = 10  # components named in a cycle message
+
+
 def _order(comps: dict[str, Component], pr: _Problems) -> tuple[Component, ...]:
-    """Dependency order (`after`), stable in declaration order; unknown names and cycles are problems."""
-    for c in comps.values():
-        for dep in c.after:
+    """Dependency order (`after`), stable in declaration order (of the components whose `after` is met, the
+    first declared comes first); unknown names and cycles are problems. Linear in components + edges (Kahn's
+    algorithm over a heap of declaration indexes): 10,000 components order in milliseconds."""
+    import heapq
+
+    index = {name: i for i, name in enumerate(comps)}
+    listed = list(comps.values())
+    waiting = [0] * len(listed)            # unplaced components each waits for
+    dependents: list[list[int]] = [[] for _ in listed]
+    suggested = 0
+    for i, c in enumerate(listed):
+        for dep in dict.fromkeys(c.after):
             if dep not in comps:
-                pr.add(f"components.{c.name}.after", f"unknown component {dep!r}{did_you_mean(dep, list(comps))}")
+                hint = did_you_mean(dep, list(comps)) if suggested < MAX_SUGGESTIONS else ""
+                suggested += 1
+                pr.add(f"components.{c.name}.after", f"unknown component {dep!r}{hint}")
             elif dep == c.name:
                 pr.add(f"components.{c.name}.after", "a component cannot come after itself")
-    ordered: list[Component] = []
-    placed: set[str] = set()
-    pending = list(comps.values())
-    while pending:
-        ready = [c for c in pending if all(d in placed or d not in comps or d == c.name for d in c.after)]
-        if not ready:
-            names = ", ".join(c.name for c in pending)
-            pr.add("components", f"`after` forms a cycle among: {names}")
-            return tuple(ordered + pending)
-        first = ready[0]
-        ordered.append(first)
-        placed.add(first.name)
-        pending.remove(first)
-    return tuple(ordered)
+            else:
+                waiting[i] += 1
+                dependents[index[dep]].append(i)
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    ordered: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        ordered.append(i)
+        for j in dependents[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(ordered) < len(listed):
+        placed = set(ordered)
+        pending = [i for i in range(len(listed)) if i not in placed]
+        names = ", ".join(listed[i].name for i in pending[:MAX_NAMED])
+        more = f" and {len(pending) - MAX_NAMED} more" if len(pending) > MAX_NAMED else ""
+        pr.add("components", f"`after` forms a cycle among: {names}{more}")
+        ordered += pending
+    return tuple(listed[i] for i in ordered)
 
 
 def _smoke(s: Any, pr: _Problems, *, in_lock: bool = False) -> SmokeSpec:
