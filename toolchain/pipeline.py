@@ -7,8 +7,10 @@ An output directory is the tool's own: it must be new, empty, or one an earlier 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.build.plan import Plan, component_env, make_plan
@@ -52,9 +54,11 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
+    if recipe.target.runtime == "host":  # the build inherits this environment: its job counts checked first
+        check_job_environment(os.environ)
+    remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     ours = check_out_dir(out)
     check_dir(options.cache_dir, "cache directory")
-    remote = open_remote(recipe.cache, options.remote)
     if remote is not None and options.use_cache:
         remote.warm_up()  # while the target is probed
     with make_runtime(recipe.target, ui) as runtime:
@@ -76,12 +80,30 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
         plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or _previous_lock(out / LOCK_NAME))
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
+        before = _wheel_names(out)
         try:
             built = build_plan(plan, runtime, mirrors, options, ui)
         except BuildError as err:
             if plan.toolchain_env.as_dict().get(STANDIN_VAR) == "1":
                 err.hint = _standin_note(plan.toolchain.setvars) + (f"\n{err.hint}" if err.hint else "")
+            _undo_wheels(out, before, ours)
             raise
+        except BaseException:
+            _undo_wheels(out, before, ours)
+            raise
+    try:
+        return _finish(recipe, options, ui, plan, built, ours, expect)
+    except TestFailed:
+        raise  # a rebuild that differs from its lock: the rebuilt wheels stay to compare (the marker says so)
+    except BaseException:
+        _undo_wheels(out, before, ours)
+        raise
+
+
+def _finish(recipe: Recipe, options: BuildOptions, ui, plan: Plan, built: list[BuiltComponent], ours: set[str],
+            expect: Lock | None) -> tuple[Lock, list[BuiltComponent]]:
+    """The closure, the check against `expect`, the locks and the marker, after every wheel is built."""
+    out, logs = options.out_dir, options.out_dir / "logs"
     path = out / LOCK_NAME
     previous = _previous_lock(path)
     closure = None
@@ -106,12 +128,15 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
     if expect is not None:
         differences = rebuild_differences(expect, lock)
         if differences:
+            _mark_out_dir(out, ours | {b.wheel.file for b in built},
+                          incomplete=f"the rebuild from {expect.path} does not match it; no lock was written, "
+                                     "the rebuilt wheels are in wheels/ to compare")
             raise TestFailed(f"the rebuild from {expect.path} does not match it:\n"
                              + "\n".join(f"  - {d}" for d in differences),
                              hint=f"no lock was written; the rebuilt wheels are in {out / WHEELS_DIR}. The lock was "
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
-    same = previous if previous is not None and previous == lock else None
+    same = previous if previous is not None and previous == lock and _pylock_agrees(lock, out) else None
     if same is None:
         write_lock(lock, out)
     keep = {b.wheel.file for b in built}
@@ -152,6 +177,41 @@ def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui, recorded: Lock
     return dataclasses.replace(plan, components=tuple(comps))
 
 
+def check_job_environment(env: Mapping[str, str]) -> None:
+    """The job variables (MAX_JOBS, ...) of the environment a host build inherits: a count that is not a
+    positive integer is exit 2 naming the variable, before anything is written."""
+    from toolchain.build.jobs import JOB_VARIABLES, job_count
+
+    for name in JOB_VARIABLES:
+        if env.get(name):
+            job_count(env[name], f"the environment's {name}", user=True)
+
+
+def _wheel_names(out: Path) -> set[str]:
+    wheels = out / WHEELS_DIR
+    return {p.name for p in wheels.iterdir()} if wheels.is_dir() else set()
+
+
+def _undo_wheels(out: Path, before: set[str], ours: set[str]) -> None:
+    """A failed build leaves wheels/ as it found it: the wheels it put there (names that were not there
+    before) are removed; the marker keeps listing the last finished build's wheels (`ours`)."""
+    for name in _wheel_names(out) - before:
+        if name.endswith(".whl"):
+            (out / WHEELS_DIR / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        _mark_out_dir(out, ours)
+
+
+def _pylock_agrees(lock: Lock, out: Path) -> bool:
+    """pylock.toml holds what this lock's pylock.toml must (an edited or stale one is written again)."""
+    from toolchain.lock import PYLOCK_NAME, pylock_text
+
+    try:
+        return (out / PYLOCK_NAME).read_text(encoding="utf-8") == pylock_text(lock)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _standin_note(setvars: str) -> str:
     return (f"the toolchain was the oneAPI STAND-IN ({setvars}), not oneAPI: it sets CMPLR_ROOT and puts an "
             f"`icpx` that only prints a version banner on PATH; it has no `icx`, no SYCL compiler and no oneAPI "
@@ -185,10 +245,14 @@ def check_out_dir(out: Path) -> set[str]:
     return set()
 
 
-def _mark_out_dir(out: Path, wheels: set[str]) -> None:
+def _mark_out_dir(out: Path, wheels: set[str], *, incomplete: str = "") -> None:
+    """The marker: the tool's output, the wheels it wrote; `incomplete`: why the last build left no lock."""
     out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
-                       "wheels": sorted(wheels)}, indent=2) + "\n"
+    doc: dict[str, object] = {"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
+                              "wheels": sorted(wheels)}
+    if incomplete:
+        doc["incomplete"] = incomplete
+    text = json.dumps(doc, indent=2) + "\n"
     try:
         if (out / OUT_MARKER).read_text(encoding="utf-8") == text:
             return  # a warm no-op writes nothing
@@ -255,6 +319,26 @@ def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:
                                    ("sha256", r.wheel.sha256, c.wheel.sha256)):
             if mine != theirs:
                 out.append(f"{c.name}: the rebuilt wheel has {what} {mine}, the lock records {theirs}")
+    if expected.closure is not None and rebuilt.closure is not None:  # (--no-resolve resolves nothing to compare)
+        out += closure_differences(expected.closure, rebuilt.closure)
+    return out
+
+
+def closure_differences(expected: Closure, rebuilt: Closure) -> list[str]:
+    """Each dependency the rebuild resolved differently from the lock: missing, added, or another file."""
+    out = []
+    mine = {d.name: d for d in rebuilt.dists}
+    theirs = {d.name: d for d in expected.dists}
+    for name in sorted(theirs.keys() - mine.keys()):
+        out.append(f"dependency {name}: the lock records {theirs[name].file}; the rebuild's closure has none")
+    for name in sorted(mine.keys() - theirs.keys()):
+        out.append(f"dependency {name}: the rebuild's closure has {mine[name].file}; the lock records none")
+    for name in sorted(mine.keys() & theirs.keys()):
+        m, t = mine[name], theirs[name]
+        for what, a, b in (("version", m.version, t.version), ("file", m.file, t.file),
+                           ("sha256", m.sha256, t.sha256), ("size", m.size, t.size)):
+            if a != b:
+                out.append(f"dependency {name}: the rebuild resolved {what} {a}, the lock records {b}")
     return out
 
 

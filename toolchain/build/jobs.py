@@ -150,11 +150,11 @@ def decide_jobs(res: Resources, per_job: int, per_job_source: str, *, recipe_pin
     if recipe_pin is not None:
         jobs, source = recipe_pin[0], f"recipe {recipe_pin[1]}"
     elif pinned:
-        jobs, source = _job_count(pinned[0][1], f"env {pinned[0][0]}"), f"recipe env {pinned[0][0]}"
+        jobs, source = job_count(pinned[0][1], f"env {pinned[0][0]}"), f"recipe env {pinned[0][0]}"
     else:
         user = tuple((v, user_env[v]) for v in JOB_VARIABLES if user_env.get(v))
         if user:
-            jobs, source = _job_count(user[0][1], f"the environment's {user[0][0]}", user=True), f"environment {user[0][0]}"
+            jobs, source = job_count(user[0][1], f"the environment's {user[0][0]}", user=True), f"environment {user[0][0]}"
             pinned = user
     if not source:
         which = "memory" if by_memory < res.cpus else "cores"
@@ -168,7 +168,7 @@ def decide_jobs(res: Resources, per_job: int, per_job_source: str, *, recipe_pin
                         warning, pinned)
 
 
-def _job_count(text: str, where: str, user: bool = False) -> int:
+def job_count(text: str, where: str, user: bool = False) -> int:
     try:
         n = int(text)
     except ValueError:
@@ -182,5 +182,5 @@ def _job_count(text: str, where: str, user: bool = False) -> int:
     return n
 
 
-__all__ = ["JOB_VARIABLES", "JobsDecision", "Resources", "decide_jobs", "format_size", "parse_size",
+__all__ = ["JOB_VARIABLES", "JobsDecision", "job_count", "Resources", "decide_jobs", "format_size", "parse_size",
            "per_job_memory", "resources_from"]

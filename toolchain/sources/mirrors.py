@@ -131,7 +131,9 @@ class Mirrors:
         return self.log_dir / f"git-{_slug(url)}.log" if self.log_dir else None
 
     def _trusted(self, mirror: Path) -> bool:
-        return (mirror / "HEAD").exists() and not (mirror / FETCHING).exists()
+        """A mirror whose objects can be used: no fetch was cut short, and it has its branches or tags (a
+        mirror whose refs were lost holds the commits but nothing `git describe` can name: fetched again)."""
+        return (mirror / "HEAD").exists() and not (mirror / FETCHING).exists() and _has_refs(mirror)
 
     def has_commit(self, url: str, commit: str) -> bool:
         return self._commit(url, commit) is not None
@@ -308,6 +310,19 @@ class Mirrors:
              str(mirror), str(dest)], log=log)
         git(["-c", "checkout.workers=0", "checkout", "--quiet", "--detach", commit], cwd=dest, log=log)
         return dest
+
+
+def _has_refs(mirror: Path) -> bool:
+    """Whether a bare mirror has any branch or tag (loose or packed); read from the files, no git process."""
+    for sub in ("refs/heads", "refs/tags"):
+        for _root, _dirs, files in os.walk(mirror / sub):
+            if files:
+                return True
+    try:
+        with open(mirror / "packed-refs", encoding="utf-8", errors="replace") as f:
+            return any(" refs/heads/" in line or " refs/tags/" in line for line in f)
+    except OSError:
+        return False
 
 
 def _switch_refs(mirror: Path) -> str:
