@@ -346,6 +346,14 @@ BASE_SCHEMA: dict[str, tuple[bool, Check]] = {
 BASE_DIST_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "version": (True, STR),
                                                    "record-sha256": (False, STR)}
 FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "url": (True, NAME), "commit": (True, COMMIT)}
+DIST_FILE: Check = ("a file name (no '/')", lambda v: isinstance(v, str) and bool(v) and "/" not in v and "\\" not in v
+                    and "\0" not in v and v not in (".", ".."))
+DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = {
+    "name": (True, NAME), "version": (True, NAME), "file": (True, DIST_FILE), "url": (True, NAME),
+    "sha256": (True, SHA256), "size": (False, SIZE), "index": (False, STR), "required-by": (False, STRS)}
+RESOLVE_SCHEMA: dict[str, tuple[bool, Check]] = {
+    "resolver": (False, STR), "indexes": (False, STRS), "find-links": (False, STRS), "index-strategy": (False, STR),
+    "python-version": (False, STR), "platform": (False, STR), "notes": (False, STRS)}
 
 
 def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
@@ -387,6 +395,15 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
     for key, check in (("smoke", TABLE), ("normalizations", STRS), ("tool-version", STR)):
         if key in data and not check[1](data[key]):
             out.append(f"{key}: must be {check[0]}, got {_shown(data[key])}")
+    if "resolve" in data:
+        out += _table_problems(data["resolve"], RESOLVE_SCHEMA, "resolve")
+    deps = data.get("dependencies", [])
+    if not isinstance(deps, list):
+        out.append(f"dependencies: must be an array of tables ([[dependencies]]), got {_shown(deps)}")
+    else:
+        for i, d in enumerate(deps):
+            name = d.get("name") if isinstance(d, dict) else None
+            out += _table_problems(d, DEPENDENCY_SCHEMA, f"dependencies[{i}]" + (f" ({name})" if isinstance(name, str) else ""))
     comps = data.get("components")
     if not isinstance(comps, list):
         return out + [f"components: must be an array of tables ([[components]]), got {_shown(comps)}"]

@@ -136,7 +136,11 @@ def _finish(recipe: Recipe, options: BuildOptions, ui, plan: Plan, built: list[B
                              hint=f"no lock was written; the rebuilt wheels are in {out / WHEELS_DIR}. The lock was "
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
-    same = previous if previous is not None and previous == lock and _pylock_agrees(lock, out) else None
+    same = previous if previous is not None and previous == lock else None
+    if same is not None and not _pylock_agrees(lock, out):
+        ui.warn(f"{out / 'pylock.toml'} does not agree with {path.name} (edited, damaged or missing): written "
+                "again from it")
+        same = None
     if same is None:
         write_lock(lock, out)
     keep = {b.wheel.file for b in built}
@@ -284,10 +288,10 @@ def _read_only(path: Path) -> bool:
 
 
 def _previous_lock(path: Path) -> Lock | None:
-    """The lock an earlier build left at `path` with its pylock.toml beside it, if it reads back whole: when it
-    records exactly what this build makes, a warm no-op rewrites nothing."""
+    """The lock an earlier build left at `path`, if it reads back whole: when it records exactly what this build
+    makes (and its pylock.toml agrees), a warm no-op rewrites nothing."""
     try:
-        return read_lock(path) if (path.parent / "pylock.toml").is_file() else None
+        return read_lock(path) if path.is_file() else None
     except Exception:
         return None
 

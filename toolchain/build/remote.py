@@ -308,7 +308,7 @@ class Registry:
             with contextlib.closing(r):
                 if r.status_code == 404:  # no repository yet: nothing pushed
                     return out
-                body = _read_limited(r, MAX_MANIFEST, "the tag list", RemoteError)
+                body = _read_limited(r, MAX_MANIFEST, f"{self.where.host}: the tag list", RemoteError)
                 nxt = r.links.get("next", {}).get("url")
             try:
                 doc = json.loads(body)

@@ -94,7 +94,10 @@ def local_entries(cache_dir: Path, component: str = "", warn: Callable[[str], No
     from toolchain.build.cache import read_meta
 
     rows = []
-    for meta_file in sorted((cache_dir / "wheels").glob("??/*/entry.json")):
+    for entry in sorted((cache_dir / "wheels").glob("??/*")):
+        if entry.name.startswith(".") or not entry.is_dir():  # a write or an eviction under way
+            continue
+        meta_file = entry / "entry.json"
         problem, meta = read_meta(meta_file)
         if meta is None:
             if warn is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
+from toolchain.errors import UsageError
 from toolchain.recipe.load import list_recipes
 
 
@@ -26,6 +27,9 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     from rich.text import Text
 
+    if args.recipes_dir is not None and not args.recipes_dir.is_dir():
+        raise UsageError(f"--recipes-dir {args.recipes_dir}: not a directory",
+                         hint="pass the directory that holds the recipes (NAME.toml)")
     rows = sorted(list_recipes(args.recipes_dir))  # by name: `stack` before `stack-b60`
     table = Table(title="recipes")
     table.add_column("name")

@@ -50,6 +50,8 @@ def parse_rewrites(pairs: Sequence[str]) -> tuple[Rewrite, ...]:
         if "=" not in pair:
             raise UsageError(f"--mirror {pair!r}: expected FROM=TO", hint="e.g. --mirror https://github.com/=file:///srv/git/")
         a, b = pair.split("=", 1)
+        if "\x00" in pair:
+            raise UsageError(f"--mirror {pair.replace(chr(0), '')!r}: holds a NUL byte", hint="remove the NUL (\\0)")
         if not a or not b:
             raise UsageError(f"--mirror {pair!r}: FROM and TO must both be non-empty")
         out.append(Rewrite(a, as_url(b)))
