@@ -37,6 +37,7 @@ from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import make_runtime
+from toolchain.target.baseenv import BaseEnv
 
 OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
@@ -92,7 +93,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             _undo_wheels(out, before, ours)
             raise
     try:
-        return _finish(recipe, options, ui, plan, built, ours, expect)
+        return _finish(recipe, options, ui, plan, built, ours, expect, base)
     except TestFailed:
         raise  # a rebuild that differs from its lock: the rebuilt wheels stay to compare (the marker says so)
     except BaseException:
@@ -100,8 +101,8 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
         raise
 
 
-def _finish(recipe: Recipe, options: BuildOptions, ui, plan: Plan, built: list[BuiltComponent], ours: set[str],
-            expect: Lock | None) -> tuple[Lock, list[BuiltComponent]]:
+def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: list[BuiltComponent], ours: set[str],
+            expect: Lock | None, base: BaseEnv | None) -> tuple[Lock, list[BuiltComponent]]:
     """The closure, the check against `expect`, the locks and the marker, after every wheel is built."""
     out, logs = options.out_dir, options.out_dir / "logs"
     path = out / LOCK_NAME
