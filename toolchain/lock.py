@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
+from toolchain.core.serial import from_data, to_data
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.model import Patch
 from toolchain.resolve.closure import Closure, pylock_entry
@@ -132,8 +133,8 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "describe-rule": lock.describe_rule,
         "recipe": {"name": lock.recipe_name, "path": lock.recipe_path, "sha256": lock.recipe_sha256,
                    "text": lock.recipe_text},
-        "toolchain": _kebab(asdict(lock.toolchain)),
-        "target": _kebab(asdict(lock.target)),
+        "toolchain": to_data(lock.toolchain, kebab=True),
+        "target": to_data(lock.target, kebab=True),
         "smoke": lock.smoke,
         "components": comps,
         **closure,
@@ -152,12 +153,6 @@ def patch_from_dict(d: dict[str, Any]) -> Patch:
     return Patch(d["path"], d["sha256"], url=d.get("url", ""), commit=d.get("commit", ""))
 
 
-def _kebab(d: dict[str, Any]) -> dict[str, Any]:
-    return {k.replace("_", "-"): (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
-
-
-def _snake(d: dict[str, Any]) -> dict[str, Any]:
-    return {k.replace("-", "_"): (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
 
 
 def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False) -> Path:
@@ -259,8 +254,8 @@ def read_lock(path: Path) -> Lock:
         return Lock(
             recipe_name=r["name"], recipe_path=r.get("path", ""), recipe_sha256=r["sha256"],
             recipe_text=r.get("text", ""),
-            toolchain=ToolchainInfo(**_snake(data.get("toolchain", {}))),
-            target=TargetInfo(**_snake(data.get("target", {}))),
+            toolchain=from_data(ToolchainInfo, data.get("toolchain", {}), kebab=True),
+            target=from_data(TargetInfo, data.get("target", {}), kebab=True),
             smoke=dict(data.get("smoke", {})), components=tuple(comps),
             tool_version=data.get("tool-version", ""), normalizations=tuple(data.get("normalizations", ())),
             describe_rule=data.get("describe-rule", ""),

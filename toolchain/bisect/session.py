@@ -9,7 +9,6 @@ locks: the differences between them, then, when the culprit is a commit change, 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
 from toolchain.build.cache import default_cache_dir
 from toolchain.console import UI
+from toolchain.core.serial import Data, from_data, to_data
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline import recipe_from_lock
@@ -58,14 +58,12 @@ class BisectOptions:
     def cache(self) -> Path:
         return self.cache_dir or default_cache_dir().resolve()
 
-    def to_dict(self) -> dict[str, Any]:
-        return _to_json(self)
+    def to_dict(self) -> Data:
+        return to_data(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BisectOptions:
-        smoke = data.get("smoke")
-        return _from_json(cls, {**data, "smoke": _from_json(SmokeOptions, smoke) if smoke is not None else None,
-                                "rewrites": tuple(Rewrite(**r) for r in data.get("rewrites", ()))})
+        return from_data(cls, data)
 
 
 def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *,
@@ -179,33 +177,3 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
     result = bisect_locks(good, bad, make_builder, tester, commits, handler_for=report.phase,
                           state_file=state_file, jobs=opts.jobs)
     return lock_outcome(result, opts.out, state_file.path)
-
-
-# ---- options as JSON -----------------------------------------------------------------------------------
-
-def _to_json(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (tuple, list)):
-        return [_to_json(x) for x in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-def _from_json(cls: Any, data: Mapping[str, Any]) -> Any:
-    """`cls(**data)` with lists as tuples and strings as Paths where the field is a Path."""
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        v = data[f.name]
-        if isinstance(v, list):
-            v = tuple(v)
-        elif isinstance(v, str) and "Path" in str(f.type):
-            v = Path(v)
-        values[f.name] = v
-    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-    if unknown:
-        raise TypeError(f"unknown option(s) {', '.join(sorted(unknown))}")
-    return cls(**values)
