@@ -67,8 +67,9 @@ def build_argv(cache: Path, out: Path, *extra: str, recipe: str = "demo") -> lis
             *extra]
 
 
-def resolve_only(cache: Path, out: Path) -> None:
-    """The resolution step of a build, in process: the demo's built wheels → the checked closure."""
+def resolve_only(cache: Path, out: Path, *, refresh: bool = False) -> None:
+    """The resolution step of a build, in process: the demo's built wheels → the checked closure (`refresh`:
+    resolved again, not the kept one)."""
     from toolchain.console import UI
     from toolchain.lock import read_lock
     from toolchain.resolve.run import resolve_built
@@ -76,7 +77,7 @@ def resolve_only(cache: Path, out: Path) -> None:
     lock = read_lock(out / "stack.lock.toml")
     resolve_built(load_recipe("demo", ROOT / "recipes"), lock.target,
                   [(c.name, lock.wheel_path(c), c.built_against) for c in lock.components], cache, out / "logs",
-                  UI(quiet=True))
+                  UI(quiet=True), refresh=refresh)
 
 
 def toolchain_build(cache: Path, out: Path, env: dict[str, str], *extra: str,
@@ -238,17 +239,42 @@ def warm_and_bare(cache: Path, out: Path, env: dict[str, str], runs: int) -> Non
         print("  " + line)
 
 
-def resolution(cache: Path, out: Path, env: dict[str, str], rounds: int) -> None:
+def resolution(base: Path, cache: Path, out: Path, env: dict[str, str], rounds: int) -> None:
+    """Resolve once per change: a recipe whose closure comes from a PEP 503 index served on 127.0.0.1 (the
+    demo's dependencies), built once with the index up; then, with the index stopped and every proxy dead
+    (the network off), warm builds of it (a no-op in the same --out, and into a new --out, which takes the kept
+    closure) side by side with the demo's warm no-op and --no-resolve; and what resolving costs when it runs
+    (the demo's closure, `refresh`: uv asked again, in process)."""
+    from tests.support.closure import CountingIndex, dead_proxy_env, demo_variant, simple_index, wheelhouse
+
+    simple_index(wheelhouse(base / "index-wheels"), base / "index")
+    index = CountingIndex(base / "index")
+    recipe = str(demo_variant(base / "recipes", "indexed", {"indexes": [f"{index.url}/simple"]}))
+    patches = ("--patches-dir", str(ROOT / "patches"))
+    try:
+        toolchain_build(cache, base / "indexed-out", env, *patches, recipe=recipe)
+    finally:
+        index.stop()
+    asked = index.count()
+    offline = env | dead_proxy_env()
+    fresh = iter(range(10_000))
     samples = side_by_side({
-        "no-resolve": lambda: toolchain_build(cache, out, env, "--no-resolve"),
-        "resolves": lambda: toolchain_build(cache, out, env),
-        "alone": lambda: timed(lambda: resolve_only(cache, out)),
+        "demo": lambda: toolchain_build(cache, out, env),
+        "demo-no-resolve": lambda: toolchain_build(cache, out, env, "--no-resolve"),
+        "indexed": lambda: toolchain_build(cache, base / "indexed-out", offline, *patches, recipe=recipe),
+        "indexed-new-out": lambda: toolchain_build(cache, base / f"indexed-out-{next(fresh)}", offline, *patches,
+                                                   recipe=recipe),
+        "resolve": lambda: timed(lambda: resolve_only(cache, out, refresh=True)),
     }, rounds)
-    u, w, a1 = samples["no-resolve"], samples["resolves"], samples["alone"]
-    print(f"resolving the demo closure (uv, warm resolver cache), {rounds} runs each, interleaved:")
-    print(f"  warm build --no-resolve   {u.describe()}")
-    print(f"  warm build (resolves)     {w.describe()}   added {w.median - u.median:+.2f} s   (goal <= 1 s)")
-    print(f"  the resolution step alone {a1.describe()}")
+    print(f"resolve once per change: warm builds, {rounds} runs each, interleaved (the index answered {asked} "
+          f"requests for the first build, then was stopped: network off):")
+    print(f"  demo warm no-op                              {samples['demo'].describe()}")
+    print(f"  demo warm no-op --no-resolve                 {samples['demo-no-resolve'].describe()}")
+    print(f"  index recipe, warm no-op, network off        {samples['indexed'].describe()}   (goal <= 0.3 s)")
+    print(f"  index recipe, new --out, network off         {samples['indexed-new-out'].describe()}   "
+          f"(goal <= 0.3 s)")
+    print(f"  resolving again (uv, demo closure, refresh)  {samples['resolve'].describe()}   "
+          f"(what a kept closure saves)")
 
 
 def leave_build_output(tree: Path, files: int = 200) -> None:
@@ -328,7 +354,7 @@ def main() -> int:
                 cold_compiled(base, env, max(2, args.rounds - 1))
         warm_and_bare(cache, out, env, args.runs)
         if not args.skip_resolve:
-            resolution(cache, out, env, args.rounds)
+            resolution(base, cache, out, env, max(args.rounds, 5))
         if not args.skip_checkout:
             checkouts(base, args.rounds)
             checkouts(base, args.rounds, "2,000 files, 20,000 commits: a real repository's history", history=True)

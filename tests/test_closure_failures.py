@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -137,3 +139,51 @@ def test_a_full_disk_for_the_fetched_dependencies_is_one_line_in_bundle_and_smok
         err = res.json().get("error") or ""
         assert err.startswith("fetching the locked dependency files failed: no space left on device ("), (what, err)
         assert str(deps) in err and "\n" not in err and "Traceback" not in err + res.stderr, (what, err)
+
+
+def _wheel(tmp: Path, name: str, version: str, requires: list[str], dest: Path) -> Path:
+    """A real wheel (pip wheel of a one-package project) with the given Requires-Dist."""
+    src = tmp / f"src-{name}-{version}"
+    (src / name.replace("-", "_")).mkdir(parents=True)
+    (src / name.replace("-", "_") / "__init__.py").write_text("")
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\ndependencies = {requires!r}\n'.replace("'", '"')
+        + f'[tool.setuptools]\npackages = ["{name.replace("-", "_")}"]\n')
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", str(src),
+                    "-w", str(dest)], check=True, timeout=300, capture_output=True)
+    return next(dest.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
+
+
+def test_an_unmet_requirement_deeper_in_the_graph_is_named_with_its_chain(warm, tmp_path):
+    """The index answered: engine requires tomli>=2, and the only tomli there requires a distribution no
+    location serves. The one-line cause walks the chain down to it."""
+    root, cli, build = warm
+    links = wheelhouse(tmp_path / "links", without=("tomli",))
+    _wheel(tmp_path, "tomli", "2.3.0", ["leaf-nowhere>=1"], links)
+    recipe = demo_variant(root / "recipes", "chain", {"indexes": [], "find-links": [str(links)]})
+    r, _ = build(recipe, "out-chain")
+    assert r.returncode == 1, str(r)
+    err = _error(r)
+    assert err["kind"] == "ResolveError", err
+    cause = err["error"].splitlines()[0]
+    assert "component engine" in cause and "requires tomli>=2 → tomli requires leaf-nowhere>=1" in cause, cause
+    assert f"which {links} cannot satisfy" in cause
+
+
+def test_a_file_the_index_changed_after_locking_is_a_hash_mismatch_naming_the_host(warm, tmp_path):
+    root, cli, build = warm
+    simple_index(wheelhouse(tmp_path / "wheels"), tmp_path / "index")
+    with CountingIndex(tmp_path / "index") as index:
+        recipe = demo_variant(root / "recipes", "changed", {"indexes": [f"{index.url}/simple"]})
+        r, out = build(recipe, "out-changed")
+        assert r.returncode == 0, str(r)
+        victim = next((tmp_path / "index" / "files").glob("tomli-*.whl"))
+        victim.write_bytes(victim.read_bytes() + b"changed")
+        r, _ = build(recipe, "out-changed", "--bundle", "--with-deps")
+    assert r.returncode == 1, str(r)
+    err = _error(r)
+    assert err["kind"] == "TestFailed", err
+    assert err["error"].startswith("fetching the locked dependency files failed: hash mismatch: "), err
+    assert f"{victim.name} from 127.0.0.1:{index.port}" in err["error"] and "\n" not in err["error"]
+    assert "--refresh" in err["hint"]

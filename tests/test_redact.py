@@ -55,6 +55,20 @@ def test_redact_text_masks_assignments_to_secret_names(text, expected):
     assert redact_text(expected, {}) == expected  # idempotent
 
 
+
+@pytest.mark.parametrize("url, secret", [
+    ("https://__token__:pypi-AgEIcHlwaS5vcmc@pypi.example/simple", "pypi-AgEIcHlwaS5vcmc"),
+    ("HTTPS://USER:UPPERsecret@INDEX.EXAMPLE/simple", "UPPERsecret"),
+    ("https://ghp_tokenAsUser@index.example/simple", "ghp_tokenAsUser"),
+    # an unencoded '@' in the password: a URL parser reads up to the last '@', so does the mask
+    ("https://user:pa@ss-tail@index.example/simple", "ss-tail"),
+])
+def test_credentials_in_index_urls_are_masked_in_any_case_and_form(url, secret):
+    text = f"error: Failed to fetch: {url}/tomli/ (and {url})"
+    masked = redact_text(text, {})
+    assert secret not in masked and ".example/simple/tomli/" in masked.lower()
+    assert redact_text(masked, {}) == masked
+
 def _all_text(root: Path) -> dict[str, str]:
     """Every file under root (wheels: every member) as text, for leak checks."""
     out = {}

@@ -384,9 +384,11 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
     return recipe
 
 
-def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui: UI) -> Lock:
-    """`toolchain lock`: resolve an existing lock's closure again (same built wheels, the recipe's [resolve])
-    and rewrite the lock in place; the ABI check runs before anything is written."""
+def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui: UI, *,
+           refresh: bool = False) -> Lock:
+    """`toolchain lock`: the closure of an existing lock's built wheels with the recipe's [resolve] (the kept
+    one, or resolved again when `refresh`), written into the lock in place; the ABI check runs before anything
+    is written."""
     from toolchain.lock import verify_wheels
     from toolchain.resolve.run import resolve_built
 
@@ -406,7 +408,8 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
             base = read_base(runtime, probe_target(runtime, None, None), recipe.target.base, recipe.target.python)
         closure = overlay_closure(base, built)
     else:
-        closure = resolve_built(recipe, lock.target, built, cache_dir, lock.path.parent / "logs", ui)
+        closure = resolve_built(recipe, lock.target, built, cache_dir, lock.path.parent / "logs", ui,
+                                refresh=refresh)
     import dataclasses
 
     write_lock(dataclasses.replace(lock, closure=closure, base=base), lock.path.parent)

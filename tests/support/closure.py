@@ -127,9 +127,9 @@ class CountingIndex:
     """A PEP 503 index (a folder `simple_index` made) served on 127.0.0.1 by a thread of the test process: it
     counts the requests it answers (`requests`: their paths), can answer each `latency` seconds late, can ask
     for credentials (`need_auth`: every request without the right ones gets 401) and can be stopped (`stop()`:
-    the port then refuses connections, the outage)."""
+    the port then refuses connections, the outage) and served again on the same `port`."""
 
-    def __init__(self, root: Path, *, latency: float = 0.0, need_auth: str = "") -> None:
+    def __init__(self, root: Path, *, latency: float = 0.0, need_auth: str = "", port: int = 0) -> None:
         import base64
         import http.server
         import threading
@@ -160,7 +160,7 @@ class CountingIndex:
             def log_message(self, *args):
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

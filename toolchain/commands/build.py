@@ -125,7 +125,8 @@ def closure_summary(lock: Lock) -> dict[str, Any]:
     """The resolved dependencies as `--json` shows them (`resolved: false` when the lock has none)."""
     if lock.closure is None:
         return {"resolved": False}
-    return {"resolved": True, "resolver": lock.closure.resolver, "notes": list(lock.closure.notes),
+    return {"resolved": True, "resolver": lock.closure.resolver, "resolved-at": lock.closure.resolved_at,
+            "notes": list(lock.closure.notes),
             "dependencies": [d.to_dict() for d in lock.closure.dists],
             "built-against": {c.name: [b.to_dict() for b in c.built_against]
                               for c in lock.components if c.built_against}}

@@ -1,5 +1,6 @@
-"""`toolchain lock --lock LOCK`: resolve the runtime closure of an existing lock again (the same built wheels,
-the recipe's [resolve]) and rewrite stack.lock.toml and pylock.toml; the ABI check runs first."""
+"""`toolchain lock --lock LOCK [--refresh]`: the runtime closure of an existing lock (the same built wheels, the
+recipe's [resolve]: the one kept in the cache, or resolved again with --refresh) written into stack.lock.toml and
+pylock.toml; the ABI check runs first."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ def register(sub: Any) -> None:
                                    "indexes of its recorded recipe, check it against what each compiled component "
                                    "was built against, and rewrite stack.lock.toml and pylock.toml.")
     p.add_argument("--lock", type=Path, required=True, metavar="LOCK", help="the stack.lock.toml to re-resolve")
+    p.add_argument("--refresh", action="store_true",
+                   help="resolve again from the indexes even when the closure for these wheels' requirements and "
+                        "this [resolve] is kept in the cache (without it, the kept closure is used offline)")
     options.add(p, "recipes-dir", "patches-dir", "cache-dir")
     p.set_defaults(handler=handle)
 
@@ -26,7 +30,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     from toolchain.commands.build import closure_summary
     from toolchain.commands.recipes import Table
 
-    lock = relock(args.lock, options.cache_dir(args), args.patches_dir, args.recipes_dir, ui)
+    lock = relock(args.lock, options.cache_dir(args), args.patches_dir, args.recipes_dir, ui, refresh=args.refresh)
     assert lock.closure is not None
     data = {"ok": True, "lock": str(lock.path), "pylock": str(lock.path.parent / "pylock.toml") if lock.path else "",
             **closure_summary(lock)}
@@ -35,4 +39,5 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         table.add_column(col, overflow="fold")
     for d in lock.closure.dists:
         table.add_row(d.name, d.version, d.sha256[:16], d.index or d.url)
-    return CommandResult(data, 0, f"[green]lock:[/] {lock.path}", (table,))
+    when = f" (closure resolved {lock.closure.resolved_at})" if lock.closure.resolved_at else ""
+    return CommandResult(data, 0, f"[green]lock:[/] {lock.path}{when}", (table,))

@@ -97,8 +97,9 @@ def without_credentials(url: str) -> str:
 # Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values
 # end at whitespace or NUL (`env -0` output).
 _ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
-# scheme://user:password@ (user and password without '/', '@' or whitespace; the password may hold ':')
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/@\s'\"]+)@")
+# scheme://user:password@ (user without '/', '@', ':' or whitespace; the password may hold ':', and an '@' left
+# unencoded: it runs to the last '@' before the host's '/', as URL parsers read it)
+_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/\s'\"]+)@")
 # http(s)://token@ (no password part)
 _HTTP_USER = re.compile(r"\b(https?://)([^/@:\s'\"]+)@", re.IGNORECASE)
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")

@@ -16,7 +16,7 @@ from typing import Any
 from toolchain.core.devices import PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
-from toolchain.core.redact import is_secret
+from toolchain.core.redact import is_secret, redact_url
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
@@ -564,6 +564,12 @@ def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> t
     return names
 
 
+# userinfo in a URL, in any letter case: user:password@, token@, __token__:pypi-...@
+_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
+# uv's --python-platform names: x86_64-manylinux_2_28, aarch64-unknown-linux-gnu, linux, wasm32-pyodide2024
+_PLATFORM = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+){0,3}$")
+
+
 def _resolve(r: Any, pr: _Problems, path: Path) -> ResolveSpec:
     if not isinstance(r, dict):
         return ResolveSpec()
@@ -576,15 +582,24 @@ def _resolve(r: Any, pr: _Problems, path: Path) -> ResolveSpec:
     for url in indexes:
         if "://" not in url:
             pr.add("resolve.indexes", f"{url!r} is not a URL (a PEP 503 simple index, e.g. {DEFAULT_INDEX})")
-        elif re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
-            pr.add("resolve.indexes", "a URL with credentials would be recorded in the lock; "
-                                      "put them in ~/.netrc or a keyring instead")
+        elif _USERINFO.match(url):
+            pr.add("resolve.indexes", f"{redact_url(url)}: a URL with credentials would be recorded in the lock "
+                                      f"and shown in logs; put them in ~/.netrc or a keyring instead")
     links = []
     for link in pr.str_list(r, "find-links", "resolve.find-links"):
+        if _USERINFO.match(link):
+            pr.add("resolve.find-links", f"{redact_url(link)}: a URL with credentials would be recorded in the lock "
+                                         f"and shown in logs; put them in ~/.netrc or a keyring instead")
+            continue
         if "://" in link or link.startswith("{demo}"):  # {demo}: the demo's shipped files (toolchain.resolve)
             links.append(link)
             continue
         links.append(str((path.parent / link).resolve()))  # checked when resolving: a lock's recipe loads anywhere
+    plat = r.get("platform", "")
+    if isinstance(plat, str) and plat and not _PLATFORM.match(plat):
+        pr.add("resolve.platform", f"{plat!r} is not a platform name: uv's --python-platform, such as "
+                                   f"\"x86_64-manylinux_2_28\", \"aarch64-unknown-linux-gnu\" or \"linux\" "
+                                   f"(lower-case letters, digits, '_', '.' and '-')")
     version = r.get("python-version", "")
     if isinstance(version, str) and version and not re.match(r"^3\.\d+$", version):
         pr.add("resolve.python-version", f"must be MAJOR.MINOR such as \"3.12\", got {version!r}")

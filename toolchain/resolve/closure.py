@@ -8,6 +8,8 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from toolchain.core.redact import redact_url
+
 DEPS_DIR = "wheels/deps"  # beside a lock: the fetched (or, in a bundle made --with-deps, bundled) dependency files
 
 
@@ -33,8 +35,9 @@ class LockedDist:
         return unquote(parsed.path) if parsed.scheme == "file" else ""
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "version": self.version, "file": self.file, "url": self.url,
-                             "sha256": self.sha256, "size": self.size, "index": self.index,
+        d: dict[str, Any] = {"name": self.name, "version": self.version, "file": self.file,
+                             "url": redact_url(self.url), "sha256": self.sha256, "size": self.size,
+                             "index": redact_url(self.index),
                              "required-by": list(self.required_by)}
         return d
 
@@ -56,6 +59,7 @@ class Closure:
     platform: str
     dists: tuple[LockedDist, ...]
     notes: tuple[str, ...] = ()       # requirements on built distributions the built version does not meet
+    resolved_at: str = ""             # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving
 
     def dist(self, name: str) -> LockedDist | None:
         from packaging.utils import canonicalize_name
@@ -64,9 +68,11 @@ class Closure:
         return next((d for d in self.dists if d.name == want), None)
 
     def settings(self) -> dict[str, Any]:
-        return {"resolver": self.resolver, "indexes": list(self.indexes), "find-links": list(self.find_links),
+        return {"resolver": self.resolver, "indexes": [redact_url(i) for i in self.indexes],
+                "find-links": [redact_url(f) for f in self.find_links],
                 "index-strategy": self.index_strategy, "python-version": self.python_version,
-                "platform": self.platform, "notes": list(self.notes)}
+                "platform": self.platform, "notes": list(self.notes)} | (
+            {"resolved-at": self.resolved_at} if self.resolved_at else {})
 
     @classmethod
     def from_toml(cls, settings: dict[str, Any], dists: list[dict[str, Any]]) -> Closure:
@@ -75,6 +81,7 @@ class Closure:
                    index_strategy=str(settings.get("index-strategy", "")),
                    python_version=str(settings.get("python-version", "")),
                    platform=str(settings.get("platform", "")), notes=tuple(settings.get("notes", ())),
+                   resolved_at=str(settings.get("resolved-at", "")),
                    dists=tuple(LockedDist.from_dict(d) for d in dists))
 
 
@@ -84,13 +91,13 @@ def pylock_entry(d: LockedDist, *, bundled: bool = False) -> dict[str, Any]:
     if bundled:
         where["path"] = f"{DEPS_DIR}/{d.file}"
     else:
-        where["url"] = d.url
+        where["url"] = redact_url(d.url)
     if d.size:
         where["size"] = d.size
     where["hashes"] = {"sha256": d.sha256}
     entry: dict[str, Any] = {"name": d.name, "version": d.version}
     if d.index and "://" in d.index and not d.index.startswith("file:"):
-        entry["index"] = d.index
+        entry["index"] = redact_url(d.index)
     entry["wheels" if d.is_wheel else "sdist"] = [where] if d.is_wheel else where
     entry["tool"] = {"toolchain": {"role": "dependency", "required-by": list(d.required_by)}}
     return entry

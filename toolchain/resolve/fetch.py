@@ -13,7 +13,7 @@ from toolchain.core.fs import atomic_write_text, sha256_file
 from toolchain.core.proc import CommandFailed, run
 from toolchain.errors import TestFailed, TransientError
 from toolchain.resolve.closure import LockedDist
-from toolchain.resolve.failure import raise_classified
+from toolchain.resolve.failure import classify, host_of, raise_classified
 
 FETCH_TIMEOUT = 3600
 FETCHING = "fetching the locked dependency files"
@@ -49,14 +49,23 @@ def _fetch(dists: Sequence[LockedDist], dest: Path, log: Path) -> dict[str, Path
                 timeout=FETCH_TIMEOUT)
         except CommandFailed as exc:
             raise_classified(exc.tail, what=FETCHING, log=log, disk_fallback=str(dest), leave=("hash",))
+            failure = classify(exc.tail)
+            if failure is not None and failure.kind == "hash":
+                named = [d for d in want if d.file in exc.tail or d.name in exc.tail.lower()] or want
+                raise TestFailed(f"{FETCHING} failed: hash mismatch: "
+                                 f"{', '.join(f'{d.file} from {host_of(d.url) or d.url}' for d in named)} has "
+                                 f"another sha256 than the lock records",
+                                 hint="the index changed or damaged the file since the lock was made: find out why "
+                                      "(ask its owner); `toolchain lock --lock LOCK --refresh` pins what it serves "
+                                      f"now (log: {log})") from None
             raise TestFailed(f"the locked dependency files could not be fetched with their sha256 checked:\n"
                              f"{exc.tail}", hint=f"a file differs from the lock or is gone from its index; "
-                                                 f"`toolchain lock --lock LOCK` resolves again (log: {log})") from None
+                                                 f"`toolchain lock --lock LOCK --refresh` resolves again (log: {log})") from None
     problems = [f"{d.file}: {'missing' if not (dest / d.file).is_file() else 'sha256 ' + sha256_file(dest / d.file)}"
                 f", the lock records {d.sha256}" for d in dists if not _have(dest / d.file, d.sha256)]
     if problems:
         raise TestFailed("dependency files do not match the lock:\n" + "\n".join(f"  - {p}" for p in problems),
-                         hint="remove them and fetch again, or re-resolve with `toolchain lock --lock LOCK`")
+                         hint="remove them and fetch again, or re-resolve with `toolchain lock --lock LOCK --refresh`")
     return {d.name: dest / d.file for d in dists}
 
 

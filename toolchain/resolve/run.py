@@ -11,27 +11,44 @@ from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
 from toolchain.resolve.abi import Compiled, check_built_against
 from toolchain.resolve.closure import Closure
-from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
+from toolchain.resolve.memo import ClosureMemo, canonical_name, closure_key, wheel_meta
 from toolchain.target.facts import TargetInfo
 
 RESOLVE_DIR = "resolve"  # under the cache directory: uv's cache
 
 
 def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str, Path, tuple[BuiltAgainst, ...]]],
-                  cache_dir: Path, log_dir: Path, ui) -> Closure:
-    """Resolve the closure of `built` [(component, wheel, built-against)] and check it against what each
-    compiled component was built against. Raises ResolveError or ABIMismatch (exit 1)."""
-    wheels = [BuiltWheel(name, wheel) for name, wheel, _ in built]
-    log_dir.mkdir(parents=True, exist_ok=True)
+                  cache_dir: Path, log_dir: Path, ui, *, refresh: bool = False) -> Closure:
+    """The closure of `built` [(component, wheel, built-against)], checked against what each compiled component
+    was built against. Resolved once per change: a closure kept under the same key (memo.py) is taken as it
+    is, with no resolver run and no network, unless `refresh`. Raises ResolveError, TransientError (network,
+    full disk) or ABIMismatch (exit 1)."""
     started = time.monotonic()
     spec = recipe.resolve
-    where = redact_text(", ".join([*spec.indexes, *spec.find_links])) or "no index"
-    with ui.status(f"resolving the runtime closure ({where})"):
-        closure = resolve_closure(spec, target, wheels, Path(cache_dir) / RESOLVE_DIR, log_dir / "resolve.log", ui)
+    resolve_cache = Path(cache_dir) / RESOLVE_DIR
+    memo = ClosureMemo(resolve_cache)
+    metas = [(name, wheel_meta(wheel)) for name, wheel, _ in built]
+    key = closure_key(spec, target, metas)
+    closure = None if refresh else memo.get(key)
+    if closure is None:
+        from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
+
+        log_dir.mkdir(parents=True, exist_ok=True)
+        where = redact_text(", ".join([*spec.indexes, *spec.find_links])) or "no index"
+        with ui.status(f"resolving the runtime closure ({where})"):
+            closure = resolve_closure(spec, target, [BuiltWheel(name, wheel) for name, wheel, _ in built],
+                                      resolve_cache, log_dir / "resolve.log", ui, refresh=refresh)
+        how = f"by {closure.resolver} in {time.monotonic() - started:.2f}s"
+    else:
+        how = (f"as resolved {closure.resolved_at or 'before'} by {closure.resolver} (kept: nothing it depends on "
+               f"changed; `toolchain lock --refresh` resolves again)")
     check_built_against([Compiled(name, against) for name, _, against in built if against], closure,
-                        {w.dist: w.version for w in wheels})
+                        {canonical_name(m.name): m.version for _, m in metas})
+    if how.startswith("by"):  # only a closure that passed the check is kept
+        memo.put(key, closure)
     for note in closure.notes:
         ui.warn(note)
     ui.info(f"  [green]✓[/] closure: {len(closure.dists)} dependenc{'y' if len(closure.dists) == 1 else 'ies'} "
-            f"pinned with sha256 by {closure.resolver} in {time.monotonic() - started:.2f}s")
+            f"pinned with sha256 {how}")
     return closure
+

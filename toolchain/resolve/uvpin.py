@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +34,9 @@ from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, LockedDist, file_name
 from toolchain.resolve.failure import raise_classified
+from toolchain.resolve.memo import DEFAULT_MANYLINUX, target_platform, target_python
 from toolchain.target.facts import TargetInfo
 
-DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
 RESOLVE_TIMEOUT = 1800
 RESOLVING = "resolving the runtime closure"
 
@@ -79,31 +80,11 @@ def uv_version(uv: str) -> str:
     return f"uv {out[1]}" if len(out) > 1 else "uv"
 
 
-def target_python(spec: ResolveSpec, target: TargetInfo) -> str:
-    if spec.python_version:
-        return spec.python_version
-    if target.python_version:
-        return ".".join(target.python_version.split(".")[:2])
-    import sys
-
-    return f"{sys.version_info[0]}.{sys.version_info[1]}"
-
-
-def target_platform(spec: ResolveSpec, target: TargetInfo) -> str:
-    """uv's --python-platform: the recipe's, or the probed platform (linux_x86_64 → x86_64-manylinux_2_28)."""
-    if spec.platform:
-        return spec.platform
-    m = re.match(r"^linux_(\w+)$", target.platform or "")
-    if m:
-        return f"{m.group(1)}-manylinux_{DEFAULT_MANYLINUX}"
-    import platform as _platform
-
-    return f"{_platform.machine() or 'x86_64'}-manylinux_{DEFAULT_MANYLINUX}"
-
-
 def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[BuiltWheel], cache_dir: Path,
-                    log: Path, ui=None) -> Closure:
-    """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component."""
+                    log: Path, ui=None, *, refresh: bool = False) -> Closure:
+    """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component,
+    TransientError for a network failure or a full disk. `refresh`: ask the indexes again (uv --refresh), not
+    uv's cache of what they served."""
     recorded_links = tuple(spec.find_links)  # as the recipe says ({demo}/... stays portable)
     spec = dataclasses.replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
     python, platform = target_python(spec, target), target_platform(spec, target)
@@ -122,11 +103,13 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
         raise ResolveError("the built wheels have requirements, but the recipe's [resolve] names no index and no "
                            "find-links", hint="add `indexes = [...]` or `find-links = [...]` to [resolve], or "
                                               "build with --no-resolve")
+    resolved_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
         with tempfile.TemporaryDirectory(prefix="toolchain-resolve-") as tmp:
             work = Path(tmp)
             try:
-                pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log)
+                pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log,
+                                             refresh=refresh)
             except CommandTimeout as exc:
                 raise TransientError(f"{RESOLVING} failed: the resolver ran out of time after {exc.timeout:g}s",
                                      kind="network", hint=f"a slow or stalled index; run again (log: {log})") from None
@@ -150,7 +133,7 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
         if name in built_names:
             continue
         dists.append(_pick(pkg, tags, python, platform, via.get(name, ()), source.get(name, ""), spec, recorded))
-    return dataclasses.replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)))
+    return dataclasses.replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)), resolved_at=resolved_at)
 
 
 def expand_link(link: str) -> str:
@@ -184,12 +167,13 @@ def _argv(uv: str, spec: ResolveSpec, python: str, platform: str, cache_dir: Pat
 
 
 def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequence[BuiltWheel], work: Path,
-             cache_dir: Path, log: Path) -> tuple[dict[str, Any], str]:
+             cache_dir: Path, log: Path, *, refresh: bool = False) -> tuple[dict[str, Any], str]:
     reqs = work / "built.txt"
     reqs.write_text("".join(b.requirement() + "\n" for b in built))
     argv = [*_argv(uv, spec, python, platform, cache_dir), "--override", str(reqs), str(reqs)]
     out = work / "pylock.toml"
-    run([*argv, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    first = [*argv, "--refresh"] if refresh else argv  # the second run reads what the first fetched
+    run([*first, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
     annotated = work / "annotated.txt"
     run([*argv, "--emit-index-annotation", "-o", str(annotated)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
     return tomlio.load_file(out), annotated.read_text()
@@ -334,6 +318,8 @@ def _explain(exc: CommandFailed, uv: str, spec: ResolveSpec, python: str, platfo
     named = [str(r) for r in _requirements(culprit.wheel) if re.search(
         rf"(?<![\w.-]){re.escape(canonicalize_name(r.name))}(?![\w.-]*[\w])", message.lower().replace("_", "-"))]
     asked = ", ".join(named) or "its requirements"
+    chain = requirement_chain(message, [canonicalize_name(Requirement(r).name) for r in named])
+    asked += "".join(f" → {dist} requires {req}" for dist, req in chain)
     where = redact_text(", ".join(spec.indexes + spec.find_links)) or "nothing"
     return ResolveError(f"cannot resolve the runtime closure: component {culprit.component} "
                         f"({culprit.wheel.name}) requires {asked}, which {where} cannot satisfy for Python "
@@ -342,3 +328,33 @@ def _explain(exc: CommandFailed, uv: str, spec: ResolveSpec, python: str, platfo
                         hint="add the index or find-links that serves it to [resolve] in the recipe, fix the "
                              "requirement with a patch, or build with --no-resolve (the lock then pins no "
                              f"dependencies); log: {log}")
+
+
+# uv's explanation: "tomli==2.3.0 depends on leaf>=1", "all versions of tomli depend on leaf>=1"
+_DEPENDS = re.compile(r"([A-Za-z0-9][\w.-]*)(?:[=<>!~]=?[^\s,]*)? depends? on ([A-Za-z0-9][\w.-]*(?:[<>=!~]=?[^\s,]*)?)")
+_MISSING = re.compile(r"([A-Za-z0-9][\w.-]*)(?:[<>=!~]=?[^\s,]*)? was not found|no versions? of ([A-Za-z0-9][\w.-]*)")
+
+
+def requirement_chain(message: str, start: Sequence[str]) -> list[tuple[str, str]]:
+    """[(distribution, requirement)] from a requirement of the component down to what cannot be met, as the
+    resolver's explanation links them ("A depends on B>=1"); [] when it names no such link."""
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for m in _DEPENDS.finditer(message):
+        edges.setdefault(str(canonicalize_name(m.group(1))), []).append(
+            (str(canonicalize_name(re.split(r"[<>=!~]", m.group(2))[0])), m.group(2).rstrip(".")))
+    missing = {str(canonicalize_name(m.group(1) or m.group(2))) for m in _MISSING.finditer(message)}
+    paths: list[list[tuple[str, str]]] = []
+
+    def walk(name: str, path: list[tuple[str, str]], seen: set[str]) -> None:
+        paths.append(path)
+        for nxt, req in edges.get(name, ()):
+            if nxt not in seen:
+                walk(nxt, [*path, (name, req)], seen | {nxt})
+
+    for name in start:
+        walk(str(name), [], {str(name)})
+    # the chain that ends at what no location serves, else the longest
+    def ends_unmet(path: list[tuple[str, str]]) -> bool:
+        return bool(path) and str(canonicalize_name(re.split(r"[<>=!~]", path[-1][1])[0])) in missing
+
+    return max(paths, key=lambda p: (ends_unmet(p), len(p)), default=[])

@@ -205,7 +205,7 @@ def install_locked(lock: Lock, target: Interpreter, log: Path, progress=None, *,
                      f"the index anyway, `toolchain smoke --allow-unlocked-deps` (the report marks the run unlocked)")
         raise TestFailed(f"the environment installed from the lock misses requirements the lock does not pin "
                          f"({target.python}); nothing was downloaded in their place:\n{said}",
-                         hint="re-resolve the closure with `toolchain lock --lock LOCK`")
+                         hint="re-resolve the closure with `toolchain lock --lock LOCK --refresh`")
     return steps
 
 
@@ -272,7 +272,7 @@ def require_environment(env: dict, where: str, *, installed_here: bool = True) -
     wheels). `installed_here`: False for an existing environment (--no-install), said in the hint."""
     bad = [r for r in env["locked"] if r["state"] != "ok"]
     if bad:
-        hint = ("install from the lock again (a fresh venv), or re-resolve with `toolchain lock`" if installed_here
+        hint = ("install from the lock again (a fresh venv), or re-resolve with `toolchain lock --refresh`" if installed_here
                 else "serve from an environment installed from this lock (drop --no-install), or make this one "
                      "match it (`pip install --no-deps --require-hashes` of the lock's files)")
         raise TestFailed(f"the environment {where} does not match the lock; nothing was served:\n" + "\n".join(

@@ -1,0 +1,133 @@
+"""Resolve once per change: a resolved closure is kept under a key made of what determines it, and a build,
+rebuild or bisect step whose key is kept resolves nothing and needs no network.
+
+The key is each built wheel's metadata (name, version, Requires-Dist, Requires-Python; never the wheel's own
+hash, so a bisect step that changed no requirement reuses the previous closure), the recipe's [resolve]
+settings, and the target's Python version and platform. An entry is the closure with every file's sha256 and
+when it was resolved; `toolchain lock --refresh` resolves again on purpose.
+
+Cheap on purpose (a warm build takes this path): the metadata is read from the wheel's zip without the email
+parser, and nothing here imports packaging or the resolver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolchain.core.fs import atomic_write_text
+from toolchain.recipe.model import ResolveSpec
+from toolchain.resolve.closure import Closure
+from toolchain.target.facts import TargetInfo
+
+DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
+MEMO_DIR = "closures"       # under the resolver's cache folder
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class WheelMeta:
+    """What a built wheel asks of the closure (its METADATA)."""
+    name: str
+    version: str
+    requires_dist: tuple[str, ...]
+    requires_python: str
+
+    @property
+    def has_requirements(self) -> bool:
+        return bool(self.requires_dist)
+
+
+def wheel_meta(wheel: Path) -> WheelMeta:
+    """The wheel's Name, Version, Requires-Dist and Requires-Python, read from `*.dist-info/METADATA`."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        text = zf.read(meta).decode("utf-8", errors="replace")
+    fields: dict[str, list[str]] = {}
+    last = ""
+    for line in text.split("\n"):
+        if not line.strip():
+            break  # the headers end at the first empty line (the description follows)
+        if line[0] in " \t" and last:  # a folded header line
+            fields[last][-1] += " " + line.strip()
+            continue
+        name, _, value = line.partition(":")
+        last = name.strip().lower()
+        fields.setdefault(last, []).append(value.strip())
+    return WheelMeta(name=(fields.get("name") or [""])[0], version=(fields.get("version") or [""])[0],
+                     requires_dist=tuple(fields.get("requires-dist", ())),
+                     requires_python=(fields.get("requires-python") or [""])[0])
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503's normalized name (packaging's canonicalize_name, without importing packaging)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def target_python(spec: ResolveSpec, target: TargetInfo) -> str:
+    if spec.python_version:
+        return spec.python_version
+    if target.python_version:
+        return ".".join(target.python_version.split(".")[:2])
+    import sys
+
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def target_platform(spec: ResolveSpec, target: TargetInfo) -> str:
+    """uv's --python-platform: the recipe's, or the probed platform (linux_x86_64 → x86_64-manylinux_2_28)."""
+    if spec.platform:
+        return spec.platform
+    m = re.match(r"^linux_(\w+)$", target.platform or "")
+    if m:
+        return f"{m.group(1)}-manylinux_{DEFAULT_MANYLINUX}"
+    import platform as _platform
+
+    return f"{_platform.machine() or 'x86_64'}-manylinux_{DEFAULT_MANYLINUX}"
+
+
+def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str, WheelMeta]]) -> str:
+    """The sha256 of what determines the closure of `built` [(component, metadata)] (lock order)."""
+    data = {"format": FORMAT,
+            "wheels": [{"component": comp, "name": m.name, "version": m.version,
+                        "requires-dist": list(m.requires_dist), "requires-python": m.requires_python}
+                       for comp, m in built],
+            "resolve": {"indexes": list(spec.indexes), "find-links": list(spec.find_links),
+                        "index-strategy": spec.index_strategy, "platform": spec.platform,
+                        "python-version": spec.python_version},
+            "python": target_python(spec, target), "platform": target_platform(spec, target)}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+class ClosureMemo:
+    """Resolved closures by key, one JSON file each (written atomically: a kill or a concurrent run leaves a
+    whole entry or none). A damaged entry is a miss."""
+
+    def __init__(self, resolve_cache: Path) -> None:
+        self.dir = resolve_cache / MEMO_DIR
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def get(self, key: str) -> Closure | None:
+        try:
+            data = json.loads(self.path(key).read_text(encoding="utf-8"))
+            if data.get("format") != FORMAT or data.get("key") != key:
+                return None
+            closure = Closure.from_toml(data["resolve"], data["dependencies"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not all(re.fullmatch(r"[0-9a-f]{64}", d.sha256) for d in closure.dists):
+            return None
+        return closure
+
+    def put(self, key: str, closure: Closure) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        data = {"format": FORMAT, "key": key, "resolve": closure.settings(),
+                "dependencies": [d.to_dict() for d in closure.dists]}
+        atomic_write_text(self.path(key), json.dumps(data, indent=1, sort_keys=True) + "\n")
