@@ -204,3 +204,19 @@ def full_disk(where: Path):
         shutil.rmtree(where, ignore_errors=True)
         if had:
             kept.rename(where)
+
+
+def warm_builds(demo_cache: Path, root: Path):
+    """(root, cli, build): a copy of the demo build's cache under `root` (every component cached) and a CLI
+    to build recipe variants with it; build(recipe, out, *args, env=...) → (result, root / out)."""
+    from spine_helpers import Cli, isolated_env
+
+    shutil.copytree(demo_cache, root / "cache", symlinks=True)
+    cli = Cli(root, isolated_env(root))
+
+    def build(recipe: Path, out: str, *args, env: dict[str, str] | None = None):
+        r = cli("build", "--recipe", recipe, "--patches-dir", REPO / "patches", "--cache-dir", root / "cache",
+                "--out", root / out, "--json", *args, env=env)
+        return r, root / out
+
+    return root, cli, build
