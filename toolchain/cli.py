@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI
-from toolchain.core.proc import STOPPING, Interrupted
+from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
 EXIT_CODES = """\
@@ -130,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         _report(ui, err)
         return err.return_code
     except Interrupted as exc:
+        CHILDREN.stop_all()  # (the handler started it: this waits until nothing the tool started is left)
         _report(ui, ToolError(f"interrupted by {exc.signame}"), code=exc.exit_code)
         return exc.exit_code
     except KeyboardInterrupt:
+        CHILDREN.stop_all()
         _report(ui, ToolError("interrupted by SIGINT (Ctrl-C)"), code=130)
         return 130
     except OSError as exc:
@@ -177,22 +179,19 @@ def _environment_error(exc: OSError) -> ToolError | None:
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise `Interrupted` (after a SIGINT to the tool's own group, as Ctrl-C would send);
-    SIGINT raises KeyboardInterrupt as Python's default does (once: later ones are ignored while the first
-    unwinds, as in `proc.interruptible`). Each notes the stop first (`STOPPING`)."""
+    """SIGTERM and SIGHUP raise `Interrupted`; SIGINT raises KeyboardInterrupt as Python's default does (once:
+    later ones are ignored while the first unwinds, as in `proc.interruptible`). Each first stops what the
+    tool started (`proc.stop_requested`): every child runs in a process group of its own, so a signal sent to
+    the tool's PID alone, or to its group, reaches them only through the tool, whether it leads its group or
+    not (started from a script)."""
     def raise_interrupted(signum: int, frame: Any) -> None:
-        STOPPING.set()
-        if os.getpgrp() == os.getpid():  # the group is the tool's: stop it as Ctrl-C would, children included
-            old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-            try:
-                os.killpg(os.getpgrp(), signal.SIGINT)
-            finally:
-                signal.signal(signal.SIGINT, old)
+        if not STOPPING.is_set():
+            stop_requested(signum)
         raise Interrupted(signum)
 
     def ctrl_c(signum: int, frame: Any) -> None:
         if not STOPPING.is_set():  # a second Ctrl-C does not cut short the clean-up of the first
-            STOPPING.set()
+            stop_requested(signum)
             raise KeyboardInterrupt
 
     STOPPING.clear()

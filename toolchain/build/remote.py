@@ -37,8 +37,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,7 @@ from toolchain import __version__
 from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
 from toolchain.build.regauth import Credentials, find_credentials
 from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
+from toolchain.core.proc import on_stop
 from toolchain.core.redact import redact_url
 from toolchain.errors import ToolError
 
@@ -89,6 +92,52 @@ class Refused(RemoteError):
 
 # ---- the transport: one bounded try per request, the registry's auth challenge answered ----------------------
 
+_OPEN_SOCKETS: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # the transport's connections
+_DROPPED = threading.Event()  # a stop signal reached the tool: no request waits any more
+
+
+def drop_requests() -> None:
+    """Cut every connection the transport has open (a request waiting for an answer fails at once instead
+    of waiting out its timeout) and refuse new requests: what a stop signal does (proc.on_stop)."""
+    _DROPPED.set()
+    for sock in list(_OPEN_SOCKETS):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+on_stop(drop_requests)
+
+
+@functools.cache
+def _adapter_class() -> type:
+    """A requests adapter whose connections are noted in _OPEN_SOCKETS once connected."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class Conn(HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            _OPEN_SOCKETS.add(self.sock)
+
+    class SConn(HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            _OPEN_SOCKETS.add(self.sock)
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = Conn
+
+    class SPool(HTTPSConnectionPool):
+        ConnectionCls = SConn
+
+    class Adapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": Pool, "https": SPool}
+
+    return Adapter
+
 class _Transport:
     """requests with timeouts and no retries; answers a 401 once, with Basic credentials or a Bearer token
     from the realm the registry names (as distribution's token auth and GHCR/Harbor do). requests drops the
@@ -100,6 +149,8 @@ class _Transport:
         import requests
 
         self.session = requests.Session()
+        for scheme in ("http://", "https://"):
+            self.session.mount(scheme, _adapter_class()())
         self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
         self.prefix = "http" if settings.insecure else "https"
         self.timeout = (settings.timeout, settings.timeout)
@@ -108,6 +159,10 @@ class _Transport:
 
     def request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
                 json: dict | None = None, stream: bool = False) -> requests.Response:
+        if _DROPPED.is_set():
+            import requests
+
+            raise requests.exceptions.ConnectionError("the request was dropped: the tool is stopping")
         sent = dict(headers or {})
         used = self.authorization  # what THIS request carries: threads share the transport
         if used:

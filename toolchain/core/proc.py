@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -112,13 +112,13 @@ def merge_env(base: Mapping[str, str], *layers: Mapping[str, str | None]) -> dic
 def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,
         log: Path | None = None, check: bool = True, capture: bool = False, verbose: bool = False,
         timeout: float | None = None, stdin: bytes | None = None, success_codes: Sequence[int] = (0,),
-        hint: str | None = None, new_session: bool = False) -> Completed:
+        hint: str | None = None) -> Completed:
     """Run `argv`. `env` is the complete environment (None: inherit os.environ).
 
     capture=True returns stdout/stderr as text (for short queries such as git rev-parse); otherwise the
     merged output is streamed into `log` (and to the terminal when `verbose`). Secrets are masked in logs.
-    `new_session`: the command gets a session (and process group) of its own, so a signal sent to this
-    process's group does not reach it.
+    The command runs in a session (and process group) of its own, tracked until it ends (see CHILDREN): a stop
+    signal reaches it through the tool, never past it.
     """
     argv = _checked_argv(argv, "run")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
@@ -135,7 +135,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     try:
         try:
             code, out, err, tail, timed_out = _popen(argv, full_env, cwd, log_file, capture, verbose, timeout,
-                                                     stdin, new_session)
+                                                     stdin)
         except _NotStarted as exc:
             if log_file is not None:
                 log_file.write(exc.reason + "\n")
@@ -168,8 +168,7 @@ class _NotStarted(Exception):
 
 
 def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_file: IO[str] | None, capture: bool,
-           verbose: bool, timeout: float | None, stdin: bytes | None,
-           new_session: bool) -> tuple[int, str, str, str, bool]:
+           verbose: bool, timeout: float | None, stdin: bytes | None) -> tuple[int, str, str, str, bool]:
     """(exit code, stdout, stderr, output tail, timed out)."""
     import subprocess
 
@@ -179,13 +178,14 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if capture else subprocess.STDOUT,
-            start_new_session=new_session,
+            start_new_session=True,
         )
     except FileNotFoundError as exc:
         raise _NotStarted(127, f"{argv[0]}: program not found ({exc.strerror})",
                           f"install {argv[0]!r} or put it on PATH") from None
     except PermissionError as exc:
         raise _NotStarted(126, f"{argv[0]}: {exc.strerror}", None) from None
+    child = CHILDREN.add(proc)
     try:
         if capture:
             try:
@@ -219,8 +219,10 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
         reader.join(timeout=GRACE if timed_out else None)
         return proc.returncode, "", "", "".join(tail), timed_out
     except KeyboardInterrupt:
-        _stop(proc)
+        child.stop(KILL_GRACE)
         raise
+    finally:
+        CHILDREN.discard(child)
 
 
 def _pump(proc, env, log_file, verbose, tail):
@@ -237,17 +239,14 @@ def _pump(proc, env, log_file, verbose, tail):
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Ctrl-C escalation: interrupt, then terminate, then kill."""
+    """A command that ran out of time: interrupt, then terminate, then kill (its whole process group)."""
     import subprocess
 
-    for action, grace in ((lambda: proc.send_signal(signal.SIGINT), 3.0), (proc.terminate, 3.0),
-                          (proc.kill, None)):
+    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, None)):
         if proc.poll() is not None:
             return
-        try:
-            action()
-        except ProcessLookupError:
-            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
         try:
             proc.wait(timeout=grace)
             return
@@ -288,8 +287,10 @@ class Background:
     through secret redaction. `stop()` escalates SIGINT → SIGTERM → SIGKILL to the whole group, so the
     processes the command spawned go with it; the leader's real exit status (code or signal) is kept."""
 
-    def __init__(self, proc: subprocess.Popen, env: Mapping[str, str], log: Path | None, verbose: bool) -> None:
+    def __init__(self, proc: subprocess.Popen, env: Mapping[str, str], log: Path | None, verbose: bool,
+                 child: Child | None = None) -> None:
         self._proc = proc
+        self._child = child
         self.argv = tuple(str(a) for a in proc.args)  # type: ignore[union-attr]
         self.pid = proc.pid
         self.log = log
@@ -344,7 +345,10 @@ class Background:
         return _group_has_live_member(self.pid)
 
     def signal(self, sig: int) -> None:
-        """Send `sig` to the whole process group."""
+        """Send `sig` to the whole process group (and its cgroup, where it has one)."""
+        if self._child is not None:
+            self._child.signal(sig)
+            return
         try:
             os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -367,6 +371,8 @@ class Background:
         code = self._proc.wait()
         self._pump.join(grace)
         self._watch.join(grace)  # its "# exit ..." line is in the log before the caller writes more
+        if self._child is not None:
+            CHILDREN.discard(self._child)
         return code
 
     def _wait_group(self, seconds: float) -> None:
@@ -441,7 +447,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
                             hint=hint or f"install {args[0]!r} or put it on PATH") from None
     except PermissionError as exc:
         raise CommandFailed(args, 126, log, f"{args[0]}: {exc.strerror}", hint=hint) from None
-    return Background(proc, full_env, log, verbose)
+    return Background(proc, full_env, log, verbose, CHILDREN.add(proc))
 
 
 # --------------------------------------------------------------------------------------------- signals
@@ -485,7 +491,8 @@ def interruptible(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
     fired: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
-        STOPPING.set()
+        if not fired:
+            stop_requested(signum)
         fired.append(signum)
         if len(fired) == 1:
             raise Interrupted(signum)
@@ -501,3 +508,197 @@ def interruptible(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+# --------------------------------------------------------------------------------------------- children
+
+KILL_GRACE = 3.0   # after a stop signal: seconds between SIGTERM to every child and SIGKILL to what is left
+_CGROUP_ROOT: list[Path | None] = []  # [where the tool's children's cgroups go] once looked for ([None]: nowhere)
+
+
+class Child:
+    """A command the tool started: its process group (its pid: each child leads a session of its own) and,
+    where one could be made, a cgroup v2 of its own, which holds what escapes the group (setsid, daemons)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+        self.cgroup = _cgroup_for(proc.pid)
+
+    def signal(self, sig: int) -> None:
+        """`sig` to the process group and to each process in the cgroup."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+        if self.cgroup is None:
+            return
+        if sig == signal.SIGKILL and _write(self.cgroup / "cgroup.kill", "1"):
+            return
+        for pid in self._cgroup_pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def _cgroup_pids(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()] if self.cgroup else []
+        except (OSError, ValueError):
+            return []
+
+    def alive(self) -> bool:
+        """Whether anything of it still runs: the leader, its group or (where it has one) its cgroup."""
+        if self.proc.poll() is None:
+            return True
+        if self.cgroup is not None and self._cgroup_pids():
+            return True
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return _group_has_live_member(self.pid)
+
+    def stop(self, grace: float = KILL_GRACE) -> None:
+        """SIGTERM to all of it, SIGKILL after `grace` seconds to what is left; returns when nothing is left
+        (or after `grace` more seconds: a process stuck in the kernel)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self.alive():
+                break
+            self.signal(sig)
+            deadline = time.monotonic() + grace
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(_GROUP_POLL)
+        self.release()
+
+    def release(self) -> None:
+        """Remove its cgroup once empty (a cgroup that still holds a process is left: `stop` ends those)."""
+        if self.cgroup is not None and not self._cgroup_pids():
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
+
+
+class Children:
+    """Every command the tool started and that has not ended yet (`CHILDREN`): what a stop signal stops."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, Child] = {}
+
+    def add(self, proc: subprocess.Popen) -> Child:
+        child = Child(proc)
+        with self._lock:
+            self._live[child.pid] = child
+        return child
+
+    def discard(self, child: Child) -> None:
+        with self._lock:
+            self._live.pop(child.pid, None)
+        child.release()
+
+    def live(self) -> list[Child]:
+        with self._lock:
+            return list(self._live.values())
+
+    def terminate(self) -> list[Child]:
+        """SIGTERM to every child now (safe in a signal handler: no waiting); returns them."""
+        children = self.live()
+        for child in children:
+            child.signal(signal.SIGTERM)
+        return children
+
+    def stop_all(self, grace: float = KILL_GRACE) -> None:
+        """Stop every child (SIGTERM, SIGKILL after `grace`) and wait until none is left."""
+        children = self.live()
+        for child in children:
+            child.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(c.alive() for c in children) and time.monotonic() < deadline:
+            time.sleep(_GROUP_POLL)
+        for child in children:
+            if child.alive():
+                child.signal(signal.SIGKILL)
+        deadline = time.monotonic() + grace
+        while any(c.alive() for c in children) and time.monotonic() < deadline:
+            time.sleep(_GROUP_POLL)
+        for child in children:
+            child.release()
+
+    def stop_soon(self, grace: float = KILL_GRACE) -> threading.Thread:
+        """`stop_all` in a thread of its own, started now (from a signal handler: the main thread may be
+        waiting for a worker whose command ignores SIGTERM)."""
+        thread = threading.Thread(target=self.stop_all, args=(grace,), name="stop-children", daemon=True)
+        thread.start()
+        return thread
+
+
+CHILDREN = Children()
+
+_ON_STOP: list[Callable[[], None]] = []
+
+
+def on_stop(callback: Callable[[], None]) -> None:
+    """Call `callback` (no waiting in it) when a stop signal reaches the tool: a network client drops its
+    pending requests there (build/remote.py), so nothing waits out a timeout."""
+    _ON_STOP.append(callback)
+
+
+def stop_requested(signum: int) -> None:
+    """What a stop signal does first, in the handler (cli.py, `interruptible`): note it (`STOPPING`), drop
+    pending network requests, SIGTERM every child and SIGKILL what is left after KILL_GRACE, in a thread."""
+    STOPPING.set()
+    for callback in list(_ON_STOP):
+        with contextlib.suppress(Exception):
+            callback()
+    CHILDREN.stop_soon()
+
+
+def _cgroup_for(pid: int) -> Path | None:
+    """A new cgroup v2 holding `pid` (moved there as soon as it started, before it could do much), under the
+    tool's own cgroup; None where none can be made (no cgroup v2, no right to write it)."""
+    if not _CGROUP_ROOT:
+        _CGROUP_ROOT.append(_find_cgroup_root())
+    root = _CGROUP_ROOT[0]
+    if root is None:
+        return None
+    path = root / f"toolchain-{os.getpid()}-{pid}"
+    try:
+        path.mkdir()
+    except OSError:
+        return None
+    if _write(path / "cgroup.procs", str(pid)):
+        return path
+    with contextlib.suppress(OSError):
+        path.rmdir()
+    return None
+
+
+def _find_cgroup_root() -> Path | None:
+    """The directory of the tool's own cgroup v2 if it may make cgroups there (TOOLCHAIN_NO_CGROUP=1: never)."""
+    if os.environ.get("TOOLCHAIN_NO_CGROUP") == "1":
+        return None
+    try:
+        own = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.startswith("0::")), None)
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    if own is None:
+        return None
+    for line in mounts:
+        fields = line.split()
+        if " - cgroup2 " in line and len(fields) > 4:
+            base = Path(fields[4]) / own.lstrip("/")
+            if not os.access(base, os.W_OK):
+                return None
+            for stale in base.glob("toolchain-*-*"):  # left by a tool that was killed (-9): empty, removable
+                with contextlib.suppress(ValueError, OSError):
+                    if not Path(f"/proc/{int(stale.name.split('-')[1])}").exists():
+                        stale.rmdir()
+            return base
+    return None
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        with open(path, "w", encoding="ascii") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False

@@ -113,7 +113,7 @@ def supervise(args: Sequence[str]) -> int:
     for sig in stops:
         signal.signal(sig, lambda signum, _frame: received.put(signum))
     try:
-        code = run(argv, check=False, verbose=True, new_session=True).returncode
+        code = run(argv, check=False, verbose=True).returncode
     finally:
         for sig in stops:  # a late stop request: the server is gone
             signal.signal(sig, signal.SIG_IGN)
