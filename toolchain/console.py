@@ -26,11 +26,54 @@ if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds
 
 
 @dataclass(frozen=True)
+class Grid:
+    """A table that fits any width by wrapping rows, never characters (`render`): each cell whole, a cell's
+    lines split at "\n". Where the row does not fit, the first columns that do stay on the row's line and
+    each other column follows below it as "  column  value"."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def render(self, width: int) -> list[str]:
+        """The plain-text lines at `width` columns (a value longer than the whole width stays whole)."""
+        cells = [[c.split("\n") if c else ["-"] for c in row] for row in self.rows]
+        widths = [max([len(name)] + [len(line) for row in cells for line in row[i]])
+                  for i, name in enumerate(self.columns)]
+        out = [self.title] if self.title else []
+        if sum(widths) + 2 * (len(widths) - 1) <= width:
+            out.append(_join([n.ljust(w) for n, w in zip(self.columns, widths)]))
+            for row in cells:
+                for k in range(max(len(c) for c in row)):
+                    out.append(_join([(c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths)]))
+            return out
+        head = 1  # the columns on the row's own line: one-line cells that fit
+        while (head < len(widths) and all(len(row[head]) == 1 for row in cells)
+               and sum(widths[:head + 1]) + 2 * head <= width):
+            head += 1
+        label = max(len(n) for n in self.columns[head:])
+        out.append(_join([n.ljust(w) for n, w in zip(self.columns[:head], widths)]))
+        for row in cells:
+            out.append(_join([" / ".join(c).ljust(w) for c, w in zip(row[:head], widths)]))
+            for name, lines in zip(self.columns[head:], row[head:]):
+                if 4 + label + max(len(line) for line in lines) > width:  # too long beside its label: below it
+                    out += [f"  {name}", *(f"    {line}" for line in lines)]
+                    continue
+                for k, line in enumerate(lines):
+                    out.append(f"  {(name if k == 0 else '').ljust(label)}  {line}".rstrip())
+        return out
+
+
+def _join(parts: list[str]) -> str:
+    return "  ".join(parts).rstrip()
+
+
+@dataclass(frozen=True)
 class CommandResult:
     data: dict[str, Any]            # what --json prints
     exit_code: int = 0              # 0 ok, 1 a build/test failed
     summary: str = ""               # what a person reads (rich markup allowed)
-    tables: tuple[Table, ...] = field(default=())
+    tables: tuple[Table | Grid, ...] = field(default=())
 
 
 class UI:
@@ -98,9 +141,21 @@ class UI:
             self.emit_json(result.data)
             return
         for table in result.tables:
-            self.out.print(table)
-        if result.summary:
-            self.out.print(result.summary)
+            if isinstance(table, Grid):
+                self.print_grid(table)
+            else:
+                self.out.print(table)
+        if result.summary:  # piped: each line whole (a log is read, not a terminal)
+            self.out.print(result.summary, soft_wrap=not self.out.is_terminal)
+
+    def print_grid(self, grid: Grid) -> None:
+        """A Grid at the output's width (a terminal's, else $COLUMNS, else 80): plain text, never wrapped again."""
+        from rich.text import Text
+
+        lines = grid.render(self.out.width)
+        for i, line in enumerate(lines):
+            style = "bold" if self.out.is_terminal and i < (2 if grid.title else 1) else ""
+            self.out.print(Text(line, style=style), soft_wrap=True, crop=False)
 
     def emit_json(self, data: dict[str, Any]) -> None:
         """The one JSON document of a `--json` run."""

@@ -72,6 +72,7 @@ class BuiltComponent:
     jobs: int = 0
     jobs_source: str = ""
     version: str = ""  # the wheel's (normalized), as the cache entry recorded it ("": read the file name)
+    built_at: float = 0.0  # when the build that made the wheel stored it (epoch seconds; 0: not recorded)
 
 
 def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
@@ -226,7 +227,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
                           tuple(meta.get("normalizations", ())), source, pushed,
                           tuple(BuiltAgainst.from_dict(d) for d in meta.get("built_against", ())),
                           CacheReport.from_dict(meta.get("compiler_cache")), BuildMetrics.from_dict(meta.get("metrics")),
-                          int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")))
+                          int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")),
+                          float(meta.get("stored") or 0.0))
 
 
 def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Path, work: Path, log: Path,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions
 from toolchain.commands import options
-from toolchain.commands.recipes import Table
-from toolchain.console import UI, CommandResult, literal
+from toolchain.console import UI, CommandResult, Grid, literal
 from toolchain.errors import UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
@@ -86,18 +86,35 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs,
                               with_deps=args.with_deps)
         data["bundle"] = str(bundle)
-    tables: tuple[Any, ...] = ()
-    if not ui.json_mode:
-        table = Table(title=literal(f"{recipe.name}: {lock.path}"))
-        for col in ("component", "commit", "describe", "wheel", "sha256", "from", "build cost"):
-            table.add_column(col)
-        for c, b in zip(lock.components, built):
-            table.add_row(c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:16], SOURCES[b.source],
-                          build_cost(c))
-        tables = (table,)
+    tables = (summary_grid(f"{recipe.name}: {lock.path}", lock, built),)
     summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
         f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "")
     return CommandResult(data, 0, summary, tables)
+
+
+def summary_grid(title: str, lock: Lock, built: list[Any]) -> Grid:
+    """The build summary: whole wheel names, 12 hex digits of commit and sha256, where each wheel came from
+    (a wheel from a cache says when and how long its build was), and what that build cost."""
+    return Grid(title, ("component", "commit", "describe", "wheel", "sha256", "from", "build cost"),
+                tuple((c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:12], provenance(b),
+                       build_cost(c)) for c, b in zip(lock.components, built)))
+
+
+def provenance(b: Any) -> str:
+    """"compiled", or "cached (built in 41 min on 2026-11-30)" / "downloaded (...)" for a wheel from a cache."""
+    how = SOURCES[b.source]
+    if b.source == "built":
+        return how
+    when = f" on {time.strftime('%Y-%m-%d', time.gmtime(b.built_at))}" if b.built_at else ""
+    return f"{how} (built in {duration(b.seconds)}{when})" if b.seconds else how
+
+
+def duration(seconds: float) -> str:
+    """41 min, 1 h 5 min, 12 s."""
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 1 else f"{seconds:.1f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
 def lock_summary(lock: Lock) -> dict[str, Any]:
@@ -118,7 +135,7 @@ def build_cost(c: LockedComponent) -> str:
         parts.append(c.metrics.summary())
     if c.compiler_cache.launcher != "none" or c.compiler_cache.note:
         parts.append(c.compiler_cache.summary())
-    return "\n".join(parts)
+    return "\n".join(parts) or "-"
 
 
 def closure_summary(lock: Lock) -> dict[str, Any]:

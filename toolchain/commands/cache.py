@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.commands import options
-from toolchain.console import UI, CommandResult
+from toolchain.console import UI, CommandResult, Grid
 from toolchain.errors import UsageError
 
 
@@ -54,15 +54,11 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
             rows = [e.to_dict() for e in Registry(settings).entries(args.component or "")]
         where = settings.url
     data = {"ok": True, "where": where, "remote": args.remote is not None, "entries": rows}
-    from rich.table import Table
-
-    table = Table(title=f"{'remote' if args.remote is not None else 'local'} wheel cache: {where}"
-                  + (f" ({args.component})" if args.component else ""))
-    for col in ("component", "commit", "describe", "wheel", "size", "stored", "key"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["component"], r["commit"][:12], r["describe"], r["wheel"], _size(r["size"]),
-                      r["created"], r["key"][:16])
+    table = Grid(f"{'remote' if args.remote is not None else 'local'} wheel cache: {where}"
+                 + (f" ({args.component})" if args.component else ""),
+                 ("component", "commit", "describe", "size", "stored", "key", "wheel"),
+                 tuple((r["component"], r["commit"][:12], r["describe"], _size(r["size"]), r["created"],
+                        r["key"][:16], r["wheel"]) for r in rows))
     return CommandResult(data, 0, f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}", (table,))
 
 

@@ -9,8 +9,7 @@ from typing import Any
 from toolchain.build.plan import make_plan, plan_to_dict
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
-from toolchain.commands.recipes import Table
-from toolchain.console import CommandResult
+from toolchain.console import CommandResult, Grid
 from toolchain.target import make_runtime
 
 
@@ -54,24 +53,8 @@ def cmd_plan(args, ui) -> CommandResult:
                       "mirror": fact.missing or "has the commit"})
         entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime.kind, cache, fact.epoch)
     oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
-    table = Table(title=f"plan for {recipe.name} ({plan.target.runtime}, python {plan.target.python_version}, "
-                        f"oneAPI {oneapi})")
-    table.add_column("component", no_wrap=True)
-    table.add_column("commit", no_wrap=True)
-    table.add_column("describe, date, epoch", no_wrap=True)
-    table.add_column("patches", overflow="fold")
-    table.add_column("jobs", no_wrap=True)
-    for c in data["components"]:
-        if "prebuilt" in c:
-            pre = c["prebuilt"]
-            table.add_row(c["name"], "prebuilt", pre.get("requirement") or pre.get("file", ""), "-", "-")
-            continue
-        source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
-                  else "not fetched yet")
-        jobs = c.get("jobs", {})
-        table.add_row(c["name"], c["commit"][:12], source,
-                      "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-",
-                      f"{jobs.get('jobs', '')}\n({jobs.get('source', '')})")
+    table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python {plan.target.python_version}, "
+                      f"oneAPI {oneapi})", data["components"])
     from rich.markup import escape
 
     lines = [f"[bold]{c['name']}[/] prebuilt {escape(_prebuilt_line(c['prebuilt']))}" if "prebuilt" in c else
@@ -96,6 +79,32 @@ def _prebuilt_line(pre: dict[str, Any]) -> str:
     if pre.get("sha256"):
         return f"{what}: {pre.get('file', '')} sha256 {pre['sha256'][:16]}… (never compiled)"
     return f"{what}: {pre.get('status', '')} (never compiled)"
+
+
+DEVICE_KEYS = ("AOT_DEVICES", "SYCL_TARGET", "ARCH_LIST")  # env keys naming the cards a build targets
+
+
+def device_env(env: dict[str, str]) -> str:
+    """The variables of a component's env that say which cards it is built for (VLLM_XPU_AOT_DEVICES,
+    ARK_SYCL_TARGET, ...): what differs between the B60 and the B70 plans."""
+    return "\n".join(f"{k}={v}" for k, v in sorted(env.items()) if k.endswith(DEVICE_KEYS))
+
+
+def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
+    """The plan's table: fits 80 columns by wrapping rows (console.Grid); patches and devices always shown."""
+    rows = []
+    for c in components:
+        if "prebuilt" in c:
+            pre = c["prebuilt"]
+            rows.append((c["name"], "prebuilt", "-", pre.get("requirement") or pre.get("file", ""), "-", "-"))
+            continue
+        source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
+                  else "not fetched yet")
+        jobs = c.get("jobs", {})
+        rows.append((c["name"], c["commit"][:12], f"{jobs.get('jobs', '')} ({jobs.get('source', '')})",
+                     source, "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-",
+                     device_env(c.get("env") or {}) or "-"))
+    return Grid(title, ("component", "commit", "jobs", "describe, date, epoch", "patches", "devices"), tuple(rows))
 
 
 def exact_command(plan, cp, runtime_kind: str, cache: Path, epoch: str = "") -> tuple[list[str], dict]:

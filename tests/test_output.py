@@ -1,0 +1,145 @@
+"""What a log carries (issue 22) and what a terminal shows (issue 19, item 9): the build summary, `plan` and
+`cache ls` rendered piped (a CI log, `nohup ... > build.log`) at 80 and 200 columns and in an 80-column
+terminal (a real pseudo-terminal): tables wrap rows, never characters; whole wheel names, 12-hex sha256 and
+commits, the whole describe; a wheel from the cache says so and when its build ran; `plan` shows the patches
+and what differs between cards (the AOT devices, ARK_SYCL_TARGET).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+import pytest
+from spine_helpers import REPO_ROOT, Cli, isolated_env
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def in_terminal(argv: list[str], cwd: Path, env: dict[str, str], columns: int = 80, timeout: float = 300) -> str:
+    """Run `argv` with stdout and stderr on a pseudo-terminal `columns` wide; what it showed, without escapes."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(argv, cwd=cwd, env={**env, "TERM": "xterm"}, stdin=subprocess.DEVNULL,
+                            stdout=follower, stderr=follower, start_new_session=True)
+    os.close(follower)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the last writer closed it
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=30)
+    os.close(leader)
+    text = ANSI.sub("", b"".join(chunks).decode("utf-8", "replace")).replace("\r\n", "\n")
+    assert proc.returncode == 0, text
+    return text
+
+
+def grid_lines(text: str, title: str) -> list[str]:
+    """The lines of the table titled `title...` (up to the first line after it that starts with no space and
+    names no component), as shown."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("lock:", "bundle:"))), len(lines))
+    return lines[start:end]
+
+
+@pytest.fixture(scope="module")
+def warm(realstack_built, tmp_path_factory):
+    """The realstack built again from its cache: the argv of that build, in a fresh directory."""
+    root = tmp_path_factory.mktemp("warm")
+    cli = Cli(root, isolated_env(root))
+
+    def argv(out: str) -> list[str]:
+        return cli.argv(["build", "--recipe", realstack_built.stack.stack, "--cache-dir", realstack_built.cache,
+                         "--out", root / out])
+    lock = realstack_built.lock()
+    return root, cli, argv, lock
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_build_summary_piped(warm, columns):
+    root, cli, argv, lock = warm
+    r = subprocess.run(argv(f"out-{columns}"), cwd=root, env={**cli.env, "COLUMNS": str(columns)},
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    table = grid_lines(r.stdout, "stack: ")
+    assert "…" not in r.stdout + r.stderr
+    assert all(len(line) <= columns for line in table[1:]), "\n".join(table)  # (the title holds a path)
+    for c in lock["components"]:
+        rows = [line for line in table if c["name"] in line.split()]
+        assert rows, (c["name"], table)
+        shown = "\n".join(table)
+        assert c["wheel"]["file"] in shown and c["wheel"]["sha256"][:12] in shown and c["describe"] in shown
+        assert c["commit"][:12] in shown and c["wheel"]["sha256"][:13] not in shown
+    assert len(re.findall(r"cached \(built in [0-9.]+ (s|min) on \d{4}-\d\d-\d\d\)", r.stdout)) == len(lock["components"])
+    if columns == 200:  # the row's own line holds all but the build cost (below it)
+        assert table[1].split() == ["component", "commit", "describe", "wheel", "sha256", "from"]
+        for c in lock["components"]:
+            (row,) = [line for line in table if line.startswith(c["name"] + " ")]
+            assert c["wheel"]["file"] in row and c["wheel"]["sha256"][:12] in row
+    else:  # rows wrapped: the wheel on a line of its own, labelled
+        for c in lock["components"]:  # the wheel whole on one line: beside its label, or below it
+            assert re.search(rf"^ +(wheel +)?{re.escape(c['wheel']['file'])}$", "\n".join(table), re.M), table
+    for line in r.stderr.splitlines():  # events: one line each, none wrapped (a path is never split)
+        assert not line.startswith(" " * 6), r.stderr
+
+
+def test_the_build_summary_in_an_80_column_terminal(warm):
+    root, cli, argv, lock = warm
+    shown = in_terminal(argv("out-tty"), root, cli.env, 80)
+    table = grid_lines(shown, "stack: ")
+    assert all(len(line) <= 80 for line in table[1:]), "\n".join(table)
+    assert "…" not in shown
+    for c in lock["components"]:
+        assert c["wheel"]["file"] in shown and c["wheel"]["sha256"][:12] in shown
+    assert shown.count("cached (built in") == len(lock["components"])
+
+
+def test_plan_in_an_80_column_terminal_shows_patches_and_what_differs_between_cards(realstack, tmp_path):
+    """Issue 19 item 9: the B60 and B70 plans differ in their table, not only in --json; patches visible."""
+    env = isolated_env(tmp_path)
+    shown = {}
+    for recipe in ("ark-latest", "ark-latest-b60"):
+        shown[recipe] = in_terminal([sys.executable, "-m", "toolchain", "plan", "--recipe", recipe,
+                                     "--recipes-dir", REPO_ROOT / "recipes", "--cache-dir", tmp_path / "cache"],
+                                    tmp_path, env, 80)
+        assert all(len(line) <= 80 for line in grid_lines(shown[recipe], "plan for")[1:]), shown[recipe]
+    for key, b70, b60 in (("VLLM_XPU_AOT_DEVICES", "bmg-g31-a0", "bmg-g21-a0"),
+                          ("ARK_SYCL_TARGET", "intel_gpu_bmg_g31", "intel_gpu_bmg_g21")):
+        assert f"{key}={b70}" in shown["ark-latest"] and f"{key}={b60}" not in shown["ark-latest"]
+        assert f"{key}={b60}" in shown["ark-latest-b60"] and f"{key}={b70}" not in shown["ark-latest-b60"]
+    # a stack with patches: each patch is shown whole at 80 columns (the patches column never squeezed away)
+    text = in_terminal([sys.executable, "-m", "toolchain", "plan", "--recipe", realstack.stack,
+                        "--cache-dir", tmp_path / "cache2"], tmp_path, env, 80)
+    table = grid_lines(text, "plan for")
+    assert all(len(line) <= 80 for line in table[1:]), text
+    assert "engine/0001-engine-reject-empty-prompt.patch" in text and "ark/0001-ark-supported-devices.patch" in text
+
+
+def test_cache_ls_at_80_columns_keeps_each_wheel_name_on_one_line(realstack_built):
+    r = realstack_built.cli("cache", "ls", "--cache-dir", realstack_built.cache, env={"COLUMNS": "80"})
+    assert r.returncode == 0, str(r)
+    table = grid_lines(r.stdout, "local wheel cache")
+    assert all(len(line) <= 80 for line in table[1:]), r.stdout
+    for c in realstack_built.lock()["components"]:
+        assert re.search(rf"^ +(wheel +)?{re.escape(c['wheel']['file'])}$", r.stdout, re.M), r.stdout
