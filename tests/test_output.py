@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from spine_helpers import REPO_ROOT, Cli, isolated_env
+from spine_helpers import REPO_ROOT, Cli, component, isolated_env, recipe_data
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -143,3 +143,43 @@ def test_cache_ls_at_80_columns_keeps_each_wheel_name_on_one_line(realstack_buil
     assert all(len(line) <= 80 for line in table[1:]), r.stdout
     for c in realstack_built.lock()["components"]:
         assert re.search(rf"^ +(wheel +)?{re.escape(c['wheel']['file'])}$", r.stdout, re.M), r.stdout
+
+
+# ---- a log that is never silent while a build runs -----------------------------------------------------------
+
+SLEEPY_STEP = """\
+import subprocess, sys, time
+print("step: compiling the slow part", flush=True)
+time.sleep(float(sys.argv[3]))
+subprocess.check_call([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
+                       sys.argv[1], "-w", sys.argv[2]])
+"""
+
+
+def sleepy_build(ws, make_repo, seconds: float, *extra: str):
+    repo = make_repo("sleepy", "tiny")
+    repo.commit("a slow step", {"step.py": SLEEPY_STEP})
+    ws.recipe("r", recipe_data({"sleepy": component(repo, command=["{python}", "{src}/step.py", "{src}", "{out}",
+                                                                   str(seconds)], dist="tiny")}))
+    r = ws.cli("build", "--recipe", "r", "--out", ws.root / "out", "--cache-dir", ws.cache, *extra, timeout=300)
+    assert r.returncode == 0, str(r)
+    lines = r.stderr.splitlines()
+    done = next(i for i, line in enumerate(lines) if "sleepy: built" in line)
+    beats = [line for line in lines[:done]
+             if re.fullmatch(r"\[\d\d:\d\d:\d\d\] sleepy: building for \d+m\d\ds, \d+ jobs?, "
+                             r"last: step: compiling the slow part", line)]
+    return r, beats
+
+
+def test_a_piped_build_shows_a_heartbeat_at_the_interval_asked(ws, make_repo):
+    r, beats = sleepy_build(ws, make_repo, 3, "--progress-interval", "1")
+    assert len(beats) >= 2, r.stderr
+    started = [line for line in r.stderr.splitlines() if "building sleepy@" in line]
+    assert len(started) == 1 and re.match(r"\[\d\d:\d\d:\d\d\] building sleepy@\w{12} in the host \(log: \S+\)$",
+                                          started[0]), r.stderr  # a change of state: one stamped line
+
+
+@pytest.mark.slow
+def test_a_piped_build_step_of_40s_shows_a_heartbeat_at_the_default_interval(ws, make_repo):
+    r, beats = sleepy_build(ws, make_repo, 40)
+    assert len(beats) >= 1 and "building for 0m3" in beats[0], r.stderr

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             first = next((a for a in args_list if not a.startswith("-")), None)
             parser = build_parser(first)
             args = parser.parse_args(args_list)
-            ui = UI(json_mode=args.json, verbose=args.verbose)
+            ui = UI(json_mode=args.json, verbose=args.verbose, progress_interval=args.progress_interval)
             if not getattr(args, "handler", None):
                 if not ui.json_mode:
                     parser.print_help(sys.stderr)

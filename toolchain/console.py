@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,13 +79,91 @@ class CommandResult:
     tables: tuple[Table | Grid, ...] = field(default=())
 
 
+PROGRESS_INTERVAL = 30.0  # seconds between heartbeats of a running build when stderr is not a terminal
+
+
 class UI:
-    def __init__(self, *, json_mode: bool = False, verbose: bool = False, quiet: bool = False) -> None:
+    def __init__(self, *, json_mode: bool = False, verbose: bool = False, quiet: bool = False,
+                 progress_interval: float | None = None) -> None:
         self.json_mode = json_mode
         self.verbose = verbose
         self.quiet = quiet or json_mode
+        self.progress_interval = PROGRESS_INTERVAL if progress_interval is None else progress_interval
+        self.github = os.environ.get("GITHUB_ACTIONS") == "true"  # workflow commands: ::group::, ::error::
+        self.started = time.monotonic()
         self._err: Console | None = None
         self._out: Console | None = None
+        self._printing = threading.Lock()
+
+    @property
+    def piped(self) -> bool:
+        """stderr is a log, not a terminal: one line per event, each stamped with the time since the start."""
+        return not self.err.is_terminal
+
+    def stamp(self) -> str:
+        seconds = int(time.monotonic() - self.started)
+        return f"[{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}]"
+
+    def event(self, message: str, *, log: object = None) -> None:
+        """A change of state of long work (a build started or ended). Piped: one stamped line; in a terminal
+        the log's path goes on a line of its own (never split)."""
+        if self.quiet:
+            return
+        from rich.text import Text
+
+        with self._printing:
+            if self.piped:
+                self.err.print(Text(f"{self.stamp()} {message}" + (f" (log: {log})" if log else "")),
+                               soft_wrap=True, crop=False)
+            else:
+                self.err.print(Text.assemble(("==>", "bold cyan"), " ", message))
+                if log:
+                    self.err.print(Text(f"    log: {log}"), soft_wrap=True, crop=False)
+
+    @contextlib.contextmanager
+    def heartbeat(self, lines: Callable[[], list[str]]) -> Iterator[None]:
+        """While inside, piped and not quiet: every `progress_interval` seconds, each of `lines()` as an event
+        (what each running build is doing), so a log never stays silent while work goes on."""
+        if self.quiet or not self.piped or self.progress_interval <= 0:
+            yield
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.progress_interval):
+                try:
+                    current = lines()
+                except Exception:  # a heartbeat never fails a build
+                    continue
+                for line in current:
+                    self.event(line)
+
+        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(5)
+
+    def github_group(self, title: str, lines: list[str]) -> None:
+        """Under GitHub Actions: `lines` folded under `title` in the job's log (printed whole, at once)."""
+        if not self.github:
+            return
+        with self._printing:
+            sys.stderr.write(f"::group::{_workflow_escape(title)}\n" + "".join(f"{line}\n" for line in lines)
+                             + "::endgroup::\n")
+            sys.stderr.flush()
+
+    def github_error(self, message: str, *, file: str = "", line: int = 0, title: str = "") -> None:
+        """Under GitHub Actions: an error annotation (on `file` and `line` when known)."""
+        if not self.github:
+            return
+        props = ",".join(f"{k}={_workflow_escape(v, prop=True)}" for k, v in
+                         (("file", file), ("line", str(line) if line else ""), ("title", title)) if v)
+        with self._printing:
+            sys.stderr.write(f"::error{' ' + props if props else ''}::{_workflow_escape(message)}\n")
+            sys.stderr.flush()
 
     @property
     def err(self) -> Console:
@@ -98,14 +179,14 @@ class UI:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.err.print(message)
+            self.err.print(message, soft_wrap=self.piped)
 
     def warn(self, message: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {message}")
+        self.err.print(f"[yellow]warning:[/] {message}", soft_wrap=self.piped)
 
     def step(self, message: str) -> None:
         if not self.quiet:
-            self.err.print(f"[bold cyan]==>[/] {message}")
+            self.err.print(f"[bold cyan]==>[/] {message}", soft_wrap=self.piped)
 
     @contextlib.contextmanager
     def status(self, message: str) -> Iterator[None]:
@@ -197,6 +278,12 @@ def _text_escaped(buffer: Any, segment: Any) -> Iterator[Any]:
             yield seg
         else:
             yield segment(escape_controls(seg.text), seg.style, seg.control)
+
+
+def _workflow_escape(text: str, *, prop: bool = False) -> str:
+    """A GitHub Actions workflow command's data (or property value), escaped as the runner reads it."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
 
 
 def literal(text: str) -> str:

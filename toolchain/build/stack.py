@@ -102,20 +102,34 @@ def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOpt
     to_compile = [cp.name for cp in compiled]
     fetch_sources(mirrors, plan, compiled)
     built: dict[str, BuiltComponent] = {}
-    running: list[str] = []  # (the progress line: the builds running now)
+    running: dict[str, float] = {}  # the builds running now (the progress line, the heartbeat): name -> start
     showing = threading.Lock()
-    with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar:
+
+    def beats() -> list[str]:
+        with showing:
+            now = dict(running)
+        return [heartbeat_line(plan.component(n), options.out_dir / "logs" / f"{n}.log", time.monotonic() - t)
+                for n, t in now.items()]
+
+    with ui.progress(f"building {plan.recipe.name}", total=len(plan.components)) as bar, \
+            ui.heartbeat(beats):
         def one(cp: ComponentPlan) -> BuiltComponent:
             try:
-                return build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui, remote,
-                                       looked_up.get(cp.cache_key), cc)
+                result = build_component(plan, cp, runtime, mirrors, trees, cache, wheels_dir, options, ui, remote,
+                                         looked_up.get(cp.cache_key), cc)
             except ToolError as err:
                 err.blame(cp.name)  # which component failed
+                _github_group(ui, f"{cp.name}: FAILED", options.out_dir / "logs" / f"{cp.name}.log", 60)
                 raise
+            _github_group(ui, f"{cp.name}: {result.source} {result.wheel.file}", result.log, 20)
+            return result
 
         def show(cp: ComponentPlan, start: bool) -> None:
             with showing:
-                (running.append if start else running.remove)(cp.name)
+                if start:
+                    running[cp.name] = time.monotonic()
+                else:
+                    running.pop(cp.name, None)
                 what = ", ".join(f"{n} @ {plan.component(n).component.commit[:12]}" for n in running)
             bar.update(description=what or f"building {plan.recipe.name}", advance=0 if start else 1)
 
@@ -130,6 +144,36 @@ def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOpt
             started=lambda cp: show(cp, True), ended=lambda cp: show(cp, False),
             also_failed=lambda cp, err: ui.warn(f"{cp.name} failed too: {str(err).splitlines()[0]}"))))
     return [built[cp.name] for cp in plan.components]
+
+
+def _github_group(ui: UI, title: str, log: Path, lines: int) -> None:
+    """Under GitHub Actions: the component's log tail, folded under its name."""
+    if ui.github:
+        ui.github_group(title, _tail(log, lines))
+
+
+def _tail(log: Path, lines: int) -> list[str]:
+    """The last `lines` lines of `log` (read from its end: a kernels build log runs to megabytes)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def heartbeat_line(cp: ComponentPlan, log: Path, seconds: float) -> str:
+    """What a running build is doing, in one line: `kernels: building for 14m02s, 8 jobs, last: [1234/2001] ...`."""
+    minutes, secs = divmod(int(seconds), 60)
+    parts = [f"{cp.name}: building for {minutes}m{secs:02d}s"]
+    if cp.jobs:
+        parts.append(f"{cp.jobs.jobs} jobs")
+    last = next((line.strip() for line in reversed(_tail(log, 20)) if line.strip()), "")
+    if last:
+        parts.append(f"last: {last}")
+    return ", ".join(parts)
 
 
 def build_budget(plan: Plan, options: BuildOptions, runtime: Runtime) -> Budget:
@@ -313,7 +357,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: 
             if cp.jobs and cp.jobs.warning:
                 ui.warn(f"{comp.name}: {cp.jobs.warning}")
             against = probe_built_against(ws, python, comp.built_against, env, src, log, what)
-            ui.step(f"building {what} in the {runtime.describe()} (log: {log})")
+            ui.event(f"building {what} in the {runtime.describe()}", log=log)
             try:
                 ws.run(measured_argv(python, ws.extras[RUNNER], ws.out, argv), env=env, cwd=src, log=log,
                        verbose=options.verbose)

@@ -70,6 +70,10 @@ GLOBAL: tuple[Option, ...] = (
            {"action": "store_true"}, merge=operator.or_),
     Option("verbose", ("-v", "--verbose"), "stream the output of builds and tests to stderr",
            {"action": "store_true"}, merge=operator.or_),
+    Option("progress_interval", ("--progress-interval",),
+           "when stderr is not a terminal (a CI log): a line on each running build every SECONDS "
+           "(default: 30; 0: none)", {"type": float, "metavar": "SECONDS", "default": None},
+           merge=lambda before, after: after if after is not None else before),
 )
 
 SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (

@@ -127,7 +127,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     log_file = None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(log, "a", encoding="utf-8", errors="replace")
+        log_file = open(log, "a", encoding="utf-8", errors="replace", buffering=1)  # (lines: read while it runs)
         log_file.write(f"$ {redact_text(display(argv), full_env)}\n")
         if cwd is not None:
             log_file.write(f"  (in {cwd})\n")
