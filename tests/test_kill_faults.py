@@ -64,26 +64,36 @@ def _workspace(root: Path, repo: GitRepo) -> Workspace:
     return ws
 
 
-def _group_commands(pgid: int) -> list[str]:
-    """The command lines of the live processes of a process group."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+def _descendants(pid: int) -> dict[int, str]:
+    """The live processes started under `pid` (each child of the tool leads a process group of its own):
+    pid -> command line."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                out.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+            with open(f"/proc/{entry}/stat") as f:
+                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
+            continue
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == current]
+        found += kids
+        todo += kids
+    out = {}
+    for child in found:
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                out[child] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
             continue
     return out
 
 
 def _running(*words: str) -> Callable[[subprocess.Popen, Path], bool]:
-    return lambda proc, cache: any(all(w in c for w in words) for c in _group_commands(proc.pid))
+    return lambda proc, cache: any(all(w in c for w in words) for c in _descendants(proc.pid).values())
 
 
 def _exists(pattern: str) -> Callable[[subprocess.Popen, Path], bool]:
@@ -118,10 +128,12 @@ def _kill_at(ws: Workspace, cache: Path, phase: str, rng: random.Random, out: Pa
             time.sleep(0.001)
         time.sleep(rng.uniform(0, longest))
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        under = _descendants(proc.pid)
+        for pid in [proc.pid, *under]:  # everything at once, as a kill -9 of the machine's work would
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         proc.communicate(timeout=60)
     return "killed" if proc.returncode == -signal.SIGKILL else f"exited {proc.returncode} first"
 
@@ -184,7 +196,11 @@ def test_a_fetch_killed_midway_leaves_a_mirror_that_is_fetched_again_before_use(
         # loose objects (a small fetch) or a pack being written (a clone) arriving
         assert proc.poll() is None and time.monotonic() < deadline, "the fetch was not seen writing objects"
         time.sleep(0.002)
-    os.killpg(proc.pid, signal.SIGKILL)
+    for pid in [proc.pid, *_descendants(proc.pid)]:  # the tool and the git it runs, at once
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.communicate(timeout=60)
     for mirror in (ws.cache / "git").glob("*.git"):  # a mirror under its final name is a whole one
         refs = subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref", "refs/heads", "refs/tags"],

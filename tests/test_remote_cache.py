@@ -238,7 +238,8 @@ def test_registry_killed_mid_upload_fails_no_build_and_publishes_nothing(registr
 
     tiny_ws(ws, {"tiny": tiny_repo})
     with CutProxy(registry, lambda method, path: method == "PUT" and "/blobs/uploads/" in path) as px:
-        r = ws.build("r", "o1", "--push", "--remote-cache", f"oci://{px.address}/team", "--remote-insecure")
+        r = ws.build("r", "o1", "--push=best-effort", "--remote-cache", f"oci://{px.address}/team",
+                     "--remote-insecure")
         assert px.cut_done.is_set(), str(r)
     assert r.returncode == 0, str(r)
     assert sources(r) == ["built"] and r.json()["components"][0]["pushed"] is False
@@ -285,7 +286,7 @@ def test_credentials_from_env_and_auth_files_and_wrong_ones_leak_nothing(auth_re
     assert r.returncode == 0 and sources(r) == ["remote-cache"] and warnings(r) == [], str(r)
 
     wrong = {"TOOLCHAIN_REGISTRY_USERNAME": AUTH_USER, "TOOLCHAIN_REGISTRY_PASSWORD": "not-" + AUTH_PASSWORD}
-    r = ws.build("r", "o4", "--push", cache=tmp_path / "c4", env=wrong)
+    r = ws.build("r", "o4", "--push=best-effort", cache=tmp_path / "c4", env=wrong)
     assert r.returncode == 0 and sources(r) == ["built"], str(r)
     (w,) = warnings(r)
     assert f"refused the credentials of user {AUTH_USER!r}" in w and "HTTP 401" in w and "not-" not in w
@@ -427,3 +428,20 @@ def test_credentials_lookup_order_and_no_password_in_repr(tmp_path):
     both = {**env, "TOOLCHAIN_REGISTRY_USERNAME": "envuser", "TOOLCHAIN_REGISTRY_PASSWORD": "envpass"}
     assert find_credentials("reg.lan", "team/wheels", both).username == "envuser"
     assert find_credentials("elsewhere.lan", "team/wheels", env) is None
+
+
+def test_a_push_that_cannot_push_fails_the_build_unless_best_effort(registry, ws, tiny_repo):
+    """Issue 22: `--push` to a plain-HTTP registry without --remote-insecure pushes nothing: exit 1, naming why
+    (CI notices); `--push=best-effort` keeps it a warning and exit 0."""
+    tiny_ws(ws, {"tiny": tiny_repo})
+    remote = ("--remote-cache", f"oci://{registry.address}/team")
+    r = ws.build("r", "o1", "--push", *remote)
+    assert r.returncode == 1, str(r)
+    err = r.json()
+    assert "--push: nothing more was pushed" in err["error"] and "TLS failed" in err["error"], str(r)
+    assert "--push=best-effort" in err["hint"] and (ws.root / "o1" / "stack.lock.toml").is_file()
+    r = ws.build("r", "o2", "--push=best-effort", *remote)
+    assert r.returncode == 0 and r.json()["components"][0]["pushed"] is False, str(r)
+    assert any("TLS failed" in w for w in warnings(r)), str(r)
+    r = ws.build("r", "o3", "--push", *remote, "--remote-insecure")
+    assert r.returncode == 0 and r.json()["components"][0]["pushed"] is True, str(r)

@@ -11,7 +11,7 @@ from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, Grid, literal
-from toolchain.errors import UsageError
+from toolchain.errors import BuildError, UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
 from toolchain.recipe.load import Recipe
@@ -80,6 +80,12 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         entry["source"], entry["pushed"] = b.source, b.pushed
     if remote is not None:
         data["remote"] = remote.summary()
+        why = remote.push_off or remote.off
+        if args.push == "required" and why:
+            raise BuildError(f"--push: nothing more was pushed to {remote.settings.url}: {why} (the wheels and "
+                             f"the lock {lock.path} were written)",
+                             hint="fix what the warning above names and build again (what is cached is not "
+                                  "compiled again); --push=best-effort lets a push fail with a warning")
     if args.bundle:
         from toolchain.release.bundle import write_bundle
 

@@ -93,8 +93,10 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
     Option("remote_cache", ("--remote-cache",),
            "oci://HOST[:PORT]/NAMESPACE: look wheels up there before building (default: $TOOLCHAIN_REMOTE_CACHE, "
            "else the recipe's [cache] remote; `none` turns it off)", {"metavar": "URL"}),
-    Option("push", ("--push",), "upload the wheels this build makes (or has cached) to the remote cache",
-           {"action": "store_true", "default": None}),
+    Option("push", ("--push",), "upload the wheels this build makes (or has cached) to the remote cache; a "
+           "push that cannot be done fails the build (exit 1) unless --push=best-effort (then: a warning)",
+           {"nargs": "?", "const": "required", "default": None, "choices": ("required", "best-effort"),
+            "metavar": "best-effort"}),
     Option("remote_insecure", ("--remote-insecure",),
            "the remote cache's host speaks plain HTTP (only for a registry you trust)", {"action": "store_true"}),
     Option("no_compiler_cache", ("--no-compiler-cache",),
@@ -149,7 +151,7 @@ def remote_request(args: argparse.Namespace) -> Any:
     """--remote-cache, --push and --remote-insecure as the build stage takes them (build/remote.py)."""
     from toolchain.build.remotespec import RemoteRequest
 
-    return RemoteRequest(url=getattr(args, "remote_cache", None), push=getattr(args, "push", None),
+    return RemoteRequest(url=getattr(args, "remote_cache", None), push=True if getattr(args, "push", None) else None,
                          insecure=getattr(args, "remote_insecure", False))
 
 

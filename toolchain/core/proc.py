@@ -362,7 +362,8 @@ class Background:
                 for sig, wait in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2)):
                     if not self.group_alive():
                         break
-                    self.signal(sig)
+                    if self._child is None or sig not in self._child.sent:  # (a stop signal may have sent it)
+                        self.signal(sig)
                     self._wait_group(wait)
             finally:  # also when a second stop request cuts the escalation short: nothing stays behind
                 self.signal(signal.SIGKILL)
@@ -447,7 +448,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
                             hint=hint or f"install {args[0]!r} or put it on PATH") from None
     except PermissionError as exc:
         raise CommandFailed(args, 126, log, f"{args[0]}: {exc.strerror}", hint=hint) from None
-    return Background(proc, full_env, log, verbose, CHILDREN.add(proc))
+    return Background(proc, full_env, log, verbose, CHILDREN.add(proc, signal.SIGINT))
 
 
 # --------------------------------------------------------------------------------------------- signals
@@ -520,13 +521,16 @@ class Child:
     """A command the tool started: its process group (its pid: each child leads a session of its own) and,
     where one could be made, a cgroup v2 of its own, which holds what escapes the group (setsid, daemons)."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
         self.proc = proc
         self.pid = proc.pid
+        self.first = first  # what a stop signal sends it first (a server: SIGINT, its graceful shutdown)
+        self.sent: set[int] = set()
         self.cgroup = _cgroup_for(proc.pid)
 
     def signal(self, sig: int) -> None:
         """`sig` to the process group and to each process in the cgroup."""
+        self.sent.add(sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
         if self.cgroup is None:
@@ -581,8 +585,8 @@ class Children:
         self._lock = threading.Lock()
         self._live: dict[int, Child] = {}
 
-    def add(self, proc: subprocess.Popen) -> Child:
-        child = Child(proc)
+    def add(self, proc: subprocess.Popen, first: int = signal.SIGTERM) -> Child:
+        child = Child(proc, first)
         with self._lock:
             self._live[child.pid] = child
         return child
@@ -600,14 +604,15 @@ class Children:
         """SIGTERM to every child now (safe in a signal handler: no waiting); returns them."""
         children = self.live()
         for child in children:
-            child.signal(signal.SIGTERM)
+            child.signal(child.first)
         return children
 
     def stop_all(self, grace: float = KILL_GRACE) -> None:
-        """Stop every child (SIGTERM, SIGKILL after `grace`) and wait until none is left."""
+        """Stop every child (SIGTERM, or SIGINT to a server; SIGKILL after `grace`) and wait until none is left."""
         children = self.live()
         for child in children:
-            child.signal(signal.SIGTERM)
+            if child.first not in child.sent:  # (not twice: a second SIGINT cuts a server's shutdown short)
+                child.signal(child.first)
         deadline = time.monotonic() + grace
         while any(c.alive() for c in children) and time.monotonic() < deadline:
             time.sleep(_GROUP_POLL)
@@ -646,6 +651,7 @@ def stop_requested(signum: int) -> None:
     for callback in list(_ON_STOP):
         with contextlib.suppress(Exception):
             callback()
+    CHILDREN.terminate()  # now, in the handler: the main thread's clean-up then sees what was sent
     CHILDREN.stop_soon()
 
 
