@@ -336,13 +336,9 @@ class Background:
     def group_alive(self) -> bool:
         """Whether any process of the group (the leader or what it spawned) still runs. Zombies (dead,
         waiting for init to reap them) do not count."""
-        if self.alive():
-            return True
-        try:
-            os.killpg(self.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return _group_has_live_member(self.pid)
+        if self._child is not None:
+            return self._child.alive()
+        return self.alive() or _group_alive(self.pid)
 
     def signal(self, sig: int) -> None:
         """Send `sig` to the whole process group (and its cgroup, where it has one)."""
@@ -404,6 +400,15 @@ class Background:
             stream.close()
             if log_file is not None:
                 log_file.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` that is not a zombie still runs."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return _group_has_live_member(pgid)
 
 
 def _group_has_live_member(pgid: int) -> bool:
@@ -537,9 +542,10 @@ class Child:
             return
         if sig == signal.SIGKILL and _write(self.cgroup / "cgroup.kill", "1"):
             return
-        for pid in self._cgroup_pids():
+        for pid in self._cgroup_pids():  # what left the group (one signal each: a second SIGINT is another)
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+                if os.getpgid(pid) != self.pid:
+                    os.kill(pid, sig)
 
     def _cgroup_pids(self) -> list[int]:
         try:
@@ -553,11 +559,7 @@ class Child:
             return True
         if self.cgroup is not None and self._cgroup_pids():
             return True
-        try:
-            os.killpg(self.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return _group_has_live_member(self.pid)
+        return _group_alive(self.pid)
 
     def stop(self, grace: float = KILL_GRACE) -> None:
         """SIGTERM to all of it, SIGKILL after `grace` seconds to what is left; returns when nothing is left
