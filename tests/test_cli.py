@@ -78,10 +78,13 @@ def test_recipes_from_another_directory_including_a_broken_one(ws):
     ws.recipe("broken", 'description = "unterminated\n')
     r = ws.cli("recipes", "--recipes-dir", ws.recipes, "--json")
     assert r.returncode == 0, str(r)
-    assert r.json()["recipes"] == [{"name": "alpha", "description": "the first"},
-                                   {"name": "broken", "description": "(not valid TOML)"}]
+    mine = [x for x in r.json()["recipes"] if x["found-in"] == "--recipes-dir"]
+    assert mine == [{"name": "alpha", "description": "the first", "found-in": "--recipes-dir"},
+                    {"name": "broken", "description": "(not valid TOML)", "found-in": "--recipes-dir"}]
+    # the shipped recipes follow the user's (issue 19: a folder of one's own does not hide them)
+    assert {x["name"] for x in r.json()["recipes"]} - {"alpha", "broken"} >= {"demo", "ark-latest"}
     r = ws.cli("recipes", "--json", env={"TOOLCHAIN_RECIPES_DIR": str(ws.recipes)})
-    assert [x["name"] for x in r.json()["recipes"]] == ["alpha", "broken"]
+    assert [x["name"] for x in r.json()["recipes"] if x["found-in"] == "$TOOLCHAIN_RECIPES_DIR"] == ["alpha", "broken"]
 
 
 def test_plan_json_is_the_exact_resolved_plan_and_matches_the_build(demo_build, cli, tmp_path):

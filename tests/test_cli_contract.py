@@ -6,6 +6,7 @@ suggestions for typos, an out dir that is the tool's own, clean errors for paths
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -263,3 +264,25 @@ def test_error_text_is_printed_literally(cli_anywhere):
     assert r.returncode == 2, str(r)
     line = one_error_line(r)
     assert "sys:x:3:3:[bold]sys" in line and "❌" not in r.stderr, line
+
+
+def test_every_command_taking_recipe_finds_recipes_the_same_way():
+    """Issue 19: the options that find recipes are declared once (options.FIND_RECIPES) and every command
+    taking --recipe, bisect included, takes them with the same help."""
+    from toolchain.cli import build_parser
+    from toolchain.commands.options import SHARED
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    takers = {}
+    for name, sub in commands.items():
+        subs = [sub] + [p for a in sub._actions if isinstance(a, argparse._SubParsersAction) for p in a.choices.values()]
+        for p in subs:
+            flags = {s: a.help for a in p._actions for s in a.option_strings}
+            if "--recipe" in flags:
+                takers[p.prog] = flags
+    assert {"toolchain bisect", "toolchain build", "toolchain plan", "toolchain update", "toolchain verify-repro",
+            "toolchain cache ls"} <= set(takers), sorted(takers)
+    for prog, flags in takers.items():
+        for flag in ("--recipes-dir", "--patches-dir"):
+            assert flags.get(flag) == SHARED[flag.lstrip("-")].help, (prog, flag)

@@ -447,7 +447,7 @@ def test_recipes_lists_every_readable_recipe_and_flags_each_bad_one(ws):
         (ws.recipes / f"{name}.toml").write_bytes(content)
     r = ws.cli("recipes", "--recipes-dir", ws.recipes, "--json")
     assert r.returncode == 0, str(r)
-    listed = {x["name"]: x["description"] for x in r.json()["recipes"]}
+    listed = {x["name"]: x["description"] for x in r.json()["recipes"] if x["found-in"] == "--recipes-dir"}
     assert listed == {"alpha": "the first", "zulu": "the last",
                       **{name: f"({reason})" for name, _, reason in NOT_RECIPES}}
     human = ws.cli("recipes", "--recipes-dir", ws.recipes)

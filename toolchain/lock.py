@@ -21,9 +21,11 @@ from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
 from toolchain.core.serial import from_data, to_data
 from toolchain.errors import RecipeError, TestFailed
+from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import Patch
 from toolchain.resolve.closure import Closure, pylock_entry
 from toolchain.sources.mirrors import DESCRIBE_RULE
+from toolchain.sources.patches import applied_at
 from toolchain.target.baseenv import BaseEnv
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
@@ -82,6 +84,11 @@ class Lock:
     path: Path | None = field(default=None, compare=False)
     closure: Closure | None = None  # the resolved runtime dependencies; None: not resolved (--no-resolve)
     base: BaseEnv | None = None  # what the base image held ([target] base): the components are installed over it
+    # each path-bearing key of the recipe text and the recipe file that declared it (recipe.load.place):
+    # a rebuild from the lock resolves an inherited relative path (setvars, patches) against that file
+    recipe_origins: tuple[tuple[str, str], ...] = ()
+    # a partial build (`build --component NAME`): the components it built; the recipe text holds only them
+    recipe_partial: tuple[str, ...] = ()
 
     @property
     def wheels_dir(self) -> Path:
@@ -132,7 +139,8 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "normalizations": list(lock.normalizations),
         "describe-rule": lock.describe_rule,
         "recipe": {"name": lock.recipe_name, "path": lock.recipe_path, "sha256": lock.recipe_sha256,
-                   "text": lock.recipe_text},
+                   "text": lock.recipe_text, **({"origins": dict(lock.recipe_origins)} if lock.recipe_origins else {}),
+                   **({"partial": list(lock.recipe_partial)} if lock.recipe_partial else {})},
         "toolchain": to_data(lock.toolchain, kebab=True),
         "target": to_data(lock.target, kebab=True),
         "smoke": lock.smoke,
@@ -145,12 +153,13 @@ def to_dict(lock: Lock) -> dict[str, Any]:
 def patch_to_dict(p: Patch) -> dict[str, str]:
     """A patch as a lock records it: its path (relative to patches/) and sha256; a remote one also its
     repository and commit."""
-    return {"path": p.path, "url": p.url, "commit": p.commit, "sha256": p.sha256} if p.remote \
+    d = {"path": p.path, "url": p.url, "commit": p.commit, "sha256": p.sha256} if p.remote \
         else {"path": p.path, "sha256": p.sha256}
+    return {**d, "applied-at": p.applied} if p.applied else d
 
 
 def patch_from_dict(d: dict[str, Any]) -> Patch:
-    return Patch(d["path"], d["sha256"], url=d.get("url", ""), commit=d.get("commit", ""))
+    return Patch(d["path"], d["sha256"], url=d.get("url", ""), commit=d.get("commit", ""), applied=d.get("applied-at", ""))
 
 
 
@@ -253,7 +262,8 @@ def read_lock(path: Path) -> Lock:
         r = data["recipe"]
         return Lock(
             recipe_name=r["name"], recipe_path=r.get("path", ""), recipe_sha256=r["sha256"],
-            recipe_text=r.get("text", ""),
+            recipe_text=r.get("text", ""), recipe_origins=tuple(sorted(dict(r.get("origins", {})).items())),
+            recipe_partial=tuple(r.get("partial", ())),
             toolchain=from_data(ToolchainInfo, data.get("toolchain", {}), kebab=True),
             target=from_data(TargetInfo, data.get("target", {}), kebab=True),
             smoke=dict(data.get("smoke", {})), components=tuple(comps),
@@ -319,7 +329,9 @@ WHEEL_FILE: Check = ("a wheel file name (no directory)", _wheel_file)
 
 # key: (required, check); nested tables and arrays of tables are checked by their own schema below
 RECIPE_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "name": (True, NAME), "path": (False, STR), "sha256": (True, SHA256), "text": (False, STR)}
+    "name": (True, NAME), "path": (False, STR), "sha256": (True, SHA256), "text": (False, STR),
+    "partial": (False, STRS),
+    "origins": (False, ("a table of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())))}
 COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     "name": (True, NAME), "url": (True, NAME), "ref": (False, STR), "commit": (True, COMMIT),
     "describe": (False, STR), "subdir": (False, STR), "after": (False, STRS), "dist": (False, STR),
@@ -334,7 +346,8 @@ PREBUILT_SCHEMA: dict[str, tuple[bool, Check]] = {"url": (True, NAME), "sha256":
                                                   "requirement": (False, STR), "index": (False, STR)}
 WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {"file": (True, WHEEL_FILE), "sha256": (True, SHA256), "size": (True, SIZE)}
 PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
-                                               "commit": (False, COMMIT)}
+                                               "commit": (False, COMMIT),
+                                               "applied-at": (False, ("root or subdir", lambda v: v in ("root", "subdir")))}
 BASE_SCHEMA: dict[str, tuple[bool, Check]] = {
     "image": (True, NAME), "digest": (False, STR), "python-version": (False, STR), "torch-version": (False, STR),
     "torch-xpu": (False, STR), "dists": (True, ("an array of tables", lambda v: isinstance(v, list)))}
@@ -475,7 +488,7 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
             name=c.name, url=redact_text(c.url), ref=c.ref, commit=c.commit, describe=b.describe, subdir=c.subdir,
             after=c.after, dist=c.dist, import_name=c.import_name,
             version=b.version or wheel_name_version(b.wheel.file)[1], install_args=tuple(redact_argv(c.install_args)),
-            patches=tuple(replace(p, url=redact_text(p.url)) for p in b.plan.patches),
+            patches=tuple(replace(p, url=redact_text(p.url), applied=applied_at(p, c.subdir)) for p in b.plan.patches),
             env=locked_env(b.plan.env), command=tuple(redact_argv(c.command)), cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,
             fetchcontent=tuple({"name": d.name, "url": redact_text(d.url), "commit": d.commit}
@@ -491,6 +504,7 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
         text = tomlio.dumps(masked)
         sha = sha256_bytes(text.encode())
     return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=sha,
+                recipe_origins=tuple(sorted(recorded_origins(plan.recipe).items())), recipe_partial=plan.recipe.partial,
                 recipe_text=text, toolchain=plan.toolchain, target=plan.target,
                 smoke=redact_data(plan.recipe.smoke.raw), components=tuple(comps), normalizations=tuple(norms),
                 closure=closure, base=base)

@@ -8,6 +8,7 @@ An output directory is the tool's own: it must be new, empty, or one an earlier 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ from toolchain.lock import (
     wheel_problems,
     write_lock,
 )
-from toolchain.recipe.load import default_recipes_dir, load_recipe_text
+from toolchain.recipe.load import default_recipes_dir, load_recipe_text, origins_from_record, patches_dirs_of
 from toolchain.recipe.model import Prebuilt, Recipe
 from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
@@ -356,10 +357,15 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
     Local patches are looked up in `patches_dir` when given (a bundle's patches/), else beside the recipes/
     the lock names and then beside the project's recipes (a recipe may inherit patches from either)."""
     recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
-    dirs = [patches_dir] if patches_dir else [(recipes_dir or recorded.parent).parent / "patches",
-                                              (recipes_dir or default_recipes_dir()).parent / "patches"]
+    own = (recipes_dir.parent / "patches",) if recipes_dir else patches_dirs_of(recorded)
+    dirs = list(dict.fromkeys([patches_dir] if patches_dir else
+                              [*own, (recipes_dir or default_recipes_dir()).parent / "patches"]))
+    # each inherited key resolves against the file that declared it, as the build did (a lock written before
+    # locks recorded them: against the recorded recipe's directory)
+    origins = origins_from_record(dict(lock.recipe_origins), dirs, only=patches_dir is not None)
     try:
-        recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, list(dict.fromkeys(dirs)))
+        recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, dirs,
+                                  origins=origins)
     except RecipeError as err:
         raise RecipeError([f"{lock.path}: the recorded recipe: {p}" for p in err.problems],
                           hint="the lock's [recipe] text is damaged; rebuild the lock from its recipe") from None
@@ -381,7 +387,7 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
     if problems:
         raise RecipeError([f"{lock.path}: {p}" for p in problems],
                           hint="the lock no longer matches its inputs; restore them or build the recipe anew")
-    return recipe
+    return dataclasses.replace(recipe, partial=lock.recipe_partial)
 
 
 def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui: UI, *,
@@ -410,8 +416,6 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
     else:
         closure = resolve_built(recipe, lock.target, built, cache_dir, lock.path.parent / "logs", ui,
                                 refresh=refresh)
-    import dataclasses
-
     write_lock(dataclasses.replace(lock, closure=closure, base=base), lock.path.parent)
     give_to_invoking_user(lock.path.parent)
     return read_lock(lock.path)

@@ -53,6 +53,8 @@ class BisectOptions:
     cache_dir: Path | None = None         # None: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain, when used
     rewrites: tuple[Rewrite, ...] = ()
     jobs: int = DEFAULT_JOBS
+    recipes_dir: Path | None = None       # --recipes-dir / --patches-dir: find the recipe (or the lock's)
+    patches_dir: Path | None = None
 
     @property
     def cache(self) -> Path:
@@ -142,7 +144,7 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
                     ui: UI) -> BisectOutcome:
     if opts.recipe is None:
         raise UsageError("a commit bisect needs --recipe")
-    base = load_recipe(str(opts.recipe))
+    base = load_recipe(str(opts.recipe), opts.recipes_dir, opts.patches_dir)
     comp = base.component(opts.component)
     if not opts.bad:  # the recipe's commit, kept: a resume must not follow a later `toolchain update`
         opts = replace(opts, bad=comp.commit)
@@ -165,7 +167,7 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
     good, bad = read_lock(opts.good_lock), read_lock(opts.bad_lock)
     # The steps build with the patches on disk, which must be the bad lock's (a good lock's older patch
     # content is reported as a note); the recipe's name, path and patches directory come from it too.
-    base = recipe_from_lock(bad, None, None)
+    base = recipe_from_lock(bad, opts.patches_dir, opts.recipes_dir)
 
     def make_builder(phase: str, derive: Callable[[str], dict[str, Any]], component: str) -> Builder:
         return SpineBuilder(table_recipes(base, derive), opts.out / phase, opts.cache, opts.rewrites, ui,

@@ -20,6 +20,7 @@ from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_tex
 from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
+from toolchain.sources.patches import applied_at
 from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
@@ -240,14 +241,17 @@ def plan_to_dict(plan: Plan) -> dict:
     if plan.toolchain_missing:
         toolchain["status"] = f"not captured: {plan.toolchain_missing}"
     return {
-        "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256},
+        "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256,
+                   "found": [f.as_dict() for f in plan.recipe.found]},
         "target": plan.target.fingerprint(),
         "toolchain": toolchain,
         "tool-version": __version__,
         "components": [prebuilt_to_dict(c) if c.is_prebuilt else {
             "name": c.name, "url": redact_text(c.component.url), "ref": c.component.ref, "commit": c.component.commit,
             "subdir": c.component.subdir, "after": list(c.component.after),
-            "patches": [{"path": redact_text(p.label), "sha256": p.sha256} for p in c.patches],
+            "patches": [{"path": redact_text(p.label), "sha256": p.sha256,
+                         **({"applied-at": at} if (at := applied_at(p, c.component.subdir)) else {})}
+                        for p in c.patches],
             "fetchcontent": [{"name": f.name, "url": redact_text(f.url), "commit": f.commit}
                              for f in c.component.fetchcontent],
             "env": c.display_env(), "command": redact_argv(c.component.command), "cache-key": c.cache_key,

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bisect", help="find the commit or lock change that broke the stack",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one component's commits")
-    shared.add(one, "recipe", help={"recipe": "recipe name or path"})
+    shared.add_recipe(p, one)
     one.add_argument("--component", help="the component whose commits are bisected")
     one.add_argument("--good", help="a commit known to work")
     one.add_argument("--bad", help="a commit known to fail (default: the recipe's commit)")
@@ -80,7 +80,9 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
     options = BisectOptions(
         mode="commits", out=(args.out or DEFAULT_OUT).resolve(), test_cmd=test_cmd, test_timeout=args.test_timeout,
         smoke=smoke_command.parse_options(shlex.split(args.smoke_args)) if args.test == "smoke" else None,
-        cache_dir=args.cache_dir.resolve() if args.cache_dir else None, rewrites=parse_rewrites(args.mirror))
+        cache_dir=args.cache_dir.resolve() if args.cache_dir else None, rewrites=parse_rewrites(args.mirror),
+        recipes_dir=args.recipes_dir.resolve() if args.recipes_dir else None,
+        patches_dir=args.patches_dir.resolve() if args.patches_dir else None)
     by_commit = [f"--{n}" for n in ("recipe", "component", "good", "bad") if getattr(args, n)]
     if args.good_lock or args.bad_lock:
         if not (args.good_lock and args.bad_lock):
@@ -94,7 +96,7 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
         raise UsageError(f"missing {', '.join(missing)}",
                          hint="bisect one component: --recipe R --component C --good SHA [--bad SHA]; "
                               "or two locks: --good-lock OLD --bad-lock NEW")
-    return replace(options, recipe=recipe_path(args.recipe), component=args.component, good=args.good,
+    return replace(options, recipe=recipe_path(args.recipe, args.recipes_dir), component=args.component, good=args.good,
                    bad=args.bad or "")
 
 

@@ -14,7 +14,7 @@ from toolchain.console import UI, CommandResult, Grid, literal
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
-from toolchain.recipe.load import Recipe
+from toolchain.recipe.load import Recipe, only_components
 from toolchain.release import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
 
@@ -26,10 +26,13 @@ def register(sub: Any) -> None:
     p = sub.add_parser("build", help="build the recipe's wheels and write the lock",
                        description="Build each component's wheel (from the wheel cache when its inputs are "
                                    "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
-    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "out", "remote-cache", "push",
+    options.add_recipe(p)
+    options.add(p, "cache-dir", "mirror", "out", "remote-cache", "push",
                 "remote-insecure", "no-compiler-cache", "builds-at-once",
                 help={"out": "output directory: wheels/, logs/, the locks and the bundle (default: dist/<recipe>); "
                              "it must be new, empty or an earlier build's output"})
+    p.add_argument("--component", action="append", default=[], metavar="NAME",
+                   help="build only this component (repeatable); the lock records the components built")
     p.add_argument("--from-lock", type=Path, metavar="LOCK", help="rebuild exactly what a lock records")
     p.add_argument("--no-cache", action="store_true", help="build every component again (results still stored)")
     p.add_argument("--fresh-sources", action="store_true", help="prepare source trees again from the mirrors")
@@ -64,6 +67,11 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)  # the lock's parts agree, or exit 2
     else:
         recipe = options.recipe_from_args(args)
+    if args.component:
+        if args.from_lock:
+            raise UsageError("--component and --from-lock exclude each other",
+                             hint="a lock rebuilds the components it records")
+        recipe = only_components(recipe, args.component)
     if args.with_deps and not args.bundle:
         raise UsageError("--with-deps needs --bundle", hint="toolchain build --bundle --with-deps")
     if args.with_deps and args.no_resolve:
@@ -76,6 +84,8 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     ui.step(f"building recipe [bold]{literal(recipe.name)}[/] → {literal(str(build.out_dir))}")
     lock, built = build_stack_components(recipe, build, ui, expect=old)  # from a lock: its hashes, or exit 1
     data = lock_summary(lock)
+    if lock.recipe_partial:
+        data["partial"] = list(lock.recipe_partial)
     for entry, b in zip(data["components"], built):
         entry["source"], entry["pushed"] = b.source, b.pushed
     if remote is not None:

@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
     ls.add_argument("--remote", nargs="?", const="", default=None, metavar="URL",
                     help="list the remote cache: oci://HOST[:PORT]/NAMESPACE (default: $TOOLCHAIN_REMOTE_CACHE, "
                          "else the [cache] remote of --recipe)")
-    options.add(ls, "remote-insecure", "recipe", "cache-dir",
-                help={"recipe": "the recipe whose [cache] remote to list (with --remote and no URL)"})
+    options.add_recipe(ls, help={"recipe": "the recipe whose [cache] remote to list (with --remote and no URL)"})
+    options.add(ls, "remote-insecure", "cache-dir")
     ls.add_argument("--component", help="only this component's entries")
     ls.set_defaults(handler=cmd_ls)
     p.set_defaults(handler=lambda args, ui: _usage())
@@ -68,9 +68,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
     spec = CacheSpec()
     if args.recipe:
-        from toolchain.recipe.load import load_recipe
-
-        spec = load_recipe(args.recipe, pinned=False).cache
+        spec = options.recipe_from_args(args, pinned=False).cache
     settings = resolve_settings(spec, RemoteRequest(url=args.remote or None, insecure=args.remote_insecure))
     if settings is None:
         raise UsageError("no remote cache to list",

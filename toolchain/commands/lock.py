@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
     p.add_argument("--refresh", action="store_true",
                    help="resolve again from the indexes even when the closure for these wheels' requirements and "
                         "this [resolve] is kept in the cache (without it, the kept closure is used offline)")
-    options.add(p, "recipes-dir", "patches-dir", "cache-dir")
+    options.add_recipe(p, recipe=False)
+    options.add(p, "cache-dir")
     p.set_defaults(handler=handle)
 
 

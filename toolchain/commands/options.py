@@ -77,10 +77,13 @@ GLOBAL: tuple[Option, ...] = (
 )
 
 SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
-    Option("recipe", ("--recipe",), f"recipe name in recipes/ or a path to a .toml file (default: {DEFAULT_RECIPE})"),
-    Option("recipes_dir", ("--recipes-dir",), "where recipes live (default: ./recipes, or $TOOLCHAIN_RECIPES_DIR)",
-           {"type": Path, "metavar": "DIR"}),
-    Option("patches_dir", ("--patches-dir",), "where patches live (default: <recipes-dir>/../patches)",
+    Option("recipe", ("--recipe",), f"a recipe name (your recipes, then the shipped ones) or a path to a .toml "
+                                    f"file (default: {DEFAULT_RECIPE})"),
+    Option("recipes_dir", ("--recipes-dir",),
+           "your recipes: a name (--recipe, extends) is looked up beside the recipe naming it, then here, then in "
+           "the shipped recipes (default: $TOOLCHAIN_RECIPES_DIR, else ./recipes)", {"type": Path, "metavar": "DIR"}),
+    Option("patches_dir", ("--patches-dir",),
+           "where the recipe's own patches live (default: patches/ beside the recipe, else beside its recipes/)",
            {"type": Path, "metavar": "DIR"}),
     Option("cache_dir", ("--cache-dir",),
            "mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)",
@@ -107,6 +110,19 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
            "their compile jobs are budgeted allow; 1: one after another)",
            {"type": int, "metavar": "N"}, finalize=_at_least_one),
 )}
+
+
+# the options that find recipes and their patches: every command that takes --recipe (or rebuilds a lock's
+# recipe) takes them all, through `add_recipe`
+FIND_RECIPES = ("recipes-dir", "patches-dir")
+
+
+def add_recipe(parser: Any, recipe_group: Any = None, *, recipe: bool = True, help: Mapping[str, str] | None = None) -> None:
+    """--recipe (into `recipe_group` when given: a mutually exclusive group, say) and the options that find
+    recipes; `recipe=False` for a command that reads its recipe from a lock."""
+    if recipe:
+        add(recipe_group if recipe_group is not None else parser, "recipe", help=help)
+    add(parser, *FIND_RECIPES, help=help)
 
 
 def add_global(parser: argparse.ArgumentParser, *, command: bool) -> None:

@@ -22,7 +22,8 @@ def register(sub: Any) -> None:
                                    "nothing and clones no mirror (a mirror that lacks a pinned commit is "
                                    "fetched once: still absent is exit 2). Without oneAPI the toolchain "
                                    "shows as \"not captured\".")
-    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror", "no-compiler-cache")
+    options.add_recipe(p)
+    options.add(p, "cache-dir", "mirror", "no-compiler-cache")
     p.set_defaults(handler=cmd_plan)
 
 
@@ -61,6 +62,7 @@ def cmd_plan(args, ui) -> CommandResult:
              f"[bold]{c['name']}[/] cache key {c['cache-key'][:16] or '(needs the toolchain)'}"
              + (f" — {escape(c['mirror'])}" if not c["describe"] else "")
              + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
+    lines += [f"recipe {escape(f.name)}: {escape(str(f.file))} ({escape(f.where)})" for f in recipe.found]
     if plan.toolchain_missing:
         lines.append(f"[yellow]toolchain {escape(data['toolchain']['status'])}[/]\n  the cache keys depend on "
                      "it; `toolchain build` needs it")

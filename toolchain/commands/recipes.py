@@ -19,7 +19,8 @@ def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - rich's Table, impor
 
 def register(sub: Any) -> None:
     p = sub.add_parser("recipes", help="list the recipes with their descriptions",
-                       description="List the recipes in the recipes directory, each with its description.")
+                       description="List the recipes: yours (--recipes-dir, $TOOLCHAIN_RECIPES_DIR or ./recipes), then "
+                                   "the shipped ones your recipes do not hide, each with its description.")
     options.add(p, "recipes-dir")
     p.set_defaults(handler=handle)
 
@@ -34,6 +35,8 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     table = Table(title="recipes")
     table.add_column("name")
     table.add_column("description")
-    for name, desc in rows:
-        table.add_row(Text(name), Text(desc))  # a recipe's text, shown as written (no markup, no emoji)
-    return CommandResult({"recipes": [{"name": n, "description": d} for n, d in rows]}, 0, "", (table,))
+    table.add_column("found in")
+    for name, desc, where in rows:
+        table.add_row(Text(name), Text(desc), Text(where))  # a recipe's text, shown as written (no markup, no emoji)
+    return CommandResult({"recipes": [{"name": n, "description": d, "found-in": w} for n, d, w in rows]}, 0, "",
+                         (table,))

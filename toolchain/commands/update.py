@@ -14,7 +14,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("update", help="pin each component's `ref` to its current commit in the recipe file",
                        description="Fetch each component's `ref` and write the commit it points at into the "
                                    "recipe file as `commit`, keeping the file's comments and layout.")
-    options.add(p, "recipe", "recipes-dir", "patches-dir", "cache-dir", "mirror")
+    options.add_recipe(p)
+    options.add(p, "cache-dir", "mirror")
     p.add_argument("--component", action="append", default=[], help="only this component (repeatable)")
     p.set_defaults(handler=handle)
 

@@ -42,7 +42,7 @@ from toolchain.release.wheeldiff import (
 
 MIN_GAP_SECONDS = 2.0   # zip timestamps have a 2-second resolution: the second build starts in a later slot
 SECOND_UMASK = 0o002    # the first build runs under the caller's umask (usually 022)
-DEFAULT_WORK_ROOT = Path("dist") / ".repro"
+WORK_ROOT = "repro"  # the builds go under <cache dir>/repro/ by default: nothing is written where it runs (a bundle)
 BUILD_DIRS = ("build-1", "build-2", "rebuild", "install-check")
 
 # (out_dir, cache_dir) -> the lock that build wrote
@@ -54,11 +54,12 @@ def register(sub: Any) -> None:
                        help="build twice (or rebuild a lock) and check the wheels are identical",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group(required=True)
-    options.add(what, "recipe", help={"recipe": "build this recipe twice and compare"})
+    options.add_recipe(p, what, help={"recipe": "build this recipe twice and compare"})
     what.add_argument("--lock", metavar="LOCK", type=Path, help="rebuild this stack.lock.toml and compare")
     p.add_argument("--work-dir", type=Path, metavar="DIR",
-                   help=f"where the builds go (default: a new directory under {DEFAULT_WORK_ROOT}/)")
-    options.add(p, "cache-dir", "recipes-dir", "patches-dir", "mirror", help={
+                   help=f"where the builds go (default: a new directory under <cache dir>/{WORK_ROOT}/, so "
+                        "nothing is written where it runs, e.g. in a bundle's directory)")
+    options.add(p, "cache-dir", "mirror", help={
         "cache-dir": "take sources from this cache directory's mirror (default: the build cache, as for "
                      "`toolchain build`); source trees and wheels are always made afresh per build"})
     p.add_argument("--keep", action="store_true", help="keep the build directories even when reproducible")
@@ -69,7 +70,8 @@ def register(sub: Any) -> None:
 
 def handle(args, ui: UI) -> CommandResult:
     published = read_lock(args.lock) if args.lock else None
-    work = _work_dir(args.work_dir, Path(args.lock).parent.name if args.lock else Path(args.recipe).stem)
+    work = _work_dir(args.work_dir, Path(args.lock).resolve().parent.name if args.lock else Path(args.recipe).stem,
+                     options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
     mirror = _shared_mirror(args.cache_dir)
     diffoscope = False if args.no_diffoscope else None
     built: list[Lock] = []
@@ -87,11 +89,15 @@ def handle(args, ui: UI) -> CommandResult:
     installed = check_install(built[-1], published, work / BUILD_DIRS[3], ui)
     ok = report.ok and installed["ok"] is not False
     kept = not ok or args.keep
-    if not kept:
+    if not kept:  # what was removed is not named as if it were there
         _remove_builds(work)
+        report = dataclasses.replace(report, label_a=_removed(report.label_a, work),
+                                     label_b=_removed(report.label_b, work))
+        installed = {k: v for k, v in installed.items() if k not in ("log", "python")}
     data = {"ok": ok, "mode": "lock" if args.lock else "recipe",
             "work-dir": str(work) if kept else None, **report.to_dict(), "install": installed}
-    summary = format_report(report) + "\n" + _install_summary(installed) + (f"\nbuilds kept in {work}" if kept else "")
+    summary = format_report(report) + "\n" + _install_summary(installed) + (
+        f"\nbuilds kept in {work}" if kept else "\nthe builds were removed (--keep keeps them)")
     return CommandResult(data=data, exit_code=0 if ok else 1, summary=summary)
 
 
@@ -148,13 +154,18 @@ def _seed_deps(published_dir: Path, rebuilt: Lock, lock: Lock) -> None:
             atomic_copy(src, dst)
 
 
+def _removed(label: str, work: Path) -> str:
+    """A report's label without the path of a build removed with `work`: "build 1 (/w/build-1/out)" -> "build 1"."""
+    return label[:label.index(str(work))].rstrip(" (") if str(work) in label else label
+
+
 def _install_summary(info: dict[str, Any]) -> str:
     if info["ok"] is None:
         return f"install check skipped: {info.get('skipped', '')}"
     if not info["ok"]:
         return f"install check FAILED ({info['closure']}): {info['error']}"
     return (f"install check: {info['files']} file(s), {info['closure']}, installed together with sha256 required "
-            f"and no index in {info['python']}")
+            f"and no index in {info.get('python', 'a fresh venv')}")
 
 
 def verify_builds(build: Builder, work: Path, ui: UI, *, mirror: Path | None = None,
@@ -204,12 +215,12 @@ def _where(lock: Lock) -> str:
     return str(lock.path.parent) if lock.path else "?"
 
 
-def _work_dir(requested: Path | None, label: str) -> Path:
+def _work_dir(requested: Path | None, label: str, default_root: Path) -> Path:
     if requested is not None:
         requested.mkdir(parents=True, exist_ok=True)
         return requested.resolve()
-    DEFAULT_WORK_ROOT.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=DEFAULT_WORK_ROOT)).resolve()
+    default_root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=default_root)).resolve()
 
 
 def _remove_builds(work: Path) -> None:

@@ -9,9 +9,11 @@ relative to the declaring file. Each inherited key keeps the file that declared 
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from toolchain.core import toml as tomlio
@@ -21,6 +23,7 @@ from toolchain.recipe.model import (
     DEFAULT_COMMAND,
     Component,
     FetchContentDep,
+    Found,
     Origin,
     Patch,
     Recipe,
@@ -37,38 +40,97 @@ MAX_DEPTH = 32              # tables and arrays nested deeper than this are a mi
 
 # ---- locating recipes -------------------------------------------------------------------------------
 
-def default_recipes_dir() -> Path:
+SHIPPED = Path(__file__).resolve().parents[1] / "shipped"   # package data: the shipped recipes and patches
+
+
+def shipped_recipes_dir() -> Path:
+    return SHIPPED / "recipes"
+
+
+def project_recipes_dir(recipes_dir: Path | None = None) -> tuple[Path, str] | None:
+    """The user's recipes directory and how it was chosen: --recipes-dir, else $TOOLCHAIN_RECIPES_DIR, else
+    ./recipes when it exists; None when there is none (only the shipped recipes are then searched)."""
+    if recipes_dir is not None:
+        return Path(recipes_dir).expanduser().resolve(), "--recipes-dir"
     if os.environ.get(RECIPES_ENV):
-        return Path(os.environ[RECIPES_ENV])
+        return Path(os.environ[RECIPES_ENV]).expanduser().resolve(), f"${RECIPES_ENV}"
     if Path("recipes").is_dir():
-        return Path("recipes").resolve()
-    return Path(__file__).resolve().parents[2] / "recipes"
+        return Path("recipes").resolve(), "./recipes"
+    return None
+
+
+def search_dirs(recipes_dir: Path | None = None, beside: Path | None = None) -> list[tuple[Path, str]]:
+    """Where a recipe NAME is looked up, in order: beside the recipe that names it (for `extends`), the
+    user's recipes (--recipes-dir, $TOOLCHAIN_RECIPES_DIR or ./recipes), then the shipped recipes. Each
+    directory once, with how it came to be searched."""
+    dirs: list[tuple[Path, str]] = []
+    if beside is not None:
+        dirs.append((beside.resolve(), f"beside {beside.name}/"))
+    project = project_recipes_dir(recipes_dir)
+    if project is not None and project[0] != shipped_recipes_dir():  # (a checkout's ./recipes is the shipped)
+        dirs.append(project)
+    dirs.append((shipped_recipes_dir(), "the shipped recipes"))
+    out: dict[Path, str] = {}
+    for d, why in dirs:
+        out.setdefault(d, why)
+    return list(out.items())
+
+
+def default_recipes_dir() -> Path:
+    """The user's recipes directory, else the shipped recipes."""
+    project = project_recipes_dir()
+    return project[0] if project is not None else shipped_recipes_dir()
+
+
+def find_recipe(name_or_path: str, recipes_dir: Path | None = None, beside: Path | None = None,
+                *, who: str = "") -> Found:
+    """A recipe by path (a .toml file, relative to `beside` when given, else to the working directory) or by
+    name (`search_dirs`), and where it was found. `who` prefixes the error (the file and key naming it)."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path or os.sep in name_or_path:
+        base = beside if beside is not None else Path.cwd()
+        path = base / Path(name_or_path).expanduser()
+        if path.is_file():
+            return Found(name_or_path, path.resolve(), "a path")
+        raise RecipeError(f"{who}no recipe file {name_or_path!r} (a relative path is relative to {base})",
+                          hint="fix the path, or name a recipe (`toolchain recipes` lists them)")
+    dirs = search_dirs(recipes_dir, beside)
+    for d, why in dirs:
+        if (d / f"{name_or_path}.toml").is_file():
+            return Found(name_or_path, (d / f"{name_or_path}.toml").resolve(), why)
+    known = sorted({q.stem for d, _ in dirs if d.is_dir() for q in d.glob("*.toml")})
+    searched = ", then ".join(f"{d} ({why})" for d, why in dirs)
+    raise RecipeError(f"{who}no recipe {name_or_path!r} in {searched}" + did_you_mean(name_or_path, known),
+                      hint=f"available: {', '.join(known) or 'none'}; `toolchain recipes` lists them; pass "
+                           "--recipes-dir (or set $TOOLCHAIN_RECIPES_DIR) for another folder of recipes, or a "
+                           "path to a .toml file")
 
 
 def recipe_path(name_or_path: str, recipes_dir: Path | None = None) -> Path:
-    p = Path(name_or_path)
-    if p.suffix == ".toml" and p.is_file():
-        return p.resolve()
-    rdir = recipes_dir or default_recipes_dir()
-    candidate = rdir / f"{name_or_path}.toml"
-    if candidate.is_file():
-        return candidate.resolve()
-    known = sorted(q.stem for q in rdir.glob("*.toml")) if rdir.is_dir() else []
-    raise RecipeError(f"no recipe {name_or_path!r} in {rdir}" + did_you_mean(name_or_path, known),
-                      hint=f"available: {', '.join(known) or 'none'}; `toolchain recipes` lists them, "
-                           f"or pass a path to a .toml file")
+    return find_recipe(name_or_path, recipes_dir).file
 
 
-def list_recipes(recipes_dir: Path | None = None) -> list[tuple[str, str]]:
-    """(name, description) of every recipe file; one that cannot be read is listed with why."""
-    rdir = recipes_dir or default_recipes_dir()
-    out = []
-    for p in sorted(rdir.glob("*.toml")):
-        try:
-            desc = str(read_recipe_file(p).get("description", ""))
-        except RecipeError as exc:
-            desc = f"({str(exc).removeprefix(f'{p}: ').split(': ')[0]})"  # e.g. "(not valid TOML)"
-        out.append((p.stem, desc))
+def patches_dirs_of(recipe_file: Path) -> tuple[Path, ...]:
+    """Where the patches a recipe file names live: patches/ beside it (a recipe with its patches, no recipes/
+    level), else patches/ beside its directory (recipes/ and patches/ side by side)."""
+    beside, up = recipe_file.parent / "patches", recipe_file.parent.parent / "patches"
+    return (beside,) if beside.is_dir() else (up,)
+
+
+def list_recipes(recipes_dir: Path | None = None) -> list[tuple[str, str, str]]:
+    """(name, description, where) of every recipe file the user's recipes and the shipped ones hold (a
+    shipped one hidden by a user's recipe of the same name is left out); one that cannot be read is listed
+    with why."""
+    out, names = [], set()
+    for rdir, why in search_dirs(recipes_dir):
+        for p in sorted(rdir.glob("*.toml")):
+            if p.stem in names:
+                continue
+            names.add(p.stem)
+            try:
+                desc = str(read_recipe_file(p).get("description", ""))
+            except RecipeError as exc:
+                desc = f"({str(exc).removeprefix(f'{p}: ').split(': ')[0]})"  # e.g. "(not valid TOML)"
+            out.append((p.stem, desc, why))
     return out
 
 
@@ -127,30 +189,35 @@ def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir:
                 pinned: bool = True) -> Recipe:
     """`pinned=False` (for `toolchain update`) accepts components whose `commit` is not set yet.
     `patches_dir` replaces the patches/ directory of the recipe and of the recipes beside it."""
-    path = recipe_path(name_or_path, recipes_dir)
+    top = find_recipe(name_or_path, recipes_dir)
+    path = top.file
 
-    def patches_of(recipe_file: Path) -> Path:
+    def patches_of(recipe_file: Path) -> tuple[Path, ...]:
         if patches_dir is not None and recipe_file.parent == path.parent:
-            return patches_dir
-        return recipe_file.parent.parent / "patches"
+            return (Path(patches_dir),)
+        return patches_dirs_of(recipe_file)
 
-    project = (recipes_dir or default_recipes_dir()).resolve()
-    data, origins = _resolve_extends(path, project, patches_of, [])
-    own = Origin(path, (patches_of(path),))
-    return from_data(data, name=path.stem, path=path, patches_dir=own.patches_dirs, pinned=pinned,
-                     origins={k: o for k, o in origins.items() if o != own})
+    found = [top]
+    data, origins = _resolve_extends(path, recipes_dir, patches_of, [], found)
+    own = Origin(path, patches_of(path))
+    recipe = from_data(data, name=path.stem, path=path, patches_dir=own.patches_dirs, pinned=pinned,
+                       origins={k: o for k, o in origins.items() if o != own})
+    return dataclasses.replace(recipe, found=tuple(found))
 
 
-def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path | Sequence[Path]) -> Recipe:
+def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path | Sequence[Path],
+                     origins: Mapping[str, Origin] = MappingProxyType({})) -> Recipe:
     """A resolved recipe (as recorded in a lock) back into a Recipe. Its local patches are looked up in
-    `patches_dir` (several directories are searched in order: a recipe may inherit patches)."""
+    `patches_dir` (several directories are searched in order: a recipe may inherit patches); `origins`: the
+    keys the lock records as declared by another recipe file (their relative paths resolve against it)."""
     data = parse_recipe_text(text, f"{path} (the recipe recorded in the lock)")
-    return from_data(data, name=name, path=path, patches_dir=patches_dir)
+    return from_data(data, name=name, path=path, patches_dir=patches_dir, origins=origins)
 
 
-def _resolve_extends(path: Path, project: Path, patches_of, seen: list[Path]) -> tuple[dict[str, Any],
-                                                                                       dict[str, Origin]]:
-    """The merged table and, for each path-bearing key, the recipe file that declared it."""
+def _resolve_extends(path: Path, recipes_dir: Path | None, patches_of: Callable[[Path], tuple[Path, ...]],
+                     seen: list[Path], found: list[Found]) -> tuple[dict[str, Any], dict[str, Origin]]:
+    """The merged table and, for each path-bearing key, the recipe file that declared it; `found` gets
+    where each parent was found."""
     if path in seen:
         chain = " -> ".join(p.stem for p in [*seen, path])
         raise RecipeError(f"{seen[0]}: extends: cycle {chain}", hint="remove one `extends` from the cycle")
@@ -163,44 +230,120 @@ def _resolve_extends(path: Path, project: Path, patches_of, seen: list[Path]) ->
     else:
         if not isinstance(parent, str) or not parent:
             raise RecipeError(f"{path}: extends: must be the name of another recipe or a path to one (a string)")
-        base, origins = _resolve_extends(_parent_path(parent, path, project), project, patches_of, [*seen, path])
+        where = find_recipe(parent, recipes_dir, beside=path.parent, who=f"{path}: extends: ")
+        found.append(where)
+        base, origins = _resolve_extends(where.file, recipes_dir, patches_of, [*seen, path], found)
         base.pop("description", None)
-    origin = Origin(path, (patches_of(path),))
-    for key in _path_keys(own):
+    origin = Origin(path, patches_of(path))
+    for key in _path_keys(own, base):
         origins[key] = origin
-    return _merge(base, own), origins
+    return _without(_merge_recipe(base, own, origins), _dropped(own)), origins
 
 
-def _parent_path(parent: str, child: Path, project: Path) -> Path:
-    """`extends = parent` of `child`: a path (relative to the child's file), else a name looked up beside the
-    child, then in the project's recipes."""
-    if parent.endswith(".toml") or "/" in parent or os.sep in parent:
-        p = child.parent / Path(parent).expanduser()
-        if p.is_file():
-            return p.resolve()
-        raise RecipeError(f"{child}: extends: no recipe file {parent!r} (a relative path is relative to "
-                          f"{child.parent})", hint="fix the path, or name a recipe of the project's recipes/")
-    for rdir in dict.fromkeys([child.parent, project]):
-        if (rdir / f"{parent}.toml").is_file():
-            return (rdir / f"{parent}.toml").resolve()
-    known = sorted({q.stem for d in (child.parent, project) if d.is_dir() for q in d.glob("*.toml")})
-    where = f"{child.parent} or {project}" if child.parent != project else str(project)
-    raise RecipeError(f"{child}: extends: no recipe {parent!r} in {where}" + did_you_mean(parent, known),
-                      hint=f"available: {', '.join(known) or 'none'}; pass --recipes-dir for another "
-                           "project's recipes, or write a path to the .toml file")
+def _dropped(data: dict[str, Any]) -> list[str]:
+    """The components a recipe drops (`[components.NAME] drop = true`: an inherited one it does not build)."""
+    comps = data.get("components")
+    return [n for n, c in comps.items() if isinstance(c, dict) and c.get("drop") is True] \
+        if isinstance(comps, dict) else []
 
 
-def _path_keys(data: dict[str, Any]) -> list[str]:
-    """The keys of a recipe table whose relative paths resolve against the file that declares them."""
+def _without(data: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """`data` without the components `names`, and without them in the others' `after`."""
+    if not names or not isinstance(data.get("components"), dict):
+        return data
+    comps = {}
+    for n, c in data["components"].items():
+        if n in names:
+            continue
+        if isinstance(c, dict) and isinstance(c.get("after"), list):
+            c = {**c, "after": [a for a in c["after"] if a not in names]}
+        comps[n] = c
+    return {**data, "components": comps}
+
+
+def _path_keys(data: dict[str, Any], base: Mapping[str, Any] = MappingProxyType({})) -> list[str]:
+    """The keys of a recipe table whose relative paths resolve against the file that declares them; each
+    entry of `extend-patches` is a key of its own (`components.NAME.extend-patches.I`, counted after the
+    entries `base` holds)."""
     keys = []
     if isinstance(data.get("toolchain"), dict) and "setvars" in data["toolchain"]:
         keys.append("toolchain.setvars")
     if isinstance(data.get("mirrors"), dict):
         keys += [f"mirrors.{k}" for k in data["mirrors"]]
     if isinstance(data.get("components"), dict):
-        keys += [f"components.{name}.patches" for name, c in data["components"].items()
-                 if isinstance(c, dict) and "patches" in c]
+        inherited = base.get("components", {}) if isinstance(base.get("components"), dict) else {}
+        for name, c in data["components"].items():
+            if not isinstance(c, dict):
+                continue
+            if "patches" in c:
+                keys.append(f"components.{name}.patches")
+            extend = c.get("extend-patches")
+            if isinstance(extend, list):
+                first = 0 if "patches" in c else len(_extends_of(inherited.get(name)))
+                keys += [f"components.{name}.extend-patches.{first + i}" for i in range(len(extend))]
     return keys
+
+
+def _extends_of(component: Any) -> list[Any]:
+    value = component.get("extend-patches", []) if isinstance(component, dict) else []
+    return value if isinstance(value, list) else []
+
+
+def _merge_recipe(base: dict[str, Any], over: dict[str, Any], origins: dict[str, Origin]) -> dict[str, Any]:
+    """`_merge`, and `extend-patches` appended after the inherited series (ruff's `extend-select`): a
+    component's `patches` replaces the inherited series, the inherited `extend-patches` with it."""
+    merged = _merge(base, over)
+    comps, inherited = over.get("components"), base.get("components")
+    if not isinstance(comps, dict) or not isinstance(inherited, dict):
+        return merged
+    for name, c in comps.items():
+        if not isinstance(c, dict) or not isinstance(merged["components"].get(name), dict):
+            continue
+        if "patches" in c:
+            old = _extends_of(inherited.get(name))
+            for i in range(len(old)):
+                origins.pop(f"components.{name}.extend-patches.{i}", None)
+            if "extend-patches" not in c:
+                merged["components"][name].pop("extend-patches", None)
+        elif isinstance(c.get("extend-patches"), list):
+            merged["components"][name]["extend-patches"] = [*_extends_of(inherited.get(name)), *c["extend-patches"]]
+    return merged
+
+
+# ---- where a recipe file is, as a lock records it --------------------------------------------------------
+
+SHIPPED_PLACE = "{shipped}"
+
+
+def place(file: Path) -> str:
+    """A recipe file as a lock records it: under the shipped recipes `{shipped}/recipes/NAME.toml` (found
+    again wherever the tool is installed), else its path."""
+    try:
+        return f"{SHIPPED_PLACE}/{Path(file).resolve().relative_to(SHIPPED).as_posix()}"
+    except ValueError:
+        return str(file)
+
+
+def from_place(text: str) -> Path:
+    if text.startswith(SHIPPED_PLACE + "/"):
+        return SHIPPED / text[len(SHIPPED_PLACE) + 1:]
+    return Path(text)
+
+
+def recorded_origins(recipe: Recipe) -> dict[str, str]:
+    """Every path-bearing key of the resolved recipe and the file that declared it (`place`), as a lock
+    records them so that a rebuild from the lock resolves each relative path as the build did."""
+    return {key: place(recipe.origin(key).file) for key in _path_keys(recipe.data)}
+
+
+def origins_from_record(record: Mapping[str, str], patches_dirs: Sequence[Path] = (), *,
+                        only: bool = False) -> dict[str, Origin]:
+    """`recorded_origins` read back: each file's patches/, then `patches_dirs`; with `only`, `patches_dirs`
+    alone (a bundle's patches/, or --patches-dir)."""
+    def dirs(file: Path) -> tuple[Path, ...]:
+        return tuple(patches_dirs) if only else tuple(dict.fromkeys([*patches_dirs_of(file), *patches_dirs]))
+
+    return {key: Origin(from_place(text), dirs(from_place(text))) for key, text in record.items()}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -216,8 +359,8 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def with_data(recipe: Recipe, data: dict[str, Any]) -> Recipe:
     """`recipe` with its resolved table replaced by `data` (validated again; inherited keys keep resolving
     against the recipe that declared them)."""
-    return from_data(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
-                     origins=recipe.origins)
+    return dataclasses.replace(from_data(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
+                                         origins=recipe.origins), found=recipe.found)
 
 
 def with_commit(recipe: Recipe, component: str, commit: str, ref: str | None = None) -> Recipe:
@@ -227,12 +370,24 @@ def with_commit(recipe: Recipe, component: str, commit: str, ref: str | None = N
                                                                              **({"ref": ref} if ref else {})}}}))
 
 
+def only_components(recipe: Recipe, names: Sequence[str]) -> Recipe:
+    """The recipe with only the components `names` (`toolchain build --component`): what a partial build
+    builds and its lock records, with the names in `partial`."""
+    for name in names:
+        recipe.component(name)  # an unknown name: a RecipeError with a did-you-mean
+    keep = [c.name for c in recipe.components if c.name in names]
+    data = _without(recipe.data, [c.name for c in recipe.components if c.name not in keep])
+    return dataclasses.replace(with_data(recipe, data), partial=tuple(keep))
+
+
 def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:
     """A derived recipe with a nested table of keys overridden (same rules as `extends`)."""
     return with_data(recipe, _merge(recipe.data, changes))
 
 
 __all__ = ["DEFAULT_COMMAND", "MAX_RECIPE_BYTES", "RECIPES_ENV", "SMOKE_KEYS", "Component", "FetchContentDep",
-           "Origin", "Patch", "Recipe", "SmokeSpec", "TargetSpec", "ToolchainSpec", "default_recipes_dir",
-           "did_you_mean", "from_data", "list_recipes", "load_recipe", "load_recipe_text", "parse_recipe_text",
-           "read_recipe_file", "recipe_path", "with_changes", "with_commit", "with_data"]
+           "Found", "Origin", "Patch", "Recipe", "SmokeSpec", "TargetSpec", "ToolchainSpec", "default_recipes_dir",
+           "did_you_mean", "find_recipe", "from_data", "from_place", "list_recipes", "load_recipe",
+           "load_recipe_text", "only_components", "origins_from_record", "parse_recipe_text", "patches_dirs_of", "place",
+           "read_recipe_file", "recipe_path", "recorded_origins", "search_dirs", "shipped_recipes_dir",
+           "with_changes", "with_commit", "with_data"]

@@ -36,6 +36,18 @@ class Origin:
 
 
 @dataclass(frozen=True)
+class Found:
+    """Where a recipe named on the command line or by `extends` was found: its file, and how ("a path",
+    "beside child.toml/", "--recipes-dir", "$TOOLCHAIN_RECIPES_DIR", "./recipes", "the shipped recipes")."""
+    name: str
+    file: Path
+    where: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "file": str(self.file), "where": self.where}
+
+
+@dataclass(frozen=True)
 class Patch:
     """One patch, identified by its sha256 (part of the cache key of every build that applies it).
 
@@ -49,6 +61,9 @@ class Patch:
     url: str = ""
     commit: str = ""
     file: Path | None = field(default=None, compare=False)
+    # for a component built from a subdir: "root" when the patch's paths start at the repository root,
+    # "subdir" when inside the subdir (sources.patches.applies_at); recorded in the lock, not its identity
+    applied: str = field(default="", compare=False)
 
     @property
     def remote(self) -> bool:
@@ -188,6 +203,10 @@ class Recipe:
     resolve: ResolveSpec = ResolveSpec()  # [resolve]: the runtime closure (toolchain.resolve)
     cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
     build: BuildSpec = BuildSpec()  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
+    # where each recipe file of the `extends` chain was found (this recipe's first); () for a lock's recipe
+    found: tuple[Found, ...] = field(default=(), compare=False, hash=False)
+    # a partial build (`build --component`): the components it builds, the others left out of `data`
+    partial: tuple[str, ...] = ()
 
     @functools.cached_property
     def text(self) -> str:

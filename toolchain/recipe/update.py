@@ -14,9 +14,14 @@ from toolchain.recipe.model import Recipe
 
 
 class RefResolver(Protocol):
-    """What `update` needs of the sources: a ref's current commit (toolchain.sources.mirrors.Mirrors)."""
+    """What `update` needs of the sources (toolchain.sources.mirrors.Mirrors): a ref's current commit, and
+    that commit's subject and `git describe` for the comment beside it."""
 
     def resolve(self, url: str, ref: str) -> str: ...
+
+    def commit_info(self, url: str, commit: str) -> dict[str, str]: ...
+
+    def describe(self, url: str, commit: str) -> str: ...
 
 
 def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: Sequence[str] = (), ui=None) -> list[dict]:
@@ -29,15 +34,27 @@ def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: Sequence[str] =
             raise RecipeError(f"{recipe.path.name}: components.{name}.ref: not set, so there is nothing to resolve",
                               hint="set ref to a branch or tag")
         new = mirrors.resolve(comp.url, comp.ref)
-        table = doc.get("components", {}).get(name)
-        if table is None:  # the component comes from the recipe this one extends: override it here
-            doc.setdefault("components", tomlkit.table())
-            table = tomlkit.table()
-            doc["components"][name] = table
         changed = new != comp.commit
         if changed:
-            table["commit"] = new
+            table = doc.get("components", {}).get(name)
+            if table is None:  # the component comes from the recipe this one extends: override it here
+                doc.setdefault("components", tomlkit.table(is_super_table=True))
+                table = tomlkit.table()
+                doc["components"][name] = table
+            table["commit"] = _pinned(new, mirrors, comp.url)
         changes.append({"component": name, "ref": comp.ref, "old": comp.commit, "new": new, "changed": changed})
     if any(c["changed"] for c in changes):
         atomic_write_text(recipe.path, tomlkit.dumps(doc))
     return changes
+
+
+def _pinned(commit: str, mirrors: RefResolver, url: str) -> tomlkit.items.String:
+    """The new commit with the comment the shipped recipes keep beside it: its subject and `git describe`
+    (the old commit's comment would describe another commit)."""
+    item = tomlkit.string(commit)
+    subject = mirrors.commit_info(url, commit).get("subject", "")
+    describe = mirrors.describe(url, commit)
+    note = " ".join(filter(None, [subject, f"({describe})" if describe else ""]))
+    if note:
+        item.comment(note)
+    return item

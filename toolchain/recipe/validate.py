@@ -54,13 +54,14 @@ TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list, "base": str}
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
-COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "after": list,
+COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "extend-patches": list,
+                  "after": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
-                  "prebuilt": object, "prebuilt-index": str, **buildspec.COMPONENT_BUILD_KEYS}
+                  "prebuilt": object, "prebuilt-index": str, "drop": bool, **buildspec.COMPONENT_BUILD_KEYS}
 # what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
 # (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
-PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref")
+PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref", "drop")
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
@@ -273,6 +274,10 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
         if isinstance(subdir, str) and (subdir.startswith("/") or ".." in Path(subdir).parts):
             pr.add(f"{where}.subdir", "must be a relative path inside the repository")
         patches = _patches(c.get("patches", []), pr, f"{where}.patches", declared.get(f"{where}.patches", own))
+        extend = c.get("extend-patches", [])
+        for i, entry in enumerate(extend if isinstance(extend, list) else []):
+            key = f"{where}.extend-patches"
+            patches += _patches([entry], pr, f"{key}[{i}]", declared.get(f"{key}.{i}", own), numbered=False)
         command = pr.str_list(c, "command", f"{where}.command") if "command" in c else DEFAULT_COMMAND
         if c.get("command") == []:  # (a list with a non-string is reported by str_list, not as empty)
             pr.add(f"{where}.command", "must not be empty")
@@ -361,12 +366,12 @@ def _prebuilt_index(c: dict[str, Any], pr: _Problems, where: str) -> str:
 PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}
 
 
-def _patches(items: Any, pr: _Problems, where: str, origin: Origin) -> tuple[Patch, ...]:
+def _patches(items: Any, pr: _Problems, where: str, origin: Origin, *, numbered: bool = True) -> tuple[Patch, ...]:
     if not isinstance(items, list):
         return ()
     out = []
     for i, p in enumerate(items):
-        w = f"{where}[{i}]"
+        w = f"{where}[{i}]" if numbered else where
         if isinstance(p, str):
             local = _local_patch(p, origin, pr, w)
             if local is not None:
@@ -405,8 +410,8 @@ def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str) -> Patch |
         else:
             return Patch(rel, sha256_file(real), file=real)
         return None
-    pr.add(where, f"patch {rel!r} not found in {dirs} (paths are relative to patches/ beside the "
-                  f"recipes/ directory of {origin.file.name}; {table})", file=origin.file)
+    pr.add(where, f"patch {rel!r} not found in {dirs} (paths are relative to patches/ beside "
+                  f"{origin.file.name}, or beside its recipes/ directory; {table})", file=origin.file)
     return None
 
 

@@ -86,14 +86,21 @@ def tarball_path(bundle_dir: Path) -> Path:
 def publishable(lock: Lock) -> Lock:
     """The lock as published in a bundle: without what varies between two builds of the same sources
     (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in)."""
-    recipe_path = Path(lock.recipe_path)
-    if recipe_path.is_absolute():  # keep `recipes/<name>.toml`, drop where the repository was checked out
-        recipe_path = recipe_path.relative_to(recipe_path.parent.parent if recipe_path.parent.name == "recipes"
-                                              else recipe_path.parent)
     return dataclasses.replace(
-        lock, recipe_path=recipe_path.as_posix(), target=dataclasses.replace(lock.target, container=""),
+        lock, recipe_path=_checkout_relative(lock.recipe_path),
+        recipe_origins=tuple((k, _checkout_relative(v)) for k, v in lock.recipe_origins),
+        target=dataclasses.replace(lock.target, container=""),
         components=tuple(dataclasses.replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
                                              metrics=BuildMetrics()) for c in lock.components))
+
+
+def _checkout_relative(recipe_file: str) -> str:
+    """A recipe file without where its project was checked out: `recipes/<name>.toml` (or `<name>.toml`);
+    a shipped one (`{shipped}/...`) is found again wherever the tool is installed and stays as it is."""
+    path = Path(recipe_file)
+    if not path.is_absolute():
+        return recipe_file
+    return path.relative_to(path.parent.parent if path.parent.name == "recipes" else path.parent).as_posix()
 
 
 def stack_epoch(lock: Lock) -> int:

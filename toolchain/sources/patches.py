@@ -45,20 +45,69 @@ def materialize(patch: Patch, mirrors: Mirrors, cache_dir: Path) -> Path:
     return dest
 
 
+ROOT, SUBDIR = "root", "subdir"  # where a patch's paths start: the repository's root, or the component's subdir
+
+
+def patch_paths(text: str) -> list[str]:
+    """The files a patch (git format-patch, git diff or diff -u) changes, as its headers name them."""
+    paths = []
+    for line in text.splitlines():
+        m = re.match(r"^diff --git a/(\S+) b/(\S+)", line) or re.match(r"^(?:---|\+\+\+) [ab]/(\S+)", line)
+        if m:
+            paths += [g for g in m.groups() if g]
+    return list(dict.fromkeys(paths))
+
+
+def applies_at(text: str, subdir: str) -> str:
+    """Where a patch for a component built from `subdir` was made: at the repository's root (every path it
+    changes starts with `subdir/`, as `git format-patch` in the repository and upstream pull requests give
+    them) or inside `subdir` (paths relative to it). Without a subdir both are the root."""
+    if not subdir:
+        return ROOT
+    paths = patch_paths(text)
+    return ROOT if paths and all(p.startswith(subdir.strip("/") + "/") for p in paths) else SUBDIR
+
+
+def applied_at(patch: Patch, subdir: str) -> str:
+    """`applies_at` of a local patch's file ("" when there is no file to read: a lock's or a remote patch)."""
+    if patch.file is None or not subdir:
+        return ""
+    return applies_at(patch.file.read_text("utf-8", "surrogateescape"), subdir)
+
+
 def apply_series(series: tuple[Patch, ...], files: list[Path], tree: Path, *, subdir: str, what: str,
-                 log: Path | None) -> None:
-    """Apply in order. Every patch is `git apply --check`ed against the tree as the earlier ones left it;
-    on a failure the tree is reset to the pinned commit, so nothing stays half-applied."""
-    directory = ["--directory", subdir] if subdir else []
+                 log: Path | None) -> list[str]:
+    """Apply in order; returns where each patch's paths started (ROOT or SUBDIR). A patch for a component in
+    `subdir` is tried as made where its paths say first (`applies_at`), then the other way. Every patch is
+    `git apply --check`ed against the tree as the earlier ones left it; on a failure the tree is reset to the
+    pinned commit, so nothing stays half-applied."""
+    forms = []
     for patch, file in zip(series, files):
-        check = git(["apply", "--check", "--verbose", *directory, str(file)], cwd=tree, log=log, check=False)
-        if check.returncode != 0:
+        first = applies_at(file.read_text("utf-8", "surrogateescape"), subdir)
+        tries = [first, SUBDIR if first == ROOT else ROOT] if subdir else [ROOT]
+        failures = []
+        for form in tries:
+            directory = ["--directory", subdir] if form == SUBDIR else []
+            check = git(["apply", "--check", "--verbose", *directory, str(file)], cwd=tree, log=log, check=False)
+            if check.returncode == 0:
+                git(["apply", *directory, str(file)], cwd=tree, log=log)
+                forms.append(form)
+                if log is not None and subdir:
+                    with open(log, "a", encoding="utf-8") as f:
+                        f.write(f"patch {redact_text(patch.label)}: applied as made "
+                                f"{'at the repository root' if form == ROOT else f'inside {subdir}/'}\n")
+                break
+            failures.append((form, check.stderr))
+        else:
             git(["reset", "--quiet", "--hard"], cwd=tree, log=log)
             git(["clean", "-ffdxq"], cwd=tree, log=log)
-            raise SourceError(redact_text(f"patch {patch.label} does not apply to {what}:\n") + _where(check.stderr),
-                              hint=f"refresh {file} against that commit (git format-patch), "
-                                   "or drop it from the recipe's `patches`")
-        git(["apply", *directory, str(file)], cwd=tree, log=log)
+            tried = "".join(f"\n as made {'at the repository root' if form == ROOT else f'inside {subdir}/'}:\n"
+                            + _where(err) for form, err in failures) if subdir else "\n" + _where(failures[0][1])
+            raise SourceError(redact_text(f"patch {patch.label} does not apply to {what}:") + tried,
+                              hint=f"refresh {file} against that commit (git format-patch in the repository"
+                                   + (f": its paths may start at the root or inside {subdir}/" if subdir else "")
+                                   + "), or drop it from the recipe's `patches`")
+    return forms
 
 
 def _where(stderr: str) -> str:
