@@ -275,7 +275,7 @@ def test_every_command_taking_recipe_finds_recipes_the_same_way():
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     takers = {}
-    for name, sub in commands.items():
+    for sub in commands.values():
         subs = [sub] + [p for a in sub._actions if isinstance(a, argparse._SubParsersAction) for p in a.choices.values()]
         for p in subs:
             flags = {s: a.help for a in p._actions for s in a.option_strings}

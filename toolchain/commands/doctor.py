@@ -23,8 +23,7 @@ def register(sub: Any) -> None:
                                    "build, torch.xpu.is_available() and the device count, and the stack's "
                                    "versions; memory and the compile jobs the plan gives. Reads the box under "
                                    "$TOOLCHAIN_HOST_ROOT (default /). Exit 0 whatever it finds.")
-    options.add(p, "recipe", "recipes-dir", "patches-dir",
-                help={"recipe": "recipe name or path: its target interpreter, setvars, [smoke] device and "
+    options.add_recipe(p, help={"recipe": "recipe name or path: its target interpreter, setvars, [smoke] device and "
                                 "compiled components (default: the host's python3, no recipe)"})
     p.set_defaults(handler=cmd_doctor)
 
