@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from spine_helpers import CLI_TIMEOUT, REPO_ROOT, Result
+from spine_helpers import REPO_ROOT, Cli
 
 TOP_SKIP = {".git", "tests", "benchmarks", "build", "dist", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
@@ -41,34 +41,29 @@ class Installed:
         return self.venv / "bin" / "python"
 
 
-class UserCli:
+class UserCli(Cli):
     """`toolchain ARGS` as a user types it: the venv's entry point, in `cwd`, PYTHONPATH unset, the cache under
     `home` (an isolated $TOOLCHAIN_CACHE_DIR and XDG cache)."""
 
     def __init__(self, installed: Installed, cwd: Path, home: Path, env: dict[str, str] | None = None) -> None:
         cwd.mkdir(parents=True, exist_ok=True)
-        self.installed, self.cwd = installed, cwd
         drop = ("TOOLCHAIN_", "TINY_", "SETVARS_", "CMPLR_ROOT", "ONEAPI_ROOT", "PYTHONPATH", "VIRTUAL_ENV")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-        self.env.update(TOOLCHAIN_CACHE_DIR=str(home / "cache"), XDG_CACHE_HOME=str(home / "xdg-cache"),
-                        PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PYTHONDONTWRITEBYTECODE="1",
-                        PATH=f"{installed.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {}))
+        base = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+        super().__init__(cwd, {**base, "TOOLCHAIN_CACHE_DIR": str(home / "cache"),
+                               "XDG_CACHE_HOME": str(home / "xdg-cache"), "PIP_NO_INDEX": "1",
+                               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                               "PATH": f"{installed.venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+                               **(env or {})})
+        self.installed = installed
+
+    def argv(self, args) -> list[str]:
+        return [str(self.installed.toolchain), *map(str, args)]
 
     def at(self, cwd: Path) -> UserCli:
+        """The same user (cache, environment) working in another directory."""
         other = UserCli(self.installed, cwd, Path(self.env["TOOLCHAIN_CACHE_DIR"]).parent)
         other.env = dict(self.env)
         return other
-
-    def __call__(self, *args, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> Result:
-        argv = [str(self.installed.toolchain), *map(str, args)]
-        r = subprocess.run(argv, cwd=self.cwd, env={**self.env, **(env or {})}, capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
-        return Result(argv, r.returncode, r.stdout, r.stderr)
-
-    def ok(self, *args, **kw) -> Result:
-        r = self(*args, **kw)
-        assert r.returncode == 0, str(r)
-        return r
 
 
 @pytest.fixture(scope="session")
