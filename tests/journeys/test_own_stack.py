@@ -91,4 +91,4 @@ def test_own_recipe_beside_its_patches_extends_a_team_stack(make_user, realstack
                   "--out", tmp_path / "bisect", "--jobs", "1", "--json")
     assert r.returncode == 0, str(r)
     res = r.json()["result"]
-    assert res["culprit"]["path"] == "components.ark.patches", res
+    assert res["culprit"]["path"] == "components.ark.extend-patches", res  # the one difference, found
