@@ -504,7 +504,8 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
         text = tomlio.dumps(masked)
         sha = sha256_bytes(text.encode())
     return Lock(recipe_name=plan.recipe.name, recipe_path=str(plan.recipe.path), recipe_sha256=sha,
-                recipe_origins=tuple(sorted(recorded_origins(plan.recipe).items())), recipe_partial=plan.recipe.partial,
+                recipe_origins=tuple(sorted((redact_text(k), redact_text(v))  # (mirror prefixes: URLs)
+                                            for k, v in recorded_origins(plan.recipe).items())), recipe_partial=plan.recipe.partial,
                 recipe_text=text, toolchain=plan.toolchain, target=plan.target,
                 smoke=redact_data(plan.recipe.smoke.raw), components=tuple(comps), normalizations=tuple(norms),
                 closure=closure, base=base)
