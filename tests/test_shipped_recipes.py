@@ -13,7 +13,7 @@ from toolchain.target.host import HostRuntime
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
 STANDIN = ROOT / "toolchain" / "demo_src" / "oneapi-standin" / "setvars.sh"
-REAL = ["ark-latest", "ark-latest-b60", "w4a16-workaround", "gdn-outproj-fix", "ark-released-kernels"]
+REAL = ["ark-latest", "ark-latest-b60", "w4a16-workaround", "gdn-outproj-fix", "ark-released-kernels", "b70-direct-fix"]
 
 
 def load(name: str) -> Recipe:
@@ -96,4 +96,19 @@ def test_the_released_kernels_recipe_takes_the_pypi_wheel_and_builds_ark_against
     assert dict(ark.env)["BUILD_MODE"] == "release" and dict(ark.env)["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g31"
     assert r.toolchain.setvars == "/opt/intel/oneapi/setvars.sh"  # builds only: smoke serves without oneAPI
     assert "https://pypi.org/simple" in r.resolve.indexes and r.smoke.device == "b70"
+    assert dict(r.smoke.env)["VLLM_XPU_INC_WNA16_BACKEND"] == "ark"
+
+
+def test_the_b70_direct_fix_rebuilds_only_ark_over_the_pinned_llm_scaler_image():
+    r = load("b70-direct-fix")
+    named = (RECIPES / "ark-latest.toml").read_text()  # the image and digest ark-latest.toml names
+    assert r.target.runtime in ("podman", "docker") and "intel/llm-scaler-vllm@sha256:" in r.target.base
+    assert r.target.base.rsplit("@sha256:", 1)[1] in named and r.target.image == r.target.base
+    (ark,) = r.components  # vLLM and the kernels are the image's: nothing else is built
+    assert ark.name == "auto-round-lib" and ark.url == "https://github.com/intel/auto-round.git"
+    assert len(ark.commit) == 40 and ark.subdir == "auto_round_extension/ark" and ark.dist == "auto-round-lib"
+    assert {"--force-reinstall", "--no-deps"} <= set(ark.install_args)  # installed over the image
+    assert dict(ark.env)["BUILD_MODE"] == "release" and dict(ark.env)["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g31"
+    assert ark.built_against == ("torch",)
+    assert r.toolchain.setvars == "/opt/intel/oneapi/setvars.sh"  # for the build: smoke serves without oneAPI
     assert dict(r.smoke.env)["VLLM_XPU_INC_WNA16_BACKEND"] == "ark"
