@@ -6,12 +6,14 @@ once per session with real podman."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from spine_helpers import Cli, isolated_env
-from support.closure import WHEELHOUSE, demo_variant
+from support.closure import REPO, WHEELHOUSE, demo_variant, free_port
 
 from toolchain.core import toml as tomlio
 from toolchain.resolve.abi import ABIMismatch
@@ -27,6 +29,7 @@ except ImportError:  # tests/ itself on sys.path
     from support.test_image import containers_env
 
 STACK_PYTHON = "/opt/stack/bin/python"
+FAULTS = Path(__file__).resolve().parent / "smoke"  # the smoke tests' fault server: serves inside the container
 
 
 def _podman(*args: str, timeout: float = 900) -> str:
@@ -60,7 +63,8 @@ def stack_image(podman_image, demo_build, tmp_path_factory) -> str:
 def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack_image, tmp_path):
     recipes = tmp_path / "recipes"
     recipe = demo_variant(recipes, "overlay", {"indexes": ["http://127.0.0.1:9/simple"]},  # no index is asked
-                          target={"runtime": "podman", "base": stack_image, "python": STACK_PYTHON})
+                          target={"runtime": "podman", "base": stack_image, "python": STACK_PYTHON, "run-args": [
+                              "--mount", f"type=bind,source={FAULTS},destination=/toolchain-test/faults,readonly"]})
     data = tomlio.load_file(recipe)
     ark = dict(data["components"]["ark"], **{"built-against": ["standin-torch"]})
     data["components"] = {"ark": {k: v for k, v in ark.items() if k != "after"}}
@@ -93,6 +97,20 @@ def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack
     script = (f"set -e; {STACK_PYTHON} -m pip install -q --no-index --no-deps --force-reinstall /w/{wheel.name}; "
               f"{STACK_PYTHON} -m pip check; {STACK_PYTHON} -c 'import demo_ark, demo_engine, demo_kernels'")
     _podman("run", "--rm", "--network=none", "-v", f"{wheel.parent}:/w:ro", stack_image, "sh", "-c", script)
+
+    # smoke: a container of the base image (the locked digest), the overlay installed over what it holds
+    port = free_port()
+    r = cli("smoke", "--lock", tmp_path / "out" / "stack.lock.toml", "--out", tmp_path / "smoke", "--port", port,
+            "--skip-device-check", "--ready-timeout", "30", "--cases", "models,math", "--json", "--serve-cmd",
+            "{python} /toolchain-test/faults/fault_server.py --port {port} --mode healthy --served-model-name {model}")
+    assert r.returncode == 0, str(r)
+    report = json.loads((tmp_path / "smoke" / "report.json").read_text())
+    assert report["target"]["image_digest"] == base["digest"]
+    assert [s["component"] for s in report["install"]["steps"]] == ["ark"]  # only the overlay is installed
+    env = report["install"]["environment"]
+    assert [(x["name"], x["state"]) for x in env["locked"]] == [("demo-ark-lib", "ok")]  # the rebuilt ARK
+    others = {x["name"] for x in env["other"]}  # besides the lock: the image's stack, which the overlay runs on
+    assert {"demo-engine", "demo-kernels", "standin-torch"} <= others, sorted(others)
 
     # `toolchain lock` reads the base again (a changed record is noticed: the lock is rewritten from the image)
     path = tmp_path / "out" / "stack.lock.toml"
@@ -128,3 +146,25 @@ def test_an_overlay_needs_nothing_the_image_lacks_and_its_torch(demo_build):
     with pytest.raises(ABIMismatch, match="2.13.0"):
         overlay_closure(_base(packaging="24.2", tomli="2.2.1", **{"standin-torch": "2.13.0+xpu"}),
                         [("engine", engine, (BuiltAgainst("standin-torch", "2.14.0+xpu"),))])
+
+
+def test_a_bisect_step_of_an_overlay_builds_only_the_bisected_component(tmp_path):
+    from toolchain.bisect.builder import SpineBuilder
+    from toolchain.bisect.overlay import only_the_bisected
+    from toolchain.recipe.load import load_recipe
+
+    fake = "localhost/stack@sha256:" + "1" * 64
+    path = demo_variant(tmp_path / "recipes", "over", {"indexes": []},
+                        target={"runtime": "podman", "base": fake, "python": STACK_PYTHON})
+    data = tomlio.load_file(path)
+    del data["components"]["engine"]["install-args"]  # (installed over the image: the default args)
+    path.write_text(tomlio.dumps(data))
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    recipe = load_recipe("over", tmp_path / "recipes", tmp_path / "patches")
+    assert [c.name for c in recipe.components] == ["engine", "kernels", "ark"]
+    step = only_the_bisected(recipe, "ark")
+    assert [c.name for c in step.components] == ["ark"] and step.component("ark").after == ()
+    assert step.component("ark").commit == recipe.component("ark").commit and step.target.base == fake
+    host = load_recipe("demo", REPO / "recipes", REPO / "patches")
+    assert only_the_bisected(host, "kernels") is host  # without a base every component stays
+    assert "only_the_bisected" in SpineBuilder.build.__code__.co_names  # the step's recipe goes through it

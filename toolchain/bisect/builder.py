@@ -11,6 +11,7 @@ from typing import Any
 
 from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, first_line
+from toolchain.bisect.overlay import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
@@ -39,7 +40,7 @@ class SpineBuilder:
     def build(self, key: str) -> BuildOutcome:
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
-        recipe = with_commit_wheel(self.derive(key), self.component)  # a per-commit wheel, if there is one
+        recipe = with_commit_wheel(only_the_bisected(self.derive(key), self.component), self.component)
         memo = self.cache / "bisect" / "unbuildable" / f"{recipe_digest(recipe)}.txt"
         if memo.is_file():
             return BuildOutcome(False, log=out / "logs", cached=True,
