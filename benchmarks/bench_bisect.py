@@ -421,8 +421,8 @@ def run_step_benchmark(work: Path, *, commits: int = 60, rounds: int = 5, baseli
     tool, raw = samples["tool"], samples["raw"]
     if len(clock.times) != rounds:
         raise RuntimeError(f"expected {rounds} timed build commands, saw {len(clock.times)}")
-    overhead = Sample([t - b[0] for t, b in zip(tool.wall, clock.times)],
-                      [t - b[1] for t, b in zip(tool.cpu, clock.times)])
+    overhead = Sample([t - b[0] for t, b in zip(tool.wall, clock.times, strict=False)],
+                      [t - b[1] for t, b in zip(tool.cpu, clock.times, strict=False)])
     outcome, profile = profile_call(lambda: builder.build(next(picks)))
     figures: dict[str, Any] = {"step_tool": tool.as_dict(), "step_raw_pip_wheel": raw.as_dict(),
                                "step_tool_over_raw": round(tool.median / raw.median, 3),

@@ -121,7 +121,7 @@ def p6(work: Path, image: str, *, tus: int, work_units: int, run_unsized: bool) 
 
 def podman_image() -> str:
     sys.path.insert(0, str(ROOT))
-    from tests.support.test_image import configure_containers_conf, ensure_image, podman_available
+    from tests.support.debian_image import configure_containers_conf, ensure_image, podman_available
 
     configure_containers_conf()
     ok, why = podman_available()

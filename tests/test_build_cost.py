@@ -362,10 +362,10 @@ def test_a_recipe_env_ccache_dir_that_cannot_be_written_degrades_with_a_warning(
 
 try:  # as tests/test_container_build.py
     from tests.support.container_fixtures import podman_image  # noqa: F401
-    from tests.support.test_image import containers_env
+    from tests.support.debian_image import containers_env
 except ImportError:  # pragma: no cover
     from support.container_fixtures import podman_image  # noqa: F401
-    from support.test_image import containers_env
+    from support.debian_image import containers_env
 
 
 def container_recipe(tmp: Path, name: str, target: dict, text: str = "") -> Path:

@@ -39,10 +39,10 @@ from toolchain.smoke import install
 
 try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
     from tests.support.container_fixtures import podman_image  # noqa: F401
-    from tests.support.test_image import containers_env
+    from tests.support.debian_image import containers_env
 except ImportError:  # pragma: no cover
     from support.container_fixtures import podman_image  # noqa: F401
-    from support.test_image import containers_env
+    from support.debian_image import containers_env
 
 pytestmark = pytest.mark.slow
 DEPS = {"packaging", "tomli", "standin-torch"}

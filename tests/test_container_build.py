@@ -44,10 +44,10 @@ from toolchain.target.container import (
 
 try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
     from tests.support.container_fixtures import docker_image, podman_image  # noqa: F401
-    from tests.support.test_image import configure_containers_conf, containers_env
+    from tests.support.debian_image import configure_containers_conf, containers_env
 except ImportError:  # pragma: no cover
     from support.container_fixtures import docker_image, podman_image  # noqa: F401
-    from support.test_image import configure_containers_conf, containers_env
+    from support.debian_image import configure_containers_conf, containers_env
 
 pytestmark = pytest.mark.container
 

@@ -30,7 +30,7 @@ SHOW = "%H%x00%s%x00%cI%x00%ct%x00%an"
 def git_show(repo: Path, sha: str) -> dict[str, str]:
     out = subprocess.run(["git", "-C", str(repo), "show", "-s", f"--format={SHOW}", sha], capture_output=True,
                          text=True, check=True).stdout.rstrip("\n").split("\x00")
-    return dict(zip(("commit", "subject", "date", "epoch", "author"), out))
+    return dict(zip(("commit", "subject", "date", "epoch", "author"), out, strict=False))
 
 
 def raw_commit(repo: Path, sha: str) -> str:

@@ -23,10 +23,10 @@ from toolchain.target.baseenv import BaseDist, BaseEnv
 
 try:
     from tests.support.container_fixtures import podman_image  # noqa: F401
-    from tests.support.test_image import containers_env
+    from tests.support.debian_image import containers_env
 except ImportError:  # tests/ itself on sys.path
     from support.container_fixtures import podman_image  # noqa: F401
-    from support.test_image import containers_env
+    from support.debian_image import containers_env
 
 STACK_PYTHON = "/opt/stack/bin/python"
 FAULTS = Path(__file__).resolve().parent / "smoke"  # the smoke tests' fault server: serves inside the container

@@ -272,7 +272,7 @@ def kernels_test(tmp_path) -> str:
 
 
 def test_bisect_the_kernels_commits(realstack_built, kernels_test, tmp_path):
-    """bisect.toml is the stack without local patches (the patched stack: test_issue9_cli symptom 1)."""
+    """bisect.toml is the stack without local patches (the patched stack: test_cli_with_realstack.py, symptom 1)."""
     s = realstack_built.stack
     k = s.kernels_commits
     cli = cli_in(tmp_path / "cwd")

@@ -45,20 +45,20 @@ class Grid:
                   for i, name in enumerate(self.columns)]
         out = [self.title] if self.title else []
         if sum(widths) + 2 * (len(widths) - 1) <= width:
-            out.append(_join([n.ljust(w) for n, w in zip(self.columns, widths)]))
+            out.append(_join([n.ljust(w) for n, w in zip(self.columns, widths, strict=False)]))
             for row in cells:
                 for k in range(max(len(c) for c in row)):
-                    out.append(_join([(c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths)]))
+                    out.append(_join([(c[k] if k < len(c) else "").ljust(w) for c, w in zip(row, widths, strict=False)]))
             return out
         head = 1  # the columns on the row's own line: one-line cells that fit
         while (head < len(widths) and all(len(row[head]) == 1 for row in cells)
                and sum(widths[:head + 1]) + 2 * head <= width):
             head += 1
         label = max(len(n) for n in self.columns[head:])
-        out.append(_join([n.ljust(w) for n, w in zip(self.columns[:head], widths)]))
+        out.append(_join([n.ljust(w) for n, w in zip(self.columns[:head], widths, strict=False)]))
         for row in cells:
-            out.append(_join([" / ".join(c).ljust(w) for c, w in zip(row[:head], widths)]))
-            for name, lines in zip(self.columns[head:], row[head:]):
+            out.append(_join([" / ".join(c).ljust(w) for c, w in zip(row[:head], widths, strict=False)]))
+            for name, lines in zip(self.columns[head:], row[head:], strict=False):
                 if 4 + label + max(len(line) for line in lines) > width:  # too long beside its label: below it
                     out += [f"  {name}", *(f"    {line}" for line in lines)]
                     continue

@@ -5,7 +5,7 @@
 #      docker-registry apache2-utils   (skipped when dpkg says all are installed)
 #   2. write the podman config to $CONF (only when its content changed)
 #   3. build the Debian bookworm test image, cached by content hash
-#      (tests/support/test_image.py build; skipped when the image exists)
+#      (tests/support/debian_image.py build; skipped when the image exists)
 #   4. start a docker daemon of our own on $DOCKER_SOCK unless an engine answers there
 #      (data in /var/lib/toolchain-docker, runtime state in /run/toolchain-docker), and load the test
 #      image into it (podman save + docker load; skipped when docker has the image)
@@ -103,7 +103,7 @@ if [[ "${TOOLCHAIN_SKIP_IMAGE:-}" == 1 ]]; then
     log "TOOLCHAIN_SKIP_IMAGE=1: not building the test image"
 else
     t0=$(now)
-    image="$("$PYTHON" "$HERE/test_image.py" build --engine podman)"
+    image="$("$PYTHON" "$HERE/debian_image.py" build --engine podman)"
     log "test image: $image (ready in $(($(now) - t0))s)"
 fi
 
@@ -148,7 +148,7 @@ else
     fi
     log "docker client $client: $versions"
     t0=$(now)
-    image="$("$PYTHON" "$HERE/test_image.py" build --engine docker)"
+    image="$("$PYTHON" "$HERE/debian_image.py" build --engine docker)"
     log "test image in docker: $image (ready in $(($(now) - t0))s)"
 fi
 

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from .test_image import (
+from .debian_image import (
     ImageBuildError,
     configure_containers_conf,
     containers_env,

@@ -470,7 +470,7 @@ def _splits(lo: int, hi: int, marks: Sequence[Verdict | None], points: set[int],
     edges, new = sorted({lo, hi, *points}), []
     for _ in range(count):
         size, _lowest, a, b = max((sum(1 for i in range(a + 1, b) if marks[i] is None), -a, a, b)
-                                  for a, b in zip(edges, edges[1:]))
+                                  for a, b in zip(edges, edges[1:], strict=False))
         index = _pick(a, b, marks) if size else None
         if index is None:
             break

@@ -676,7 +676,7 @@ class RemoteCache:
                 return self.fetch(key, name, cache, work, ui) is not None
 
         with ThreadPoolExecutor(max_workers=min(PREFETCH_JOBS, len(wanted))) as pool:
-            found = dict(zip((k for k, _ in wanted), pool.map(one, wanted)))
+            found = dict(zip((k for k, _ in wanted), pool.map(one, wanted), strict=False))
         return {k: v for k, v in found.items() if v is not None and (v or self.off is None)}
 
     def summary(self) -> dict[str, Any]:

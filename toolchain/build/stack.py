@@ -142,7 +142,7 @@ def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOpt
         built.update(zip(to_compile, run_at_once(
             compiled, one, build_budget(plan, options, runtime), reserved_memory,
             started=lambda cp: show(cp, True), ended=lambda cp: show(cp, False),
-            also_failed=lambda cp, err: ui.warn(f"{cp.name} failed too: {str(err).splitlines()[0]}"))))
+            also_failed=lambda cp, err: ui.warn(f"{cp.name} failed too: {str(err).splitlines()[0]}")), strict=False))
     return [built[cp.name] for cp in plan.components]
 
 

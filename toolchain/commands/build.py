@@ -86,7 +86,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     data = lock_summary(lock)
     if lock.recipe_partial:
         data["partial"] = list(lock.recipe_partial)
-    for entry, b in zip(data["components"], built):
+    for entry, b in zip(data["components"], built, strict=False):
         entry["source"], entry["pushed"] = b.source, b.pushed
     if remote is not None:
         data["remote"] = remote.summary()
@@ -113,7 +113,7 @@ def summary_grid(title: str, lock: Lock, built: list[Any]) -> Grid:
     (a wheel from a cache says when and how long its build was), and what that build cost."""
     return Grid(title, ("component", "commit", "describe", "wheel", "sha256", "from", "build cost"),
                 tuple((c.name, c.commit[:12], c.describe, c.wheel.file, c.wheel.sha256[:12], provenance(b),
-                       build_cost(c)) for c, b in zip(lock.components, built)))
+                       build_cost(c)) for c, b in zip(lock.components, built, strict=False)))
 
 
 def provenance(b: Any) -> str:

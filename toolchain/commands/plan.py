@@ -46,7 +46,7 @@ def cmd_plan(args, ui) -> CommandResult:
     data = plan_to_dict(plan)
     data["compiler-cache"] = {"enabled": cc.enabled, "required": cc.required, "why": cc.why,
                               "dir": str(cc.data_dir) if cc.enabled else None}
-    for comp, entry in zip(plan.components, data["components"]):
+    for comp, entry in zip(plan.components, data["components"], strict=False):
         if comp.is_prebuilt:
             continue
         fact = facts[comp.name]

@@ -1,18 +1,13 @@
-"""TOML reading (tomllib / tomli) and writing (tomli-w) in one place, for the files the tool generates (locks,
+"""TOML reading (tomllib) and writing (tomli-w) in one place, for the files the tool generates (locks,
 pylock.toml, the recipe text a lock records). tomlkit, which keeps a hand-written file's comments and layout,
 is only for editing recipes (recipe/update.py): it writes a lock 13x slower and takes 8x longer to import.
 `dumps_remembered` keeps what it wrote, so a warm build loads no writer at all."""
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 TOMLDecodeError = tomllib.TOMLDecodeError
 

@@ -62,7 +62,7 @@ def build_bom(lock: Lock, *, epoch: int, stack_version: str = "",
                       properties=[Property(name="toolchain:recipe-sha256", value=lock.recipe_sha256),
                                   *_props("toolchain:normalization", lock.normalizations)])
     metadata = BomMetaData(tools=tools, component=stack,
-                           timestamp=dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc),
+                           timestamp=dt.datetime.fromtimestamp(epoch, tz=dt.UTC),
                            properties=_target_properties(lock))
     serial = uuid.uuid5(_NAMESPACE, "\n".join(f"{c.name} {c.wheel.sha256}" for c in lock.components))
     bom = Bom(metadata=metadata, serial_number=serial)

@@ -189,7 +189,7 @@ def _metadata_diffs(infos_a: list[zipfile.ZipInfo], infos_b: list[zipfile.ZipInf
     if names_a != names_b:
         return [FileDiff("(archive)", "metadata", "entry order differs:\n" + _unified(names_a, names_b))]
     out = []
-    for ia, ib in zip(infos_a, infos_b):
+    for ia, ib in zip(infos_a, infos_b, strict=False):
         what = []
         if ia.date_time != ib.date_time:
             what.append(f"timestamp {_fmt_time(ia.date_time)} vs {_fmt_time(ib.date_time)}")

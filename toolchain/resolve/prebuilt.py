@@ -44,7 +44,7 @@ def pin_requirement(requirement: str, spec: ResolveSpec, target: TargetInfo, cac
                                           f"(log: {log})") from None
         packages = tomlio.load_file(out).get("packages", [])
     recorded = {(Path(x).as_uri() if "://" not in x else x).rstrip("/"): r
-                for x, r in zip(spec.find_links, recorded_links)}
+                for x, r in zip(spec.find_links, recorded_links, strict=False)}
     tags = uvpin.supported_tags(python, platform)
     for pkg in packages:
         dist = uvpin._pick(pkg, tags, python, platform, (), "", spec, recorded)

@@ -126,7 +126,7 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
     via, source = _annotations(annotated)
     tags = supported_tags(python, platform)
     recorded = {(Path(x).as_uri() if "://" not in x else x).rstrip("/"): r
-                for x, r in zip(spec.find_links, recorded_links)}
+                for x, r in zip(spec.find_links, recorded_links, strict=False)}
     dists = []
     for pkg in pylock.get("packages", []):
         name = canonicalize_name(pkg["name"])
@@ -218,7 +218,7 @@ def supported_tags(python: str, platform: str) -> list[Any]:
         glibc_minor = int(m.group(3)) if m.group(3) else int(DEFAULT_MANYLINUX.split("_")[1])
         plats = [f"manylinux_2_{n}_{arch}" for n in range(glibc_minor, 4, -1)]
         legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-        plats = [p for n, p in zip(range(glibc_minor, 4, -1), plats)
+        plats = [p for n, p in zip(range(glibc_minor, 4, -1), plats, strict=False)
                  for p in ([p, f"{legacy[n]}_{arch}"] if n in legacy else [p])]
         plats.append(f"linux_{arch}")
     else:

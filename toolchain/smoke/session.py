@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
     out.mkdir(parents=True, exist_ok=True)
     rep: dict[str, Any] = {
         "tool": "toolchain smoke", "tool_version": __version__,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
         "config": {**config.to_dict(), "env": redact_env(dict(config.env))},
     }

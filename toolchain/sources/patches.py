@@ -82,7 +82,7 @@ def apply_series(series: tuple[Patch, ...], files: list[Path], tree: Path, *, su
     `git apply --check`ed against the tree as the earlier ones left it; on a failure the tree is reset to the
     pinned commit, so nothing stays half-applied."""
     forms = []
-    for patch, file in zip(series, files):
+    for patch, file in zip(series, files, strict=False):
         first = applies_at(file.read_text("utf-8", "surrogateescape"), subdir)
         tries = [first, SUBDIR if first == ROOT else ROOT] if subdir else [ROOT]
         failures = []

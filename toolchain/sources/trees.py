@@ -161,7 +161,7 @@ def _staged(tree: Path) -> list[str]:
     raw = git(["diff", "--cached", "--raw", "-z", "--no-abbrev", "--no-renames", "HEAD"], cwd=tree).stdout
     fields = raw.split("\0")
     out = []
-    for head, path in zip(fields[0::2], fields[1::2]):
+    for head, path in zip(fields[0::2], fields[1::2], strict=False):
         m_head, m_index, o_head, o_index, x = head.lstrip(":").split()
         out.append(f"{x} {m_head} {m_index} {o_head} {o_index} {path}")
     return sorted(out)

@@ -27,11 +27,11 @@ import signal
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 from toolchain.console import UI
 from toolchain.core.fs import file_lock, give_to_invoking_user

@@ -1,4 +1,4 @@
-"""Issue 9: what a user meets with a stack shaped like the real one, each symptom driven through the CLI as a
+"""What a user meets with a stack shaped like the real one, each symptom driven through the CLI as a
 user types it, asserting the CORRECT behaviour. Written before the fixes: on the code of that day these fail
 (see the report in the commit message); none is marked xfail on purpose.
 

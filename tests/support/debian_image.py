@@ -19,9 +19,9 @@ directory behind, and the next build removes them.
 
 CLI::
 
-    python tests/support/test_image.py build [--engine podman|docker]   # prints the image name
-    python tests/support/test_image.py name                             # prints the name, builds nothing
-    python tests/support/test_image.py check [--engine ...]             # is the engine usable? (exit 0/1)
+    python tests/support/debian_image.py build [--engine podman|docker]   # prints the image name
+    python tests/support/debian_image.py name                             # prints the name, builds nothing
+    python tests/support/debian_image.py check [--engine ...]             # is the engine usable? (exit 0/1)
 
 Environment:
 
@@ -85,7 +85,7 @@ class ImageBuildError(RuntimeError):
 
 
 def _log(msg: str) -> None:
-    print(f"[test_image] {msg}", file=sys.stderr, flush=True)
+    print(f"[debian_image] {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- environment
@@ -531,12 +531,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if ok else 1
     ok, reason = podman_available() if args.engine == "podman" else docker_available()
     if not ok:
-        print(f"test_image: {args.engine} is not usable: {reason}", file=sys.stderr)
+        print(f"debian_image: {args.engine} is not usable: {reason}", file=sys.stderr)
         return 1
     try:
         print(build_image(args.engine))
     except ImageBuildError as e:
-        print(f"test_image: {e}", file=sys.stderr)
+        print(f"debian_image: {e}", file=sys.stderr)
         return 1
     return 0
 
