@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from spine_helpers import REPO_ROOT, Cli, component, isolated_env, recipe_data
+from spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, component, isolated_env, recipe_data
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -183,3 +183,21 @@ def test_a_piped_build_shows_a_heartbeat_at_the_interval_asked(ws, make_repo):
 def test_a_piped_build_step_of_40s_shows_a_heartbeat_at_the_default_interval(ws, make_repo):
     r, beats = sleepy_build(ws, make_repo, 40)
     assert len(beats) >= 1 and "building for 0m3" in beats[0], r.stderr
+
+
+# ---- TIPs lead with the cause at hand ----------------------------------------------------------------------
+
+def test_a_build_failing_for_a_missing_requirement_under_the_stand_in_gets_no_stand_in_tip(ws, make_repo):
+    """Issue 22: under the oneAPI stand-in, a build that lacks `ninja` is told to install ninja; no paragraph
+    about the stand-in (it is not the cause). (A build that needs `icx` leads with the stand-in: test_issue9_cli.)"""
+    repo = make_repo("needy", "tiny")
+    pyproject = (repo.path / "pyproject.toml").read_text().replace("requires = []", 'requires = ["ninja-xpu-absent"]')
+    repo.commit("needs ninja", {"pyproject.toml": pyproject})
+    ws.recipe("r", recipe_data({"needy": component(repo, dist="tiny")}, setvars=str(STANDIN_SETVARS)))
+    r = ws.build("r")
+    assert r.returncode == 1, str(r)
+    err = r.json()
+    assert "build requirements missing" in err["error"] and "ninja-xpu-absent" in err["error"], str(r)
+    assert err["hint"].startswith("builds use --no-build-isolation, so install them"), err["hint"]
+    assert "STAND-IN" not in err["hint"] and "stand-in" not in err["hint"].lower(), err["hint"]
+    assert "STAND-IN" not in r.stderr

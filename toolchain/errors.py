@@ -13,6 +13,14 @@ class ToolError(Exception):
         super().__init__(message)
         self.hint = hint
 
+    def add_hint(self, text: str, *, cause: bool = False) -> None:
+        """Add to the TIP. The TIP leads with the cause at hand: `cause=True` when `text` names it (it goes
+        first), else `text` follows what the TIP already says."""
+        if not self.hint:
+            self.hint = text
+        else:
+            self.hint = f"{text}\n{self.hint}" if cause else f"{self.hint}\n{text}"
+
     def blame(self, component: str) -> None:
         """Name the component whose build raised it (a component named before stays: the innermost knows)."""
         if self.component is None:

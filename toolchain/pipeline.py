@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -86,8 +87,8 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
         try:
             built = build_plan(plan, runtime, mirrors, options, ui)
         except BuildError as err:
-            if plan.toolchain_env.as_dict().get(STANDIN_VAR) == "1":
-                err.hint = _standin_note(plan.toolchain.setvars) + (f"\n{err.hint}" if err.hint else "")
+            if plan.toolchain_env.as_dict().get(STANDIN_VAR) == "1" and standin_is_cause(str(err)):
+                err.add_hint(_standin_note(plan.toolchain.setvars), cause=True)
             _undo_wheels(out, before, ours)
             raise
         except BaseException:
@@ -216,6 +217,17 @@ def _pylock_agrees(lock: Lock, out: Path) -> bool:
         return (out / PYLOCK_NAME).read_text(encoding="utf-8") == pylock_text(lock)
     except (OSError, UnicodeDecodeError):
         return False
+
+
+# What a build that failed for want of the real oneAPI says: its compilers, SYCL, its libraries. A missing
+# `wheel` or `ninja`, a bad patch or a failing test is not the stand-in's doing and gets no note about it.
+_NEEDS_ONEAPI = re.compile(r"\b(icx|icpx|dpcpp|sycl|oneapi|cmplr_root|mkl|level[-_ ]zero|ze_loader|libsycl|"
+                           r"fsycl|intel-sycl|ocloc)\b", re.I)
+
+
+def standin_is_cause(message: str) -> bool:
+    """Whether a build failure under the oneAPI stand-in is one the real oneAPI would not have had."""
+    return bool(_NEEDS_ONEAPI.search(message))
 
 
 def _standin_note(setvars: str) -> str:
