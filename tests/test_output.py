@@ -194,10 +194,36 @@ def test_a_build_failing_for_a_missing_requirement_under_the_stand_in_gets_no_st
     pyproject = (repo.path / "pyproject.toml").read_text().replace("requires = []", 'requires = ["ninja-xpu-absent"]')
     repo.commit("needs ninja", {"pyproject.toml": pyproject})
     ws.recipe("r", recipe_data({"needy": component(repo, dist="tiny")}, setvars=str(STANDIN_SETVARS)))
-    r = ws.build("r")
+    r = ws.build("r", env={"GITHUB_ACTIONS": "true"})
     assert r.returncode == 1, str(r)
     err = r.json()
     assert "build requirements missing" in err["error"] and "ninja-xpu-absent" in err["error"], str(r)
+    # under GitHub Actions: the failed component's log tail folded under its name, and an error annotation
+    group = r.stderr.split("::group::needy: FAILED\n", 1)[1].split("::endgroup::", 1)[0]
+    assert "# needy file://" in group and "ninja-xpu-absent" in group, r.stderr
+    assert re.search(r"^::error title=BuildError::.*build requirements missing", r.stderr, re.M), r.stderr
     assert err["hint"].startswith("builds use --no-build-isolation, so install them"), err["hint"]
     assert "STAND-IN" not in err["hint"] and "stand-in" not in err["hint"].lower(), err["hint"]
     assert "STAND-IN" not in r.stderr
+
+
+def test_under_github_actions_recipe_errors_are_annotated_on_their_lines(ws):
+    ws.recipe("bad", 'description = "x"\n\n[toolchain]\nsetvars = ""\n\n[components.engine]\n'
+                     'url = "file:///nowhere"\ncommit = 12\nsurprise = 1\n')
+    r = ws.cli("plan", "--recipe", "bad", env={"GITHUB_ACTIONS": "true"})
+    assert r.returncode == 2, str(r)
+    assert re.search(r"^::error file=recipes/bad.toml,line=8,title=RecipeError::bad.toml: components.engine.commit: ",
+                     r.stderr, re.M), r.stderr
+    assert re.search(r"^::error file=recipes/bad.toml,line=9,title=RecipeError::bad.toml: components.engine.surprise: ",
+                     r.stderr, re.M), r.stderr
+    assert "::error" not in ws.cli("plan", "--recipe", "bad").stderr  # only under GitHub Actions
+
+
+def test_under_github_actions_each_component_is_a_group(warm):
+    root, cli, argv, lock = warm
+    r = subprocess.run(argv("out-gha"), cwd=root, env={**cli.env, "GITHUB_ACTIONS": "true"}, capture_output=True,
+                       text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    for c in lock["components"]:
+        group = r.stderr.split(f"::group::{c['name']}: local-cache {c['wheel']['file']}\n", 1)[1]
+        assert "::endgroup::" in group and "# exit 0 after" in group.split("::endgroup::")[0], r.stderr

@@ -155,6 +155,14 @@ def _report(ui: UI, err: ToolError, code: int | None = None) -> None:
             payload["problems"] = problems
         ui.emit_json(payload)
     ui.error(str(err), err.hint)
+    if ui.github:  # a workflow annotation: on the recipe's line where a problem names one
+        from toolchain.console import recipe_locations
+
+        located = recipe_locations(list(getattr(err, "problems", None) or [str(err)]), err.hint or "")
+        for file, line, problem in located:
+            ui.github_error(problem, file=file, line=line, title=type(err).__name__)
+        if not located:
+            ui.github_error(str(err) + (f"\nTIP: {err.hint}" if err.hint else ""), title=type(err).__name__)
 
 
 # ---- the environment: full disks, read-only mounts ---------------------------------------------------------

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds never pay for it
@@ -278,6 +279,53 @@ def _text_escaped(buffer: Any, segment: Any) -> Iterator[Any]:
             yield seg
         else:
             yield segment(escape_controls(seg.text), seg.style, seg.control)
+
+
+_WHERE = re.compile(r"^(?P<file>[^\s:]+\.toml): (?:(?P<key>[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*): )?")
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
+
+
+def recipe_locations(problems: list[str], hint: str = "") -> list[tuple[str, int, str]]:
+    """(file, line, problem) for each problem that starts `FILE.toml: dotted.key: ...` (what RecipeError says):
+    the file as found (as written, or a path the hint names that ends with it, or under ./recipes), the line of
+    the key in it (0: not found). A problem that names no file is left out."""
+    out = []
+    for problem in problems:
+        m = _WHERE.match(problem)
+        if m is None:
+            continue
+        name = m.group("file")
+        paths = [Path(name), *(Path(t) for t in re.findall(r"(/\S+?\.toml)\b", hint) if t.endswith("/" + name)),
+                 Path("recipes") / name]
+        found = next((q.resolve() for q in paths if q.is_file()), None)
+        line = _key_line(found, m.group("key") or "") if found else 0
+        shown = str(found.relative_to(Path.cwd())) if found and found.is_relative_to(Path.cwd()) else str(found or name)
+        out.append((shown, line, problem))  # (GitHub matches a path relative to the workspace)
+    return out
+
+
+def _key_line(path: Path, key: str) -> int:
+    """The 1-based line where dotted `key` is set (or its table starts) in TOML file `path`; 0 if not found."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return 0
+    parts = key.split(".") if key else []
+    table = ""
+    best = 0
+    for number, text in enumerate(lines, 1):
+        header = _HEADER.match(text)
+        if header:
+            table = header.group(1).replace('"', "").replace(" ", "")
+            if table == key:
+                best = best or number
+            continue
+        name = text.split("=", 1)[0].strip().strip('"') if "=" in text else ""
+        if name and ".".join(filter(None, [table, name])) == key:
+            return number
+        if name and key.startswith(".".join(filter(None, [table, name])) + ".") and not best:
+            best = number  # an inline table holds it
+    return best if parts else 0
 
 
 def _workflow_escape(text: str, *, prop: bool = False) -> str:
