@@ -4,7 +4,8 @@ $TOOLCHAIN_RECIPES_DIR, on the realstack fixture, with the tool installed from i
 The team's recipe names the oneAPI stand-in by a path relative to itself; the user adds a patch made with
 `git format-patch` at the root of the suite repository (ARK builds from ext/ark) with `extend-patches`,
 after the team's ARK patch (made inside ext/ark). The user updates a scratch recipe, plans, builds the
-team's stack and their own, and bisects between their two locks, passing --recipes-dir to bisect too.
+team's stack and their own, and bisects between their two locks, passing --recipes-dir to bisect too. The
+plans of the team's B70 and B60 recipes show, at 80 columns, the AOT target that differs and every patch.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ def test_own_recipe_beside_its_patches_extends_a_team_stack(make_user, realstack
     (team / "recipes").mkdir(parents=True)
     (team / "recipes" / "stack.toml").write_text(stack_recipe(s, setvars=setvars))
     shutil.copytree(s.base_patches, team / "patches")
+    (team / "recipes" / "stack-b60.toml").write_text(
+        'description = "the stack for the B60"\nextends = "stack"\n\n[components.ark.env]\n'
+        'ARK_SYCL_TARGET = "intel_gpu_bmg_g21"\n')
 
     me = tmp_path / "me"
     clone = tmp_path / "suite-clone"
@@ -72,6 +76,14 @@ def test_own_recipe_beside_its_patches_extends_a_team_stack(make_user, realstack
     ark = next(c for c in plan["components"] if c["name"] == "ark")
     assert [(p["path"], p["applied-at"]) for p in ark["patches"]] == [(ARK_PATCH, "subdir"),
                                                                        ("ark/0002-ark-hello.patch", "root")]
+
+    # the plan for both cards at 80 columns: what differs (the AOT target) and every patch are on the table
+    for recipe, target in (("stack", "intel_gpu_bmg_g31"), ("stack-b60", "intel_gpu_bmg_g21")):
+        shown = cli.ok("plan", "--recipe", recipe, *cache, env={"COLUMNS": "80"}).stdout
+        table = shown[:shown.index("cache key")].splitlines()[:-1]
+        assert all(len(line) <= 80 for line in table), shown
+        assert f"ARK_SYCL_TARGET={target}" in "".join(table).replace(" ", ""), shown
+        assert ARK_PATCH in shown and ENGINE_PATCH in shown, shown
 
     good, bad = tmp_path / "good", tmp_path / "bad"
     cli.ok("build", "--recipe", "stack", *cache, "--out", good)
