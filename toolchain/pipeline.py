@@ -79,7 +79,8 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             from toolchain.target.baseenv import read_base
 
             with ui.status(f"reading what the base image {recipe.target.base} holds"):
-                base = read_base(runtime, plan.target, recipe.target.base, recipe.target.python)
+                base = read_base(runtime, plan.target, recipe.target.base, recipe.target.python,
+                                 options.cache_dir / "memo")
         plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or _previous_lock(out / LOCK_NAME))
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)

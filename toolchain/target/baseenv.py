@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from toolchain.core.memo import remembered
 from toolchain.errors import BuildError
 from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo
@@ -68,9 +70,16 @@ class BaseEnv:
                          for x in d.get("dists", ())))
 
 
-def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str) -> BaseEnv:
+def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str, memo_dir: Path | None = None) -> BaseEnv:
     """What the image holds (run in a container of it: the runtime's one-off container); `target`: the
-    runtime's probe (the image's digest, torch)."""
+    runtime's probe (the image's digest, torch). An image is immutable under its digest: with `memo_dir` the
+    answer is remembered by digest and interpreter, so a warm build starts no container for it (`toolchain
+    lock` passes none and reads the image again)."""
+    if memo_dir is not None and target.image_digest:
+        identity = {"image": image, "digest": target.image_digest, "python": python}
+        saved = remembered(memo_dir, "base", identity,
+                           lambda: (read_base(runtime, target, image, python).to_dict(), []))
+        return BaseEnv.from_dict(saved)
     done = runtime.run([python, "-c", PROBE], capture=True, check=False, timeout=300)
     try:
         data = json.loads(done.stdout.strip().splitlines()[-1])
