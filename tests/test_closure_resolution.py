@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -259,6 +260,14 @@ def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):
     assert key(shipped, target=TargetInfo(python_version="3.12.1", platform="linux_x86_64")) != key(shipped)
     engine_whl = next(WHEELHOUSE.glob("tomli-*.whl"))  # any wheel with other metadata
     assert key(engine_whl) != key(shipped)
+    # a wheel dropped into a local find-links folder is a change; the same folder again is not
+    links = tmp_path / "links"
+    links.mkdir()
+    local = ResolveSpec(indexes=(), find_links=(str(links),))
+    before = key(shipped, local)
+    assert key(shipped, local) == before
+    shutil.copyfile(engine_whl, links / engine_whl.name)
+    assert key(shipped, local) != before
 
 
 @pytest.mark.parametrize("table, key, secret", [

@@ -3,8 +3,9 @@ rebuild or bisect step whose key is kept resolves nothing and needs no network.
 
 The key is each built wheel's metadata (name, version, Requires-Dist, Requires-Python; never the wheel's own
 hash, so a bisect step that changed no requirement reuses the previous closure), the recipe's [resolve]
-settings, and the target's Python version and platform. An entry is the closure with every file's sha256 and
-when it was resolved; `toolchain lock --refresh` resolves again on purpose.
+settings (with the file names in a local find-links folder), and the target's Python version and platform.
+An entry is the closure with every file's sha256 and when it was resolved; `toolchain lock --refresh` resolves
+again on purpose.
 
 Cheap on purpose (a warm build takes this path): the metadata is read from the wheel's zip without the email
 parser, and nothing here imports packaging or the resolver.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import zipfile
 from collections.abc import Sequence
@@ -91,9 +93,30 @@ def target_platform(spec: ResolveSpec, target: TargetInfo) -> str:
     return f"{_platform.machine() or 'x86_64'}-manylinux_{DEFAULT_MANYLINUX}"
 
 
+def expand_link(link: str) -> str:
+    """`{demo}` is the folder of the demo's shipped files (toolchain/demo_src) wherever the tool is installed."""
+    if link.startswith("{demo}"):
+        from toolchain.sources.demo import SRC
+
+        return str(SRC) + link[len("{demo}"):]
+    return link
+
+
+def _local_files(link: str) -> list[str]:
+    """The file names in a local find-links folder: a wheel dropped into it is a change (a remote one's
+    contents are what `toolchain lock --refresh` asks again)."""
+    if "://" in link:
+        return []
+    try:
+        return sorted(entry.name for entry in os.scandir(expand_link(link)) if entry.is_file())
+    except OSError:
+        return []
+
+
 def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str, WheelMeta]]) -> str:
     """The sha256 of what determines the closure of `built` [(component, metadata)] (lock order)."""
     data = {"format": FORMAT,
+            "local-files": {link: _local_files(link) for link in spec.find_links},
             "wheels": [{"component": comp, "name": m.name, "version": m.version,
                         "requires-dist": list(m.requires_dist), "requires-python": m.requires_python}
                        for comp, m in built],

@@ -34,7 +34,7 @@ from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, LockedDist, file_name
 from toolchain.resolve.failure import raise_classified
-from toolchain.resolve.memo import DEFAULT_MANYLINUX, target_platform, target_python
+from toolchain.resolve.memo import DEFAULT_MANYLINUX, expand_link, target_platform, target_python
 from toolchain.target.facts import TargetInfo
 
 RESOLVE_TIMEOUT = 1800
@@ -134,15 +134,6 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
             continue
         dists.append(_pick(pkg, tags, python, platform, via.get(name, ()), source.get(name, ""), spec, recorded))
     return dataclasses.replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)), resolved_at=resolved_at)
-
-
-def expand_link(link: str) -> str:
-    """`{demo}` is the folder of the demo's shipped files (toolchain/demo_src) wherever the tool is installed."""
-    if link.startswith("{demo}"):
-        from toolchain.sources.demo import SRC
-
-        return str(SRC) + link[len("{demo}"):]
-    return link
 
 
 def _uv_env() -> dict[str, str]:
