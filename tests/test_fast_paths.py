@@ -202,7 +202,8 @@ NOT_ON_THE_WARM_PATH = ("tomlkit", "tomli_w", "packaging.utils", "packaging.tags
                         "jsonschema", "requests", "cyclonedx", "uv", "importlib.metadata", "toolchain.target.container",
                         "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib",
                         "toolchain.build.regauth",
-                        "concurrent.futures", "logging")  # (thread pools: only where components compile at once)
+                        "concurrent.futures", "logging",  # (thread pools: only where components compile at once)
+                        "urllib.request", "http.client", "ssl", "html.parser")  # (downloads: only a prebuilt's)
 NOT_IMPORTED_WITHOUT_A_REMOTE = {"toolchain.build.remote"}  # the client (build/remotespec.py decides without it)
 
 # The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.

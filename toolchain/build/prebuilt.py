@@ -12,10 +12,7 @@ import json
 import os
 import re
 import shutil
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
@@ -91,6 +88,9 @@ def take_prebuilt(pf: PrebuiltFile, cache: WheelCache, dest_dir: Path, work: Pat
 
 def download(url: str, dest: Path, what: str) -> None:
     """`url` (http(s), file:// or a local path) into `dest`, streamed; a failure names the URL (redacted)."""
+    import urllib.error  # here, not at the top: a warm build must not import http.client, socket and ssl
+    import urllib.request
+
     parsed = urlparse(url)
     try:
         if parsed.scheme in ("", "file"):
@@ -123,18 +123,21 @@ def download(url: str, dest: Path, what: str) -> None:
 COMMIT_LABEL = re.compile(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
 
 
-class _Links(HTMLParser):
+def _page_links(base: str, text: str) -> list[str]:
     """The <a href> links of a PEP 503 project page or a find-links HTML page, resolved against its URL."""
+    from html.parser import HTMLParser
 
-    def __init__(self, base: str) -> None:
-        super().__init__()
-        self.base = base
-        self.links: list[str] = []
+    links: list[str] = []
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
-        if tag == "a" and href:
-            self.links.append(urljoin(self.base, href))
+    class Links(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            href = dict(attrs).get("href")
+            if tag == "a" and href:
+                links.append(urljoin(base, href))
+
+    parser = Links()
+    parser.feed(text)
+    return links
 
 
 def commit_wheel(index: str, dist: str, commit: str, what: str) -> PrebuiltFile | None:
@@ -168,6 +171,9 @@ def _index_files(index: str, dist: str, what: str) -> list[tuple[str, str, str]]
             raise BuildError(f"{what}: prebuilt-index {index} is not a folder",
                              hint="give a PEP 503 index URL, a find-links page or a folder of wheels")
         return [(w.name, w.resolve().as_uri(), "") for w in sorted(folder.glob("*.whl"))]
+    import urllib.error
+    import urllib.request
+
     for page in (f"{index.rstrip('/')}/{dist}/", index):  # a PEP 503 index, else a find-links page
         try:
             with urllib.request.urlopen(urllib.request.Request(page, headers={"User-Agent": "xpu-toolchain"}),
@@ -181,10 +187,8 @@ def _index_files(index: str, dist: str, what: str) -> list[tuple[str, str, str]]
         except (OSError, ValueError) as exc:
             raise TransientError(f"{what}: cannot read prebuilt-index {redact_text(page)}: {exc}", kind="network",
                                  hint="check the network and run again") from None
-        parser = _Links(page)
-        parser.feed(text)
         files = []
-        for link in parser.links:
+        for link in _page_links(page, text):
             url, _, fragment = link.partition("#")
             name = unquote(urlparse(url).path).rsplit("/", 1)[-1]
             if name.endswith(".whl"):
