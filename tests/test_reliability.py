@@ -133,12 +133,12 @@ def test_a_mirror_that_lost_its_refs_is_fetched_again(ws, tiny_repo):
         if ref.is_file():
             ref.unlink()
     (mirror / "packed-refs").unlink(missing_ok=True)
-    r = ws.build("ok", "out2", "--no-cache", "--fresh-sources")
+    shutil.rmtree(ws.cache / "trees")  # a source tree is checked out of the mirror again
+    r = ws.build("ok", "out2", "--no-cache")
     assert r.returncode == 0, str(r)
     assert r.json()["components"][0]["describe"] == first["components"][0]["describe"] == "v1.0.0-1-g" + \
         tiny_repo.head()[:12]
-    r = ws.build("ok", "out3", "--no-cache")
-    assert r.returncode == 0, str(r)
+    assert any((mirror / "refs" / "tags").iterdir()) or "refs/tags/" in (mirror / "packed-refs").read_text()
 
 
 def test_a_nul_byte_on_its_way_to_a_process_is_a_usage_error_naming_it(tmp_path):
