@@ -18,17 +18,12 @@ import pytest
 import requests
 from smoke_helpers import free_port
 
+from tests.support.container_fixtures import podman_image  # noqa: F401  (the module names test_container_smoke uses)
+from tests.test_container_build import engine_run, remove, tool_containers
 from toolchain.core.proc import merge_env
 from toolchain.recipe.load import TargetSpec
 from toolchain.smoke.server import Server, ServeSpec
 from toolchain.target import HostRuntime, Runtime, Serving, make_runtime
-
-try:  # the same module names as tests/smoke/test_container_smoke.py uses
-    from tests.support.container_fixtures import podman_image  # noqa: F401
-    from tests.test_container_build import engine_run, remove, tool_containers
-except ImportError:  # pragma: no cover
-    from support.container_fixtures import podman_image  # noqa: F401
-    from test_container_build import engine_run, remove, tool_containers
 
 STRATEGIES = ["host", pytest.param("fresh", marks=[pytest.mark.container, pytest.mark.slow]),
               pytest.param("exec", marks=[pytest.mark.container, pytest.mark.slow])]

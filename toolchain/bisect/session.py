@@ -23,7 +23,7 @@ from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
 from toolchain.build.cache import default_cache_dir
 from toolchain.console import UI
-from toolchain.core.serial import Data, from_data, to_data
+from toolchain.core.serial import Data, from_data, to_table
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline import recipe_from_lock
@@ -60,8 +60,8 @@ class BisectOptions:
     def cache(self) -> Path:
         return self.cache_dir or default_cache_dir().resolve()
 
-    def to_dict(self) -> Data:
-        return to_data(self)
+    def to_dict(self) -> dict[str, Data]:
+        return to_table(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BisectOptions:

@@ -33,6 +33,14 @@ def to_data(obj: object, *, kebab: bool = False) -> Data:
     raise TypeError(f"cannot serialize {type(obj).__name__}: {obj!r}")
 
 
+def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
+    """`to_data` of a dataclass: its table."""
+    data = to_data(obj, kebab=kebab)
+    if not isinstance(data, dict):
+        raise TypeError(f"{type(obj).__name__} is not a dataclass")
+    return data
+
+
 def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False) -> T:
     """`cls(**data)`, lists as tuples, strings as Paths and tables as dataclasses where the field says so."""
     if not dataclasses.is_dataclass(cls):
