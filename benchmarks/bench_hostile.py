@@ -61,7 +61,7 @@ def main() -> None:
         path.write_text("\n".join(lines) + "\n")
         t, cpu = time.perf_counter(), time.process_time()
         try:
-            load_recipe(path)
+            load_recipe(str(path))
         except RecipeError as exc:
             print(f"refused: {str(exc).splitlines()[-1][:100]}")
         print(f"load + validate + refuse {N} components ({path.stat().st_size} bytes): "
