@@ -367,7 +367,7 @@ class BuildCommandClock:
         self.times: list[tuple[float, float]] = []
 
     def __enter__(self) -> BuildCommandClock:
-        import toolchain.target.host as host
+        from toolchain.target import host
 
         self._host, self._real = host, host.run
 

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_p6:
             try:
                 image = podman_image()
-            except Exception as exc:  # noqa: BLE001 - reported, not hidden
+            except Exception as exc:
                 report["p6"] = {"skipped": f"podman unusable: {exc}"}
             else:
                 report["p6"] = p6(work, image, tus=args.p6_tus, work_units=args.p6_work,

@@ -8,6 +8,7 @@ loads and refuses a 10,000-component recipe file the way `toolchain plan` does. 
 
 from __future__ import annotations
 
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ def main() -> None:
         comps = _chain(n)
         new = min(_timed(_order, comps, _Problems(Path("r.toml"))) for _ in range(3))
         old = _timed(_old_order, comps) if n <= 2_000 else float("nan")
-        ratio = f"x{old / new:.0f}" if old == old else "(old: not run, quadratic)"
+        ratio = f"x{old / new:.0f}" if not math.isnan(old) else "(old: not run, quadratic)"
         print(f"order {n:>6} components: old {old:8.3f} s, new {new:8.4f} s {ratio}")
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "recipes" / "big.toml"

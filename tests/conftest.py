@@ -8,7 +8,7 @@ import pytest
 from spine_helpers import PACKAGES, Cli, DemoBuild, GitRepo, Workspace, isolated_env
 
 try:  # a real OCI registry per test: `registry`, `auth_registry` (tests/support/registry.py)
-    from tests.support.registry_fixtures import auth_registry, registry  # noqa: F401
+    from tests.support.registry_fixtures import auth_registry, registry
 except ImportError:  # pragma: no cover  (tests/ itself on sys.path, not the repository root)
     from support.registry_fixtures import auth_registry, registry  # noqa: F401
 

@@ -10,6 +10,7 @@ so one build takes about a second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -192,10 +193,8 @@ class Cli:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait(timeout=30)
 
 

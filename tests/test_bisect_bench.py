@@ -35,7 +35,7 @@ def test_generated_repository(tmp_path: Path):
     assert r.unbuildable == (first_parent[6], first_parent[7])
     assert [compiles(r.path, sha, tmp_path) for sha in first_parent[5:10]] == [True, False, False, True, True]
     for broken in ((3,), (2,)):  # the first bad commit, or the one before it, not building: no exact answer
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="."):
             make_kernel_repo(tmp_path / "x", commits=10, first_bad=3, unbuildable=broken)
 
 
@@ -45,5 +45,7 @@ def test_small_benchmark_run(tmp_path: Path):
     figures, checks = report["figures"], report["checks"]
     assert {k: v for k, v in checks.items() if k != "time_ratio_within_third"} == {
         "found": True, "builds_within_bound": True, "repeat_compiles_nothing": True, "git_agrees": True}, figures
-    assert figures["repeat_builds_compiled"] == 0 and figures["builds_compiled"] >= figures["steps"]
-    assert figures["git_steps"] >= 1 and figures["git_seconds"] > 0
+    assert figures["repeat_builds_compiled"] == 0
+    assert figures["builds_compiled"] >= figures["steps"]
+    assert figures["git_steps"] >= 1
+    assert figures["git_seconds"] > 0

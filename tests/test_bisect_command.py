@@ -48,7 +48,7 @@ sys.exit(int(mode))
 """
 
 
-@pytest.mark.parametrize("mode, verdict, reason", [
+@pytest.mark.parametrize(("mode", "verdict", "reason"), [
     ("0", Verdict.GOOD, "test exited 0"),
     ("125", Verdict.SKIP, "test exited 125 (cannot test this one)"),
     ("1", Verdict.BAD, "test exited 1"),
@@ -64,7 +64,8 @@ def test_command_tester_exit_codes_and_environment(tmp_path: Path, mode, verdict
     got = tester.test(Candidate("f" * 40), BuildOutcome(True, lock_path=tmp_path / "stack.lock.toml", wheels=wheels))
     assert (got.verdict, got.reason) == (verdict, reason)
     assert seen.read_text() == f"{os.pathsep.join(map(str, wheels))}|{tmp_path / 'stack.lock.toml'}|{'f' * 40}"
-    assert got.log == tmp_path / "logs" / f"{'f' * 12}.log" and got.log.is_file()
+    assert got.log == tmp_path / "logs" / f"{'f' * 12}.log"
+    assert got.log.is_file()
 
 
 def test_command_tester_missing_program_is_a_usage_error(tmp_path: Path):
@@ -75,7 +76,7 @@ def test_command_tester_missing_program_is_a_usage_error(tmp_path: Path):
 
 # ---- usage errors ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, message", [
+@pytest.mark.parametrize(("argv", "message"), [
     (["--recipe", "r", "--component", "c", "--good", "x"], "--test smoke or --test-cmd"),
     (["--recipe", "r", "--component", "c", "--good", "x", "--test", "smoke", "--test-cmd", "true"], "not allowed"),
     (["--good-lock", "a", "--test", "smoke"], "both --good-lock and --bad-lock"),
@@ -108,7 +109,9 @@ def test_saved_options_round_trip_through_the_state_file(tmp_path: Path):
     from toolchain.sources.mirrors import parse_rewrites
 
     smoke = parse_options(["--cases", "math,qa", "--port", "8123", "--skip-device-check", "--venv", "v"])
-    assert smoke.cases == ("math", "qa") and smoke.port == 8123 and smoke.venv == Path("v").resolve()
+    assert smoke.cases == ("math", "qa")
+    assert smoke.port == 8123
+    assert smoke.venv == Path("v").resolve()
     opts = BisectOptions(mode="commits", out=tmp_path / "o", smoke=smoke, recipe=tmp_path / "r.toml",
                          component="kern", good="a" * 40, rewrites=parse_rewrites([f"https://x/={tmp_path}/"]),
                          cache_dir=tmp_path / "cache", jobs=2)
@@ -125,7 +128,7 @@ def fake_spine(monkeypatch, calls: list):
     def build_stack(recipe, options, ui):
         comps = []
         for comp in recipe.components:
-            show = lambda f: run(["git", "-C", comp.url, "show", f"{comp.commit}:{f}"], capture=True).stdout  # noqa: E731
+            show = lambda f: run(["git", "-C", comp.url, "show", f"{comp.commit}:{f}"], capture=True).stdout
             calls.append((comp.name, comp.commit))
             if "BROKEN" in show("notes.txt"):
                 raise BuildError(f"{comp.name}: command failed with exit code 1: gcc kern.c\n  kern.c:1: error")
@@ -160,7 +163,7 @@ def fake_spine(monkeypatch, calls: list):
     return build_stack
 
 
-@pytest.fixture()
+@pytest.fixture
 def project(tmp_path: Path, monkeypatch):
     """A kernels repository of 20 first-parent commits: k13 breaks value.txt, k6 does not build; a recipe
     pinning it at the last commit beside a second component."""
@@ -217,7 +220,8 @@ def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, mon
     state = out / "bisect-state.json"
     assert f"resume with: toolchain bisect --resume --state {state}" in " ".join(err.split())
     saved = json.loads(state.read_text())
-    assert saved["phases"]["commits"]["steps"] == [] and not saved["done"]
+    assert saved["phases"]["commits"]["steps"] == []
+    assert not saved["done"]
     other = [a if a != p.commits[0][:10] else p.commits[1][:10] for a in argv]
     assert cli.main(other) == 2  # an unfinished bisect is not overwritten by another one
     assert "holds an unfinished bisect with other options" in capsys.readouterr().err
@@ -227,7 +231,8 @@ def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, mon
     assert data["result"]["builds"]["speculative"] == 0  # the resume kept --jobs 1
     assert not any(s["prefetched"] for s in data["result"]["steps"])
     first_bad = data["result"]["first_bad"]
-    assert first_bad["key"] == p.commits[13] and first_bad["subject"] == "[kernels] change 13"
+    assert first_bad["key"] == p.commits[13]
+    assert first_bad["subject"] == "[kernels] change 13"
     assert data["result"]["last_good"]["key"] == p.commits[12]
     lines = tested.read_text().split()
     assert len(lines) == len(set(lines)) + 1  # only the interrupted test ran twice
@@ -236,10 +241,12 @@ def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, mon
     for side, commit in (("good", p.commits[12]), ("bad", p.commits[13])):
         lock = read_lock(out / side / "stack.lock.toml")
         verify_wheels(lock)
-        assert lock.component("kern").commit == commit and lock.component("other").commit
+        assert lock.component("kern").commit == commit
+        assert lock.component("other").commit
     assert json.loads((out / "result.json").read_text())["result"]["first_bad"]["key"] == p.commits[13]
     log = (out / "bisect.log").read_text()
-    assert "interrupted" in log and "done after" in log
+    assert "interrupted" in log
+    assert "done after" in log
     # every step built only the pinned commit of kern beside the recipe's `other`
     assert {name for name, _ in p.calls} == {"kern", "other"}
 
@@ -253,7 +260,8 @@ def test_an_unbuildable_commit_next_to_the_boundary_and_a_rerun(project, capsys)
     # k6 does not build: between good k5 and bad k7 the first bad is k6 or k7; exit 1 says "not found"
     assert cli.main([*base, "--good", p.commits[5], "--bad", p.commits[7]]) == 1
     data = json.loads(capsys.readouterr().out)
-    assert not data["ok"] and data["result"]["first_bad"] is None
+    assert not data["ok"]
+    assert data["result"]["first_bad"] is None
     assert [c["key"] for c in data["result"]["possible"]] == [p.commits[6], p.commits[7]]
     assert [(c["key"], c["reason"]) for c in data["result"]["skipped"]] == [
         (p.commits[6], "build failed: kern: command failed with exit code 1: gcc kern.c")]
@@ -261,13 +269,15 @@ def test_an_unbuildable_commit_next_to_the_boundary_and_a_rerun(project, capsys)
     # the state file holds a finished bisect: a new one may start over it (--bad defaults to the recipe's)
     assert cli.main([*base, "--good", p.commits[10]]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["result"]["first_bad"]["key"] == p.commits[13] and data["result"]["skipped"] == []
+    assert data["result"]["first_bad"]["key"] == p.commits[13]
+    assert data["result"]["skipped"] == []
 
 
 def test_lock_mode_needs_readable_locks(tmp_path: Path, capsys):
     code = cli.main(["bisect", "--good-lock", str(tmp_path / "a"), "--bad-lock", str(tmp_path / "b"),
                      "--test-cmd", "true", "--out", str(tmp_path / "o"), "--json"])
-    assert code == 2 and "no such lock file" in json.loads(capsys.readouterr().out)["error"]
+    assert code == 2
+    assert "no such lock file" in json.loads(capsys.readouterr().out)["error"]
 
 
 def test_lock_to_lock_end_to_end(project, capsys):
@@ -294,12 +304,14 @@ def test_lock_to_lock_end_to_end(project, capsys):
     assert code == 0, data
     result = data["result"]
     assert [d["kind"] for d in result["differences"]] == ["build-env", "commit", "serve-env"]
-    assert result["culprit"]["kind"] == "commit" and result["culprit"]["component"] == "kern"
+    assert result["culprit"]["kind"] == "commit"
+    assert result["culprit"]["component"] == "kern"
     assert result["changes"]["first_bad"]["key"] == "d2"
     assert result["commits"]["first_bad"]["key"] == p.commits[13]
     for side, commit in (("good", p.commits[12]), ("bad", p.commits[13])):
         lock = read_lock(out / side / "stack.lock.toml")
         verify_wheels(lock)
         assert lock.component("kern").commit == commit
-        assert 'MAX_JOBS = "4"' in lock.recipe_text and '"w4a16"' in lock.recipe_text  # d1 applied, d3 not
+        assert 'MAX_JOBS = "4"' in lock.recipe_text
+        assert '"w4a16"' in lock.recipe_text
     assert json.loads((out / "bisect-state.json").read_text())["done"] is True

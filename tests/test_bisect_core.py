@@ -6,6 +6,7 @@ import json
 import math
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -117,29 +118,35 @@ def bisect(n: int, first_bad: int, *, broken=(), skip=(), **kw):
 def test_every_boundary_is_found_within_log2_steps():
     for n in range(2, 34):
         for first_bad in range(1, n):
-            result, builder, tester, _ = bisect(n, first_bad)
+            result, _builder, tester, _ = bisect(n, first_bad)
             assert result.first_bad.key == f"c{first_bad:03d}", (n, first_bad)
             assert result.last_good.key == f"c{first_bad - 1:03d}"
             assert len(result.steps) <= math.ceil(math.log2(n - 1)), (n, first_bad, len(result.steps))
             assert len(tester.calls) == len(set(tester.calls)) == len(result.steps)
-            assert "c000" not in tester.calls and f"c{n - 1:03d}" not in tester.calls  # the ends are given
-            assert result.possible == (result.first_bad,) and result.skipped == ()
+            assert "c000" not in tester.calls
+            assert f"c{n - 1:03d}" not in tester.calls
+            assert result.possible == (result.first_bad,)
+            assert result.skipped == ()
 
 
 def test_build_failure_is_a_skip_said_as_such_and_never_tested():
-    result, builder, tester, events = bisect(17, 11, broken={"c008"})
+    result, _builder, tester, events = bisect(17, 11, broken={"c008"})
     assert result.first_bad.key == "c011"
-    assert ("skip", "c008") in events.seen and "c008" not in tester.calls
+    assert ("skip", "c008") in events.seen
+    assert "c008" not in tester.calls
     (skipped, reason), = result.skipped
-    assert skipped.key == "c008" and reason.startswith("build failed: c008: error: expected ';'")
+    assert skipped.key == "c008"
+    assert reason.startswith("build failed: c008: error: expected ';'")
     step = next(s for s in result.steps if s.key == "c008")
-    assert step.verdict is Verdict.SKIP and step.build_failed
+    assert step.verdict is Verdict.SKIP
+    assert step.build_failed
     assert len(result.steps) <= math.ceil(math.log2(16)) + 1  # one more step per skip
 
 
 def test_skip_just_before_the_boundary_leaves_two_possible():
     result, *_ = bisect(9, 5, broken={"c004"})
-    assert result.first_bad is None and not result.found
+    assert result.first_bad is None
+    assert not result.found
     assert [c.key for c in result.possible] == ["c004", "c005"]
     assert result.last_good.key == "c003"
 
@@ -147,7 +154,8 @@ def test_skip_just_before_the_boundary_leaves_two_possible():
 def test_skip_on_the_first_bad_commit_leaves_it_and_the_next():
     result, _, tester, _ = bisect(12, 5, skip={"c005"})
     assert [c.key for c in result.possible] == ["c005", "c006"]
-    assert result.last_good.key == "c004" and "c005" in tester.calls
+    assert result.last_good.key == "c004"
+    assert "c005" in tester.calls
 
 
 def test_skips_away_from_the_boundary_still_find_it():
@@ -168,18 +176,21 @@ def test_builds_failing_the_same_way_from_the_start_stop_the_bisect_and_reset_it
     with pytest.raises(BuildError, match="the first 3 builds all failed the same way") as err:
         Bisector([Candidate(f"{i:040x}") for i in range(40)], builder, Verdicts(9), events,
                  persist=sf.saver("commits")).run()
-    assert "not the commits" in err.value.hint and len(builder.calls) == 3
+    assert "not the commits" in err.value.hint
+    assert len(builder.calls) == 3
     assert events.seen[-1] == ("interrupted", "BuildError")
     assert StateFile(sf.path).load("commits").steps == ()  # resuming starts over
 
     # different failures (or one success) are ordinary skips
     result, *_ = bisect(40, 30, broken={"c019", "c020", "c018", "c021"})
-    assert result.first_bad.key == "c030" and len(result.skipped) == 4
+    assert result.first_bad.key == "c030"
+    assert len(result.skipped) == 4
 
 
 def test_all_skipped():
     result, builder, tester, events = bisect(6, 3, broken={"c001", "c002", "c003", "c004"})
-    assert not result.found and tester.calls == []
+    assert not result.found
+    assert tester.calls == []
     assert [c.key for c in result.possible] == ["c001", "c002", "c003", "c004", "c005"]
     assert sorted(c.key for c, _ in result.skipped) == ["c001", "c002", "c003", "c004"]
     assert sorted(k for k in builder.calls if k not in ("c000", "c005")) == ["c001", "c002", "c003", "c004"]
@@ -202,7 +213,8 @@ def test_ends_are_built_for_the_good_and_bad_locks_and_a_bare_verdict_is_accepte
 
     builder = Builds()
     result = Bisector(cands(5), builder, Bare()).run()
-    assert result.first_bad.key == "c004" and result.last_good.key == "c003"
+    assert result.first_bad.key == "c004"
+    assert result.last_good.key == "c003"
     assert result.good_build.wheels == (Path("/wheels/c003.whl"),)
     assert result.bad_build.wheels == (Path("/wheels/c004.whl"),)
     assert builder.calls.count("c004") == 1  # the bad end was built once, as an end
@@ -217,7 +229,8 @@ def test_state_is_on_disk_after_every_step(tmp_path: Path):
 
         def step(self, record, state):
             on_disk = StateFile(path).load("commits")
-            assert len(on_disk.steps) == record.number and on_disk.steps[-1].key == record.key
+            assert len(on_disk.steps) == record.number
+            assert on_disk.steps[-1].key == record.key
             assert on_disk.verdicts[record.key][0] is record.verdict
             Check.checked += 1
 
@@ -235,7 +248,8 @@ def test_resume_after_an_interruption_mid_run(tmp_path: Path):
         Bisector(cands(64), Builds(), first, events, persist=sf.saver("commits")).run()
     assert events.seen[-1] == ("interrupted", "KeyboardInterrupt")
     saved = StateFile(sf.path).load("commits")
-    assert len(saved.steps) == 2 and not saved.finished
+    assert len(saved.steps) == 2
+    assert not saved.finished
 
     second = Verdicts(41)
     result = Bisector(cands(64), Builds(), second, state=saved, persist=sf.saver("commits")).run()
@@ -278,11 +292,14 @@ def test_while_a_test_runs_both_possible_next_midpoints_are_built():
     result = Bisector(cands(17), builder, Waits(), events, jobs=3, idle=lambda: 8.0).run()
     assert result.first_bad.key == "c010"
     assert seen_during_first_test == [{"c008", "c004", "c012"}]
-    assert ("prefetch", "c004") in events.seen and ("prefetch", "c012") in events.seen
+    assert ("prefetch", "c004") in events.seen
+    assert ("prefetch", "c012") in events.seen
     assert len(builder.calls) == len(set(builder.calls))  # a prefetched build is used, not rebuilt
     second = result.steps[1]
-    assert second.key == "c012" and second.prefetched
-    assert result.builds_speculative >= 1 and result.builds_needed == len(result.steps)  # both ends were steps
+    assert second.key == "c012"
+    assert second.prefetched
+    assert result.builds_speculative >= 1
+    assert result.builds_needed == len(result.steps)
 
 
 def test_no_prefetch_without_idle_cores_or_with_one_job():
@@ -290,7 +307,7 @@ def test_no_prefetch_without_idle_cores_or_with_one_job():
         builder = Builds(cores=1.0)  # (one core a build: idle cores would spread builds with jobs > 1)
 
         class Records:
-            during: list[list[str]] = []
+            during: ClassVar[list[list[str]]] = []
 
             def test(self, cand, build):
                 Records.during.append(list(builder.calls))
@@ -367,7 +384,8 @@ def test_the_idle_cores_are_read_at_the_start_and_once_measured_not_at_each_step
     idle_calls = []
     builder = Builds(cores=1.0)
     result = Bisector(cands(200), builder, Verdicts(77), jobs=2, idle=lambda: idle_calls.append(1) or 4.0).run()
-    assert result.first_bad.key == "c077" and len(result.steps) >= 7
+    assert result.first_bad.key == "c077"
+    assert len(result.steps) >= 7
     assert len(idle_calls) == 2  # the bisect's start, the first compiled build; never before a test
 
 
@@ -381,7 +399,8 @@ def test_a_resumed_spread_bisect_knows_its_width_from_the_saved_builds(tmp_path:
     builder, events = Builds(cores=0.0), Events()  # cache hits now: W comes from the saved builds
     result = Bisector(cands(64), builder, Verdicts(41), events, state=saved, jobs=2, idle=lambda: 2.0).run()
     plain, *_ = bisect(64, 41)
-    assert result.first_bad.key == "c041" and [s.key for s in result.steps] == [s.key for s in plain.steps]
+    assert result.first_bad.key == "c041"
+    assert [s.key for s in result.steps] == [s.key for s in plain.steps]
     # c039 was built (its test interrupted); the next step's build (c043) comes with its lower half's (c041)
     assert events.seen[:5] == [("building", "c039"), ("testing", "c039"), ("step", "c039"), ("prefetch", "c041"),
                                ("building", "c043")]

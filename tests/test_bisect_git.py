@@ -21,7 +21,7 @@ from toolchain.core.proc import run
 from toolchain.errors import SourceError, UsageError
 
 
-@pytest.fixture()
+@pytest.fixture
 def history(tmp_path: Path):
     """main: m0 m1 m1b m2 m3 M(merge of side: s1 s2, forked at m1) m5 m6; branch `other` from m2: o1 (never
     merged). value.txt holds the answer a build gives; s2 breaks it (so the first bad first-parent commit is
@@ -86,7 +86,8 @@ def test_commit_urls():
     assert commit_url("git@github.com:intel/auto-round.git", sha) == f"https://github.com/intel/auto-round/commit/{sha}"
     assert commit_url("ssh://git@gitlab.example.com:2222/g/p.git", sha) == f"https://gitlab.example.com/g/p/-/commit/{sha}"
     assert commit_url("https://gitlab.com/g/p/", sha) == f"https://gitlab.com/g/p/-/commit/{sha}"
-    assert commit_url("file:///srv/git/p.git", sha) == "" and commit_url("/srv/git/p", sha) == ""
+    assert commit_url("file:///srv/git/p.git", sha) == ""
+    assert commit_url("/srv/git/p", sha) == ""
 
 
 class GitBuilder:
@@ -124,10 +125,12 @@ def test_bisect_a_real_history_with_a_real_test_command(history, tmp_path: Path)
     tester = CommandTester([sys.executable, str(script)], tmp_path / "logs", timeout=60)
     result = Bisector(git_candidates(r.path, c["m0"], c["m6"]), builder, tester).run()
     # s2 broke it on the side branch; on the first-parent line the merge is the first bad commit
-    assert result.first_bad.key == c["M"] and result.first_bad.merge
+    assert result.first_bad.key == c["M"]
+    assert result.first_bad.merge
     assert result.last_good.key == c["m3"]
     assert [(x.key, why) for x, why in result.skipped] == [(c["m2"], "build failed: notes.txt: BROKEN")]
-    assert c["s2"] not in builder.calls and c["s1"] not in builder.calls
+    assert c["s2"] not in builder.calls
+    assert c["s1"] not in builder.calls
     logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert logs == sorted(f"{s.key[:12]}.log" for s in result.steps if not s.build_failed)
 

@@ -91,7 +91,7 @@ def write_stack_lock(out: Path, data: dict, *, oneapi: str = "2025.2") -> Lock:
     return read_lock(write_lock(lock, out))
 
 
-@pytest.fixture()
+@pytest.fixture
 def kernels(tmp_path: Path):
     """vllm-xpu-kernels history: k0..k9 on main with a merged branch; k6 (a first-parent commit) breaks it."""
     r = GitRepo.create(tmp_path / "kernels", tag=None)
@@ -108,7 +108,7 @@ def kernels(tmp_path: Path):
     return r, c
 
 
-@pytest.fixture()
+@pytest.fixture
 def locks(tmp_path: Path, kernels):
     r, c = kernels
     (tmp_path / "patches" / "vllm").mkdir(parents=True)
@@ -133,7 +133,8 @@ def test_differences_in_dependency_order(locks, kernels):
         ("serve-args", "", "smoke.serve-args", "--max-model-len"),
         ("serve-args", "", "smoke.serve-args", "--kv-cache-dtype"),
     ]
-    assert diffs[2].good is MISSING and diffs[2].bad == "1"
+    assert diffs[2].good is MISSING
+    assert diffs[2].bad == "1"
     assert diffs[3].label == f"vllm-xpu-kernels: commit {c['k0'][:12]} -> {c['k9'][:12]}"
     assert diffs[6].label == "smoke.serve-args --enforce-eager: --enforce-eager -> (unset)"
     assert [c.key for c in prefix_candidates(diffs)] == [f"d{i}" for i in range(10)]
@@ -154,7 +155,8 @@ def test_applying_every_difference_gives_the_bad_side_and_each_prefix_is_a_valid
         assert [x.name for x in loaded.components] == ["vllm", "vllm-xpu-kernels", "ark"]
     assert base == before  # applying never changes its input
     third = prefix_data(base, diffs, 3)
-    assert third["env"]["MAX_JOBS"] == "4" and third["components"]["vllm"]["env"]["VLLM_USE_V2"] == "1"
+    assert third["env"]["MAX_JOBS"] == "4"
+    assert third["components"]["vllm"]["env"]["VLLM_USE_V2"] == "1"
     assert third["components"]["vllm-xpu-kernels"]["commit"] == base["components"]["vllm-xpu-kernels"]["commit"]
     assert prefix_data(base, diffs, 7)["smoke"]["serve-args"] == ["--max-model-len", "2048"]
     assert prefix_data(base, diffs, 8)["smoke"]["serve-args"] == ["--max-model-len", "4096"]
@@ -230,17 +232,23 @@ def test_lock_bisect_finds_the_commit_change_then_the_first_bad_commit(locks, ke
     tester = Broken(r.path, c["k6"])
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", built).make, tester,
                           lambda comp, url, g, b: git_candidates(r.path, g, b, url))
-    assert result.culprit.kind == "commit" and result.culprit.component == "vllm-xpu-kernels"
-    assert result.changes.last_good.key == "d3" and result.changes.first_bad.key == "d4"
-    assert result.commits.first_bad.key == c["k6"] and result.commits.last_good.key == c["k5"]
+    assert result.culprit.kind == "commit"
+    assert result.culprit.component == "vllm-xpu-kernels"
+    assert result.changes.last_good.key == "d3"
+    assert result.changes.first_bad.key == "d4"
+    assert result.commits.first_bad.key == c["k6"]
+    assert result.commits.last_good.key == c["k5"]
     feature = run(["git", "-C", str(r.path), "rev-parse", "feature"], capture=True).stdout.strip()
     commit_builds = [data for phase, key, data in built if phase == "commits"]
-    assert commit_builds and feature not in {d["components"]["vllm-xpu-kernels"]["commit"] for d in commit_builds}
+    assert commit_builds
+    assert feature not in {d["components"]["vllm-xpu-kernels"]["commit"] for d in commit_builds}
     for data in commit_builds:  # the differences before the culprit are applied, those after are not
-        assert data["env"]["MAX_JOBS"] == "4" and data["components"]["vllm"]["env"]["VLLM_USE_V2"] == "1"
+        assert data["env"]["MAX_JOBS"] == "4"
+        assert data["components"]["vllm"]["env"]["VLLM_USE_V2"] == "1"
         assert "command" not in data["components"]["ark"]
         assert data["smoke"]["env"]["VLLM_XPU_INC_WNA16_BACKEND"] == "w4a16"
-    assert result.notes and result.to_dict()["culprit"]["kind"] == "commit"
+    assert result.notes
+    assert result.to_dict()["culprit"]["kind"] == "commit"
     assert result.changes.good_build.lock_path.name == "d3.json"  # the ends of phase 1 are its builds
 
 
@@ -249,7 +257,8 @@ def test_lock_bisect_finds_a_serve_env_change_without_a_commit_phase(locks, kern
     r, _ = kernels
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, Broken(r.path, "", backend=True),
                           lambda *a: pytest.fail("no commit phase for a serve env change"))
-    assert result.culprit.kind == "serve-env" and result.commits is None
+    assert result.culprit.kind == "serve-env"
+    assert result.commits is None
     assert result.changes.first_bad.key == "d6"
     assert result.changes.bad_build.lock_path.name == "d6.json"
 
@@ -258,11 +267,12 @@ def test_lock_bisect_resumes_in_the_commit_phase(locks, kernels, tmp_path: Path)
     good, bad = locks
     r, c = kernels
     sf = StateFile(tmp_path / "state.json")
-    commits = lambda comp, url, g, b: git_candidates(r.path, g, b, url)  # noqa: E731
+    commits = lambda comp, url, g, b: git_candidates(r.path, g, b, url)
     first = Broken(r.path, c["k6"], interrupt_in="commits")
     with pytest.raises(KeyboardInterrupt):
         bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, first, commits, state_file=sf)
-    assert StateFile(sf.path).load("changes").finished and StateFile(sf.path).load("commits") is not None
+    assert StateFile(sf.path).load("changes").finished
+    assert StateFile(sf.path).load("commits") is not None
     second = Broken(r.path, c["k6"])
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, second, commits, state_file=StateFile(sf.path))
     assert result.commits.first_bad.key == c["k6"]

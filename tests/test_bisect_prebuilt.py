@@ -62,7 +62,9 @@ def test_a_bisect_with_half_the_range_prebuilt_compiles_only_the_other_half(ws, 
     data = doc["result"]
     assert data["first_bad"]["key"] == commits[FIRST_BAD]
     steps = data["steps"]
-    assert steps and {s["key"] for s in steps} & with_wheel and {s["key"] for s in steps} - with_wheel
+    assert steps
+    assert {s["key"] for s in steps} & with_wheel
+    assert {s["key"] for s in steps} - with_wheel
     for s in steps:  # a step takes the commit's wheel when there is one, and compiles otherwise
         assert (s["source"] == "prebuilt") == (s["key"] in with_wheel), s
     compiled_kern = [line for line in counter.read_text().splitlines() if line.startswith("tiny ")]
@@ -73,7 +75,8 @@ def test_a_bisect_with_half_the_range_prebuilt_compiles_only_the_other_half(ws, 
     good = read_lock(ws.root / "bisect" / "good" / "stack.lock.toml")
     kern_locked = good.component("kern")
     if data["last_good"]["key"] in with_wheel:
-        assert kern_locked.prebuilt["url"].startswith(url) and kern_locked.commit == data["last_good"]["key"]
+        assert kern_locked.prebuilt["url"].startswith(url)
+        assert kern_locked.commit == data["last_good"]["key"]
         assert kern_locked.wheel.file.startswith(f"tiny-1.0.0+g{kern_locked.commit[:12]}-")
     else:
         assert not kern_locked.prebuilt

@@ -66,7 +66,7 @@ def _argv(ws, commits, script, tested: Path) -> list:
 
 
 @pytest.mark.parametrize("during", ["build", "test"])
-@pytest.mark.parametrize("sig,code", SIGNALS, ids=[s.name for s, _ in SIGNALS])
+@pytest.mark.parametrize(("sig", "code"), SIGNALS, ids=[s.name for s, _ in SIGNALS])
 def test_a_signal_mid_step_stops_the_bisect_and_the_same_command_finishes_it(ws, bisect, during, sig, code):
     _, commits, script = bisect
     tested, counter = ws.root / "tested.txt", ws.root / "builds.txt"
@@ -100,7 +100,8 @@ def test_a_signal_mid_step_stops_the_bisect_and_the_same_command_finishes_it(ws,
     marked = {k for k, v in phase["verdicts"].items() if v["reason"] not in ("given as good", "given as bad")}
     assert marked == set(done)
     if interrupted:  # its build finished and is kept; its test did not
-        assert interrupted not in marked and phase["builds"][interrupted]["ok"] is True
+        assert interrupted not in marked
+        assert phase["builds"][interrupted]["ok"] is True
     unbuildable = ws.cache / "bisect" / "unbuildable"
     assert not unbuildable.exists() or list(unbuildable.iterdir()) == []  # an interrupted build is no failure
 
@@ -127,7 +128,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("sig,code", SIGNALS, ids=[s.name for s, _ in SIGNALS])
+@pytest.mark.parametrize(("sig", "code"), SIGNALS, ids=[s.name for s, _ in SIGNALS])
 def test_a_signal_while_builds_ahead_run_leaves_them_unrecorded(ws, bisect, sig, code):
     """With --jobs 3 the builds of both possible next steps start while a step's test runs; a signal then
     stops them too, and neither is recorded as a build, nor remembered as unbuildable."""
@@ -150,7 +151,8 @@ def test_a_signal_while_builds_ahead_run_leaves_them_unrecorded(ws, bisect, sig,
         raise
     assert_interrupted(interrupt(proc, sig), sig, code)
     phase = json.loads((ws.root / "bisect" / "bisect-state.json").read_text())["phases"]["commits"]
-    assert phase["steps"] == [] and set(phase["builds"]) == {commits[4]}
+    assert phase["steps"] == []
+    assert set(phase["builds"]) == {commits[4]}
     unbuildable = ws.cache / "bisect" / "unbuildable"
     assert not unbuildable.exists() or list(unbuildable.iterdir()) == []
 

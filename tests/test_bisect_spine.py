@@ -10,6 +10,7 @@ import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from spine_helpers import TINY_INIT, component, recipe_data
@@ -60,7 +61,7 @@ def stack(ws, make_repo):
 
 
 def test_commit_bisect_interrupt_resume_and_a_repeat_that_compiles_nothing(ws, stack):
-    kern, _, c, script = stack
+    _kern, _, c, script = stack
     counter = ws.root / "builds.txt"
     env = {"TINY_BUILD_COUNTER": str(counter)}
     out = ws.root / "bisect"
@@ -74,14 +75,17 @@ def test_commit_bisect_interrupt_resume_and_a_repeat_that_compiles_nothing(ws, s
     r = ws.cli("bisect", "--resume", "--state", state, "--json", env=env)
     assert r.returncode == 0, str(r)
     data = r.json()["result"]
-    assert data["first_bad"]["key"] == c[FIRST_BAD] and data["first_bad"]["subject"] == f"kern change {FIRST_BAD}"
+    assert data["first_bad"]["key"] == c[FIRST_BAD]
+    assert data["first_bad"]["subject"] == f"kern change {FIRST_BAD}"
     assert data["last_good"]["key"] == c[FIRST_BAD - 1]
     (skipped,) = data["skipped"]
-    assert skipped["key"] == c[UNBUILDABLE] and skipped["reason"].startswith("build failed: building kern@")
+    assert skipped["key"] == c[UNBUILDABLE]
+    assert skipped["reason"].startswith("build failed: building kern@")
     for side, i in (("good", FIRST_BAD - 1), ("bad", FIRST_BAD)):
         lock = read_lock(out / side / "stack.lock.toml")
         verify_wheels(lock)
-        assert lock.component("kern").commit == c[i] and lock.component("other").commit
+        assert lock.component("kern").commit == c[i]
+        assert lock.component("other").commit
     compiled = counter.read_text().splitlines()
     # --jobs 1 holds after --resume: nothing was built ahead (a build ahead that no step needs is a compile)
     assert data["builds"]["speculative"] == 0 and not any(s["prefetched"] for s in data["steps"]), data
@@ -94,7 +98,8 @@ def test_commit_bisect_interrupt_resume_and_a_repeat_that_compiles_nothing(ws, s
     again = r.json()["result"]
     assert again["first_bad"]["key"] == c[FIRST_BAD]
     assert counter.read_text().splitlines() == compiled  # nothing compiled the second time
-    assert again["builds"]["compiled"] == 0 and all(s["cached"] for s in again["steps"])
+    assert again["builds"]["compiled"] == 0
+    assert all(s["cached"] for s in again["steps"])
 
 
 def test_lock_to_lock_through_the_spine(ws, stack):
@@ -119,7 +124,8 @@ def test_lock_to_lock_through_the_spine(ws, stack):
     verify_wheels(bad)
     assert bad.component("kern").commit == c[FIRST_BAD]
     assert json.loads(Path(bad.path).parent.joinpath("..", "result.json").read_text())["ok"] is True
-    assert 'MAX_JOBS = "3"' in bad.recipe_text and '"a"' in bad.recipe_text  # d1 applied, d3 not
+    assert 'MAX_JOBS = "3"' in bad.recipe_text
+    assert '"a"' in bad.recipe_text
 
 
 def test_a_component_built_before_the_bisected_one_that_fails_stops_the_bisect(ws, stack, make_repo):
@@ -138,7 +144,7 @@ def test_a_component_built_before_the_bisected_one_that_fails_stops_the_bisect(w
 def test_commit_bisect_with_the_smoke_regression_set(ws, stack):
     """--test smoke: each step's lock is installed into a fresh venv and served; the server (the smoke
     tests' fault server) answers wrongly when the installed kern is bad."""
-    kern, _, c, _ = stack
+    _kern, _, c, _ = stack
     serve = ws.root / "serve.py"
     serve.write_text(SERVE)
     with socket.socket() as sock:
@@ -155,9 +161,12 @@ def test_commit_bisect_with_the_smoke_regression_set(ws, stack):
     data = r.json()["result"]
     assert data["first_bad"]["key"] == c[FIRST_BAD]
     steps = {s["key"]: s for s in data["steps"]}
-    assert steps[c[FIRST_BAD - 1]]["verdict"] == "good" and steps[c[FIRST_BAD - 1]]["reason"] == "smoke passed"
+    assert steps[c[FIRST_BAD - 1]]["verdict"] == "good"
+    assert steps[c[FIRST_BAD - 1]]["reason"] == "smoke passed"
     bad = steps[c[FIRST_BAD]]
-    assert bad["verdict"] == "bad" and bad["reason"].startswith("smoke failed: ") and "math=" in bad["reason"]
+    assert bad["verdict"] == "bad"
+    assert bad["reason"].startswith("smoke failed: ")
+    assert "math=" in bad["reason"]
     report = json.loads((out / "tests" / c[FIRST_BAD][:12] / "report.json").read_text())
     assert report["verdict"] == "fail"
 
@@ -188,7 +197,8 @@ def test_commit_bisect_of_a_patched_component(ws, stack):
                "--out", out, "--jobs", "1", "--json")
     assert r.returncode == 0, str(r)
     data = r.json()["result"]
-    assert data["first_bad"]["key"] == c[FIRST_BAD] and data["skipped"] == []
+    assert data["first_bad"]["key"] == c[FIRST_BAD]
+    assert data["skipped"] == []
     assert {s["verdict"] for s in data["steps"]} == {"good", "bad"}  # the script's assert held: patched builds
     for side, i in (("good", FIRST_BAD - 1), ("bad", FIRST_BAD)):
         lock = read_lock(out / side / "stack.lock.toml")
@@ -198,7 +208,8 @@ def test_commit_bisect_of_a_patched_component(ws, stack):
         published = [lock.path, *(lock.wheel_path(comp) for comp in lock.components)]
         assert {oct(p.stat().st_mode & 0o777) for p in published} == {"0o644"}, published
     cached = list((ws.cache / "wheels").rglob("*.whl"))
-    assert cached and {oct(p.stat().st_mode & 0o777) for p in cached} == {"0o644"}
+    assert cached
+    assert {oct(p.stat().st_mode & 0o777) for p in cached} == {"0o644"}
 
 
 def test_unbuildable_memo_key_follows_the_patch_identity(ws, stack):
@@ -208,7 +219,7 @@ def test_unbuildable_memo_key_follows_the_patch_identity(ws, stack):
     from toolchain.recipe.load import load_recipe
     from toolchain.recipe.model import Patch
 
-    kern, other, c, _ = stack
+    kern, _other, c, _ = stack
     patch = ws.patch("kern/fix.patch", kern.make_patch({"tiny/__init__.py": TINY_INIT + "A = 1\n"}))
     ws.recipe("p", recipe_data({"kern": component(kern, c[-1], dist="tiny", patches=["kern/fix.patch"])}))
     recipe = load_recipe(str(ws.recipes / "p.toml"))
@@ -242,7 +253,8 @@ def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch)
     tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
     result = Bisector(git_candidates(kern.path, c[0], c[-1]), builder, tester, jobs=3, idle=lambda: 8.0).run()
     assert result.first_bad.key == c[FIRST_BAD]
-    assert any(s.prefetched for s in result.steps) and result.builds_speculative >= 1
+    assert any(s.prefetched for s in result.steps)
+    assert result.builds_speculative >= 1
     built = result.builds_needed + result.builds_speculative
     assert len(counter.read_text().splitlines()) == built + 1  # each kern commit once, `other` once
 
@@ -266,7 +278,7 @@ def test_a_spread_bisect_through_the_spine_tests_what_plain_bisection_does(ws, s
             return Verdict.BAD if c.index(cand.key) >= FIRST_BAD else Verdict.GOOD
 
     class Seen(BisectHandler):
-        events: list[str] = []
+        events: ClassVar[list[str]] = []
 
         def building(self, cand):
             Seen.events.append("building")

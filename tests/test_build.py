@@ -65,33 +65,47 @@ def assert_no_leftovers(cache: Path) -> None:
 
 def test_demo_lock_records_everything(demo_build):
     lock = demo_build.lock()
-    assert lock["lock-version"] == 1 and lock["tool-version"]
+    assert lock["lock-version"] == 1
+    assert lock["tool-version"]
     recipe_path = Path(lock["recipe"]["path"])
-    assert recipe_path.name == "demo.toml" and lock["recipe"]["name"] == "demo"
+    assert recipe_path.name == "demo.toml"
+    assert lock["recipe"]["name"] == "demo"
     assert lock["recipe"]["sha256"] == __import__("hashlib").sha256(lock["recipe"]["text"].encode()).hexdigest()
     assert "demo = true" in lock["recipe"]["text"]
     tc = lock["toolchain"]
-    assert tc["oneapi-version"] == "2025.2.0" and tc["cmplr-root"] == str(STANDIN)
-    assert tc["setvars"] == str(STANDIN_SETVARS) and tc["setvars-args"] == ["--force"]
+    assert tc["oneapi-version"] == "2025.2.0"
+    assert tc["cmplr-root"] == str(STANDIN)
+    assert tc["setvars"] == str(STANDIN_SETVARS)
+    assert tc["setvars-args"] == ["--force"]
     assert HEX64.match(tc["env-diff-sha256"])
     target = lock["target"]
-    assert target["runtime"] == "host" and target["python"] == "python3"
-    assert target["python-version"] and target["pip-version"] and target["python-tag"].startswith("cp")
-    assert lock["smoke"]["model"] == "SmolLM2-135M-Instruct" and lock["smoke"]["device"] == "b70"
+    assert target["runtime"] == "host"
+    assert target["python"] == "python3"
+    assert target["python-version"]
+    assert target["pip-version"]
+    assert target["python-tag"].startswith("cp")
+    assert lock["smoke"]["model"] == "SmolLM2-135M-Instruct"
+    assert lock["smoke"]["device"] == "b70"
     comps = {c["name"]: c for c in lock["components"]}
     assert [c["name"] for c in lock["components"]] == ["engine", "kernels", "ark"]  # install order
     assert comps["engine"]["describe"] == "v0.3.0-0-g4545736bd5a8"  # 12 hex: DESCRIBE_RULE
     assert comps["engine"]["patches"] == [{"path": "demo/0001-engine-reject-empty-prompt.patch", "sha256": sha256_file(
         recipe_path.parent.parent / "patches" / "demo" / "0001-engine-reject-empty-prompt.patch")}]
-    assert comps["ark"]["subdir"] == "extension/ark" and comps["ark"]["after"] == ["kernels"]
+    assert comps["ark"]["subdir"] == "extension/ark"
+    assert comps["ark"]["after"] == ["kernels"]
     assert comps["ark"]["env"] == {"BUILD_MODE": "release", "DEMO_ARK_TARGET": "intel_gpu_bmg_g31"}
-    assert comps["ark"]["jobs"] >= 1 and comps["ark"]["compiler-cache"]["launcher"] == "ccache"
+    assert comps["ark"]["jobs"] >= 1
+    assert comps["ark"]["compiler-cache"]["launcher"] == "ccache"
     assert comps["kernels"]["fetchcontent"][0]["name"] == "demoheaders"
     for c in lock["components"]:
-        assert re.match(r"^[0-9a-f]{40}$", c["commit"]) and c["url"].startswith("https://demo.invalid/")
-        assert c["command"][:3] == ["{python}", "-m", "pip"] and c["cache-key"] and c["build-seconds"] > 0
+        assert re.match(r"^[0-9a-f]{40}$", c["commit"])
+        assert c["url"].startswith("https://demo.invalid/")
+        assert c["command"][:3] == ["{python}", "-m", "pip"]
+        assert c["cache-key"]
+        assert c["build-seconds"] > 0
         wheel = demo_build.out / "wheels" / c["wheel"]["file"]
-        assert sha256_file(wheel) == c["wheel"]["sha256"] and wheel.stat().st_size == c["wheel"]["size"]
+        assert sha256_file(wheel) == c["wheel"]["sha256"]
+        assert wheel.stat().st_size == c["wheel"]["size"]
     # (wheels/deps/ is where a smoke of this lock, by tests sharing the fixture, fetches the locked closure)
     assert sorted(p.name for p in (demo_build.out / "wheels").iterdir() if p.name != "deps") == sorted(
         c["wheel"]["file"] for c in lock["components"])
@@ -101,7 +115,8 @@ def test_demo_lock_records_everything(demo_build):
     assert [(p["name"], p["wheels"][0]["path"], p["wheels"][0]["hashes"]["sha256"]) for p in built] == [
         (c["dist"], f"wheels/{c['wheel']['file']}", c["wheel"]["sha256"]) for c in lock["components"]]
     data = demo_build.result.json()
-    assert data["ok"] is True and data["lock"] == str(demo_build.lock_path)
+    assert data["ok"] is True
+    assert data["lock"] == str(demo_build.lock_path)
     assert [c["sha256"] for c in data["components"]] == [c["wheel"]["sha256"] for c in lock["components"]]
 
 
@@ -176,7 +191,8 @@ def test_cache_hit_builds_nothing_and_every_input_change_misses(ws, make_repo, t
     assert counted(counter) == 1
     lock_file = ws.root / "out" / "stack.lock.toml"
     lock_stat = lock_file.stat().st_mtime_ns
-    assert build() == base and counted(counter) == 1  # a hit: nothing built
+    assert build() == base
+    assert counted(counter) == 1
     assert "# wheel cache hit:" in (ws.root / "out" / "logs" / "tiny.log").read_text()
     assert lock_file.stat().st_mtime_ns == lock_stat  # the same lock is not even rewritten
 
@@ -197,7 +213,8 @@ def test_cache_hit_builds_nothing_and_every_input_change_misses(ws, make_repo, t
     assert changed[1]["env"]["TINY_FLAVOR"] == "spicy"
     assert changed[4]["wheel"]["file"] == "tiny-7.0.0-py3-none-any.whl"
     assert [p.name for p in (ws.root / "out" / "wheels").iterdir()] == [changed[-1]["wheel"]["file"]]
-    assert build() == base and counted(counter) == 1 + len(changed)  # back to the start: a hit again
+    assert build() == base
+    assert counted(counter) == 1 + len(changed)
     assert_cache_sound(ws.cache)
 
 
@@ -293,7 +310,8 @@ def test_builds_killed_at_any_moment_never_leave_a_bad_entry(ws, tiny_repo, tmp_
     assert ws.lock()["components"][0]["wheel"] == ws.lock("clean")["components"][0]["wheel"]
     assert_cache_sound(ws.cache)
     # a half-made mirror or tree of a killed run is removed by the next run that makes one
-    assert not list(ws.cache.glob("git/.tmp-*")) and not list(ws.cache.glob("trees/.tmp-*"))
+    assert not list(ws.cache.glob("git/.tmp-*"))
+    assert not list(ws.cache.glob("trees/.tmp-*"))
 
 
 # ---- the toolchain environment -----------------------------------------------------------------------
@@ -304,20 +322,26 @@ def test_the_toolchain_env_is_captured_recorded_and_seen_by_the_build(ws, tiny_r
     assert plan.returncode == 0, str(plan)
     env = plan.json()["toolchain"]["env"]
     assert env["CMPLR_ROOT"] == env["ONEAPI_ROOT"] == str(STANDIN)
-    assert env["TOOLCHAIN_ONEAPI_STANDIN"] == "1" and env["SETVARS_COMPLETED"] == "1"
+    assert env["TOOLCHAIN_ONEAPI_STANDIN"] == "1"
+    assert env["SETVARS_COMPLETED"] == "1"
     assert env["PATH"].startswith(f"{STANDIN}/bin:")
-    assert "HOME" not in env and "TOOLCHAIN_CACHE_DIR" not in env  # the difference, not the environment
+    assert "HOME" not in env
+    assert "TOOLCHAIN_CACHE_DIR" not in env
     assert plan.json()["toolchain"]["oneapi-version"] == "2025.2.0"
     r = ws.build("r")
     assert r.returncode == 0, str(r)
     tc = ws.lock()["toolchain"]
-    assert tc["oneapi-version"] == "2025.2.0" and tc["cmplr-root"] == str(STANDIN)
-    assert tc["setvars"] == str(STANDIN_SETVARS) and HEX64.match(tc["env-diff-sha256"])
+    assert tc["oneapi-version"] == "2025.2.0"
+    assert tc["cmplr-root"] == str(STANDIN)
+    assert tc["setvars"] == str(STANDIN_SETVARS)
+    assert HEX64.match(tc["env-diff-sha256"])
     seen = build_info(ws.root / "out")["env"]
-    assert seen["CMPLR_ROOT"] == str(STANDIN) and seen["TOOLCHAIN_ONEAPI_STANDIN"] == "1"
+    assert seen["CMPLR_ROOT"] == str(STANDIN)
+    assert seen["TOOLCHAIN_ONEAPI_STANDIN"] == "1"
     # not set by the recipe: the tool sized the jobs and set the job variables (outside the cache key)
     (locked,) = ws.lock()["components"]
-    assert seen["MAX_JOBS"] == str(locked["jobs"]) and locked["jobs-source"] in ("cores", "memory")
+    assert seen["MAX_JOBS"] == str(locked["jobs"])
+    assert locked["jobs-source"] in ("cores", "memory")
     assert "MAX_JOBS" not in locked["env"]
 
 
@@ -335,7 +359,8 @@ def test_a_missing_setvars_names_the_key_and_writes_no_output(ws, tiny_repo):
     r = ws.cli("build", "--recipe", "r", "--json")
     assert r.returncode == 2, str(r)
     assert f"r.toml: toolchain.setvars: {missing} does not exist in the host" in r.json()["error"]
-    assert "set [toolchain] setvars" in r.json()["hint"] and 'setvars = ""' in r.json()["hint"]
+    assert "set [toolchain] setvars" in r.json()["hint"]
+    assert 'setvars = ""' in r.json()["hint"]
     assert "set [toolchain] setvars" in r.stderr  # not eaten as console markup
     assert not (ws.root / "dist").exists()
     plan = ws.cli("plan", "--recipe", "r", "--json")  # plan builds nothing: it shows why, and the rest
@@ -350,7 +375,8 @@ def test_setvars_args_force_resources_over_an_already_sourced_shell(ws, tiny_rep
     already = {"SETVARS_COMPLETED": "1"}  # a shell where setvars.sh ran (its PATH and CMPLR_ROOT since lost)
     r = ws.build("r", env=already)
     assert r.returncode == 1, str(r)  # the script skipped itself: no compiler
-    assert "gave no compiler" in r.json()["error"] and "CMPLR_ROOT is unset" in r.json()["error"]
+    assert "gave no compiler" in r.json()["error"]
+    assert "CMPLR_ROOT is unset" in r.json()["error"]
     ws.recipe("r", recipe_data({"tiny": component(tiny_repo)}, setvars=str(STANDIN_SETVARS)))  # ["--force"]
     r = ws.build("r", env=already)
     assert r.returncode == 0, str(r)
@@ -365,7 +391,8 @@ def test_a_failing_setvars_is_a_build_error_with_its_output(ws, tiny_repo):
     r = ws.build("r")
     assert r.returncode == 1, str(r)
     err = r.json()["error"]
-    assert f"sourcing {script} --force failed (exit 3)" in err and "the compiler component is broken" in err
+    assert f"sourcing {script} --force failed (exit 3)" in err
+    assert "the compiler component is broken" in err
 
 
 # ---- --from-lock ---------------------------------------------------------------------------------------
@@ -380,7 +407,8 @@ def test_from_lock_rebuilds_exactly_the_recorded_wheels(ws, make_repo, tmp_path)
                "--cache-dir", tmp_path / "fresh-cache", "--json")
     assert r.returncode == 0, str(r)
     old, new = ws.lock("out"), ws.lock("again")
-    assert new["recipe"] == old["recipe"] and new["components"][0]["cache-key"] == old["components"][0]["cache-key"]
+    assert new["recipe"] == old["recipe"]
+    assert new["components"][0]["cache-key"] == old["components"][0]["cache-key"]
     assert new["components"][0]["wheel"] == old["components"][0]["wheel"]  # rebuilt from scratch, same bytes
     assert "FROM_LOCK = 1" in wheel_member(ws.root / "again", "tiny/__init__.py")
 
@@ -434,7 +462,8 @@ def test_a_failing_build_shows_command_log_and_tail_and_stores_nothing(ws, make_
     err = r.json()["error"]
     log = ws.root / "out" / "logs" / "fails.log"
     assert f"building fails@{repo.head()[:12]} failed (exit 1)" in err
-    assert "-m pip wheel --no-build-isolation --no-deps" in err and f"log: {log}" in err
+    assert "-m pip wheel --no-build-isolation --no-deps" in err
+    assert f"log: {log}" in err
     assert "TINY-BUILD-FAILS: the compiler exploded" in err  # the tail
     assert "TINY-BUILD-FAILS: the compiler exploded" in log.read_text()
     assert "read the log" in r.json()["hint"]
@@ -450,8 +479,10 @@ def test_a_build_that_writes_two_wheels_is_refused(ws, make_repo):
     r = ws.build("r")
     assert r.returncode == 1, str(r)
     err = r.json()["error"]
-    assert "building twowheels produced 2 wheels" in err and "expected exactly one" in err
-    assert "twowheels-1.0.0-py3-none-any.whl" in err and "twowheels_second-1.0.0-py3-none-any.whl" in err
+    assert "building twowheels produced 2 wheels" in err
+    assert "expected exactly one" in err
+    assert "twowheels-1.0.0-py3-none-any.whl" in err
+    assert "twowheels_second-1.0.0-py3-none-any.whl" in err
     assert not list((ws.cache / "wheels").rglob("entry.json"))
 
 

@@ -85,7 +85,8 @@ def test_a_build_whose_memory_does_not_fit_waits_and_nothing_overtakes_it():
     items = [("big", 8), ("huge", 9), ("small", 1)]
     run_at_once(items, m.work(hold=0.05), Budget(3, 10), memory)
     # huge (9) does not fit beside big (8): it waits; small (1) would fit but does not overtake it
-    assert m.most == 2 and m.order == ["big", "huge", "small"]
+    assert m.most == 2
+    assert m.order == ["big", "huge", "small"]
 
 
 def test_the_first_build_starts_even_when_it_alone_exceeds_the_memory():
@@ -108,7 +109,9 @@ def test_after_a_failure_nothing_new_starts_running_ones_finish_and_the_first_fa
     with pytest.raises(RuntimeError, match="bad failed"):
         run_at_once(items, m.work(waits={"bad": "slow"}, fails=("bad",), outlives={"slow": "bad"}), Budget(2, 10), memory,
                     also_failed=lambda item, err: also.append(item[0]))
-    assert "late" not in m.order and m.event("slow").is_set() and not m.now  # slow ran to its end
+    assert "late" not in m.order
+    assert m.event("slow").is_set()
+    assert not m.now
     assert also == []
 
 
@@ -179,7 +182,7 @@ needs_two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="o
 
 @needs_two_cores
 def test_independent_components_compile_side_by_side(ws, stack):
-    recipe, marks = stack(["one", "two"], waits={"one": ["two"], "two": ["one"]})
+    recipe, _marks = stack(["one", "two"], waits={"one": ["two"], "two": ["one"]})
     r = ws.build(recipe, "out", "--no-resolve")
     assert r.returncode == 0, r.output  # each build waited for the other to start: they ran at once
     data = r.json()
@@ -188,14 +191,15 @@ def test_independent_components_compile_side_by_side(ws, stack):
     assert [c["name"] for c in lock["components"]] == ["one", "two"]
     for c in lock["components"]:
         wheel = ws.root / "out" / "wheels" / c["wheel"]["file"]
-        assert wheel.name.startswith(f"tiny_{c['name']}-") and sha256_file(wheel) == c["wheel"]["sha256"]
+        assert wheel.name.startswith(f"tiny_{c['name']}-")
+        assert sha256_file(wheel) == c["wheel"]["sha256"]
 
 
 def test_builds_at_once_1_builds_one_after_another(ws, stack):
     recipe, marks = stack(["one", "two"])
     r = ws.build(recipe, "out", "--no-resolve", "--builds-at-once", "1")
     assert r.returncode == 0, r.output
-    (s1, e1), (s2, e2) = spans(marks, "one", "two")
+    (_s1, e1), (s2, _e2) = spans(marks, "one", "two")
     assert e1 <= s2  # two started after one ended
 
 
@@ -204,8 +208,9 @@ def test_a_compile_whose_jobs_need_more_memory_than_there_is_builds_alone(ws, st
     recipe, marks = stack(["one", "two", "three"], keys={"two": {"memory-per-job": "100000GiB"}})
     r = ws.build(recipe, "out", "--no-resolve")
     assert r.returncode == 0, r.output
-    (s1, e1), (s2, e2), (s3, e3) = spans(marks, "one", "two", "three")
-    assert e1 <= s2 and e2 <= s3  # two waited for one, and three (which would fit) did not overtake two
+    (_s1, e1), (s2, e2), (s3, _e3) = spans(marks, "one", "two", "three")
+    assert e1 <= s2
+    assert e2 <= s3
 
 
 @needs_two_cores
@@ -213,8 +218,11 @@ def test_a_failed_compile_lets_the_one_beside_it_finish_into_the_cache_and_start
     recipe, marks = stack(["bad", "good", "late"], waits={"bad": ["good"]})
     r = ws.build(recipe, "out", "--no-resolve")
     assert r.returncode == 1, r.output
-    assert "bad" in r.stderr and "a compile error" in r.stderr and "Traceback" not in r.stderr
-    assert (marks / "good.end").exists() and not (marks / "late.start").exists()
+    assert "bad" in r.stderr
+    assert "a compile error" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert (marks / "good.end").exists()
+    assert not (marks / "late.start").exists()
     entries = [json.loads(p.read_text()) for p in ws.cache.glob("wheels/*/*/entry.json")]
     assert [e["component"] for e in entries] == ["good"]  # the rerun after the fix will not compile it again
 

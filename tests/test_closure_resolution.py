@@ -67,7 +67,7 @@ def _error(r) -> dict:
 
 
 def test_a_stopped_index_is_a_network_failure_naming_the_host_not_an_unsatisfiable_requirement(warm, index_root):
-    root, cli, build = warm
+    root, _cli, build = warm
     index = CountingIndex(index_root)
     index.stop()  # the port now refuses connections
     recipe = demo_variant(root / "recipes", "stopped", {"indexes": [f"{index.url}/simple"]})
@@ -75,15 +75,18 @@ def test_a_stopped_index_is_a_network_failure_naming_the_host_not_an_unsatisfiab
     assert r.returncode == 1, str(r)
     err = _error(r)
     assert err["kind"] == "TransientError", err
-    assert f"cannot reach 127.0.0.1:{index.port}" in err["error"] and "connection refused" in err["error"]
-    assert "cannot satisfy" not in err["error"] and "requires" not in err["error"]
+    assert f"cannot reach 127.0.0.1:{index.port}" in err["error"]
+    assert "connection refused" in err["error"]
+    assert "cannot satisfy" not in err["error"]
+    assert "requires" not in err["error"]
     assert "\n" not in err["error"]  # one line
-    assert "network" in err["hint"] and "add the index" not in err["hint"]
+    assert "network" in err["hint"]
+    assert "add the index" not in err["hint"]
     assert not (out / "stack.lock.toml").exists()
 
 
 def test_a_dead_proxy_is_a_network_failure_naming_the_proxy(warm):
-    root, cli, build = warm
+    root, _cli, build = warm
     recipe = demo_variant(root / "recipes", "proxied", {"indexes": ["https://pypi.example.test/simple"]})
     env = dead_proxy_env()
     r, _ = build(recipe, "out-proxied", env=env)
@@ -91,13 +94,15 @@ def test_a_dead_proxy_is_a_network_failure_naming_the_proxy(warm):
     err = _error(r)
     assert err["kind"] == "TransientError", err
     proxy = env["HTTPS_PROXY"].split("://")[1]
-    assert "cannot reach pypi.example.test" in err["error"] and "proxy" in err["error"] and proxy in err["error"]
+    assert "cannot reach pypi.example.test" in err["error"]
+    assert "proxy" in err["error"]
+    assert proxy in err["error"]
     assert "cannot satisfy" not in err["error"]
     assert "proxy" in err["hint"]
 
 
 def test_an_index_asking_for_credentials_is_an_authentication_failure(warm, index_root):
-    root, cli, build = warm
+    root, _cli, build = warm
     with CountingIndex(index_root, need_auth="user:right") as index:
         recipe = demo_variant(root / "recipes", "auth", {"indexes": [f"{index.url}/simple"]})
         r, _ = build(recipe, "out-auth")
@@ -113,7 +118,7 @@ def test_an_index_asking_for_credentials_is_an_authentication_failure(warm, inde
 def test_a_full_disk_under_the_resolvers_cache_blames_no_package(warm, index_root):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    root, cli, build = warm
+    root, _cli, build = warm
     full = root / "cache" / "resolve"
     with full_disk(full), CountingIndex(index_root) as index:
         recipe = demo_variant(root / "recipes", "full", {"indexes": [f"{index.url}/simple"]})
@@ -122,7 +127,9 @@ def test_a_full_disk_under_the_resolvers_cache_blames_no_package(warm, index_roo
     err = _error(r)
     assert err["kind"] == "TransientError", err
     assert "no space left on device" in err["error"] and str(full) in err["error"], err
-    assert "requires" not in err["error"] and "engine" not in err["error"] and "\n" not in err["error"]
+    assert "requires" not in err["error"]
+    assert "engine" not in err["error"]
+    assert "\n" not in err["error"]
     assert "free space" in err["hint"]
 
 
@@ -167,7 +174,7 @@ def _wheel(tmp: Path, name: str, version: str, requires: list[str], dest: Path) 
 def test_an_unmet_requirement_deeper_in_the_graph_is_named_with_its_chain(warm, tmp_path):
     """The index answered: engine requires tomli>=2, and the only tomli there requires a distribution no
     location serves. The one-line cause walks the chain down to it."""
-    root, cli, build = warm
+    root, _cli, build = warm
     links = wheelhouse(tmp_path / "links", without=("tomli",))
     _wheel(tmp_path, "tomli", "2.3.0", ["leaf-nowhere>=1"], links)
     recipe = demo_variant(root / "recipes", "chain", {"indexes": [], "find-links": [str(links)]})
@@ -181,11 +188,11 @@ def test_an_unmet_requirement_deeper_in_the_graph_is_named_with_its_chain(warm, 
 
 
 def test_a_file_the_index_changed_after_locking_is_a_hash_mismatch_naming_the_host(warm, tmp_path):
-    root, cli, build = warm
+    root, _cli, build = warm
     simple_index(wheelhouse(tmp_path / "wheels"), tmp_path / "index")
     with CountingIndex(tmp_path / "index") as index:
         recipe = demo_variant(root / "recipes", "changed", {"indexes": [f"{index.url}/simple"]})
-        r, out = build(recipe, "out-changed")
+        r, _out = build(recipe, "out-changed")
         assert r.returncode == 0, str(r)
         victim = next((tmp_path / "index" / "files").glob("tomli-*.whl"))
         victim.write_bytes(victim.read_bytes() + b"changed")
@@ -194,7 +201,8 @@ def test_a_file_the_index_changed_after_locking_is_a_hash_mismatch_naming_the_ho
     err = _error(r)
     assert err["kind"] == "TestFailed", err
     assert err["error"].startswith("fetching the locked dependency files failed: hash mismatch: "), err
-    assert f"{victim.name} from 127.0.0.1:{index.port}" in err["error"] and "\n" not in err["error"]
+    assert f"{victim.name} from 127.0.0.1:{index.port}" in err["error"]
+    assert "\n" not in err["error"]
     assert "--refresh" in err["hint"]
 
 
@@ -211,7 +219,8 @@ def test_a_kept_closure_resolves_nothing_and_needs_no_network_until_lock_refresh
     finally:
         index.stop()
     resolved = read_lock(first / "stack.lock.toml").closure
-    assert resolved is not None and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", resolved.resolved_at)
+    assert resolved is not None
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", resolved.resolved_at)
     assert r.json()["resolved-at"] == resolved.resolved_at
     # the index is down: a warm build into a new --out takes the kept closure, asks nothing, runs no resolver
     r, second = build(recipe, "out-memo-2")
@@ -234,7 +243,8 @@ def test_a_kept_closure_resolves_nothing_and_needs_no_network_until_lock_refresh
         assert again.count() > 0
     assert r.returncode == 0, str(r)
     refreshed = read_lock(lock_path).closure
-    assert refreshed is not None and refreshed.resolved_at > resolved.resolved_at
+    assert refreshed is not None
+    assert refreshed.resolved_at > resolved.resolved_at
     assert refreshed.dists == resolved.dists
     assert f'resolved-at = "{refreshed.resolved_at}"' in lock_path.read_text()
 
@@ -252,7 +262,8 @@ def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):
     def key(wheel: Path, spec: ResolveSpec = spec, target: TargetInfo = target) -> str:
         return closure_key(spec, target, [("torch", wheel_meta(wheel))])
 
-    assert wheel_meta(shipped).version == "2.14.0+xpu" and wheel_meta(shipped).name == "standin-torch"
+    assert wheel_meta(shipped).version == "2.14.0+xpu"
+    assert wheel_meta(shipped).name == "standin-torch"
     assert key(shipped) == key(rebuilt)
     assert key(cpu) != key(shipped)
     assert key(shipped, ResolveSpec(indexes=("http://127.0.0.1:1/simple",))) != key(shipped)
@@ -270,7 +281,7 @@ def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):
     assert key(shipped, local) != before
 
 
-@pytest.mark.parametrize("table, key, secret", [
+@pytest.mark.parametrize(("table", "key", "secret"), [
     ({"platform": "x86_64-manylinux_2_28; touch /tmp/owned"}, "resolve.platform", ""),
     ({"platform": "$(id)"}, "resolve.platform", ""),
     ({"indexes": ["HTTPS://USER:S3cretUpper@index.example/simple"]}, "resolve.indexes", "S3cretUpper"),
@@ -281,7 +292,7 @@ def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):
      "linkS3cret"),
 ])
 def test_resolve_settings_are_checked_before_anything_is_built(warm, table, key, secret):
-    root, cli, build = warm
+    root, _cli, build = warm
     recipe = demo_variant(root / "recipes", "checked", table)
     r, out = build(recipe, "out-checked")
     assert r.returncode == 2, str(r)

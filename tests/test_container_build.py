@@ -43,7 +43,7 @@ from toolchain.target.container import (
 )
 
 try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
-    from tests.support.container_fixtures import docker_image, podman_image  # noqa: F401
+    from tests.support.container_fixtures import docker_image, podman_image
     from tests.support.debian_image import configure_containers_conf, containers_env
 except ImportError:  # pragma: no cover
     from support.container_fixtures import docker_image, podman_image  # noqa: F401
@@ -209,7 +209,8 @@ def test_host_and_container_builds_have_different_cache_keys(fresh):
     container_keys = {c.name: c.cache_key for c in fresh["lock"].components}
     assert set(host_keys) == set(container_keys)
     assert all(host_keys[n] != container_keys[n] for n in host_keys), (host_keys, container_keys)
-    assert plan.target.runtime == "host" and plan.toolchain.cmplr_root == str(STANDIN.parent)
+    assert plan.target.runtime == "host"
+    assert plan.toolchain.cmplr_root == str(STANDIN.parent)
 
 
 def test_exec_mode_builds_in_the_running_container_and_leaves_it_running(engine, image, fresh, running, tmp_path,
@@ -294,11 +295,11 @@ def test_env_values_stay_off_the_engine_command_line(engine, image, tmp_path, mo
     (tmp_path / "src").mkdir()
     (tmp_path / "out").mkdir()
     secret = f"s3cret-{uuid.uuid4().hex}"
-    with FreshContainerRuntime(TargetSpec(runtime=engine, image=image)) as rt:
-        with rt.workspace(tmp_path / "src", tmp_path / "out", {}) as ws:
-            r = ws.run(["sh", "-c", 'echo "$HF_TOKEN|$PATH|${LANG-unset}|$(pwd)"'],
-                       env={"HF_TOKEN": secret, "PATH": "/opt/x/bin:/usr/bin:/bin", "LANG": None},
-                       cwd=ws.src, log=None, capture=True)
+    with FreshContainerRuntime(TargetSpec(runtime=engine, image=image)) as rt, \
+            rt.workspace(tmp_path / "src", tmp_path / "out", {}) as ws:
+        r = ws.run(["sh", "-c", 'echo "$HF_TOKEN|$PATH|${LANG-unset}|$(pwd)"'],
+                   env={"HF_TOKEN": secret, "PATH": "/opt/x/bin:/usr/bin:/bin", "LANG": None},
+                   cwd=ws.src, log=None, capture=True)
     assert r.stdout.strip() == f"{secret}|/opt/x/bin:/usr/bin:/bin|unset|/toolchain/src"
     assert not any(secret in arg for argv in seen for arg in argv)
     exec_argv = next(a for a in seen if "exec" in a and "HF_TOKEN" in a)
@@ -334,9 +335,9 @@ def test_keep_containers_for_debugging(engine, image, tmp_path, monkeypatch):
     (tmp_path / "src").mkdir()
     (tmp_path / "out").mkdir()
     try:
-        with make_runtime(TargetSpec(runtime=engine, image=image)) as rt:
-            with rt.workspace(tmp_path / "src", tmp_path / "out", {}) as ws:
-                ws.run(["true"], env={}, cwd=ws.src, log=None)
+        with make_runtime(TargetSpec(runtime=engine, image=image)) as rt, \
+                rt.workspace(tmp_path / "src", tmp_path / "out", {}) as ws:
+            ws.run(["true"], env={}, cwd=ws.src, log=None)
         kept = tool_containers(engine)
         assert any(n.startswith("toolchain-build-") for n in kept), kept
     finally:
@@ -374,12 +375,17 @@ def test_every_runtime_keeps_the_runtime_protocol(mode, engine, image, tmp_path,
         assert rt.describe() == {"host": "host", "fresh": f"{engine} container (image {image})",
                                  "exec": f"{engine} container {spec.container}"}[mode]
         info, watch = rt.probe_watch()
-        assert info == rt.probe() and info.runtime == spec.runtime and info.python_tag.startswith("cp")
-        assert (rt.identity() is None) == (mode != "host") and (watch == []) == (mode != "host")
+        assert info == rt.probe()
+        assert info.runtime == spec.runtime
+        assert info.python_tag.startswith("cp")
+        assert (rt.identity() is None) == (mode != "host")
+        assert (watch == []) == (mode != "host")
         if mode != "host":
             cid = "" if mode == "fresh" else engine_run(engine, "container", "inspect", "--format", "{{.Id}}",
                                                         spec.container).stdout.strip()
-            assert info.image == image and info.image_digest and info.container == cid
+            assert info.image == image
+            assert info.image_digest
+            assert info.container == cid
         setvars = rt.toolchain_path(os.path.relpath(STANDIN, tmp_path), tmp_path)
         assert rt.run(["sh", "-c", 'test -x "${0%/*}/bin/icpx" && echo found', setvars], capture=True).stdout == "found\n"
         assert "PATH" in rt.base_env()
@@ -387,7 +393,8 @@ def test_every_runtime_keeps_the_runtime_protocol(mode, engine, image, tmp_path,
         with pytest.raises(CommandFailed):
             rt.run(["sh", "-c", "exit 4"], capture=True)
         missing = rt.run(["no-such-program-xyz"], check=False, capture=True)  # never raises with check=False
-        assert missing.returncode == 127 and "no-such-program-xyz" in missing.stderr
+        assert missing.returncode == 127
+        assert "no-such-program-xyz" in missing.stderr
         with pytest.raises(CommandTimeout):
             rt.run(["sleep", "31"], timeout=1)
         if mode == "exec":  # someone else's container: the command stopped there too, not only its engine client
@@ -430,7 +437,8 @@ def test_image_not_present_and_not_pullable(engine, image, no_leftovers):
     missing = f"localhost/toolchain-no-such-image:{uuid.uuid4().hex[:8]}"
     with pytest.raises(ImageNotFound, match="cannot be pulled") as info:
         make_runtime(TargetSpec(runtime=engine, image=missing)).__enter__()
-    assert info.value.return_code == 2 and "images" in info.value.hint
+    assert info.value.return_code == 2
+    assert "images" in info.value.hint
 
 
 def test_named_container_missing_or_stopped(engine, image, no_leftovers):
@@ -448,10 +456,11 @@ def test_named_container_missing_or_stopped(engine, image, no_leftovers):
 
 
 def test_interpreter_missing_in_the_image(engine, image, no_leftovers):
-    with make_runtime(TargetSpec(runtime=engine, image=image, python="python9")) as rt:
-        with pytest.raises(InterpreterMissing, match="'python9' is not in the") as info:
-            rt.probe()
-    assert info.value.return_code == 2 and "[target] python" in info.value.hint
+    with make_runtime(TargetSpec(runtime=engine, image=image, python="python9")) as rt, \
+            pytest.raises(InterpreterMissing, match="'python9' is not in the") as info:
+        rt.probe()
+    assert info.value.return_code == 2
+    assert "[target] python" in info.value.hint
 
 
 def test_image_digest_choice():

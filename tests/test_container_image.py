@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
-    from tests.support.container_fixtures import assert_no_containers_left, podman_image  # noqa: F401
+    from tests.support.container_fixtures import assert_no_containers_left, podman_image
 except ImportError:  # pragma: no cover - plain `pytest` puts tests/ itself on sys.path
     from support.container_fixtures import assert_no_containers_left, podman_image  # noqa: F401
 

@@ -22,7 +22,8 @@ def test_bisect_options_come_back_equal_through_json(tmp_path: Path) -> None:
                          smoke=SmokeOptions(device="b60", cases=("math", "qa"), venv=tmp_path / "venv", port=8011))
     back = BisectOptions.from_dict(json.loads(json.dumps(opts.to_dict())))
     assert back == opts
-    assert isinstance(back.smoke, SmokeOptions) and isinstance(back.smoke.venv, Path)
+    assert isinstance(back.smoke, SmokeOptions)
+    assert isinstance(back.smoke.venv, Path)
     assert isinstance(back.rewrites[0], Rewrite)
 
 
@@ -30,7 +31,8 @@ def test_lock_facts_come_back_equal_through_toml_with_kebab_keys() -> None:
     info = ToolchainInfo(setvars="/opt/intel/oneapi/setvars.sh", setvars_args=("--force",), oneapi_version="2025.1")
     target = TargetInfo(runtime="podman", python_tag="cp311", image_digest="sha256:" + "0" * 64)
     text = tomlio.dumps({"toolchain": to_data(info, kebab=True), "target": to_data(target, kebab=True)})
-    assert "setvars-args = [" in text and "image-digest = " in text
+    assert "setvars-args = [" in text
+    assert "image-digest = " in text
     data = tomlio.loads(text)
     assert from_data(ToolchainInfo, data["toolchain"], kebab=True) == info
     assert from_data(TargetInfo, data["target"], kebab=True) == target

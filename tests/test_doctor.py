@@ -29,21 +29,28 @@ def test_b60_box_is_all_ok(ws):
     doc = _doctor(ws, "b60x1")
     f = _by_topic(doc)
     assert [g["status"] for g in f["GPU"]] == ["ok"]
-    assert "BMG-G21" in f["GPU"][0]["value"] and "0xe211" in f["GPU"][0]["value"]
+    assert "BMG-G21" in f["GPU"][0]["value"]
+    assert "0xe211" in f["GPU"][0]["value"]
     assert f["driver"][0] == {"topic": "driver", "status": "ok", "value": "card0: xe", "fix": ""}
-    assert f["render access"][0]["status"] == "ok" and "/dev/dri/renderD128" in f["render access"][0]["value"]
-    assert f["kernel"][0]["value"] == "7.1.2-generic" and f["kernel"][0]["status"] == "ok"
-    assert f["GuC firmware"][0]["value"] == "70.44.1" and f["HuC firmware"][0]["value"] == "8.2.10"
+    assert f["render access"][0]["status"] == "ok"
+    assert "/dev/dri/renderD128" in f["render access"][0]["value"]
+    assert f["kernel"][0]["value"] == "7.1.2-generic"
+    assert f["kernel"][0]["status"] == "ok"
+    assert f["GuC firmware"][0]["value"] == "70.44.1"
+    assert f["HuC firmware"][0]["value"] == "8.2.10"
     assert f["Level Zero loader"][0]["value"] == "libze1 1.21.9-1"
     assert f["compute runtime"][0]["value"] == "libze-intel-gpu1 25.48.36300.8-1"
-    assert f["oneAPI"][0]["status"] == "ok" and "2026.1" in f["oneAPI"][0]["value"]
+    assert f["oneAPI"][0]["status"] == "ok"
+    assert "2026.1" in f["oneAPI"][0]["value"]
     assert "oneapi ccl 2021.17" in f["oneCCL"][0]["value"]
     assert f["memory"][0]["value"].startswith("64.0 GiB total, 32.0 GiB available")
     assert f["jobs: vllm-xpu-kernels"][0]["status"] == "ok"
     assert doc["host"]["gpus"] == ["card0 BMG-G21 (B60 class), device 0xe211 at 0000:03:00.0"]
-    assert doc["host"]["drivers"] == ["xe"] and doc["host"]["kernel"] == "7.1.2-generic"
+    assert doc["host"]["drivers"] == ["xe"]
+    assert doc["host"]["kernel"] == "7.1.2-generic"
     # this interpreter has no torch: said so, with the XPU index to install from
-    assert f["torch"][0]["status"] == "missing" and "download.pytorch.org/whl/xpu" in f["torch"][0]["fix"]
+    assert f["torch"][0]["status"] == "missing"
+    assert "download.pytorch.org/whl/xpu" in f["torch"][0]["fix"]
 
 
 def test_two_b70_on_an_old_kernel_with_torch_that_sees_one(ws, tmp_path):
@@ -77,29 +84,38 @@ def test_two_b70_on_an_old_kernel_with_torch_that_sees_one(ws, tmp_path):
         """))
     doc = _doctor(ws, "b70x2", "--recipe", str(recipe), env={"PYTHONPATH": f"{site}:{ws.env['PYTHONPATH']}"})
     f = _by_topic(doc)
-    assert [g["status"] for g in f["GPU"]] == ["ok", "ok"] and all("BMG-G31" in g["value"] for g in f["GPU"])
-    assert f["kernel"][0]["status"] == "warn" and "#41663" in f["kernel"][0]["fix"] \
-        and ">= 7.1" in f["kernel"][0]["fix"]
+    assert [g["status"] for g in f["GPU"]] == ["ok", "ok"]
+    assert all("BMG-G31" in g["value"] for g in f["GPU"])
+    assert f["kernel"][0]["status"] == "warn"
+    assert "#41663" in f["kernel"][0]["fix"]
+    assert ">= 7.1" in f["kernel"][0]["fix"]
     assert f["torch"][0]["value"].startswith("2.14.0+xpu")
     assert f["torch XPU build"][0] == {"topic": "torch XPU build", "status": "ok",
                                        "value": "torch.version.xpu = 20260100", "fix": ""}
     assert f["torch.xpu"][0]["value"].startswith("available, 1 device(s)")
-    assert f["torch.xpu devices"][0]["status"] == "warn" and "1 of 2" in f["torch.xpu devices"][0]["value"]
+    assert f["torch.xpu devices"][0]["status"] == "warn"
+    assert "1 of 2" in f["torch.xpu devices"][0]["value"]
     assert f["vllm-xpu-kernels"][0]["value"] == "0.1.13.1"
     assert "0.1.13.2" in f["vllm-xpu-kernels for B70 × 2"][0]["fix"]
     assert f["auto-round-lib"][0]["status"] == "warn"
     # the recipe's setvars is the labelled stand-in: captured, and never shown as oneAPI itself
-    assert f["oneAPI"][0]["status"] == "warn" and "STAND-IN" in f["oneAPI"][0]["value"]
+    assert f["oneAPI"][0]["status"] == "warn"
+    assert "STAND-IN" in f["oneAPI"][0]["value"]
     assert f["jobs: engine"][0]["status"] == "ok"
 
 
 def test_no_gpu_box(ws):
     f = _by_topic(_doctor(ws, "nogpu"))
-    assert f["GPUs"][0]["status"] == "missing" and "lspci" in f["GPUs"][0]["fix"]
-    assert "GPU" not in f and "driver" not in f and "GuC firmware" not in f
-    assert f["Level Zero loader"][0]["status"] == "missing" and "libze1" in f["Level Zero loader"][0]["fix"]
+    assert f["GPUs"][0]["status"] == "missing"
+    assert "lspci" in f["GPUs"][0]["fix"]
+    assert "GPU" not in f
+    assert "driver" not in f
+    assert "GuC firmware" not in f
+    assert f["Level Zero loader"][0]["status"] == "missing"
+    assert "libze1" in f["Level Zero loader"][0]["fix"]
     assert f["compute runtime"][0]["status"] == "missing"
-    assert f["oneAPI"][0]["status"] == "warn" and f["oneCCL"][0]["status"] == "warn"
+    assert f["oneAPI"][0]["status"] == "warn"
+    assert f["oneCCL"][0]["status"] == "warn"
 
 
 def test_render_node_without_permission(ws):
@@ -112,7 +128,8 @@ def test_render_node_without_permission(ws):
     res = Result(argv, r.returncode, r.stdout, r.stderr)
     assert res.returncode == 0, str(res)
     (access,) = _by_topic(res.json())["render access"]
-    assert access["status"] == "missing" and "cannot open" in access["value"]
+    assert access["status"] == "missing"
+    assert "cannot open" in access["value"]
     assert access["fix"].startswith("sudo usermod -aG video $USER")
 
 
@@ -124,7 +141,7 @@ def test_doctor_lines_for_a_person(ws):
     assert any(line.startswith("missing") and "torch" in line and "fix: pip install" in line for line in lines)
 
 
-@pytest.mark.parametrize("release,expected", [("7.1.0-rc2", (7, 1)), ("6.14.0-37-generic", (6, 14)), ("x", (0, 0))])
+@pytest.mark.parametrize(("release", "expected"), [("7.1.0-rc2", (7, 1)), ("6.14.0-37-generic", (6, 14)), ("x", (0, 0))])
 def test_kernel_version(release, expected):
     from toolchain.target.doctor import kernel_version
 

@@ -87,11 +87,13 @@ def test_git_is_asked_once_per_mirror_and_commit_and_the_answer_is_kept_on_disk(
     monkeypatch.setattr(mirrors_mod, "git", counting)
     info = m.commit_info(repo.url, first)
     assert info == git_show(repo.path, first)
-    assert m.has_commit(repo.url, first) and m.commit_info(repo.url, first) == info
+    assert m.has_commit(repo.url, first)
+    assert m.commit_info(repo.url, first) == info
     assert calls == []  # ensure() asked already; everything since came from that one answer
 
     mirrors_mod._COMMITS.clear()  # a new process: the answer is on disk
-    assert Mirrors(cache).commit_info(repo.url, first) == info and calls == []
+    assert Mirrors(cache).commit_info(repo.url, first) == info
+    assert calls == []
 
     # a commit the mirror lacks is not remembered as missing: fetched later, it is found
     second = repo.commit("second")
@@ -192,7 +194,7 @@ def test_wheel_name_version_agrees_with_packaging(name):
 
 @pytest.mark.parametrize("bad", ["x-1.0.tar.gz", "x-notaversion-py3-none-any.whl", "x-1.0-py3.whl"])
 def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="."):
         wheel_name_version(bad)
 
 

@@ -42,4 +42,5 @@ def test_built_wheels_in_dist_are_0644_like_the_cache(ws, make_repo):
         assert wheels and {mode(w) for w in wheels} == {"0o644"}, out
         assert mode(ws.root / out / "stack.lock.toml") == "0o644"
     cached = list((ws.cache / "wheels").rglob("*.whl"))
-    assert cached and {mode(w) for w in cached} == {"0o644"}
+    assert cached
+    assert {mode(w) for w in cached} == {"0o644"}

@@ -13,6 +13,7 @@ after a seeded random delay.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -130,10 +131,8 @@ def _kill_at(ws: Workspace, cache: Path, phase: str, rng: random.Random, out: Pa
     finally:
         under = _descendants(proc.pid)
         for pid in [proc.pid, *under]:  # everything at once, as a kill -9 of the machine's work would
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         proc.communicate(timeout=60)
     return "killed" if proc.returncode == -signal.SIGKILL else f"exited {proc.returncode} first"
 
@@ -197,10 +196,8 @@ def test_a_fetch_killed_midway_leaves_a_mirror_that_is_fetched_again_before_use(
         assert proc.poll() is None and time.monotonic() < deadline, "the fetch was not seen writing objects"
         time.sleep(0.002)
     for pid in [proc.pid, *_descendants(proc.pid)]:  # the tool and the git it runs, at once
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     proc.communicate(timeout=60)
     for mirror in (ws.cache / "git").glob("*.git"):  # a mirror under its final name is a whole one
         refs = subprocess.run(["git", "--git-dir", str(mirror), "for-each-ref", "refs/heads", "refs/tags"],

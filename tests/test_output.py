@@ -89,14 +89,18 @@ def test_the_build_summary_piped(warm, columns):
         rows = [line for line in table if c["name"] in line.split()]
         assert rows, (c["name"], table)
         shown = "\n".join(table)
-        assert c["wheel"]["file"] in shown and c["wheel"]["sha256"][:12] in shown and c["describe"] in shown
-        assert c["commit"][:12] in shown and c["wheel"]["sha256"][:13] not in shown
+        assert c["wheel"]["file"] in shown
+        assert c["wheel"]["sha256"][:12] in shown
+        assert c["describe"] in shown
+        assert c["commit"][:12] in shown
+        assert c["wheel"]["sha256"][:13] not in shown
     assert len(re.findall(r"cached \(built in [0-9.]+ (s|min) on \d{4}-\d\d-\d\d\)", r.stdout)) == len(lock["components"])
     if columns == 200:  # the row's own line holds all but the build cost (below it)
         assert table[1].split() == ["component", "commit", "describe", "wheel", "sha256", "from"]
         for c in lock["components"]:
             (row,) = [line for line in table if line.startswith(c["name"] + " ")]
-            assert c["wheel"]["file"] in row and c["wheel"]["sha256"][:12] in row
+            assert c["wheel"]["file"] in row
+            assert c["wheel"]["sha256"][:12] in row
     else:  # rows wrapped: the wheel on a line of its own, labelled
         for c in lock["components"]:  # the wheel whole on one line: beside its label, or below it
             assert re.search(rf"^ +(wheel +)?{re.escape(c['wheel']['file'])}$", "\n".join(table), re.M), table
@@ -111,7 +115,8 @@ def test_the_build_summary_in_an_80_column_terminal(warm):
     assert all(len(line) <= 80 for line in table[1:]), "\n".join(table)
     assert "…" not in shown
     for c in lock["components"]:
-        assert c["wheel"]["file"] in shown and c["wheel"]["sha256"][:12] in shown
+        assert c["wheel"]["file"] in shown
+        assert c["wheel"]["sha256"][:12] in shown
     assert shown.count("cached (built in") == len(lock["components"])
 
 
@@ -126,14 +131,17 @@ def test_plan_in_an_80_column_terminal_shows_patches_and_what_differs_between_ca
         assert all(len(line) <= 80 for line in grid_lines(shown[recipe], "plan for")[1:]), shown[recipe]
     for key, b70, b60 in (("VLLM_XPU_AOT_DEVICES", "bmg-g31-a0", "bmg-g21-a0"),
                           ("ARK_SYCL_TARGET", "intel_gpu_bmg_g31", "intel_gpu_bmg_g21")):
-        assert f"{key}={b70}" in shown["ark-latest"] and f"{key}={b60}" not in shown["ark-latest"]
-        assert f"{key}={b60}" in shown["ark-latest-b60"] and f"{key}={b70}" not in shown["ark-latest-b60"]
+        assert f"{key}={b70}" in shown["ark-latest"]
+        assert f"{key}={b60}" not in shown["ark-latest"]
+        assert f"{key}={b60}" in shown["ark-latest-b60"]
+        assert f"{key}={b70}" not in shown["ark-latest-b60"]
     # a stack with patches: each patch is shown whole at 80 columns (the patches column never squeezed away)
     text = in_terminal([sys.executable, "-m", "toolchain", "plan", "--recipe", realstack.stack,
                         "--cache-dir", tmp_path / "cache2"], tmp_path, env, 80)
     table = grid_lines(text, "plan for")
     assert all(len(line) <= 80 for line in table[1:]), text
-    assert "engine/0001-engine-reject-empty-prompt.patch" in text and "ark/0001-ark-supported-devices.patch" in text
+    assert "engine/0001-engine-reject-empty-prompt.patch" in text
+    assert "ark/0001-ark-supported-devices.patch" in text
 
 
 def test_cache_ls_at_80_columns_keeps_each_wheel_name_on_one_line(realstack_built):

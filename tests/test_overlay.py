@@ -22,7 +22,7 @@ from toolchain.resolve.uvpin import ResolveError
 from toolchain.target.baseenv import BaseDist, BaseEnv
 
 try:
-    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.container_fixtures import podman_image
     from tests.support.debian_image import containers_env
 except ImportError:  # tests/ itself on sys.path
     from support.container_fixtures import podman_image  # noqa: F401
@@ -76,7 +76,8 @@ def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack
     assert r.returncode == 0, str(r)
     lock = tomlio.load_file(tmp_path / "out" / "stack.lock.toml")
     base = lock["base"]
-    assert base["image"] == stack_image and stack_image.endswith(base["digest"])
+    assert base["image"] == stack_image
+    assert stack_image.endswith(base["digest"])
     held = {d["name"]: d for d in base["dists"]}
     for name in ("demo-engine", "demo-kernels", "demo-ark-lib", "standin-torch", "packaging", "tomli"):
         assert name in held, sorted(held)
@@ -87,10 +88,12 @@ def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack
     assert locked["built-against"] == [{"name": "standin-torch", "version": "2.14.0+xpu", "cxx11-abi": ""}]
     assert {"--force-reinstall", "--no-deps"} <= set(locked["install-args"])
     assert lock["target"]["image-digest"] == base["digest"]
-    assert lock["resolve"]["indexes"] == [] and lock.get("dependencies", []) == []  # nothing from an index
+    assert lock["resolve"]["indexes"] == []
+    assert lock.get("dependencies", []) == []
     (bundle,) = [p for p in (tmp_path / "out" / "bundles").iterdir() if p.is_dir()]
     install = (bundle / "INSTALL.txt").read_text()
-    assert stack_image in install and "--force-reinstall" in install
+    assert stack_image in install
+    assert "--force-reinstall" in install
 
     # installed over the image: the overlay's ARK replaces the image's, the rest is the image's
     wheel = tmp_path / "out" / "wheels" / locked["wheel"]["file"]
@@ -133,7 +136,8 @@ def test_a_base_must_be_pinned_by_digest(tmp_path):
                           target={"runtime": "podman", "base": "docker.io/intel/llm-scaler-vllm:0.21.0-b2"})
     r = Cli(tmp_path, isolated_env(tmp_path))("plan", "--recipe", recipe, "--json")
     assert r.returncode == 2, str(r)
-    assert "target.base" in r.output and "pinned by digest" in r.output
+    assert "target.base" in r.output
+    assert "pinned by digest" in r.output
 
 
 def _base(**versions: str) -> BaseEnv:
@@ -144,7 +148,8 @@ def _base(**versions: str) -> BaseEnv:
 def test_an_overlay_needs_nothing_the_image_lacks_and_its_torch(demo_build):
     (engine,) = (demo_build.out / "wheels").glob("demo_engine-*.whl")  # requires packaging and tomli
     ok = overlay_closure(_base(packaging="24.2", tomli="2.2.1"), [("engine", engine, ())])
-    assert ok.dists == () and ok.indexes == ()
+    assert ok.dists == ()
+    assert ok.indexes == ()
     with pytest.raises(ResolveError, match="tomli.*does not hold"):
         overlay_closure(_base(packaging="24.2"), [("engine", engine, ())])
     from toolchain.build.abi import BuiltAgainst
@@ -169,8 +174,10 @@ def test_a_bisect_step_of_an_overlay_builds_only_the_bisected_component(tmp_path
     recipe = load_recipe("over", tmp_path / "recipes", tmp_path / "patches")
     assert [c.name for c in recipe.components] == ["engine", "kernels", "ark"]
     step = only_the_bisected(recipe, "ark")
-    assert [c.name for c in step.components] == ["ark"] and step.component("ark").after == ()
-    assert step.component("ark").commit == recipe.component("ark").commit and step.target.base == fake
+    assert [c.name for c in step.components] == ["ark"]
+    assert step.component("ark").after == ()
+    assert step.component("ark").commit == recipe.component("ark").commit
+    assert step.target.base == fake
     host = load_recipe("demo", REPO / "recipes", REPO / "patches")
     assert only_the_bisected(host, "kernels") is host  # without a base every component stays
     assert "only_the_bisected" in SpineBuilder.build.__code__.co_names  # the step's recipe goes through it

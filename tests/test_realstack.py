@@ -85,10 +85,13 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
     r = cli("plan", "--recipe", s.stack, "--cache-dir", realstack_built.cache, "--json")
     assert r.returncode == 0, str(r)
     plan = r.json()
-    assert plan["recipe"]["path"] == str(s.stack) and plan["recipe"]["sha256"] == built["recipe"]["sha256"]
+    assert plan["recipe"]["path"] == str(s.stack)
+    assert plan["recipe"]["sha256"] == built["recipe"]["sha256"]
     tc = plan["toolchain"]
-    assert tc["setvars"] == str(STANDIN_SETVARS) and tc["oneapi-version"] == "2025.2.0"
-    assert tc["cmplr-root"] == str(STANDIN) and tc["env"]["TOOLCHAIN_ONEAPI_STANDIN"] == "1"
+    assert tc["setvars"] == str(STANDIN_SETVARS)
+    assert tc["oneapi-version"] == "2025.2.0"
+    assert tc["cmplr-root"] == str(STANDIN)
+    assert tc["env"]["TOOLCHAIN_ONEAPI_STANDIN"] == "1"
     comps = {c["name"]: c for c in plan["components"]}
     assert [c["name"] for c in plan["components"]] == ORDER
     locked = {c["name"]: c for c in built["components"]}
@@ -99,7 +102,8 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
     assert comps["engine"]["patches"] == [{"path": ENGINE_PATCH, "sha256": sha256_file(s.patch_file(ENGINE_PATCH))}]
     assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH))}]
     assert comps["kernels"]["patches"] == []
-    assert comps["ark"]["subdir"] == "ext/ark" and comps["ark"]["after"] == ["kernels"]
+    assert comps["ark"]["subdir"] == "ext/ark"
+    assert comps["ark"]["after"] == ["kernels"]
     assert comps["kernels"]["fetchcontent"] == [
         {"name": "oneDNN", "url": s.onednn.url, "commit": s.onednn_commit},
         {"name": "cutlass-sycl", "url": s.cutlass.url, "commit": s.cutlass_commit}]
@@ -108,15 +112,18 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
     assert argv[:5] == [sys.executable, "setup.py", "-q", "bdist_wheel", "--dist-dir"]
     trees = str(realstack_built.cache / "trees")
     (onednn,) = re.findall(r"-DFETCHCONTENT_SOURCE_DIR_ONEDNN=(\S+)", env["CMAKE_ARGS"])
-    assert onednn.startswith(trees) and env["REALSTACK_CUTLASS_SRC_DIR"].startswith(trees)
-    assert env["CMPLR_ROOT"] == str(STANDIN) and env["CMAKE_BUILD_TYPE"] == "Release"
+    assert onednn.startswith(trees)
+    assert env["REALSTACK_CUTLASS_SRC_DIR"].startswith(trees)
+    assert env["CMPLR_ROOT"] == str(STANDIN)
+    assert env["CMAKE_BUILD_TYPE"] == "Release"
     assert comps["ark"]["build-env"]["BUILD_MODE"] == "release"
     assert comps["ark"]["argv"][-3].endswith("/ext/ark")  # {src} is the checkout + subdir
 
     human = cli("plan", "--recipe", s.stack, "--cache-dir", realstack_built.cache)
     assert human.returncode == 0, str(human)
     for name in ORDER:
-        assert name in human.stdout and s.commit_of(name)[:12] in human.stdout
+        assert name in human.stdout
+        assert s.commit_of(name)[:12] in human.stdout
 
 
 # ---- build -----------------------------------------------------------------------------------------------
@@ -124,21 +131,26 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
 def test_cold_build_lock_records_the_stack(realstack_built):
     s, out = realstack_built.stack, realstack_built.out
     lock = realstack_built.lock()
-    assert lock["recipe"]["name"] == "stack" and lock["recipe"]["path"] == str(s.stack)
+    assert lock["recipe"]["name"] == "stack"
+    assert lock["recipe"]["path"] == str(s.stack)
     assert lock["recipe"]["sha256"] == hashlib.sha256(lock["recipe"]["text"].encode()).hexdigest()
     tc = lock["toolchain"]
-    assert tc["setvars"] == str(STANDIN_SETVARS) and tc["oneapi-version"] == "2025.2.0"
-    assert tc["cmplr-root"] == str(STANDIN) and tc["setvars-args"] == ["--force"]
+    assert tc["setvars"] == str(STANDIN_SETVARS)
+    assert tc["oneapi-version"] == "2025.2.0"
+    assert tc["cmplr-root"] == str(STANDIN)
+    assert tc["setvars-args"] == ["--force"]
     assert [c["name"] for c in lock["components"]] == ORDER  # install order (after = ...)
     comps = {c["name"]: c for c in lock["components"]}
     for name in ORDER:
         c = comps[name]
-        assert c["commit"] == s.commit_of(name) and c["url"] == s.repo_of(name).url
+        assert c["commit"] == s.commit_of(name)
+        assert c["url"] == s.repo_of(name).url
         assert_describe(c["describe"], *DESCRIBE[name], c["commit"])
         # the describe the lock records is the one the build saw: versions from git describe in the checkout
         assert c["version"] == expected_version(name, c["describe"]), (name, c["version"], c["describe"])
         assert f"-{c['version']}-" in c["wheel"]["file"]
-        assert c["build-seconds"] > 0 and re.fullmatch(r"[0-9a-f]{32}", c["cache-key"])
+        assert c["build-seconds"] > 0
+        assert re.fullmatch(r"[0-9a-f]{32}", c["cache-key"])
     assert comps["engine"]["wheel"]["file"].startswith("realstack_engine-0.3.1.dev2+g")
     assert comps["engine"]["wheel"]["file"].endswith(".xpu-py3-none-any.whl")
     assert comps["kernels"]["wheel"]["file"].startswith("realstack_kernels-0.1.2.dev1+g")
@@ -149,19 +161,23 @@ def test_cold_build_lock_records_the_stack(realstack_built):
     assert comps["engine"]["patches"] == [{"path": ENGINE_PATCH, "sha256": sha256_file(s.patch_file(ENGINE_PATCH))}]
     assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH))}]
     assert comps["kernels"]["patches"] == []
-    assert comps["ark"]["subdir"] == "ext/ark" and comps["ark"]["after"] == ["kernels"]
-    assert comps["kernels"]["after"] == ["engine"] and comps["engine"]["subdir"] == ""
+    assert comps["ark"]["subdir"] == "ext/ark"
+    assert comps["ark"]["after"] == ["kernels"]
+    assert comps["kernels"]["after"] == ["engine"]
+    assert comps["engine"]["subdir"] == ""
     assert comps["kernels"]["fetchcontent"] == [
         {"name": "oneDNN", "url": s.onednn.url, "commit": s.onednn_commit},
         {"name": "cutlass-sycl", "url": s.cutlass.url, "commit": s.cutlass_commit}]
     assert comps["ark"]["env"] == {"MAX_JOBS": "2", "BUILD_MODE": "release", "ARK_SYCL_TARGET": "intel_gpu_bmg_g31"}
-    assert comps["engine"]["install-args"] == [] and comps["kernels"]["install-args"] == ["--no-deps", "--force-reinstall"]
+    assert comps["engine"]["install-args"] == []
+    assert comps["kernels"]["install-args"] == ["--no-deps", "--force-reinstall"]
     assert_wheels_match(lock, out)
     pylock = read_toml(out / "pylock.toml")
     assert [(p["name"], p["wheels"][0]["path"], p["wheels"][0]["hashes"]["sha256"]) for p in pylock["packages"]] == [
         (c["dist"], f"wheels/{c['wheel']['file']}", c["wheel"]["sha256"]) for c in lock["components"]]
     data = realstack_built.result.json()
-    assert data["ok"] is True and [c["sha256"] for c in data["components"]] == [
+    assert data["ok"] is True
+    assert [c["sha256"] for c in data["components"]] == [
         c["wheel"]["sha256"] for c in lock["components"]]
     assert [c["describe"] for c in data["components"]] == [c["describe"] for c in lock["components"]]
     for name in ORDER:
@@ -175,18 +191,24 @@ def test_the_built_wheels_carry_the_patches_the_pinned_deps_and_the_toolchain(re
     r = run_with_wheels(wheels, CHECK_WHEELS, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     seen = json.loads(r.stdout)
-    assert seen["engine"] == "Hello from realstack: hi" and seen["engine_patched"] is True  # base patch applied
+    assert seen["engine"] == "Hello from realstack: hi"
+    assert seen["engine_patched"] is True
     assert seen["scale"] == 3.0                      # K[8] carries the regression (bisected below)
-    assert seen["onednn"] == "3.13" and seen["cutlass"] == "pinned"  # the pinned FetchContent commits were used
+    assert seen["onednn"] == "3.13"
+    assert seen["cutlass"] == "pinned"
     assert seen["compiler"] == "2025.2.0"            # built in the stand-in oneAPI environment
-    assert seen["ark_devices"] == ["bmg-g21", "bmg-g31"] and seen["ark_user_tuned"] is False
+    assert seen["ark_devices"] == ["bmg-g21", "bmg-g31"]
+    assert seen["ark_user_tuned"] is False
     assert seen["versions"] == [c["version"] for c in lock["components"]]
     out = realstack_built.out
     ark = json.loads(wheel_member(out, "realstack_ark/_build_info.json", "realstack_ark_lib-*.whl"))["env"]
-    assert ark["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g31" and ark["BUILD_MODE"] == "release"
-    assert ark["CMPLR_ROOT"] == str(STANDIN) and ark["REALSTACK_COMPILER_VERSION"] == "2025.2"
+    assert ark["ARK_SYCL_TARGET"] == "intel_gpu_bmg_g31"
+    assert ark["BUILD_MODE"] == "release"
+    assert ark["CMPLR_ROOT"] == str(STANDIN)
+    assert ark["REALSTACK_COMPILER_VERSION"] == "2025.2"
     engine = json.loads(wheel_member(out, "realstack_engine/_build_info.json", "realstack_engine-*.whl"))["env"]
-    assert engine["REALSTACK_TARGET_DEVICE"] == "xpu" and engine["MAX_JOBS"] == "2"
+    assert engine["REALSTACK_TARGET_DEVICE"] == "xpu"
+    assert engine["MAX_JOBS"] == "2"
 
 
 def test_a_warm_build_is_all_cache_hits_with_the_same_lock(realstack_built, tmp_path):
@@ -232,7 +254,8 @@ def test_verify_repro_builds_the_stack_twice_identically(realstack_built, tmp_pa
             tmp_path / "work", "--no-diffoscope", "--json")
     assert r.returncode == 0, str(r)
     data = r.json()
-    assert data["ok"] is True and data["mode"] == "recipe"
+    assert data["ok"] is True
+    assert data["mode"] == "recipe"
     assert sorted(data["identical"]) == sorted(c["wheel"]["file"] for c in realstack_built.lock()["components"])
     assert not data["differing"]
 
@@ -244,7 +267,8 @@ def test_bundle_holds_the_stack_wheels_locks_patches_and_sums(realstack_built, t
     r = cli("build", "--recipe", s.stack, "--cache-dir", realstack_built.cache, "--out", out, "--bundle", "--json")
     assert r.returncode == 0, str(r)
     bundle = Path(r.json()["bundle"])
-    assert bundle.is_dir() and bundle.name.startswith("stack-")
+    assert bundle.is_dir()
+    assert bundle.name.startswith("stack-")
     lock = read_toml(bundle / "stack.lock.toml")
     assert [c["wheel"] for c in lock["components"]] == [c["wheel"] for c in realstack_built.lock()["components"]]
     assert_wheels_match(lock, bundle)
@@ -259,7 +283,8 @@ def test_bundle_holds_the_stack_wheels_locks_patches_and_sums(realstack_built, t
     tarball = bundle.with_name(bundle.name + ".tar.gz")
     with tarfile.open(tarball) as tar:
         names = tar.getnames()
-    assert any(n.endswith("stack.lock.toml") for n in names) and sum(n.endswith(".whl") for n in names) == 3
+    assert any(n.endswith("stack.lock.toml") for n in names)
+    assert sum(n.endswith(".whl") for n in names) == 3
 
 
 # ---- bisect ----------------------------------------------------------------------------------------------
@@ -281,13 +306,17 @@ def test_bisect_the_kernels_commits(realstack_built, kernels_test, tmp_path):
             "--test-cmd", kernels_test, "--cache-dir", realstack_built.cache, "--out", out, "--jobs", "1", "--json")
     assert r.returncode == 0, str(r)
     data = r.json()
-    assert data["ok"] is True and data["mode"] == "commits" and data["component"] == "kernels"
+    assert data["ok"] is True
+    assert data["mode"] == "commits"
+    assert data["component"] == "kernels"
     res = data["result"]
     assert res["first_bad"]["key"] == k[FIRST_BAD] == s.first_bad
     assert res["first_bad"]["subject"] == "kernels: fold the rms epsilon into the scale"
-    assert res["last_good"]["key"] == k[FIRST_BAD - 1] and not res["skipped"]
+    assert res["last_good"]["key"] == k[FIRST_BAD - 1]
+    assert not res["skipped"]
     tested = {st["key"]: st["verdict"] for st in res["steps"]}
-    assert set(tested) <= set(k[1:-1]) and s.kernels_feature not in tested  # first-parent candidates only
+    assert set(tested) <= set(k[1:-1])
+    assert s.kernels_feature not in tested
     assert all(v == ("bad" if k.index(key) >= FIRST_BAD else "good") for key, v in tested.items())
     assert len(res["steps"]) <= 3  # 7 candidates: log2 steps
     for side, i, distance in (("good", FIRST_BAD - 1, 5), ("bad", FIRST_BAD, 6)):
@@ -297,7 +326,8 @@ def test_bisect_the_kernels_commits(realstack_built, kernels_test, tmp_path):
         assert_describe(kern["describe"], "v0.1.0", distance, k[i])  # the merged feature commit counts too
         assert kern["wheel"]["file"].startswith(f"realstack_kernels-0.1.1.dev{distance}+g")
         assert_wheels_match(lock, out / side)
-    assert (out / "result.json").is_file() and (out / "bisect.log").is_file()
+    assert (out / "result.json").is_file()
+    assert (out / "bisect.log").is_file()
 
 
 def test_bisect_between_two_locks(realstack_built, kernels_test, tmp_path):
@@ -320,12 +350,14 @@ def test_bisect_between_two_locks(realstack_built, kernels_test, tmp_path):
     assert r.returncode == 0, str(r)
     data = r.json()
     res = data["result"]
-    assert data["ok"] is True and data["mode"] == "locks"
+    assert data["ok"] is True
+    assert data["mode"] == "locks"
     kinds = [(d["kind"], d["path"]) for d in res["differences"]]
     assert ("commit", "components.kernels.commit") in kinds
     assert [p for _, p in kinds].index("components.kernels.commit") < [p for _, p in kinds].index(
         next(p for _, p in kinds if "ARK_SYCL_TARGET" in p))  # in dependency order: kernels before ark
-    assert res["culprit"]["kind"] == "commit" and res["culprit"]["path"] == "components.kernels.commit"
+    assert res["culprit"]["kind"] == "commit"
+    assert res["culprit"]["path"] == "components.kernels.commit"
     assert res["commits"]["first_bad"]["key"] == k[FIRST_BAD]
     assert res["commits"]["last_good"]["key"] == k[FIRST_BAD - 1]
     bad = read_toml(Path(data["locks"]["bad"]))
@@ -365,7 +397,8 @@ def test_a_pin_missing_in_the_last_component_stops_the_stack_before_anything_com
         recipe.unlink()
     assert r.returncode == 2, str(r)
     assert f"child-bad-pin.toml: components.ark.commit: commit {missing} is not in {s.suite.url}" in r.json()["error"]
-    assert not list(cache.rglob("entry.json")) and not (out / "stack.lock.toml").exists()
+    assert not list(cache.rglob("entry.json"))
+    assert not (out / "stack.lock.toml").exists()
     assert not any((out / "logs" / f"{name}.log").exists() for name in ("engine", "kernels", "ark"))
     mirrors = Mirrors(cache)
     for repo, commit in ((s.engine, s.engine_commit), (s.kernels, s.kernels_commit), (s.onednn, s.onednn_commit),

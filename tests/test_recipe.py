@@ -54,7 +54,7 @@ BAD_RECIPES = [
      "smoke.modle", ["unknown key", "did you mean 'model'"]),
     ("wrong-type", bad('description = "a valid recipe the bad ones are variations of"', "description = 3"),
      "description", ["must be a string", "got an integer 3"]),
-    ("no-components", GOOD.split("[components.engine]")[0] + "[smoke]\nmodel = \"m\"\n",
+    ("no-components", GOOD.split("[components.engine]", maxsplit=1)[0] + "[smoke]\nmodel = \"m\"\n",
      "components", ["at least one [components.NAME] table"]),
     ("missing-url", bad('url = "https://example.invalid/app.git"\n', ""),
      "components.app.url", ["missing", "git repository URL"]),
@@ -140,7 +140,7 @@ BAD_RECIPES = [
 ]
 
 
-@pytest.mark.parametrize("text,key,fragments", [case[1:] for case in BAD_RECIPES],
+@pytest.mark.parametrize(("text", "key", "fragments"), [case[1:] for case in BAD_RECIPES],
                          ids=[case[0] for case in BAD_RECIPES])
 def test_bad_recipe_is_refused_with_its_key_and_writes_nothing(ws, text, key, fragments):
     path = ws.recipe("bad", text)
@@ -148,16 +148,20 @@ def test_bad_recipe_is_refused_with_its_key_and_writes_nothing(ws, text, key, fr
     r = ws.cli("build", "--recipe", path, "--json")  # default --out dist/bad and the default cache dir
     assert r.returncode == 2, str(r)
     data = r.json()
-    assert data["ok"] is False and data["exit_code"] == 2 and data["kind"] == "RecipeError"
+    assert data["ok"] is False
+    assert data["exit_code"] == 2
+    assert data["kind"] == "RecipeError"
     problems = data.get("problems", [])
     assert len(problems) == 1, problems  # exactly the one mistake, nothing spurious
     problem = problems[0]
     assert problem.startswith(f"bad.toml: {key}: ") or f"bad.toml: {key}: " in problem, problem
     for fragment in fragments:
         assert fragment in problem, (fragment, problem)
-    assert "ERROR:" in r.stderr and "Traceback" not in r.output
+    assert "ERROR:" in r.stderr
+    assert "Traceback" not in r.output
     assert ws.snapshot() == before  # no dist/, no cache/, the recipe unchanged
-    assert not ws.cache.exists() and not (ws.root / "dist").exists()
+    assert not ws.cache.exists()
+    assert not (ws.root / "dist").exists()
 
 
 def test_the_base_of_the_bad_recipes_is_valid(ws):
@@ -189,8 +193,10 @@ def test_every_problem_is_reported_at_once(ws, command):
         keys.remove("components.engine.commit")  # update is how a missing or wrong commit gets pinned
     assert sorted(p.split(": ")[1] for p in problems) == sorted(keys), problems
     assert all(p.startswith("many.toml: ") for p in problems)
-    assert "invalid recipe:" in r.stderr and all(p in r.stderr for p in problems)
-    assert "fix " in r.json()["hint"] and str(path) in r.json()["hint"]
+    assert "invalid recipe:" in r.stderr
+    assert all(p in r.stderr for p in problems)
+    assert "fix " in r.json()["hint"]
+    assert str(path) in r.json()["hint"]
     assert ws.snapshot() == before
 
 
@@ -198,14 +204,16 @@ def test_invalid_toml_names_the_file_and_line(ws):
     path = ws.recipe("broken", GOOD.replace('ref = "main"', 'ref = "main', 1))
     r = ws.cli("plan", "--recipe", path, "--json")
     assert r.returncode == 2, str(r)
-    assert "broken.toml: not valid TOML" in r.json()["error"] and "line 11" in r.json()["error"]
+    assert "broken.toml: not valid TOML" in r.json()["error"]
+    assert "line 11" in r.json()["error"]
 
 
 def test_unknown_recipe_name_suggests_the_close_one(ws):
     ws.recipe("ark-latest", GOOD)
     r = ws.cli("plan", "--recipe", "ark-lates", "--recipes-dir", ws.recipes, "--json")
     assert r.returncode == 2, str(r)
-    assert "no recipe 'ark-lates'" in r.json()["error"] and "did you mean 'ark-latest'" in r.json()["error"]
+    assert "no recipe 'ark-lates'" in r.json()["error"]
+    assert "did you mean 'ark-latest'" in r.json()["error"]
     assert "available: ark-latest" in r.json()["hint"]
 
 
@@ -259,9 +267,11 @@ def test_extends_merges_tables_deeply_and_replaces_arrays(ws):
     assert [p["path"] for p in engine["patches"]] == ["engine/0002-b.patch"]  # arrays are replaced
     recipe = load_recipe("variant", ws.recipes)
     assert recipe.description == ""  # a variant says what it is itself
-    assert recipe.smoke.model == "base/model" and recipe.smoke.serve_args == ("--enforce-eager",)
+    assert recipe.smoke.model == "base/model"
+    assert recipe.smoke.serve_args == ("--enforce-eager",)
     assert dict(recipe.smoke.env) == {"VLLM_XPU_INC_WNA16_BACKEND": "w4a16"}
-    assert "extends" not in recipe.text and 'ENGINE_B = "override"' in recipe.text  # the lock's resolved text
+    assert "extends" not in recipe.text
+    assert 'ENGINE_B = "override"' in recipe.text
 
 
 def test_extends_chain_of_three(ws):
@@ -295,7 +305,8 @@ def test_extends_missing_parent_suggests_the_close_one(ws):
     r = ws.cli("build", "--recipe", "child", "--recipes-dir", ws.recipes, "--json")
     assert r.returncode == 2, str(r)
     err = r.json()["error"]
-    assert "child.toml: extends: no recipe 'bsae'" in err and "did you mean 'base'" in err
+    assert "child.toml: extends: no recipe 'bsae'" in err
+    assert "did you mean 'base'" in err
     assert ws.snapshot() == before
 
 
@@ -312,7 +323,8 @@ def test_a_child_mistake_is_reported_against_the_merged_recipe(ws):
 
 def test_demo_recipe_uses_the_default_command_and_the_standin():
     demo = load_recipe("demo")
-    assert demo.demo and demo.toolchain.setvars.endswith("oneapi-standin/setvars.sh")
+    assert demo.demo
+    assert demo.toolchain.setvars.endswith("oneapi-standin/setvars.sh")
     assert all(c.command == DEFAULT_COMMAND for c in demo.components)
     assert [c.name for c in demo.components] == ["engine", "kernels", "ark"]
     assert demo.component("ark").subdir == "extension/ark"
@@ -390,7 +402,8 @@ def test_a_patch_symlink_leading_out_of_patches_is_refused_without_reading_it(ws
     assert r.returncode == 2, str(r)
     (problem,) = r.json()["problems"] if "problems" in r.json() else [r.json()["error"]]
     assert problem.startswith("bad.toml: components.app.patches[0]: patch 'app/0001-link.patch' is a symlink to "), problem
-    assert str(outside) in problem and "pinned table {url, commit, path, sha256}" in problem
+    assert str(outside) in problem
+    assert "pinned table {url, commit, path, sha256}" in problem
     assert sha256_file(outside) not in r.output
     assert ws.snapshot() == before
     # a symlink that stays inside patches/ is an ordinary patch
@@ -410,8 +423,8 @@ def test_an_inherited_patch_that_escapes_is_reported_against_the_recipe_that_nam
     path = ws.recipe("child", f'extends = "{other / "recipes" / "parent.toml"}"\n[env]\nMAX_JOBS = "1"\n')
     r = ws.cli("build", "--recipe", path, "--json")
     assert r.returncode == 2, str(r)
-    assert r.json()["problems"] == [r.json()["problems"][0]] and \
-        r.json()["problems"][0].startswith("parent.toml: components.engine.patches[0]: patch '../../etc/passwd' leaves ")
+    assert r.json()["problems"] == [r.json()["problems"][0]]
+    assert r.json()["problems"][0].startswith("parent.toml: components.engine.patches[0]: patch '../../etc/passwd' leaves ")
     assert str(path) in r.json()["hint"]
 
 
@@ -425,7 +438,7 @@ NOT_RECIPES = [
 ]
 
 
-@pytest.mark.parametrize("content,reason", [c[1:] for c in NOT_RECIPES], ids=[c[0] for c in NOT_RECIPES])
+@pytest.mark.parametrize(("content", "reason"), [c[1:] for c in NOT_RECIPES], ids=[c[0] for c in NOT_RECIPES])
 def test_a_file_that_is_not_a_recipe_is_a_clean_error_naming_it(ws, content, reason):
     path = ws.recipes / "bad.toml"
     path.write_bytes(content)
@@ -437,7 +450,8 @@ def test_a_file_that_is_not_a_recipe_is_a_clean_error_naming_it(ws, content, rea
     child = ws.recipe("child", 'extends = "bad"\n')  # the same through extends
     r = ws.cli("plan", "--recipe", child, "--json")
     assert r.returncode == 2 and r.json()["error"].startswith(f"{path}: {reason}"), str(r)
-    assert not ws.cache.exists() and not (ws.root / "dist").exists()
+    assert not ws.cache.exists()
+    assert not (ws.root / "dist").exists()
 
 
 def test_recipes_lists_every_readable_recipe_and_flags_each_bad_one(ws):
@@ -451,8 +465,10 @@ def test_recipes_lists_every_readable_recipe_and_flags_each_bad_one(ws):
     assert listed == {"alpha": "the first", "zulu": "the last",
                       **{name: f"({reason})" for name, _, reason in NOT_RECIPES}}
     human = ws.cli("recipes", "--recipes-dir", ws.recipes)
-    assert human.returncode == 0 and "Traceback" not in human.output
-    assert "alpha" in human.stdout and "not UTF-8 text" in human.stdout
+    assert human.returncode == 0
+    assert "Traceback" not in human.output
+    assert "alpha" in human.stdout
+    assert "not UTF-8 text" in human.stdout
 
 
 def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
@@ -461,14 +477,16 @@ def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
     import dataclasses
     import typing
 
-    import toolchain.build.plan as plan
-    import toolchain.lock as lock
-    import toolchain.sources.patches as patches
+    from toolchain import lock
+    from toolchain.build import plan
     from toolchain.recipe import load, model, validate
+    from toolchain.sources import patches
 
     hints = [typing.get_type_hints(model.Component)["patches"], typing.get_type_hints(lock.LockedComponent)["patches"],
              typing.get_type_hints(plan.ComponentPlan.patches.fget)["return"]]
     assert hints == [tuple[model.Patch, ...]] * 3
-    assert patches.Patch is model.Patch and dataclasses.fields(model.Patch)[-1].name == "file"
+    assert patches.Patch is model.Patch
+    assert dataclasses.fields(model.Patch)[-1].name == "file"
     assert not any(hasattr(m, n) for m in (lock, load, patches) for n in ("PatchRef", "PatchSpec", "load_series"))
-    assert load.from_data is validate.from_data and load.Recipe is model.Recipe
+    assert load.from_data is validate.from_data
+    assert load.Recipe is model.Recipe

@@ -40,7 +40,7 @@ def test_redact_text_masks_values_of_secret_variables_anywhere():
     assert redact_text(text, env) == f"curl -H 'Authorization: Bearer {MASK}' https://x\nPATH is /usr/bin\nab stays\n"
 
 
-@pytest.mark.parametrize("text,expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("HF_TOKEN=abc MAX_JOBS=8", f"HF_TOKEN={MASK} MAX_JOBS=8"),
     ("export api_key=xyz", f"export api_key={MASK}"),
     # `env -0` output (what sourcing setvars logs): values end at NUL, each assignment is checked
@@ -56,7 +56,7 @@ def test_redact_text_masks_assignments_to_secret_names(text, expected):
 
 
 
-@pytest.mark.parametrize("url, secret", [
+@pytest.mark.parametrize(("url", "secret"), [
     ("https://__token__:pypi-AgEIcHlwaS5vcmc@pypi.example/simple", "pypi-AgEIcHlwaS5vcmc"),
     ("HTTPS://USER:UPPERsecret@INDEX.EXAMPLE/simple", "UPPERsecret"),
     ("https://ghp_tokenAsUser@index.example/simple", "ghp_tokenAsUser"),
@@ -66,7 +66,8 @@ def test_redact_text_masks_assignments_to_secret_names(text, expected):
 def test_credentials_in_index_urls_are_masked_in_any_case_and_form(url, secret):
     text = f"error: Failed to fetch: {url}/tomli/ (and {url})"
     masked = redact_text(text, {})
-    assert secret not in masked and ".example/simple/tomli/" in masked.lower()
+    assert secret not in masked
+    assert ".example/simple/tomli/" in masked.lower()
     assert redact_text(masked, {}) == masked
 
 def _all_text(root: Path) -> dict[str, str]:
@@ -106,7 +107,8 @@ def test_secrets_never_reach_lock_logs_or_json_while_the_build_sees_them(ws, tin
     r = ws.build("r", env=env)
     assert r.returncode == 0, str(r)
     log = (ws.root / "out" / "logs" / "tiny.log").read_text()
-    assert f"TINY_API_TOKEN={MASK}" in log and f"VENDOR_LICENSE_TOKEN={MASK}" in log  # printed, masked
+    assert f"TINY_API_TOKEN={MASK}" in log
+    assert f"VENDOR_LICENSE_TOKEN={MASK}" in log
     assert "CMPLR_ROOT=" in log  # the env really was printed into the log
     info = json.loads(zipfile.ZipFile(next((ws.root / "out" / "wheels").glob("*.whl"))).read(
         "tiny/_build_info.json"))
@@ -161,7 +163,9 @@ def test_toml_text_holding_a_secret_is_never_remembered_on_disk(tmp_path):
     plain = {"components": {"a": {"url": "https://example.invalid/a.git", "env": {"MAX_JOBS": "2"}}}}
     secret = {"components": {"a": {"url": f"https://oauth2:{INVOKER_SECRET}@example.invalid/a.git"}}}
     named = {"components": {"a": {"env": {"HF_TOKEN": INVOKER_SECRET}}}}
-    assert not holds_secret(plain) and holds_secret(secret) and holds_secret(named)
+    assert not holds_secret(plain)
+    assert holds_secret(secret)
+    assert holds_secret(named)
     for data in (plain, secret, named):
         assert INVOKER_SECRET in dumps_remembered(data, tmp_path / "memo") or data is plain
     kept = [p.read_text() for p in (tmp_path / "memo").rglob("*") if p.is_file()]

@@ -61,20 +61,25 @@ def push_artifact(reg, name: str, tag: str, payload: bytes, auth=None) -> tuple[
 
 
 def test_push_and_read_back_a_blob_and_manifest(registry):
-    assert registry.username is None and registry.auth is None
-    assert registry.address == f"127.0.0.1:{registry.port}" and registry.url == f"http://{registry.address}"
+    assert registry.username is None
+    assert registry.auth is None
+    assert registry.address == f"127.0.0.1:{registry.port}"
+    assert registry.url == f"http://{registry.address}"
     payload = os.urandom(4096)
     manifest, manifest_digest, layer_digest = push_artifact(registry, "toolchain/wheels", "demo-1", payload)
 
     r = requests.get(f"{registry.url}/v2/toolchain/wheels/manifests/demo-1", headers={"Accept": OCI_MANIFEST},
                      timeout=TIMEOUT)
-    assert r.status_code == 200 and r.content == manifest
+    assert r.status_code == 200
+    assert r.content == manifest
     assert r.headers["Docker-Content-Digest"] == manifest_digest
     r = requests.get(f"{registry.url}/v2/toolchain/wheels/manifests/{manifest_digest}",
                      headers={"Accept": OCI_MANIFEST}, timeout=TIMEOUT)
-    assert r.status_code == 200 and r.content == manifest
+    assert r.status_code == 200
+    assert r.content == manifest
     r = requests.get(f"{registry.url}/v2/toolchain/wheels/blobs/{layer_digest}", timeout=TIMEOUT)
-    assert r.status_code == 200 and r.content == payload
+    assert r.status_code == 200
+    assert r.content == payload
     assert requests.head(f"{registry.url}/v2/toolchain/wheels/blobs/{digest_of(b'nope')}",
                          timeout=TIMEOUT).status_code == 404
     assert requests.get(f"{registry.url}/v2/toolchain/wheels/tags/list", timeout=TIMEOUT).json() == \
@@ -86,9 +91,12 @@ def test_push_and_read_back_a_blob_and_manifest(registry):
 
 def test_auth_registry_refuses_without_credentials_and_accepts_with_them(auth_registry):
     reg = auth_registry
-    assert reg.username and reg.password and reg.auth == (reg.username, reg.password)
+    assert reg.username
+    assert reg.password
+    assert reg.auth == (reg.username, reg.password)
     r = requests.get(f"{reg.url}/v2/", timeout=TIMEOUT)
-    assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Basic")
+    assert r.status_code == 401
+    assert r.headers["WWW-Authenticate"].startswith("Basic")
     assert requests.get(f"{reg.url}/v2/", auth=(reg.username, "wrong"), timeout=TIMEOUT).status_code == 401
     assert requests.post(f"{reg.url}/v2/toolchain/wheels/blobs/uploads/", timeout=TIMEOUT).status_code == 401
     assert requests.get(f"{reg.url}/v2/", auth=reg.auth, timeout=TIMEOUT).status_code == 200
@@ -98,7 +106,8 @@ def test_auth_registry_refuses_without_credentials_and_accepts_with_them(auth_re
     url = f"{reg.url}/v2/toolchain/wheels/manifests/t1"
     assert requests.get(url, headers={"Accept": OCI_MANIFEST}, timeout=TIMEOUT).status_code == 401
     r = requests.get(url, headers={"Accept": OCI_MANIFEST}, auth=reg.auth, timeout=TIMEOUT)
-    assert r.status_code == 200 and r.content == manifest
+    assert r.status_code == 200
+    assert r.content == manifest
     blob = f"{reg.url}/v2/toolchain/wheels/blobs/{layer_digest}"
     assert requests.get(blob, timeout=TIMEOUT).status_code == 401
     assert requests.get(blob, auth=reg.auth, timeout=TIMEOUT).content == payload
@@ -122,10 +131,10 @@ def test_no_process_is_left_behind(tmp_path):
         assert requests.get(f"{reg.url}/v2/", timeout=TIMEOUT).status_code == 200
     assert reg.process.returncode is not None
     assert not os.path.exists(f"/proc/{pid}")
-    with pytest.raises(KeyError):  # an error in the block stops it too
-        with run_registry() as reg:  # in a temporary directory, removed afterwards
-            pid, workdir = reg.process.pid, reg.storage.parent
-            raise KeyError("boom")
-    assert reg.process.returncode is not None and not os.path.exists(f"/proc/{pid}")
+    with pytest.raises(KeyError, match="boom"), run_registry() as reg:  # noqa: PT012 (an error in the block stops it too)
+        pid, workdir = reg.process.pid, reg.storage.parent  # in a temporary directory, removed afterwards
+        raise KeyError("boom")
+    assert reg.process.returncode is not None
+    assert not os.path.exists(f"/proc/{pid}")
     assert not workdir.exists()
 

@@ -163,9 +163,11 @@ def test_ten_thousand_components_are_ordered_and_a_cycle_among_them_named_briefl
     comps = {f"c{i}": Component(name=f"c{i}", url="u", commit="a" * 40, after=(f"c{(i + 1) % n}",) if i + 1 < n
                                 else ()) for i in range(n)}
     pr = _Problems(Path("r.toml"))
-    assert [c.name for c in _order(comps, pr)] == [f"c{i}" for i in reversed(range(n))] and pr.items == []
+    assert [c.name for c in _order(comps, pr)] == [f"c{i}" for i in reversed(range(n))]
+    assert pr.items == []
     comps["c9999"] = Component(name="c9999", url="u", commit="a" * 40, after=("c0",))
     ordered = _order(comps, pr)
-    assert len(ordered) == n and len(pr.items) == 1
+    assert len(ordered) == n
+    assert len(pr.items) == 1
     assert pr.items[0].endswith("`after` forms a cycle among: " + ", ".join(f"c{i}" for i in range(10))
                                 + f" and {n - 10} more")

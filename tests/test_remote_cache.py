@@ -84,12 +84,14 @@ def test_a_pushed_build_serves_a_clean_machine_that_compiles_nothing(registry, r
     first = ci("build", "--recipe", s.stack, "--cache-dir", tmp_path / "ci-cache", "--out", tmp_path / "ci-out",
                "--json", "--push", *remote)
     assert first.returncode == 0, str(first)
-    assert sources(first) == ["built"] * 3 and all(c["pushed"] for c in first.json()["components"])
+    assert sources(first) == ["built"] * 3
+    assert all(c["pushed"] for c in first.json()["components"])
     keys = [c["cache-key"] for c in first.json()["components"]]
     assert sorted(tags(registry)) == sorted(keys)
 
     m = manifest(registry, keys[1])  # kernels: one artifact, its parts typed, its identity annotated
-    assert m["artifactType"] == ARTIFACT_TYPE and m["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
+    assert m["artifactType"] == ARTIFACT_TYPE
+    assert m["config"]["mediaType"] == "application/vnd.oci.empty.v1+json"
     assert [layer["mediaType"] for layer in m["layers"]] == [MT_WHEEL, MT_META, MT_LOG]
     kern = first.json()["components"][1]
     a = m["annotations"]
@@ -106,15 +108,17 @@ def test_a_pushed_build_serves_a_clean_machine_that_compiles_nothing(registry, r
     second = dev("build", "--recipe", s.stack, "--cache-dir", tmp_path / "dev-cache", "--out", tmp_path / "dev-out",
                  "--json", *remote)
     assert second.returncode == 0, str(second)
-    assert sources(second) == ["remote-cache"] * 3 and warnings(second) == []
-    assert not (tmp_path / "dev-cache" / "git").exists() and not (tmp_path / "dev-cache" / "trees").exists()
+    assert sources(second) == ["remote-cache"] * 3
+    assert warnings(second) == []
+    assert not (tmp_path / "dev-cache" / "git").exists()
+    assert not (tmp_path / "dev-cache" / "trees").exists()
     assert (tmp_path / "dev-out" / "stack.lock.toml").read_text() == (tmp_path / "ci-out" / "stack.lock.toml").read_text()
     for c in second.json()["components"]:
         assert hashlib.sha256(Path(c["path"]).read_bytes()).hexdigest() == c["sha256"]
     no_partial_entries(tmp_path / "dev-cache")
-    kern_entry = [d for d in local_entries(tmp_path / "dev-cache") if d.name == keys[1]][0]
+    kern_entry = next(d for d in local_entries(tmp_path / "dev-cache") if d.name == keys[1])
     assert (kern_entry / "build.log").read_text() == \
-           [d for d in local_entries(tmp_path / "ci-cache") if d.name == keys[1]][0].joinpath("build.log").read_text()
+           next(d for d in local_entries(tmp_path / "ci-cache") if d.name == keys[1]).joinpath("build.log").read_text()
     assert json.loads((kern_entry / "entry.json").read_text())["remote"]["url"] == f"oci://{registry.address}/team"
 
     ls = dev("cache", "ls", "--remote", f"oci://{registry.address}/team", "--remote-insecure", "--component",
@@ -124,7 +128,8 @@ def test_a_pushed_build_serves_a_clean_machine_that_compiles_nothing(registry, r
     assert (row["key"], row["commit"], row["describe"], row["sha256"]) == \
            (keys[1], s.kernels_commit, kern["describe"], kern["sha256"])
     local = dev("cache", "ls", "--cache-dir", tmp_path / "dev-cache", "--json").json()["entries"]
-    assert sorted(r["key"] for r in local) == sorted(keys) and {r["from"] for r in local} == {"remote"}
+    assert sorted(r["key"] for r in local) == sorted(keys)
+    assert {r["from"] for r in local} == {"remote"}
 
 
 # ---- bisect ---------------------------------------------------------------------------------------------------
@@ -162,8 +167,11 @@ def test_a_bisect_on_a_clean_machine_downloads_every_step(registry, ws, make_rep
     result = r.json()["result"]
     assert result["first_bad"]["key"] == commits[5]
     steps = result["steps"]
-    assert steps and {s["source"] for s in steps} == {"downloaded"} and all(s["cached"] for s in steps)
-    assert not counter.exists() and not (clean / "trees").exists()  # nothing built, no source tree checked out
+    assert steps
+    assert {s["source"] for s in steps} == {"downloaded"}
+    assert all(s["cached"] for s in steps)
+    assert not counter.exists()
+    assert not (clean / "trees").exists()
     log = (tmp_path / "bisect" / "bisect.log").read_text()
     assert log.count("wheels downloaded") == len(steps)
 
@@ -190,7 +198,8 @@ def test_a_tampered_remote_wheel_is_refused_and_built_locally(registry, ws, tiny
     assert r.returncode == 0, str(r)
     assert sources(r) == ["built"]
     (w,) = warnings(r)
-    assert "refused the entry for tiny" in w and "sha256" in w
+    assert "refused the entry for tiny" in w
+    assert "sha256" in w
     assert Path(r.json()["components"][0]["path"]).read_bytes() == good
     no_partial_entries(tmp_path / "c2")
 
@@ -207,7 +216,8 @@ def test_a_tampered_remote_wheel_is_refused_and_built_locally(registry, ws, tiny
     r = ws.build("r", "o3", cache=tmp_path / "c3")
     assert r.returncode == 0 and sources(r) == ["built"], str(r)
     (w,) = warnings(r)
-    assert "refused the entry for tiny" in w and "is not the wheel its metadata records" in w
+    assert "refused the entry for tiny" in w
+    assert "is not the wheel its metadata records" in w
     assert Path(r.json()["components"][0]["path"]).read_bytes() == good
     no_partial_entries(tmp_path / "c3")
 
@@ -226,7 +236,8 @@ def test_registry_killed_mid_download_leaves_no_partial_entry(registry, ws, make
         assert px.cut_done.is_set()
     assert r.returncode == 0, str(r)
     assert not registry.alive()
-    assert set(sources(r)) <= {"built", "remote-cache"} and "built" in sources(r)
+    assert set(sources(r)) <= {"built", "remote-cache"}
+    assert "built" in sources(r)
     (w,) = warnings(r)
     assert "broke off" in w or "cannot reach" in w
     assert [c["sha256"] for c in r.json()["components"]] == [c["sha256"] for c in pushed.json()["components"]]
@@ -242,7 +253,8 @@ def test_registry_killed_mid_upload_fails_no_build_and_publishes_nothing(registr
                      "--remote-insecure")
         assert px.cut_done.is_set(), str(r)
     assert r.returncode == 0, str(r)
-    assert sources(r) == ["built"] and r.json()["components"][0]["pushed"] is False
+    assert sources(r) == ["built"]
+    assert r.json()["components"][0]["pushed"] is False
     (w,) = warnings(r)
     assert "not pushing" in w or "building locally without it" in w
     no_partial_entries(ws.cache)
@@ -289,16 +301,22 @@ def test_credentials_from_env_and_auth_files_and_wrong_ones_leak_nothing(auth_re
     r = ws.build("r", "o4", "--push=best-effort", cache=tmp_path / "c4", env=wrong)
     assert r.returncode == 0 and sources(r) == ["built"], str(r)
     (w,) = warnings(r)
-    assert f"refused the credentials of user {AUTH_USER!r}" in w and "HTTP 401" in w and "not-" not in w
-    assert r.json()["remote"]["off"] and "not-" + AUTH_PASSWORD not in r.stdout + r.stderr
+    assert f"refused the credentials of user {AUTH_USER!r}" in w
+    assert "HTTP 401" in w
+    assert "not-" not in w
+    assert r.json()["remote"]["off"]
+    assert "not-" + AUTH_PASSWORD not in r.stdout + r.stderr
 
     r = ws.build("r", "o5", cache=tmp_path / "c5")  # no credentials at all
     assert r.returncode == 0 and sources(r) == ["built"], str(r)
     (w,) = warnings(r)
-    assert "wants credentials" in w and "none were found" in w and "docker login" in w
+    assert "wants credentials" in w
+    assert "none were found" in w
+    assert "docker login" in w
 
     ls = ws.cli("cache", "ls", "--remote", remote, "--remote-insecure", "--json", env=wrong)
-    assert ls.returncode == 1 and "refused the credentials" in ls.json()["error"]
+    assert ls.returncode == 1
+    assert "refused the credentials" in ls.json()["error"]
     assert leaked(tmp_path, r.stdout, r.stderr, ls.stdout, ls.stderr, skip=(docker / "config.json", podman)) == []
 
 
@@ -408,8 +426,11 @@ def test_recipe_cache_table_is_validated(ws, tiny_repo):
     r = ws.build("r")
     assert r.returncode == 2
     err = r.json()["error"]
-    assert "cache.remote" in err and "holds credentials" in err and "hunter2" not in r.stdout + r.stderr
-    assert "cache.pussh: unknown key (did you mean 'push'?)" in err and "cache.timeout" in err
+    assert "cache.remote" in err
+    assert "holds credentials" in err
+    assert "hunter2" not in r.stdout + r.stderr
+    assert "cache.pussh: unknown key (did you mean 'push'?)" in err
+    assert "cache.timeout" in err
 
 
 def test_credentials_lookup_order_and_no_password_in_repr(tmp_path):
@@ -439,7 +460,8 @@ def test_a_push_that_cannot_push_fails_the_build_unless_best_effort(registry, ws
     assert r.returncode == 1, str(r)
     err = r.json()
     assert "--push: nothing more was pushed" in err["error"] and "TLS failed" in err["error"], str(r)
-    assert "--push=best-effort" in err["hint"] and (ws.root / "o1" / "stack.lock.toml").is_file()
+    assert "--push=best-effort" in err["hint"]
+    assert (ws.root / "o1" / "stack.lock.toml").is_file()
     r = ws.build("r", "o2", "--push=best-effort", *remote)
     assert r.returncode == 0 and r.json()["components"][0]["pushed"] is False, str(r)
     assert any("TLS failed" in w for w in warnings(r)), str(r)

@@ -77,14 +77,16 @@ def test_truly_varying_content_fails_naming_the_file(deterministic_pair):
     report, _ = deterministic_pair
     assert not report.ok
     (diff,) = report.differing
-    assert diff.key == "noisy" and diff.file_a == diff.file_b == "noisy-1.0-py3-none-any.whl"
+    assert diff.key == "noisy"
+    assert diff.file_a == diff.file_b == "noisy-1.0-py3-none-any.whl"
     changed = {f.path: f for f in diff.files}
     assert set(changed) == {"noisy/noise.bin", "noisy-1.0.dist-info/RECORD"}
     assert changed["noisy/noise.bin"].change == "changed"
     assert changed["noisy/noise.bin"].detail.startswith("binary: 70 bytes vs 70 bytes\n  offset 0x00000006:")
     assert "-noisy/noise.bin,sha256=" in changed["noisy-1.0.dist-info/RECORD"].detail
     text = format_report(report)
-    assert "DIFFERS: noisy-1.0-py3-none-any.whl" in text and "changed: noisy/noise.bin" in text
+    assert "DIFFERS: noisy-1.0-py3-none-any.whl" in text
+    assert "changed: noisy/noise.bin" in text
     assert report.to_dict()["differing"][0]["files"][0]["path"] in changed
 
 
@@ -93,7 +95,8 @@ def test_without_the_tool_the_same_project_does_not_reproduce(projects, tmp_path
                            tmp_path, QUIET, use_diffoscope=False)
     assert not report.ok
     files = {f.path: f.detail for f in report.differing[0].files}
-    assert "stamped/_stamp.py" in files and "-BUILD_TIME = " in files["stamped/_stamp.py"]
+    assert "stamped/_stamp.py" in files
+    assert "-BUILD_TIME = " in files["stamped/_stamp.py"]
     so = next(p for p in files if p.endswith(".so"))
     assert str(tmp_path / "build-1" / "src" / "stamped") in files[so]  # the build path, shown as a string
     assert "strings only in b" in files[so]
@@ -123,7 +126,8 @@ def test_missing_wheels_and_normalization_notes(deterministic_pair):
     _, (first, second) = deterministic_pair
     fewer = dataclasses.replace(second, components=second.components[:1], normalizations=())
     report = compare_locks(first, fewer, use_diffoscope=False)
-    assert report.only_a == ("noisy-1.0-py3-none-any.whl",) and not report.ok
+    assert report.only_a == ("noisy-1.0-py3-none-any.whl",)
+    assert not report.ok
     assert any("different normalizations" in n for n in report.notes)
 
 
@@ -136,7 +140,8 @@ def test_same_contents_different_archive_metadata(deterministic_pair, tmp_path):
         shutil.copy(src, p)
     normalize_wheel(b, 1800000000)
     diff = compare_wheels(a, b, use_diffoscope=False)
-    assert diff is not None and {f.change for f in diff.files} == {"metadata"}
+    assert diff is not None
+    assert {f.change for f in diff.files} == {"metadata"}
     assert "timestamp 2023-11-14T22:13:20 vs 2027-01-15T08:00:00" in diff.files[0].detail
 
 
@@ -148,7 +153,8 @@ def test_content_diff_text_and_binary():
     lines = binary.splitlines()
     assert lines[0] == "binary: 56 bytes vs 55 bytes"
     assert lines[1] == "  offset 0x0000002e:"
-    assert "strings only in a: '/home/alice/src'" in binary and "strings only in b: '/home/bob/src'" in binary
+    assert "strings only in a: '/home/alice/src'" in binary
+    assert "strings only in b: '/home/bob/src'" in binary
     assert content_diff("x.so", b"\x7fELF\x00", b"\x7fELF\x01").startswith("binary: 5 bytes vs 5 bytes")
 
 
@@ -172,7 +178,9 @@ def test_cli_lock_mode_reports_the_differing_file(deterministic_pair, tmp_path, 
     monkeypatch.setattr(repro_command, "_rebuild_lock", lambda lock, out, cache, args, ui: rebuilt)
     code, data = run_cli(["verify-repro", "--lock", str(published.path), "--work-dir", str(tmp_path / "w"),
                           "--cache-dir", str(tmp_path / "cache"), "--no-diffoscope", "--json"], capsys)
-    assert code == 1 and data["ok"] is False and data["mode"] == "lock"
+    assert code == 1
+    assert data["ok"] is False
+    assert data["mode"] == "lock"
     assert data["work-dir"] == str(tmp_path / "w")  # kept for inspection
     assert "noisy/noise.bin" in [f["path"] for f in data["differing"][0]["files"]]
 
@@ -190,19 +198,23 @@ def test_cli_recipe_mode_builds_twice(projects, tmp_path, monkeypatch, capsys):
     work = tmp_path / "w"
     code, data = run_cli(["verify-repro", "--recipe", "pure-recipe", "--work-dir", str(work),
                           "--cache-dir", str(tmp_path / "cache"), "--json"], capsys)
-    assert code == 0 and data["ok"] is True and data["identical"] == ["pure-2.0-py3-none-any.whl"]
+    assert code == 0
+    assert data["ok"] is True
+    assert data["identical"] == ["pure-2.0-py3-none-any.whl"]
     assert built == [work.resolve() / "build-1" / "out", work.resolve() / "build-2" / "out"]
-    assert data["work-dir"] is None and not work.exists()  # removed when reproducible (no --keep)
+    assert data["work-dir"] is None
+    assert not work.exists()
 
 
-@pytest.mark.parametrize("argv, message", [
+@pytest.mark.parametrize(("argv", "message"), [
     (["verify-repro"], "one of the arguments --recipe --lock is required"),
     (["verify-repro", "--recipe", "x", "--lock", "y"], "not allowed with argument"),
     (["verify-repro", "--lock", "/nonexistent/stack.lock.toml"], "no such lock file"),
 ])
 def test_cli_usage_errors_exit_2(argv, message, capsys):
     code, data = run_cli([*argv, "--json"], capsys)
-    assert code == 2 and message in data["error"]
+    assert code == 2
+    assert message in data["error"]
 
 
 @pytest.mark.slow
@@ -213,11 +225,16 @@ def test_demo_recipe_end_to_end(tmp_path, capsys):
     code, data = run_cli(["verify-repro", "--recipe", "demo", "--work-dir", str(tmp_path / "w"),
                           "--cache-dir", str(shared), "--keep", "--json"], capsys)
     assert code == 0, data
-    assert data["ok"] is True and len(data["identical"]) >= 3
+    assert data["ok"] is True
+    assert len(data["identical"]) >= 3
     # the second build's wheels and its closure, installed together: sha256 required, no index, pip check
     inst = data["install"]
-    assert inst["ok"] is True and inst["dependencies"] == 3 and inst["files"] == len(data["identical"]) + 3
+    assert inst["ok"] is True
+    assert inst["dependencies"] == 3
+    assert inst["files"] == len(data["identical"]) + 3
     assert all(r["installed-sha256"] for r in inst["installed"])
     trees = [sorted((tmp_path / "w" / b / "cache" / "trees").glob("*/")) for b in ("build-1", "build-2")]
-    assert trees[0] and trees[1] and set(trees[0]).isdisjoint(trees[1])  # built in different directories
+    assert trees[0]
+    assert trees[1]
+    assert set(trees[0]).isdisjoint(trees[1])
     assert any((shared / "git").iterdir())  # one mirror, shared by both builds

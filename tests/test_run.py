@@ -17,21 +17,27 @@ PY = sys.executable
 def test_capture_returns_stdout_and_stderr_separately(tmp_path):
     r = run([PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)"], capture=True)
     assert (r.returncode, r.stdout, r.stderr) == (0, "out\n", "err\n")
-    assert r.argv == (PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)") and r.seconds >= 0
+    assert r.argv == (PY, "-c", "import sys; print('out'); print('err', file=sys.stderr)")
+    assert r.seconds >= 0
 
 
 def test_output_goes_to_the_log_with_the_command_cwd_and_exit(tmp_path):
     log = tmp_path / "logs" / "step.log"
     r = run([PY, "-c", "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"], cwd=tmp_path,
             log=log)
-    assert r.returncode == 0 and r.stdout == "" and r.log == log
+    assert r.returncode == 0
+    assert r.stdout == ""
+    assert r.log == log
     text = log.read_text()
     lines = text.splitlines()
-    assert lines[0].startswith(f"$ {PY} -c ") and lines[1] == f"  (in {tmp_path})"
-    assert "to stdout\n" in text and "to stderr\n" in text  # merged, both kept
+    assert lines[0].startswith(f"$ {PY} -c ")
+    assert lines[1] == f"  (in {tmp_path})"
+    assert "to stdout\n" in text
+    assert "to stderr\n" in text
     assert lines[-1].startswith("# exit 0 after ")
     run([PY, "-c", "print('second')"], log=log)
-    assert log.read_text().startswith(text) and "second" in log.read_text()  # appended
+    assert log.read_text().startswith(text)
+    assert "second" in log.read_text()
 
 
 def test_a_failure_raises_with_the_command_log_and_tail(tmp_path):
@@ -40,10 +46,17 @@ def test_a_failure_raises_with_the_command_log_and_tail(tmp_path):
     with pytest.raises(CommandFailed) as info:
         run([PY, "-c", script], log=log, hint="try again")
     err = info.value
-    assert err.returncode == 3 and err.log == log and err.return_code == 1 and err.hint == "try again"
+    assert err.returncode == 3
+    assert err.log == log
+    assert err.return_code == 1
+    assert err.hint == "try again"
     tail = err.tail.splitlines()
-    assert tail[-1] == "line 99" and len(tail) == 40 and tail[0] == "line 60"
-    assert "command failed with exit code 3" in str(err) and f"log: {log}" in str(err) and "line 99" in str(err)
+    assert tail[-1] == "line 99"
+    assert len(tail) == 40
+    assert tail[0] == "line 60"
+    assert "command failed with exit code 3" in str(err)
+    assert f"log: {log}" in str(err)
+    assert "line 99" in str(err)
     assert "line 0\n" in log.read_text()  # the log keeps everything
 
 
@@ -74,7 +87,8 @@ def test_argv_must_be_a_list_of_strings():
 def test_a_missing_program_is_a_clear_error():
     with pytest.raises(CommandFailed) as info:
         run(["no-such-program-for-toolchain-tests", "--version"], capture=True)
-    assert info.value.returncode == 127 and "program not found" in str(info.value)
+    assert info.value.returncode == 127
+    assert "program not found" in str(info.value)
     assert "install 'no-such-program-for-toolchain-tests'" in info.value.hint
     assert not isinstance(info.value, CommandTimeout)
 
@@ -89,7 +103,8 @@ def test_check_false_returns_a_missing_program_as_exit_127(tmp_path, capture):
     not_executable = tmp_path / "script"
     not_executable.write_text("#!/bin/sh\necho hi\n")
     r = run([str(not_executable)], check=False, capture=capture)
-    assert (r.returncode, r.started) == (126, False) and "Permission denied" in r.stderr
+    assert (r.returncode, r.started) == (126, False)
+    assert "Permission denied" in r.stderr
     assert run([PY, "-c", "raise SystemExit(127)"], check=False, capture=capture).started  # ran, exited 127
 
 
@@ -100,16 +115,22 @@ def test_a_timeout_is_its_own_error_with_the_output_so_far(tmp_path, capture):
     with pytest.raises(CommandTimeout) as info:
         run([PY, "-c", script], timeout=0.5, capture=capture, log=log, check=False)  # whatever check says
     err = info.value
-    assert isinstance(err, CommandFailed) and isinstance(err, BuildError) and err.return_code == 1
-    assert err.timeout == 0.5 and err.returncode < 0  # stopped by a signal
-    assert "command timed out after 0.5s" in str(err) and "before the wait" in err.tail
-    assert "before the wait" in log.read_text() and "# timed out after 0.5s" in log.read_text()
+    assert isinstance(err, CommandFailed)
+    assert isinstance(err, BuildError)
+    assert err.return_code == 1
+    assert err.timeout == 0.5
+    assert err.returncode < 0
+    assert "command timed out after 0.5s" in str(err)
+    assert "before the wait" in err.tail
+    assert "before the wait" in log.read_text()
+    assert "# timed out after 0.5s" in log.read_text()
 
 
 def test_every_command_runs_in_a_session_of_its_own():
     show = [PY, "-c", "import os; print(os.getsid(0), os.getpgid(0))"]
     sid, pgid = map(int, run(show, capture=True).stdout.split())
-    assert sid != os.getsid(0) and pgid != os.getpgid(0)
+    assert sid != os.getsid(0)
+    assert pgid != os.getpgid(0)
 
 
 def test_stdin_is_passed():
@@ -126,8 +147,10 @@ def test_secrets_are_masked_in_the_log_the_command_line_and_the_tail(tmp_path):
     with pytest.raises(CommandFailed) as info:
         run([PY, "-c", script, "tok-12345678"], env=env, log=log)
     text = log.read_text()
-    assert "tok-12345678" not in text and f"value {MASK}" in text
-    assert "tok-12345678" not in str(info.value) and f"value {MASK}" in info.value.tail
+    assert "tok-12345678" not in text
+    assert f"value {MASK}" in text
+    assert "tok-12345678" not in str(info.value)
+    assert f"value {MASK}" in info.value.tail
     r = run([PY, "-c", "import os; print(os.environ['MY_API_TOKEN'])"], env=env, capture=True, log=log)
     assert r.stdout == "tok-12345678\n"  # the caller gets the real output; only logs are masked
     assert "tok-12345678" not in log.read_text()

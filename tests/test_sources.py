@@ -40,7 +40,8 @@ def test_mirror_flag_rewrites_urls_and_the_cache_is_keyed_by_the_original_url(ws
     r = ws.build("r", "out1", "--mirror", f"{FAKE_BASE}={repo.path.parent}/")
     assert r.returncode == 0, str(r)
     mirror = Mirrors(ws.cache).path(url)
-    assert mirror.is_dir() and mirror.parent == ws.cache / "git"
+    assert mirror.is_dir()
+    assert mirror.parent == ws.cache / "git"
     assert [p.name for p in (ws.cache / "git").glob("*.git")] == [mirror.name]  # one, named by the recipe URL
     assert mirror_git(ws.cache, url, "config", "remote.origin.url") == repo.url  # fetched through the rewrite
     assert ws.lock("out1")["components"][0]["url"] == url  # the lock records the recipe's URL
@@ -51,7 +52,8 @@ def test_mirror_flag_rewrites_urls_and_the_cache_is_keyed_by_the_original_url(ws
     r2 = ws.build("r", "out2", "--no-cache", "--mirror", f"{FAKE_BASE}={tmp_path}/nowhere/")
     assert r2.returncode == 0, str(r2)
     one, two = ws.lock("out1")["components"][0], ws.lock("out2")["components"][0]
-    assert one["cache-key"] == two["cache-key"] and one["wheel"] == two["wheel"]
+    assert one["cache-key"] == two["cache-key"]
+    assert one["wheel"] == two["wheel"]
 
 
 def test_mirrors_table_in_the_recipe_with_a_directory_relative_to_the_recipe(ws, make_repo):
@@ -110,7 +112,8 @@ def test_a_pinned_commit_the_remote_lacks_is_a_clear_error(ws, make_repo):
     assert r.returncode == 2, str(r)
     err = r.json()["error"]
     assert f"r.toml: components.tiny.commit: commit {missing} is not in {repo.url}" in err
-    assert "force-pushed" in r.json()["hint"] and "toolchain update" in r.json()["hint"]
+    assert "force-pushed" in r.json()["hint"]
+    assert "toolchain update" in r.json()["hint"]
     assert "Traceback" not in r.output
     assert not (ws.root / "out" / "stack.lock.toml").exists()
     assert not list(ws.cache.rglob("entry.json"))
@@ -198,13 +201,14 @@ def test_a_prepared_tree_is_reused_after_a_build_and_prepared_again_when_its_tra
         (tree / leftover).parent.mkdir(parents=True, exist_ok=True)
         (tree / leftover).write_text("what a build leaves\n")
     assert use()[1]  # what a build leaves is cleaned away; the tree is kept
-    assert not (tree / "build").exists() and not (tree / "tiny.egg-info").exists()
+    assert not (tree / "build").exists()
+    assert not (tree / "tiny.egg-info").exists()
     assert not (tree / "tiny" / "__pycache__").exists()
     moved = {
         "a tracked file edited, same size": lambda: (tree / "NEWS").write_text("3\n"),
         "an edit staged": lambda: ((tree / "NEWS").write_text("staged\n"),
                                    subprocess.run(["git", "-C", str(tree), "add", "NEWS"], check=True)),
-        "a tracked file deleted": lambda: (tree / "NEWS").unlink(),
+        "a tracked file deleted": (tree / "NEWS").unlink,
         "HEAD moved": lambda: subprocess.run(["git", "-C", str(tree), "checkout", "-q", "--detach", "HEAD~1"],
                                              check=True),
     }
@@ -239,10 +243,13 @@ def test_a_reuse_moves_untracked_and_ignored_output_out_of_the_tree_and_deletes_
     (stale / "0").mkdir(parents=True)
     (stale / "0" / "f").write_text("x")
     with trees.tree(repo.url, commit) as again:
-        assert again == tree and (tree / ".git" / "marker").exists()  # reused
+        assert again == tree
+        assert (tree / ".git" / "marker").exists()
         assert not any((tree / rel).exists() for rel in left)
-        assert not (tree / "out").exists() and not (tree / "cache").exists()
-        assert (tree / "tiny" / "data.txt").read_text() == "tracked\n" and (tree / ".gitignore").exists()
+        assert not (tree / "out").exists()
+        assert not (tree / "cache").exists()
+        assert (tree / "tiny" / "data.txt").read_text() == "tracked\n"
+        assert (tree / ".gitignore").exists()
     trees.settled()
     assert not list(trees.root.glob(f"{TRASH}*"))  # this reuse's output and the stale folder: deleted
 
@@ -273,7 +280,8 @@ def test_a_patched_tree_is_reused_while_its_index_holds_what_the_patches_staged(
         return kept
 
     assert not build("a")  # prepared
-    assert build("b") and build("c")  # the first use's full check, then the recorded status
+    assert build("b")
+    assert build("c")
     (tree,) = [t for t in (ws.cache / "trees").iterdir() if t.is_dir() and not t.name.startswith(".")]
     subprocess.run(["git", "-C", str(tree), "reset", "-q"], check=True)  # the patch unstaged, files as patched
     assert not build("d")
@@ -302,7 +310,8 @@ def test_a_new_tree_is_settled_when_its_build_ends_and_one_the_build_broke_is_pr
         (tree / "build" / "lib" / "x.py").write_text("what a build leaves\n")
     trees.settled()
     assert json.loads(state.read_text())["status"].startswith(f"# branch.oid {repo.head()}")
-    assert not (tree / "build").exists() and not list(trees.root.glob(".trash-*"))
+    assert not (tree / "build").exists()
+    assert not list(trees.root.glob(".trash-*"))
     with trees.tree(repo.url, repo.head()):
         assert (tree / ".git" / "marker").exists()  # reused (the recorded status compared)
 
@@ -315,7 +324,8 @@ def test_a_new_tree_is_settled_when_its_build_ends_and_one_the_build_broke_is_pr
     trees.settled()
     assert "status" not in json.loads(state.read_text())
     with trees.tree(repo.url, other) as again:
-        assert not (again / ".git" / "marker").exists() and (again / "NEWS").read_text() == "2\n"
+        assert not (again / ".git" / "marker").exists()
+        assert (again / "NEWS").read_text() == "2\n"
 
 
 def test_a_prepared_tree_edited_by_hand_is_prepared_again(ws, make_repo):
@@ -329,7 +339,8 @@ def test_a_prepared_tree_edited_by_hand_is_prepared_again(ws, make_repo):
     assert r.returncode == 0, str(r)
     assert wheel_member(ws.root / "b", "tiny/__init__.py") == TINY_INIT
     with zipfile.ZipFile(next((ws.root / "b" / "wheels").glob("*.whl"))) as z:
-        assert "tiny/stray.py" not in z.namelist() and "tiny/__init__.py" in z.namelist()
+        assert "tiny/stray.py" not in z.namelist()
+        assert "tiny/__init__.py" in z.namelist()
     assert ws.lock("a")["components"][0]["wheel"] == ws.lock("b")["components"][0]["wheel"]
 
 
@@ -369,7 +380,8 @@ def test_a_patch_conflict_names_patch_file_hunk_and_commit_and_leaves_nothing_ha
     err = r.json()["error"]
     assert f"patch tiny/0002-greet.patch does not apply to tiny@{commit[:12]}" in err
     assert "patch failed: tiny/__init__.py:" in err  # the file and the hunk's line
-    assert "refresh" in r.json()["hint"] and "0002-greet.patch" in r.json()["hint"]
+    assert "refresh" in r.json()["hint"]
+    assert "0002-greet.patch" in r.json()["hint"]
     trees = ws.cache / "trees"
     assert [p.name for p in trees.iterdir() if p.is_dir()] == []  # no tree with patch one alone, no .tmp-*
     assert not (ws.root / "out" / "stack.lock.toml").exists()
@@ -378,7 +390,9 @@ def test_a_patch_conflict_names_patch_file_hunk_and_commit_and_leaves_nothing_ha
     r = ws.build("r")
     assert r.returncode == 0, str(r)
     text = wheel_member(ws.root / "out", "tiny/__init__.py")
-    assert text.count("PATCH_ONE = 1") == 1 and '"hi "' in text and '"hello "' not in text
+    assert text.count("PATCH_ONE = 1") == 1
+    assert '"hi "' in text
+    assert '"hello "' not in text
 
 
 def test_one_patch_type_from_recipe_to_lock_and_back_a_remote_patch_included(ws, make_repo):
@@ -402,7 +416,8 @@ def test_one_patch_type_from_recipe_to_lock_and_back_a_remote_patch_included(ws,
         {"path": "tiny/0001-local.patch", "sha256": sha256_file(local)}, remote]
     recipe_patches = load_recipe(str(path)).component("tiny").patches
     assert read_lock(ws.root / "out").component("tiny").patches == recipe_patches
-    assert recipe_patches[0].file == local.resolve() and recipe_patches[1].remote
+    assert recipe_patches[0].file == local.resolve()
+    assert recipe_patches[1].remote
     again = ws.cli("build", "--from-lock", ws.root / "out" / "stack.lock.toml", "--out", ws.root / "again",
                    "--cache-dir", ws.cache, "--no-cache", "--json")
     assert again.returncode == 0, str(again)
@@ -424,7 +439,8 @@ def test_describe_has_a_fixed_abbreviation_recorded_in_the_lock_and_used_inside_
     ws.recipe("r", recipe_data({"tiny": component(repo, head)}))
     assert ws.build("r").returncode == 0
     lock = ws.lock()
-    assert lock["describe-rule"] == DESCRIBE_RULE and f"--abbrev={DESCRIBE_ABBREV}" in DESCRIBE_RULE
+    assert lock["describe-rule"] == DESCRIBE_RULE
+    assert f"--abbrev={DESCRIBE_ABBREV}" in DESCRIBE_RULE
     assert lock["components"][0]["describe"] == f"v1.0.0-1-g{head[:DESCRIBE_ABBREV]}"
     (tree,) = [p for p in (ws.cache / "trees").iterdir() if p.is_dir()]
     in_tree = subprocess.run(["git", "describe", "--dirty", "--tags", "--long", "--match", "*[0-9]*"], cwd=tree,

@@ -78,7 +78,8 @@ def test_a_stop_signal_to_the_tool_alone_stops_every_child_within_5s(ws, make_re
         assert "Traceback" not in stderr
         step, child, escaped = pids
         assert not _alive(step) and not _alive(child), stderr  # the step ignored SIGTERM: SIGKILL came
-        assert live_in_group(parent.pid) == [] and live_in_group(step) == []
+        assert live_in_group(parent.pid) == []
+        assert live_in_group(step) == []
         if proc._find_cgroup_root() is not None:
             assert not _alive(escaped), "a grandchild that left the process group outlived the tool"
     finally:
@@ -119,7 +120,7 @@ def test_a_pending_registry_request_is_dropped_at_once(ws, make_repo):
         time.sleep(0.3)  # the request is sent and waits for its answer
         sent = time.monotonic()
         tool.send_signal(signal.SIGINT)
-        out, err = tool.communicate(timeout=60)
+        _out, err = tool.communicate(timeout=60)
         took = time.monotonic() - sent
         assert tool.returncode == 130, err
         assert took < 3.0, f"exit after {took:.1f}s: the request was waited out\n{err}"
@@ -136,7 +137,8 @@ def test_every_child_runs_in_a_process_group_and_a_cgroup_of_its_own(tmp_path):
                                   "print(open('/proc/self/cgroup').read())"]
     out = proc.run(show, capture=True).stdout.splitlines()
     sid, pgid, pid = map(int, out[0].split())
-    assert sid == pgid == pid and pgid != os.getpgid(0)
+    assert sid == pgid == pid
+    assert pgid != os.getpgid(0)
     root = proc._find_cgroup_root()
     if root is not None:
         assert f"/toolchain-{os.getpid()}-{pid}" in "\n".join(out[1:])

@@ -141,7 +141,7 @@ def test_normalized_wheel_installs_with_its_executable_bit(wheel, tmp_path):
     assert out.stdout.strip() == "42"
 
 
-@pytest.mark.parametrize("content, message", [
+@pytest.mark.parametrize(("content", "message"), [
     (None, "not a wheel: expected one <name>-<version>.dist-info/RECORD, found none"),
     (b"PK\x03\x04 truncated", "not a valid wheel (zip) file"),
 ])

@@ -414,7 +414,7 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
             out += _table_problems(d, DEPENDENCY_SCHEMA, f"dependencies[{i}]" + (f" ({name})" if isinstance(name, str) else ""))
     comps = data.get("components")
     if not isinstance(comps, list):
-        return out + [f"components: must be an array of tables ([[components]]), got {_shown(comps)}"]
+        return [*out, f"components: must be an array of tables ([[components]]), got {_shown(comps)}"]
     seen: set[str] = set()
     for i, c in enumerate(comps):
         name = c.get("name") if isinstance(c, dict) else None

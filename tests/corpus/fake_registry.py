@@ -87,7 +87,7 @@ class FakeRegistry:
                 if self.command != "HEAD":
                     self.wfile.write(answer.body)
 
-            do_GET = do_HEAD = do_PUT = do_POST = _serve  # noqa: N815
+            do_GET = do_HEAD = do_PUT = do_POST = _serve
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request: Any, client_address: Any) -> None:

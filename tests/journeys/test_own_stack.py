@@ -66,7 +66,9 @@ def test_own_recipe_beside_its_patches_extends_a_team_stack(make_user, realstack
     cli.ok("update", "--recipe", scratch, *cache)
     text = scratch.read_text()
     assert f'commit = "{s.kernels_commit}" # ci: build the kernels on every push (v0.1.1-1' in text, text
-    assert "an older one" not in text and "[components.engine]" not in text and "[components.ark]" not in text
+    assert "an older one" not in text
+    assert "[components.engine]" not in text
+    assert "[components.ark]" not in text
 
     # 5: the parent is found through $TOOLCHAIN_RECIPES_DIR, the user's patches beside the recipe;
     # 3 + 4: the team's ARK patch (made inside ext/ark) and the user's (made at the root), in that order

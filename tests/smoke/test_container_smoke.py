@@ -27,7 +27,7 @@ from toolchain.lock import wheel_name_version
 from toolchain.smoke.install import CLOSURE_ARGS
 
 try:  # the same module names as tests/test_container_build.py uses (one copy of the session fixtures)
-    from tests.support.container_fixtures import podman_image  # noqa: F401
+    from tests.support.container_fixtures import podman_image
     from tests.test_container_build import (
         build,
         engine_run,
@@ -37,7 +37,7 @@ try:  # the same module names as tests/test_container_build.py uses (one copy of
         write_recipe,
     )
 except ImportError:  # pragma: no cover
-    from support.container_fixtures import podman_image  # noqa: F401,F811
+    from support.container_fixtures import podman_image  # noqa: F401
     from test_container_build import (
         build,
         engine_run,
@@ -139,11 +139,13 @@ def assert_locked_install(r, lock) -> None:
     inst = r.report["install"]
     deps = {d.name: d for d in lock.closure.dists}
     assert [s["component"] for s in inst["steps"]] == [*deps, *(c.name for c in lock.components)]
-    assert inst["unlocked"] is False and all(s["args"] == list(CLOSURE_ARGS) for s in inst["steps"])
+    assert inst["unlocked"] is False
+    assert all(s["args"] == list(CLOSURE_ARGS) for s in inst["steps"])
     pip_lines = [ln for ln in (r.out / "install.log").read_text().splitlines()
                  if ln.startswith("$ ") and "pip install" in ln]
     assert len(pip_lines) == 1, pip_lines
-    assert pip_lines[0].startswith("$ podman exec ") and f" {r.report['target']['container']} " in pip_lines[0]
+    assert pip_lines[0].startswith("$ podman exec ")
+    assert f" {r.report['target']['container']} " in pip_lines[0]
     assert "--no-index --no-deps --require-hashes" in pip_lines[0]
     assert pip_lines[0].endswith(" -r /toolchain/wheels/deps/requirements.lock.txt")
     reqs = (lock.path.parent / "wheels" / "deps" / "requirements.lock.txt").read_text().splitlines()
@@ -174,16 +176,20 @@ def test_fresh_container_installs_the_wheels_and_serves(smoke, fresh, tmp_path, 
         name = kept[0]
         # the serving container ran the locked image, by its digest
         target = r.report["target"]
-        assert target["mode"] == "image" and target["container"] == name
+        assert target["mode"] == "image"
+        assert target["container"] == name
         assert target["image_ref"] == f"{fresh['image'].rsplit(':', 1)[0]}@{lock.target.image_digest}"
-        assert target["image_digest"] == lock.target.image_digest and not target["notes"]
+        assert target["image_digest"] == lock.target.image_digest
+        assert not target["notes"]
         labels = json.loads(engine_run("podman", "container", "inspect", "--format", "{{json .Config.Labels}}",
                                        name).stdout)
-        assert labels["toolchain"] == "1" and labels["toolchain.role"] == "smoke"
+        assert labels["toolchain"] == "1"
+        assert labels["toolchain.role"] == "smoke"
         # installed inside: exactly the lock's files (closure and built wheels), hashes required, no index
         inst = r.report["install"]
         assert_locked_install(r, lock)
-        assert all(v["ok"] for v in inst["versions"]) and len(inst["versions"]) == len(lock.components)
+        assert all(v["ok"] for v in inst["versions"])
+        assert len(inst["versions"]) == len(lock.components)
         assert inst["python"] == "/toolchain/smoke/venv/bin/python"
         code = ("import demo_kernels, demo_engine, importlib.metadata as m; "
                 "print(m.version('demo-kernels'), m.version('demo-engine'), demo_kernels.__file__)")
@@ -195,10 +201,14 @@ def test_fresh_container_installs_the_wheels_and_serves(smoke, fresh, tmp_path, 
         seen = json.loads(dump.read_text())
         env = seen["env"]
         assert seen["prefix"] == "/toolchain/smoke/venv"
-        assert env["VIRTUAL_ENV"] == "/toolchain/smoke/venv" and env["PATH"].startswith("/toolchain/smoke/venv/bin:")
-        assert env["ZE_AFFINITY_MASK"] == "0" and env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # b70 profile
-        assert "ONEAPI_ROOT" not in env and env["LD_LIBRARY_PATH"] == "/usr/local/lib"
-        assert env["HF_TOKEN"] == secret and "PIP_NO_INDEX" not in env
+        assert env["VIRTUAL_ENV"] == "/toolchain/smoke/venv"
+        assert env["PATH"].startswith("/toolchain/smoke/venv/bin:")
+        assert env["ZE_AFFINITY_MASK"] == "0"
+        assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+        assert "ONEAPI_ROOT" not in env
+        assert env["LD_LIBRARY_PATH"] == "/usr/local/lib"
+        assert env["HF_TOKEN"] == secret
+        assert "PIP_NO_INDEX" not in env
         assert not set(env) & {"PYTEST_CURRENT_TEST", "PYTHONPATH", "CONTAINERS_CONF"}  # nothing of the host's
         assert set(r.run["stripped_oneapi_vars"]) == {"ONEAPI_ROOT", "LD_LIBRARY_PATH"}
         # values went through the engine's environment, never its command line
@@ -207,7 +217,8 @@ def test_fresh_container_installs_the_wheels_and_serves(smoke, fresh, tmp_path, 
         assert len(starts) == 2  # the restart case stopped the server in the container and started it again
         assert all("-e HF_TOKEN " in s and "-e ZE_AFFINITY_MASK " in s and "ZE_AFFINITY_MASK=" not in s
                    and "-u ONEAPI_ROOT" in s for s in starts)
-        assert secret not in log and secret not in (r.out / "install.log").read_text()
+        assert secret not in log
+        assert secret not in (r.out / "install.log").read_text()
         assert "fault_server.py" not in ps_in(name)  # the server was stopped inside the kept container
     finally:
         left = tool_containers("podman")
@@ -225,13 +236,15 @@ def test_no_container_is_left_after_a_pass_or_a_failing_server(smoke, fresh, no_
     crash = smoke("--lock", lock, *FAST, "--cases", "models,first,math", "--serve-cmd", serve_cmd("crash-first"))
     assert crash.code == 1
     assert crash.verdicts() == {"models": "pass", "first": "error", "math": "error"}
-    assert crash.run["crashed"] and crash.run["server_exit_code"] == 139  # the exit code from inside
+    assert crash.run["crashed"]
+    assert crash.run["server_exit_code"] == 139
     assert crash.finding_ids() == ["server-crash"]
     assert tool_containers("podman") == []
 
     never = smoke("--lock", lock, *FAST[:1], "--ready-timeout", "4", "--cases", "models",
                   "--serve-cmd", serve_cmd("never-ready"))
-    assert never.code == 1 and never.finding_ids() == ["never-ready"]
+    assert never.code == 1
+    assert never.finding_ids() == ["never-ready"]
     log = (never.out / "smoke" / "server.log").read_text()
     assert "INFO: Shutting down" in log  # SIGINT reached the server inside the container
     assert tool_containers("podman") == []
@@ -264,7 +277,8 @@ def test_sigint_removes_the_serving_container(fresh, tmp_path):
         if left:
             remove("podman", *left)
     assert proc.returncode == 130, err
-    assert left == [] and seconds < 30
+    assert left == []
+    assert seconds < 30
     assert "INFO: Shutting down" in log.read_text()  # the server inside was stopped first
 
 
@@ -273,8 +287,10 @@ def test_the_device_check_looks_inside_the_container(smoke, fresh, no_leftovers)
     assert r.code == 2
     out = json.loads(r.stdout)
     assert "in the podman container toolchain-smoke-" in out["error"]
-    assert "the container sees no Intel GPU" in out["error"] and "--device=/dev/dri" in out["hint"]
-    assert r.report["exit_code"] == 2 and "install" not in r.report  # stopped before installing
+    assert "the container sees no Intel GPU" in out["error"]
+    assert "--device=/dev/dri" in out["hint"]
+    assert r.report["exit_code"] == 2
+    assert "install" not in r.report
     assert tool_containers("podman") == []
 
 
@@ -283,9 +299,11 @@ def test_no_install_checks_the_images_own_interpreter(smoke, fresh, no_leftovers
               "--serve-cmd", serve_cmd())
     assert r.code == 1
     error = json.loads(r.stdout)["error"]
-    assert "python3 in the podman container toolchain-smoke-" in error and "nothing was served" in error
+    assert "python3 in the podman container toolchain-smoke-" in error
+    assert "nothing was served" in error
     assert f"demo-engine (engine): installed nothing, the lock has {locked_version(fresh['lock'], 'engine')}" in error
-    assert r.report["install"]["python"] == "python3" and not r.report["install"]["steps"]
+    assert r.report["install"]["python"] == "python3"
+    assert not r.report["install"]["steps"]
     assert tool_containers("podman") == []
 
 
@@ -307,7 +325,8 @@ def test_exec_mode_installs_and_serves_in_the_running_container(smoke, running, 
     assert r.code == 0, r.stdout
     assert_locked_install(r, lock)  # the staged files reached the container by copy
     target = r.report["target"]
-    assert target["mode"] == "container" and target["name"] == f"podman container {name}"
+    assert target["mode"] == "container"
+    assert target["name"] == f"podman container {name}"
     assert target["image_digest"] == lock.target.image_digest
     log = (r.out / "smoke" / "server.log").read_text()
     assert log.count(f"KERNELS {locked_version(lock, 'kernels')}") == 2  # in the venv on PATH, both starts
@@ -342,7 +361,9 @@ def test_an_environment_in_the_container_that_differs_from_the_lock_is_flagged(s
                   "--cases", "models", "--serve-cmd", serve_cmd())
         assert r.code == 1, r.stdout
         error = json.loads(r.stdout)["error"]
-        assert "standin-torch: differs" in error and sha256_file(other) in error and "nothing was served" in error
+        assert "standin-torch: differs" in error
+        assert sha256_file(other) in error
+        assert "nothing was served" in error
         rows = {x["name"]: x for x in r.report["install"]["environment"]["locked"]}
         assert rows["standin-torch"]["state"] == "differs"
         assert rows["standin-torch"]["installed-sha256"] == sha256_file(other)

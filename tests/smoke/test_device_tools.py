@@ -40,7 +40,8 @@ def test_xpu_smi_discovery_lists_the_cards(bindir):
 
 
 def test_absent_failing_or_hanging_tools_give_nothing(bindir, monkeypatch):
-    assert devices.xpu_smi_cards() == [] and devices.tool_reports() == {}  # neither is installed
+    assert devices.xpu_smi_cards() == []
+    assert devices.tool_reports() == {}
     tool(bindir, "xpu-smi", "echo 'partial output'; exit 3")
     tool(bindir, "sycl-ls", "echo '[level_zero:gpu][level_zero:0] stand-in'; exec sleep 30")
     monkeypatch.setattr(devices, "TOOL_TIMEOUT", 1)

@@ -19,12 +19,16 @@ def test_healthy_server_passes_every_case_and_writes_reports(smoke):
     assert r.code == 0, r.stdout
     assert set(r.verdicts().values()) == {"pass"}
     rep = r.report
-    assert rep["verdict"] == "pass" and rep["exit_code"] == 0
-    assert r.run["ready"]["ok"] and not r.run["findings"] and not r.run["crashed"]
+    assert rep["verdict"] == "pass"
+    assert rep["exit_code"] == 0
+    assert r.run["ready"]["ok"]
+    assert not r.run["findings"]
+    assert not r.run["crashed"]
     # raw requests are kept: the image goes as a data URL part, image-json asks for a json_schema
     image_req = r.case("image-json")["exchanges"][0]["request"]
     parts = image_req["messages"][0]["content"]
-    assert parts[1]["type"] == "image_url" and parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert parts[1]["type"] == "image_url"
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
     assert image_req["response_format"]["type"] == "json_schema"
     assert json.loads(json.loads(r.case("image-json")["exchanges"][0]["response"])["choices"][0]["message"]["content"])
     assert len(r.case("repeat")["exchanges"]) == 3
@@ -32,9 +36,11 @@ def test_healthy_server_passes_every_case_and_writes_reports(smoke):
     # restart: the log shows two starts
     assert (r.out / "smoke" / "server.log").read_text().count("### toolchain smoke: start #") == 2
     summary = (r.out / "summary.md").read_text()
-    assert "# toolchain smoke: PASS" in summary and "| image-json | PASS | yes |" in summary
+    assert "# toolchain smoke: PASS" in summary
+    assert "| image-json | PASS | yes |" in summary
     suites = ET.parse(r.out / "junit.xml").getroot()
-    assert suites.get("failures") == "0" and suites.get("errors") == "0"
+    assert suites.get("failures") == "0"
+    assert suites.get("errors") == "0"
     assert int(suites.get("tests")) == 11  # ready + 10 cases
     assert json.loads(r.stdout)["ok"] is True
 
@@ -43,10 +49,12 @@ def test_crash_on_first_request(smoke):
     r = smoke("--serve-cmd", fault_cmd("crash-first"), "--cases", ALL, *FAST)
     assert r.code == 1
     v = r.verdicts()
-    assert v["models"] == "pass" and v["first"] == "error"
+    assert v["models"] == "pass"
+    assert v["first"] == "error"
     assert all(v[c] == "error" for c in ("math", "qa", "json", "repeat"))
     assert "server exited with exit code 139 during case first" in r.case("math")["message"]
-    assert r.run["crashed"] and r.run["server_exit_code"] == 139
+    assert r.run["crashed"]
+    assert r.run["server_exit_code"] == 139
     assert r.finding_ids() == ["server-crash"]
     assert "Segmentation fault" in (r.out / "smoke" / "server.log").read_text()
     assert r.seconds < 30
@@ -58,10 +66,13 @@ def test_out_of_memory_is_marked_and_triaged(smoke):
     r = smoke("--serve-cmd", fault_cmd("oom"), "--cases", "models,math,qa", *FAST)
     assert r.code == 1
     assert r.verdicts() == {"models": "pass", "math": "fail", "qa": "fail"}
-    assert r.case("math")["category"] == "http" and "HTTP 500" in r.case("math")["message"]
-    assert r.run["oom"] is True and r.run["crashed"] is False
+    assert r.case("math")["category"] == "http"
+    assert "HTTP 500" in r.case("math")["message"]
+    assert r.run["oom"] is True
+    assert r.run["crashed"] is False
     oom = r.run["findings"][0]
-    assert oom["id"] == "oom" and oom["source"] == "log"
+    assert oom["id"] == "oom"
+    assert oom["source"] == "log"
     assert "UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY" in oom["evidence"]
     assert any(fix.get("args") == ["--kv-cache-dtype", "fp8"] for fix in oom["fixes"])
     assert "OOM" in (r.out / "summary.md").read_text()
@@ -71,7 +82,8 @@ def test_invalid_json_fails_the_schema_cases_only(smoke):
     r = smoke("--serve-cmd", fault_cmd("invalid-json"), "--cases", ALL, *FAST)
     assert r.code == 1
     v = r.verdicts()
-    assert v["json"] == "fail" and v["image-json"] == "fail"
+    assert v["json"] == "fail"
+    assert v["image-json"] == "fail"
     assert {v[c] for c in ("models", "first", "math", "qa", "image", "repeat")} == {"pass"}
     assert "content is not valid JSON" in r.case("image-json")["message"]
     assert r.finding_ids() == ["wrong-output"]
@@ -88,7 +100,8 @@ def test_degenerate_repetition_is_caught_even_when_consistent(smoke):
 def test_never_ready_stops_at_the_deadline(smoke):
     r = smoke("--serve-cmd", fault_cmd("never-ready"), "--cases", "models,math", "--ready-timeout", "2")
     assert r.code == 1
-    assert r.run["ready"]["ok"] is False and "not ready after 2s" in r.run["ready"]["reason"]
+    assert r.run["ready"]["ok"] is False
+    assert "not ready after 2s" in r.run["ready"]["reason"]
     assert r.verdicts() == {"models": "skip", "math": "skip"}
     assert r.finding_ids() == ["never-ready"]
     assert r.seconds < 20
@@ -99,7 +112,8 @@ def test_never_ready_stops_at_the_deadline(smoke):
 def test_exit_during_startup_fails_at_once(smoke):
     r = smoke("--serve-cmd", fault_cmd("exit-early"), "--cases", "models", "--ready-timeout", "120")
     assert r.code == 1
-    assert r.run["ready"]["exit_code"] == 1 and "exited with exit code 1 before it was ready" in r.run["ready"]["reason"]
+    assert r.run["ready"]["exit_code"] == 1
+    assert "exited with exit code 1 before it was ready" in r.run["ready"]["reason"]
     assert r.finding_ids() == ["exited-before-ready"]
     assert r.seconds < 20  # did not wait for the 120 s deadline
     assert "libsycl.so.8" in (r.out / "smoke" / "server.log").read_text()
@@ -110,9 +124,11 @@ def test_slow_first_request_times_out_and_later_requests_pass(smoke):
               "--request-timeout", "2", "--ready-timeout", "20")
     assert r.code == 1
     first = r.case("first")
-    assert first["verdict"] == "fail" and first["category"] == "timeout"
+    assert first["verdict"] == "fail"
+    assert first["category"] == "timeout"
     assert 1.5 < first["seconds"] < 10
-    assert r.verdicts()["math"] == "pass" and r.verdicts()["qa"] == "pass"
+    assert r.verdicts()["math"] == "pass"
+    assert r.verdicts()["qa"] == "pass"
     assert r.finding_ids() == ["request-timeout"]
     assert r.seconds < 30
 
@@ -131,7 +147,8 @@ def test_ladder_finds_the_gdn_step(smoke):
     assert ladder["first_broken"] == "gdn"
     assert [s["verdict"] for s in ladder["steps"]] == ["pass", "pass", "pass", "fail"]
     runs = {run["name"]: run for run in r.report["runs"]}
-    assert "--enforce-eager" in runs["eager"]["argv"] and runs["eager"]["env"]["DISABLE_ESIMD_GDN_OUTPROJ"] == "1"
+    assert "--enforce-eager" in runs["eager"]["argv"]
+    assert runs["eager"]["env"]["DISABLE_ESIMD_GDN_OUTPROJ"] == "1"
     assert runs["fp8-kv"]["argv"][-2:] == ["--kv-cache-dtype", "fp8"]
     assert "--enforce-eager" not in runs["xpu-graph"]["argv"]
     assert "DISABLE_ESIMD_GDN_OUTPROJ" not in runs["gdn"]["env"]
@@ -167,7 +184,9 @@ def test_cli_subprocess_json_and_exit_code(tmp_path):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["ok"] is False and data["runs"][0]["oom"] is True and data["runs"][0]["findings"] == ["oom"]
+    assert data["ok"] is False
+    assert data["runs"][0]["oom"] is True
+    assert data["runs"][0]["findings"] == ["oom"]
     assert (out / "junit.xml").is_file()
 
 
@@ -200,19 +219,24 @@ def test_an_unknown_engine_error_reaches_every_report(smoke):
     r = smoke("--serve-cmd", fault_cmd("engine-error"), "--cases", "models,math,qa", *FAST)
     assert r.code == 1
     math = r.case("math")
-    assert math["category"] == "http" and "See stack trace (above)" in math["message"]
+    assert math["category"] == "http"
+    assert "See stack trace (above)" in math["message"]
     cause = math["root_cause"]
-    assert UNKNOWN in cause["headline"] and UNKNOWN in cause["text"]
+    assert UNKNOWN in cause["headline"]
+    assert UNKNOWN in cause["text"]
     assert [e["process"] for e in cause["excerpts"]] == ["EngineCore_DP0 pid=4242", f"APIServer pid={_pid(r)}"]
-    assert cause["excerpts"][0]["kind"] == "traceback" and cause["excerpts"][0]["causes"] == [UNKNOWN]
+    assert cause["excerpts"][0]["kind"] == "traceback"
+    assert cause["excerpts"][0]["causes"] == [UNKNOWN]
     assert "gguf.py" in cause["text"]  # the last frame, where it was raised
     assert r.run["root_cause"]["headline"].startswith(UNKNOWN)
     assert r.finding_ids() == ["engine-dead"]  # the generic engine signature, not a made-up specific one
     summary = (r.out / "summary.md").read_text()
-    assert "Root cause (from the log):" in summary and UNKNOWN in summary
+    assert "Root cause (from the log):" in summary
+    assert UNKNOWN in summary
     junit = ET.parse(r.out / "junit.xml").getroot()
     failure = junit.find(".//testcase[@name='math']/failure")
-    assert UNKNOWN in failure.get("message") and UNKNOWN in failure.text
+    assert UNKNOWN in failure.get("message")
+    assert UNKNOWN in failure.text
     assert UNKNOWN in json.loads(r.stdout)["root_cause"]
 
 
@@ -237,12 +261,15 @@ def test_a_server_that_dies_during_a_case_is_blamed_on_that_case(smoke):
     r = smoke("--serve-cmd", fault_cmd("engine-dead"), "--cases", "models,math,qa,json", *FAST)
     assert r.code == 1
     death = r.run["server_death"]
-    assert death["during_case"] == "math" and death["exit_code"] == 0
+    assert death["during_case"] == "math"
+    assert death["exit_code"] == 0
     assert death["message"] == "server exited with exit code 0 during case math"
     assert r.verdicts() == {"models": "pass", "math": "fail", "qa": "error", "json": "error"}
     assert r.case("qa")["message"] == "not run: server exited with exit code 0 during case math"
-    assert UNKNOWN in death["root_cause"]["text"] and UNKNOWN in r.case("qa")["root_cause"]["headline"]
-    assert r.run["crashed"] and "server-crash" in r.finding_ids()
+    assert UNKNOWN in death["root_cause"]["text"]
+    assert UNKNOWN in r.case("qa")["root_cause"]["headline"]
+    assert r.run["crashed"]
+    assert "server-crash" in r.finding_ids()
     assert "**Server died:** server exited with exit code 0 during case math" in (r.out / "summary.md").read_text()
 
 
@@ -251,7 +278,8 @@ def test_a_slow_death_names_the_case_running_and_the_first_failing_one(smoke):
     r = smoke("--serve-cmd", fault_cmd("engine-dead", "--die-after", "2"), "--cases", "models,math,qa,json", *FAST)
     assert r.code == 1
     death = r.run["server_death"]
-    assert death["during_case"] == "qa" and death["failing_since"] == "math"
+    assert death["during_case"] == "qa"
+    assert death["failing_since"] == "math"
     assert death["message"].startswith("server exited with exit code 0 during case qa (failing since case math: "
                                        "HTTP 500: EngineCore encountered an issue")
 
@@ -259,7 +287,8 @@ def test_a_slow_death_names_the_case_running_and_the_first_failing_one(smoke):
 def test_a_server_killed_by_a_signal_says_which(smoke):
     r = smoke("--serve-cmd", fault_cmd("segv-first"), "--cases", "models,first,math", *FAST)
     assert r.code == 1
-    assert r.run["server_exit_code"] == -11 and r.run["server_exit_status"] == "signal SIGSEGV (11)"
+    assert r.run["server_exit_code"] == -11
+    assert r.run["server_exit_status"] == "signal SIGSEGV (11)"
     assert r.run["server_death"]["message"] == "server was killed by signal SIGSEGV (11) during case first"
     assert "Segmentation fault" in r.case("first")["root_cause"]["text"]
     assert r.finding_ids() == ["server-crash"]

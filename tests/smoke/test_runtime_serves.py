@@ -97,7 +97,8 @@ def test_one_runtime_shares_copies_makes_a_venv_and_serves(where: tuple[str, str
         assert (back / "hello.txt").read_text() == (share / "hello.txt").read_text()
         # a fresh venv there, whose interpreter runs in it
         py = runtime.make_venv(base, f"{scratch}/venv", log)
-        assert py.venv == f"{scratch}/venv" and py.python == f"{scratch}/venv/bin/python"
+        assert py.venv == f"{scratch}/venv"
+        assert py.python == f"{scratch}/venv/bin/python"
         prefix = py.run([py.python, "-c", "import sys; print(sys.prefix)"], capture=True).stdout.strip()
         assert prefix == py.venv
         # a long-running server, started through the runtime, answering on this machine, then stopped

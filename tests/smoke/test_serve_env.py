@@ -53,14 +53,18 @@ def test_server_starts_without_oneapi_with_profile_and_recipe_env(smoke, tmp_pat
         assert gone not in env
     assert env["LD_LIBRARY_PATH"] == "/usr/local/lib"
     assert not any(p.startswith(ONEAPI) for p in env["PATH"].split(":"))
-    assert env["ZE_AFFINITY_MASK"] == "0" and env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
-    assert env["VLLM_XPU_INC_WNA16_BACKEND"] == "w4a16" and env["HF_API_TOKEN"] == "hf_supersecretvalue"
+    assert env["ZE_AFFINITY_MASK"] == "0"
+    assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert env["VLLM_XPU_INC_WNA16_BACKEND"] == "w4a16"
+    assert env["HF_API_TOKEN"] == "hf_supersecretvalue"
     # the default command gets host and port; the lock's [smoke] drove everything else
     assert seen["argv"][-4:] == ["--host", "127.0.0.1", "--port", seen["argv"][-1]]
     text = (r.out / "report.json").read_text()
-    assert "hf_supersecretvalue" not in text and "<redacted>" in text
+    assert "hf_supersecretvalue" not in text
+    assert "<redacted>" in text
     log = (r.out / "smoke" / "server.log").read_text()
-    assert "config HF_API_TOKEN=<redacted> (value <redacted>)" in log and "hf_supersecretvalue" not in log
+    assert "config HF_API_TOKEN=<redacted> (value <redacted>)" in log
+    assert "hf_supersecretvalue" not in log
     assert set(r.run["stripped_oneapi_vars"]) >= {"SETVARS_COMPLETED", "ONEAPI_ROOT", "LD_LIBRARY_PATH", "PATH"}
     assert r.report["device"]["skipped"] is True
 
@@ -91,12 +95,16 @@ def test_device_check_messages(tmp_path):
     b70 = devices.Card("card1", 0xE223, "0000:04:00.0")
     assert devices.check("b60", 1, "0", [b60]).ok
     wrong = devices.check("b70", 1, "0", [b60])
-    assert not wrong.ok and "use --device b60" in wrong.message and "0xe211" in wrong.message
+    assert not wrong.ok
+    assert "use --device b60" in wrong.message
+    assert "0xe211" in wrong.message
     assert devices.check("b70", 1, "1", [b60, b70]).ok
     short = devices.check("b70", 2, "0,1", [b70])
-    assert not short.ok and "only 1 Intel GPU" in short.message
+    assert not short.ok
+    assert "only 1 Intel GPU" in short.message
     none = devices.check("b70", 1, "", [])
-    assert not none.ok and "no Intel GPU was found" in none.message
+    assert not none.ok
+    assert "no Intel GPU was found" in none.message
     assert devices.mask_cards("0.0,1.0,1.1") == [0, 1]
 
 
@@ -117,9 +125,11 @@ def test_missing_cards_stop_before_serving(smoke, tmp_path):
     r = smoke("--serve-cmd", fault_cmd("healthy", "--env-out", str(dump)), "--device", "b70", "--cases", "math")
     assert r.code == 2
     out = json.loads(r.stdout)
-    assert "no Intel GPU was found" in out["error"] and "--skip-device-check" in out["hint"]
+    assert "no Intel GPU was found" in out["error"]
+    assert "--skip-device-check" in out["hint"]
     assert not dump.exists()  # nothing was served
-    assert r.report["exit_code"] == 2 and "no Intel GPU" in r.report["error"]
+    assert r.report["exit_code"] == 2
+    assert "no Intel GPU" in r.report["error"]
 
 
 def test_recipe_profile_changes_and_adds_cases(tmp_path):
@@ -142,7 +152,8 @@ def test_recipe_profile_changes_and_adds_cases(tmp_path):
     assert cases["math"].exchanges[0].request["messages"][0]["content"] == "What is 2+3? Reply with digits."
     assert len(cases["repeat"].exchanges) == 5
     assert cases["capital"].passed
-    assert cases["sevens"].verdict == "fail" and not cases["sevens"].required
+    assert cases["sevens"].verdict == "fail"
+    assert not cases["sevens"].required
     argv = json.loads(dump.read_text())["argv"]  # the fault server's sys.argv: script, then arguments
     port = str(outcome.report["config"]["port"])
     assert argv[5:] == ["--host", "127.0.0.1", "--port", port, "--served-model-name", "fault-model",
@@ -173,4 +184,5 @@ def test_no_device_named_means_none_in_the_recipe_and_in_smoke(tmp_path):
     spec = smoke_spec({"model": "m"}, "x.toml [smoke]")
     assert spec.device == ""
     config = build_config(SmokeOptions(), spec, sys.executable)
-    assert config.device == "" and "ZE_AFFINITY_MASK" not in config.env
+    assert config.device == ""
+    assert "ZE_AFFINITY_MASK" not in config.env

@@ -57,13 +57,17 @@ def test_a_stop_signal_stops_the_server_group_and_writes_a_partial_report(tmp_pa
     assert live_in_group(tool.pid) == []
     # the partial report says what ran and what was running
     data = json.loads(stdout)
-    assert data["verdict"] == "interrupted" and data["interrupted"] == sig.name and data["exit_code"] == 128 + sig
+    assert data["verdict"] == "interrupted"
+    assert data["interrupted"] == sig.name
+    assert data["exit_code"] == 128 + sig
     rep = json.loads((out / "report.json").read_text())
-    assert rep["verdict"] == "interrupted" and rep["exit_code"] == 128 + sig
+    assert rep["verdict"] == "interrupted"
+    assert rep["exit_code"] == 128 + sig
     assert rep["interrupted"] == {"signal": sig.name, "stage": "serve", "running": "smoke/math", "cases_run": 1}
     cases = {c["name"]: c for c in rep["runs"][0]["cases"]}
     assert cases["models"]["verdict"] == "pass"
-    assert cases["math"]["category"] == "interrupted" and sig.name in cases["math"]["message"]
+    assert cases["math"]["category"] == "interrupted"
+    assert sig.name in cases["math"]["message"]
     assert cases["qa"]["category"] == "not-run"
     assert rep["runs"][0]["interrupted"] == sig.name
     summary = (out / "summary.md").read_text()
@@ -90,12 +94,17 @@ def test_background_stop_escalates_to_the_whole_group(tmp_path):
         wait_for(log, "engine worker ready", 2)
         wait_for(log, "INFO: Uvicorn running")  # the leader serves (its Ctrl-C handling is in place)
         members = json.loads(pids.read_text())
-        assert members["pgid"] == server.pid and server.alive() and server.group_alive()
+        assert members["pgid"] == server.pid
+        assert server.alive()
+        assert server.group_alive()
         code = server.stop(grace=1.0)
     assert code == 0  # the leader handles SIGINT (KeyboardInterrupt) and exits 0; its children needed SIGKILL
-    assert not server.group_alive() and live_in_group(server.pid) == []
-    assert "INFO: Shutting down" in log.read_text() and log.read_text().endswith("# exit code 0\n")
-    assert proc.exit_status(-11) == "signal SIGSEGV (11)" and proc.exit_status(3) == "exit code 3"
+    assert not server.group_alive()
+    assert live_in_group(server.pid) == []
+    assert "INFO: Shutting down" in log.read_text()
+    assert log.read_text().endswith("# exit code 0\n")
+    assert proc.exit_status(-11) == "signal SIGSEGV (11)"
+    assert proc.exit_status(3) == "exit code 3"
 
 
 def test_interruptible_leaves_ignored_signals_alone():
@@ -104,10 +113,11 @@ def test_interruptible_leaves_ignored_signals_alone():
         with proc.interruptible():
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN       # nohup stays nohup
             assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
-            with pytest.raises(proc.Interrupted) as stopped:
+            with pytest.raises(proc.Interrupted) as stopped:  # noqa: PT012 (the signal arrives during the sleep)
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(5)
-        assert stopped.value.signum == signal.SIGTERM and stopped.value.exit_code == 143
+        assert stopped.value.signum == signal.SIGTERM
+        assert stopped.value.exit_code == 143
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, old)

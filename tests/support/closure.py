@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -143,7 +143,7 @@ class CountingIndex:
             def __init__(self, *args, **kwargs):
                 super().__init__(*args, directory=str(root), **kwargs)
 
-            def do_GET(self):  # noqa: N802 (the http.server API)
+            def do_GET(self):
                 index.requests.append(self.path)
                 if index.latency:
                     time.sleep(index.latency)
@@ -193,11 +193,8 @@ def full_disk(where: Path):
     where.mkdir(parents=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(where)], check=True)
     try:
-        with open(where / ".filler", "wb") as f:
-            try:
-                f.write(b"\0" * (1 << 20))
-            except OSError:
-                pass
+        with open(where / ".filler", "wb") as f, suppress(OSError):
+            f.write(b"\0" * (1 << 20))
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)

@@ -199,7 +199,7 @@ def _candidate_mirrors(suite: str) -> Iterator[str]:
             if suite not in st.get("suites", "").split():
                 continue
             yield from st.get("uris", "").split()
-    lists = ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list"))
+    lists = ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]
     for path in lists:
         try:
             text = Path(path).read_text(encoding="utf-8", errors="replace")

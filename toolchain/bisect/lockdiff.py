@@ -162,7 +162,7 @@ def prefix_data(base: dict[str, Any], diffs: Sequence[Difference], count: int) -
 
 def prefix_candidates(diffs: Sequence[Difference]) -> tuple[Candidate, ...]:
     first = Candidate("d0", "the good lock, no difference applied")
-    return (first,) + tuple(Candidate(f"d{i}", f"+ {d.label}") for i, d in enumerate(diffs, 1))
+    return (first, *tuple(Candidate(f"d{i}", f"+ {d.label}") for i, d in enumerate(diffs, 1)))
 
 
 def prefix_count(key: str) -> int:
@@ -266,10 +266,10 @@ def _component_diffs(name: str, g: Any, b: Any) -> list[Difference]:
     out = []
     for key in COMPONENT_ORDER:
         if key == "env":
-            out += _table_diffs(g.get("env", {}), b.get("env", {}), path + ("env",), "env", name)
+            out += _table_diffs(g.get("env", {}), b.get("env", {}), (*path, "env"), "env", name)
         elif key == "commit":
             if g.get("commit") != b.get("commit"):
-                out.append(Difference("commit", path + ("commit",), g.get("commit"), b.get("commit"), name))
+                out.append(Difference("commit", (*path, "commit"), g.get("commit"), b.get("commit"), name))
         else:
             out += _pick_diffs(g, b, [key], path, key, name)
     rest = [k for k in _keys(g, b) if k not in COMPONENT_ORDER and k not in IGNORED_COMPONENT_KEYS]
@@ -287,7 +287,7 @@ def _pick_diffs(g: dict[str, Any], b: dict[str, Any], keys: Sequence[str], path:
     for k in keys:
         gv, bv = g.get(k, MISSING), b.get(k, MISSING)
         if gv != bv:
-            out.append(Difference(kind, path + (k,), gv, bv, component))
+            out.append(Difference(kind, (*path, k), gv, bv, component))
     return out
 
 

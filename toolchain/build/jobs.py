@@ -182,5 +182,14 @@ def job_count(text: str, where: str, user: bool = False) -> int:
     return n
 
 
-__all__ = ["JOB_VARIABLES", "JobsDecision", "job_count", "Resources", "decide_jobs", "format_size", "parse_size",
-           "per_job_memory", "resources_from"]
+__all__ = [
+    "JOB_VARIABLES",
+    "JobsDecision",
+    "Resources",
+    "decide_jobs",
+    "format_size",
+    "job_count",
+    "parse_size",
+    "per_job_memory",
+    "resources_from",
+]

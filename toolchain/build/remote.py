@@ -44,7 +44,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urljoin
 
 from toolchain import __version__
@@ -550,7 +550,7 @@ class RemoteCache:
     problem is one warning, after which the remote is off (reads and pushes, or pushes only when just the
     push was refused); a refused entry is a warning that names it."""
 
-    _shared: dict[RemoteSettings, RemoteCache] = {}
+    _shared: ClassVar[dict[RemoteSettings, RemoteCache]] = {}
     _shared_lock = threading.Lock()
 
     def __init__(self, settings: RemoteSettings) -> None:

@@ -11,7 +11,7 @@ from toolchain.errors import UsageError
 from toolchain.recipe.load import list_recipes
 
 
-def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - rich's Table, imported when a table is made
+def Table(*args: Any, **kwargs: Any) -> Any:
     from rich.table import Table as _Table
 
     return _Table(*args, **kwargs)

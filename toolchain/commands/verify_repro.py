@@ -146,7 +146,8 @@ def _seed_deps(published_dir: Path, rebuilt: Lock, lock: Lock) -> None:
     from toolchain.core.fs import atomic_copy
     from toolchain.resolve.closure import DEPS_DIR
 
-    assert lock.closure is not None and rebuilt.path is not None
+    assert lock.closure is not None
+    assert rebuilt.path is not None
     for d in lock.closure.dists:
         src, dst = published_dir / DEPS_DIR / d.file, rebuilt.path.parent / DEPS_DIR / d.file
         if src.is_file() and not dst.exists():
@@ -202,8 +203,7 @@ def compare_locks(a: Lock, b: Lock, *, use_diffoscope: bool | None = None) -> Re
     report = compare_wheel_sets(_wheel_paths(a), _wheel_paths(b), label_a=f"build 1 ({_where(a)})",
                                 label_b=f"build 2 ({_where(b)})", use_diffoscope=use_diffoscope)
     if a.normalizations != b.normalizations:
-        report = dataclasses.replace(report, notes=report.notes + (
-            f"the builds needed different normalizations: {list(a.normalizations)} vs {list(b.normalizations)}",))
+        report = dataclasses.replace(report, notes=(*report.notes, f"the builds needed different normalizations: {list(a.normalizations)} vs {list(b.normalizations)}"))
     return report
 
 

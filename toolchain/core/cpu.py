@@ -3,6 +3,7 @@ builds ahead use it; any stage deciding how much to run at once may)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import threading
@@ -28,7 +29,7 @@ def idle_cores(sample: float = 0.2) -> float:
     to schedule), per second of wall time. A call less than `sample` seconds after the previous one repeats
     that one's figure; only the first call of a process, when the module was imported less than `sample`
     seconds ago, waits for the rest of it. The load average is the fallback where /proc/stat is missing."""
-    global _last
+    global _last  # noqa: PLW0603 (one reading per process, the previous call's)
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         with _lock:
@@ -60,7 +61,5 @@ def _snapshot() -> _Reading:
     return _Reading(time.monotonic(), stat, own)
 
 
-try:  # the first call measures from here
+with contextlib.suppress(OSError, IndexError, ValueError):  # the first call measures from here
     _last = _snapshot()
-except (OSError, IndexError, ValueError):
-    pass

@@ -43,11 +43,10 @@ def _replacing(path: Path, mode: int = 0o644) -> Iterator[str]:
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Write to a temporary file in the same directory, fsync, then rename over `path`."""
-    with _replacing(path, mode) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+    with _replacing(path, mode) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:

@@ -127,7 +127,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     log_file = None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(log, "a", encoding="utf-8", errors="replace", buffering=1)  # (lines: read while it runs)
+        log_file = open(log, "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115 (closed when the process ends; lines: read while it runs)
         log_file.write(f"$ {redact_text(display(argv), full_env)}\n")
         if cwd is not None:
             log_file.write(f"  (in {cwd})\n")
@@ -345,10 +345,8 @@ class Background:
         if self._child is not None:
             self._child.signal(sig)
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def stop(self, grace: float = STOP_GRACE) -> int:
         """Stop the whole group: SIGINT, then SIGTERM after `grace` s, then SIGKILL after grace/2 s; returns the
@@ -387,7 +385,7 @@ class Background:
     def _copy(self, env: Mapping[str, str], verbose: bool) -> None:
         stream = self._proc.stdout
         assert stream is not None
-        log_file = open(self.log, "a", encoding="utf-8", errors="replace") if self.log is not None else None
+        log_file = open(self.log, "a", encoding="utf-8", errors="replace") if self.log is not None else None  # noqa: SIM115 (closed below)
         try:
             for raw in iter(stream.readline, b""):
                 line = redact_text(raw.decode("utf-8", "replace"), env)

@@ -110,7 +110,7 @@ def stack_epoch(lock: Lock) -> int:
     for comp in lock.components:
         with zipfile.ZipFile(lock.wheel_path(comp)) as zf:
             for info in zf.infolist():
-                newest = max(newest, calendar.timegm(tuple(info.date_time) + (0, 0, 0)))
+                newest = max(newest, calendar.timegm((*tuple(info.date_time), 0, 0, 0)))
     return newest
 
 
@@ -214,7 +214,7 @@ def write_tarball(src_dir: Path, dest: Path, epoch: int) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         with os.fdopen(fd, "wb") as raw:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz:  # noqa: SIM117 (raw is flushed and synced after gzip closes, before raw closes)
                 with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
                     for path in entries:
                         rel = path.relative_to(src_dir).as_posix()

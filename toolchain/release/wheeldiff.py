@@ -268,7 +268,7 @@ def _unified(a: list[str], b: list[str], name: str = "") -> str:
 
 def _clip(lines: list[str], limit: int) -> str:
     if len(lines) > limit:
-        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+        lines = [*lines[:limit], f"... ({len(lines) - limit} more lines)"]
     return "\n".join(lines)
 
 

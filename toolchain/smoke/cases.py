@@ -336,7 +336,7 @@ def chat_prompt(p: Mapping[str, Any]) -> str:
     fill = [FILLER[i % len(FILLER)] for i in range(n)]
     needle = str(p.get("needle", "4729"))
     question = p.get("prompt") or "What is the secret code? Answer with the number only."
-    return " ".join(fill[: n // 2] + [f"The secret code is {needle}."] + fill[n // 2:]) + "\n\n" + question
+    return " ".join([*fill[:n // 2], f"The secret code is {needle}.", *fill[n // 2:]]) + "\n\n" + question
 
 
 def chat_body(name: str, p: Mapping[str, Any], model: str) -> dict:

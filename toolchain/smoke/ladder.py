@@ -76,7 +76,7 @@ def apply_args(argv: Sequence[str], args: Mapping[str, Any]) -> list[str]:
         elif value is False:
             out = [a for a in out if a != flag and not a.startswith(flag + "=")]
         else:
-            out = _without_valued(out, flag) + [flag, str(value)]
+            out = [*_without_valued(out, flag), flag, str(value)]
     return out
 
 

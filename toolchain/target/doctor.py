@@ -125,7 +125,7 @@ def _kernel(facts: HostFacts, cards: Sequence[Card]) -> Finding:
 
 
 def kernel_version(release: str) -> tuple[int, int]:
-    parts = (release.split("-")[0].split(".") + ["0", "0"])[:2]
+    parts = ([*release.split("-", maxsplit=1)[0].split("."), "0", "0"])[:2]
     try:
         return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
     except ValueError:
@@ -207,7 +207,7 @@ def interpreter_findings(runtime: Runtime, python: str, facts: HostFacts, device
 
 def _release(version: str) -> tuple[int, ...]:
     nums = []
-    for part in version.split("+")[0].split("."):
+    for part in version.split("+", maxsplit=1)[0].split("."):
         digits = "".join(ch for ch in part if ch.isdigit())
         if not digits:
             break

@@ -10,6 +10,7 @@ was killed is still stopped when the runtime exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -147,7 +148,5 @@ def _forward(received: queue.SimpleQueue[int | None], as_root: list[str], pidfil
 
 
 def _quiet(argv: Sequence[str]) -> None:
-    try:
+    with contextlib.suppress(CommandTimeout):
         run(argv, capture=True, check=False, timeout=60)
-    except CommandTimeout:
-        pass
