@@ -24,6 +24,7 @@ from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import Patch
 from toolchain.resolve.closure import Closure, pylock_entry
+from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.sources.patches import applied_at
 from toolchain.target.baseenv import BaseEnv
@@ -89,6 +90,8 @@ class Lock:
     recipe_origins: tuple[tuple[str, str], ...] = ()
     # a partial build (`build --component NAME`): the components it built; the recipe text holds only them
     recipe_partial: tuple[str, ...] = ()
+    native: tuple[WheelAudit, ...] = ()  # per wheel: its shared objects' DT_NEEDED and compiler stamps
+    host: dict[str, Any] = field(default_factory=dict)  # the box it was built on (target.hostfacts)
 
     @property
     def wheels_dir(self) -> Path:
@@ -147,6 +150,8 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "components": comps,
         **closure,
         **({"base": lock.base.to_dict()} if lock.base is not None else {}),
+        **({"native": [a.to_dict() for a in lock.native]} if lock.native else {}),
+        **({"host": lock.host} if lock.host else {}),
     }
 
 
@@ -272,6 +277,8 @@ def read_lock(path: Path) -> Lock:
             path=path.resolve(),
             closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
             base=BaseEnv.from_dict(data["base"]) if "base" in data else None,
+            native=tuple(WheelAudit.from_dict(a) for a in data.get("native", ())),
+            host=dict(data.get("host", {})),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
@@ -477,7 +484,7 @@ def locked_env(env: Iterable[tuple[str, str | None]]) -> dict[str, str]:
 
 
 def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | None = None,
-                  base: BaseEnv | None = None) -> Lock:
+                  base: BaseEnv | None = None, *, host: dict[str, Any] | None = None) -> Lock:
     """The lock of a plan's built components (install order). Secrets are masked in everything it records
     (URL credentials, secret-named assignments in commands, in the recipe text too; the recipe's sha256 is
     then that of the masked text, which is what a rebuild from the lock reads back)."""
@@ -508,4 +515,4 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
                                             for k, v in recorded_origins(plan.recipe).items())), recipe_partial=plan.recipe.partial,
                 recipe_text=text, toolchain=plan.toolchain, target=plan.target,
                 smoke=redact_data(plan.recipe.smoke.raw), components=tuple(comps), normalizations=tuple(norms),
-                closure=closure, base=base)
+                closure=closure, base=base, host=dict(host or {}))

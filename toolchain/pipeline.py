@@ -35,11 +35,13 @@ from toolchain.lock import (
 )
 from toolchain.recipe.load import default_recipes_dir, load_recipe_text, origins_from_record, patches_dirs_of
 from toolchain.recipe.model import Prebuilt, Recipe
-from toolchain.resolve.closure import Closure
+from toolchain.resolve.closure import DEPS_DIR, Closure
+from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import make_runtime
 from toolchain.target.baseenv import BaseEnv
+from toolchain.target.oneapi import ToolchainEnv
 
 OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
@@ -129,6 +131,13 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
             closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
                                                            b.built_against) for b in built], options.cache_dir, logs, ui)
     lock = assemble_lock(plan, built, closure, base)
+    if previous is not None and dataclasses.replace(previous, native=(), host={}) == lock:
+        lock = previous  # nothing changed: the box and the native audit it records stand (a warm no-op)
+    else:
+        from toolchain.target.hostfacts import gather
+
+        lock = dataclasses.replace(lock, host=gather().record(),
+                                   native=audit_native(lock, out, recipe, plan.toolchain_env, options.cache_dir, ui))
     if expect is not None:
         differences = rebuild_differences(expect, lock)
         if differences:
@@ -317,7 +326,33 @@ def _recorded_closure(previous: Lock | None, plan: Plan, built: list[BuiltCompon
     this build would write with that closure is `previous` itself. `toolchain lock` resolves again on demand."""
     if previous is None or previous.closure is None:
         return None
-    return previous.closure if assemble_lock(plan, built, previous.closure) == previous else None
+    bare = dataclasses.replace(previous, native=(), host={})
+    return previous.closure if assemble_lock(plan, built, previous.closure) == bare else None
+
+
+def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv | None, cache_dir: Path,
+                 ui) -> tuple[WheelAudit, ...]:
+    """The native audit of every wheel of `lock` (built, prebuilt, the closure's; cached by sha256), then the
+    check that each needed soname is provided by the closure, the target's oneAPI library path (`toolchain`:
+    the captured setvars environment; None: not sourced) or its system loader path. Raises NativeABIError
+    naming each missing soname; warns of compiler stamps other than the captured oneAPI's."""
+    from toolchain.resolve import native
+
+    built = [(out / WHEELS_DIR / c.wheel.file, c.wheel.sha256, f"{c.dist or c.name} {c.version}",
+              "prebuilt" if c.prebuilt else "built") for c in lock.components]
+    deps = lock.closure.dists if lock.closure is not None else ()
+    with ui.status(f"auditing the shared libraries of {len(built) + len(deps)} wheels"):
+        audits = native.audit_wheels(built, deps, cache_dir, out / DEPS_DIR, out / "logs" / "native-fetch.log")
+    if any(a.objects for a in audits):
+        dirs = native.library_dirs(toolchain.as_dict()) if toolchain is not None else []
+        with make_runtime(recipe.target, ui) as runtime:
+            providers = native.target_providers(runtime, recipe.target.python, dirs,
+                                                lock.toolchain.oneapi_version if toolchain is not None else "")
+        report = native.check(audits, providers, where="the lock")
+        for warning in report.warnings:
+            ui.warn(warning)
+        native.raise_for(report, "the lock")
+    return tuple(audits)
 
 
 def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:
@@ -429,7 +464,9 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
     else:
         closure = resolve_built(recipe, lock.target, built, cache_dir, lock.path.parent / "logs", ui,
                                 refresh=refresh)
-    write_lock(dataclasses.replace(lock, closure=closure, base=base), lock.path.parent)
+    relocked = dataclasses.replace(lock, closure=closure, base=base)
+    write_lock(dataclasses.replace(relocked, native=audit_native(relocked, lock.path.parent, recipe, None,
+                                                                 cache_dir, ui)), lock.path.parent)
     give_to_invoking_user(lock.path.parent)
     return read_lock(lock.path)
 

@@ -132,13 +132,17 @@ def compute_runtime(root: Path) -> str:
 
 def dpkg_version(root: Path, packages: tuple[str, ...]) -> str:
     """`<package> <version>` of the first of `packages` dpkg lists as installed."""
-    found: dict[str, str] = {}
-    for stanza in _read(root / DPKG_STATUS).split("\n\n"):
+    text = "\n" + _read(root / DPKG_STATUS) + "\n"
+    for name in packages:  # found by name, not by parsing the whole (megabytes) file
+        start = text.find(f"\nPackage: {name}\n")
+        if start < 0:
+            continue
+        end = text.find("\n\n", start + 1)
+        stanza = text[start + 1:end if end >= 0 else len(text)]
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
-        name = fields.get("Package", "")
-        if name in packages and "installed" in fields.get("Status", "").split():
-            found[name] = fields.get("Version", "")
-    return next((f"{p} {found[p]}" for p in packages if p in found), "")
+        if "installed" in fields.get("Status", "").split():
+            return f"{name} {fields.get('Version', '')}"
+    return ""
 
 
 def _library_version(root: Path, prefix: str) -> str:

@@ -1,0 +1,177 @@
+"""The native ABI audit on real PyPI wheels (tests/support/native_wheels.py, downloaded once and cached):
+vllm-xpu-kernels 0.1.16.2 needs libsycl.so.9; intel-sycl-rt 2025.x provides libsycl.so.8, 2026.x libsycl.so.9.
+Both outcomes are reached: provided (by the closure, or by the target's oneAPI library path) and missing,
+named with who could provide it; and through `toolchain build`, at lock time."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+from spine_helpers import REPO_ROOT, GitRepo
+from support.native_wheels import wheel
+
+from toolchain.core.fs import sha256_file
+from toolchain.recipe.model import TargetSpec
+from toolchain.resolve import native
+from toolchain.resolve.closure import LockedDist
+from toolchain.target.host import HostRuntime
+
+pytestmark = pytest.mark.slow
+XPU_C = "vllm_xpu_kernels/_xpu_C.abi3.so"
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory):
+    """Each real wheel audited once into a cache (what the tool keeps under <cache>/native/)."""
+    cache = tmp_path_factory.mktemp("native-cache")
+    found = {}
+    for name, dist, role in (("kernels", "vllm-xpu-kernels 0.1.16.2", "prebuilt"),
+                             ("sycl8", "intel-sycl-rt", "dependency"), ("sycl9", "intel-sycl-rt", "dependency")):
+        w = wheel(name)
+        version = w.name.split("-")[1]
+        found[name] = native.audit_wheel(w, sha256_file(w), cache, dist=dist if name == "kernels" else
+                                         f"{dist} {version}", role=role)
+    return cache, found
+
+
+@pytest.fixture(scope="module")
+def system(audited):
+    """The system loader path of this machine, as the target probe lists it."""
+    return native.target_providers(HostRuntime(TargetSpec()), sys.executable, [], "")
+
+
+def test_the_audit_records_needed_sonames_and_compiler_stamps(audited):
+    _, a = audited
+    xpu_c = next(o for o in a["kernels"].objects if o.path == XPU_C)
+    assert {"libsycl.so.9", "libtorch_xpu.so", "libc10_xpu.so", "libze_loader.so.1"} <= set(xpu_c.needed)
+    assert "Intel(R) oneAPI DPC++/C++ Compiler 2026.1.0 (2026.1.0.20260617)" in xpu_c.compilers
+    assert "libsycl.so.8" in a["sycl8"].provides() and "libsycl.so.9" not in a["sycl8"].provides()
+    assert "libsycl.so.9" in a["sycl9"].provides()
+    assert native.WheelAudit.from_dict(a["kernels"].to_dict()) == a["kernels"]  # as a lock records it
+
+
+def _sycl_errors(report: native.NativeReport) -> list[str]:
+    return [e for e in report.errors if e.startswith("libsycl.so.9 needed by ")]
+
+
+def test_libsycl_9_provided_by_the_closure_or_missing_with_its_providers(audited, system):
+    _, a = audited
+    with_9 = native.check([a["kernels"], a["sycl9"]], native.Providers("2026.1.0", {}, system.system), where="x")
+    assert _sycl_errors(with_9) == []  # provided by the closure's intel-sycl-rt 2026.x
+    assert with_9.warnings == ()  # the kernels were compiled by the captured oneAPI's 2026.1
+    with_8 = native.check([a["kernels"], a["sycl8"]], native.Providers("2025.3.1", {}, system.system),
+                          where="the lock")
+    sycl = _sycl_errors(with_8)
+    assert sycl, with_8.errors
+    first = next(e for e in sycl if e.startswith(f"libsycl.so.9 needed by {XPU_C} (vllm-xpu-kernels 0.1.16.2): "))
+    version8 = wheel("sycl8").name.split("-")[1]
+    assert f"the closure's intel-sycl-rt {version8} provides libsycl.so.8" in first
+    assert "intel-sycl-rt 2026.x (oneAPI 2026.x) provides libsycl.so.9" in first
+    # libtorch is needed too and nothing here provides it: named with who does
+    assert any(e.startswith("libtorch_xpu.so needed by") and "torch (the XPU build" in e for e in with_8.errors)
+    # a compiler stamp other than the captured oneAPI is a warning, not an error
+    (warning,) = with_8.warnings
+    assert "Compiler 2026.1.0" in warning and "2025.3.1" in warning
+    with pytest.raises(native.NativeABIError, match="libsycl.so.9 needed by"):
+        native.raise_for(with_8, "the lock")
+
+
+def test_the_targets_oneapi_library_path_provides(audited, tmp_path):
+    """setvars' LD_LIBRARY_PATH holding oneAPI 2026's real libsycl.so.9 (taken out of the 2026 wheel)."""
+    _, a = audited
+    lib = tmp_path / "oneapi" / "lib"
+    lib.mkdir(parents=True)
+    with zipfile.ZipFile(wheel("sycl9")) as z:
+        member = next(n for n in z.namelist() if n.endswith("/lib/libsycl.so.9"))
+        (lib / "libsycl.so.9").write_bytes(z.read(member))
+    providers = native.target_providers(HostRuntime(TargetSpec()), sys.executable,
+                                        native.library_dirs({"LD_LIBRARY_PATH": f"/nonexistent:{lib}"}), "2026.1.0")
+    assert providers.oneapi == {"libsycl.so.9": str(lib)}
+    assert _sycl_errors(native.check([a["kernels"], a["sycl8"]], providers, where="x")) == []
+
+
+def test_a_cached_audit_never_imports_the_elf_reader(audited):
+    cache, a = audited
+    w = wheel("sycl9")
+    code = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from toolchain.resolve.native import audit_wheel
+        got = audit_wheel(Path({str(w)!r}), {a['sycl9'].sha256!r}, Path({str(cache)!r}))
+        print(len(got.objects), 'elftools' in sys.modules)
+        """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    assert r.stdout.split() == [str(len(a["sycl9"].objects)), "False"], r.stderr
+
+
+def test_closure_wheels_are_read_from_their_file_urls(audited, tmp_path):
+    cache, a = audited
+    w = wheel("sycl8")
+    dist = LockedDist("intel-sycl-rt", w.name.split("-")[1], w.name, w.as_uri(), a["sycl8"].sha256)
+    (got,) = native.audit_wheels([], [dist], cache, tmp_path / "deps", tmp_path / "fetch.log")
+    assert got.objects == a["sycl8"].objects and got.role == "dependency"
+    assert not (tmp_path / "deps").exists()  # nothing fetched: the file was at hand
+
+
+def test_a_build_whose_closure_needs_libsycl_9_against_oneapi_2025_fails_at_lock_time(ws, audited, tmp_path):
+    """A component requiring the real kernels wheel (find-links), built with a setvars whose library path holds
+    oneAPI 2025's libsycl.so.8: exit 1 before any lock is written, naming soname, file and providers."""
+    cache, _ = audited
+    lib = tmp_path / "oneapi-2025" / "lib"
+    lib.mkdir(parents=True)
+    with zipfile.ZipFile(wheel("sycl8")) as z:
+        member = next(n for n in z.namelist() if n.endswith("/lib/libsycl.so.8"))
+        (lib / "libsycl.so.8").write_bytes(z.read(member))
+    setvars = tmp_path / "oneapi-2025" / "setvars.sh"
+    setvars.write_text(f"# TEST setvars (not oneAPI): its library path holds oneAPI 2025's libsycl.so.8\n"
+                       f"export CMPLR_ROOT={lib.parent}\nexport LD_LIBRARY_PATH={lib}\n")
+    repo = GitRepo.create(tmp_path / "needs-kernels")
+    repo.commit("a package that needs the kernels", {
+        "pyproject.toml": textwrap.dedent("""\
+            [build-system]
+            requires = ["setuptools"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "needs-kernels"
+            version = "1.0"
+            dependencies = ["vllm-xpu-kernels==0.1.16.2"]
+            [tool.setuptools]
+            py-modules = []
+            """)})
+    ws.recipe("abi", textwrap.dedent(f"""\
+        [toolchain]
+        setvars = "{setvars}"
+        [components.needs-kernels]
+        url = "{repo.url}"
+        commit = "{repo.head()}"
+        [resolve]
+        indexes = []
+        find-links = ["{wheel('kernels').parent}"]
+        """))
+    shutil.copytree(cache / native.NATIVE_DIR, ws.cache / native.NATIVE_DIR)  # the 150 MB read once per session
+    r = ws.build("abi")
+    assert r.returncode == 1, str(r)
+    err = r.json()
+    assert err["kind"] == "NativeABIError"
+    line = next(x for x in err["error"].splitlines() if f"libsycl.so.9 needed by {XPU_C}" in x)
+    assert f"the target's oneAPI  ({lib}) provides libsycl.so.8".replace("  ", " ") in line
+    assert "intel-sycl-rt 2026.x (oneAPI 2026.x) provides libsycl.so.9" in line
+    assert not (ws.root / "out" / "stack.lock.toml").exists()
+
+
+def test_the_demo_lock_records_the_audit_and_the_box(demo_build):
+    lock = demo_build.lock()
+    wheels = {a["wheel"] for a in lock["native"]}
+    assert {c["wheel"]["file"] for c in lock["components"]} <= wheels
+    assert {d["file"] for d in lock["dependencies"] if d["file"].endswith(".whl")} <= wheels
+    kernels = next(a for a in lock["native"] if a["wheel"].startswith("demo_kernels-"))
+    (obj,) = kernels["objects"]  # the demo's C extension, compiled by the host's gcc (the stand-in has no icpx)
+    assert obj["file"].startswith("demo_kernels/_C.") and obj["compilers"][0].startswith("GCC: ")
+    assert kernels["role"] == "built" and kernels["sha256"] in {c["wheel"]["sha256"] for c in lock["components"]}
+    assert lock["host"]["kernel"] == Path("/proc/sys/kernel/osrelease").read_text().strip()

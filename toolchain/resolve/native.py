@@ -1,0 +1,317 @@
+"""The native ABI audit: what pip cannot see. Every shared object of every wheel of a lock (built, prebuilt
+and the closure's) is read once for its `DT_NEEDED` sonames and the compiler stamps of its `.comment` section;
+the lock records them per wheel. Each needed soname must then be provided by a file of the locked closure
+(intel-sycl-rt's `libsycl.so.N`, torch's `libtorch_xpu.so`), by the target's oneAPI (setvars' library path,
+at build time) or by the target's system loader path (`ldconfig -p`). oneAPI 2025 ships `libsycl.so.8` and
+2026 `libsycl.so.9` (vLLM #11734, bitsandbytes #1991): a kernels wheel built with one does not load with the
+other, and the metadata says nothing of it.
+
+The ELF reading is pyelftools', imported only when a wheel not audited before is read; audits are cached by
+the wheel's sha256 (`<cache>/native/<sha256>.json`), so a warm build reads JSON and never imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from toolchain.core.fs import atomic_write_text
+from toolchain.errors import BuildError
+from toolchain.resolve.closure import LockedDist
+
+if TYPE_CHECKING:
+    from toolchain.target.base import Runtime
+
+NATIVE_DIR = "native"  # under the cache directory
+AUDIT_VERSION = 1
+ELF_MAGIC = b"\x7fELF"
+SO_NAME = re.compile(r"\.so(\.\d+)*$")
+INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
+SOVERSION = re.compile(r"^(?P<stem>.+?\.so)(?:\.(?P<ver>[\d.]+))?$")
+
+# Who ships a library a wheel may need, for the error's "who could provide it" (the closure, oneAPI and the
+# system loader path are searched; this names what to add when none has it).
+KNOWN_PROVIDERS = (
+    (re.compile(r"^libsycl\.so\.8$"), "intel-sycl-rt 2025.x (oneAPI 2025.x)"),
+    (re.compile(r"^libsycl\.so\.9$"), "intel-sycl-rt 2026.x (oneAPI 2026.x)"),
+    (re.compile(r"^libsycl\.so\.(\d+)$"), "intel-sycl-rt (oneAPI DPC++ runtime)"),
+    (re.compile(r"^lib(torch|torch_cpu|torch_xpu|torch_python|c10|c10_xpu)\.so$"),
+     "torch (the XPU build: https://download.pytorch.org/whl/xpu)"),
+    (re.compile(r"^libze_loader\.so\.1$"), "the Level Zero loader (Debian/Ubuntu libze1; PyPI level-zero)"),
+    (re.compile(r"^lib(imf|intlc|svml|irng|iomp5)\.so"), "intel-cmplr-lib-rt (the oneAPI compiler runtime)"),
+    (re.compile(r"^libur_(loader|adapter_level_zero)\.so"), "intel-sycl-rt (the unified runtime)"),
+    (re.compile(r"^libmkl_"), "onemkl-sycl-* / mkl (oneMKL)"),
+    (re.compile(r"^libccl\.so"), "oneccl (oneCCL)"),
+)
+
+
+@dataclass(frozen=True)
+class SharedObject:
+    path: str                      # inside the wheel: vllm_xpu_kernels/_xpu_C.abi3.so
+    soname: str = ""               # DT_SONAME, "" when it has none
+    needed: tuple[str, ...] = ()   # DT_NEEDED
+    compilers: tuple[str, ...] = ()  # .comment strings (the compiler stamps)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.path}
+        if self.soname:
+            d["soname"] = self.soname
+        d["needed"], d["compilers"] = list(self.needed), list(self.compilers)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SharedObject:
+        return cls(str(d["file"]), str(d.get("soname", "")), tuple(d.get("needed", ())), tuple(d.get("compilers", ())))
+
+
+@dataclass(frozen=True)
+class WheelAudit:
+    """The shared objects of one wheel (none for a pure-Python wheel)."""
+    wheel: str                     # file name
+    sha256: str
+    dist: str = ""                 # distribution name and version, as the lock names it: "intel-sycl-rt 2025.3.3"
+    role: str = ""                 # built | prebuilt | dependency
+    objects: tuple[SharedObject, ...] = ()
+
+    def provides(self) -> set[str]:
+        """The sonames this wheel's files answer: each file's name and its DT_SONAME."""
+        return {PurePosixPath(o.path).name for o in self.objects} | {o.soname for o in self.objects if o.soname}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wheel": self.wheel, "sha256": self.sha256, "dist": self.dist, "role": self.role,
+                "objects": [o.to_dict() for o in self.objects]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WheelAudit:
+        return cls(str(d["wheel"]), str(d["sha256"]), str(d.get("dist", "")), str(d.get("role", "")),
+                   tuple(SharedObject.from_dict(o) for o in d.get("objects", ())))
+
+
+@dataclass(frozen=True)
+class Providers:
+    """Where a target finds libraries besides the closure: setvars' library path and the loader's."""
+    oneapi_version: str = ""
+    oneapi: Mapping[str, str] = field(default_factory=dict)   # soname -> directory (setvars' LD_LIBRARY_PATH)
+    system: Mapping[str, str] = field(default_factory=dict)   # soname -> path (ldconfig -p, the default dirs)
+
+
+@dataclass(frozen=True)
+class NativeReport:
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def audit_wheel(path: Path, sha256: str, cache_dir: Path | None, *, dist: str = "", role: str = "") -> WheelAudit:
+    """The wheel's shared objects, from the cache when this sha256 was read before."""
+    cached = (cache_dir / NATIVE_DIR / f"{sha256}.json") if cache_dir is not None else None
+    if cached is not None:
+        try:
+            raw = json.loads(cached.read_text(encoding="utf-8"))
+            if raw.get("audit-version") == AUDIT_VERSION:
+                objects = tuple(SharedObject.from_dict(o) for o in raw["objects"])
+                return WheelAudit(path.name, sha256, dist, role, objects)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    objects = tuple(_read_wheel(path))
+    if cached is not None:
+        atomic_write_text(cached, json.dumps({"audit-version": AUDIT_VERSION, "wheel": path.name,
+                                              "objects": [o.to_dict() for o in objects]}, indent=1))
+    return WheelAudit(path.name, sha256, dist, role, objects)
+
+
+def audit_wheels(built: Sequence[tuple[Path, str, str, str]], deps: Sequence[LockedDist], cache_dir: Path,
+                 deps_dir: Path, log: Path) -> list[WheelAudit]:
+    """Audits of the built wheels [(file, sha256, "name version", role)] and of the closure's wheels: a
+    dependency is read from its file:// path, from `deps_dir`, or fetched there (hashes checked) when its
+    audit is not cached yet; sdists have no shared objects to read before they are built."""
+    audits = [audit_wheel(path, sha, cache_dir, dist=dist, role=role) for path, sha, dist, role in built]
+    wheels = [d for d in deps if d.is_wheel]
+    todo = [d for d in wheels if not (cache_dir / NATIVE_DIR / f"{d.sha256}.json").is_file()
+            and not (d.local_path() and Path(d.local_path()).is_file()) and not (deps_dir / d.file).is_file()]
+    if todo:
+        from toolchain.resolve.fetch import fetch_dists
+
+        fetch_dists(todo, deps_dir, log)
+    for d in wheels:
+        local = Path(d.local_path()) if d.local_path() and Path(d.local_path()).is_file() else deps_dir / d.file
+        audits.append(audit_wheel(local, d.sha256, cache_dir, dist=f"{d.name} {d.version}", role="dependency"))
+    return audits
+
+
+def target_providers(runtime: Runtime, python: str, oneapi_dirs: Sequence[str], oneapi_version: str) -> Providers:
+    """The target's system loader path (`ldconfig -p` and the default library folders) and the sonames in
+    setvars' library path, as the target's interpreter lists them."""
+    r = runtime.run([python, "-c", LOADER_PROBE, *oneapi_dirs], capture=True, check=False)
+    try:
+        return parse_probe(r.stdout, oneapi_version)
+    except (ValueError, IndexError) as exc:
+        raise BuildError(f"listing the target's libraries failed (exit {r.returncode}): "
+                         f"{(r.stderr or r.stdout)[-300:].strip()}",
+                         hint="check [target] python runs in the target") from exc
+
+
+def _read_wheel(path: Path) -> Iterable[SharedObject]:
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        for info in z.infolist():
+            name = info.filename
+            if info.is_dir() or not SO_NAME.search(name):
+                continue
+            with z.open(info) as f:
+                if f.read(4) != ELF_MAGIC:
+                    continue
+            yield read_elf(name, io.BytesIO(z.read(info)))
+
+
+def read_elf(name: str, stream: Any) -> SharedObject:
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    elf = ELFFile(stream)
+    needed: list[str] = []
+    soname = ""
+    for section in elf.iter_sections():
+        if isinstance(section, DynamicSection):
+            for tag in section.iter_tags():
+                if tag.entry.d_tag == "DT_NEEDED":
+                    needed.append(str(getattr(tag, "needed", "")))
+                elif tag.entry.d_tag == "DT_SONAME":
+                    soname = str(getattr(tag, "soname", ""))
+    comment = elf.get_section_by_name(".comment")
+    stamps: list[str] = []
+    if comment is not None:
+        for raw in comment.data().split(b"\0"):
+            text = raw.decode("utf-8", "replace").strip()
+            if text and text not in stamps:
+                stamps.append(text)
+    return SharedObject(name, soname, tuple(needed), tuple(stamps))
+
+
+def check(audits: Sequence[WheelAudit], providers: Providers, *, where: str) -> NativeReport:
+    """Every needed soname provided by a closure file, oneAPI's library path or the system loader path; an
+    Intel compiler stamp of a built or prebuilt wheel other than the captured oneAPI's version is a warning
+    (the closure's own runtimes carry the stamps of whoever built them). `where`: "the lock" or
+    "the smoke target", for the messages."""
+    closure: dict[str, WheelAudit] = {}
+    for a in audits:
+        for so in a.provides():
+            closure.setdefault(so, a)
+    errors: list[str] = []
+    warnings: list[str] = []
+    for a in audits:
+        for obj in a.objects:
+            for so in obj.needed:
+                if so in closure or so in providers.oneapi or so in providers.system:
+                    continue
+                errors.append(f"{so} needed by {obj.path} ({a.dist or a.wheel}): "
+                              + "; ".join(_could_provide(so, closure, providers, where)))
+        stamp = _stamp_mismatch(a, providers.oneapi_version) if a.role != "dependency" else ""
+        if stamp:
+            warnings.append(stamp)
+    return NativeReport(tuple(dict.fromkeys(errors)), tuple(warnings))
+
+
+def _stem(soname: str) -> str:
+    m = SOVERSION.match(soname)
+    return m.group("stem") if m else soname
+
+
+def _could_provide(so: str, closure: Mapping[str, WheelAudit], providers: Providers, where: str) -> list[str]:
+    """What is there with the same library stem (libsycl.so.8 beside a needed libsycl.so.9), and who ships
+    the one needed."""
+    stem = _stem(so)
+    said = []
+    for have, a in sorted(closure.items()):
+        if _stem(have) == stem:
+            said.append(f"the closure's {a.dist or a.wheel} provides {have}")
+    for have, d in sorted(providers.oneapi.items()):
+        if _stem(have) == stem:
+            said.append(f"the target's oneAPI {providers.oneapi_version} ({d}) provides {have}".replace("  ", " "))
+    for have, p in sorted(providers.system.items()):
+        if _stem(have) == stem:
+            said.append(f"the system loader path has {have} ({p})")
+    if not said:
+        said.append(f"nothing in {where}'s closure, oneAPI library path or system loader path provides it")
+    known = next((who for pattern, who in KNOWN_PROVIDERS if pattern.search(so)), "")
+    said.append(f"{known} provides {so}" if known else f"add the wheel or system package that ships {so}")
+    return said
+
+
+def _stamp_mismatch(a: WheelAudit, oneapi_version: str) -> str:
+    want = ".".join(oneapi_version.split(".")[:2])
+    if not want:
+        return ""
+    for obj in a.objects:
+        for stamp in obj.compilers:
+            m = INTEL_COMPILER.search(stamp)
+            if m and m.group(1) != want:
+                return (f"{a.dist or a.wheel}: {obj.path} was compiled by `{stamp}`, the captured oneAPI is "
+                        f"{oneapi_version}: its runtime libraries may not match (libsycl.so.8 is 2025.x, "
+                        f".9 2026.x)")
+    return ""
+
+
+class NativeABIError(BuildError):
+    """A needed shared library that nothing the target would load provides."""
+
+
+def raise_for(report: NativeReport, where: str) -> None:
+    if report.errors:
+        raise NativeABIError(f"native ABI check of {where}: {len(report.errors)} needed librar"
+                             f"{'y is' if len(report.errors) == 1 else 'ies are'} not provided:\n"
+                             + "\n".join(f"  - {e}" for e in report.errors),
+                             hint="pin the runtime that provides each (e.g. intel-sycl-rt of the oneAPI the "
+                                  "wheel was compiled with) in a built wheel's requirements or the recipe's "
+                                  "[resolve], or rebuild the wheel against the runtime the closure has")
+
+
+# ---- the target's library paths --------------------------------------------------------------------------
+
+LOADER_PROBE = r"""
+import json, os, subprocess, sys
+system = {}
+for exe in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+    try:
+        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        continue
+    for line in out.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        name = name.split(" (")[0].strip()
+        if name and ("x86-64" in line or "64bit" in line or "(libc6)" not in line):
+            system.setdefault(name, path.strip())
+    if system:
+        break
+for d in ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"):
+    try:
+        for n in os.listdir(d):
+            if ".so" in n:
+                system.setdefault(n, os.path.join(d, n))
+    except OSError:
+        pass
+oneapi = {}
+for d in sys.argv[1:]:
+    try:
+        for n in os.listdir(d):
+            if ".so" in n:
+                oneapi.setdefault(n, d)
+    except OSError:
+        pass
+print(json.dumps({"system": system, "oneapi": oneapi}))
+"""
+
+
+def library_dirs(env: Mapping[str, str | None]) -> list[str]:
+    """setvars' library path (LD_LIBRARY_PATH as the toolchain environment sets it)."""
+    return [d for d in (env.get("LD_LIBRARY_PATH") or "").split(":") if d]
+
+
+def parse_probe(stdout: str, oneapi_version: str) -> Providers:
+    raw = json.loads(stdout.strip().splitlines()[-1])
+    return Providers(oneapi_version, dict(raw.get("oneapi", {})), dict(raw.get("system", {})))
