@@ -301,6 +301,11 @@ def component(repo: GitRepo, commit: str | None = None, **keys) -> dict:
     return {"url": repo.url, "ref": "main", "commit": commit or repo.head(), **keys}
 
 
+def counted(counter: Path) -> int:
+    """How many builds the tiny backend counted (TINY_BUILD_COUNTER: a line per build_wheel call)."""
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
 def recipe_data(components: dict[str, dict], *, setvars: str = "", **top) -> dict:
     """A recipe table: host target with this interpreter, no toolchain unless `setvars` is given."""
     data: dict = {"description": "test recipe", "toolchain": {"setvars": setvars},

@@ -18,6 +18,7 @@ from spine_helpers import (
     STANDIN_SETVARS,
     TINY_INIT,
     component,
+    counted,
     kill_group,
     recipe_data,
     wheel_member,
@@ -34,10 +35,6 @@ def build_info(out: Path, wheel_glob: str = "tiny-*.whl") -> dict:
 
 def entry_dir(cache: Path, key: str) -> Path:
     return cache / "wheels" / key[:2] / key
-
-
-def counted(counter: Path) -> int:
-    return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
 def assert_cache_sound(cache: Path, *, settled: bool = True) -> None:

@@ -22,7 +22,7 @@ from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_t
 from toolchain.core.serial import from_data, to_data
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
-from toolchain.recipe.model import Patch
+from toolchain.recipe.model import InputFile, Patch
 from toolchain.resolve.closure import Closure, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
@@ -67,6 +67,7 @@ class LockedComponent:
     metrics: BuildMetrics = BuildMetrics()
     # a prebuilt component (never compiled): {url, sha256, requirement?, index?}; url and commit are then ""
     prebuilt: dict[str, Any] = field(default_factory=dict)
+    inputs: tuple[InputFile, ...] = ()  # files read beyond the tree (kernel configuration): label, sha256
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ def to_dict(lock: Lock) -> dict[str, Any]:
             d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
         if c.built_against:
             d["built-against"] = [b.to_dict() for b in c.built_against]
+        if c.inputs:
+            d["inputs"] = [i.to_dict() for i in c.inputs]
         if c.jobs:
             d["jobs"], d["jobs-source"] = c.jobs, c.jobs_source
         if c.compiler_cache != CacheReport():
@@ -263,6 +266,7 @@ def read_lock(path: Path) -> Lock:
                 jobs=int(c.get("jobs", 0)), jobs_source=str(c.get("jobs-source", "")),
                 metrics=BuildMetrics.from_dict(c.get("metrics")),
                 prebuilt=dict(c.get("prebuilt", {})),
+                inputs=tuple(InputFile(str(i["path"]), str(i["sha256"])) for i in c.get("inputs", ())),
             ))
         r = data["recipe"]
         return Lock(
@@ -345,7 +349,8 @@ COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     "import": (False, STR), "version": (False, STR), "install-args": (False, STRS), "env": (False, ENV),
     "command": (True, ARGV), "cache-key": (True, HEX), "build-seconds": (False, SECONDS),
     "wheel": (True, TABLE), "patches": (False, ("an array of tables", lambda v: isinstance(v, list))),
-    "fetchcontent": (False, ("an array of tables", lambda v: isinstance(v, list))), "prebuilt": (False, TABLE)}
+    "fetchcontent": (False, ("an array of tables", lambda v: isinstance(v, list))), "prebuilt": (False, TABLE),
+    "inputs": (False, ("an array of tables", lambda v: isinstance(v, list)))}
 # a prebuilt component is not built from a repository: it has no url, commit or command of its own
 PREBUILT_COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     **COMPONENT_SCHEMA, "url": (False, STR), "commit": (False, STR), "command": (False, STRS)}
@@ -369,6 +374,7 @@ DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = {
 RESOLVE_SCHEMA: dict[str, tuple[bool, Check]] = {
     "resolver": (False, STR), "indexes": (False, STRS), "find-links": (False, STRS), "index-strategy": (False, STR),
     "python-version": (False, STR), "platform": (False, STR), "notes": (False, STRS)}
+INPUT_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256)}
 
 
 def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
@@ -439,7 +445,8 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
             seen.add(name)
         if isinstance(c.get("wheel"), dict):
             out += _table_problems(c["wheel"], WHEEL_SCHEMA, f"{where}.wheel")
-        for key, schema in (("patches", PATCH_SCHEMA), ("fetchcontent", FETCHCONTENT_SCHEMA)):
+        for key, schema in (("patches", PATCH_SCHEMA), ("fetchcontent", FETCHCONTENT_SCHEMA),
+                            ("inputs", INPUT_SCHEMA)):
             if isinstance(c.get(key), list):
                 for j, item in enumerate(c[key]):
                     out += _table_problems(item, schema, f"{where}.{key}[{j}]")
@@ -502,7 +509,8 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
                                for d in c.fetchcontent),
             built_against=b.built_against, compiler_cache=b.compiler_cache, jobs=b.jobs,
             jobs_source=b.jobs_source, metrics=b.metrics,
-            prebuilt=b.plan.prebuilt.as_dict() if b.plan.prebuilt is not None else {}))
+            prebuilt=b.plan.prebuilt.as_dict() if b.plan.prebuilt is not None else {},
+            inputs=b.plan.inputs))
     norms = sorted({n for b in built for n in b.normalizations})
     text, sha = plan.recipe.text, plan.recipe.sha256
     resolved = tomlio.loads(text)

@@ -9,8 +9,9 @@ good side and `d<k>` the bad one; the bisect core finds the first bad `d<i>`: di
 that turns good into bad. When it is a commit change, `bisect_locks` hands that component's commit range
 (with the other differences before it applied) to the core.
 
-Differences that a recipe cannot express (the oneAPI version or torch found on the machine, a patch file
-whose content changed) are reported as notes, not applied.
+Differences that a recipe cannot express (the oneAPI version or torch found on the machine, the host each
+lock was built on: kernel, GPUs, driver, Level Zero, compute runtime; a patch file whose content changed) are
+reported as notes beside the recipe differences, not applied.
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ def environment_notes(good: Lock, bad: Lock) -> list[str]:
         if gv != bv:
             notes.append(f"{what} differs: {gv or '(none)'} -> {bv or '(none)'} (not swapped: it is the "
                          f"build machine's, not the recipe's)")
+    for key in _keys(good.host, bad.host):  # the box each was built on (toolchain.target.hostfacts)
+        gv, bv = good.host.get(key, ""), bad.host.get(key, "")
+        if gv != bv:
+            notes.append(f"host {key} differs: {_show(gv) if gv not in ('', []) else '(none)'} -> "
+                         f"{_show(bv) if bv not in ('', []) else '(none)'} (the box, not the recipe: not swapped)")
     gp = {(c.name, p.label): p.sha256 for c in good.components for p in c.patches}
     for c in bad.components:
         for p in c.patches:

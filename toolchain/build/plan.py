@@ -7,18 +7,18 @@ plan` also reads what the local mirrors say of each pinned commit (`source_facts
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from toolchain import __version__
 from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_memory
 from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
-from toolchain.core.fs import sha256_bytes
+from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
 from toolchain.errors import ToolError
-from toolchain.recipe.model import Component, Patch, Recipe
+from toolchain.recipe.model import Component, InputFile, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.patches import applied_at
 from toolchain.target.base import Runtime
@@ -35,6 +35,7 @@ class ComponentPlan:
     cache_key: str  # "" when the toolchain could not be captured (`Plan.toolchain_missing`)
     jobs: JobsDecision | None = None  # compile jobs (not in the cache key: they do not change the wheel)
     prebuilt: PrebuiltFile | None = None  # the pinned released wheel taken instead of a build
+    inputs: tuple[InputFile, ...] = ()  # files read beyond the tree, with sha256 (in the cache key)
 
     @property
     def is_prebuilt(self) -> bool:
@@ -78,7 +79,7 @@ def component_env(recipe: Recipe, comp: Component) -> dict[str, str | None]:
 
 
 def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | None], target: TargetInfo,
-              toolchain: ToolchainInfo) -> str:
+              toolchain: ToolchainInfo, inputs: tuple[InputFile, ...] | None = None) -> str:
     """Covers what changes the wheel: source (commit, subdir, patches, pre-fetched deps), command, build env
     and the toolchain fingerprint. Not the URL (a mirror serves the same commits) nor secret values."""
     material = {
@@ -93,7 +94,23 @@ def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | 
     }
     if comp.built_against:  # (only then: the keys of every other component stay as they were)
         material["built-against"] = list(comp.built_against)
+    inputs = component_inputs(comp, env) if inputs is None else inputs
+    if inputs:  # (the same: only a component with input files gets a new key)
+        material["inputs"] = [(i.label, i.sha256) for i in inputs]
     return sha256_bytes(json.dumps(material, sort_keys=True).encode())[:32]
+
+
+def component_inputs(comp: Component, env: Mapping[str, str | None]) -> tuple[InputFile, ...]:
+    """The files a build reads beyond its source tree: the component's declared `inputs`, then every env
+    value that names an existing file by absolute path (a kernel configuration preset such as
+    VLLM_CHUNK_PREFILL_CONFIG=/home/me/prefill.py), each with its sha256: editing one changes the key."""
+    found = list(comp.inputs)
+    for name, value in sorted(env.items()):
+        if value and value.startswith(("/", "~")) and "\n" not in value and not is_secret(name):
+            path = Path(value).expanduser()
+            if path.is_file():
+                found.append(InputFile(f"env {name}", sha256_file(path), path))
+    return tuple(found)
 
 
 def make_plan(recipe: Recipe, runtime: Runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None,
@@ -122,9 +139,10 @@ def make_plan(recipe: Recipe, runtime: Runtime, *, log_dir: Path | None = None, 
             comps.append(prebuilt_plan(comp))
             continue
         env = component_env(recipe, comp)
-        key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info)
+        inputs = component_inputs(comp, env)
+        key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info, inputs)
         comps.append(ComponentPlan(comp, tuple(env.items()), key,
-                                   component_jobs(recipe, comp, env, resources, user_env)))
+                                   component_jobs(recipe, comp, env, resources, user_env), inputs=inputs))
     return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing, resources=resources)
 
 

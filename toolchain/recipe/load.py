@@ -275,8 +275,7 @@ def _path_keys(data: dict[str, Any], base: Mapping[str, Any] = MappingProxyType(
         for name, c in data["components"].items():
             if not isinstance(c, dict):
                 continue
-            if "patches" in c:
-                keys.append(f"components.{name}.patches")
+            keys += [f"components.{name}.{key}" for key in ("patches", "inputs") if key in c]
             extend = c.get("extend-patches")
             if isinstance(extend, list):
                 first = 0 if "patches" in c else len(_extends_of(inherited.get(name)))

@@ -75,6 +75,19 @@ class Patch:
 
 
 @dataclass(frozen=True)
+class InputFile:
+    """A file a build reads from outside its source tree (a kernel configuration preset such as the one
+    VLLM_CHUNK_PREFILL_CONFIG names): identified by its sha256, which is part of the cache key. `label`: the
+    path as the recipe wrote it (`inputs`), or `env NAME` for an env value naming a file; `file`: where it is."""
+    label: str
+    sha256: str
+    file: Path | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.label, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
 class FetchContentDep:
     """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
     name: str
@@ -122,6 +135,7 @@ class Component:
     memory_per_job: int = 0   # bytes one compile job needs (0: the tool's default for it)
     prebuilt: Prebuilt | None = None  # a released wheel, never compiled (url and commit are then empty)
     prebuilt_index: str = ""  # per-commit wheels (+g<hex> local versions) a bisect step takes before compiling
+    inputs: tuple[InputFile, ...] = ()  # files the build reads beyond its tree (`inputs = [...]`)
 
 
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -28,6 +28,7 @@ from toolchain.recipe.model import (
     INDEX_STRATEGIES,
     Component,
     FetchContentDep,
+    InputFile,
     Origin,
     Patch,
     Prebuilt,
@@ -55,7 +56,7 @@ TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "r
                "engine-args": list, "base": str}
 PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "extend-patches": list,
-                  "after": list,
+                  "after": list, "inputs": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
                   "prebuilt": object, "prebuilt-index": str, "drop": bool, **buildspec.COMPONENT_BUILD_KEYS}
@@ -306,7 +307,9 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             else DEFAULT_INSTALL_ARGS,
             command=command, env=cenv, fetchcontent=fetch, jobs=jobs, memory_per_job=memory_per_job,
             built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"),
-            prebuilt_index=_prebuilt_index(c, pr, where))
+            prebuilt_index=_prebuilt_index(c, pr, where),
+            inputs=_inputs(pr.str_list(c, "inputs", f"{where}.inputs"), pr, f"{where}.inputs",
+                           declared.get(f"{where}.inputs", own)))
     return _order(built, pr)
 
 
@@ -361,6 +364,20 @@ def _prebuilt_index(c: dict[str, Any], pr: _Problems, where: str) -> str:
         pr.add(f"{where}.prebuilt-index", "a URL with credentials would be recorded in the lock; "
                                           "put them in ~/.netrc instead")
     return index
+
+
+def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin) -> tuple[InputFile, ...]:
+    """Declared input files, relative to the recipe that names them (or absolute), each with its sha256."""
+    out = []
+    for i, rel in enumerate(paths):
+        path = Path(rel).expanduser()
+        path = path if path.is_absolute() else origin.dir / path
+        if not path.is_file():
+            pr.add(f"{where}[{i}]", f"{rel}: no such file (relative paths are to {origin.file.name})",
+                   file=origin.file)
+            continue
+        out.append(InputFile(rel, sha256_file(path), path.resolve()))
+    return tuple(out)
 
 
 PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}

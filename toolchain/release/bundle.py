@@ -41,13 +41,15 @@ KEY_LENGTH = 12
 
 
 def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path] | None = None,
-                 with_deps: bool = False) -> Path:
+                 with_deps: bool = False, input_dirs: Sequence[Path] = ()) -> Path:
     """Write the bundle of `lock` (whose wheels must match their recorded hashes) into `out_dir`.
 
     Returns the bundle directory; the tarball is `tarball_path(<returned dir>)`. `patches_dir` (the
     recipes' patches/ directory, or several: `Recipe.patch_dirs`) copies the patch series into the bundle and
     embeds it in the SBOM. `with_deps`: the locked dependency files go into `wheels/deps/` (checked against
-    their sha256), so the bundle installs with no network.
+    their sha256), so the bundle installs with no network. `input_dirs`: where the recipe's relative
+    `inputs` are (the folders of the recipes that declared them); every input file (kernel configuration)
+    is copied into `inputs/<component>/`, checked against its sha256.
     """
     lockmod.verify_wheels(lock)
     out_dir = Path(out_dir)
@@ -64,6 +66,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
         (tmp / REQUIREMENTS_NAME).write_text(requirements_text(published, bundled=with_deps), encoding="utf-8")
         dirs = [patches_dir] if isinstance(patches_dir, (str, Path)) else list(patches_dir or ())
         patch_texts = _copy_patches(lock, dirs, tmp) if dirs else {}
+        _copy_inputs(lock, input_dirs, tmp)
         lock_key = sha256_file(tmp / lockmod.LOCK_NAME)[:KEY_LENGTH]
         (tmp / SBOM_NAME).write_text(sbom_json(published, epoch=epoch, stack_version=lock_key,
                                                patch_texts=patch_texts), encoding="utf-8")
@@ -85,11 +88,12 @@ def tarball_path(bundle_dir: Path) -> Path:
 
 def publishable(lock: Lock) -> Lock:
     """The lock as published in a bundle: without what varies between two builds of the same sources
-    (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in)."""
+    (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in,
+    the box the build ran on)."""
     return dataclasses.replace(
         lock, recipe_path=_checkout_relative(lock.recipe_path),
         recipe_origins=tuple((k, _checkout_relative(v)) for k, v in lock.recipe_origins),
-        target=dataclasses.replace(lock.target, container=""),
+        target=dataclasses.replace(lock.target, container=""), host={},
         components=tuple(dataclasses.replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
                                              metrics=BuildMetrics()) for c in lock.components))
 
@@ -275,6 +279,31 @@ def _copy_patches(lock: Lock, patches_dirs: Sequence[Path], dest: Path) -> dict[
                          + "\n".join(f"  - {p}" for p in problems),
                          hint="bundle the lock with the patches directory it was built from")
     return texts
+
+
+def _copy_inputs(lock: Lock, dirs: Sequence[Path], dest: Path) -> None:
+    """Each component's input files (an env value naming a file: that path; a declared input: relative to
+    one of `dirs`, or absolute) into `inputs/<component>/<file name>`, sha256 checked."""
+    problems = []
+    for comp in lock.components:
+        for inp in comp.inputs:
+            if inp.label.startswith("env "):
+                candidates = [Path(comp.env.get(inp.label[4:], "")).expanduser()]
+            else:
+                rel = Path(inp.label).expanduser()
+                candidates = [rel] if rel.is_absolute() else [Path(d) / rel for d in dirs]
+            found = [c for c in candidates if c.is_file()]
+            match = next((f for f in found if sha256_file(f) == inp.sha256), None)
+            if match is None:
+                problems.append(f"{comp.name}: input {inp.label}: "
+                                + (f"{found[0]} has sha256 {sha256_file(found[0])}, the lock records {inp.sha256}"
+                                   if found else "not found"))
+            else:
+                _copy(match, dest / "inputs" / comp.name / match.name)
+    if problems:
+        raise TestFailed("input files do not match the lock " + str(lock.path) + ":\n"
+                         + "\n".join(f"  - {p}" for p in problems),
+                         hint="bundle the lock right after the build that used these files, or rebuild")
 
 
 def _fix_modes(root: Path) -> None:

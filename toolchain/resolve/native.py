@@ -17,14 +17,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import LockedDist
 
 if TYPE_CHECKING:
-    from toolchain.target.base import Runtime
+    from toolchain.core.proc import Completed
 
 NATIVE_DIR = "native"  # under the cache directory
 AUDIT_VERSION = 1
@@ -142,7 +142,13 @@ def audit_wheels(built: Sequence[tuple[Path, str, str, str]], deps: Sequence[Loc
     return audits
 
 
-def target_providers(runtime: Runtime, python: str, oneapi_dirs: Sequence[str], oneapi_version: str) -> Providers:
+class Runs(Protocol):
+    """What the probe needs of a target: a build `Runtime` or smoke's target."""
+
+    def run(self, argv: Sequence[str], *, capture: bool = ..., check: bool = ...) -> Completed: ...
+
+
+def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], oneapi_version: str) -> Providers:
     """The target's system loader path (`ldconfig -p` and the default library folders) and the sonames in
     setvars' library path, as the target's interpreter lists them."""
     r = runtime.run([python, "-c", LOADER_PROBE, *oneapi_dirs], capture=True, check=False)

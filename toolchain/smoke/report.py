@@ -90,6 +90,15 @@ def markdown(report: Mapping[str, Any]) -> str:
         elif not env.get("resolved"):
             lines += ["", "The lock records no resolved closure: its dependencies were not pinned "
                           "(`toolchain lock --lock LOCK` pins them)."]
+    host = report.get("host") or {}
+    if host:
+        lines += ["", "## Host (the box served on)", ""]
+        lines += [f"- {k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in host.items()
+                  if v not in ("", [], 0)]
+    native = report.get("native")
+    if native:
+        lines.append(f"- native libraries: {native['shared-objects']} shared object(s) in {native['wheels']} "
+                     f"wheel(s), every needed soname provided")
     if report.get("error"):
         lines += ["", f"**Stopped before serving:** {_cell(report['error'], 2000)}"]
     ladder = report.get("ladder")

@@ -78,8 +78,10 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
     config = build_config(opts, smoke, py.python, where=where)
     require_a_server(lock, opts, smoke, runtime)
     out.mkdir(parents=True, exist_ok=True)
+    from toolchain.target.hostfacts import gather
+
     rep: dict[str, Any] = {
-        "tool": "toolchain smoke", "tool_version": __version__,
+        "tool": "toolchain smoke", "tool_version": __version__, "host": gather().record(),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
         "config": {**config.to_dict(), "env": redact_env(dict(config.env))},
@@ -132,6 +134,8 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         rep["device"] = _check_devices(opts, config, runtime).to_dict()
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
+        if lock is not None and staged is not None and lock.closure is not None:
+            rep["native"] = _native_check(lock, py, out, ui)
         rep["served"] = served(config.serve_argv, py, rep.get("install"))
         if rep["served"]["note"]:
             ui.warn(rep["served"]["note"])
@@ -139,6 +143,32 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         ladder = _serve_and_test(opts, config, py, out, ui, runs)
         rep.pop("stage")
         return ladder
+
+
+def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, Any]:
+    """Before serving: every shared object of every installed wheel has each soname it needs from the
+    closure or the target's system loader path (smoke serves without oneAPI sourced, so setvars' library
+    path does not count). Raises NativeABIError naming what is missing and who could provide it."""
+    from toolchain.build.cache import default_cache_dir
+    from toolchain.resolve import native
+    from toolchain.resolve.closure import DEPS_DIR
+
+    assert lock.path is not None and lock.closure is not None
+    built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}", "built")
+             for c in lock.components]
+    audits = native.audit_wheels(built, lock.closure.dists, default_cache_dir(), lock.path.parent / DEPS_DIR,
+                                 out / "install.log")
+    report = native.NativeReport()
+    if any(a.objects for a in audits):
+        report = native.check(audits, native.target_providers(py, py.python, [], ""),
+                              where="the smoke target")
+    for warning in report.warnings:
+        ui.warn(warning)
+    summary = {"wheels": len(audits), "shared-objects": sum(len(a.objects) for a in audits),
+               "missing": list(report.errors)}
+    native.raise_for(report, f"the smoke target ({py.where()})")
+    ui.info(f"native libraries: every soname {summary['shared-objects']} shared object(s) need is provided")
+    return summary
 
 
 def _interrupted(stop: Interrupted, rep: dict[str, Any], runs: list[RunResult], out: Path,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -46,6 +46,7 @@ class Signature:
     fixes: tuple[Fix, ...]
     marks: tuple[str, ...] = ()
     fallback: bool = False          # only when no other signature matched (a generic "HTTP 500")
+    extract: re.Pattern | None = None  # a `(?P<line>...)` the failure printed near it: "{line}" in fix texts
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,14 @@ class Finding:
     source: str
     evidence: str
     marks: tuple[str, ...]
+    extracted: str = ""             # what the signature's `extract` took from the text (the line to add)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
-                "evidence": self.evidence, "marks": list(self.marks), "fixes": [f.to_dict() for f in self.fixes]}
+        d = {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
+             "evidence": self.evidence, "marks": list(self.marks), "fixes": [f.to_dict() for f in self.fixes]}
+        if self.extracted:
+            d["extracted"] = self.extracted
+        return d
 
 
 def default_path() -> Path:
@@ -95,8 +100,16 @@ def load_signatures(path: Path | None = None) -> tuple[Signature, ...]:
                 problems.append(f"{where}: fix kind {f.get('kind')!r} is not one of {', '.join(FIX_KINDS)}")
                 continue
             fixes.append(Fix(f["kind"], f.get("text", ""), dict(f.get("env", {})), tuple(f.get("args", ()))))
+        extract = None
+        if raw.get("extract"):
+            try:
+                extract = re.compile(raw["extract"], re.MULTILINE)
+            except re.error as exc:
+                problems.append(f"{where}: extract {raw['extract']!r}: {exc}")
+            if extract is not None and "line" not in extract.groupindex:
+                problems.append(f"{where}: extract needs a (?P<line>...) group")
         sigs.append(Signature(raw["id"], raw["title"], tuple(patterns), sources, raw["diagnosis"], tuple(fixes),
-                              tuple(raw.get("marks", ())), bool(raw.get("fallback", False))))
+                              tuple(raw.get("marks", ())), bool(raw.get("fallback", False)), extract))
     if problems:
         raise RecipeError(problems)
     return tuple(sigs)
@@ -112,13 +125,20 @@ def triage(signatures: Iterable[Signature], *, log: str = "", responses: Iterabl
     for sig in signatures:
         hit = _first_match(sig, texts)
         if hit is not None:
-            source, line = hit
+            source, line, after = hit
+            extracted = ""
+            if sig.extract is not None:
+                m = sig.extract.search(after)
+                extracted = m.group("line").strip()[:EVIDENCE_CHARS] if m else ""
+            fixes = tuple(replace(f, text=f.text.replace("{line}", extracted or "the line it printed"))
+                          for f in sig.fixes)
             (fallbacks if sig.fallback else findings).append(
-                Finding(sig.id, sig.title, sig.diagnosis, sig.fixes, source, line, sig.marks))
+                Finding(sig.id, sig.title, sig.diagnosis, fixes, source, line, sig.marks, extracted))
     return findings or fallbacks
 
 
-def _first_match(sig: Signature, texts: Mapping[str, str]) -> tuple[str, str] | None:
+def _first_match(sig: Signature, texts: Mapping[str, str]) -> tuple[str, str, str] | None:
+    """(source, the matching line, the text from that line on: what `extract` searches)."""
     for source in sig.sources:
         text = texts.get(source, "")
         if not text:
@@ -129,5 +149,5 @@ def _first_match(sig: Signature, texts: Mapping[str, str]) -> tuple[str, str] | 
                 start = text.rfind("\n", 0, m.start()) + 1
                 end = text.find("\n", m.end())
                 line = text[start:end if end != -1 else len(text)].strip()
-                return source, line[:EVIDENCE_CHARS]
+                return source, line[:EVIDENCE_CHARS], text[start:start + 4000]
     return None
