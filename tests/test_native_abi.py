@@ -82,14 +82,19 @@ def test_libsycl_9_provided_by_the_closure_or_missing_with_its_providers(audited
         native.raise_for(with_8, "the lock")
 
 
+def _oneapi_lib(name: str, soname: str, lib: Path) -> Path:
+    """A oneAPI-like library folder holding the real `soname` taken out of the cached intel-sycl-rt wheel."""
+    lib.mkdir(parents=True)
+    with zipfile.ZipFile(wheel(name)) as z:
+        member = next(n for n in z.namelist() if n.endswith(f"/lib/{soname}"))
+        (lib / soname).write_bytes(z.read(member))
+    return lib
+
+
 def test_the_targets_oneapi_library_path_provides(audited, tmp_path):
     """setvars' LD_LIBRARY_PATH holding oneAPI 2026's real libsycl.so.9 (taken out of the 2026 wheel)."""
     _, a = audited
-    lib = tmp_path / "oneapi" / "lib"
-    lib.mkdir(parents=True)
-    with zipfile.ZipFile(wheel("sycl9")) as z:
-        member = next(n for n in z.namelist() if n.endswith("/lib/libsycl.so.9"))
-        (lib / "libsycl.so.9").write_bytes(z.read(member))
+    lib = _oneapi_lib("sycl9", "libsycl.so.9", tmp_path / "oneapi" / "lib")
     providers = native.target_providers(HostRuntime(TargetSpec()), sys.executable,
                                         native.library_dirs({"LD_LIBRARY_PATH": f"/nonexistent:{lib}"}), "2026.1.0")
     assert providers.oneapi == {"libsycl.so.9": str(lib)}
@@ -123,11 +128,7 @@ def test_a_build_whose_closure_needs_libsycl_9_against_oneapi_2025_fails_at_lock
     """A component requiring the real kernels wheel (find-links), built with a setvars whose library path holds
     oneAPI 2025's libsycl.so.8: exit 1 before any lock is written, naming soname, file and providers."""
     cache, _ = audited
-    lib = tmp_path / "oneapi-2025" / "lib"
-    lib.mkdir(parents=True)
-    with zipfile.ZipFile(wheel("sycl8")) as z:
-        member = next(n for n in z.namelist() if n.endswith("/lib/libsycl.so.8"))
-        (lib / "libsycl.so.8").write_bytes(z.read(member))
+    lib = _oneapi_lib("sycl8", "libsycl.so.8", tmp_path / "oneapi-2025" / "lib")
     setvars = tmp_path / "oneapi-2025" / "setvars.sh"
     setvars.write_text(f"# TEST setvars (not oneAPI): its library path holds oneAPI 2025's libsycl.so.8\n"
                        f"export CMPLR_ROOT={lib.parent}\nexport LD_LIBRARY_PATH={lib}\n")
