@@ -5,6 +5,7 @@ named with who could provide it; and through `toolchain build`, at lock time."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -176,3 +177,57 @@ def test_the_demo_lock_records_the_audit_and_the_box(demo_build):
     assert obj["file"].startswith("demo_kernels/_C.") and obj["compilers"][0].startswith("GCC: ")
     assert kernels["role"] == "built" and kernels["sha256"] in {c["wheel"]["sha256"] for c in lock["components"]}
     assert lock["host"]["kernel"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
+
+
+def test_provided_by_oneapi_at_build_and_missing_where_smoke_serves_without_it(ws, tmp_path):
+    """A wheel holding a real shared object linked against oneAPI 2026's libsycl.so.9: the build passes (setvars'
+    library path provides it), smoke stops before serving (it serves without oneAPI and the closure has no
+    intel-sycl-rt), naming the soname, the file and who ships it."""
+    from smoke.smoke_helpers import fault_cmd
+
+    lib = _oneapi_lib("sycl9", "libsycl.so.9", tmp_path / "oneapi-2026" / "lib")
+    setvars = lib.parent / "setvars.sh"
+    setvars.write_text(f"# TEST setvars (not oneAPI): its library path holds oneAPI 2026's libsycl.so.9\n"
+                       f"export CMPLR_ROOT={lib.parent}\nexport LD_LIBRARY_PATH={lib}\n")
+    repo = GitRepo.create(tmp_path / "needy")
+    (repo.path / "needy").mkdir()
+    (repo.path / "n.c").write_text("int needy(void) { return 7; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", "needy/libneedy.so", "n.c", f"-L{lib}", "-Wl,--no-as-needed",
+                    "-l:libsycl.so.9"], cwd=repo.path, check=True, timeout=120)
+    repo.commit("a package shipping a library that needs libsycl.so.9", {
+        "needy/__init__.py": "",
+        "pyproject.toml": textwrap.dedent("""\
+            [build-system]
+            requires = ["setuptools"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "needy"
+            version = "1.0"
+            [tool.setuptools]
+            packages = ["needy"]
+            [tool.setuptools.package-data]
+            needy = ["*.so"]
+            """)})
+    ws.recipe("needy", textwrap.dedent(f"""\
+        [toolchain]
+        setvars = "{setvars}"
+        [components.needy]
+        url = "{repo.url}"
+        commit = "{repo.head()}"
+        [resolve]
+        indexes = []
+        """))
+    r = ws.build("needy")
+    assert r.returncode == 0, str(r)
+    (audit,) = ws.lock()["native"]
+    assert audit["objects"] == [{"file": "needy/libneedy.so", "needed": ["libsycl.so.9", "libc.so.6"],
+                                 "compilers": audit["objects"][0]["compilers"]}]
+    r = ws.cli("smoke", "--lock", ws.root / "out", "--skip-device-check", "--serve-cmd", fault_cmd("healthy"),
+               "--cases", "math", "--out", ws.root / "smoke", "--json")
+    assert r.returncode == 1, str(r)
+    err = r.json()
+    assert err["kind"] == "NativeABIError", str(r)
+    line = next(x for x in err["error"].splitlines() if "libsycl.so.9 needed by needy/libneedy.so (needy 1.0)" in x)
+    assert "intel-sycl-rt 2026.x (oneAPI 2026.x) provides libsycl.so.9" in line
+    report = json.loads((ws.root / "smoke" / "report.json").read_text())
+    assert report["verdict"] == "fail" and "served" not in report  # stopped before serving

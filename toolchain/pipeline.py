@@ -131,8 +131,9 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
             closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
                                                            b.built_against) for b in built], options.cache_dir, logs, ui)
     lock = assemble_lock(plan, built, closure, base)
-    if previous is not None and dataclasses.replace(previous, native=(), host={}) == lock:
-        lock = previous  # nothing changed: the box and the native audit it records stand (a warm no-op)
+    if previous is not None and previous.host and dataclasses.replace(previous, native=(), host={}) == lock:
+        lock = previous  # nothing changed: the box and the native audit it records stand (a warm no-op);
+        # a lock of an older version (no [host]) is audited and written once
     else:
         from toolchain.target.hostfacts import gather
 
