@@ -198,13 +198,22 @@ def test_the_released_vllm_xpu_kernels_from_pypi_resolve_lock_and_install_as_a_p
         "resolve": {"indexes": ["https://pypi.org/simple"]},
         "components": {"vllm-xpu-kernels": {"prebuilt": VLLM_XPU_KERNELS.requirement,
                                             "import": "vllm_xpu_kernels"}}}))
-    r = cli.ok("build", "--recipe", recipe, "--out", tmp_path / "out", "--cache-dir", toolchain_cache(), "--json")
+    # alone, its closure has neither torch nor intel-sycl-rt (its METADATA requires nothing): the native audit
+    # stops the lock (issue 24), naming what its shared objects need
+    r = cli("build", "--recipe", recipe, "--out", tmp_path / "closed", "--cache-dir", toolchain_cache(), "--json")
+    assert r.returncode == 1 and r.json()["kind"] == "NativeABIError", str(r)
+    assert "libsycl.so.9 needed by vllm_xpu_kernels/_xpu_C.abi3.so" in r.json()["error"]
+    # without a closure (--no-resolve) the audit is recorded and the lock written
+    r = cli.ok("build", "--recipe", recipe, "--out", tmp_path / "out", "--cache-dir", toolchain_cache(), "--json",
+               "--no-resolve")
     lock = tomlio.load_file(tmp_path / "out" / "stack.lock.toml")
+    xpu_c = next(o for a in lock["native"] for o in a["objects"] if o["file"] == "vllm_xpu_kernels/_xpu_C.abi3.so")
+    assert "libsycl.so.9" in xpu_c["needed"] and lock["native"][0]["role"] == "prebuilt"
     (kern,) = lock["components"]
     assert kern["wheel"] == {"file": VLLM_XPU_KERNELS.file, "sha256": VLLM_XPU_KERNELS.sha256,
                              "size": VLLM_XPU_KERNELS.size}
     assert kern["prebuilt"]["url"] == VLLM_XPU_KERNELS.url
-    assert kern["prebuilt"]["index"] == "https://pypi.org/simple"
+    assert kern["prebuilt"]["index"] == "https://pypi.org/simple"  # (pinned from the index all the same)
     assert r.json()["components"][0]["sha256"] == VLLM_XPU_KERNELS.sha256
     # installed as smoke and bundles install a lock's wheels: the locked file with its sha256 required
     reqs = tmp_path / "requirements.lock.txt"
