@@ -153,9 +153,10 @@ def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, A
     from toolchain.resolve import native
     from toolchain.resolve.closure import DEPS_DIR
 
-    assert lock.path is not None and lock.closure is not None
-    built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}", "built")
-             for c in lock.components]
+    assert lock.path is not None
+    assert lock.closure is not None
+    built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}",
+              "prebuilt" if c.prebuilt else "built") for c in lock.components]
     audits = native.audit_wheels(built, lock.closure.dists, default_cache_dir(), lock.path.parent / DEPS_DIR,
                                  out / "install.log")
     report = native.NativeReport()
