@@ -134,7 +134,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         rep["device"] = _check_devices(opts, config, runtime).to_dict()
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
-        if lock is not None and staged is not None and lock.closure is not None:
+        if lock is not None and staged is not None and lock.closure is not None and lock.base is None:
             rep["native"] = _native_check(lock, py, out, ui)
         rep["served"] = served(config.serve_argv, py, rep.get("install"))
         if rep["served"]["note"]:
