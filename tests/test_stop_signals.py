@@ -144,3 +144,15 @@ def test_every_child_runs_in_a_process_group_and_a_cgroup_of_its_own(tmp_path):
         assert f"/toolchain-{os.getpid()}-{pid}" in "\n".join(out[1:])
         assert not list(root.glob(f"toolchain-{os.getpid()}-*")), "a cgroup was left behind"
     assert proc.CHILDREN.live() == []
+
+
+def test_cgroups_left_by_a_killed_tool_are_removed_nested_ones_too():
+    root = proc._find_cgroup_root()
+    if root is None:
+        pytest.skip("no cgroup v2 can be made here")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid no process has now
+    stale = root / f"toolchain-{gone}-1"
+    (stale / "toolchain-1-2").mkdir(parents=True)  # what a tool run by the killed tool made under it
+    proc._find_cgroup_root()
+    assert not stale.exists()

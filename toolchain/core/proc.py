@@ -574,8 +574,7 @@ class Child:
     def release(self) -> None:
         """Remove its cgroup once empty (a cgroup that still holds a process is left: `stop` ends those)."""
         if self.cgroup is not None and not self._cgroup_pids():
-            with contextlib.suppress(OSError):
-                self.cgroup.rmdir()
+            _remove_cgroup(self.cgroup)
 
 
 class Children:
@@ -696,9 +695,19 @@ def _find_cgroup_root() -> Path | None:
             for stale in base.glob("toolchain-*-*"):  # left by a tool that was killed (-9): empty, removable
                 with contextlib.suppress(ValueError, OSError):
                     if not Path(f"/proc/{int(stale.name.split('-')[1])}").exists():
-                        stale.rmdir()
+                        _remove_cgroup(stale)
             return base
     return None
+
+
+def _remove_cgroup(path: Path) -> None:
+    """Remove cgroup `path` and the cgroups under it (a tool run by the tool makes its own there), deepest
+    first; one that still holds a process stays."""
+    with contextlib.suppress(OSError):
+        for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                sub.rmdir()
+        path.rmdir()
 
 
 def _write(path: Path, text: str) -> bool:
