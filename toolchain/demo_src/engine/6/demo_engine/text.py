@@ -1,0 +1,11 @@
+"""Text helpers of the demo engine."""
+
+
+def word_count(text):
+    """How many words `text` holds: runs of whitespace separate them."""
+    return len(text.split())
+
+
+def truncate(text, limit):
+    """`text` cut to at most `limit` characters."""
+    return text[:limit]
