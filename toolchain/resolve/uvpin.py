@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,11 +64,17 @@ class BuiltWheel:
         return f"{self.dist} @ {self.wheel.resolve().as_uri()}"
 
 
+_UV_LOCK = threading.Lock()
+
+
 def uv_binary() -> str:
     try:
         from uv import find_uv_bin  # the `uv` wheel from PyPI (a dependency of this package)
 
-        return str(find_uv_bin())
+        # one thread at a time: on Python 3.11 sysconfig fills its config variables unguarded, so a second
+        # thread (bisect's builds side by side) read EXE as None there ("can only concatenate str")
+        with _UV_LOCK:
+            return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
         found = shutil.which("uv")
         if found:
