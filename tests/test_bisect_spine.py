@@ -89,9 +89,10 @@ def test_commit_bisect_interrupt_resume_and_a_repeat_that_compiles_nothing(ws, s
     compiled = counter.read_text().splitlines()
     # --jobs 1 holds after --resume: nothing was built ahead (a build ahead that no step needs is a compile)
     assert data["builds"]["speculative"] == 0 and not any(s["prefetched"] for s in data["steps"]), data
-    # kern once per tested or skipped commit (the interrupted step's build was kept, not redone),
-    # `other` once: it came from the wheel cache at every other step
-    assert len(compiled) == len({s["key"] for s in data["steps"]}) + 1, compiled
+    # kern once per tested or skipped commit and per end (checked first; the interrupted check's build was kept,
+    # not redone), `other` once: it came from the wheel cache at every other step
+    assert [x["endpoint"] for x in data["checks"]] == ["good", "bad"]
+    assert len(compiled) == len({s["key"] for s in data["steps"]} | {c[0], c[-1]}) + 1, compiled
 
     r = ws.cli(*args, "--out", ws.root / "again", "--test-cmd", f"{sys.executable} {script}", env=env)
     assert r.returncode == 0, str(r)
@@ -137,6 +138,7 @@ def test_a_component_built_before_the_bisected_one_that_fails_stops_the_bisect(w
     assert r.returncode == 1, str(r)
     err = r.json()["error"]
     assert err.startswith("broken does not build, and it is built before kern"), err
+    assert "resume with" not in r.stderr  # final: the recipe must be mended, then a new bisect started
     state = json.loads((ws.root / "b" / "bisect-state.json").read_text())
     assert state["phases"] == {}  # stopped at the first build: no verdict recorded
 

@@ -4,8 +4,12 @@ that did not change come from the wheel cache."""
 
 from __future__ import annotations
 
+import json
+import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +20,13 @@ from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc import STOPPING
-from toolchain.errors import BuildError, SourceError, ToolError
+from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
 from toolchain.sources.mirrors import Rewrite
+
+KILL_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM)
 
 DeriveRecipe = Callable[[str], Recipe]
 """A candidate's key (a commit, or a lock difference id) -> the recipe to build for it."""
@@ -30,31 +36,52 @@ class SpineBuilder:
     """Builds `derive(key)` through the pipeline into `<out_root>/<key>`; components that did not change come
     from the wheel cache. Thread-safe for distinct keys: each build has its own directory; mirrors, source
     trees and the cache are safe for concurrent builders. A build or source failure makes the candidate
-    unbuildable (a skip); a build failure is remembered, so a repeated bisect compiles nothing."""
+    unbuildable (a skip); a build failure is remembered with its cause (`Unbuildable`), so a repeated bisect
+    compiles nothing (`retry_unbuildable`: build them again). A failure of the surroundings (`TransientError`:
+    the network, a full disk, a build stopped by a signal) is no finding on the candidate: it is raised, never
+    remembered, and the bisect stops, to be resumed. `resolve` False: `build --no-resolve`."""
 
     def __init__(self, derive: DeriveRecipe, out_root: Path, cache: Path, rewrites: Sequence[Rewrite],
-                 ui: UI, *, component: str = "") -> None:
+                 ui: UI, *, component: str = "", resolve: bool = True, retry_unbuildable: bool = False) -> None:
         self.derive, self.out_root, self.cache, self.rewrites, self.ui = derive, out_root, cache, tuple(rewrites), ui
         self.component = component  # the one whose commit changes (commit bisects)
+        self.resolve, self.retry_unbuildable = resolve, retry_unbuildable
 
     def build(self, key: str) -> BuildOutcome:
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
         recipe = with_commit_wheel(only_the_bisected(self.derive(key), self.component), self.component)
-        memo = self.cache / "bisect" / "unbuildable" / f"{recipe_digest(recipe)}.txt"
-        if memo.is_file():
-            return BuildOutcome(False, log=out / "logs", cached=True,
-                                reason=f"{memo.read_text().strip()} (remembered: delete {memo} to build it again)")
-        options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose)
+        memo = unbuildable_memo(self.cache, recipe)
+        known = None if self.retry_unbuildable else Unbuildable.read(memo)
+        if known is not None:
+            return BuildOutcome(False, log=Path(known.log) if known.log else out / "logs", cached=True, tail=known.tail,
+                                reason=f"{known.reason} (remembered{known.since}: --retry-unbuildable, or delete "
+                                       f"{memo}, builds it again)")
+        options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose,
+                               resolve=self.resolve)
         try:
             lock, built = build_stack_components(recipe, options, ui)
+        except TransientError:
+            raise  # the network, a full disk: the same build may work later; no verdict on the candidate
         except (SourceError, BuildError) as err:  # e.g. a patch that does not apply, a compile error
             if STOPPING.is_set():  # a build ahead that the stop signal reached: no verdict on the commit
-                return BuildOutcome(False, log=out / "logs", reason=f"stopped: {first_line(err)}")
+                raise TransientError(f"building {key[:12]} was stopped: {first_line(err)}", kind="interrupted",
+                                     hint="resume the bisect: the build runs again") from None
+            killed = killed_by_signal(err)
+            if killed:
+                raise TransientError(f"building {key[:12]} was killed by signal {killed} (not a failure of the "
+                                     f"commit): {first_line(err)}", kind="interrupted",
+                                     hint="an OOM kill or a stop from outside: free memory (fewer --jobs, "
+                                          "--builds-at-once 1) and resume the bisect") from None
             self._check_upstream(recipe, err)
+            tail = error_tail(err)
             if not isinstance(err, SourceError):
-                atomic_write_text(memo, first_line(err) + "\n")
-            return BuildOutcome(False, log=out / "logs", reason=first_line(err))
+                Unbuildable(first_line(err), str(out / "logs"), tail).write(memo)
+            elif self.retry_unbuildable:
+                memo.unlink(missing_ok=True)
+            return BuildOutcome(False, log=out / "logs", reason=first_line(err), tail=tail)
+        if self.retry_unbuildable:
+            memo.unlink(missing_ok=True)
         sources = {b.source for b in built}  # the remote cache (build/remote.py) serves every step and build ahead
         source = ("compiled" if "built" in sources else "prebuilt" if "prebuilt" in sources
                   else "downloaded" if "remote-cache" in sources else "cached")
@@ -66,11 +93,70 @@ class SpineBuilder:
         names = [c.name for c in recipe.components]
         failed = (err.component if isinstance(err, ToolError) else None) or failed_component(str(err), names)
         if self.component and failed and names.index(failed) < names.index(self.component):
-            raise BuildError(f"{failed} does not build, and it is built before {self.component} (whose commit is "
+            raise UpstreamBroken(f"{failed} does not build, and it is built before {self.component} (whose commit is "
                              f"all that changes here), so no commit of {self.component} can be tested: "
                              f"{first_line(err)}",
                              hint=f"make the recipe build as it is (`toolchain build --recipe {recipe.path}`), "
                                   "then bisect again") from None
+
+
+class UpstreamBroken(BuildError):
+    """A component built before the bisected one does not build: no candidate can be tested. Final (no resume
+    hint): the recipe must be mended first, then a new bisect started."""
+
+    final = True
+
+
+@dataclass(frozen=True)
+class Unbuildable:
+    """A candidate's recipe remembered as unbuildable: why (the error's first line), where its build's logs
+    were, the error's last lines and when (`<cache>/bisect/unbuildable/<recipe digest>.json`)."""
+    reason: str
+    log: str = ""
+    tail: str = ""
+    when: str = ""
+
+    @property
+    def since(self) -> str:
+        return f" since {self.when}" if self.when else ""
+
+    def write(self, memo: Path) -> None:
+        data = {**asdict(self), "when": self.when or time.strftime("%Y-%m-%d %H:%M:%S")}
+        atomic_write_text(memo, json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def read(cls, memo: Path) -> Unbuildable | None:
+        try:
+            data = json.loads(memo.read_text(encoding="utf-8"))
+            return cls(**{k: str(data.get(k, "")) for k in ("reason", "log", "tail", "when")})
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, AttributeError):  # unreadable: as if never remembered (it is built again)
+            return None
+
+
+def unbuildable_memo(cache: Path, recipe: Recipe) -> Path:
+    return cache / "bisect" / "unbuildable" / f"{recipe_digest(recipe)}.json"
+
+
+def killed_by_signal(err: BaseException) -> int:
+    """The signal that killed the command behind a build error (a negative exit, or 128 + a stop signal as a
+    shell or container runtime reports it), 0 when none did."""
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        code = getattr(e, "returncode", None)
+        if isinstance(code, int) and (code < 0 or code - 128 in KILL_SIGNALS):
+            return -code if code < 0 else code - 128
+        e = e.__cause__ or e.__context__
+    return 0
+
+
+def error_tail(err: BaseException, n: int = 20) -> str:
+    """An error's last lines (a failed command's output, as the error shows it)."""
+    lines = str(err).strip().splitlines()
+    return "\n".join(lines[-n:]) if len(lines) > 1 else ""
 
 
 def busy_cores(built: Sequence[BuiltComponent]) -> float:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from toolchain.core.cpu import idle_cores
-from toolchain.errors import BuildError, UsageError
+from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
@@ -73,17 +73,18 @@ class BuildOutcome:
     cached: bool = False    # nothing was compiled: every wheel came from the cache
     source: str = ""        # "compiled" | "prebuilt" (a per-commit wheel) | "downloaded" (the remote cache) | "cached"
     cores: float = 0.0      # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
+    tail: str = ""          # a failed build: the error's last lines
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "lock": _str(self.lock_path), "wheels": [str(w) for w in self.wheels],
                 "log": _str(self.log), "reason": self.reason, "cached": self.cached, "source": self.source,
-                "cores": round(self.cores, 2)}
+                "cores": round(self.cores, 2), "tail": self.tail}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BuildOutcome:
         return cls(ok=bool(d["ok"]), lock_path=_path(d.get("lock")), wheels=tuple(Path(w) for w in d.get("wheels", ())),
                    log=_path(d.get("log")), reason=d.get("reason", ""), cached=bool(d.get("cached", False)),
-                   source=str(d.get("source", "")), cores=float(d.get("cores", 0.0)))
+                   source=str(d.get("source", "")), cores=float(d.get("cores", 0.0)), tail=str(d.get("tail", "")))
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class TestOutcome:
     verdict: Verdict
     reason: str = ""
     log: Path | None = None
+    tail: str = ""           # the test's last lines (bisect.testers.TAIL)
+    code: int | None = None  # a test command's exit code
 
 
 class Builder(Protocol):
@@ -118,6 +121,9 @@ class StepRecord:
     test_seconds: float = 0.0
     lock: str = ""
     remaining: int = 0          # untested candidates left in the range after this step
+    log: str = ""               # the test's log (a build that failed: its build's logs)
+    tail: str = ""              # the test's last lines (a build that failed: why)
+    endpoint: str = ""          # "good" | "bad": the check of a given end before bisecting (not a step)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -138,12 +144,21 @@ class BisectState:
     steps: tuple[StepRecord, ...] = ()
     builds: Mapping[str, BuildOutcome] = field(default_factory=dict)
     finished: bool = False
+    checks: tuple[StepRecord, ...] = ()              # the given ends, built and tested before bisecting
 
     @classmethod
     def start(cls, candidates: Sequence[Candidate], builds: Mapping[str, BuildOutcome]) -> BisectState:
         """`builds`: builds already known (e.g. the locks the ends came from)."""
         return cls(tuple(candidates), {candidates[0].key: (Verdict.GOOD, "given as good"),
                                        candidates[-1].key: (Verdict.BAD, "given as bad")}, builds=dict(builds))
+
+    def without_build_failures(self) -> BisectState:
+        """This state with the candidates skipped for a failed build untested again (and no longer finished)."""
+        failed = {s.key for s in self.steps if s.build_failed}
+        return replace(self, verdicts={k: v for k, v in self.verdicts.items() if k not in failed},
+                       steps=tuple(s for s in self.steps if not s.build_failed),
+                       builds={k: b for k, b in self.builds.items() if k not in failed},
+                       finished=self.finished and not failed)
 
     def marks(self) -> list[Verdict | None]:
         return [self.verdicts.get(c.key, (None, ""))[0] for c in self.candidates]
@@ -164,6 +179,7 @@ class BisectState:
             "steps": [s.to_dict() for s in self.steps],
             "builds": {k: b.to_dict() for k, b in self.builds.items()},
             "finished": self.finished,
+            "checks": [s.to_dict() for s in self.checks],
         }
 
     @classmethod
@@ -172,7 +188,8 @@ class BisectState:
                    verdicts={k: (Verdict(v["verdict"]), v.get("reason", "")) for k, v in d["verdicts"].items()},
                    steps=tuple(StepRecord.from_dict(s) for s in d.get("steps", ())),
                    builds={k: BuildOutcome.from_dict(b) for k, b in d.get("builds", {}).items()},
-                   finished=bool(d.get("finished", False)))
+                   finished=bool(d.get("finished", False)),
+                   checks=tuple(StepRecord.from_dict(s) for s in d.get("checks", ())))
 
 
 @dataclass(frozen=True)
@@ -187,6 +204,7 @@ class BisectResult:
     builds_needed: int = 0       # builds this run waited for (steps and the two ends)
     builds_speculative: int = 0  # builds started ahead that no step needed
     builds_compiled: int = 0     # builds of this run that were not cache hits
+    checks: tuple[StepRecord, ...] = ()  # the given ends' checks (`Bisector(check_ends=True)`)
 
     @property
     def found(self) -> bool:
@@ -200,6 +218,7 @@ class BisectResult:
             "possible": [asdict(c) for c in self.possible],
             "skipped": [{**asdict(c), "reason": r} for c, r in self.skipped],
             "steps": [s.to_dict() for s in self.steps],
+            "checks": [s.to_dict() for s in self.checks],
             "good_build": self.good_build.to_dict() if self.good_build else None,
             "bad_build": self.bad_build.to_dict() if self.bad_build else None,
             "builds": {"needed": self.builds_needed, "speculative": self.builds_speculative,
@@ -214,6 +233,7 @@ class BisectHandler:
     def building(self, candidate: Candidate) -> None: ...
     def prefetching(self, candidate: Candidate) -> None: ...
     def testing(self, candidate: Candidate) -> None: ...
+    def checked(self, record: StepRecord, state: BisectState) -> None: ...
     def step(self, record: StepRecord, state: BisectState) -> None: ...
     def skip(self, record: StepRecord, state: BisectState) -> None: ...
     def finished(self, result: BisectResult) -> None: ...
@@ -226,13 +246,14 @@ class Bisector:
     spread over the range, or while a test runs) as `idle()` permits: the cores other processes leave idle
     (`core.cpu.idle_cores`), read when the bisect starts, then when a build ahead may start; it must not
     block. `jobs` = 1 builds nothing ahead. `builds`: builds already known (the ends' locks); `build_ends`:
-    build the last good and first bad candidates if no step did (for their locks)."""
+    build the last good and first bad candidates if no step did (for their locks); `check_ends`: build and
+    test both given ends first, stopping (`EndpointError`) unless good tests good and bad tests bad."""
 
     def __init__(self, candidates: Sequence[Candidate], builder: Builder, tester: Tester,
                  handler: BisectHandler | None = None, *, state: BisectState | None = None,
                  persist: Callable[[BisectState], None] | None = None, jobs: int = 1,
                  idle: Callable[[], float] | None = None, build_ends: bool = True,
-                 builds: Mapping[str, BuildOutcome] | None = None) -> None:
+                 builds: Mapping[str, BuildOutcome] | None = None, check_ends: bool = False) -> None:
         candidates = tuple(candidates)
         _check_candidates(candidates)
         if state is not None and [c.key for c in state.candidates] != [c.key for c in candidates]:
@@ -245,6 +266,7 @@ class Bisector:
         self.jobs = max(1, jobs)
         self.idle = idle or idle_cores
         self.build_ends = build_ends
+        self.check_ends = check_ends
         self._futures: dict[str, Future] = {}
         self._used: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
@@ -261,6 +283,8 @@ class Bisector:
                 self.idle()  # the default measures from one reading to the next: from here
                 self._measure(*self.state.builds.values())  # a resumed bisect's builds
             self.handler.started(self.state)
+            if self.check_ends:
+                self._check_ends()
             while (index := self.next_index()) is not None:
                 self._step(index)
             result = self._finish()
@@ -280,34 +304,56 @@ class Bisector:
 
     def _step(self, index: int) -> None:
         cand = self.state.candidates[index]
-        prefetched = cand.key in self._futures
         if self._width > 1 and not self._ready(cand.key):
             self._spread(index)
+        record = self._try(cand, lambda: self._prefetch(index))
+        verdict, reason = record.verdict, record.reason
+        state = replace(self.state, verdicts={**self.state.verdicts, cand.key: (verdict, reason)})
+        record = replace(record, number=len(state.steps) + 1, remaining=state.pending())
+        self._save(replace(state, steps=(*state.steps, record)))
+        (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
+        self._check_systematic_failure()
+
+    def _try(self, cand: Candidate, while_testing: Callable[[], None] = lambda: None) -> StepRecord:
+        """Build and test `cand` (a failed build is a skip): its record, not yet numbered nor saved."""
+        prefetched = cand.key in self._futures
         self.handler.building(cand)
         started = time.monotonic()
         build = self._build(cand.key)
         build_seconds = time.monotonic() - started
         test_seconds = 0.0
         if not build.ok:
-            verdict, reason = Verdict.SKIP, f"build failed: {build.reason or 'see the build log'}"
+            outcome = TestOutcome(Verdict.SKIP, f"build failed: {build.reason or 'see the build log'}", build.log,
+                                  tail=build.tail)
         else:
-            self._prefetch(index)
+            while_testing()
             self.handler.testing(cand)
             started = time.monotonic()
-            outcome = self.tester.test(cand, build)
+            tested = self.tester.test(cand, build)
             test_seconds = time.monotonic() - started
-            if isinstance(outcome, Verdict):
-                outcome = TestOutcome(outcome)
-            verdict, reason = outcome.verdict, outcome.reason
-        state = replace(self.state, verdicts={**self.state.verdicts, cand.key: (verdict, reason)})
-        record = StepRecord(number=len(state.steps) + 1, key=cand.key, verdict=verdict, reason=reason,
-                            build_failed=not build.ok, prefetched=prefetched, cached=build.cached,
-                            source=build.source,
-                            build_seconds=build_seconds, test_seconds=test_seconds,
-                            lock=_str(build.lock_path) or "", remaining=state.pending())
-        self._save(replace(state, steps=(*state.steps, record)))
-        (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
-        self._check_systematic_failure()
+            outcome = TestOutcome(tested) if isinstance(tested, Verdict) else tested
+        return StepRecord(number=0, key=cand.key, verdict=outcome.verdict, reason=outcome.reason,
+                          build_failed=not build.ok, prefetched=prefetched, cached=build.cached, source=build.source,
+                          build_seconds=build_seconds, test_seconds=test_seconds,
+                          lock=_str(build.lock_path) or "", log=_str(outcome.log) or "", tail=outcome.tail)
+
+    def _check_ends(self) -> None:
+        """Build and test the given ends before bisecting (cached builds cost nothing): good must test good and
+        bad must test bad, else `EndpointError` (exit 2) naming the end, its verdict and its test's last lines.
+        A passed check is saved, so a resumed bisect does not repeat it."""
+        cands = self.state.candidates
+        done = {r.endpoint for r in self.state.checks}
+        todo = [(name, c) for name, c in (("good", cands[0]), ("bad", cands[-1])) if name not in done]
+        bad_key = cands[-1].key
+        if self._pool is not None and len(todo) == 2 and self._known(bad_key) is None and bad_key not in self._futures:
+            self._start(cands[-1])  # the bad end builds beside the good one
+        for name, cand in todo:
+            record = replace(self._try(cand), endpoint=name)
+            expected = Verdict.GOOD if name == "good" else Verdict.BAD
+            self.handler.checked(record, self.state)
+            if record.verdict is not expected:
+                raise EndpointError(name, cand, record)
+            self._save(replace(self.state, checks=(*self.state.checks, record)))
 
     def _check_systematic_failure(self) -> None:
         """Stop when every build so far failed, the last SAME_FAILURES the same way (commit ids aside):
@@ -342,7 +388,7 @@ class Bisector:
             builds_needed=len(self._used & set(self._futures)),
             builds_speculative=sum(1 for k, f in self._futures.items()
                                    if k not in self._used and (f.running() or f.done()) and not f.cancelled()),
-            builds_compiled=sum(1 for o in outcomes if not o.cached))
+            builds_compiled=sum(1 for o in outcomes if not o.cached), checks=self.state.checks)
 
     # ---- builds -----------------------------------------------------------------------------------
     def _build(self, key: str) -> BuildOutcome:
@@ -437,6 +483,39 @@ class Bisector:
 
 
 _HEX = re.compile(r"[0-9a-f]{7,}")
+
+
+class EndpointError(UsageError):
+    """A given end does not test as given: good must test good, bad must test bad (a build that fails is a
+    skip). Exit 2, final: the range or the test is wrong, so bisecting it would name a wrong commit."""
+
+    final = True
+
+    def __init__(self, name: str, cand: Candidate, record: StepRecord) -> None:
+        other = "bad" if name == "good" else "good"
+        what = (f"does not build ({record.reason.removeprefix('build failed: ')})" if record.build_failed
+                else f"tests {record.verdict.value} ({record.reason}), not {name}")
+        lines = "\n".join("    " + line for line in record.tail.splitlines())
+        super().__init__(f"the {name} end {_describe(cand)} {what}" + (f"\n  log: {record.log}" if record.log else "")
+                         + (f"\n  last lines:\n{lines}" if lines else ""),
+                         hint=(f"make the stack build at {cand.short} or give another --{name}" if record.build_failed
+                               else f"give a --{name} that tests {name}, or a test that tells the two apart (it "
+                                    f"exits 0 on good, 1 on {other.replace('good', 'bad')})")
+                              + "; --no-check-endpoints skips this check if you know better")
+        self.endpoint, self.candidate, self.record = name, cand, record
+
+
+def resumable(error: BaseException) -> bool:
+    """Whether a bisect stopped by `error` can go on with `--resume`: a stop (Ctrl-C, a signal), a failure of
+    the surroundings (`TransientError`), a build error of the machine; not a configuration error (exit 2, or
+    a ToolError marked `final`), which the same options would meet again."""
+    if isinstance(error, TransientError) or not isinstance(error, ToolError):
+        return True
+    return not getattr(error, "final", error.return_code == 2)
+
+
+def _describe(cand: Candidate) -> str:
+    return f"{cand.short} ({cand.subject})" if cand.subject else cand.short
 
 
 def _check_candidates(candidates: tuple[Candidate, ...]) -> None:

@@ -217,9 +217,11 @@ CommitCandidates = Callable[[str, str, str, str], Sequence[Candidate]]
 def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Tester,
                  commit_candidates: CommitCandidates, *, handler_for: Callable[[str], BisectHandler] | None = None,
                  state_file: StateFile | None = None, jobs: int = 1,
-                 idle: Callable[[], float] | None = None) -> LockBisectResult:
+                 idle: Callable[[], float] | None = None, check_ends: bool = False) -> LockBisectResult:
     """Phase "changes": bisect the cumulative differences; phase "commits": bisect the culprit's commits.
-    The two locks are the builds of the ends of phase "changes", and its ends those of phase "commits"."""
+    The two locks are the builds of the ends of phase "changes", and its ends those of phase "commits".
+    `check_ends`: test the two locks first (good must test good, bad bad); phase "commits" needs no check,
+    its ends are phase "changes"'s last good and first bad, tested there."""
     diffs = lock_differences(good, bad)
     notes = tuple(environment_notes(good, bad))
     if not diffs:
@@ -230,7 +232,7 @@ def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Teste
     cands = prefix_candidates(diffs)
     changes = _run_phase("changes", cands, make_builder("changes", lambda key: prefix_data(
         base, diffs, prefix_count(key)), ""), tester, handler_for, state_file, jobs, idle,
-        {cands[0].key: lock_outcome(good), cands[-1].key: lock_outcome(bad)})
+        {cands[0].key: lock_outcome(good), cands[-1].key: lock_outcome(bad)}, check_ends)
     possible = tuple(diffs[prefix_count(c.key) - 1] for c in changes.possible)
     culprit = possible[0] if len(possible) == 1 else None
     commits = None
@@ -256,11 +258,12 @@ def lock_outcome(lock: Lock) -> BuildOutcome:
 
 def _run_phase(phase: str, cands: Sequence[Candidate], builder: Builder, tester: Tester,
                handler_for: Callable[[str], BisectHandler] | None, state_file: StateFile | None, jobs: int,
-               idle: Callable[[], float] | None, seeds: dict[str, BuildOutcome]) -> BisectResult:
+               idle: Callable[[], float] | None, seeds: dict[str, BuildOutcome],
+               check_ends: bool = False) -> BisectResult:
     state: BisectState | None = state_file.load(phase) if state_file else None
     return Bisector(cands, builder, tester, handler_for(phase) if handler_for else None, state=state,
                     persist=state_file.saver(phase) if state_file else None, jobs=jobs, idle=idle,
-                    builds=seeds).run()
+                    builds=seeds, check_ends=check_ends).run()
 
 
 # ---- diffing helpers ----------------------------------------------------------------------------------

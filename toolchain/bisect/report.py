@@ -21,10 +21,13 @@ from toolchain.bisect.core import (
     BisectState,
     Candidate,
     StepRecord,
+    Verdict,
     first_line,
+    resumable,
     steps_left,
 )
 from toolchain.bisect.lockdiff import LockBisectResult
+from toolchain.bisect.testers import CONTRACT
 from toolchain.console import UI
 from toolchain.core.fs import atomic_copy, atomic_write_text
 from toolchain.core.proc import display
@@ -68,6 +71,13 @@ class PhaseHandler(BisectHandler):
     def testing(self, candidate: Candidate) -> None:
         self.r.line(f"[{self.phase}] testing {_name(candidate)}")
 
+    def checked(self, record: StepRecord, state: BisectState) -> None:
+        expected = "good" if record.endpoint == "good" else "bad"
+        ok = record.verdict.value == expected
+        self.r.line(f"[{self.phase}] checking the {record.endpoint} end: {record.key[:12]} is "
+                    f"{'unbuildable' if record.build_failed else record.verdict.value} ({record.reason})"
+                    + ("" if ok else f": it must test {expected}"), warn=not ok)
+
     def step(self, record: StepRecord, state: BisectState) -> None:
         wheels = f", wheels {record.source}" if record.source else ""
         self.r.line(f"[{self.phase}] step {record.number}: {record.key[:12]} is {record.verdict.value} "
@@ -85,7 +95,13 @@ class PhaseHandler(BisectHandler):
     def interrupted(self, state: BisectState, error: BaseException) -> None:
         lo, hi = state.bounds()
         why = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped ({first_line(error)})"
-        self.r.line(f"[{self.phase}] bisect {why} after {len(state.steps)} steps; the first bad is between "
+        if not resumable(error):  # a configuration error: the same options would stop here again
+            self.r.line(f"[{self.phase}] bisect {why} after {len(state.steps)} steps: a configuration error, "
+                        "so it cannot be resumed; fix it and start the bisect again", warn=True)
+            return
+        kind = getattr(error, "kind", "")
+        self.r.line(f"[{self.phase}] bisect {why}{f' ({kind}: nothing is remembered as unbuildable)' if kind else ''}"
+                    f" after {len(state.steps)} steps; the first bad is between "
                     f"{state.candidates[lo].short} (good) and {state.candidates[hi].short} (bad)", warn=True)
         self.r.ui.err.print(f"resume with: {display(self.r.resume_argv)}", markup=False, highlight=False,
                             soft_wrap=True)
@@ -116,10 +132,12 @@ def commit_outcome(result: BisectResult, component: str, out: Path, state_path: 
         lines.append("skipped commits hide the first bad commit; it is one of:\n"
                      + "\n".join(f"  {_name(c)}" for c in result.possible))
     wheels = wheel_sources(result)
-    lines += _skipped_lines(result) + [f"{k} lock: {v}" for k, v in locks.items()] + [f"state: {state_path}"]
+    lines += _skipped_lines(result) + evidence_lines(result) + [f"{k} lock: {v}" for k, v in locks.items()] \
+        + [f"state: {state_path}"]
     lines.append("steps' wheels: " + ", ".join(f"{n} {what}" for what, n in wheels.items()))
     data = {"ok": result.found, "mode": "commits", "component": component, "result": result.to_dict(),
-            "locks": locks, "state": str(state_path), "log": str(out / LOG_NAME), "wheels": wheels}
+            "contract": CONTRACT, "locks": locks, "state": str(state_path), "log": str(out / LOG_NAME),
+            "wheels": wheels}
     atomic_write_text(out / RESULT_NAME, _json(data))
     return BisectOutcome(result.found, data, "\n".join(lines), (steps_table(result, "commit"),))
 
@@ -148,9 +166,11 @@ def lock_outcome(result: LockBisectResult, out: Path, state_path: Path) -> Bisec
         lines.append(f"first bad commit of {result.culprit.component}: {c.key}  {c.subject}  {c.date}  {c.url}"
                      if c else "skipped commits hide the first bad commit; it is one of: "
                      + ", ".join(x.short for x in result.commits.possible))
-    lines += _skipped_lines(final) + [f"{k} lock: {v}" for k, v in locks.items()] + [f"state: {state_path}"]
+    lines += _skipped_lines(final) + evidence_lines(final) + [f"{k} lock: {v}" for k, v in locks.items()] \
+        + [f"state: {state_path}"]
     ok = result.culprit is not None and (result.commits is None or result.commits.found)
     data = {"ok": ok, "mode": "locks", "result": result.to_dict(), "locks": locks, "state": str(state_path),
+            "contract": CONTRACT,
             "log": str(out / LOG_NAME)}
     atomic_write_text(out / RESULT_NAME, _json(data))
     tables = [differences_table(result), steps_table(result.changes, "change")]
@@ -163,6 +183,22 @@ def _skipped_lines(result: BisectResult) -> list[str]:
     if not result.skipped:
         return []
     return ["skipped:"] + [f"  {c.short} {c.subject}: {why}" for c, why in result.skipped]
+
+
+def evidence_lines(result: BisectResult) -> list[str]:
+    """The verdicts a person checks first, with their evidence (the reason, the log, the test's last lines):
+    the first bad candidate's and the first skipped one's (every step's is in result.json and --json)."""
+    records = [*result.checks, *result.steps]
+    first_bad = next((r for r in reversed(records) if result.first_bad and r.key == result.first_bad.key
+                      and r.verdict is Verdict.BAD), None)
+    first_skip = next((r for r in result.steps if r.verdict is Verdict.SKIP), None)
+    lines = []
+    for title, r in (("first bad", first_bad), ("first skip", first_skip)):
+        if r is None:
+            continue
+        lines.append(f"{title} {r.key[:12]}: {r.verdict.value} ({r.reason})" + (f"; log: {r.log}" if r.log else ""))
+        lines += [f"  | {line}" for line in r.tail.splitlines()]
+    return lines + ([f"test contract: {CONTRACT}"] if lines else [])
 
 
 def steps_table(result: BisectResult, what: str) -> Table:

@@ -16,7 +16,7 @@ from typing import Any
 
 from toolchain.bisect.builder import SpineBuilder, table_recipes
 from toolchain.bisect.candidates import component_candidates
-from toolchain.bisect.core import Bisector, Builder, Candidate, Tester
+from toolchain.bisect.core import Bisector, Builder, Candidate, Tester, first_line, resumable
 from toolchain.bisect.lockdiff import bisect_locks
 from toolchain.bisect.report import LOG_NAME, BisectOutcome, Report, commit_outcome, lock_outcome
 from toolchain.bisect.state import STATE_NAME, StateFile
@@ -55,6 +55,8 @@ class BisectOptions:
     jobs: int = DEFAULT_JOBS
     recipes_dir: Path | None = None       # --recipes-dir / --patches-dir: find the recipe (or the lock's)
     patches_dir: Path | None = None
+    check_endpoints: bool = True          # build and test the given ends first (False: --no-check-endpoints)
+    resolve: bool = True                  # False: --no-resolve (the steps' locks pin no runtime closure)
 
     @property
     def cache(self) -> Path:
@@ -69,9 +71,12 @@ class BisectOptions:
 
 
 def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *,
-               jobs: int | None = None) -> BisectOutcome:
+               jobs: int | None = None, retry_unbuildable: bool = False) -> BisectOutcome:
     """Start a bisect with `options`, or (None) resume the one saved in `state_path`; the same bisect started
-    again (after a Ctrl-C, a CI cancel) resumes too. `jobs` overrides the saved number of builds at once."""
+    again (after a Ctrl-C, a CI cancel) resumes too. `jobs` overrides the saved number of builds at once.
+    `retry_unbuildable`: build again the candidates remembered as unbuildable (and those this bisect skipped
+    because their build failed). A configuration error ends the bisect for good (`core.resumable`): the
+    state file is marked done, so a corrected command starts afresh."""
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
     state_file = StateFile(state_path)
@@ -86,10 +91,17 @@ def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *
     state_file.update(context=opts.to_dict(), resume=resume_argv, done=False, **({} if resuming else {"phases": {}}))
     report = Report(ui, opts.out / LOG_NAME, resume_argv)
     tester = make_tester(opts, ui)
-    if opts.mode == "commits":
-        outcome = _bisect_commits(opts, tester, report, state_file, ui)
-    else:
-        outcome = _bisect_locks(opts, tester, report, state_file, ui)
+    if retry_unbuildable:
+        state_file.retry_build_failures()
+    try:
+        if opts.mode == "commits":
+            outcome = _bisect_commits(opts, tester, report, state_file, ui, retry_unbuildable)
+        else:
+            outcome = _bisect_locks(opts, tester, report, state_file, ui, retry_unbuildable)
+    except Exception as exc:
+        if not resumable(exc):
+            state_file.update(done=True, final_error=first_line(exc))
+        raise
     state_file.update(done=True)
     return outcome
 
@@ -141,7 +153,7 @@ def make_tester(opts: BisectOptions, ui: UI) -> Tester:
 # ---- one component's commits ---------------------------------------------------------------------------
 
 def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_file: StateFile,
-                    ui: UI) -> BisectOutcome:
+                    ui: UI, retry: bool) -> BisectOutcome:
     if opts.recipe is None:
         raise UsageError("a commit bisect needs --recipe")
     base = load_recipe(str(opts.recipe), opts.recipes_dir, opts.patches_dir)
@@ -152,16 +164,16 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
     cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
                                  pinned=comp.commit)
     builder = SpineBuilder(lambda sha: with_commit(base, comp.name, sha), opts.out / "steps", opts.cache,
-                           opts.rewrites, ui, component=comp.name)
+                           opts.rewrites, ui, component=comp.name, resolve=opts.resolve, retry_unbuildable=retry)
     result = Bisector(cands, builder, tester, report.phase("commits"), state=state_file.load("commits"),
-                      persist=state_file.saver("commits"), jobs=opts.jobs).run()
+                      persist=state_file.saver("commits"), jobs=opts.jobs, check_ends=opts.check_endpoints).run()
     return commit_outcome(result, comp.name, opts.out, state_file.path)
 
 
 # ---- two locks -----------------------------------------------------------------------------------------
 
 def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_file: StateFile,
-                  ui: UI) -> BisectOutcome:
+                  ui: UI, retry: bool) -> BisectOutcome:
     if opts.good_lock is None or opts.bad_lock is None:
         raise UsageError("a lock-to-lock bisect needs both --good-lock and --bad-lock")
     good, bad = read_lock(opts.good_lock), read_lock(opts.bad_lock)
@@ -171,11 +183,11 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
 
     def make_builder(phase: str, derive: Callable[[str], dict[str, Any]], component: str) -> Builder:
         return SpineBuilder(table_recipes(base, derive), opts.out / phase, opts.cache, opts.rewrites, ui,
-                            component=component)
+                            component=component, resolve=opts.resolve, retry_unbuildable=retry)
 
     def commits(component: str, url: str, good_sha: str, bad_sha: str) -> tuple[Candidate, ...]:
         return component_candidates(base, url, good_sha, bad_sha, opts.cache, opts.rewrites)
 
     result = bisect_locks(good, bad, make_builder, tester, commits, handler_for=report.phase,
-                          state_file=state_file, jobs=opts.jobs)
+                          state_file=state_file, jobs=opts.jobs, check_ends=opts.check_endpoints)
     return lock_outcome(result, opts.out, state_file.path)

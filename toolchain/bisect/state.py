@@ -59,5 +59,13 @@ class StateFile:
     def save(self, section: str, state: BisectState) -> None:
         self.update(phases={**self.read().get("phases", {}), section: state.to_dict()})
 
+    def retry_build_failures(self) -> None:
+        """Forget the verdicts of every phase's candidates that were skipped because their build failed, so
+        they are built again (`--retry-unbuildable`)."""
+        phases = self.read().get("phases", {})
+        if phases:
+            self.update(phases={name: BisectState.from_dict(data).without_build_failures().to_dict()
+                                for name, data in phases.items()}, done=False)
+
     def saver(self, section: str) -> Callable[[BisectState], None]:
         return lambda state: self.save(section, state)

@@ -4,46 +4,126 @@ the smoke stage called as a library (`toolchain.smoke.run_smoke`) and judged by 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.bisect.core import BuildOutcome, Candidate, TestOutcome, Verdict, first_line
 from toolchain.console import UI
-from toolchain.core.proc import CommandTimeout, run
+from toolchain.core.proc import STOPPING, CommandTimeout, display, run
 from toolchain.errors import ToolError, UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import SmokeOptions, SmokeOutcome, run_smoke
 
 ENV_WHEELS, ENV_LOCK, ENV_COMMIT = "TOOLCHAIN_BISECT_WHEELS", "TOOLCHAIN_BISECT_LOCK", "TOOLCHAIN_BISECT_COMMIT"
+ENV_WHEEL_DIR = "TOOLCHAIN_BISECT_WHEEL_DIR"
 SKIP_CODE = 125
+CANNOT_RUN = (126, 127)  # the shell's "found but not executable" and "not found"
+TAIL = 20  # lines of the test's output kept with each verdict
+
+CONTRACT = (f"exit 0: good; {SKIP_CODE}: skip (this one cannot be tested); 1-124: bad; 126 or 127 (the test could "
+            "not run) and 128 or more (killed by a signal) stop the bisect with the test's last lines: "
+            "`git bisect run` counts 126/127 as bad, so a typo in the test would blame a commit")
+"""The test command's contract, as `--help`, the README and the report say it."""
+
+ENVIRONMENT = (f"${ENV_WHEELS} (the step's wheel files, joined by {os.pathsep!r}), ${ENV_WHEEL_DIR} (a folder "
+               f"holding exactly the step's wheels), ${ENV_LOCK} (the step's lock), ${ENV_COMMIT} (the commit, in "
+               "a commit bisect; a lock-to-lock step's difference id d<i>)")
+
+
+class TestCannotRun(UsageError):
+    """The test command could not run (126/127) or was killed by a signal (128 and above): no verdict on the
+    candidate. Exit 2; `final` when it cannot run (the command is wrong: fix it, start again), not when killed
+    (an OOM kill or a stop from outside may pass on a retry: `--resume`)."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, message: str, *, tail: str, log: Path, final: bool, hint: str) -> None:
+        shown = "\n".join("    " + line for line in tail.splitlines())
+        super().__init__(f"{message}\n  log: {log}" + (f"\n  last lines:\n{shown}" if shown else ""), hint=hint)
+        self.tail, self.log, self.final = tail, log, final
 
 
 class CommandTester:
-    """`git bisect run` semantics: exit 0 good, 125 skip, anything else bad (a crash and a timeout too).
-    The command gets the step's wheels, lock and candidate key in $TOOLCHAIN_BISECT_{WHEELS,LOCK,COMMIT}."""
+    """The test contract (`CONTRACT`): exit 0 good, 125 skip, 1-124 bad (a timeout too: a hang); 126/127 and
+    128+ (or a signal) raise `TestCannotRun`. The command gets `ENVIRONMENT` (the wheel folder is
+    `<logs>-wheels/<candidate>`); its output goes to `<logs>/<candidate>.log`, whose last `TAIL` lines travel
+    with the verdict."""
 
     def __init__(self, argv: Sequence[str], logs: Path, *, timeout: float | None = None, verbose: bool = False) -> None:
         self.argv, self.logs, self.timeout, self.verbose = tuple(argv), logs, timeout, verbose
 
     def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
-        env = {**os.environ, ENV_WHEELS: os.pathsep.join(str(w) for w in build.wheels),
+        wheel_dir = step_wheel_dir(self.logs.with_name(f"{self.logs.name}-wheels") / cand.short, build.wheels)
+        env = {**os.environ, ENV_WHEELS: os.pathsep.join(str(w) for w in build.wheels), ENV_WHEEL_DIR: str(wheel_dir),
                ENV_LOCK: str(build.lock_path or ""), ENV_COMMIT: cand.key}
         log = self.logs / f"{cand.short}.log"
+        log.unlink(missing_ok=True)  # this run's output only
         try:
             done = run(self.argv, env=env, log=log, check=False, verbose=self.verbose, timeout=self.timeout)
         except CommandTimeout as err:
-            return TestOutcome(Verdict.BAD, f"test timed out after {err.timeout:g}s", log)
-        if not done.started:  # the program could not be started at all
-            raise UsageError(f"--test-cmd cannot run: {done.stderr.strip()}",
-                             hint=f"check that {self.argv[0]!r} exists and is executable (or on PATH)")
-        code = done.returncode
+            return TestOutcome(Verdict.BAD, f"test timed out after {err.timeout:g}s", log, tail=log_tail(log))
+        code, tail = done.returncode, log_tail(log)
+        if STOPPING.is_set() and (code < 0 or code >= 128):  # the stop signal reached the test too: not its verdict
+            raise KeyboardInterrupt
+        if not done.started or code in CANNOT_RUN:
+            raise TestCannotRun(f"the test could not run (exit {code}) on {cand.short}: {display(self.argv)}",
+                                tail=tail or done.stderr.strip(), log=log, final=True,
+                                hint=f"check that {self.argv[0]!r} and what it runs exist and are executable (or on "
+                                     "PATH); 126/127 stop the bisect instead of counting as bad (as `git bisect "
+                                     "run` would), so a broken test cannot blame a commit. Fix it and start again")
+        if code < 0 or code >= 128:
+            how = f"was killed by signal {-code} ({_signame(-code)})" if code < 0 else \
+                f"exited {code} (128 and above: killed by a signal{f', {_signame(code - 128)}' if code > 128 else ''})"
+            raise TestCannotRun(f"the test {how} on {cand.short}: {display(self.argv)}", tail=tail, log=log,
+                                final=False,
+                                hint="a test killed by a signal (exit 128 or more: an OOM kill, a stop from outside) "
+                                     "gives no verdict, so the bisect stops, as `git bisect run` does; if it was the "
+                                     "machine, `--resume` runs it again; if the test crashes that way, make it exit "
+                                     "1 (bad) instead")
         if code == 0:
-            return TestOutcome(Verdict.GOOD, "test exited 0", log)
+            return TestOutcome(Verdict.GOOD, "test exited 0", log, tail=tail, code=code)
         if code == SKIP_CODE:
-            return TestOutcome(Verdict.SKIP, f"test exited {SKIP_CODE} (cannot test this one)", log)
-        if code < 0:
-            return TestOutcome(Verdict.BAD, f"test killed by signal {-code}", log)
-        return TestOutcome(Verdict.BAD, f"test exited {code}", log)
+            return TestOutcome(Verdict.SKIP, f"test exited {SKIP_CODE} (cannot test this one)", log, tail=tail, code=code)
+        return TestOutcome(Verdict.BAD, f"test exited {code}", log, tail=tail, code=code)
+
+
+def step_wheel_dir(folder: Path, wheels: Sequence[Path]) -> Path:
+    """`folder` holding exactly `wheels` (hard links where the file system allows, else copies), made afresh."""
+    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for wheel in wheels:
+        try:
+            os.link(wheel, tmp / wheel.name)
+        except OSError:
+            shutil.copy2(wheel, tmp / wheel.name)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+def log_tail(log: Path, n: int = TAIL) -> str:
+    """The last `n` lines a test wrote to its log (the tool's own header and exit lines left out)."""
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    if lines and lines[0].startswith("$ "):
+        lines = lines[1:]
+    if lines and lines[0].startswith("  (in "):
+        lines = lines[1:]
+    if lines and lines[-1].startswith("# ") and " after " in lines[-1]:
+        lines = lines[:-1]
+    return "\n".join(lines[-n:])
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 class SmokeTester:

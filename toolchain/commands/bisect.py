@@ -4,10 +4,25 @@
     toolchain bisect --good-lock OLD --bad-lock NEW (--test smoke | --test-cmd CMD)
     toolchain bisect --resume [--state FILE]
 
-Each step builds the stack with one candidate (a commit of the component, or the good lock with some of the
+First both given ends are built and tested (cached builds cost nothing): good must test good and bad must
+test bad, else the bisect stops with exit 2 naming the end (--no-check-endpoints skips this). Each step then
+builds the stack with one candidate (a commit of the component, or the good lock with some of the
 differences to the bad one applied); components that did not change come from the wheel cache. Then the
-step is tested: by the smoke regression set, or by a command (exit 0 good, 125 skip, anything else bad).
-Ctrl-C stops the bisect; `--resume` (or the same command again) continues it where it stopped.
+step is tested: by the smoke regression set, or by a command.
+
+The test command's contract: exit 0 is good; 125 is skip (this one cannot be tested); 1-124 is bad; 126 or
+127 (the test could not run) and 128 or more (killed by a signal) stop the bisect with the test's last
+lines: `git bisect run` counts 126/127 as bad, so a typo in the test would blame a commit. It gets
+$TOOLCHAIN_BISECT_WHEELS (the step's wheel files, joined by ':'), $TOOLCHAIN_BISECT_WHEEL_DIR (a folder
+holding exactly the step's wheels), $TOOLCHAIN_BISECT_LOCK (the step's lock) and $TOOLCHAIN_BISECT_COMMIT
+(the commit, in a commit bisect). Every verdict, with the test's last 20 lines and its log, is in
+OUT/result.json and --json.
+
+A build that fails is a skip, remembered (with its cause) so a repeated bisect does not build it again;
+--retry-unbuildable builds those again. A failure of the surroundings (the network, a full disk, a build
+killed by a signal) is never remembered: the bisect stops with the cause. Ctrl-C stops the bisect too;
+`--resume` (or the same command again) continues it where it stopped. A configuration error (a bad
+option, a test that cannot run, an end that does not test as given) is final: fix it and start again.
 """
 
 from __future__ import annotations
@@ -21,7 +36,7 @@ from rich.markup import escape
 
 from toolchain.bisect.session import DEFAULT_JOBS, DEFAULT_OUT, BisectOptions, default_state, run_bisect
 from toolchain.bisect.state import STATE_NAME
-from toolchain.bisect.testers import ENV_COMMIT, ENV_LOCK, ENV_WHEELS
+from toolchain.bisect.testers import CONTRACT, ENVIRONMENT
 from toolchain.commands import options as shared
 from toolchain.commands import smoke as smoke_command
 from toolchain.console import UI, CommandResult
@@ -43,12 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     two.add_argument("--bad-lock", type=Path, help="a stack.lock.toml (or its directory) that fails")
     test = p.add_mutually_exclusive_group()
     test.add_argument("--test", choices=["smoke"], help="run the smoke regression set on each step's build")
-    test.add_argument("--test-cmd", metavar="CMD",
-                      help=f"a command: exit 0 good, 125 skip, anything else bad; it gets ${ENV_WHEELS}, "
-                           f"${ENV_LOCK} and ${ENV_COMMIT}")
+    test.add_argument("--test-cmd", metavar="CMD", help=f"a command ({CONTRACT}); it gets {ENVIRONMENT}")
     p.add_argument("--smoke-args", metavar="ARGS", default="",
                    help='extra `toolchain smoke` options for --test smoke, e.g. "--cases math,qa"')
     p.add_argument("--test-timeout", type=float, metavar="SECONDS", help="a test running longer counts as bad")
+    p.add_argument("--no-check-endpoints", action="store_true",
+                   help="do not build and test the given good and bad ends before bisecting")
+    p.add_argument("--retry-unbuildable", action="store_true",
+                   help="build again the candidates remembered as unbuildable (with --resume too: those this "
+                        "bisect skipped for a failed build)")
     p.add_argument("--resume", action="store_true", help="continue the bisect saved in the state file")
     p.add_argument("--state", type=Path, help=f"state file (default: OUT/{STATE_NAME})")
     shared.add(p, "out", help={"out": f"where builds, logs and results go (default: ./{DEFAULT_OUT})"})
@@ -57,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "range build beside the step's (a quarter point beside the midpoint); where it keeps them "
                         "busy (a kernel build), the possible next ones build while a test runs "
                         f"(default {DEFAULT_JOBS}; 1 = no building ahead; --resume keeps the saved one)")
-    shared.add(p, "cache-dir", "mirror")
+    shared.add(p, "cache-dir", "mirror", "no-resolve")
     p.set_defaults(handler=handle)
 
 
@@ -65,7 +83,8 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.resume:
         _check_resume(args)
     options = None if args.resume else new_options(args)
-    outcome = run_bisect(ui, args.state or default_state(args.out), options, jobs=args.jobs)
+    outcome = run_bisect(ui, args.state or default_state(args.out), options, jobs=args.jobs,
+                         retry_unbuildable=args.retry_unbuildable)
     return CommandResult(outcome.data, 0 if outcome.ok else 1, escape(outcome.summary), outcome.tables)
 
 
@@ -82,7 +101,8 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
         smoke=smoke_command.parse_options(shlex.split(args.smoke_args)) if args.test == "smoke" else None,
         cache_dir=args.cache_dir.resolve() if args.cache_dir else None, rewrites=parse_rewrites(args.mirror),
         recipes_dir=args.recipes_dir.resolve() if args.recipes_dir else None,
-        patches_dir=args.patches_dir.resolve() if args.patches_dir else None)
+        patches_dir=args.patches_dir.resolve() if args.patches_dir else None,
+        check_endpoints=not args.no_check_endpoints, resolve=not args.no_resolve)
     by_commit = [f"--{n}" for n in ("recipe", "component", "good", "bad") if getattr(args, n)]
     if args.good_lock or args.bad_lock:
         if not (args.good_lock and args.bad_lock):
@@ -102,7 +122,8 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
 
 def _check_resume(args: argparse.Namespace) -> None:
     given = [f"--{n.replace('_', '-')}" for n in ("recipe", "component", "good", "bad", "good_lock", "bad_lock",
-                                                  "test", "test_cmd", "smoke_args") if getattr(args, n)]
+                                                  "test", "test_cmd", "smoke_args", "no_check_endpoints",
+                                                  "no_resolve") if getattr(args, n)]
     if given:
         raise UsageError(f"--resume continues the saved bisect; {', '.join(given)} cannot change it",
                          hint="drop them, or start a new bisect with another --state/--out")

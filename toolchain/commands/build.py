@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
                                    "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
     options.add_recipe(p)
     options.add(p, "cache-dir", "mirror", "out", "remote-cache", "push",
-                "remote-insecure", "no-compiler-cache", "builds-at-once",
+                "remote-insecure", "no-compiler-cache", "builds-at-once", "no-resolve",
                 help={"out": "output directory: wheels/, logs/, the locks and the bundle (default: dist/<recipe>); "
                              "it must be new, empty or an earlier build's output"})
     p.add_argument("--component", action="append", default=[], metavar="NAME",
@@ -38,8 +38,6 @@ def register(sub: Any) -> None:
     p.add_argument("--fresh-sources", action="store_true", help="prepare source trees again from the mirrors")
     p.add_argument("--bundle", action="store_true",
                    help=f"also write a reproducible bundle (wheels, locks, SBOM, tarball) into OUT/{BUNDLES_DIR}/")
-    p.add_argument("--no-resolve", action="store_true",
-                   help="do not resolve the runtime dependencies (offline; the lock then pins none of them)")
     p.add_argument("--with-deps", action="store_true",
                    help="with --bundle: put the locked dependency files into the bundle (installs air-gapped)")
     p.set_defaults(handler=handle)

@@ -105,6 +105,9 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
     Option("no_compiler_cache", ("--no-compiler-cache",),
            "compile without ccache (default: every compiled component builds through ccache)",
            {"action": "store_true"}),
+    Option("no_resolve", ("--no-resolve",),
+           "do not resolve the runtime dependencies (offline; the lock then pins none of them)",
+           {"action": "store_true"}),
     Option("builds_at_once", ("--builds-at-once",),
            "compile at most N components at once (default: as many as the target's cores and the memory "
            "their compile jobs are budgeted allow; 1: one after another)",

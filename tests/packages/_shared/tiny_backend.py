@@ -1,7 +1,7 @@
 """A tiny in-tree PEP 517 backend for the test fixture projects (stdlib only, so `pip wheel` is fast).
 
 The test repository factory copies this file next to every fixture `pyproject.toml`. Configuration comes
-from `[project]` (name, version) and `[tool.tiny]`:
+from `[project]` (name, version, dependencies: its Requires-Dist) and `[tool.tiny]`:
   package      the import package to ship (default: name with '-' → '_')
   fail         build_wheel fails with this message (a build that fails)
   record-env   variables whose values the wheel records in <package>/_build_info.json
@@ -47,7 +47,10 @@ def _dist_info(name, version):
 
 
 def _metadata(name, version):
-    return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    with open(os.path.join(HERE, "pyproject.toml"), "rb") as f:
+        requires = tomllib.load(f)["project"].get("dependencies", [])
+    return (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode()
 
 
 def get_requires_for_build_wheel(config_settings=None):
