@@ -61,7 +61,8 @@ def _tester_run(tmp_path: Path, mode: str):
     stale = tmp_path / "logs-wheels" / ("f" * 12)
     stale.mkdir(parents=True)
     (stale / "old-0-py3-none-any.whl").write_bytes(b"an earlier run's")  # the folder holds this step's only
-    tester = CommandTester([sys.executable, str(script), mode, str(seen)], tmp_path / "logs", timeout=1)
+    tester = CommandTester([sys.executable, str(script), mode, str(seen)], tmp_path / "logs",
+                           timeout=3 if mode == "sleep" else 120)  # a loaded machine starts Python slowly
     build = BuildOutcome(True, lock_path=tmp_path / "stack.lock.toml", wheels=wheels)
     return tester, build, seen, wheels
 
@@ -72,7 +73,7 @@ def _tester_run(tmp_path: Path, mode: str):
     ("1", Verdict.BAD, "test exited 1"),
     ("3", Verdict.BAD, "test exited 3"),
     ("124", Verdict.BAD, "test exited 124"),
-    ("sleep", Verdict.BAD, "test timed out after 1s"),
+    ("sleep", Verdict.BAD, "test timed out after 3s"),
 ])
 def test_command_tester_exit_codes_and_environment(tmp_path: Path, mode, verdict, reason):
     tester, build, seen, wheels = _tester_run(tmp_path, mode)
