@@ -59,7 +59,7 @@ class CacheEntry:
     wheel: Path
     sha256: str
     size: int
-    meta: dict
+    meta: dict[str, Any]
 
 
 Warn = Callable[[str], None]
@@ -146,7 +146,7 @@ class WheelCache:
                     shutil.rmtree(stale, ignore_errors=True)
             yield
 
-    def put(self, key: str, wheel: Path, meta: dict, log: Path | None = None) -> CacheEntry:
+    def put(self, key: str, wheel: Path, meta: dict[str, Any], log: Path | None = None) -> CacheEntry:
         """Store a built wheel (called holding `building(key)`). An existing entry of the key is replaced:
         what was just built wins over what was stored before (`--no-cache` repairs an entry)."""
         final = self._dir(key)

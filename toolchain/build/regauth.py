@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ENV_USERNAME, ENV_PASSWORD = "TOOLCHAIN_REGISTRY_USERNAME", "TOOLCHAIN_REGISTRY_PASSWORD"
 HELPER_TIMEOUT = 10.0
@@ -91,7 +92,7 @@ def _from_auths(auths: object, keys: list[str], source: str) -> Credentials | No
     return None
 
 
-def _from_helpers(doc: dict, host: str, source: str) -> Credentials | None:
+def _from_helpers(doc: dict[str, Any], host: str, source: str) -> Credentials | None:
     helpers = doc.get("credHelpers")
     helper = (helpers.get(host) if isinstance(helpers, dict) else None) or doc.get("credsStore")
     if not isinstance(helper, str) or not helper:

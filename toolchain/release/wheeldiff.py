@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run
@@ -64,7 +65,7 @@ class ReproReport:
     def ok(self) -> bool:
         return not (self.differing or self.only_a or self.only_b)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "reproducible": self.ok, "a": self.label_a, "b": self.label_b, "identical": list(self.identical),
             "only-in-a": list(self.only_a), "only-in-b": list(self.only_b), "notes": list(self.notes),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolchain.core import devices as facts
 from toolchain.core.devices import PROFILES, Card, DeviceProfile
@@ -44,7 +44,7 @@ class DeviceCheck:
     skipped: bool = False
     tools: Mapping[str, str] = field(default_factory=dict)  # raw sycl-ls / xpu-smi output, for the report
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "cards_needed": self.cards_needed, "affinity_mask": self.affinity_mask,
                 "cards": [c.describe() for c in self.cards], "ok": self.ok, "message": self.message,
                 "skipped": self.skipped, "tools": dict(self.tools or {})}

@@ -33,7 +33,7 @@ class LadderStep:
     env: Mapping[str, str] = field(default_factory=dict)
     unset_env: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "args": dict(self.args), "env": dict(self.env),
                 "unset_env": list(self.unset_env)}
 
@@ -106,7 +106,7 @@ class LadderResult:
     first_broken: str
     how: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"first_broken": self.first_broken or None, "how": self.how,
                 "steps": [{**s.to_dict(), "run": r.name if r else None,
                            "verdict": ("pass" if r.passed else "fail") if r else "not run"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
@@ -53,7 +54,7 @@ class Excerpt:
         where = f"{self.source}:{self.line}" + (f" ({self.process})" if self.process else "")
         return where + ":\n" + "\n".join("    " + ln for ln in self.lines)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "process": self.process, "line": self.line, "kind": self.kind,
                 "causes": list(self.causes), "lines": list(self.lines)}
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -54,7 +54,7 @@ class ServerDeath:
             text += f" (failing since case {self.failing_since}: {self.since_message})"
         return text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"exit_code": self.status, "exit_status": exit_status(self.status), "during_case": self.during,
                 "after_case": self.after, "failing_since": self.failing_since or None, "message": self.message(),
                 "root_cause": cases_mod.root_cause_dict(self.excerpts)}
@@ -112,7 +112,7 @@ class RunResult:
             parts.append(f"triage: {self.findings[0].id} ({self.findings[0].title})")
         return "; ".join(parts) or "passed"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "argv": list(self.argv), "env": dict(self.env),
                 "stripped_oneapi_vars": list(self.stripped), "ready": self.ready.to_dict(),
                 "server_log": str(self.log), "server_exit_code": self.server_exit,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -88,7 +89,7 @@ class Readiness:
     reason: str = ""
     exit_code: int | None = None    # set when the process exited before it was ready (< 0: a signal)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "seconds": round(self.seconds, 3), "reason": self.reason, "exit_code": self.exit_code,
                 "exit_status": None if self.exit_code is None else exit_status(self.exit_code)}
 

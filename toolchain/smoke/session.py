@@ -355,7 +355,7 @@ def _serve_and_test(opts: SmokeOptions, config: SmokeConfig, py: Interpreter, ou
     """The regression set (or the ladder); each finished or interrupted run is appended to `runs`."""
     signatures = load_signatures()
 
-    def run_one(name: str, argv: list, env: dict) -> RunResult:
+    def run_one(name: str, argv: list[str], env: dict[str, str]) -> RunResult:
         try:
             result = run_set(config, name=name, argv=argv, env=env, out_dir=out / name, py=py, ui=ui,
                              signatures=signatures)
