@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -79,7 +80,7 @@ def timeout_problem(value: object) -> str:
     return ""
 
 
-def cache_spec(table: Any, add_problem) -> CacheSpec:
+def cache_spec(table: Any, add_problem: Callable[[str, str], None]) -> CacheSpec:
     """The validated `[cache]` table; `add_problem(key, message)` collects what is wrong (key types are
     checked by the caller against CACHE_KEYS)."""
     if not isinstance(table, dict):

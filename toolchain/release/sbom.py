@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from cyclonedx.model import (
     AttachedText,
@@ -135,5 +135,5 @@ def _target_properties(lock: Lock) -> list[Property]:
     return [Property(name=f"toolchain:target:{k}", value=v) for k, v in fields.items() if v]
 
 
-def _props(name: str, values) -> list[Property]:
+def _props(name: str, values: Iterable[str]) -> list[Property]:
     return [Property(name=name, value=v) for v in values]

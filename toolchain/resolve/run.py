@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.abi import BuiltAgainst
+from toolchain.console import UI
 from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
 from toolchain.resolve.abi import Compiled, check_built_against
@@ -18,7 +19,7 @@ RESOLVE_DIR = "resolve"  # under the cache directory: uv's cache
 
 
 def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str, Path, tuple[BuiltAgainst, ...]]],
-                  cache_dir: Path, log_dir: Path, ui, *, refresh: bool = False) -> Closure:
+                  cache_dir: Path, log_dir: Path, ui: UI, *, refresh: bool = False) -> Closure:
     """The closure of `built` [(component, wheel, built-against)], checked against what each compiled component
     was built against. Resolved once per change: a closure kept under the same key (memo.py) is taken as it
     is, with no resolver run and no network, unless `refresh`. Raises ResolveError, TransientError (network,
