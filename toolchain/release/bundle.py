@@ -89,10 +89,11 @@ def tarball_path(bundle_dir: Path) -> Path:
 def publishable(lock: Lock) -> Lock:
     """The lock as published in a bundle: without what varies between two builds of the same sources
     (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in,
-    the box the build ran on)."""
+    the box the build ran on, when the closure was resolved)."""
     return dataclasses.replace(
         lock, recipe_path=_checkout_relative(lock.recipe_path),
         recipe_origins=tuple((k, _checkout_relative(v)) for k, v in lock.recipe_origins),
+        closure=dataclasses.replace(lock.closure, resolved_at="") if lock.closure is not None else None,
         target=dataclasses.replace(lock.target, container=""), host={},
         components=tuple(dataclasses.replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
                                              metrics=BuildMetrics()) for c in lock.components))
