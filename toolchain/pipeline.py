@@ -151,7 +151,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
     same = previous if previous is not None and previous == lock else None
-    if same is not None and not _pylock_agrees(lock, out):
+    if same is not None and not _pylock_agrees(out):
         ui.warn(f"{out / 'pylock.toml'} does not agree with {path.name} (edited, damaged or missing): written "
                 "again from it")
         same = None
@@ -160,7 +160,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     keep = {b.wheel.file for b in built}
     for stale in ours - keep:
         (out / WHEELS_DIR / stale).unlink(missing_ok=True)
-    _mark_out_dir(out, keep)
+    _mark_out_dir(out, keep, pylock=_pylock_sha256(out))
     give_to_invoking_user(out)
     return same or read_lock(path), built
 
@@ -220,14 +220,29 @@ def _undo_wheels(out: Path, before: set[str], ours: set[str]) -> None:
         _mark_out_dir(out, ours)
 
 
-def _pylock_agrees(lock: Lock, out: Path) -> bool:
-    """pylock.toml holds what this lock's pylock.toml must (an edited or stale one is written again)."""
-    from toolchain.lock import PYLOCK_NAME, pylock_text
+def _pylock_sha256(out: Path) -> str:
+    from toolchain.lock import PYLOCK_NAME
 
     try:
-        return (out / PYLOCK_NAME).read_text(encoding="utf-8") == pylock_text(lock)
-    except (OSError, UnicodeDecodeError):
-        return False
+        return sha256_bytes((out / PYLOCK_NAME).read_bytes())
+    except OSError:
+        return ""
+
+
+def _pylock_agrees(out: Path) -> bool:
+    """pylock.toml is the file written with this lock (its sha256 is the one the marker recorded when both were
+    written): an edited, damaged or missing one is written again. A digest, not the text made again, so a warm
+    no-op imports no TOML writer."""
+    recorded = _marker(out).get("pylock-sha256")
+    return bool(recorded) and recorded == _pylock_sha256(out)
+
+
+def _marker(out: Path) -> dict[str, object]:
+    try:
+        doc = json.loads((out / OUT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 # What a build that failed for want of the real oneAPI says: its compilers, SYCL, its libraries. A missing
@@ -274,13 +289,18 @@ def check_out_dir(out: Path) -> set[str]:
     return set()
 
 
-def _mark_out_dir(out: Path, wheels: set[str], *, incomplete: str = "") -> None:
-    """The marker: the tool's output, the wheels it wrote; `incomplete`: why the last build left no lock."""
+def _mark_out_dir(out: Path, wheels: set[str], *, incomplete: str = "", pylock: str | None = None) -> None:
+    """The marker: the tool's output, the wheels it wrote; `incomplete`: why the last build left no lock;
+    `pylock`: the sha256 of the pylock.toml written with the lock (kept from the marker when not given)."""
     out.mkdir(parents=True, exist_ok=True)
+    old = _marker(out)
     doc: dict[str, object] = {"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
                               "wheels": sorted(wheels)}
     if incomplete:
         doc["incomplete"] = incomplete
+    digest = pylock if pylock is not None else old.get("pylock-sha256")
+    if digest:
+        doc["pylock-sha256"] = digest
     text = json.dumps(doc, indent=2) + "\n"
     try:
         if (out / OUT_MARKER).read_text(encoding="utf-8") == text:
