@@ -4,6 +4,8 @@ demo built once per session. The helpers they use live in tests/spine_helpers.py
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from spine_helpers import PACKAGES, Cli, DemoBuild, GitRepo, Workspace, isolated_env
 
@@ -11,6 +13,13 @@ try:  # a real OCI registry per test: `registry`, `auth_registry` (tests/support
     from tests.support.registry_fixtures import auth_registry, registry
 except ImportError:  # pragma: no cover  (tests/ itself on sys.path, not the repository root)
     from support.registry_fixtures import auth_registry, registry  # noqa: F401
+
+# A git that runs the tests (a hook, `git rebase --exec`) exports where its repository is: every `git init` and
+# commit of a test would then land in the checkout's own .git (seen once: core.bare set in a worktree's main
+# repository). The tests' repositories are their own.
+for _name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+              "GIT_PREFIX", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture
