@@ -512,11 +512,14 @@ def interruptible(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        if fired:  # the stop it noted is over (cli.main clears its own): a later command in this process
+            STOPPING.clear()  # (a library caller, a test) must not read it as a stop reaching its child
 
 
 # --------------------------------------------------------------------------------------------- children
 
 KILL_GRACE = 3.0   # after a stop signal: seconds between SIGTERM to every child and SIGKILL to what is left
+SERVER_GRACE = 8.0  # the same for a server (SIGINT first): its graceful shutdown, in a container too
 _CGROUP_ROOT: list[Path | None] = []  # [where the tool's children's cgroups go] once looked for ([None]: nowhere)
 
 
@@ -536,8 +539,9 @@ class Child:
         self.sent.add(sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-        if self.cgroup is None:
-            return
+        if self.cgroup is None or sig == signal.SIGINT:
+            return  # a server's graceful stop goes to its group: what it started outside (an engine exec whose
+            # signals its supervisor forwards) is its own to stop; SIGTERM and SIGKILL reach the whole cgroup
         if sig == signal.SIGKILL and _write(self.cgroup / "cgroup.kill", "1"):
             return
         for pid in self._cgroup_pids():  # what left the group (one signal each: a second SIGINT is another)
@@ -607,22 +611,30 @@ class Children:
         return children
 
     def stop_all(self, grace: float = KILL_GRACE) -> None:
-        """Stop every child (SIGTERM, or SIGINT to a server; SIGKILL after `grace`) and wait until none is left."""
+        """Stop every child (SIGTERM, or SIGINT to a server) and wait until none is left: SIGKILL to what is
+        left after `grace` seconds, or after SERVER_GRACE for a server, whose graceful shutdown (forwarded into
+        a container by its supervisor, an engine exec away) takes longer than a compiler's end."""
         children = self.live()
         for child in children:
             if child.first not in child.sent:  # (not twice: a second SIGINT cuts a server's shutdown short)
                 child.signal(child.first)
-        deadline = time.monotonic() + grace
-        while any(c.alive() for c in children) and time.monotonic() < deadline:
-            time.sleep(_GROUP_POLL)
-        for child in children:
-            if child.alive():
-                child.signal(signal.SIGKILL)
-        deadline = time.monotonic() + grace
-        while any(c.alive() for c in children) and time.monotonic() < deadline:
+        started = time.monotonic()
+        longest = max((self._grace(c, grace) for c in children), default=grace)
+        while time.monotonic() < started + longest + grace:
+            alive = [c for c in children if c.alive()]
+            if not alive:
+                break
+            waited = time.monotonic() - started
+            for child in alive:
+                if waited >= self._grace(child, grace) and signal.SIGKILL not in child.sent:
+                    child.signal(signal.SIGKILL)
             time.sleep(_GROUP_POLL)
         for child in children:
             child.release()
+
+    @staticmethod
+    def _grace(child: Child, grace: float) -> float:
+        return max(grace, SERVER_GRACE) if child.first == signal.SIGINT else grace
 
     def stop_soon(self, grace: float = KILL_GRACE) -> threading.Thread:
         """`stop_all` in a thread of its own, started now (from a signal handler: the main thread may be
