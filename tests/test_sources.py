@@ -496,7 +496,11 @@ def test_update_pins_the_branch_head_and_keeps_comments(ws, make_repo):
     assert r.returncode == 0, str(r)
     assert r.json()["changes"] == [{"component": "tiny", "ref": "main", "old": old, "new": new, "changed": True}]
     assert r.json()["recipe"] == str(path)
-    assert path.read_text() == before.replace(old, new)  # only the commit changed, comments and layout kept
+    # only the commit line changed: the new commit with its own subject and describe as its comment (the old
+    # commit's comment would now describe the wrong commit); other comments and the layout are kept
+    after = path.read_text()
+    commit_line = next(line for line in before.splitlines() if old in line)
+    assert after == before.replace(commit_line, f'commit = "{new}" # upstream moves on (v1.0.0-1-g{new[:12]})')
 
 
 def test_update_resolves_an_annotated_tag_to_its_commit_and_pins_unpinned_components(ws, make_repo):
