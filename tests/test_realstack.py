@@ -100,7 +100,8 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
         assert comps[name]["cache-key"] == locked[name]["cache-key"]  # the plan predicts the build
         assert comps[name]["url"] == s.repo_of(name).url
     assert comps["engine"]["patches"] == [{"path": ENGINE_PATCH, "sha256": sha256_file(s.patch_file(ENGINE_PATCH))}]
-    assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH))}]
+    assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH)),
+                                       "applied-at": "subdir"}]  # ARK in a subdirectory: which form applied
     assert comps["kernels"]["patches"] == []
     assert comps["ark"]["subdir"] == "ext/ark"
     assert comps["ark"]["after"] == ["kernels"]
@@ -159,7 +160,8 @@ def test_cold_build_lock_records_the_stack(realstack_built):
     assert [(c["name"], c["dist"]) for c in lock["components"]] == [
         ("engine", ENGINE_DIST), ("kernels", KERNELS_DIST), ("ark", ARK_DIST)]
     assert comps["engine"]["patches"] == [{"path": ENGINE_PATCH, "sha256": sha256_file(s.patch_file(ENGINE_PATCH))}]
-    assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH))}]
+    assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH)),
+                                       "applied-at": "subdir"}]  # ARK in a subdirectory: which form applied
     assert comps["kernels"]["patches"] == []
     assert comps["ark"]["subdir"] == "ext/ark"
     assert comps["ark"]["after"] == ["kernels"]
