@@ -151,16 +151,18 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
     same = previous if previous is not None and previous == lock else None
-    if same is not None and not _pylock_agrees(out):
+    pylock = _pylock_sha256(out)
+    if same is not None and not _pylock_agrees(out, pylock):
         ui.warn(f"{out / 'pylock.toml'} does not agree with {path.name} (edited, damaged or missing): written "
                 "again from it")
         same = None
     if same is None:
         write_lock(lock, out)
+        pylock = _pylock_sha256(out)
     keep = {b.wheel.file for b in built}
     for stale in ours - keep:
         (out / WHEELS_DIR / stale).unlink(missing_ok=True)
-    _mark_out_dir(out, keep, pylock=_pylock_sha256(out))
+    _mark_out_dir(out, keep, pylock=pylock)
     give_to_invoking_user(out)
     return same or read_lock(path), built
 
@@ -229,18 +231,25 @@ def _pylock_sha256(out: Path) -> str:
         return ""
 
 
-def _pylock_agrees(out: Path) -> bool:
-    """pylock.toml is the file written with this lock (its sha256 is the one the marker recorded when both were
-    written): an edited, damaged or missing one is written again. A digest, not the text made again, so a warm
-    no-op imports no TOML writer."""
-    recorded = _marker(out).get("pylock-sha256")
-    return bool(recorded) and recorded == _pylock_sha256(out)
+def _pylock_agrees(out: Path, pylock: str) -> bool:
+    """pylock.toml (sha256 `pylock`) is the file written with this lock (its sha256 is the one the marker
+    recorded when both were written): an edited, damaged or missing one is written again. A digest, not the
+    text made again, so a warm no-op imports no TOML writer."""
+    recorded = _marker(_marker_text(out)).get("pylock-sha256")
+    return bool(recorded) and recorded == pylock
 
 
-def _marker(out: Path) -> dict[str, object]:
+def _marker_text(out: Path) -> str:
     try:
-        doc = json.loads((out / OUT_MARKER).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        return (out / OUT_MARKER).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _marker(text: str) -> dict[str, object]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -293,7 +302,8 @@ def _mark_out_dir(out: Path, wheels: set[str], *, incomplete: str = "", pylock: 
     """The marker: the tool's output, the wheels it wrote; `incomplete`: why the last build left no lock;
     `pylock`: the sha256 of the pylock.toml written with the lock (kept from the marker when not given)."""
     out.mkdir(parents=True, exist_ok=True)
-    old = _marker(out)
+    current = _marker_text(out)
+    old = _marker(current)
     doc: dict[str, object] = {"written-by": "toolchain build: wheels/, logs/, the locks and bundles/ are its output",
                               "wheels": sorted(wheels)}
     if incomplete:
@@ -302,11 +312,8 @@ def _mark_out_dir(out: Path, wheels: set[str], *, incomplete: str = "", pylock: 
     if digest:
         doc["pylock-sha256"] = digest
     text = json.dumps(doc, indent=2) + "\n"
-    try:
-        if (out / OUT_MARKER).read_text(encoding="utf-8") == text:
-            return  # a warm no-op writes nothing
-    except (OSError, UnicodeDecodeError):
-        pass
+    if current == text:
+        return  # a warm no-op writes nothing
     atomic_write_text(out / OUT_MARKER, text)
 
 
