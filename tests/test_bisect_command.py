@@ -19,7 +19,7 @@ from toolchain.bisect.testers import CommandTester, TestCannotRun
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_file
-from toolchain.core.proc import run
+from toolchain.core.proc import STOPPING, run
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import (
     Lock,
@@ -256,6 +256,7 @@ def test_commit_bisect_end_to_end_with_interrupt_and_resume(project, capsys, mon
     argv = ["bisect", "--recipe", str(p.recipe), "--component", "kern", "--good", p.commits[0][:10],
             "--test-cmd", test_cmd, "--out", str(out), "--jobs", "1"]
     assert cli.main(argv) == 130
+    assert not STOPPING.is_set()  # the stop is over: a later call in this process is no stop's victim
     err = capsys.readouterr().err
     state = out / "bisect-state.json"
     assert f"resume with: toolchain bisect --resume --state {state}" in " ".join(err.split())

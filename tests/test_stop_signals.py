@@ -132,6 +132,31 @@ def test_a_pending_registry_request_is_dropped_at_once(ws, make_repo):
             conn.close()
 
 
+def test_a_registry_is_reached_again_once_a_stop_in_the_same_process_is_over(registry, capsys):
+    """A stop drops the pending registry requests and refuses new ones while it lasts; once it is over (the
+    `interruptible` block left; test_bisect_command: `cli.main` returned 130), a later call in the same process (a library caller,
+    the next test) reaches the registry again. It used to be refused for the rest of the process."""
+    from toolchain.build.remote import Registry, RemoteError
+    from toolchain.build.remotespec import RemoteSettings
+    from toolchain.recipe.cachespec import parse_remote_url
+
+    def lookup() -> object:
+        settings = RemoteSettings(parse_remote_url(f"oci://{registry.address}/team"), insecure=True, timeout=10)
+        return Registry(settings).manifest("0" * 64)
+
+    def stopped() -> None:
+        with proc.interruptible():
+            os.kill(os.getpid(), signal.SIGTERM)
+            with pytest.raises(RemoteError, match="dropped: the tool is stopping"):
+                lookup()  # while the stop lasts
+            time.sleep(5)  # (the signal is handled before this ends)
+
+    assert lookup() is None  # the registry answers: it does not hold that tag
+    with pytest.raises(proc.Interrupted):
+        stopped()
+    assert lookup() is None
+
+
 def test_every_child_runs_in_a_process_group_and_a_cgroup_of_its_own(tmp_path):
     show = [sys.executable, "-c", "import os; print(os.getsid(0), os.getpgid(0), os.getpid()); "
                                   "print(open('/proc/self/cgroup').read())"]
@@ -142,8 +167,40 @@ def test_every_child_runs_in_a_process_group_and_a_cgroup_of_its_own(tmp_path):
     root = proc._find_cgroup_root()
     if root is not None:
         assert f"/toolchain-{os.getpid()}-{pid}" in "\n".join(out[1:])
-        assert not list(root.glob(f"toolchain-{os.getpid()}-*")), "a cgroup was left behind"
+        assert not (root / f"toolchain-{os.getpid()}-{pid}").exists(), "its cgroup was left behind"
     assert proc.CHILDREN.live() == []
+
+
+def test_a_cgroup_still_holding_a_process_is_removed_once_that_process_ended():
+    """podman's conmon stays in the cgroup of the `podman run --detach` that started it for as long as the
+    container runs (and an exec's conmon a moment after the exec ends): such a cgroup cannot be removed when
+    its command ends. It is removed at the next child's start once empty, and at the tool's exit; before, the
+    cgroups of every podman call stayed for as long as the tool ran (217 after one test session)."""
+    root = proc._find_cgroup_root()
+    if root is None:
+        pytest.skip("no cgroup v2 can be made here")
+    leave = [sys.executable, "-c", "import subprocess as s; print(s.Popen(['sleep', '2'], start_new_session=True, "
+                                   "stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL).pid)"]
+    result = proc.run(leave, capture=True)
+    started = time.monotonic()
+    daemon = int(result.stdout.split()[0])
+    left = [p for p in root.glob(f"toolchain-{os.getpid()}-*") if str(daemon) in (p / "cgroup.procs").read_text()]
+    assert len(left) == 1 and left[0] in proc._LINGERING  # the daemon holds it
+    proc.run(["true"])
+    assert left[0].exists()  # still held
+    while Path(f"/proc/{daemon}").exists() and time.monotonic() < started + 30:
+        time.sleep(0.05)
+    proc.run(["true"])
+    assert not left[0].exists() and left[0] not in proc._LINGERING
+
+    script = ("import os, subprocess, sys, time; from toolchain.core import proc; "
+              "proc.run([sys.executable, '-c', \"import subprocess as s; s.Popen(['sleep', '0.5'], "
+              "start_new_session=True, stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL)\"]); print(os.getpid(), len(proc._LINGERING)); time.sleep(1)")
+    tool = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert tool.returncode == 0, tool.stderr
+    pid, lingering = map(int, tool.stdout.split())
+    assert lingering == 1  # noted while the daemon ran; the exit's sweep removed it
+    assert not list(root.glob(f"toolchain-{pid}-*"))
 
 
 def test_cgroups_left_by_a_killed_tool_are_removed_nested_ones_too():

@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _report(ui, problem)
         return problem.return_code
+    finally:  # the stop it noted is over: a later call in this process (a library caller, a test) is not
+        STOPPING.clear()  # stopping, and talks to a registry again (build/remote.py refuses while it is set)
 
 
 def _report(ui: UI, err: ToolError, code: int | None = None) -> None:

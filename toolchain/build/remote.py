@@ -51,7 +51,7 @@ from toolchain import __version__
 from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
 from toolchain.build.regauth import Credentials, find_credentials
 from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
-from toolchain.core.proc import on_stop
+from toolchain.core.proc import STOPPING, on_stop
 from toolchain.core.redact import redact_url
 from toolchain.errors import ToolError
 
@@ -93,13 +93,13 @@ class Refused(RemoteError):
 # ---- the transport: one bounded try per request, the registry's auth challenge answered ----------------------
 
 _OPEN_SOCKETS: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # the transport's connections
-_DROPPED = threading.Event()  # a stop signal reached the tool: no request waits any more
 
 
 def drop_requests() -> None:
     """Cut every connection the transport has open (a request waiting for an answer fails at once instead
-    of waiting out its timeout) and refuse new requests: what a stop signal does (proc.on_stop)."""
-    _DROPPED.set()
+    of waiting out its timeout): what a stop signal does (proc.on_stop). New requests are refused while
+    `STOPPING` is set; it is cleared when the stop is over, so a later command in this process (a library
+    caller, a test) talks to the registry again."""
     for sock in list(_OPEN_SOCKETS):
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
@@ -159,7 +159,7 @@ class _Transport:
 
     def request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
                 json: dict | None = None, stream: bool = False) -> requests.Response:
-        if _DROPPED.is_set():
+        if STOPPING.is_set():
             import requests
 
             raise requests.exceptions.ConnectionError("the request was dropped: the tool is stopping")

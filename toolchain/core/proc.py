@@ -10,6 +10,7 @@ a `Completed` with that code, the reason in `stderr` and `started=False`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shlex
@@ -521,6 +522,8 @@ def interruptible(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
 KILL_GRACE = 3.0   # after a stop signal: seconds between SIGTERM to every child and SIGKILL to what is left
 SERVER_GRACE = 8.0  # the same for a server (SIGINT first): its graceful shutdown, in a container too
 _CGROUP_ROOT: list[Path | None] = []  # [where the tool's children's cgroups go] once looked for ([None]: nowhere)
+_LINGERING: set[Path] = set()  # cgroups of ended children that still held a process when released
+_LINGER_LOCK = threading.Lock()
 
 
 class Child:
@@ -576,9 +579,12 @@ class Child:
         self.release()
 
     def release(self) -> None:
-        """Remove its cgroup once empty (a cgroup that still holds a process is left: `stop` ends those)."""
-        if self.cgroup is not None and not self._cgroup_pids():
-            _remove_cgroup(self.cgroup)
+        """Remove its cgroup, or, while it still holds a process (podman's conmon, which watches a detached
+        container for as long as it runs, stays in the cgroup of the `podman run` that started it; a daemon
+        the command left behind), note it: the next child's start and the tool's exit remove it once empty."""
+        if self.cgroup is not None and not _remove_cgroup(self.cgroup):
+            with _LINGER_LOCK:
+                _LINGERING.add(self.cgroup)
 
 
 class Children:
@@ -674,6 +680,8 @@ def _cgroup_for(pid: int) -> Path | None:
     root = _CGROUP_ROOT[0]
     if root is None:
         return None
+    if _LINGERING:
+        sweep_cgroups()
     path = root / f"toolchain-{os.getpid()}-{pid}"
     try:
         path.mkdir()
@@ -712,14 +720,30 @@ def _find_cgroup_root() -> Path | None:
     return None
 
 
-def _remove_cgroup(path: Path) -> None:
+def sweep_cgroups() -> None:
+    """Remove the cgroups of ended children that have emptied since they were released (at each child's start
+    and at the tool's exit); those still holding a process stay noted (and a later tool's start removes them
+    once empty, as it does what a killed tool left)."""
+    with _LINGER_LOCK:
+        lingering = list(_LINGERING)
+    for path in lingering:
+        if _remove_cgroup(path):
+            with _LINGER_LOCK:
+                _LINGERING.discard(path)
+
+
+atexit.register(sweep_cgroups)
+
+
+def _remove_cgroup(path: Path) -> bool:
     """Remove cgroup `path` and the cgroups under it (a tool run by the tool makes its own there), deepest
-    first; one that still holds a process stays."""
+    first; one that still holds a process stays. Whether `path` is gone."""
     with contextlib.suppress(OSError):
         for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
             with contextlib.suppress(OSError):
                 sub.rmdir()
         path.rmdir()
+    return not path.exists()
 
 
 def _write(path: Path, text: str) -> bool:
