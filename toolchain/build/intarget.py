@@ -17,6 +17,8 @@ whenever one is on PATH. RESULT (JSON) holds wall and CPU seconds, the peak memo
 the ccache version and this build's hits and misses (from a CCACHE_STATSLOG of its own).
 """
 
+from __future__ import annotations  # the target's python3 may be 3.9: annotations stay unevaluated
+
 import json
 import os
 import resource
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import TypedDict
 
 COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "icx", "icpx")
 MIN_FREE = 256 * 1024 * 1024  # a cache directory with less room than this counts as full
@@ -37,7 +40,14 @@ LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER")
 
 # ---- resources ---------------------------------------------------------------------------------------
 
-def _read(path):
+class Readings(TypedDict):
+    """What `gather` prints: raw file texts keyed by path relative to the root, and the usable CPUs."""
+
+    files: dict[str, str]
+    cpus: int
+
+
+def _read(path: str) -> str | None:
     try:
         with open(path) as f:
             return f.read()
@@ -45,16 +55,16 @@ def _read(path):
         return None
 
 
-def _ancestors(path):
+def _ancestors(path: str) -> list[str]:
     parts = [p for p in path.split("/") if p]
     return ["/" + "/".join(parts[:i]) if i else "" for i in range(len(parts), -1, -1)]
 
 
-def gather(root="/"):
+def gather(root: str = "/") -> Readings:
     """Raw readings, keyed by path relative to `root`; toolchain.build.jobs parses them."""
-    files = {}
+    files: dict[str, str] = {}
 
-    def take(rel):
+    def take(rel: str) -> None:
         text = _read(os.path.join(root, rel))
         if text is not None:
             files[rel] = text
@@ -86,10 +96,10 @@ def gather(root="/"):
 
 # ---- the process tree ----------------------------------------------------------------------------------
 
-def _tree_memory(top):
+def _tree_memory(top: int) -> tuple[int, str]:
     """Memory of `top` and all its descendants (from /proc): their PSS, so that the pages they share (the
     compiler's binary, libc) count once; their RSS where PSS cannot be read. (bytes, "pss" | "rss")"""
-    children = {}  # type: dict
+    children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -116,11 +126,11 @@ def _tree_memory(top):
     return total, kind
 
 
-def _own_cgroup():
-    """(peak file, dedicated): the cgroup file holding its peak memory, and whether nothing but this process,
+def _own_cgroup() -> tuple[str, bool]:
+    """(peak file or "", dedicated): the cgroup file holding its peak memory, and whether nothing but this process,
     its ancestors and pid 1 lives in the cgroup (a fresh container), so that its peak is the build's."""
     cg = _read("/proc/self/cgroup") or ""
-    procs, peak = None, None
+    procs, peak = "", ""
     for line in cg.splitlines():
         hid, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
@@ -137,7 +147,7 @@ def _own_cgroup():
         if peak:
             break
     if not peak:
-        return None, False
+        return "", False
     mine, pid = {1}, os.getpid()
     while pid > 1:
         mine.add(pid)
@@ -151,7 +161,7 @@ def _own_cgroup():
 
 # ---- the compiler cache -----------------------------------------------------------------------------------
 
-def _writable(folder):
+def _writable(folder: str) -> str:
     try:
         os.makedirs(folder, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
@@ -165,7 +175,7 @@ def _writable(folder):
     return ""
 
 
-def _version(ccache, env):
+def _version(ccache: str, env: dict[str, str]) -> tuple[str | None, str]:
     try:
         out = subprocess.run([ccache, "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=60, check=False).stdout.decode("utf-8", "replace")
@@ -177,7 +187,7 @@ def _version(ccache, env):
     return first.split()[-1], ""
 
 
-def _shim_dir(ccache, env):
+def _shim_dir(ccache: str, env: dict[str, str]) -> str:
     """A directory for the front of PATH: ccache under the compilers' names, and an `sccache` that runs
     ccache (or the compiler, when `ccache` is empty)."""
     folder = tempfile.mkdtemp(prefix="toolchain-cc-")
@@ -202,7 +212,7 @@ def _shim_dir(ccache, env):
     return folder
 
 
-def _count(statslog):
+def _count(statslog: str) -> tuple[int, int]:
     hits = misses = 0
     for line in (_read(statslog) or "").splitlines():
         line = line.strip()
@@ -213,11 +223,11 @@ def _count(statslog):
     return hits, misses
 
 
-def build(result_path, argv):
+def build(result_path: str, argv: list[str]) -> int:
     env = dict(os.environ)
     ccache = env.pop("TOOLCHAIN_CCACHE", "")
     required = env.pop("TOOLCHAIN_CCACHE_REQUIRED", "") == "1"
-    report = {"launcher": "none", "version": "", "hits": 0, "misses": 0, "note": ""}
+    report: dict[str, str | int] = {"launcher": "none", "version": "", "hits": 0, "misses": 0, "note": ""}
     if ccache:
         if "/" not in ccache:
             ccache = shutil.which(ccache, path=env.get("PATH", "")) or ""
@@ -248,13 +258,15 @@ def build(result_path, argv):
     peak_before = _peak(peak_file) if dedicated else 0
     started = time.monotonic()
     child = subprocess.Popen(argv, env=env)
-    forward = lambda sig, _frame: child.send_signal(sig)
+    def forward(sig: int, _frame: object) -> None:
+        child.send_signal(sig)
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, forward)
     peak, kind = [0], ["pss"]
     done = threading.Event()
 
-    def sample():
+    def sample() -> None:
         while not done.is_set():
             try:
                 now, how = _tree_memory(child.pid)
@@ -290,21 +302,21 @@ def build(result_path, argv):
     return code if code >= 0 else 128 - code
 
 
-def _peak(peak_file):
+def _peak(peak_file: str) -> int:
     try:
         return int((_read(peak_file) or "0").strip())
     except ValueError:
         return 0
 
 
-def _write(path, data):
+def _write(path: str, data: dict[str, object]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
 
 
-def main(args):
+def main(args: list[str]) -> int:
     if args and args[0] == "resources":
         print(json.dumps(gather(args[1] if len(args) > 1 else "/")))
         return 0
