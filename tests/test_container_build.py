@@ -269,6 +269,45 @@ def test_sigint_during_a_build_removes_its_containers(engine, image, tmp_path):
     assert left == []
 
 
+def test_a_run_killed_with_sigkill_leaves_nothing_once_the_next_run_starts(engine, image, tmp_path):
+    """SIGKILL cannot be caught: the killed run's build container and its build step (an engine client in a
+    process group and cgroup of its own) outlive it. The next run that starts a container removes that
+    container (its owner label names a process that has ended) and ends what runs in the dead run's cgroups."""
+    from toolchain.core import proc as procs
+
+    path = write_recipe(tmp_path, "hangs", {**one_component(["sleep", "300"]),
+                                            "target": {"runtime": engine, "image": image}}, extends_demo=False)
+    root = procs._find_cgroup_root()  # (before the kill: looking for it removes what a killed tool left)
+    tool = cli(path, tmp_path, "killed")
+    log = tmp_path / "out-killed" / "logs" / "probe.log"
+    try:
+        wait_for("the build step to run", lambda: tool.poll() is not None or (
+            log.is_file() and "sleep 300" in log.read_text()
+            and any(n.startswith("toolchain-build-") for n in tool_containers(engine, tool.pid))))
+        assert tool.poll() is None, tool.communicate()
+        killed = tool_containers(engine, tool.pid)
+        os.kill(tool.pid, signal.SIGKILL)  # the tool alone, as `kill -9 PID` does
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+        tool.communicate()
+    left_running = [p for p in root.glob(f"toolchain-{tool.pid}-*") if (p / "cgroup.procs").read_text().strip()] \
+        if root is not None else []
+    assert tool_containers(engine, tool.pid) == killed  # what SIGKILL leaves
+    if root is not None:
+        assert left_running, "the build step's engine client outlived the killed run in its cgroup"
+
+    again = write_recipe(tmp_path, "fails", {**one_component(["sh", "-c", "exit 3"]),
+                                             "target": {"runtime": engine, "image": image}}, extends_demo=False)
+    nxt = cli(again, tmp_path, "next")
+    _, err = nxt.communicate(timeout=300)
+    assert nxt.returncode == 1, err  # its own build failed, as asked; it started a container first
+    assert tool_containers(engine, tool.pid) == [], "the killed run's container is still there"
+    assert tool_containers(engine, nxt.pid) == []
+    if root is not None:
+        assert not list(root.glob(f"toolchain-{tool.pid}-*")), "the killed run's cgroups (and build step) remain"
+
+
 def test_sigint_in_exec_mode_stops_the_command_and_cleans_up(engine, running, tmp_path):
     path = write_recipe(tmp_path, "hangs", {**one_component(["sleep", "297"]),
                                             "target": {"runtime": engine, "container": running}}, extends_demo=False)

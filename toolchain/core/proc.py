@@ -712,12 +712,61 @@ def _find_cgroup_root() -> Path | None:
             base = Path(fields[4]) / own.lstrip("/")
             if not os.access(base, os.W_OK):
                 return None
-            for stale in base.glob("toolchain-*-*"):  # left by a tool that was killed (-9): empty, removable
+            for stale in base.glob("toolchain-*-*"):  # left by a tool that was killed (-9)
                 with contextlib.suppress(ValueError, OSError):
                     if not Path(f"/proc/{int(stale.name.split('-')[1])}").exists():
-                        _remove_cgroup(stale)
+                        _reap_cgroup(stale)
             return base
     return None
+
+
+def _reap_cgroup(path: Path) -> None:
+    """End what still runs in the cgroup of a child of a tool that was killed (a build step nobody waits for
+    any more: SIGKILL reaches the tool alone, not its children, which each lead a group of their own) and
+    remove the cgroup."""
+    if not _write(path / "cgroup.kill", "1"):  # (Linux < 5.14: each process, and those of its sub-cgroups)
+        for procs in [path / "cgroup.procs", *path.rglob("*/cgroup.procs")]:
+            with contextlib.suppress(OSError, ValueError):
+                for pid in procs.read_text().split():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + KILL_GRACE
+    while not _remove_cgroup(path) and time.monotonic() < deadline:  # (a killed process takes a moment)
+        time.sleep(_GROUP_POLL)
+
+
+def owner_token() -> str:
+    """This process as `BOOT-ID/PID/START`: what the tool leaves behind (a container) carries it, so that a
+    later run can tell whether its owner is gone (killed with SIGKILL), never mistaking a reused pid or a
+    process of another boot or machine (a remote engine) for it."""
+    return f"{_boot_id()}/{os.getpid()}/{_start_time(os.getpid())}"
+
+
+def owner_gone(token: str) -> bool:
+    """Whether the process `token` (`owner_token()`) names has ended. A token of another boot (or machine) is
+    not known to be gone: it may run elsewhere."""
+    boot, _, rest = token.partition("/")
+    pid, _, start = rest.partition("/")
+    if not boot or boot != _boot_id() or not pid.isdigit():
+        return False
+    return _start_time(int(pid)) != start
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """When process `pid` started (clock ticks since boot: /proc/PID/stat field 22), "" when none runs."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else ""
 
 
 def sweep_cgroups() -> None:

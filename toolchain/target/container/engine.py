@@ -6,7 +6,8 @@ to have one, both context managers:
 
 - `Engine.started(role, image, mounts, run_args)`: a fresh container that sleeps until it is removed. It
   carries the label `toolchain=1` (and `toolchain.pid=<pid>`, `toolchain.role=ROLE`) and is removed on
-  success, failure and Ctrl-C, unless TOOLCHAIN_KEEP_CONTAINERS=1.
+  success, failure and Ctrl-C, unless TOOLCHAIN_KEEP_CONTAINERS=1. A SIGKILL cannot be caught: the label
+  `toolchain.owner` (proc.owner_token) lets the next run that starts a container remove what a killed run left.
 - `Engine.borrowed(name)`: a running container that is not the tool's. One process at a time uses its
   `/toolchain`; what the tool brought in there is removed at the end and the container keeps running. A
   command run in it writes its process id under `/toolchain/run`, so that Ctrl-C or a timeout can kill it
@@ -35,7 +36,7 @@ from typing import Any, Union
 
 from toolchain.console import UI
 from toolchain.core.fs import file_lock, give_to_invoking_user
-from toolchain.core.proc import CommandFailed, CommandTimeout, Completed, merge_env, run
+from toolchain.core.proc import CommandFailed, CommandTimeout, Completed, merge_env, owner_gone, owner_token, run
 from toolchain.core.redact import is_secret
 from toolchain.errors import ToolError
 
@@ -43,6 +44,9 @@ ROOT = "/toolchain"          # everything the tool brings into a container lives
 PIDS = f"{ROOT}/run"         # pidfiles of commands run in a borrowed container
 KEEP_ENV = "TOOLCHAIN_KEEP_CONTAINERS"
 LABEL = "toolchain"
+OWNER = f"{LABEL}.owner"  # proc.owner_token() of the tool that started the container
+_REAPED: set[tuple[str, str]] = set()  # (engine, its host) whose orphaned containers this process removed
+_REAP_LOCK = threading.Lock()
 QUERY_TIMEOUT = 120.0
 # Variables the engine client itself reads: their build values must not become the engine's own, so they
 # are passed as NAME=VALUE (none of them is a secret by name).
@@ -61,6 +65,7 @@ class EngineConfig:
     create_args: tuple[str, ...] = ()
     remove_args: tuple[str, ...] = ("rm", "--force")
     rootless_format: str = ""  # `info --format`: prints "true" or a list naming "rootless" when rootless
+    owner_format: str = ""     # `ps --format`: a container's id and its owner label
     service_hint: str = ""
 
 
@@ -68,10 +73,12 @@ ENGINES = {
     "podman": EngineConfig("podman", create_args=("--security-opt", "label=disable"),
                            remove_args=("rm", "--force", "--time", "0"),
                            rootless_format="{{.Host.Security.Rootless}}",
+                           owner_format='{{.ID}} {{index .Labels "' + OWNER + '"}}',
                            service_hint="run `podman info` to see why; check its configuration (CONTAINERS_CONF, "
                                         "storage.conf) and, for a remote engine, CONTAINER_HOST"),
     "docker": EngineConfig("docker", create_args=("--security-opt", "label=disable"),
                            rootless_format="{{json .SecurityOptions}}",
+                           owner_format='{{.ID}} {{.Label "' + OWNER + '"}}',
                            service_hint="start the daemon (`sudo systemctl start docker`), check DOCKER_HOST/"
                                         "`docker context ls`, and that you may use /var/run/docker.sock "
                                         "(group docker)"),
@@ -291,8 +298,11 @@ class Engine:
 
     def start(self, role: str, image: Image, mounts: Sequence[Mount] = (), run_args: Sequence[str] = ()) -> Container:
         """A fresh labelled container from `image` that sleeps until `remove()` (prefer `started()`)."""
+        self.reap_orphans()
         name = f"toolchain-{role}-{uuid.uuid4().hex[:12]}"
         labels = ["--label", f"{LABEL}=1", "--label", f"{LABEL}.pid={os.getpid()}", "--label", f"{LABEL}.role={role}"]
+        if os.environ.get(KEEP_ENV) != "1":  # (one kept on purpose is not an orphan to remove)
+            labels += ["--label", f"{OWNER}={owner_token()}"]
         argv = ["run", "--detach", "--name", name, *labels, *self.config.create_args]
         for m in mounts:
             if "," in m.source or "," in m.destination:
@@ -313,6 +323,24 @@ class Engine:
                                  hint="check [target] run-args and engine-args; the command was: "
                                       + shlex.join(self.argv(*argv)))
         return Container(self, name, image, owned=True)
+
+    def reap_orphans(self) -> list[str]:
+        """Remove the containers a tool killed with SIGKILL left running (their owner label names a process of
+        this boot that has ended; a tool on another machine sharing the engine is never taken for one), once
+        per engine in a process, before it starts one of its own. Returns their ids."""
+        where = (self.name, os.environ.get("CONTAINER_HOST", "") + os.environ.get("DOCKER_HOST", ""))
+        with _REAP_LOCK:
+            if where in _REAPED:
+                return []
+            _REAPED.add(where)
+        r = self.query("ps", "-a", "--filter", f"label={OWNER}", "--format", self.config.owner_format)
+        orphans = [line.split()[0] for line in r.stdout.splitlines()
+                   if r.returncode == 0 and len(line.split()) == 2 and owner_gone(line.split()[1])]
+        for cid in orphans:
+            self.query(*self.config.remove_args, cid)
+        if orphans:
+            self.say(f"removed {len(orphans)} {self.name} container(s) left by a toolchain run that was killed")
+        return orphans
 
     def _attach(self, name: str) -> Container:
         r = self.query("container", "inspect", "--format", "{{.Id}}|{{.State.Running}}|{{.Image}}|{{.Config.Image}}",
