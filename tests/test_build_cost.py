@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
 
 from toolchain.build import ccache, intarget
 from toolchain.build.jobs import GiB, MiB, Resources, decide_jobs, per_job_memory, resources_from
-from toolchain.build.metrics import RESULT, BuildMetrics, read_result
+from toolchain.build.metrics import RESULT, BuildMetrics, read_live, read_result
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.buildspec import BuildSpec, parse_size
 from toolchain.recipe.load import Component, load_recipe
@@ -248,6 +250,36 @@ def test_runner_compiles_through_ccache_and_counts_this_builds_hits(tmp_path):
     assert m["cpu_seconds"] >= 0
     assert m["peak_sampled_bytes"] > 0
     assert m["sampled"] in ("pss", "rss")
+
+
+def test_the_runner_says_the_peak_and_ccache_counts_while_the_build_runs(tmp_path):
+    """The heartbeat's figures (issue 22): RESULT.live, rewritten every 2 s while the build runs, holds the peak
+    memory so far and this build's ccache counts so far; it is gone when the build ends."""
+    env = compile_env(tmp_path, tmp_path / "ccache")
+    result = tmp_path / "out" / ".toolchain-build.json"
+    result.parent.mkdir()
+    step = "cc -c x.c -o x.o && cc -c x.c -o y.o && sleep 6"  # a miss, a hit, then a long link step
+    build = subprocess.Popen([sys.executable, str(INTARGET), "build", str(result), "--", "sh", "-c", step],
+                             cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+    readings = []
+    try:
+        deadline = time.monotonic() + 60
+        while build.poll() is None and time.monotonic() < deadline:
+            reading = read_live(result.parent)
+            if reading is not None:
+                readings.append(reading)
+            time.sleep(0.2)
+    finally:
+        if build.poll() is None:
+            build.kill()
+        build.wait()
+    assert build.returncode == 0
+    assert readings, "no live reading while the build ran"
+    last = readings[-1]
+    assert last.ccache and (last.hits, last.misses) == (1, 1) and last.peak_bytes > 0, readings
+    assert re.fullmatch(r"peak \d+(\.\d+)? [KMG]iB, ccache 1 hits / 1 misses", last.describe())
+    assert read_live(result.parent) is None  # gone with the build
+    assert json.loads(result.read_text())["compiler_cache"]["hits"] == 1
 
 
 def test_an_sccache_on_path_is_routed_to_ccache(tmp_path):

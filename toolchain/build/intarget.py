@@ -14,11 +14,13 @@ setuptools or Makefile build goes through it) and an `sccache` that runs ccache 
 compiler itself): sccache does not support Intel's compilers, and vllm-xpu-kernels' setup.py picks sccache
 whenever one is on PATH. RESULT (JSON) holds wall and CPU seconds, the peak memory of the whole process tree
 (sampled PSS, which counts shared pages once, else RSS; and the cgroup's own peak when the build has the cgroup to itself, as in a fresh container, and raised it),
-the ccache version and this build's hits and misses (from a CCACHE_STATSLOG of its own).
+the ccache version and this build's hits and misses (from a CCACHE_STATSLOG of its own). While the build runs,
+RESULT.live holds the peak so far and the counts so far, every 2 s (the tool's heartbeat reads it).
 """
 
 from __future__ import annotations  # the target's python3 may be 3.9: annotations stay unevaluated
 
+import contextlib
 import json
 import os
 import resource
@@ -36,6 +38,8 @@ MIN_FREE = 256 * 1024 * 1024  # a cache directory with less room than this count
 HITS = ("direct_cache_hit", "preprocessed_cache_hit")
 MISSES = ("cache_miss",)
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER")
+LIVE_SUFFIX = ".live"  # RESULT.live: the peak so far and this build's ccache counts, while it runs
+LIVE_EVERY = 2.0       # seconds between its updates
 
 
 # ---- resources ---------------------------------------------------------------------------------------
@@ -265,8 +269,10 @@ def build(result_path: str, argv: list[str]) -> int:
         signal.signal(sig, forward)
     peak, kind = [0], ["pss"]
     done = threading.Event()
+    live = result_path + LIVE_SUFFIX
 
     def sample() -> None:
+        shown = 0.0
         while not done.is_set():
             try:
                 now, how = _tree_memory(child.pid)
@@ -275,6 +281,11 @@ def build(result_path: str, argv: list[str]) -> int:
                     kind[0] = "rss"
             except (OSError, ValueError):
                 pass
+            if time.monotonic() - shown >= LIVE_EVERY:  # for the tool's heartbeat, while the build runs
+                shown = time.monotonic()
+                hits, misses = _count(statslog) if statslog else (0, 0)
+                with contextlib.suppress(OSError):
+                    _write(live, {"peak_bytes": peak[0], "ccache": bool(statslog), "hits": hits, "misses": misses})
             done.wait(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -282,6 +293,8 @@ def build(result_path: str, argv: list[str]) -> int:
     code = child.wait()
     done.set()
     sampler.join()
+    with contextlib.suppress(OSError):
+        os.unlink(live)
     wall = time.monotonic() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if statslog:

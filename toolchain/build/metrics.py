@@ -18,6 +18,7 @@ from toolchain.build.ccache import CacheReport
 
 RUNNER = "build-runner"            # the Extra name of the in-target script
 RESULT = ".toolchain-build.json"   # written by the runner into the output directory
+LIVE = RESULT + ".live"             # written by the runner while the build runs (intarget.LIVE_SUFFIX)
 RUNNER_FILE = Path(__file__).with_name("intarget.py")
 
 
@@ -62,6 +63,34 @@ class RunResult:
     error: str = ""   # the runner refused to build (a required ccache that does not run)
 
 
+@dataclass(frozen=True)
+class LiveReading:
+    """What the runner says of a build while it runs (RESULT.live): the heartbeat's peak and ccache counts."""
+    peak_bytes: int
+    ccache: bool   # the build goes through ccache (its counts mean something)
+    hits: int
+    misses: int
+
+    def describe(self) -> str:
+        """`peak 31.2 GiB, ccache 812 hits / 391 misses` (no ccache part for a build that uses none)."""
+        from toolchain.build.jobs import format_size
+
+        parts = [f"peak {format_size(self.peak_bytes)}"] if self.peak_bytes else []
+        if self.ccache:
+            parts.append(f"ccache {self.hits} hits / {self.misses} misses")
+        return ", ".join(parts)
+
+
+def read_live(out_dir: Path) -> LiveReading | None:
+    """The runner's reading of a build still running in `out_dir` (host-side); None when there is none (not
+    yet written, or the build runs where the host cannot see its output: exec into a running container)."""
+    try:
+        data = json.loads((Path(out_dir) / LIVE).read_text())
+        return LiveReading(int(data["peak_bytes"]), bool(data["ccache"]), int(data["hits"]), int(data["misses"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def read_result(out_dir: Path) -> RunResult | None:
     """What the runner wrote into the (host-side) output directory; None when it wrote nothing."""
     path = Path(out_dir) / RESULT
@@ -82,4 +111,4 @@ def read_result(out_dir: Path) -> RunResult | None:
     return RunResult(metrics, cache)
 
 
-__all__ = ["BuildMetrics", "RunResult", "measured_argv", "read_result"]
+__all__ = ["BuildMetrics", "LiveReading", "RunResult", "measured_argv", "read_live", "read_result"]
