@@ -7,12 +7,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from spine_helpers import PACKAGES, Cli, DemoBuild, GitRepo, Workspace, isolated_env
 
-try:  # a real OCI registry per test: `registry`, `auth_registry` (tests/support/registry.py)
-    from tests.support.registry_fixtures import auth_registry, registry
-except ImportError:  # pragma: no cover  (tests/ itself on sys.path, not the repository root)
-    from support.registry_fixtures import auth_registry, registry  # noqa: F401
+from tests.spine_helpers import PACKAGES, Cli, DemoBuild, GitRepo, Workspace, isolated_env
+from tests.support.registry_fixtures import auth_registry, registry  # noqa: F401  (pytest fixtures)
 
 # A git that runs the tests (a hook, `git rebase --exec`) exports where its repository is: every `git init` and
 # commit of a test would then land in the checkout's own .git (seen once: core.bare set in a worktree's main
@@ -61,7 +58,7 @@ def demo_build(tmp_path_factory) -> DemoBuild:
 def realstack(tmp_path_factory):
     """Repositories, a base recipes dir with patches/, a user's override dir: see tests/support/realstack.py.
     Shared: tests must not modify its repositories or files."""
-    from support.realstack import make_realstack
+    from tests.support.realstack import make_realstack
 
     return make_realstack(tmp_path_factory.mktemp("realstack"))
 
@@ -69,6 +66,6 @@ def realstack(tmp_path_factory):
 @pytest.fixture(scope="session")
 def realstack_built(realstack, tmp_path_factory):
     """The base stack recipe built once through the CLI into a fresh cache (see RealStackBuild)."""
-    from support.realstack import build_realstack
+    from tests.support.realstack import build_realstack
 
     return build_realstack(realstack, tmp_path_factory.mktemp("realstack-build"))

@@ -1,8 +1,8 @@
 """Helpers for the spine tests (used by tests/conftest.py and the test modules): real git repositories,
 recipe workspaces, the CLI as a real process.
 
-Import them from here, not `from conftest import ...`: tests/smoke/ has a conftest.py too, and whichever
-was imported last owns the module name `conftest`. Everything is real: `git` makes the repositories,
+Import them as `from tests.spine_helpers import ...` (tests/ is a package: one module name per file, which
+mypy follows), not from a conftest. Everything is real: `git` makes the repositories,
 `python -m toolchain` runs in a subprocess with an isolated cache, and builds run `pip wheel`. The fixture
 projects in tests/packages/ use a tiny in-tree PEP 517 backend (tests/packages/_shared/tiny_backend.py),
 so one build takes about a second.

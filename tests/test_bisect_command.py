@@ -11,8 +11,8 @@ import types
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo
 
+from tests.spine_helpers import GitRepo
 from toolchain import cli
 from toolchain.bisect.core import BuildOutcome, Candidate, Verdict, resumable
 from toolchain.bisect.testers import CommandTester, TestCannotRun

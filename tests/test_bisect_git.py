@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo
 
+from tests.spine_helpers import GitRepo
 from toolchain.bisect.candidates import commit_url, git_candidates, resolve_commit
 from toolchain.bisect.core import (
     Bisector,

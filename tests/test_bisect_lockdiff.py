@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo
 
+from tests.spine_helpers import GitRepo
 from toolchain.bisect.candidates import git_candidates
 from toolchain.bisect.core import BuildOutcome, Verdict
 from toolchain.bisect.lockdiff import (

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, recipe_data
-from support.closure import served, simple_index
 
+from tests.spine_helpers import component, recipe_data
+from tests.support.closure import served, simple_index
 from toolchain.lock import read_lock
 
 pytestmark = pytest.mark.slow

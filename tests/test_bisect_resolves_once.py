@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, recipe_data
-from support.closure import CountingIndex, simple_index, wheelhouse
 
+from tests.spine_helpers import component, recipe_data
+from tests.support.closure import CountingIndex, simple_index, wheelhouse
 from toolchain.lock import read_lock
 
 pytestmark = pytest.mark.slow

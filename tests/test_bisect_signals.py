@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from spine_helpers import assert_interrupted, component, interrupt, kill_group, recipe_data, wait_for_text
+
+from tests.spine_helpers import assert_interrupted, component, interrupt, kill_group, recipe_data, wait_for_text
 
 pytestmark = pytest.mark.slow
 

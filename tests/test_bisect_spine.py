@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from spine_helpers import TINY_INIT, component, recipe_data
 
+from tests.spine_helpers import TINY_INIT, component, recipe_data
 from toolchain.lock import read_lock, verify_wheels
 
 pytestmark = pytest.mark.slow

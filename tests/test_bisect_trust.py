@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from spine_helpers import Cli, component, isolated_env, recipe_data, wait_for_text
 
+from tests.spine_helpers import Cli, component, isolated_env, recipe_data, wait_for_text
 from toolchain.lock import read_lock
 
 pytestmark = pytest.mark.slow
@@ -188,7 +188,7 @@ def test_a_network_outage_and_a_full_disk_stop_the_bisect_and_it_resumes(ws, mak
     """kern needs `packaging`, from a PEP 503 index on 127.0.0.1. With the index down, the first build's closure
     cannot be resolved: the bisect stops naming the network, remembers nothing and resumes once it is back;
     with the resolver's cache on a full disk, the same. --no-resolve bisects with no index at all."""
-    from support.closure import free_port, full_disk, simple_index, wheelhouse
+    from tests.support.closure import free_port, full_disk, simple_index, wheelhouse
 
     repo = make_repo("kern", "tiny")
     pyproject = (repo.path / "pyproject.toml").read_text().replace(

@@ -13,7 +13,8 @@ import zipfile
 from pathlib import Path
 
 import tomlkit
-from spine_helpers import (
+
+from tests.spine_helpers import (
     STANDIN,
     STANDIN_SETVARS,
     TINY_INIT,
@@ -23,7 +24,6 @@ from spine_helpers import (
     recipe_data,
     wheel_member,
 )
-
 from toolchain.core.fs import sha256_file
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, recipe_data
 
+from tests.spine_helpers import component, recipe_data
 from toolchain.build.schedule import Budget, run_at_once
 from toolchain.core.fs import sha256_file
 

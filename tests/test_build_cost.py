@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
 
+from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
+from tests.support.debian_image import containers_env
 from toolchain.build import ccache, intarget
 from toolchain.build.jobs import GiB, MiB, Resources, decide_jobs, per_job_memory, resources_from
 from toolchain.build.metrics import RESULT, BuildMetrics, read_live, read_result
@@ -429,13 +431,6 @@ def test_a_recipe_env_ccache_dir_that_cannot_be_written_degrades_with_a_warning(
 
 # ---- in podman: fresh and exec ----------------------------------------------------------------------------------
 
-try:  # as tests/test_container_build.py
-    from tests.support.container_fixtures import podman_image
-    from tests.support.debian_image import containers_env
-except ImportError:  # pragma: no cover
-    from support.container_fixtures import podman_image  # noqa: F401
-    from support.debian_image import containers_env
-
 
 def container_recipe(tmp: Path, name: str, target: dict, text: str = "") -> Path:
     rdir = tmp / "recipes"
@@ -463,7 +458,7 @@ def adjacent_builds(tmp: Path, target: dict) -> tuple[dict, dict]:
 
 
 @pytest.mark.container
-def test_fresh_podman_builds_go_through_the_mounted_static_ccache(podman_image, tmp_path):
+def test_fresh_podman_builds_go_through_the_mounted_static_ccache(podman_image, tmp_path):  # noqa: F811  (the imported fixture)
     has = podman("run", "--rm", "--entrypoint", "sh", podman_image, "-c", "command -v ccache", check=False)
     assert has.returncode != 0, "the test image must lack ccache: the tool brings its own"
     first, second = adjacent_builds(tmp_path, {"runtime": "podman", "image": podman_image})
@@ -478,7 +473,7 @@ def test_fresh_podman_builds_go_through_the_mounted_static_ccache(podman_image, 
 
 
 @pytest.mark.container
-def test_exec_mode_keeps_a_cache_in_the_container_and_hits_it(podman_image, tmp_path):
+def test_exec_mode_keeps_a_cache_in_the_container_and_hits_it(podman_image, tmp_path):  # noqa: F811  (the imported fixture)
     name = f"toolchain-test-ccache-{uuid.uuid4().hex[:8]}"
     podman("run", "--detach", "--name", name, "--label", "org.toolchain.test=build-cost", "--network=none",
            "--entrypoint", "sleep", podman_image, "infinity")
@@ -494,7 +489,7 @@ def test_exec_mode_keeps_a_cache_in_the_container_and_hits_it(podman_image, tmp_
 
 
 @pytest.mark.container
-def test_jobs_follow_the_containers_memory_limit(podman_image, tmp_path):
+def test_jobs_follow_the_containers_memory_limit(podman_image, tmp_path):  # noqa: F811  (the imported fixture)
     path = container_recipe(tmp_path, "limited", {"runtime": "podman", "image": podman_image,
                                                   "run-args": ["--memory=600m"]},
                             '[build]\nmemory-per-job = "256MiB"\n')
@@ -507,7 +502,7 @@ def test_jobs_follow_the_containers_memory_limit(podman_image, tmp_path):
 
 
 @pytest.mark.container
-def test_a_build_in_a_container_that_outlives_it_reports_its_own_peak_not_an_earlier_builds(podman_image,
+def test_a_build_in_a_container_that_outlives_it_reports_its_own_peak_not_an_earlier_builds(podman_image,  # noqa: F811  (the imported fixture)
                                                                                              tmp_path):
     """Exec into a running container: the container's cgroup holds only the runner (and the container's
     init), so its peak looks like the build's, but it is the container's since it started. A build that

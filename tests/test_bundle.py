@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from support.tinywheels import (
+
+from tests.support.tinywheels import (
     COMMIT_EPOCH,
     PURE,
     STAMPED,
@@ -23,7 +24,6 @@ from support.tinywheels import (
     make_repo,
     require_wheel_backend,
 )
-
 from toolchain.errors import TestFailed
 from toolchain.lock import read_lock, verify_wheels
 from toolchain.release.bundle import (

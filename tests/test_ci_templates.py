@@ -237,7 +237,7 @@ def test_prebuild_job_builds_new_kernel_and_ark_commits_into_the_registry(workfl
 
 def test_prebuild_helper_reads_the_tools_json(tmp_path):
     """ci/prebuild.py on real `toolchain plan --json` output, and a `cache ls --remote --json` document."""
-    from spine_helpers import Cli, isolated_env
+    from tests.spine_helpers import Cli, isolated_env
 
     cli = Cli(ROOT, isolated_env(tmp_path))
     plan = cli("plan", "--recipe", "demo", "--json")

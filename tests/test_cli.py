@@ -8,8 +8,8 @@ import re
 
 import pytest
 import tomlkit
-from spine_helpers import REPO_ROOT, Cli, component, isolated_env, recipe_data
 
+from tests.spine_helpers import REPO_ROOT, Cli, component, isolated_env, recipe_data
 from toolchain import __version__
 from toolchain.recipe.load import load_recipe
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from spine_helpers import assert_interrupted, component, interrupt, kill_group, recipe_data, wait_for_text
+
+from tests.spine_helpers import assert_interrupted, component, interrupt, kill_group, recipe_data, wait_for_text
 
 ROOT = os.geteuid() == 0
 
@@ -65,7 +66,7 @@ def test_shared_options_have_one_help_text_across_commands(cli_anywhere):
 
 @pytest.fixture
 def cli_anywhere(tmp_path):
-    from spine_helpers import Cli, isolated_env
+    from tests.spine_helpers import Cli, isolated_env
 
     return Cli(tmp_path, isolated_env(tmp_path))
 

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from spine_helpers import Cli, GitRepo, component, isolated_env, recipe_data, wheel_member
-from support.realstack import (
+
+from tests.spine_helpers import Cli, GitRepo, component, isolated_env, recipe_data, wheel_member
+from tests.support.realstack import (
     ARK_PATCH,
     DESCRIBE,
     ENGINE_DIST,

@@ -18,8 +18,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from spine_helpers import Cli, isolated_env
-from support.closure import (
+
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.closure import (
     REPO,
     WHEELHOUSE,
     build_standin_torch,
@@ -30,19 +31,13 @@ from support.closure import (
     simple_index,
     wheelhouse,
 )
-
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
+from tests.support.debian_image import containers_env
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
 from toolchain.errors import TestFailed
 from toolchain.lock import read_lock
 from toolchain.smoke import install
-
-try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
-    from tests.support.container_fixtures import podman_image
-    from tests.support.debian_image import containers_env
-except ImportError:  # pragma: no cover
-    from support.container_fixtures import podman_image  # noqa: F401
-    from support.debian_image import containers_env
 
 pytestmark = pytest.mark.slow
 DEPS = {"packaging", "tomli", "standin-torch"}
@@ -375,7 +370,7 @@ def test_bundle_with_deps_installs_air_gapped_in_a_fresh_venv(demo_build, warm, 
 
 
 @pytest.mark.container
-def test_bundle_with_deps_installs_in_the_podman_test_image(warm, tmp_path, podman_image):
+def test_bundle_with_deps_installs_in_the_podman_test_image(warm, tmp_path, podman_image):  # noqa: F811  (the imported fixture)
     recipe = demo_variant(tmp_path / "recipes", "in-podman", {"indexes": [], "find-links": ["{demo}/wheelhouse"]},
                           target={"runtime": "podman", "image": podman_image, "python": "python3"})
     bundle = _bundle(warm, tmp_path, recipe, "podman")

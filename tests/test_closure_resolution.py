@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.closure import (
+
+from tests.support.closure import (
     REPO,
     WHEELHOUSE,
     CountingIndex,
@@ -37,7 +38,6 @@ from support.closure import (
     warm_builds,
     wheelhouse,
 )
-
 from toolchain.lock import read_lock
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.memo import closure_key, wheel_meta

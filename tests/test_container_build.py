@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.container_fixtures import docker_image, podman_image  # noqa: F401  (pytest fixtures)
+from tests.support.debian_image import configure_containers_conf, containers_env
 from toolchain.build.plan import make_plan
 from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
@@ -41,13 +43,6 @@ from toolchain.target.container import (
     InterpreterMissing,
     image_digest,
 )
-
-try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
-    from tests.support.container_fixtures import docker_image, podman_image
-    from tests.support.debian_image import configure_containers_conf, containers_env
-except ImportError:  # pragma: no cover
-    from support.container_fixtures import docker_image, podman_image  # noqa: F401
-    from support.debian_image import configure_containers_conf, containers_env
 
 pytestmark = pytest.mark.container
 

@@ -7,10 +7,7 @@ import uuid
 
 import pytest
 
-try:  # works whether tests/ is importable as a package (rootdir on sys.path) or not
-    from tests.support.container_fixtures import assert_no_containers_left, podman_image
-except ImportError:  # pragma: no cover - plain `pytest` puts tests/ itself on sys.path
-    from support.container_fixtures import assert_no_containers_left, podman_image  # noqa: F401
+from tests.support.container_fixtures import assert_no_containers_left, podman_image  # noqa: F401  (pytest fixtures)
 
 LABEL = "org.toolchain.test=container-image"
 
@@ -31,12 +28,12 @@ def no_leftovers():
     assert_no_containers_left("podman", LABEL)
 
 
-def test_python_is_bookworms_3_11(podman_image, no_leftovers):
+def test_python_is_bookworms_3_11(podman_image, no_leftovers):  # noqa: F811  (the imported fixture)
     proc = _podman_run(podman_image, "python3", "-c", "import sys; print(sys.version)")
     assert proc.stdout.startswith("3.11."), proc.stdout
 
 
-def test_gcc_runs(podman_image, no_leftovers):
+def test_gcc_runs(podman_image, no_leftovers):  # noqa: F811  (the imported fixture)
     proc = _podman_run(podman_image, "gcc", "--version")
     assert proc.stdout.startswith("gcc"), proc.stdout
     assert "12." in proc.stdout.splitlines()[0]  # bookworm's gcc 12

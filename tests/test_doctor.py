@@ -8,8 +8,9 @@ import subprocess
 import textwrap
 
 import pytest
-from spine_helpers import STANDIN_SETVARS, Result
-from support.fakehost import HOSTS, WITHOUT_DAC
+
+from tests.spine_helpers import STANDIN_SETVARS, Result
+from tests.support.fakehost import HOSTS, WITHOUT_DAC
 
 
 def _doctor(ws, host: str, *args: str, env: dict[str, str] | None = None) -> dict:

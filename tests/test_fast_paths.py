@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo, component, recipe_data
 
+from tests.spine_helpers import GitRepo, component, recipe_data
 from toolchain.build import buildreqs
 from toolchain.build.buildreqs import check_build_requires, declared_requires
 from toolchain.core import toml as tomlio

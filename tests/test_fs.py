@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, recipe_data
 
+from tests.spine_helpers import component, recipe_data
 from toolchain.core.fs import atomic_copy, atomic_write_bytes, atomic_write_text
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import sys
 
-from smoke.smoke_helpers import fault_cmd
-from spine_helpers import component, recipe_data
-from support.fakehost import HOSTS
+from tests.smoke.smoke_helpers import fault_cmd
+from tests.spine_helpers import component, recipe_data
+from tests.support.fakehost import HOSTS
 
 
 def test_locks_and_smoke_reports_record_the_box_and_bisect_names_host_differences(ws, make_repo):

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import tarfile
 
-from spine_helpers import component, counted, recipe_data
-
+from tests.spine_helpers import component, counted, recipe_data
 from toolchain.core.fs import sha256_file
 from toolchain.smoke.triage import load_signatures, triage
 

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo, Workspace, component, recipe_data
 
+from tests.spine_helpers import GitRepo, Workspace, component, recipe_data
 from toolchain.core.fs import sha256_file
 
 SEED = int(os.environ.get("TOOLCHAIN_FAULT_SEED", "14"))

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import tomlkit
-from spine_helpers import TINY_INIT, GitRepo, Workspace, component, recipe_data
 
+from tests.spine_helpers import TINY_INIT, GitRepo, Workspace, component, recipe_data
 from toolchain.build.cache import WheelRef
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.redact import MASK

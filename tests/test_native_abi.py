@@ -14,9 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import REPO_ROOT, GitRepo
-from support.native_wheels import wheel
 
+from tests.spine_helpers import REPO_ROOT, GitRepo
+from tests.support.native_wheels import wheel
 from toolchain.core.fs import sha256_file
 from toolchain.recipe.model import TargetSpec
 from toolchain.resolve import native
@@ -183,7 +183,7 @@ def test_provided_by_oneapi_at_build_and_missing_where_smoke_serves_without_it(w
     """A wheel holding a real shared object linked against oneAPI 2026's libsycl.so.9: the build passes (setvars'
     library path provides it), smoke stops before serving (it serves without oneAPI and the closure has no
     intel-sycl-rt), naming the soname, the file and who ships it."""
-    from smoke.smoke_helpers import fault_cmd
+    from tests.smoke.smoke_helpers import fault_cmd
 
     lib = _oneapi_lib("sycl9", "libsycl.so.9", tmp_path / "oneapi-2026" / "lib")
     setvars = lib.parent / "setvars.sh"

@@ -17,15 +17,17 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, component, isolated_env, recipe_data
+
+from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, component, isolated_env, recipe_data
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def in_terminal(argv: list[str], cwd: Path, env: dict[str, str], columns: int = 80, timeout: float = 300) -> str:
+def in_terminal(argv: Sequence[str | Path], cwd: Path, env: dict[str, str], columns: int = 80, timeout: float = 300) -> str:
     """Run `argv` with stdout and stderr on a pseudo-terminal `columns` wide; what it showed, without escapes."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))

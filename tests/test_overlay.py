@@ -12,21 +12,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from spine_helpers import Cli, isolated_env
-from support.closure import REPO, WHEELHOUSE, demo_variant, free_port
 
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.closure import REPO, WHEELHOUSE, demo_variant, free_port
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
+from tests.support.debian_image import containers_env
 from toolchain.core import toml as tomlio
 from toolchain.resolve.abi import ABIMismatch
 from toolchain.resolve.overlay import overlay_closure
 from toolchain.resolve.uvpin import ResolveError
 from toolchain.target.baseenv import BaseDist, BaseEnv
-
-try:
-    from tests.support.container_fixtures import podman_image
-    from tests.support.debian_image import containers_env
-except ImportError:  # tests/ itself on sys.path
-    from support.container_fixtures import podman_image  # noqa: F401
-    from support.debian_image import containers_env
 
 STACK_PYTHON = "/opt/stack/bin/python"
 FAULTS = Path(__file__).resolve().parent / "smoke"  # the smoke tests' fault server: serves inside the container
@@ -39,7 +34,7 @@ def _podman(*args: str, timeout: float = 900) -> str:
 
 
 @pytest.fixture(scope="session")
-def stack_image(podman_image, demo_build, tmp_path_factory) -> str:
+def stack_image(podman_image, demo_build, tmp_path_factory) -> str:  # noqa: F811  (the imported fixture)
     """The test image with the demo stack installed into /opt/stack (a venv that sees the image's setuptools):
     `localhost/toolchain-test-stack@sha256:...`, tagged by what it holds, so a rerun reuses it."""
     wheels = sorted([*(demo_build.out / "wheels").glob("*.whl"), *WHEELHOUSE.glob("*.whl")])

@@ -12,9 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import STANDIN_SETVARS, Cli, isolated_env
-from support.closure import REPO, demo_variant, served, simple_index, wheelhouse
 
+from tests.spine_helpers import STANDIN_SETVARS, Cli, isolated_env
+from tests.support.closure import REPO, demo_variant, served, simple_index, wheelhouse
 from toolchain.build.prebuilt import prebuilt_key
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
@@ -186,7 +186,7 @@ def test_a_prebuilt_takes_no_build_keys_and_needs_an_exact_pin(tmp_path):
 def test_the_released_vllm_xpu_kernels_from_pypi_resolve_lock_and_install_as_a_prebuilt(tmp_path):
     """The real vllm-xpu-kernels 0.1.16.2 (150 MB) pinned from PyPI, locked and installed; it is downloaded once
     per machine into the shared test cache (tests/support/pypi_wheels.py), which this build uses as its cache."""
-    from support.pypi_wheels import VLLM_XPU_KERNELS, real_wheel, toolchain_cache
+    from tests.support.pypi_wheels import VLLM_XPU_KERNELS, real_wheel, toolchain_cache
 
     real_wheel()  # (downloaded once per machine; served from the wheel cache after that)
     cli = Cli(tmp_path, isolated_env(tmp_path))

@@ -13,8 +13,9 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import STANDIN, STANDIN_SETVARS, wheel_member
-from support.realstack import (
+
+from tests.spine_helpers import STANDIN, STANDIN_SETVARS, wheel_member
+from tests.support.realstack import (
     ARK_DIST,
     ARK_PATCH,
     DESCRIBE,
@@ -28,7 +29,6 @@ from support.realstack import (
     run_with_wheels,
     sha256_file,
 )
-
 from toolchain.sources.mirrors import Mirrors
 
 pytestmark = pytest.mark.slow

@@ -337,7 +337,7 @@ def _project(root, *, setvars: str) -> None:
     patches/engine/0001-a.patch; the stand-in oneAPI copied to root/oneapi."""
     import shutil
 
-    from spine_helpers import STANDIN
+    from tests.spine_helpers import STANDIN
 
     shutil.copytree(STANDIN, root / "oneapi")
     (root / "patches" / "engine").mkdir(parents=True, exist_ok=True)

@@ -9,8 +9,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import STANDIN_SETVARS, component, recipe_data
 
+from tests.spine_helpers import STANDIN_SETVARS, component, recipe_data
 from toolchain.core.redact import MASK, is_secret, redact_env, redact_text
 
 INVOKER_SECRET = "invoker-secret-5f2a9c"       # in the environment that runs `toolchain build`

@@ -12,10 +12,7 @@ from urllib.parse import urljoin
 import pytest
 import requests
 
-try:
-    from tests.support.registry import registry_available, run_registry
-except ImportError:  # pragma: no cover
-    from support.registry import registry_available, run_registry
+from tests.support.registry import registry_available, run_registry
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"

@@ -14,8 +14,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import Workspace, component, recipe_data
 
+from tests.spine_helpers import Workspace, component, recipe_data
 from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
 from toolchain.errors import UsageError
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from spine_helpers import Cli, GitRepo, Workspace, component, isolated_env, recipe_data
 
+from tests.spine_helpers import Cli, GitRepo, Workspace, component, isolated_env, recipe_data
 from tests.support.cutproxy import CutProxy
 from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
 from toolchain.build.regauth import Credentials, find_credentials

@@ -12,7 +12,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support.tinywheels import (
+
+from tests.support.tinywheels import (
     NOISY,
     PURE,
     STAMPED,
@@ -20,7 +21,6 @@ from support.tinywheels import (
     make_repo,
     require_wheel_backend,
 )
-
 from toolchain import cli
 from toolchain.build.wheelnorm import normalize_wheel
 from toolchain.commands import verify_repro as repro_command

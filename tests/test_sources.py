@@ -18,8 +18,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from spine_helpers import TINY_INIT, component, recipe_data, wheel_member
 
+from tests.spine_helpers import TINY_INIT, component, recipe_data, wheel_member
 from toolchain.errors import UsageError
 from toolchain.sources.mirrors import Mirrors, Rewrite, parse_rewrites, rewrite_url
 

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from spine_helpers import component, live_in_group, recipe_data
 
+from tests.spine_helpers import component, live_in_group, recipe_data
 from toolchain.core import proc
 
 STEP = """\

@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from support.tinywheels import PURE, make_repo, pip_wheel, require_wheel_backend
 
+from tests.support.tinywheels import PURE, make_repo, pip_wheel, require_wheel_backend
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH, normalize_wheel, zip_date_time
 from toolchain.core.proc import merge_env
 from toolchain.errors import BuildError

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 import tomlkit
-from spine_helpers import component, isolated_env, recipe_data
 
 from tests.corpus.fake_registry import REPO, Answer, FakeRegistry, json_answer
 from tests.corpus.harness import SECRET, Case, Report, run_call, run_cli, snapshot
+from tests.spine_helpers import component, isolated_env, recipe_data
 
 DROP = ("TOOLCHAIN_", "TINY_", "SETVARS_", "CMPLR_ROOT", "ONEAPI_ROOT", "MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL",
         "ARK_SYCL_TLA_JOBS")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from spine_helpers import REPO_ROOT, Cli
+
+from tests.spine_helpers import REPO_ROOT, Cli
 
 TOP_SKIP = {".git", "tests", "benchmarks", "build", "dist", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 

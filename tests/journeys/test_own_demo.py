@@ -17,8 +17,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo
-from support.realstack import read_toml, sha256_file
+
+from tests.spine_helpers import GitRepo
+from tests.support.realstack import read_toml, sha256_file
 
 pytestmark = pytest.mark.slow
 

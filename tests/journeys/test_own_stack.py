@@ -18,8 +18,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from spine_helpers import GitRepo
-from support.realstack import ARK_PATCH, ENGINE_PATCH, STANDIN, read_toml, stack_recipe
+
+from tests.spine_helpers import GitRepo
+from tests.support.realstack import ARK_PATCH, ENGINE_PATCH, STANDIN, read_toml, stack_recipe
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
-from smoke_helpers import SmokeRun, free_port
 
+from tests.smoke.smoke_helpers import SmokeRun, free_port
 from toolchain import cli
 
 

@@ -1,6 +1,6 @@
 """Helpers for the smoke tests: free ports, the fault-injecting server, locks, results of `toolchain smoke`.
 
-(A module of its own, not conftest.py, so that `from smoke_helpers import ...` is unambiguous.)
+(A module of its own, not conftest.py, so that `from tests.smoke.smoke_helpers import ...` is unambiguous.)
 """
 
 from __future__ import annotations
@@ -9,8 +9,13 @@ import json
 import shlex
 import socket
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolchain.lock import LockedComponent
 
 HERE = Path(__file__).resolve().parent
 FAULT_SERVER = HERE / "fault_server.py"
@@ -52,7 +57,8 @@ class SmokeRun:
         return [f["id"] for f in self.report["runs"][run]["findings"]]
 
 
-def write_test_lock(out_dir: Path, smoke: dict, components: tuple = (), python: str = sys.executable) -> Path:
+def write_test_lock(out_dir: Path, smoke: dict, components: Iterable[LockedComponent] = (),
+                    python: str = sys.executable) -> Path:
     """A real stack.lock.toml (and pylock.toml) written by toolchain.lock.write_lock."""
     from toolchain.lock import Lock, write_lock
     from toolchain.target.facts import TargetInfo, ToolchainInfo

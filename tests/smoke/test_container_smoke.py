@@ -19,33 +19,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-from smoke_helpers import HERE, free_port
-from support.closure import build_standin_torch
 
+from tests.smoke.smoke_helpers import HERE, free_port
+from tests.support.closure import build_standin_torch
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
+from tests.test_container_build import (
+    build,
+    engine_run,
+    remove,
+    tool_containers,
+    wait_for,
+    write_recipe,
+)
 from toolchain.core.fs import sha256_file
 from toolchain.lock import wheel_name_version
 from toolchain.smoke.install import CLOSURE_ARGS
-
-try:  # the same module names as tests/test_container_build.py uses (one copy of the session fixtures)
-    from tests.support.container_fixtures import podman_image
-    from tests.test_container_build import (
-        build,
-        engine_run,
-        remove,
-        tool_containers,
-        wait_for,
-        write_recipe,
-    )
-except ImportError:  # pragma: no cover
-    from support.container_fixtures import podman_image  # noqa: F401
-    from test_container_build import (
-        build,
-        engine_run,
-        remove,
-        tool_containers,
-        wait_for,
-        write_recipe,
-    )
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
@@ -97,7 +85,7 @@ def no_leftovers():
 
 
 @pytest.fixture(scope="module")
-def fresh(podman_image, tmp_path_factory):
+def fresh(podman_image, tmp_path_factory):  # noqa: F811  (the imported fixture)
     """The demo built in a fresh podman container whose run-args mount the fault server, give the image
     oneAPI variables in its environment, and ask for no network (smoke serves on the host's)."""
     tmp = tmp_path_factory.mktemp("smoke-fresh")
@@ -113,7 +101,7 @@ def fresh(podman_image, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def running(podman_image, tmp_path_factory):
+def running(podman_image, tmp_path_factory):  # noqa: F811  (the imported fixture)
     """A running container (host network, fault server mounted) and the demo built in it by exec."""
     tmp = tmp_path_factory.mktemp("smoke-exec")
     probe = probe_dir(tmp)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-from smoke_helpers import fault_cmd, free_port, write_test_lock
+from tests.smoke.smoke_helpers import fault_cmd, free_port, write_test_lock
 
 ALL = "models,first,math,qa,json,image,image-json,repeat"
 FAST = ["--ready-timeout", "20", "--request-timeout", "10"]

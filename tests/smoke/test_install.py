@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from smoke_helpers import fault_cmd, write_test_lock
 
+from tests.smoke.smoke_helpers import fault_cmd, write_test_lock
 from toolchain.build.cache import WheelRef
 from toolchain.core.fs import sha256_file
 from toolchain.lock import LockedComponent, read_lock

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from smoke_helpers import free_port, load_vllm_cpu
-from support.realstack import ARK_DIST, ENGINE_DIST, KERNELS_DIST, cli_in, read_toml
+
+from tests.smoke.smoke_helpers import free_port, load_vllm_cpu
+from tests.support.realstack import ARK_DIST, ENGINE_DIST, KERNELS_DIST, cli_in, read_toml
 
 vllm_cpu = load_vllm_cpu()
 READY, WHY = vllm_cpu.find()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from smoke_helpers import free_port
 
+from tests.smoke.smoke_helpers import free_port
 from tests.support.container_fixtures import podman_image  # noqa: F401  (the module names test_container_smoke uses)
 from tests.test_container_build import engine_run, remove, tool_containers
 from toolchain.core.proc import merge_env

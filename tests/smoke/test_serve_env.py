@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from smoke_helpers import FAULT_SERVER, fault_cmd, free_port, write_test_lock
 
+from tests.smoke.smoke_helpers import FAULT_SERVER, fault_cmd, free_port, write_test_lock
 from toolchain.core.devices import find_cards
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock

@@ -13,9 +13,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from smoke_helpers import fault_cmd, free_port
-from spine_helpers import live_in_group, wait_for_text
 
+from tests.smoke.smoke_helpers import fault_cmd, free_port
+from tests.spine_helpers import live_in_group, wait_for_text
 from toolchain.core import proc
 
 DEADLINE = 60.0

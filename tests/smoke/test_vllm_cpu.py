@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
-from smoke_helpers import free_port, load_vllm_cpu, write_test_lock
 
+from tests.smoke.smoke_helpers import free_port, load_vllm_cpu, write_test_lock
 from toolchain.smoke.cases import ANIMAL_SCHEMA
 
 vllm_cpu = load_vllm_cpu()

@@ -206,7 +206,7 @@ def full_disk(where: Path):
 def warm_builds(demo_cache: Path, root: Path):
     """(root, cli, build): a copy of the demo build's cache under `root` (every component cached) and a CLI
     to build recipe variants with it; build(recipe, out, *args, env=...) → (result, root / out)."""
-    from spine_helpers import Cli, isolated_env
+    from tests.spine_helpers import Cli, isolated_env
 
     shutil.copytree(demo_cache, root / "cache", symlinks=True)
     cli = Cli(root, isolated_env(root))

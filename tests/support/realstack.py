@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tomlkit
-from spine_helpers import BACKEND, PACKAGES, STANDIN, STANDIN_SETVARS, Cli, GitRepo, Result, isolated_env
+
+from tests.spine_helpers import BACKEND, PACKAGES, STANDIN, STANDIN_SETVARS, Cli, GitRepo, Result, isolated_env
 
 SRC = PACKAGES / "realstack"
 RS_BACKEND = SRC / "_backend" / "realstack_backend.py"
