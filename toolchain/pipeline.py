@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from toolchain.build.cache import WHEELS_DIR
 from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
@@ -24,7 +25,6 @@ from toolchain.core.redact import redact_argv, redact_text
 from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
 from toolchain.lock import (
     LOCK_NAME,
-    WHEELS_DIR,
     Lock,
     LockedComponent,
     assemble_lock,

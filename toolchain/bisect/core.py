@@ -267,7 +267,7 @@ class Bisector:
         self.idle = idle or idle_cores
         self.build_ends = build_ends
         self.check_ends = check_ends
-        self._futures: dict[str, Future] = {}
+        self._futures: dict[str, Future[BuildOutcome]] = {}
         self._used: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._width = 0  # builds kept in flight (W): 0 until a compiled build measured how many cores one keeps busy
@@ -399,7 +399,7 @@ class Bisector:
             return known
         future = self._futures.get(key)
         if future is None:
-            future = Future()
+            future = Future[BuildOutcome]()
             future.set_result(self.builder.build(key))
             self._futures[key] = future
         outcome = future.result()

@@ -6,9 +6,12 @@ from the `std::__cxx11` symbols of torch's libc10 (importing an XPU torch takes 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolchain.errors import BuildError
+from toolchain.target.base import Workspace
 
 # Runs in the build environment (any Python >= 3.8); prints one JSON object {name: null | {version, cxx11-abi}}.
 PROBE = r"""
@@ -47,11 +50,12 @@ class BuiltAgainst:
         return {"name": self.name, "version": self.version, "cxx11-abi": self.cxx11_abi}
 
     @classmethod
-    def from_dict(cls, d: dict) -> BuiltAgainst:
+    def from_dict(cls, d: Mapping[str, object]) -> BuiltAgainst:
         return cls(str(d["name"]), str(d["version"]), str(d.get("cxx11-abi", "")))
 
 
-def probe_built_against(ws, python: str, names: tuple[str, ...], env, cwd: str, log, what: str) -> tuple[BuiltAgainst, ...]:
+def probe_built_against(ws: Workspace, python: str, names: tuple[str, ...], env: Mapping[str, str | None], cwd: str,
+                        log: Path | None, what: str) -> tuple[BuiltAgainst, ...]:
     """Read `names` in the build environment of one component (the workspace, with the build's env)."""
     if not names:
         return ()

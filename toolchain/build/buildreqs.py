@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import shlex
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
 from toolchain.errors import BuildError
+from toolchain.target.base import Workspace
 
 _FOUND: set[str] = set()  # (target identity, interpreter, requirements) found installed in this process
 _LOCK = threading.Lock()
@@ -59,8 +61,8 @@ def declared_requires(tree: Path) -> list[str] | None:
     return [str(r) for r in reqs] if isinstance(reqs, list) else None
 
 
-def check_build_requires(ws, python: str, src: str, what: str, log, *, tree: Path | None = None,
-                         identity: dict | None = None) -> None:
+def check_build_requires(ws: Workspace, python: str, src: str, what: str, log: Path | None, *, tree: Path | None = None,
+                         identity: Mapping[str, object] | None = None) -> None:
     """`src`: the source directory inside the target; `tree`: the same directory here (None: not readable
     here); `identity`: the target interpreter's (`Runtime.identity()`; None: check every time)."""
     reqs = declared_requires(tree) if tree is not None else None

@@ -19,11 +19,12 @@ from rich.table import Table
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
+from toolchain.core.devices import PROFILES
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
-from toolchain.smoke import devices
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
-from toolchain.smoke.session import SmokeInterrupted, SmokeOptions, SmokeOutcome, run_smoke
+from toolchain.smoke.config import SmokeOptions
+from toolchain.smoke.session import SmokeInterrupted, SmokeOutcome, run_smoke
 
 
 def register(sub: Any) -> None:
@@ -38,7 +39,7 @@ def register(sub: Any) -> None:
 def add_options(p: argparse.ArgumentParser) -> None:
     """The options that choose how to smoke a lock (all but which lock and where the reports go): the
     command's, and what `toolchain bisect --test smoke --smoke-args` accepts."""
-    p.add_argument("--device", choices=sorted(devices.PROFILES), help="card profile (default: the lock's [smoke])")
+    p.add_argument("--device", choices=sorted(PROFILES), help="card profile (default: the lock's [smoke])")
     p.add_argument("--skip-device-check", action="store_true", help="do not look for the cards (CPU test runs)")
     p.add_argument("--ladder", action="store_true",
                    help="eager, then + FP8 KV, + XPU graph, + GDN optimization; report the first step that breaks")

@@ -11,9 +11,11 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toolchain.core.fs import atomic_write_text, sha256_bytes
+
+T = TypeVar("T")
 
 
 def _stamp(path: str) -> list[int] | None:
@@ -25,8 +27,9 @@ def _stamp(path: str) -> list[int] | None:
 
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
-               compute: Callable[[], tuple[Any, Iterable[str] | None]]) -> Any:
-    """`compute()` returns (value, paths it depends on); the value must be JSON-serialisable.
+               compute: Callable[[], tuple[T, Iterable[str] | None]]) -> T:
+    """`compute()` returns (value, paths it depends on); the value must come back from JSON as it went in
+    (str, int, bool, lists and str-keyed dicts of those), since a remembered one is read from JSON.
     Paths of None mean: use the value but do not remember it (e.g. it holds a secret)."""
     if memo_dir is None or identity is None:
         return compute()[0]
@@ -35,7 +38,8 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     try:
         saved = json.loads(path.read_text())
         if all(_stamp(p) == s for p, s in saved["watch"].items()):
-            return saved["value"]
+            found: T = saved["value"]  # written by the branch below from a value of the same T
+            return found
     except (OSError, ValueError, KeyError, TypeError):
         pass
     value, watch = compute()

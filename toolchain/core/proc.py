@@ -226,7 +226,9 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
         CHILDREN.discard(child)
 
 
-def _pump(proc, env, log_file, verbose, tail):
+def _pump(proc: subprocess.Popen[bytes], env: Mapping[str, str], log_file: IO[str] | None, verbose: bool,
+          tail: list[str]) -> None:
+    assert proc.stdout is not None  # started with stdout=PIPE
     for raw in iter(proc.stdout.readline, b""):
         line = redact_text(raw.decode("utf-8", "replace"), env)
         if log_file is not None and not log_file.closed:  # closed: run() gave up waiting after a timeout
@@ -239,7 +241,7 @@ def _pump(proc, env, log_file, verbose, tail):
     proc.stdout.close()
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     """A command that ran out of time: interrupt, then terminate, then kill (its whole process group)."""
     import subprocess
 
@@ -288,7 +290,7 @@ class Background:
     through secret redaction. `stop()` escalates SIGINT → SIGTERM → SIGKILL to the whole group, so the
     processes the command spawned go with it; the leader's real exit status (code or signal) is kept."""
 
-    def __init__(self, proc: subprocess.Popen, env: Mapping[str, str], log: Path | None, verbose: bool,
+    def __init__(self, proc: subprocess.Popen[bytes], env: Mapping[str, str], log: Path | None, verbose: bool,
                  child: Child | None = None) -> None:
         self._proc = proc
         self._child = child
@@ -530,7 +532,7 @@ class Child:
     """A command the tool started: its process group (its pid: each child leads a session of its own) and,
     where one could be made, a cgroup v2 of its own, which holds what escapes the group (setsid, daemons)."""
 
-    def __init__(self, proc: subprocess.Popen, first: int = signal.SIGTERM) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.first = first  # what a stop signal sends it first (a server: SIGINT, its graceful shutdown)
@@ -594,7 +596,7 @@ class Children:
         self._lock = threading.Lock()
         self._live: dict[int, Child] = {}
 
-    def add(self, proc: subprocess.Popen, first: int = signal.SIGTERM) -> Child:
+    def add(self, proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> Child:
         child = Child(proc, first)
         with self._lock:
             self._live[child.pid] = child

@@ -4,13 +4,16 @@ keeping comments and layout (tomlkit). The file is replaced atomically and only 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 import tomlkit
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.errors import RecipeError
 from toolchain.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from toolchain.console import UI
 
 
 class RefResolver(Protocol):
@@ -24,10 +27,21 @@ class RefResolver(Protocol):
     def describe(self, url: str, commit: str) -> str: ...
 
 
-def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: Sequence[str] = (), ui=None) -> list[dict]:
+class Change(TypedDict):
+    """One component's line of `toolchain update --json` `changes`."""
+
+    component: str
+    ref: str
+    old: str
+    new: str
+    changed: bool
+
+
+def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: Sequence[str] = (),
+                  ui: UI | None = None) -> list[Change]:
     doc = tomlkit.parse(recipe.path.read_text(encoding="utf-8"))
     names = list(only) or [c.name for c in recipe.components]
-    changes = []
+    changes: list[Change] = []
     for name in names:
         comp = recipe.component(name)
         if not comp.ref:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain import lock as lockmod
+from toolchain.build.cache import WHEELS_DIR
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
@@ -59,7 +60,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-bundle-", dir=out_dir))
     try:
         for comp in lock.components:
-            _copy(lock.wheel_path(comp), tmp / lockmod.WHEELS_DIR / comp.wheel.file)
+            _copy(lock.wheel_path(comp), tmp / WHEELS_DIR / comp.wheel.file)
         if with_deps:
             _bundle_deps(lock, tmp)
         lockmod.write_lock(published, tmp, bundled_deps=with_deps)
@@ -146,7 +147,7 @@ def requirements_text(lock: Lock, *, bundled: bool) -> str:
 
     dists = lock.closure.dists if lock.closure is not None else ()
     deps = [(f"./{DEPS_DIR}/{d.file}" if bundled else f"{d.name} @ {d.url}", d.sha256) for d in dists]
-    built = [(f"./{lockmod.WHEELS_DIR}/{c.wheel.file}", c.wheel.sha256) for c in lock.components]
+    built = [(f"./{WHEELS_DIR}/{c.wheel.file}", c.wheel.sha256) for c in lock.components]
     return ("# Every file of the stack with its sha256: pip install --no-index --no-deps --require-hashes -r "
             f"{REQUIREMENTS_NAME}\n" + hashed_requirements([*deps, *built]))
 

@@ -14,6 +14,7 @@ from toolchain.core.proc import CommandFailed, run
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve import uvpin
 from toolchain.resolve.failure import raise_classified
+from toolchain.resolve.memo import expand_link, target_platform, target_python
 from toolchain.target.facts import TargetInfo
 
 
@@ -22,9 +23,9 @@ def pin_requirement(requirement: str, spec: ResolveSpec, target: TargetInfo, cac
     """The one wheel of `requirement` (an exact pin) for the target; ResolveError (exit 1) naming the
     requirement and where it was looked for when there is none."""
     recorded_links = tuple(spec.find_links)
-    spec = dataclasses.replace(spec, find_links=tuple(uvpin.expand_link(link) for link in spec.find_links))
+    spec = dataclasses.replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
     where = ", ".join([*spec.indexes, *recorded_links]) or "nothing ([resolve] names no index and no find-links)"
-    python, platform = uvpin.target_python(spec, target), uvpin.target_platform(spec, target)
+    python, platform = target_python(spec, target), target_platform(spec, target)
     uv = uvpin.uv_binary()
     with tempfile.TemporaryDirectory(prefix="toolchain-prebuilt-") as tmp:
         reqs, out = Path(tmp) / "prebuilt.txt", Path(tmp) / "pylock.toml"

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -37,6 +37,9 @@ from toolchain.resolve.closure import Closure, LockedDist, file_name
 from toolchain.resolve.failure import raise_classified
 from toolchain.resolve.memo import DEFAULT_MANYLINUX, expand_link, target_platform, target_python
 from toolchain.target.facts import TargetInfo
+
+if TYPE_CHECKING:
+    from toolchain.console import UI
 
 RESOLVE_TIMEOUT = 1800
 RESOLVING = "resolving the runtime closure"
@@ -88,7 +91,7 @@ def uv_version(uv: str) -> str:
 
 
 def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[BuiltWheel], cache_dir: Path,
-                    log: Path, ui=None, *, refresh: bool = False) -> Closure:
+                    log: Path, ui: UI | None = None, *, refresh: bool = False) -> Closure:
     """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component,
     TransientError for a network failure or a full disk. `refresh`: ask the indexes again (uv --refresh), not
     uv's cache of what they served."""

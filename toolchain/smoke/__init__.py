@@ -7,6 +7,7 @@ optimization at a time), `config` (lock [smoke] + options → `SmokeConfig`), `r
 against one server), `session` (`run_smoke()`, the whole stage), `command` (the CLI).
 """
 
-from toolchain.smoke.session import SmokeOptions, SmokeOutcome, run_smoke
+from toolchain.smoke.config import SmokeOptions
+from toolchain.smoke.session import SmokeOutcome, run_smoke
 
 __all__ = ["SmokeOptions", "SmokeOutcome", "run_smoke"]

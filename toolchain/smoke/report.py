@@ -25,17 +25,17 @@ def write_all(out: Path, report: Mapping[str, Any]) -> dict[str, Path]:
     return paths
 
 
-def _flat(text: Any, n: int) -> str:
+def _flat(text: object, n: int) -> str:
     """One line of at most n characters."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    line = " ".join(str(text).split())
+    return line if len(line) <= n else line[: n - 1] + "…"
 
 
-def _cell(text: Any, n: int = NOTE_CHARS) -> str:
+def _cell(text: object, n: int = NOTE_CHARS) -> str:
     return _flat(text, n).replace("|", "\\|")
 
 
-def _secs(value: Any) -> str:
+def _secs(value: object) -> str:
     return f"{value:.1f}s" if isinstance(value, (int, float)) else ""
 
 

@@ -23,7 +23,7 @@ class Fix:
     env: Mapping[str, str] = field(default_factory=dict)
     args: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         d: dict[str, object] = {"kind": self.kind, "text": self.text}
         if self.env:
             d["env"] = dict(self.env)
@@ -40,13 +40,13 @@ class Fix:
 class Signature:
     id: str
     title: str
-    patterns: tuple[re.Pattern, ...]
+    patterns: tuple[re.Pattern[str], ...]
     sources: tuple[str, ...]
     diagnosis: str
     fixes: tuple[Fix, ...]
     marks: tuple[str, ...] = ()
     fallback: bool = False          # only when no other signature matched (a generic "HTTP 500")
-    extract: re.Pattern | None = None  # a `(?P<line>...)` the failure printed near it: "{line}" in fix texts
+    extract: re.Pattern[str] | None = None  # a `(?P<line>...)` the failure printed near it: "{line}" in fix texts
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,8 @@ class Finding:
     marks: tuple[str, ...]
     extracted: str = ""             # what the signature's `extract` took from the text (the line to add)
 
-    def to_dict(self) -> dict:
-        d = {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
+    def to_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
              "evidence": self.evidence, "marks": list(self.marks), "fixes": [f.to_dict() for f in self.fixes]}
         if self.extracted:
             d["extracted"] = self.extracted

@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text, file_lock, sha256_bytes
@@ -61,7 +61,7 @@ class SourceTrees:
         with contextlib.suppress(Exception), file_lock(lock):  # (a failure here: the next use checks whole)
             self._usable(path, state, commit)
 
-    def _later(self, work, *args) -> None:
+    def _later(self, work: Callable[..., object], *args: object) -> None:
         """`work(*args)` in a thread beside the build (the process waits for it before it exits)."""
         thread = threading.Thread(target=work, args=args, name="trees-later")
         with self._lock:
@@ -114,7 +114,8 @@ class SourceTrees:
         stale = [p for p in self.root.glob(f"{TRASH}*") if not _alive(p.name[len(TRASH):].split("-")[0])]
         self._later(_delete, [trash, *stale])
 
-    def _prepare(self, url, commit, patches, subdir, what, path: Path, state: Path, log) -> None:
+    def _prepare(self, url: str, commit: str, patches: tuple[Patch, ...], subdir: str, what: str, path: Path,
+                 state: Path, log: Path | None) -> None:
         state.unlink(missing_ok=True)
         for stale in self.root.glob(f".tmp-{path.name}-*"):  # a killed preparer's (we hold the key's lock)
             shutil.rmtree(stale, ignore_errors=True)
