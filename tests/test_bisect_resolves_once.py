@@ -5,7 +5,9 @@ stopped.
 
 The closure is kept under a key made of the built wheels' metadata, not their hashes: a step that changed no
 requirement takes the kept closure (no uv, no index request), a step that changed one resolves again. On the
-code before the memo, every step resolved: as many resolve.log files and index round trips as steps."""
+code before the memo, every step resolved: as many resolve.log files and index round trips as steps; while
+the memo's key held the built wheel's version, every step whose version moved (setuptools-scm's at every
+commit) resolved too."""
 
 from __future__ import annotations
 
@@ -40,19 +42,20 @@ def _resolved(step: Path) -> bool:
 
 
 def test_a_bisect_resolves_once_per_requirement_change_and_reruns_offline(ws, make_repo, tmp_path):
-    """kern needs `packaging` from an index on 127.0.0.1; c0..c7, c5 makes VALUE wrong. First bisect: no commit
-    changes a requirement, so of its builds (both ends and the steps) exactly one resolves, and the index is
+    """kern needs `packaging` from an index on 127.0.0.1; c0..c7, c5 makes VALUE wrong. First bisect: every
+    commit has its own version (1.0.0.devN) but none changes a requirement, so of its builds (both ends and the steps) exactly one resolves, and the index is
     asked only then. A rerun into a new --out with the index stopped builds nothing, resolves nothing and still
     names c5. A second history adds `tomli` to the requirements at c6: the steps before c6 share one closure,
     those from c6 on resolve again, once."""
     repo = make_repo("kern", "tiny")
     base = (repo.path / "pyproject.toml").read_text()
 
-    def pyproject(deps: str) -> str:
-        return base.replace('version = "1.0.0"', f'version = "1.0.0"\ndependencies = [{deps}]')
+    def pyproject(deps: str, version: str = "1.0.0") -> str:
+        return base.replace('version = "1.0.0"', f'version = "{version}"\ndependencies = [{deps}]')
 
+    # the version moves at every commit, as setuptools-scm's does: no requirement changes
     plain = [repo.commit(f"kern change {i}", {"tiny/value.py": f"VALUE = {41 if i >= FIRST_BAD else 42}\n",
-                                              "pyproject.toml": pyproject('"packaging>=24"')})
+                                              "pyproject.toml": pyproject('"packaging>=24"', f"1.0.0.dev{i}")})
              for i in range(LAST + 1)]
     index = CountingIndex(simple_index(wheelhouse(tmp_path / "wheels"), tmp_path / "index").parent)
     ws.recipe("net", recipe_data({"kern": component(repo, plain[-1], dist="tiny")},

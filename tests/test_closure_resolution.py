@@ -40,7 +40,7 @@ from tests.support.closure import (
 )
 from toolchain.lock import read_lock
 from toolchain.recipe.model import ResolveSpec
-from toolchain.resolve.memo import closure_key, wheel_meta
+from toolchain.resolve.memo import WheelMeta, closure_key, wheel_meta
 from toolchain.target.facts import TargetInfo
 
 pytestmark = pytest.mark.slow
@@ -250,8 +250,9 @@ def test_a_kept_closure_resolves_nothing_and_needs_no_network_until_lock_refresh
 
 
 def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):
-    """A rebuilt wheel with the same metadata (another file, another sha256) has the same key; another version
-    or another [resolve], Python or platform has another."""
+    """A rebuilt wheel with the same metadata (another file, another sha256) has the same key, and so has
+    another version no built wheel requires; another version that one requires, another [resolve], Python or
+    platform has another."""
     shipped = next(WHEELHOUSE.glob("standin_torch-*.whl"))
     rebuilt = build_standin_torch("2.14.0+xpu", tmp_path / "rebuilt")
     cpu = build_standin_torch("2.14.0+cpu", tmp_path / "cpu")
@@ -265,7 +266,14 @@ def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):
     assert wheel_meta(shipped).version == "2.14.0+xpu"
     assert wheel_meta(shipped).name == "standin-torch"
     assert key(shipped) == key(rebuilt)
-    assert key(cpu) != key(shipped)
+    # another version alone resolves nothing new (the built wheels are overrides: a bisect step whose version
+    # moved, as setuptools-scm's do at every commit, keeps the closure); beside a built wheel that requires
+    # it, the version is part of the key (the notes on built requirements depend on it)
+    assert key(cpu) == key(shipped)
+    needs = WheelMeta(name="needs-torch", version="1.0", requires_dist=("standin-torch==2.14.0+xpu",),
+                      requires_python="")
+    assert closure_key(spec, target, [("torch", wheel_meta(cpu)), ("app", needs)]) != closure_key(
+        spec, target, [("torch", wheel_meta(shipped)), ("app", needs)])
     assert key(shipped, ResolveSpec(indexes=("http://127.0.0.1:1/simple",))) != key(shipped)
     assert key(shipped, ResolveSpec(platform="aarch64-manylinux_2_28")) != key(shipped)
     assert key(shipped, target=TargetInfo(python_version="3.12.1", platform="linux_x86_64")) != key(shipped)

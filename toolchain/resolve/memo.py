@@ -1,9 +1,10 @@
 """Resolve once per change: a resolved closure is kept under a key made of what determines it, and a build,
 rebuild or bisect step whose key is kept resolves nothing and needs no network.
 
-The key is each built wheel's metadata (name, version, Requires-Dist, Requires-Python; never the wheel's own
-hash, so a bisect step that changed no requirement reuses the previous closure), the recipe's [resolve]
-settings (with the file names in a local find-links folder), and the target's Python version and platform.
+The key is each built wheel's metadata (name, Requires-Dist, Requires-Python, and its version where another
+built wheel requires it; never the wheel's own hash, so a bisect step that changed no requirement reuses the
+previous closure), the recipe's [resolve] settings (with the file names in a local find-links folder), and
+the target's Python version and platform.
 An entry is the closure with every file's sha256 and when it was resolved; `toolchain lock --refresh` resolves
 again on purpose.
 
@@ -113,11 +114,28 @@ def _local_files(link: str) -> list[str]:
         return []
 
 
+def _required_names(built: Sequence[tuple[str, WheelMeta]]) -> set[str]:
+    """The names the built wheels' Requires-Dist lines ask for (normalized)."""
+    names = set()
+    for _, meta in built:
+        for line in meta.requires_dist:
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+            if m:
+                names.add(canonical_name(m.group(1)))
+    return names
+
+
 def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str, WheelMeta]]) -> str:
-    """The sha256 of what determines the closure of `built` [(component, metadata)] (lock order)."""
+    """The sha256 of what determines the closure of `built` [(component, metadata)] (lock order). A built
+    wheel's version is part of it only where another built wheel's requirement names it: the resolver is
+    given the built wheels as overrides, so their versions change no pin; they change only the notes on
+    requirements of one built wheel on another (a version that bumps at every commit, as setuptools-scm's
+    do, would otherwise resolve every bisect step again)."""
+    required = _required_names(built)
     data = {"format": FORMAT,
             "local-files": {link: _local_files(link) for link in spec.find_links},
-            "wheels": [{"component": comp, "name": m.name, "version": m.version,
+            "wheels": [{"component": comp, "name": m.name,
+                        "version": m.version if canonical_name(m.name) in required else "",
                         "requires-dist": list(m.requires_dist), "requires-python": m.requires_python}
                        for comp, m in built],
             "resolve": {"indexes": list(spec.indexes), "find-links": list(spec.find_links),
