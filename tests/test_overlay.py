@@ -155,7 +155,6 @@ def test_an_overlay_needs_nothing_the_image_lacks_and_its_torch(demo_build):
 
 
 def test_a_bisect_step_of_an_overlay_builds_only_the_bisected_component(tmp_path):
-    from toolchain.bisect.builder import SpineBuilder
     from toolchain.bisect.overlay import only_the_bisected
     from toolchain.recipe.load import load_recipe
 
@@ -175,4 +174,46 @@ def test_a_bisect_step_of_an_overlay_builds_only_the_bisected_component(tmp_path
     assert step.target.base == fake
     host = load_recipe("demo", REPO / "recipes", REPO / "patches")
     assert only_the_bisected(host, "kernels") is host  # without a base every component stays
-    assert "only_the_bisected" in SpineBuilder.build.__code__.co_names  # the step's recipe goes through it
+    # that a bisect's steps go through it: the journey below
+
+
+WORD_COUNT = """\
+import glob, os, sys
+sys.path[:0] = glob.glob(os.path.join(os.environ["TOOLCHAIN_BISECT_WHEEL_DIR"], "demo_engine-*.whl"))
+from demo_engine.text import word_count
+sys.exit(0 if word_count("two  words ") == 2 else 1)
+"""
+
+
+@pytest.mark.slow
+def test_a_bisect_of_an_overlay_component_builds_it_alone_over_the_image_at_each_step(stack_image, tmp_path):
+    """The demo's planted engine regression (v0.3.1 good, v0.4.0 bad: README's demo bisect), bisected in a
+    recipe that rebuilds engine, kernels and ARK over the stack image: every step builds the engine alone, in a
+    container of the image, and the good and bad locks are the image plus that one component."""
+    recipe = demo_variant(tmp_path / "recipes", "over", {"indexes": []},
+                          target={"runtime": "podman", "base": stack_image, "python": STACK_PYTHON})
+    data = tomlio.load_file(recipe)
+    for table in data["components"].values():
+        table.pop("install-args", None)  # installed over the image: the default args
+    recipe.write_text(tomlio.dumps(data))
+    shutil.copytree(REPO / "patches", tmp_path / "patches")  # the demo's patches, beside its recipes/
+    (tmp_path / "word-count.py").write_text(WORD_COUNT)
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("bisect", "--recipe", recipe, "--component", "engine", "--good", "v0.3.1", "--bad", "v0.4.0",
+            "--test-cmd", "python3 word-count.py", "--out", tmp_path / "bisect", "--cache-dir", tmp_path / "cache",
+            "--json")
+    assert r.returncode == 0, str(r)
+    result = json.loads((tmp_path / "bisect" / "result.json").read_text())
+    assert "count words by their spaces" in json.dumps(result), result
+    for end in ("good", "bad"):
+        (lock_path,) = (tmp_path / "bisect" / end).glob("*.lock.toml")
+        lock = tomlio.load_file(lock_path)
+        assert [c["name"] for c in lock["components"]] == ["engine"], lock["components"]
+        assert lock["base"]["image"] == stack_image and lock["target"]["runtime"] == "podman"
+    steps = sorted((tmp_path / "bisect" / "steps").iterdir())
+    assert len(steps) >= 3  # both ends and at least one step between
+    for step in steps:  # each step's build: the engine alone (kernels and ARK are the image's)
+        built = {p.stem for p in (step / "logs").glob("*.log") if not p.stem.startswith(("git-", "setvars"))}
+        assert built == {"engine"}, (step.name, built)
+    cached = [json.loads(p.read_text())["component"] for p in (tmp_path / "cache" / "wheels").rglob("entry.json")]
+    assert cached and set(cached) == {"engine"}, cached
