@@ -243,8 +243,9 @@ def resolution(base: Path, cache: Path, out: Path, env: dict[str, str], rounds: 
     """Resolve once per change: a recipe whose closure comes from a PEP 503 index served on 127.0.0.1 (the
     demo's dependencies), built once with the index up; then, with the index stopped and every proxy dead
     (the network off), warm builds of it (a no-op in the same --out, and into a new --out, which takes the kept
-    closure) side by side with the demo's warm no-op and --no-resolve; and what resolving costs when it runs
-    (the demo's closure, `refresh`: uv asked again, in process)."""
+    closure) side by side with the demo's warm no-op and --no-resolve and a bare interpreter start (ratios
+    printed); and what resolving costs when it runs (the demo's closure, `refresh`: uv asked again, in
+    process)."""
     from tests.support.closure import CountingIndex, dead_proxy_env, demo_variant, simple_index, wheelhouse
 
     simple_index(wheelhouse(base / "index-wheels"), base / "index")
@@ -265,6 +266,7 @@ def resolution(base: Path, cache: Path, out: Path, env: dict[str, str], rounds: 
         "indexed-new-out": lambda: toolchain_build(cache, base / f"indexed-out-{next(fresh)}", offline, *patches,
                                                    recipe=recipe),
         "resolve": lambda: timed(lambda: resolve_only(cache, out, refresh=True)),
+        "bare": lambda: run_timed([sys.executable, "-c", "pass"], env=env),
     }, rounds)
     print(f"resolve once per change: warm builds, {rounds} runs each, interleaved (the index answered {asked} "
           f"requests for the first build, then was stopped: network off):")
@@ -275,6 +277,13 @@ def resolution(base: Path, cache: Path, out: Path, env: dict[str, str], rounds: 
           f"(goal <= 0.3 s)")
     print(f"  resolving again (uv, demo closure, refresh)  {samples['resolve'].describe()}   "
           f"(what a kept closure saves)")
+    print(f"  python -c pass                               {samples['bare'].describe()}")
+    bare, demo = samples["bare"], samples["demo"]
+    for name in ("indexed", "indexed-new-out"):
+        print(f"  ratio {name + '/demo warm no-op':<38} wall {ratio(samples[name].median, demo.median)}   cpu "
+              f"{ratio(samples[name].cpu_median, demo.cpu_median)}")
+    print(f"  ratio demo warm no-op/bare start             wall {ratio(demo.median, bare.median)}   cpu "
+          f"{ratio(demo.cpu_median, bare.cpu_median)}   (goal <= 4x)")
 
 
 def leave_build_output(tree: Path, files: int = 200) -> None:
