@@ -83,7 +83,8 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             with ui.status(f"reading what the base image {recipe.target.base} holds"):
                 base = read_base(runtime, plan.target, recipe.target.base, recipe.target.python,
                                  options.cache_dir / "memo")
-        plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or _previous_lock(out / LOCK_NAME))
+        previous = _previous_lock(out / LOCK_NAME)  # read once: the build writes no lock before _finish
+        plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or previous)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
         before = _wheel_names(out)
@@ -98,7 +99,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             _undo_wheels(out, before, ours)
             raise
     try:
-        return _finish(recipe, options, ui, plan, built, ours, expect, base)
+        return _finish(recipe, options, ui, plan, built, ours, expect, base, previous)
     except TestFailed:
         raise  # a rebuild that differs from its lock: the rebuilt wheels stay to compare (the marker says so)
     except BaseException:
@@ -107,11 +108,11 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
 
 
 def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: list[BuiltComponent], ours: set[str],
-            expect: Lock | None, base: BaseEnv | None) -> tuple[Lock, list[BuiltComponent]]:
-    """The closure, the check against `expect`, the locks and the marker, after every wheel is built."""
+            expect: Lock | None, base: BaseEnv | None, previous: Lock | None) -> tuple[Lock, list[BuiltComponent]]:
+    """The closure, the check against `expect`, the locks and the marker, after every wheel is built
+    (`previous`: the lock an earlier build left in the out dir)."""
     out, logs = options.out_dir, options.out_dir / "logs"
     path = out / LOCK_NAME
-    previous = _previous_lock(path)
     closure = None
     if base is not None:  # the image is the environment: nothing is resolved from an index
         from toolchain.resolve.overlay import overlay_closure
