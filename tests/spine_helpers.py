@@ -177,19 +177,20 @@ class Cli:
         assert r.returncode == 0, str(r)
         return r
 
-    def start(self, *args, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, *args, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Started in its own process group (so a test can kill the whole build with killpg)."""
         return subprocess.Popen(self.argv(args), cwd=self.cwd, env={**self.env, **(env or {})},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def finish(self, proc: subprocess.Popen, timeout: float = CLI_TIMEOUT) -> Result:
+    def finish(self, proc: subprocess.Popen[str], timeout: float = CLI_TIMEOUT) -> Result:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             raise
-        return Result(list(proc.args), proc.returncode, out, err)
+        assert isinstance(proc.args, list), proc.args  # start() passes an argv list
+        return Result(proc.args, proc.returncode, out, err)
 
 
 def kill_group(proc: subprocess.Popen) -> None:

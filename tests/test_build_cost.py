@@ -23,6 +23,7 @@ import tomlkit
 from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
 from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
 from tests.support.debian_image import containers_env
+from toolchain import console
 from toolchain.build import ccache, intarget
 from toolchain.build.jobs import GiB, MiB, Resources, decide_jobs, per_job_memory, resources_from
 from toolchain.build.metrics import RESULT, BuildMetrics, read_live, read_result
@@ -210,8 +211,8 @@ def test_a_required_ccache_that_is_missing_names_how_to_get_it(tmp_path, monkeyp
     assert exc.value.return_code == 2
     warned = []
 
-    class UI:
-        def warn(self, message):
+    class UI(console.UI):
+        def warn(self, message: str) -> None:
             warned.append(message)
 
     cc = ccache.choose(BuildSpec(), tmp_path, ui=UI())  # not asked for: uncached, with a warning

@@ -75,6 +75,12 @@ def files_under(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    f = tar.extractfile(member)
+    assert f is not None, f"{member.name} is not a file"
+    return f.read()
+
+
 def test_two_builds_give_byte_identical_bundles(stack, bundles):
     first, second, _ = stack
     # The raw locks differ in what a bundle drops (timings, paths, container name); the wheels do not.
@@ -123,7 +129,7 @@ def test_tarball_is_deterministic_by_construction(bundles):
         assert {m.mtime for m in members} == {stack_epoch(read_lock(bundle))} == {COMMIT_EPOCH}
         assert {m.mode for m in members if m.isdir()} == {0o755}
         assert {m.mode for m in members if m.isfile()} == {0o644}
-        contents = {m.name.split("/", 1)[1]: tar.extractfile(m).read() for m in members if m.isfile()}
+        contents = {m.name.split("/", 1)[1]: member_bytes(tar, m) for m in members if m.isfile()}
     assert contents == files_under(bundle)
 
 

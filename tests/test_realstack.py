@@ -276,7 +276,7 @@ def test_bundle_holds_the_stack_wheels_locks_patches_and_sums(realstack_built, t
     assert_wheels_match(lock, bundle)
     assert (bundle / "patches" / ENGINE_PATCH).read_bytes() == s.patch_file(ENGINE_PATCH).read_bytes()
     assert (bundle / "patches" / ARK_PATCH).read_bytes() == s.patch_file(ARK_PATCH).read_bytes()
-    sums = dict(reversed(line.split(None, 1)) for line in (bundle / "SHA256SUMS").read_text().splitlines())
+    sums = {rel: digest for digest, rel in (line.split(None, 1) for line in (bundle / "SHA256SUMS").read_text().splitlines())}
     for rel, digest in sums.items():
         assert sha256_file(bundle / rel.lstrip("*")) == digest, rel
     assert any(rel.startswith("wheels/realstack_kernels-") for rel in sums)

@@ -483,7 +483,7 @@ def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
     from toolchain.sources import patches
 
     hints = [typing.get_type_hints(model.Component)["patches"], typing.get_type_hints(lock.LockedComponent)["patches"],
-             typing.get_type_hints(plan.ComponentPlan.patches.fget)["return"]]
+             typing.get_type_hints(vars(plan.ComponentPlan)["patches"].fget)["return"]]
     assert hints == [tuple[model.Patch, ...]] * 3
     assert patches.Patch is model.Patch
     # what is not the patch's identity comes last and takes no part in equality: its file, and where it applied

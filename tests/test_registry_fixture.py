@@ -124,14 +124,18 @@ def test_no_process_is_left_behind(tmp_path):
     if not ok:
         pytest.skip(reason)
     with run_registry(tmp_path / "a") as reg:
-        pid = reg.process.pid
+        proc = reg.process
+        assert proc is not None
+        pid = proc.pid
         assert requests.get(f"{reg.url}/v2/", timeout=TIMEOUT).status_code == 200
-    assert reg.process.returncode is not None
+    assert proc.returncode is not None
     assert not os.path.exists(f"/proc/{pid}")
     with pytest.raises(KeyError, match="boom"), run_registry() as reg:  # noqa: PT012 (an error in the block stops it too)
-        pid, workdir = reg.process.pid, reg.storage.parent  # in a temporary directory, removed afterwards
+        proc = reg.process
+        assert proc is not None
+        pid, workdir = proc.pid, reg.storage.parent  # in a temporary directory, removed afterwards
         raise KeyError("boom")
-    assert reg.process.returncode is not None
+    assert proc is not None and proc.returncode is not None
     assert not os.path.exists(f"/proc/{pid}")
     assert not workdir.exists()
 

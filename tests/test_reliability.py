@@ -17,6 +17,7 @@ import pytest
 
 from tests.spine_helpers import Workspace, component, recipe_data
 from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
+from toolchain.console import UI
 from toolchain.errors import UsageError
 
 PULLS, ROUNDS = 8, 50
@@ -28,8 +29,9 @@ def _wheel(path: Path, i: int) -> Path:
     return path
 
 
-class _Quiet:
+class _Quiet(UI):
     def __init__(self) -> None:
+        super().__init__(quiet=True)
         self.said: list[str] = []
 
     def warn(self, message: str) -> None:
@@ -112,8 +114,8 @@ def test_a_failed_build_leaves_the_out_dir_as_it_was(ws, tiny_repo, make_repo):
 
     # built against pip, which the resolved closure lacks: the closure's check fails after both wheels are in
     ws.recipe("more", recipe_data({"tiny": component(tiny_repo, dist="tiny"),
-                                   "kernels": component(tiny_repo, dist="tiny", version="2.0.0",
-                                                        **{"built-against": ["pip"]})},
+                                   "kernels": {**component(tiny_repo, dist="tiny", version="2.0.0"),
+                                               "built-against": ["pip"]}},
                                   resolve={"indexes": []}))
     r = ws.build("more")
     assert r.returncode == 1 and "pip" in r.json()["error"] and "Traceback" not in r.stderr, str(r)

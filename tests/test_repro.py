@@ -163,6 +163,7 @@ def test_diffoscope_report_when_installed(deterministic_pair):
     _, (first, second) = deterministic_pair
     diff = compare_wheels(first.wheel_path(first.component("noisy")),
                           second.wheel_path(second.component("noisy")), use_diffoscope=True)
+    assert diff is not None
     assert "noise.bin" in diff.diffoscope
     assert "noisy/noise.bin" in diff.paths  # our own per-file list is there as well
 

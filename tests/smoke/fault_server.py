@@ -52,7 +52,7 @@ def log(line: str) -> None:
 
 
 def sample(schema: dict) -> object:
-    kind = schema.get("type")
+    kind: str = schema.get("type", "")
     if kind == "object":
         return {k: ("red" if k == "color" else "square" if k == "shape" else sample(v))
                 for k, v in schema.get("properties", {}).items()}

@@ -68,14 +68,3 @@ def write_test_lock(out_dir: Path, smoke: dict, components: Iterable[LockedCompo
                 smoke=smoke, components=tuple(components))
     out_dir.mkdir(parents=True, exist_ok=True)
     return write_lock(lock, out_dir)
-
-
-def load_vllm_cpu():
-    """tests/support/vllm_cpu.py as a module (tests/ is not a package)."""
-    import importlib.util
-
-    path = HERE.parent / "support" / "vllm_cpu.py"
-    spec = importlib.util.spec_from_file_location("toolchain_tests_vllm_cpu", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

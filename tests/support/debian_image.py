@@ -411,6 +411,7 @@ def _import(engine: str, rootfs: Path, ref: str, full_hash: str, lock_fd: int) -
             tar.kill()
             raise ImageBuildError(f"{engine} import timed out") from e
         finally:
+            assert tar.stdout is not None and tar.stderr is not None  # both are pipes
             tar.stdout.close()
         tar_err = tar.stderr.read().decode(errors="replace")
         tar.wait()

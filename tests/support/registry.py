@@ -77,7 +77,7 @@ class Registry:
     @property
     def auth(self) -> Optional[tuple[str, str]]:
         """(username, password) for requests' ``auth=``, or None without auth."""
-        return (self.username, self.password) if self.username is not None else None
+        return (self.username, self.password) if self.username is not None and self.password is not None else None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

