@@ -19,7 +19,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
-from toolchain.core.serial import from_data, to_data
+from toolchain.core.serial import from_data, to_data, to_table
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import InputFile, Patch
@@ -127,18 +127,18 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         if c.fetchcontent:
             d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
         if c.built_against:
-            d["built-against"] = [b.to_dict() for b in c.built_against]
+            d["built-against"] = [to_table(b, kebab=True) for b in c.built_against]
         if c.inputs:
-            d["inputs"] = [i.to_dict() for i in c.inputs]
+            d["inputs"] = to_data(c.inputs)
         if c.jobs:
             d["jobs"], d["jobs-source"] = c.jobs, c.jobs_source
         if c.compiler_cache != CacheReport():
-            d["compiler-cache"] = c.compiler_cache.as_dict()
+            d["compiler-cache"] = to_table(c.compiler_cache, kebab=True)
         if c.metrics != BuildMetrics():
-            d["metrics"] = c.metrics.as_dict()
+            d["metrics"] = to_table(c.metrics, kebab=True)
         comps.append(d)
     closure = {} if lock.closure is None else {
-        "resolve": lock.closure.settings(), "dependencies": [d.to_dict() for d in lock.closure.dists]}
+        "resolve": lock.closure.settings(), "dependencies": to_data(lock.closure.dists, kebab=True)}
     return {
         "lock-version": LOCK_VERSION,
         "tool-version": lock.tool_version,
@@ -152,8 +152,8 @@ def to_dict(lock: Lock) -> dict[str, Any]:
         "smoke": lock.smoke,
         "components": comps,
         **closure,
-        **({"base": lock.base.to_dict()} if lock.base is not None else {}),
-        **({"native": [a.to_dict() for a in lock.native]} if lock.native else {}),
+        **({"base": to_table(lock.base, kebab=True)} if lock.base is not None else {}),
+        **({"native": to_data(lock.native)} if lock.native else {}),
         **({"host": lock.host} if lock.host else {}),
     }
 
@@ -261,12 +261,12 @@ def read_lock(path: Path) -> Lock:
                 build_seconds=float(c.get("build-seconds", 0.0)),
                 wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
                 fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
-                built_against=tuple(BuiltAgainst.from_dict(b) for b in c.get("built-against", ())),
-                compiler_cache=CacheReport.from_dict(c.get("compiler-cache")),
+                built_against=tuple(from_data(BuiltAgainst, b, kebab=True) for b in c.get("built-against", ())),
+                compiler_cache=from_data(CacheReport, c.get("compiler-cache") or {}, kebab=True),
                 jobs=int(c.get("jobs", 0)), jobs_source=str(c.get("jobs-source", "")),
-                metrics=BuildMetrics.from_dict(c.get("metrics")),
+                metrics=from_data(BuildMetrics, c.get("metrics") or {}, kebab=True),
                 prebuilt=dict(c.get("prebuilt", {})),
-                inputs=tuple(InputFile(str(i["path"]), str(i["sha256"])) for i in c.get("inputs", ())),
+                inputs=tuple(from_data(InputFile, i) for i in c.get("inputs", ())),
             ))
         r = data["recipe"]
         return Lock(
@@ -280,8 +280,8 @@ def read_lock(path: Path) -> Lock:
             describe_rule=data.get("describe-rule", ""),
             path=path.resolve(),
             closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
-            base=BaseEnv.from_dict(data["base"]) if "base" in data else None,
-            native=tuple(WheelAudit.from_dict(a) for a in data.get("native", ())),
+            base=from_data(BaseEnv, data["base"], kebab=True) if "base" in data else None,
+            native=tuple(from_data(WheelAudit, a) for a in data.get("native", ())),
             host=dict(data.get("host", {})),
         )
     except (KeyError, TypeError, ValueError) as exc:
@@ -509,7 +509,7 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
                                for d in c.fetchcontent),
             built_against=b.built_against, compiler_cache=b.compiler_cache, jobs=b.jobs,
             jobs_source=b.jobs_source, metrics=b.metrics,
-            prebuilt=b.plan.prebuilt.as_dict() if b.plan.prebuilt is not None else {},
+            prebuilt=to_table(b.plan.prebuilt) if b.plan.prebuilt is not None else {},
             inputs=b.plan.inputs))
     norms = sorted({n for b in built for n in b.normalizations})
     text, sha = plan.recipe.text, plan.recipe.sha256

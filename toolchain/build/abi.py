@@ -46,13 +46,6 @@ class BuiltAgainst:
     version: str
     cxx11_abi: str = ""  # "1", "0", or "" when it cannot be read (no libc10 in the distribution)
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version, "cxx11-abi": self.cxx11_abi}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> BuiltAgainst:
-        return cls(str(d["name"]), str(d["version"]), str(d.get("cxx11-abi", "")))
-
 
 def probe_built_against(ws: Workspace, python: str, names: tuple[str, ...], env: Mapping[str, str | None], cwd: str,
                         log: Path | None, what: str) -> tuple[BuiltAgainst, ...]:

@@ -23,10 +23,11 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.console import UI
+from toolchain.core.serial import meta
 from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.target.base import Extra
@@ -49,7 +50,7 @@ class CacheReport:
     version: str = ""
     hits: int = 0
     misses: int = 0
-    note: str = ""           # why the build was uncached, when it was
+    note: str = field(default="", metadata=meta(omit_default=True))  # why the build was uncached, when it was
 
     @property
     def hit_rate(self) -> float:
@@ -63,18 +64,6 @@ class CacheReport:
             return f"ccache {self.version}: nothing compiled"
         return f"ccache {self.version}: {self.hits} hits, {self.misses} misses"
 
-    def as_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"launcher": self.launcher, "version": self.version, "hits": self.hits,
-                                "misses": self.misses}
-        if self.note:
-            d["note"] = self.note
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object] | None) -> CacheReport:
-        d = d or {}
-        return cls(str(d.get("launcher", "none")), str(d.get("version", "")), int(str(d.get("hits", 0))),
-                   int(str(d.get("misses", 0))), str(d.get("note", "")))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import JOB_ENV, GiB, MiB, parse_size
 from toolchain.recipe.model import Component
@@ -108,21 +109,18 @@ def resources_from(files: Mapping[str, str], cpus: int) -> Resources:
 @dataclass(frozen=True)
 class JobsDecision:
     jobs: int
-    per_job: int
+    per_job: int = field(metadata=meta(key="per-job-memory"))
     per_job_source: str
     source: str          # "memory" | "cores" | the pin ("recipe [build] jobs", "env MAX_JOBS", ...)
     why: str             # one line a person reads
-    warning: str = ""
-    pinned: tuple[tuple[str, str], ...] = ()  # job variables already set, which the tool leaves alone
+    warning: str = field(default="", metadata=meta(omit_default=True))
+    # job variables already set, which the tool leaves alone
+    pinned: tuple[tuple[str, str], ...] = field(default=(), metadata=meta(skip=True))
 
     def env(self) -> dict[str, str]:
         """The job variables the tool sets (those not pinned)."""
         pinned = dict(self.pinned)
         return {v: str(self.jobs) for v in JOB_VARIABLES if v not in pinned}
-
-    def as_dict(self) -> dict[str, object]:
-        return {"jobs": self.jobs, "per-job-memory": self.per_job, "per-job-source": self.per_job_source,
-                "source": self.source, "why": self.why, **({"warning": self.warning} if self.warning else {})}
 
 
 def per_job_memory(comp: Component, recipe_default: int = 0) -> tuple[int, str]:

@@ -10,11 +10,12 @@ that command line and reads what it wrote.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.build.ccache import CacheReport
+from toolchain.core.serial import meta, rounded
 
 RUNNER = "build-runner"            # the Extra name of the in-target script
 RESULT = ".toolchain-build.json"   # written by the runner into the output directory
@@ -24,23 +25,11 @@ RUNNER_FILE = Path(__file__).with_name("intarget.py")
 
 @dataclass(frozen=True)
 class BuildMetrics:
-    wall_seconds: float = 0.0
-    cpu_seconds: float = 0.0
+    wall_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
+    cpu_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     peak_memory_bytes: int = 0
     peak_memory_source: str = ""   # "cgroup" | "pss-sampler" | "rss-sampler" | ""
     peak_sampled_bytes: int = 0    # the sampler's figure, always recorded
-
-    def as_dict(self) -> dict[str, object]:
-        return {"wall-seconds": round(self.wall_seconds, 3), "cpu-seconds": round(self.cpu_seconds, 3),
-                "peak-memory-bytes": self.peak_memory_bytes, "peak-memory-source": self.peak_memory_source,
-                "peak-sampled-bytes": self.peak_sampled_bytes}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, object] | None) -> BuildMetrics:
-        d = d or {}
-        return cls(float(str(d.get("wall-seconds", 0.0))), float(str(d.get("cpu-seconds", 0.0))),
-                   int(str(d.get("peak-memory-bytes", 0))), str(d.get("peak-memory-source", "")),
-                   int(str(d.get("peak-sampled-bytes", 0))))
 
     def summary(self) -> str:
         from toolchain.build.jobs import format_size

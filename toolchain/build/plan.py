@@ -17,6 +17,7 @@ from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
+from toolchain.core.serial import to_table
 from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, InputFile, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
@@ -260,7 +261,7 @@ def plan_to_dict(plan: Plan) -> dict:
         toolchain["status"] = f"not captured: {plan.toolchain_missing}"
     return {
         "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256,
-                   "found": [f.as_dict() for f in plan.recipe.found]},
+                   "found": [to_table(f) for f in plan.recipe.found]},
         "target": plan.target.fingerprint(),
         "toolchain": toolchain,
         "tool-version": __version__,
@@ -273,7 +274,7 @@ def plan_to_dict(plan: Plan) -> dict:
             "fetchcontent": [{"name": f.name, "url": redact_text(f.url), "commit": f.commit}
                              for f in c.component.fetchcontent],
             "env": c.display_env(), "command": redact_argv(c.component.command), "cache-key": c.cache_key,
-            **({"jobs": c.jobs.as_dict()} if c.jobs else {}),
+            **({"jobs": to_table(c.jobs, kebab=True)} if c.jobs else {}),
         } for c in plan.components],
         **({"resources": {"cpus": plan.resources.cpus, "memory-bytes": plan.resources.memory,
                           "memory-source": plan.resources.why_memory}} if plan.resources else {}),
@@ -285,7 +286,7 @@ def prebuilt_to_dict(cp: ComponentPlan) -> dict:
     pre = cp.component.prebuilt
     shown: dict = {"requirement": pre.requirement} if pre and pre.requirement else {}
     if cp.prebuilt is not None:
-        shown.update(cp.prebuilt.as_dict(), file=cp.prebuilt.file)
+        shown.update(to_table(cp.prebuilt), file=cp.prebuilt.file)
     elif pre is not None:
         shown["status"] = "pinned when built: the file and its sha256 from the [resolve] indexes and find-links"
     return {"name": cp.name, "prebuilt": shown, "after": list(cp.component.after), "dist": cp.component.dist,

@@ -12,13 +12,14 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.redact import redact_text
+from toolchain.core.serial import meta, to_table
 from toolchain.errors import BuildError, TransientError
 
 DOWNLOAD_TIMEOUT = 60  # seconds without data before a download is given up
@@ -29,20 +30,14 @@ CHUNK = 1 << 20
 class PrebuiltFile:
     """One pinned wheel file: where it is, its sha256, and what pinned it (the recipe's requirement and the
     index that served it, or the recipe's own URL)."""
-    file: str
-    url: str
+    file: str = field(metadata=meta(skip=True))  # a lock and the cache keep it beside this table
+    url: str = field(metadata=meta(dump=redact_text))
     sha256: str
-    size: int = 0
-    requirement: str = ""  # "vllm-xpu-kernels==0.1.16.2" ("": the recipe named the URL)
-    index: str = ""        # the index or find-links location that served it
-
-    def as_dict(self) -> dict[str, str | int]:
-        d: dict[str, str | int] = {"url": redact_text(self.url), "sha256": self.sha256}
-        if self.requirement:
-            d["requirement"] = self.requirement
-        if self.index:
-            d["index"] = redact_text(self.index)
-        return d
+    size: int = field(default=0, metadata=meta(skip=True))
+    # "vllm-xpu-kernels==0.1.16.2" ("": the recipe named the URL)
+    requirement: str = field(default="", metadata=meta(omit_default=True))
+    # the index or find-links location that served it
+    index: str = field(default="", metadata=meta(omit_default=True, dump=redact_text))
 
 
 def prebuilt_key(sha256: str) -> str:
@@ -76,7 +71,7 @@ def take_prebuilt(pf: PrebuiltFile, cache: WheelCache, dest_dir: Path, work: Pat
                                  hint="the file was changed or replaced where it is served; nothing was cached "
                                       "or installed. Check where it comes from; if the new file is the one you "
                                       "want, pin its sha256 (`toolchain lock` or the recipe)")
-            cache.put(key, wheel, {"component": what, "prebuilt": pf.as_dict(), "build_seconds": 0.0}, log=log)
+            cache.put(key, wheel, {"component": what, "prebuilt": to_table(pf), "build_seconds": 0.0}, log=log)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         entry = cache.take(key, dest_dir)

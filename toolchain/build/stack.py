@@ -29,6 +29,7 @@ from toolchain.build.remotespec import RemoteRequest
 from toolchain.build.schedule import Budget, run_at_once
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_argv, redact_env, redact_text
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
@@ -274,8 +275,9 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
                           float(meta.get("build_seconds", 0.0)), cached, log,
                           tuple(meta.get("normalizations", ())), source, pushed,
-                          tuple(BuiltAgainst.from_dict(d) for d in meta.get("built_against", ())),
-                          CacheReport.from_dict(meta.get("compiler_cache")), BuildMetrics.from_dict(meta.get("metrics")),
+                          tuple(from_data(BuiltAgainst, d, kebab=True) for d in meta.get("built_against", ())),
+                          from_data(CacheReport, meta.get("compiler_cache") or {}, kebab=True),
+                          from_data(BuildMetrics, meta.get("metrics") or {}, kebab=True),
                           int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")),
                           float(meta.get("stored") or 0.0))
 
@@ -386,8 +388,8 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: 
             "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
             "version": version,
             "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
-            "built_against": [b.to_dict() for b in against],
-            "compiler_cache": report.as_dict(), "metrics": metrics.as_dict(),
+            "built_against": [to_table(b, kebab=True) for b in against],
+            "compiler_cache": to_table(report, kebab=True), "metrics": to_table(metrics, kebab=True),
             "jobs": cp.jobs.jobs if cp.jobs else 0, "jobs_source": cp.jobs.source if cp.jobs else "",
         }, log=log)
     finally:

@@ -11,6 +11,7 @@ from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, Grid, literal
+from toolchain.core.serial import to_data, to_table
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline import build_stack_components, recipe_from_lock
@@ -138,7 +139,8 @@ def lock_summary(lock: Lock) -> dict[str, Any]:
             "components": [{"name": c.name, "commit": c.commit, "describe": c.describe, "wheel": c.wheel.file,
                             "sha256": c.wheel.sha256, "size": c.wheel.size, "cache-key": c.cache_key,
                             "path": str(lock.wheel_path(c)), "jobs": c.jobs,
-                            "compiler-cache": c.compiler_cache.as_dict(), "metrics": c.metrics.as_dict()}
+                            "compiler-cache": to_table(c.compiler_cache, kebab=True),
+                            "metrics": to_table(c.metrics, kebab=True)}
                            for c in lock.components],
             **closure_summary(lock)}
 
@@ -159,7 +161,7 @@ def closure_summary(lock: Lock) -> dict[str, Any]:
         return {"resolved": False}
     return {"resolved": True, "resolver": lock.closure.resolver, "resolved-at": lock.closure.resolved_at,
             "notes": list(lock.closure.notes),
-            "dependencies": [d.to_dict() for d in lock.closure.dists],
-            "built-against": {c.name: [b.to_dict() for b in c.built_against]
+            "dependencies": to_data(lock.closure.dists, kebab=True),
+            "built-against": {c.name: [to_table(b, kebab=True) for b in c.built_against]
                               for c in lock.components if c.built_against}}
 

@@ -32,6 +32,7 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
     from rich.markup import escape
 
     from toolchain.build.jobs import format_size
+    from toolchain.core.serial import to_table
     from toolchain.recipe.load import TargetSpec
     from toolchain.target import make_runtime
     from toolchain.target.doctor import Finding, host_findings, interpreter_findings, oneapi_findings
@@ -65,7 +66,7 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
              + (f"  [dim]fix:[/] {escape(f.fix)}" if f.fix else "") for f in findings]
     counts = {s: sum(f.status == s for f in findings) for s in STATUS_STYLE}
     return CommandResult({"root": str(root), "recipe": recipe.name if recipe else None,
-                          "host": facts.record(), "findings": [f.as_dict() for f in findings], "counts": counts},
+                          "host": facts.record(), "findings": [to_table(f) for f in findings], "counts": counts},
                          0, "\n".join([f"doctor: {root} ({recipe.name if recipe else 'no recipe'}, {spec.python} "
                                         f"on {spec.runtime})", *lines,
                                         ", ".join(f"{n} {s}" for s, n in counts.items())]))

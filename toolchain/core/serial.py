@@ -1,31 +1,87 @@
 """The one serializer of the frozen dataclasses that go to JSON and TOML (locks, bisect state, reports).
 
-`to_data(obj)` gives plain data: a dataclass becomes a table of its fields (`kebab=True`: `field_name` is
-written `field-name`, as TOML files here spell keys), tuples and lists become lists, a Path its string, a
-mapping a table; `from_data(cls, data)` is the way back for a dataclass whose fields are plain values, tuples,
-Paths or such dataclasses (an unknown key is an error naming it). Hand-written `to_dict`s remain where a
-report shows something other than the fields (a property, a shortened path)."""
+`to_data(obj)` gives plain data: a dataclass becomes a table of its fields in field order (`kebab=True`:
+`field_name` is written `field-name`, as TOML files here spell keys), tuples and lists become lists, a Path its
+string, an Enum its value, a mapping a table; `from_data(cls, data)` is the way back for a dataclass whose
+fields are plain values, Enums, tuples, Paths, mappings or such dataclasses (an unknown key is an error naming
+it; a missing key takes the field's default).
+
+A field says how it differs from that with `field(..., metadata=meta(...))`: its key (`key="file"`), left out
+when it holds its default (`omit_default=True`) or always (`skip=True`: not part of the format), and converters
+each way (`dump=`, `load=`: a rounded float, a redacted URL). A format with rules of its own (the lock's
+layout, the bisect state's verdict table, a report with computed entries) stays hand-written and uses these
+for its parts."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
 Data = Union[None, bool, int, float, str, list["Data"], dict[str, "Data"]]
+_META = "toolchain.serial"
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta:
+    """How one field is written and read (see the module's docstring)."""
+    key: str = ""
+    omit_default: bool = False
+    skip: bool = False
+    dump: Callable[[Any], Data] | None = None
+    load: Callable[[Any], Any] | None = None
+
+
+def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
+         dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None) -> dict[str, Meta]:
+    """`dataclasses.field(metadata=meta(...))`."""
+    return {_META: Meta(key, omit_default, skip, dump, load)}
+
+
+def rounded(digits: int) -> Callable[[Any], Data]:
+    """A `dump` that rounds a float to `digits` (seconds and rates in reports and state files)."""
+    return lambda value: round(float(value), digits)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    name: str
+    key: str
+    meta: Meta
+    default: object  # dataclasses.MISSING when the field has none
+
+
+def _fields(cls: type, kebab: bool) -> tuple[_Field, ...]:
+    cached = _FIELDS.get((cls, kebab))
+    if cached is None:
+        out = []
+        for f in dataclasses.fields(cls):
+            m = f.metadata.get(_META, _PLAIN)
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            out.append(_Field(f.name, m.key or _key(f.name, kebab), m, default))
+        cached = _FIELDS[(cls, kebab)] = tuple(out)
+    return cached
+
+
+_PLAIN = Meta()
+_FIELDS: dict[tuple[type, bool], tuple[_Field, ...]] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
 
 
 def to_data(obj: object, *, kebab: bool = False) -> Data:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {_key(f.name, kebab): to_data(getattr(obj, f.name), kebab=kebab) for f in dataclasses.fields(obj)}
+        return to_table(obj, kebab=kebab)
     if isinstance(obj, (tuple, list)):
         return [to_data(x, kebab=kebab) for x in obj]
     if isinstance(obj, Mapping):
         return {str(k): to_data(v, kebab=kebab) for k, v in obj.items()}
+    if isinstance(obj, enum.Enum):
+        return to_data(obj.value, kebab=kebab)
     if isinstance(obj, Path):
         return str(obj)
     if obj is None or isinstance(obj, (bool, int, float, str)):
@@ -35,35 +91,70 @@ def to_data(obj: object, *, kebab: bool = False) -> Data:
 
 def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
     """`to_data` of a dataclass: its table."""
-    data = to_data(obj, kebab=kebab)
-    if not isinstance(data, dict):
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{type(obj).__name__} is not a dataclass")
-    return data
+    out: dict[str, Data] = {}
+    for f in _fields(type(obj), kebab):
+        if f.meta.skip:
+            continue
+        value = getattr(obj, f.name)
+        if f.meta.omit_default and value == f.default:
+            continue
+        out[f.key] = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
+    return out
 
 
-def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False) -> T:
-    """`cls(**data)`, lists as tuples, strings as Paths and tables as dataclasses where the field says so."""
+def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
+              given: Mapping[str, object] | None = None) -> T:
+    """`cls(**data)` with keys as its fields name them, lists as tuples, strings as Paths and Enums, tables as
+    dataclasses and mappings where the field says so; a key the class does not have is an error naming it.
+    `given`: field values by field name, as they are (those the format keeps apart from this table)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a dataclass")
-    hints = typing.get_type_hints(cls)
-    fields = {_key(f.name, kebab): f.name for f in dataclasses.fields(cls)}
+    fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise TypeError(f"unknown key(s) for {cls.__name__}: {', '.join(unknown)}")
-    return cls(**{fields[k]: _value(hints[fields[k]], v, kebab) for k, v in data.items()})
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = dict(given or {})
+    for key, value in data.items():
+        f = fields[key]
+        kwargs[f.name] = f.meta.load(value) if f.meta.load is not None else _value(hints[f.name], value, kebab)
+    return cls(**kwargs)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = typing.get_type_hints(cls)
+    return hints
 
 
 def _value(hint: object, value: Any, kebab: bool) -> Any:
     union = typing.get_origin(hint) in (Union, types.UnionType)
     kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     for kind in kinds:
-        if isinstance(value, Mapping) and isinstance(kind, type) and dataclasses.is_dataclass(kind):
-            return from_data(kind, value, kebab=kebab)
+        origin = typing.get_origin(kind)
+        if isinstance(value, Mapping):
+            if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+                return from_data(kind, value, kebab=kebab)
+            if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
+                args = typing.get_args(kind)
+                item = args[1] if len(args) == 2 else object
+                return {k: _value(item, v, kebab) for k, v in value.items()}
         if isinstance(value, str) and kind is Path:
             return Path(value)
-        if isinstance(value, list) and typing.get_origin(kind) is tuple:
-            item = typing.get_args(kind)[0] if typing.get_args(kind) else object
-            return tuple(_value(item, v, kebab) for v in value)
+        if isinstance(kind, type) and issubclass(kind, enum.Enum) and not isinstance(value, kind):
+            return kind(value)
+        if isinstance(value, int) and not isinstance(value, bool) and kind is float:
+            return float(value)
+        if isinstance(value, list) and origin is tuple:
+            args = typing.get_args(kind)
+            if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
+                return tuple(_value(args[0], v, kebab) for v in value)
+            if args and len(args) == len(value):
+                return tuple(_value(a, v, kebab) for a, v in zip(args, value, strict=True))
+            return tuple(value)
     return tuple(value) if isinstance(value, list) else value
 
 

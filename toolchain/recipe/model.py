@@ -14,6 +14,7 @@ from typing import Any
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
+from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
@@ -42,9 +43,6 @@ class Found:
     name: str
     file: Path
     where: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"name": self.name, "file": str(self.file), "where": self.where}
 
 
 @dataclass(frozen=True)
@@ -79,12 +77,9 @@ class InputFile:
     """A file a build reads from outside its source tree (a kernel configuration preset such as the one
     VLLM_CHUNK_PREFILL_CONFIG names): identified by its sha256, which is part of the cache key. `label`: the
     path as the recipe wrote it (`inputs`), or `env NAME` for an env value naming a file; `file`: where it is."""
-    label: str
+    label: str = field(metadata=meta(key="path"))
     sha256: str
-    file: Path | None = field(default=None, compare=False)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.label, "sha256": self.sha256}
+    file: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,20 @@ what `pylock.toml` lists after the built wheels (PEP 751 packages with the exact
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from toolchain.core.redact import redact_url
+from toolchain.core.serial import Data, from_data, meta, to_table
 
 DEPS_DIR = "wheels/deps"  # beside a lock: the fetched (or, in a bundle made --with-deps, bundled) dependency files
+
+
+def _redact_urls(urls: Iterable[str]) -> Data:
+    return [redact_url(u) for u in urls]
 
 
 @dataclass(frozen=True)
@@ -19,10 +25,11 @@ class LockedDist:
     name: str                         # canonical name
     version: str
     file: str                         # file name
-    url: str                          # where the file is: https://... or file:///...
+    url: str = field(metadata=meta(dump=redact_url))  # where the file is: https://... or file:///...
     sha256: str
     size: int = 0
-    index: str = ""                   # the index or find-links location it came from
+    # the index or find-links location it came from
+    index: str = field(default="", metadata=meta(dump=redact_url))
     required_by: tuple[str, ...] = ()  # the distributions that asked for it (built ones included)
 
     @property
@@ -34,32 +41,21 @@ class LockedDist:
         parsed = urlparse(self.url)
         return unquote(parsed.path) if parsed.scheme == "file" else ""
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "version": self.version, "file": self.file,
-                             "url": redact_url(self.url), "sha256": self.sha256, "size": self.size,
-                             "index": redact_url(self.index),
-                             "required-by": list(self.required_by)}
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> LockedDist:
-        return cls(name=str(d["name"]), version=str(d["version"]), file=str(d["file"]), url=str(d["url"]),
-                   sha256=str(d["sha256"]), size=int(d.get("size", 0)), index=str(d.get("index", "")),
-                   required_by=tuple(d.get("required-by", ())))
-
 
 @dataclass(frozen=True)
 class Closure:
     """How the closure was resolved and what it holds (install order does not matter: all --no-deps)."""
     resolver: str                     # e.g. "uv 0.13.9"
-    indexes: tuple[str, ...]
-    find_links: tuple[str, ...]
+    indexes: tuple[str, ...] = field(metadata=meta(dump=_redact_urls))
+    find_links: tuple[str, ...] = field(metadata=meta(dump=_redact_urls))
     index_strategy: str
     python_version: str
     platform: str
-    dists: tuple[LockedDist, ...]
+    # written apart from the settings: the lock's [[dependencies]], a memo entry's "dependencies"
+    dists: tuple[LockedDist, ...] = field(metadata=meta(skip=True))
     notes: tuple[str, ...] = ()       # requirements on built distributions the built version does not meet
-    resolved_at: str = ""             # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving
+    # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving
+    resolved_at: str = field(default="", metadata=meta(omit_default=True))
 
     def dist(self, name: str) -> LockedDist | None:
         from packaging.utils import canonicalize_name
@@ -67,22 +63,15 @@ class Closure:
         want = canonicalize_name(name)
         return next((d for d in self.dists if d.name == want), None)
 
-    def settings(self) -> dict[str, Any]:
-        return {"resolver": self.resolver, "indexes": [redact_url(i) for i in self.indexes],
-                "find-links": [redact_url(f) for f in self.find_links],
-                "index-strategy": self.index_strategy, "python-version": self.python_version,
-                "platform": self.platform, "notes": list(self.notes)} | (
-            {"resolved-at": self.resolved_at} if self.resolved_at else {})
+    def settings(self) -> dict[str, Data]:
+        """The `[resolve]` table (the dists go apart: `[[dependencies]]`, each `to_table(dist, kebab=True)`)."""
+        return to_table(self, kebab=True)
 
     @classmethod
-    def from_toml(cls, settings: dict[str, Any], dists: list[dict[str, Any]]) -> Closure:
-        return cls(resolver=str(settings.get("resolver", "")), indexes=tuple(settings.get("indexes", ())),
-                   find_links=tuple(settings.get("find-links", ())),
-                   index_strategy=str(settings.get("index-strategy", "")),
-                   python_version=str(settings.get("python-version", "")),
-                   platform=str(settings.get("platform", "")), notes=tuple(settings.get("notes", ())),
-                   resolved_at=str(settings.get("resolved-at", "")),
-                   dists=tuple(LockedDist.from_dict(d) for d in dists))
+    def from_toml(cls, settings: Mapping[str, Any], dists: Iterable[Mapping[str, Any]]) -> Closure:
+        """The closure of a `[resolve]` table and its `[[dependencies]]`."""
+        return from_data(cls, settings, kebab=True,
+                         given={"dists": tuple(from_data(LockedDist, d, kebab=True) for d in dists)})
 
 
 def pylock_entry(d: LockedDist, *, bundled: bool = False) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text
+from toolchain.core.serial import to_data
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure
 from toolchain.target.facts import TargetInfo
@@ -170,5 +171,5 @@ class ClosureMemo:
     def put(self, key: str, closure: Closure) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         data = {"format": FORMAT, "key": key, "resolve": closure.settings(),
-                "dependencies": [d.to_dict() for d in closure.dists]}
+                "dependencies": to_data(closure.dists, kebab=True)}
         atomic_write_text(self.path(key), json.dumps(data, indent=1, sort_keys=True) + "\n")

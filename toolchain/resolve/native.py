@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toolchain.core.fs import atomic_write_text
+from toolchain.core.serial import from_data, meta, to_data
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import LockedDist
 
@@ -51,21 +52,11 @@ KNOWN_PROVIDERS = (
 
 @dataclass(frozen=True)
 class SharedObject:
-    path: str                      # inside the wheel: vllm_xpu_kernels/_xpu_C.abi3.so
-    soname: str = ""               # DT_SONAME, "" when it has none
+    # inside the wheel: vllm_xpu_kernels/_xpu_C.abi3.so
+    path: str = field(metadata=meta(key="file"))
+    soname: str = field(default="", metadata=meta(omit_default=True))  # DT_SONAME, "" when it has none
     needed: tuple[str, ...] = ()   # DT_NEEDED
     compilers: tuple[str, ...] = ()  # .comment strings (the compiler stamps)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"file": self.path}
-        if self.soname:
-            d["soname"] = self.soname
-        d["needed"], d["compilers"] = list(self.needed), list(self.compilers)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SharedObject:
-        return cls(str(d["file"]), str(d.get("soname", "")), tuple(d.get("needed", ())), tuple(d.get("compilers", ())))
 
 
 @dataclass(frozen=True)
@@ -80,15 +71,6 @@ class WheelAudit:
     def provides(self) -> set[str]:
         """The sonames this wheel's files answer: each file's name and its DT_SONAME."""
         return {PurePosixPath(o.path).name for o in self.objects} | {o.soname for o in self.objects if o.soname}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheel": self.wheel, "sha256": self.sha256, "dist": self.dist, "role": self.role,
-                "objects": [o.to_dict() for o in self.objects]}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> WheelAudit:
-        return cls(str(d["wheel"]), str(d["sha256"]), str(d.get("dist", "")), str(d.get("role", "")),
-                   tuple(SharedObject.from_dict(o) for o in d.get("objects", ())))
 
 
 @dataclass(frozen=True)
@@ -112,14 +94,14 @@ def audit_wheel(path: Path, sha256: str, cache_dir: Path | None, *, dist: str = 
         try:
             raw = json.loads(cached.read_text(encoding="utf-8"))
             if raw.get("audit-version") == AUDIT_VERSION:
-                objects = tuple(SharedObject.from_dict(o) for o in raw["objects"])
+                objects = tuple(from_data(SharedObject, o) for o in raw["objects"])
                 return WheelAudit(path.name, sha256, dist, role, objects)
         except (OSError, ValueError, KeyError, TypeError):
             pass
     objects = tuple(_read_wheel(path))
     if cached is not None:
         atomic_write_text(cached, json.dumps({"audit-version": AUDIT_VERSION, "wheel": path.name,
-                                              "objects": [o.to_dict() for o in objects]}, indent=1))
+                                              "objects": to_data(objects)}, indent=1))
     return WheelAudit(path.name, sha256, dist, role, objects)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from toolchain.core.memo import remembered
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError
 from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo
@@ -38,36 +38,21 @@ print(json.dumps({"python-version": "%d.%d.%d" % sys.version_info[:3], "dists": 
 class BaseDist:
     name: str           # canonical name
     version: str
-    record_sha256: str  # sha256 of its .dist-info/RECORD ("" when it has none)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version, "record-sha256": self.record_sha256}
+    record_sha256: str = ""  # sha256 of its .dist-info/RECORD ("" when it has none)
 
 
 @dataclass(frozen=True)
 class BaseEnv:
     """What the base image holds, as read inside it."""
     image: str                        # as the recipe names it (pinned by digest)
-    digest: str                       # the digest of the image that was read
-    python_version: str
-    torch_version: str
-    torch_xpu: str
-    dists: tuple[BaseDist, ...]
+    digest: str = ""                  # the digest of the image that was read
+    python_version: str = ""
+    torch_version: str = ""
+    torch_xpu: str = ""
+    dists: tuple[BaseDist, ...] = ()
 
     def version(self, name: str) -> str | None:
         return next((d.version for d in self.dists if d.name == name), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"image": self.image, "digest": self.digest, "python-version": self.python_version,
-                "torch-version": self.torch_version, "torch-xpu": self.torch_xpu,
-                "dists": [d.to_dict() for d in self.dists]}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BaseEnv:
-        return cls(str(d["image"]), str(d.get("digest", "")), str(d.get("python-version", "")),
-                   str(d.get("torch-version", "")), str(d.get("torch-xpu", "")),
-                   tuple(BaseDist(str(x["name"]), str(x["version"]), str(x.get("record-sha256", "")))
-                         for x in d.get("dists", ())))
 
 
 def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str, memo_dir: Path | None = None) -> BaseEnv:
@@ -78,8 +63,8 @@ def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str, mem
     if memo_dir is not None and target.image_digest:
         identity = {"image": image, "digest": target.image_digest, "python": python}
         saved = remembered(memo_dir, "base", identity,
-                           lambda: (read_base(runtime, target, image, python).to_dict(), []))
-        return BaseEnv.from_dict(saved)
+                           lambda: (to_table(read_base(runtime, target, image, python), kebab=True), []))
+        return from_data(BaseEnv, saved, kebab=True)
     done = runtime.run([python, "-c", PROBE], capture=True, check=False, timeout=300)
     try:
         data = json.loads(done.stdout.strip().splitlines()[-1])
@@ -90,5 +75,4 @@ def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str, mem
     info = target
     return BaseEnv(image=image, digest=info.image_digest, python_version=str(data["python-version"]),
                    torch_version=info.torch_version, torch_xpu=info.torch_xpu,
-                   dists=tuple(BaseDist(str(x["name"]), str(x["version"]), str(x["record-sha256"]))
-                               for x in data["dists"]))
+                   dists=tuple(from_data(BaseDist, x, kebab=True) for x in data["dists"]))

@@ -53,9 +53,6 @@ class Finding:
     value: str
     fix: str = ""
 
-    def as_dict(self) -> dict[str, str]:
-        return {"topic": self.topic, "status": self.status, "value": self.value, "fix": self.fix}
-
 
 def host_findings(facts: HostFacts, root: Path, device: str = "", tensor_parallel: int = 1) -> list[Finding]:
     """The box: GPUs, driver, render access, kernel, firmware, Level Zero, compute runtime, memory."""
