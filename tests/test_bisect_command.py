@@ -20,6 +20,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import STOPPING, run
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import (
     Lock,
@@ -155,9 +156,9 @@ def test_saved_options_round_trip_through_the_state_file(tmp_path: Path):
     opts = BisectOptions(mode="commits", out=tmp_path / "o", smoke=smoke, recipe=tmp_path / "r.toml",
                          component="kern", good="a" * 40, rewrites=parse_rewrites([f"https://x/={tmp_path}/"]),
                          cache_dir=tmp_path / "cache", jobs=2)
-    assert BisectOptions.from_dict(json.loads(json.dumps(opts.to_dict()))) == opts
+    assert from_data(BisectOptions, json.loads(json.dumps(to_table(opts)))) == opts
     with pytest.raises(TypeError, match="smoke_args"):
-        BisectOptions.from_dict({**opts.to_dict(), "smoke_args": ["--cases", "qa"]})
+        from_data(BisectOptions, {**to_table(opts), "smoke_args": ["--cases", "qa"]})
 
 
 # ---- a stand-in build spine --------------------------------------------------------------------------------

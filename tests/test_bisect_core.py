@@ -20,6 +20,7 @@ from toolchain.bisect.core import (
     steps_left,
 )
 from toolchain.bisect.state import StateFile
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, RecipeError, UsageError
 
 
@@ -404,8 +405,8 @@ def test_a_resumed_spread_bisect_knows_its_width_from_the_saved_builds(tmp_path:
     # c039 was built (its test interrupted); the next step's build (c043) comes with its lower half's (c041)
     assert events.seen[:5] == [("building", "c039"), ("testing", "c039"), ("step", "c039"), ("prefetch", "c041"),
                                ("building", "c043")]
-    old = {k: v for k, v in saved.builds[saved.steps[0].key].to_dict().items() if k != "cores"}
-    assert BuildOutcome.from_dict(old).cores == 0.0  # a state file from before still loads
+    old = {k: v for k, v in to_table(saved.builds[saved.steps[0].key]).items() if k != "cores"}
+    assert from_data(BuildOutcome, old).cores == 0.0  # a state file from before still loads
 
 
 def test_idle_cores_reads_without_waiting(monkeypatch):

@@ -3,14 +3,17 @@ saves as its context and a lock as its target and toolchain comes back equal, th
 
 from __future__ import annotations
 
+import enum
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from toolchain.bisect.session import BisectOptions
 from toolchain.core import toml as tomlio
-from toolchain.core.serial import from_data, to_data
+from toolchain.core.serial import from_data, meta, rounded, to_data, to_table
 from toolchain.smoke import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 from toolchain.target.facts import TargetInfo, ToolchainInfo
@@ -20,7 +23,7 @@ def test_bisect_options_come_back_equal_through_json(tmp_path: Path) -> None:
     opts = BisectOptions(mode="commits", out=tmp_path / "out", test_timeout=30.0, recipe=tmp_path / "r.toml",
                          component="kernels", good="a" * 40, rewrites=(Rewrite("https://x/", "file:///m/"),),
                          smoke=SmokeOptions(device="b60", cases=("math", "qa"), venv=tmp_path / "venv", port=8011))
-    back = BisectOptions.from_dict(json.loads(json.dumps(opts.to_dict())))
+    back = from_data(BisectOptions, json.loads(json.dumps(to_table(opts))))
     assert back == opts
     assert isinstance(back.smoke, SmokeOptions)
     assert isinstance(back.smoke.venv, Path)
@@ -41,3 +44,57 @@ def test_lock_facts_come_back_equal_through_toml_with_kebab_keys() -> None:
 def test_an_unknown_key_is_named() -> None:
     with pytest.raises(TypeError, match="unknown key.*for TargetInfo: colour"):
         from_data(TargetInfo, {"runtime": "host", "colour": "blue"})
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: str = field(metadata=meta(key="file"))
+    soname: str = field(default="", metadata=meta(omit_default=True))
+    seconds: float = field(default=0.0, metadata=meta(dump=rounded(2)))
+
+
+@dataclass(frozen=True)
+class Tree:
+    name: str
+    colour: Colour
+    leaves: tuple[Leaf, ...] = ()
+    by_key: Mapping[str, Leaf] = field(default_factory=dict)
+    where: Path | None = None
+    note: str = field(default="", metadata=meta(omit_default=True))
+    scratch: str = field(default="", metadata=meta(skip=True))
+
+
+def test_nested_frozen_dataclasses_come_back_equal_with_renamed_keys_and_omitted_defaults(tmp_path: Path) -> None:
+    tree = Tree("t", Colour.BLUE, (Leaf("a/b.so", "libb.so.1", 1.25), Leaf("a/c.so")), {"k": Leaf("x.so")},
+                tmp_path / "w", note="kept")
+    data = to_table(tree, kebab=True)
+    assert data == {"name": "t", "colour": "blue",
+                    "leaves": [{"file": "a/b.so", "soname": "libb.so.1", "seconds": 1.25}, {"file": "a/c.so", "seconds": 0.0}],
+                    "by-key": {"k": {"file": "x.so", "seconds": 0.0}}, "where": str(tmp_path / "w"), "note": "kept"}
+    text = tomlio.dumps(data)
+    back = from_data(Tree, tomlio.loads(text), kebab=True)
+    assert back == tree
+    assert isinstance(back.leaves, tuple) and isinstance(back.leaves[0], Leaf) and isinstance(back.colour, Colour)
+    assert isinstance(back.by_key["k"], Leaf) and back.where == tmp_path / "w"
+    assert from_data(Tree, json.loads(json.dumps(data)), kebab=True) == tree
+
+
+def test_a_default_is_left_out_a_skipped_field_never_written_and_a_missing_key_takes_its_default() -> None:
+    data = to_table(Tree("t", Colour.RED, scratch="not part of the format"))
+    assert list(data) == ["name", "colour", "leaves", "by_key", "where"]  # field order; note and scratch left out
+    assert from_data(Tree, {"name": "t", "colour": "red"}) == Tree("t", Colour.RED)
+    assert to_table(Leaf("f", seconds=1.23456)) == {"file": "f", "seconds": 1.23}
+
+
+def test_an_unknown_key_is_refused_with_its_name_also_in_a_nested_table_and_for_a_skipped_field() -> None:
+    with pytest.raises(TypeError, match="unknown key.*for Leaf: path"):  # the field is written "file"
+        from_data(Tree, {"name": "t", "colour": "red", "leaves": [{"path": "x"}]})
+    with pytest.raises(TypeError, match="unknown key.*for Tree: scratch"):
+        from_data(Tree, {"name": "t", "colour": "red", "scratch": "x"})
+    with pytest.raises(ValueError, match="'green' is not a valid Colour"):
+        from_data(Tree, {"name": "t", "colour": "green"})

@@ -18,7 +18,7 @@ import pytest
 from tests.spine_helpers import REPO_ROOT, GitRepo
 from tests.support.native_wheels import wheel
 from toolchain.core.fs import sha256_file
-from toolchain.core.serial import from_data, to_data
+from toolchain.core.serial import from_data, to_table
 from toolchain.recipe.model import TargetSpec
 from toolchain.resolve import native
 from toolchain.resolve.closure import LockedDist
@@ -55,7 +55,7 @@ def test_the_audit_records_needed_sonames_and_compiler_stamps(audited):
     assert "Intel(R) oneAPI DPC++/C++ Compiler 2026.1.0 (2026.1.0.20260617)" in xpu_c.compilers
     assert "libsycl.so.8" in a["sycl8"].provides() and "libsycl.so.9" not in a["sycl8"].provides()
     assert "libsycl.so.9" in a["sycl9"].provides()
-    assert from_data(native.WheelAudit, to_data(a["kernels"])) == a["kernels"]  # as a lock records it
+    assert from_data(native.WheelAudit, to_table(a["kernels"])) == a["kernels"]  # as a lock records it
 
 
 def _sycl_errors(report: native.NativeReport) -> list[str]:

@@ -33,11 +33,12 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from toolchain.core.cpu import idle_cores
+from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
@@ -66,25 +67,15 @@ class Candidate:
 @dataclass(frozen=True)
 class BuildOutcome:
     ok: bool
-    lock_path: Path | None = None
+    lock_path: Path | None = field(default=None, metadata=meta(key="lock"))
     wheels: tuple[Path, ...] = ()
     log: Path | None = None
     reason: str = ""        # why the build failed (one line)
     cached: bool = False    # nothing was compiled: every wheel came from the cache
     source: str = ""        # "compiled" | "prebuilt" (a per-commit wheel) | "downloaded" (the remote cache) | "cached"
-    cores: float = 0.0      # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
+    # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
+    cores: float = field(default=0.0, metadata=meta(dump=rounded(2)))
     tail: str = ""          # a failed build: the error's last lines
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "lock": _str(self.lock_path), "wheels": [str(w) for w in self.wheels],
-                "log": _str(self.log), "reason": self.reason, "cached": self.cached, "source": self.source,
-                "cores": round(self.cores, 2), "tail": self.tail}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BuildOutcome:
-        return cls(ok=bool(d["ok"]), lock_path=_path(d.get("lock")), wheels=tuple(Path(w) for w in d.get("wheels", ())),
-                   log=_path(d.get("log")), reason=d.get("reason", ""), cached=bool(d.get("cached", False)),
-                   source=str(d.get("source", "")), cores=float(d.get("cores", 0.0)), tail=str(d.get("tail", "")))
 
 
 @dataclass(frozen=True)
@@ -117,24 +108,13 @@ class StepRecord:
     prefetched: bool = False    # its build had started ahead (during an earlier test, or spread)
     cached: bool = False
     source: str = ""            # its build's wheels: "compiled" | "downloaded" | "cached" (BuildOutcome.source)
-    build_seconds: float = 0.0  # time this step waited for its build
-    test_seconds: float = 0.0
+    build_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))  # time this step waited for its build
+    test_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     lock: str = ""
     remaining: int = 0          # untested candidates left in the range after this step
     log: str = ""               # the test's log (a build that failed: its build's logs)
     tail: str = ""              # the test's last lines (a build that failed: why)
     endpoint: str = ""          # "good" | "bad": the check of a given end before bisecting (not a step)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["verdict"] = self.verdict.value
-        d["build_seconds"] = round(self.build_seconds, 3)
-        d["test_seconds"] = round(self.test_seconds, 3)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> StepRecord:
-        return cls(**{**d, "verdict": Verdict(d["verdict"])})
 
 
 @dataclass(frozen=True)
@@ -172,24 +152,14 @@ class BisectState:
         marks = self.marks()
         return sum(1 for i in range(lo + 1, hi) if marks[i] is None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "candidates": [asdict(c) for c in self.candidates],
-            "verdicts": {k: {"verdict": v.value, "reason": r} for k, (v, r) in self.verdicts.items()},
-            "steps": [s.to_dict() for s in self.steps],
-            "builds": {k: b.to_dict() for k, b in self.builds.items()},
-            "finished": self.finished,
-            "checks": [s.to_dict() for s in self.checks],
-        }
+    def to_dict(self) -> dict[str, Data]:
+        """The state file's table: the fields, with each verdict as {verdict, reason}."""
+        return {**to_table(self), "verdicts": {k: {"verdict": v.value, "reason": r} for k, (v, r) in self.verdicts.items()}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> BisectState:
-        return cls(candidates=tuple(Candidate(**c) for c in d["candidates"]),
-                   verdicts={k: (Verdict(v["verdict"]), v.get("reason", "")) for k, v in d["verdicts"].items()},
-                   steps=tuple(StepRecord.from_dict(s) for s in d.get("steps", ())),
-                   builds={k: BuildOutcome.from_dict(b) for k, b in d.get("builds", {}).items()},
-                   finished=bool(d.get("finished", False)),
-                   checks=tuple(StepRecord.from_dict(s) for s in d.get("checks", ())))
+        verdicts = {k: (Verdict(v["verdict"]), v.get("reason", "")) for k, v in d["verdicts"].items()}
+        return from_data(cls, {k: v for k, v in d.items() if k != "verdicts"}, given={"verdicts": verdicts})
 
 
 @dataclass(frozen=True)
@@ -210,17 +180,19 @@ class BisectResult:
     def found(self) -> bool:
         return self.first_bad is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table: `found`, the fields (each skipped candidate with its reason), the build counts
+        as one table."""
         return {
             "found": self.found,
-            "first_bad": asdict(self.first_bad) if self.first_bad else None,
-            "last_good": asdict(self.last_good),
-            "possible": [asdict(c) for c in self.possible],
-            "skipped": [{**asdict(c), "reason": r} for c, r in self.skipped],
-            "steps": [s.to_dict() for s in self.steps],
-            "checks": [s.to_dict() for s in self.checks],
-            "good_build": self.good_build.to_dict() if self.good_build else None,
-            "bad_build": self.bad_build.to_dict() if self.bad_build else None,
+            "first_bad": to_data(self.first_bad),
+            "last_good": to_data(self.last_good),
+            "possible": to_data(self.possible),
+            "skipped": [{**to_table(c), "reason": r} for c, r in self.skipped],
+            "steps": to_data(self.steps),
+            "checks": to_data(self.checks),
+            "good_build": to_data(self.good_build),
+            "bad_build": to_data(self.bad_build),
             "builds": {"needed": self.builds_needed, "speculative": self.builds_speculative,
                        "compiled": self.builds_compiled},
         }
@@ -572,7 +544,3 @@ def first_line(err: BaseException | str) -> str:
 
 def _str(p: Path | None) -> str | None:
     return None if p is None else str(p)
-
-
-def _path(s: str | None) -> Path | None:
-    return None if not s else Path(s)

@@ -9,7 +9,7 @@ locks: the differences between them, then, when the culprit is a commit change, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
 from toolchain.build.cache import default_cache_dir
 from toolchain.console import UI
-from toolchain.core.serial import Data, from_data, to_table
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline import recipe_from_lock
@@ -62,13 +62,6 @@ class BisectOptions:
     def cache(self) -> Path:
         return self.cache_dir or default_cache_dir().resolve()
 
-    def to_dict(self) -> dict[str, Data]:
-        return to_table(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BisectOptions:
-        return from_data(cls, data)
-
 
 def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *,
                jobs: int | None = None, retry_unbuildable: bool = False) -> BisectOutcome:
@@ -88,7 +81,7 @@ def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *
     if jobs is not None:  # saved with the rest: a resume builds ahead only if the bisect did
         opts = replace(opts, jobs=jobs)
     resume_argv = ["toolchain", "bisect", "--resume", "--state", str(state_path.resolve())]
-    state_file.update(context=opts.to_dict(), resume=resume_argv, done=False, **({} if resuming else {"phases": {}}))
+    state_file.update(context=to_table(opts), resume=resume_argv, done=False, **({} if resuming else {"phases": {}}))
     report = Report(ui, opts.out / LOG_NAME, resume_argv)
     tester = make_tester(opts, ui)
     if retry_unbuildable:
@@ -111,7 +104,7 @@ def saved_options(state_file: StateFile) -> BisectOptions:
         raise UsageError(f"no bisect to resume: {state_file.path} does not exist",
                          hint="pass --state FILE (or --out DIR) of the bisect you started")
     try:
-        return BisectOptions.from_dict(state_file.read().get("context") or {})
+        return from_data(BisectOptions, state_file.read().get("context") or {})
     except (TypeError, ValueError, KeyError) as exc:
         raise UsageError(f"{state_file.path}: the saved options are unreadable ({exc})",
                          hint="start the bisect again") from None
@@ -160,7 +153,7 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
     comp = base.component(opts.component)
     if not opts.bad:  # the recipe's commit, kept: a resume must not follow a later `toolchain update`
         opts = replace(opts, bad=comp.commit)
-        state_file.update(context=opts.to_dict())
+        state_file.update(context=to_table(opts))
     cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
                                  pinned=comp.commit)
     builder = SpineBuilder(lambda sha: with_commit(base, comp.name, sha), opts.out / "steps", opts.cache,

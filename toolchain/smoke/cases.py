@@ -22,6 +22,7 @@ import jsonschema  # type: ignore[import-untyped]
 import requests
 
 from toolchain.core.names import did_you_mean
+from toolchain.core.serial import meta, rounded, to_data
 from toolchain.errors import UsageError
 from toolchain.smoke.rootcause import Excerpt, headline, render
 
@@ -111,15 +112,11 @@ class Exchange:
     request: Any
     status: int | None
     response: str
-    seconds: float
+    seconds: float = field(metadata=meta(dump=rounded(4)))
     error: str = ""          # transport failure ("timeout: ...", "connection: ...")
 
     def json(self) -> Any:
         return json.loads(self.response)
-
-    def to_dict(self) -> dict:
-        return {"method": self.method, "url": self.url, "request": self.request, "status": self.status,
-                "response": self.response, "seconds": round(self.seconds, 4), "error": self.error}
 
 
 class Client:
@@ -173,7 +170,7 @@ class CaseResult:
                 "message": self.message, "category": self.category, "seconds": round(self.seconds, 3),
                 "metrics": dict(self.metrics), "description": self.description,
                 "root_cause": root_cause_dict(self.excerpts),
-                "exchanges": [e.to_dict() for e in self.exchanges]}
+                "exchanges": to_data(self.exchanges)}
 
 
 def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict | None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolchain.core.serial import Data, meta
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.model import SmokeSpec
 from toolchain.smoke import cases as cases_mod
@@ -50,6 +51,10 @@ class SmokeOptions:
     allow_unlocked_deps: bool = False  # a lock without a closure: its dependencies from the index, unpinned
 
 
+def _case_names(specs: Sequence[cases_mod.CaseSpec]) -> Data:
+    return [c.name for c in specs]
+
+
 @dataclass(frozen=True)
 class SmokeConfig:
     serve_argv: tuple[str, ...]
@@ -57,22 +62,16 @@ class SmokeConfig:
     host: str
     port: int
     model: str                       # the name requests use; "" = the first one /v1/models lists
-    cases: tuple[cases_mod.CaseSpec, ...]
+    cases: tuple[cases_mod.CaseSpec, ...] = field(metadata=meta(dump=_case_names))  # a report names them
     device: str                      # "" when none was requested
     tensor_parallel_size: int
     ready_timeout: float
     request_timeout: float
-    ladder: tuple[LadderStep, ...]
+    ladder: tuple[LadderStep, ...] = field(metadata=meta(skip=True))  # a report shows the ladder's run
 
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"serve_argv": list(self.serve_argv), "env": dict(self.env), "host": self.host, "port": self.port,
-                "model": self.model, "cases": [c.name for c in self.cases], "device": self.device,
-                "tensor_parallel_size": self.tensor_parallel_size, "ready_timeout": self.ready_timeout,
-                "request_timeout": self.request_timeout}
 
 
 def expand(argv: Sequence[str], values: Mapping[str, str]) -> list[str]:

@@ -10,13 +10,14 @@ are those the Intel compute runtime lists per die (intel/compute-runtime device_
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from toolchain.core import devices as facts
 from toolchain.core.devices import PROFILES, Card, DeviceProfile
 from toolchain.core.proc import CommandTimeout, run
+from toolchain.core.serial import Data, meta
 from toolchain.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,21 +34,20 @@ done
 """
 
 
+def _describe_cards(cards: Sequence[Card]) -> Data:
+    return [c.describe() for c in cards]
+
+
 @dataclass(frozen=True)
 class DeviceCheck:
     device: str
     cards_needed: int
     affinity_mask: str
-    cards: tuple[Card, ...]
+    cards: tuple[Card, ...] = field(metadata=meta(dump=_describe_cards))
     ok: bool
     message: str
     skipped: bool = False
     tools: Mapping[str, str] = field(default_factory=dict)  # raw sycl-ls / xpu-smi output, for the report
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "cards_needed": self.cards_needed, "affinity_mask": self.affinity_mask,
-                "cards": [c.describe() for c in self.cards], "ok": self.ok, "message": self.message,
-                "skipped": self.skipped, "tools": dict(self.tools or {})}
 
 
 def profile(name: str) -> DeviceProfile:

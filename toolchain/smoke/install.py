@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from toolchain.core.serial import Data, meta
 from toolchain.errors import TestFailed, UsageError
 from toolchain.lock import Lock, wheel_name_version
 from toolchain.target import HostRuntime, Interpreter
@@ -39,14 +40,15 @@ def create_venv(base_python: str, path: Path, log: Path) -> Interpreter:
     return HostRuntime().make_venv(base_python, str(path), log)
 
 
+def _file_name(path: Path) -> Data:
+    return path.name
+
+
 @dataclass(frozen=True)
 class InstallStep:
     component: str
-    wheel: Path
+    wheel: Path = field(metadata=meta(dump=_file_name))  # a report names the file
     args: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        return {"component": self.component, "wheel": self.wheel.name, "args": list(self.args)}
 
 
 def install_plan(lock: Lock) -> tuple[InstallStep, ...]:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from toolchain.core.serial import to_table
 from toolchain.errors import RecipeError
 
 
@@ -32,10 +33,6 @@ class LadderStep:
     args: Mapping[str, Any] = field(default_factory=dict)   # flag -> True | False | "value"
     env: Mapping[str, str] = field(default_factory=dict)
     unset_env: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "args": dict(self.args), "env": dict(self.env),
-                "unset_env": list(self.unset_env)}
 
 
 DEFAULT_LADDER = (
@@ -108,7 +105,7 @@ class LadderResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"first_broken": self.first_broken or None, "how": self.how,
-                "steps": [{**s.to_dict(), "run": r.name if r else None,
+                "steps": [{**to_table(s), "run": r.name if r else None,
                            "verdict": ("pass" if r.passed else "fail") if r else "not run"}
                           for s, r in self.steps]}
 

@@ -27,6 +27,7 @@ from toolchain.core import toml as tomlio
 from toolchain.core.devices import find_cards
 from toolchain.core.proc import Interrupted, interruptible
 from toolchain.core.redact import redact_env
+from toolchain.core.serial import to_data, to_table
 from toolchain.errors import ToolError, UsageError
 from toolchain.lock import Lock, verify_wheels, wheel_name_version
 from toolchain.recipe.load import TargetSpec
@@ -84,7 +85,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "tool": "toolchain smoke", "tool_version": __version__, "host": gather().record(),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
-        "config": {**config.to_dict(), "env": redact_env(dict(config.env))},
+        "config": {**to_table(config), "env": redact_env(dict(config.env))},
     }
     runs: list[RunResult] = []
     made_venv = base_python is not None and runtime.on_host and bool(py.venv)
@@ -131,7 +132,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         rep["target"] = runtime.report()
         if not runtime.on_host:
             ui.info(f"target: {rep['target']['name']}")
-        rep["device"] = _check_devices(opts, config, runtime).to_dict()
+        rep["device"] = to_table(_check_devices(opts, config, runtime))
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
         if lock is not None and staged is not None and lock.closure is not None and lock.base is None:
@@ -339,7 +340,7 @@ def _prepare(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python
         steps = install.install(lock, py, log, progress=lambda s: ui.step(
             f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()),
             allow_unlocked=opts.allow_unlocked_deps, staged=staged)
-        info["steps"] = [s.to_dict() for s in steps]
+        info["steps"] = to_data(steps)
     where = py.where()
     info["environment"] = install.environment(lock, py, log)
     checks = install.check_versions(lock, py, log)

@@ -9,6 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
+from toolchain.core.serial import meta, to_data
 from toolchain.errors import RecipeError
 
 SOURCES = ("log", "response", "event")
@@ -20,16 +21,8 @@ EVIDENCE_CHARS = 300
 class Fix:
     kind: str
     text: str
-    env: Mapping[str, str] = field(default_factory=dict)
-    args: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"kind": self.kind, "text": self.text}
-        if self.env:
-            d["env"] = dict(self.env)
-        if self.args:
-            d["args"] = list(self.args)
-        return d
+    env: Mapping[str, str] = field(default_factory=dict, metadata=meta(omit_default=True))
+    args: tuple[str, ...] = field(default=(), metadata=meta(omit_default=True))
 
     def short(self) -> str:
         what = " ".join(f"{k}={v}" for k, v in self.env.items()) or " ".join(self.args)
@@ -62,7 +55,7 @@ class Finding:
 
     def to_dict(self) -> dict[str, object]:
         d: dict[str, object] = {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
-             "evidence": self.evidence, "marks": list(self.marks), "fixes": [f.to_dict() for f in self.fixes]}
+             "evidence": self.evidence, "marks": list(self.marks), "fixes": to_data(self.fixes)}
         if self.extracted:
             d["extracted"] = self.extracted
         return d
