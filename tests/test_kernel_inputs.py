@@ -8,6 +8,7 @@ import tarfile
 
 from tests.spine_helpers import component, counted, recipe_data
 from toolchain.core.fs import sha256_file
+from toolchain.core.serial import to_table
 from toolchain.smoke.triage import load_signatures, triage
 
 
@@ -71,7 +72,7 @@ def test_triage_names_the_line_to_add_and_the_rebuild():
     add, rebuild, _ = finding.fixes
     assert add.kind == "recipe" and '`(256, "bf16", True, True),`' in add.text and "VLLM_CHUNK_PREFILL_CONFIG" in add.text
     assert rebuild.kind == "action" and "toolchain build --recipe" in rebuild.text
-    assert finding.to_dict()["extracted"] == '(256, "bf16", True, True),'
+    assert to_table(finding)["extracted"] == '(256, "bf16", True, True),'
     # without a printed line the fix still says what to add where
     (bare,) = triage(load_signatures(), log="RuntimeError: Paged decode kernel tuple not compiled for this configuration\n")
     assert bare.extracted == "" and "the line it printed" in bare.fixes[0].text

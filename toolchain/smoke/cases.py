@@ -177,7 +177,7 @@ def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict | None:
     """How report.json carries a root cause: one-line headline, the excerpt as text, and its parts."""
     if not excerpts:
         return None
-    return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": [e.to_dict() for e in excerpts]}
+    return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": to_data(excerpts)}
 
 
 def not_run(spec: CaseSpec, reason: str, verdict: str = SKIP) -> CaseResult:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
@@ -46,17 +45,13 @@ class Excerpt:
     source: str                      # the log's name ("server.log")
     process: str
     line: int                        # where the block starts in that log (1-based)
-    lines: tuple[str, ...]
-    causes: tuple[str, ...]          # the exception / error lines themselves, first cause first
     kind: str                        # "traceback", "error" or "tail"
+    causes: tuple[str, ...]          # the exception / error lines themselves, first cause first
+    lines: tuple[str, ...]
 
     def render(self) -> str:
         where = f"{self.source}:{self.line}" + (f" ({self.process})" if self.process else "")
         return where + ":\n" + "\n".join("    " + ln for ln in self.lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "process": self.process, "line": self.line, "kind": self.kind,
-                "causes": list(self.causes), "lines": list(self.lines)}
 
 
 def render(excerpts: Sequence[Excerpt]) -> str:
@@ -104,7 +99,8 @@ def find(text: str, *, source: str = "server.log", first_line: int = 1, tail: bo
     found = found[-MAX_PROCESSES:]
     if not found and tail and lines:
         last = lines[-TAIL_LINES:]
-        found = [Excerpt(source, "", last[0].number, tuple((f"({ln.process}) " if ln.process else "") + ln.text for ln in last), (), "tail")]
+        found = [Excerpt(source, "", last[0].number, kind="tail", causes=(),
+                         lines=tuple((f"({ln.process}) " if ln.process else "") + ln.text for ln in last))]
     return found
 
 
@@ -131,8 +127,8 @@ def _last_block(source: str, process: str, part: list[Line]) -> Excerpt | None:
         start -= 1
     block = part[start:end + 1]
     causes = tuple(ln.text.strip() for ln in block if _EXCEPTION.match(ln.text.strip()) or _ERROR_LINE.search(ln.text))
-    return Excerpt(source, process, block[0].number, tuple(ln.text for ln in block), causes or (block[-1].text,),
-                   "error")
+    return Excerpt(source, process, block[0].number, kind="error", causes=causes or (block[-1].text,),
+                   lines=tuple(ln.text for ln in block))
 
 
 def _traceback_start(part: list[Line], end: int) -> int | None:
@@ -160,8 +156,8 @@ def _traceback_excerpt(source: str, process: str, block: list[Line], after: list
         shown += [ln.text for ln in block[last:last + 2] if _in_traceback(ln)]
     shown += [ln.text.strip() for ln in exceptions]
     shown = shown[: 1] + shown[1:][-(MAX_LINES - 1):]
-    return Excerpt(source, process, block[0].number, tuple(shown), tuple(ln.text.strip() for ln in exceptions),
-                   "traceback")
+    return Excerpt(source, process, block[0].number, kind="traceback",
+                   causes=tuple(ln.text.strip() for ln in exceptions), lines=tuple(shown))
 
 
 def _in_traceback(ln: Line) -> bool:

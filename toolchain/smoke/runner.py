@@ -15,6 +15,7 @@ from rich.markup import escape
 from toolchain.console import UI
 from toolchain.core.proc import Interrupted, display, exit_status, merge_env
 from toolchain.core.redact import redact_env
+from toolchain.core.serial import to_data
 from toolchain.errors import UsageError
 from toolchain.smoke import cases as cases_mod
 from toolchain.smoke import rootcause
@@ -121,7 +122,7 @@ class RunResult:
                 "seconds": round(self.seconds, 3), "events": list(self.events),
                 "server_death": self.death.to_dict() if self.death else None,
                 "root_cause": cases_mod.root_cause_dict(self.root_cause),
-                "findings": [f.to_dict() for f in self.findings], "cases": [c.to_dict() for c in self.cases]}
+                "findings": to_data(self.findings), "cases": [c.to_dict() for c in self.cases]}
 
 
 class RunInterrupted(Interrupted):

@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
-from toolchain.core.serial import meta, to_data
+from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 
 SOURCES = ("log", "response", "event")
@@ -47,18 +47,12 @@ class Finding:
     id: str
     title: str
     diagnosis: str
-    fixes: tuple[Fix, ...]
     source: str
     evidence: str
     marks: tuple[str, ...]
-    extracted: str = ""             # what the signature's `extract` took from the text (the line to add)
-
-    def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {"id": self.id, "title": self.title, "diagnosis": self.diagnosis, "source": self.source,
-             "evidence": self.evidence, "marks": list(self.marks), "fixes": to_data(self.fixes)}
-        if self.extracted:
-            d["extracted"] = self.extracted
-        return d
+    fixes: tuple[Fix, ...]
+    # what the signature's `extract` took from the text (the line to add)
+    extracted: str = field(default="", metadata=meta(omit_default=True))
 
 
 def default_path() -> Path:
@@ -126,7 +120,8 @@ def triage(signatures: Iterable[Signature], *, log: str = "", responses: Iterabl
             fixes = tuple(replace(f, text=f.text.replace("{line}", extracted or "the line it printed"))
                           for f in sig.fixes)
             (fallbacks if sig.fallback else findings).append(
-                Finding(sig.id, sig.title, sig.diagnosis, fixes, source, line, sig.marks, extracted))
+                Finding(sig.id, sig.title, sig.diagnosis, source=source, evidence=line, marks=sig.marks, fixes=fixes,
+                        extracted=extracted))
     return findings or fallbacks
 
 
