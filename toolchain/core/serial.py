@@ -27,14 +27,14 @@ Data = Union[None, bool, int, float, str, list["Data"], dict[str, "Data"]]
 _META = "toolchain.serial"
 
 
-@dataclasses.dataclass(frozen=True)
 class Meta:
-    """How one field is written and read (see the module's docstring)."""
-    key: str = ""
-    omit_default: bool = False
-    skip: bool = False
-    dump: Callable[[Any], Data] | None = None
-    load: Callable[[Any], Any] | None = None
+    """How one field is written and read (see the module's docstring). A plain class, not a dataclass: this
+    module is imported on the warm path, where a dataclass definition costs a millisecond."""
+    __slots__ = ("dump", "key", "load", "omit_default", "skip")
+
+    def __init__(self, key: str = "", omit_default: bool = False, skip: bool = False,
+                 dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None) -> None:
+        self.key, self.omit_default, self.skip, self.dump, self.load = key, omit_default, skip, dump, load
 
 
 def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
@@ -48,12 +48,12 @@ def rounded(digits: int) -> Callable[[Any], Data]:
     return lambda value: round(float(value), digits)
 
 
-@dataclasses.dataclass(frozen=True)
 class _Field:
-    name: str
-    key: str
-    meta: Meta
-    default: object  # dataclasses.MISSING when the field has none
+    __slots__ = ("default", "key", "meta", "name")
+
+    def __init__(self, name: str, key: str, meta: Meta, default: object) -> None:
+        self.name, self.key, self.meta = name, key, meta
+        self.default = default  # dataclasses.MISSING when the field has none
 
 
 def _fields(cls: type, kebab: bool) -> tuple[_Field, ...]:
