@@ -103,6 +103,58 @@ def test_the_targets_oneapi_library_path_provides(audited, tmp_path):
     assert _sycl_errors(native.check([a["kernels"], a["sycl8"]], providers, where="x")) == []
 
 
+def _runtime_wheel(folder: Path, soname: str) -> Path:
+    """A small stand-in runtime wheel that ships `lib/<soname>` under the environment's lib/ (the wheel's data
+    scheme), as intel-sycl-rt ships libsycl.so.N; its bytes are a marker, not a library: only the name counts."""
+    import base64
+    import hashlib
+
+    name, version = "standin_sycl_rt", "9.0"
+    files = {f"{name}-{version}.data/data/lib/{soname}": b"stand-in, not a library\n",
+             f"{name}/__init__.py": b"",
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: standin-sycl-rt\nVersion: {version}\n".encode(),
+             f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b'=').decode()},{len(b)}\n"
+                     for n, b in files.items()) + f"{name}-{version}.dist-info/RECORD,,\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in files.items():
+            z.writestr(n, b)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", record)
+    return path
+
+
+def test_over_a_base_image_what_its_interpreter_installed_provides(audited, tmp_path):
+    """Over a base image, the stack the wheels are installed over provides libraries through the distributions
+    its interpreter has installed (intel-sycl-rt puts libsycl.so.N under the environment's lib/, listed in its
+    RECORD). A venv stands for the image's interpreter; pip installs the stand-in runtime wheel into it."""
+    _, a = audited
+    venv = tmp_path / "stack"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                                "--no-index", str(_runtime_wheel(tmp_path, "libsycl.so.9"))],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    assert (venv / "lib" / "libsycl.so.9").is_file()  # where pip put it: the environment's lib/, not site-packages
+    runtime = HostRuntime(TargetSpec())
+    providers = native.target_providers(runtime, python, [], "", installed=True)
+    assert providers.installed.get("libsycl.so.9") == "standin-sycl-rt"
+    assert _sycl_errors(native.check([a["kernels"]], providers, where="x")) == []
+    unread = native.target_providers(runtime, python, [], "")  # the stack not read: libsycl.so.9 is missing
+    assert providers.system == unread.system and unread.installed == {}
+    assert _sycl_errors(native.check([a["kernels"]], unread, where="x"))
+    other = tmp_path / "other"
+    other.mkdir()
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                                "--no-index", "--force-reinstall", str(_runtime_wheel(other, "libsycl.so.8"))],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    errors = _sycl_errors(native.check([a["kernels"]], native.target_providers(runtime, python, [], "",
+                                                                              installed=True), where="x"))
+    assert errors and all("the target's installed standin-sycl-rt provides libsycl.so.8" in e for e in errors)
+
+
 def test_a_cached_audit_never_imports_the_elf_reader(audited):
     cache, a = audited
     w = wheel("sycl9")

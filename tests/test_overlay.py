@@ -104,6 +104,8 @@ def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack
     assert r.returncode == 0, str(r)
     report = json.loads((tmp_path / "smoke" / "report.json").read_text())
     assert report["target"]["image_digest"] == base["digest"]
+    # the native audit ran over the image too (what its interpreter has installed counts): nothing missing
+    assert report["native"]["shared-objects"] >= 1 and report["native"]["missing"] == [], report["native"]
     assert [s["component"] for s in report["install"]["steps"]] == ["ark"]  # only the overlay is installed
     env = report["install"]["environment"]
     assert [(x["name"], x["state"]) for x in env["locked"]] == [("demo-ark-lib", "ok")]  # the rebuilt ARK

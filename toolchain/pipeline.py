@@ -372,17 +372,15 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
     deps = lock.closure.dists if lock.closure is not None else ()
     with ui.status(f"auditing the shared libraries of {len(built) + len(deps)} wheels"):
         audits = native.audit_wheels(built, deps, cache_dir, out / DEPS_DIR, out / "logs" / "native-fetch.log")
-    if lock.base is not None and any(a.objects for a in audits):
-        ui.warn(f"the wheels are installed over the base image {lock.base.image}, whose libraries are not read: "
-                "the sonames they need are recorded, not checked")
-    elif lock.closure is None and any(a.objects for a in audits):
+    if lock.closure is None and lock.base is None and any(a.objects for a in audits):
         ui.warn("the lock pins no closure (--no-resolve): the sonames its wheels need are recorded, not checked "
                 "(`toolchain lock --lock LOCK` resolves and checks them)")
     elif any(a.objects for a in audits):
         dirs = native.library_dirs(toolchain.as_dict()) if toolchain is not None else []
         with make_runtime(recipe.target, ui) as runtime:
             providers = native.target_providers(runtime, recipe.target.python, dirs,
-                                                lock.toolchain.oneapi_version if toolchain is not None else "")
+                                                lock.toolchain.oneapi_version if toolchain is not None else "",
+                                                installed=lock.base is not None)  # (the image's stack)
         report = native.check(audits, providers, where="the lock")
         for warning in report.warnings:
             ui.warn(warning)

@@ -79,6 +79,8 @@ class Providers:
     oneapi_version: str = ""
     oneapi: Mapping[str, str] = field(default_factory=dict)   # soname -> directory (setvars' LD_LIBRARY_PATH)
     system: Mapping[str, str] = field(default_factory=dict)   # soname -> path (ldconfig -p, the default dirs)
+    installed: Mapping[str, str] = field(default_factory=dict)  # soname -> the target interpreter's distribution
+    # that installed it (read for a base image, whose stack the wheels are installed over)
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,14 @@ class Runs(Protocol):
     def run(self, argv: Sequence[str], *, capture: bool = ..., check: bool = ...) -> Completed: ...
 
 
-def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], oneapi_version: str) -> Providers:
+def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], oneapi_version: str, *,
+                     installed: bool = False) -> Providers:
     """The target's system loader path (`ldconfig -p` and the default library folders) and the sonames in
-    setvars' library path, as the target's interpreter lists them."""
-    r = runtime.run([python, "-c", LOADER_PROBE, *oneapi_dirs], capture=True, check=False)
+    setvars' library path, as the target's interpreter lists them; with `installed`, also the shared objects
+    of every distribution that interpreter has installed (a base image's stack: torch's libtorch_xpu.so,
+    intel-sycl-rt's libsycl.so.N under the environment's lib/), by their RECORD."""
+    r = runtime.run([python, "-c", LOADER_PROBE, *(["--installed"] if installed else []), *oneapi_dirs],
+                    capture=True, check=False)
     try:
         return parse_probe(r.stdout, oneapi_version)
     except (ValueError, IndexError) as exc:
@@ -195,7 +201,7 @@ def check(audits: Sequence[WheelAudit], providers: Providers, *, where: str) -> 
     for a in audits:
         for obj in a.objects:
             for so in obj.needed:
-                if so in closure or so in providers.oneapi or so in providers.system:
+                if so in closure or so in providers.oneapi or so in providers.system or so in providers.installed:
                     continue
                 errors.append(f"{so} needed by {obj.path} ({a.dist or a.wheel}): "
                               + "; ".join(_could_provide(so, closure, providers, where)))
@@ -224,6 +230,9 @@ def _could_provide(so: str, closure: Mapping[str, WheelAudit], providers: Provid
     for have, p in sorted(providers.system.items()):
         if _stem(have) == stem:
             said.append(f"the system loader path has {have} ({p})")
+    for have, dist in sorted(providers.installed.items()):
+        if _stem(have) == stem:
+            said.append(f"the target's installed {dist} provides {have}")
     if not said:
         said.append(f"nothing in {where}'s closure, oneAPI library path or system loader path provides it")
     known = next((who for pattern, who in KNOWN_PROVIDERS if pattern.search(so)), "")
@@ -283,15 +292,24 @@ for d in ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linu
                 system.setdefault(n, os.path.join(d, n))
     except OSError:
         pass
+installed = {}
+args = sys.argv[1:]
+if args[:1] == ["--installed"]:
+    args = args[1:]
+    from importlib import metadata
+    for dist in metadata.distributions():
+        for f in dist.files or ():
+            if ".so" in f.name:
+                installed.setdefault(f.name, dist.metadata["Name"] or "?")
 oneapi = {}
-for d in sys.argv[1:]:
+for d in args:
     try:
         for n in os.listdir(d):
             if ".so" in n:
                 oneapi.setdefault(n, d)
     except OSError:
         pass
-print(json.dumps({"system": system, "oneapi": oneapi}))
+print(json.dumps({"system": system, "oneapi": oneapi, "installed": installed}))
 """
 
 
@@ -302,4 +320,5 @@ def library_dirs(env: Mapping[str, str | None]) -> list[str]:
 
 def parse_probe(stdout: str, oneapi_version: str) -> Providers:
     raw = json.loads(stdout.strip().splitlines()[-1])
-    return Providers(oneapi_version, dict(raw.get("oneapi", {})), dict(raw.get("system", {})))
+    return Providers(oneapi_version, dict(raw.get("oneapi", {})), dict(raw.get("system", {})),
+                     dict(raw.get("installed", {})))

@@ -135,7 +135,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         rep["device"] = to_table(_check_devices(opts, config, runtime))
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
-        if lock is not None and staged is not None and lock.closure is not None and lock.base is None:
+        if lock is not None and staged is not None and (lock.closure is not None or lock.base is not None):
             rep["native"] = _native_check(lock, py, out, ui)
         rep["served"] = served(config.serve_argv, py, rep.get("install"))
         if rep["served"]["note"]:
@@ -148,21 +148,20 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
 
 def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, Any]:
     """Before serving: every shared object of every installed wheel has each soname it needs from the
-    closure or the target's system loader path (smoke serves without oneAPI sourced, so setvars' library
-    path does not count). Raises NativeABIError naming what is missing and who could provide it."""
+    closure, the target's system loader path or, over a base image, a distribution its interpreter has
+    installed (smoke serves without oneAPI sourced, so setvars' library path does not count). Raises NativeABIError naming what is missing and who could provide it."""
     from toolchain.build.cache import default_cache_dir
     from toolchain.resolve import native
     from toolchain.resolve.closure import DEPS_DIR
 
     assert lock.path is not None
-    assert lock.closure is not None
     built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}",
               "prebuilt" if c.prebuilt else "built") for c in lock.components]
-    audits = native.audit_wheels(built, lock.closure.dists, default_cache_dir(), lock.path.parent / DEPS_DIR,
-                                 out / "install.log")
+    audits = native.audit_wheels(built, lock.closure.dists if lock.closure else (), default_cache_dir(),
+                                 lock.path.parent / DEPS_DIR, out / "install.log")
     report = native.NativeReport()
-    if any(a.objects for a in audits):
-        report = native.check(audits, native.target_providers(py, py.python, [], ""),
+    if any(a.objects for a in audits):  # over a base image: what its interpreter has installed counts too
+        report = native.check(audits, native.target_providers(py, py.python, [], "", installed=lock.base is not None),
                               where="the smoke target")
     for warning in report.warnings:
         ui.warn(warning)
