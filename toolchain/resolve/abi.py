@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from toolchain.build.abi import BuiltAgainst
 from toolchain.errors import BuildError
-from toolchain.resolve.closure import Closure
+from toolchain.resolve.closure import Closure, canonical_name
 
 
 class ABIMismatch(BuildError):
@@ -28,12 +28,10 @@ class Compiled:
 def check_built_against(compiled: Sequence[Compiled], closure: Closure, built_versions: dict[str, str]) -> None:
     """Raise ABIMismatch naming both versions when the closure (or a built wheel) carries another build.
     `built_versions`: {canonical name: version} of the built wheels (taken as given, they count too)."""
-    from packaging.utils import canonicalize_name
-
     problems, fixes = [], []
     for comp in compiled:
         for ba in comp.built_against:
-            name = str(canonicalize_name(ba.name))
+            name = canonical_name(ba.name)
             dist = closure.dist(name)
             have = dist.version if dist else built_versions.get(name)
             if have is None:

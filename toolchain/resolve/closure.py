@@ -3,6 +3,7 @@ what `pylock.toml` lists after the built wheels (PEP 751 packages with the exact
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -11,6 +12,13 @@ from urllib.parse import unquote, urlparse
 
 from toolchain.core.redact import redact_url
 from toolchain.core.serial import Data, from_data, meta, to_table
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503's normalized name (packaging's canonicalize_name, without importing packaging: its utils bring
+    in the tags machinery, sysconfig and platform, tens of ms on every build that takes a kept closure)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
 
 DEPS_DIR = "wheels/deps"  # beside a lock: the fetched (or, in a bundle made --with-deps, bundled) dependency files
 
@@ -58,9 +66,7 @@ class Closure:
     resolved_at: str = field(default="", metadata=meta(omit_default=True))
 
     def dist(self, name: str) -> LockedDist | None:
-        from packaging.utils import canonicalize_name
-
-        want = canonicalize_name(name)
+        want = canonical_name(name)
         return next((d for d in self.dists if d.name == want), None)
 
     def settings(self) -> dict[str, Data]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.serial import to_data
 from toolchain.recipe.model import ResolveSpec
-from toolchain.resolve.closure import Closure
+from toolchain.resolve.closure import Closure, canonical_name
 from toolchain.target.facts import TargetInfo
 
 DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
@@ -66,11 +66,6 @@ def wheel_meta(wheel: Path) -> WheelMeta:
     return WheelMeta(name=(fields.get("name") or [""])[0], version=(fields.get("version") or [""])[0],
                      requires_dist=tuple(fields.get("requires-dist", ())),
                      requires_python=(fields.get("requires-python") or [""])[0])
-
-
-def canonical_name(name: str) -> str:
-    """PEP 503's normalized name (packaging's canonicalize_name, without importing packaging)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def target_python(spec: ResolveSpec, target: TargetInfo) -> str:

@@ -11,8 +11,8 @@ from toolchain.console import UI
 from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
 from toolchain.resolve.abi import Compiled, check_built_against
-from toolchain.resolve.closure import Closure
-from toolchain.resolve.memo import ClosureMemo, canonical_name, closure_key, wheel_meta
+from toolchain.resolve.closure import Closure, canonical_name
+from toolchain.resolve.memo import ClosureMemo, closure_key, wheel_meta
 from toolchain.target.facts import TargetInfo
 
 RESOLVE_DIR = "resolve"  # under the cache directory: uv's cache
