@@ -22,6 +22,7 @@ from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
+from toolchain.core.serial import to_table
 from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
 from toolchain.lock import (
     LOCK_NAME,
@@ -138,7 +139,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     else:
         from toolchain.target.hostfacts import gather
 
-        lock = dataclasses.replace(lock, host=gather().record(),
+        lock = dataclasses.replace(lock, host=to_table(gather(), kebab=True),
                                    native=audit_native(lock, out, recipe, plan.toolchain_env, options.cache_dir, ui))
     if expect is not None:
         differences = rebuild_differences(expect, lock)

@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc import STOPPING
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline import build_stack_components
 from toolchain.recipe.load import with_data
@@ -121,17 +122,17 @@ class Unbuildable:
         return f" since {self.when}" if self.when else ""
 
     def write(self, memo: Path) -> None:
-        data = {**asdict(self), "when": self.when or time.strftime("%Y-%m-%d %H:%M:%S")}
+        data = {**to_table(self), "when": self.when or time.strftime("%Y-%m-%d %H:%M:%S")}
         atomic_write_text(memo, json.dumps(data, indent=2) + "\n")
 
     @classmethod
     def read(cls, memo: Path) -> Unbuildable | None:
         try:
             data = json.loads(memo.read_text(encoding="utf-8"))
-            return cls(**{k: str(data.get(k, "")) for k in ("reason", "log", "tail", "when")})
+            return from_data(cls, data)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, AttributeError):  # unreadable: as if never remembered (it is built again)
+        except (OSError, ValueError, AttributeError, TypeError):  # unreadable: as if never remembered (built again)
             return None
 
 

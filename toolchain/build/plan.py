@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain import __version__
@@ -17,7 +17,7 @@ from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
-from toolchain.core.serial import to_table
+from toolchain.core.serial import from_data, to_table
 from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, InputFile, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
@@ -192,9 +192,9 @@ def probe_target(runtime: Runtime, memo_dir: Path | None, ident: dict[str, objec
 
     def compute():
         info, watch = runtime.probe_watch()
-        return asdict(info), [*watch, python]
+        return to_table(info), [*watch, python]
 
-    return TargetInfo(**remembered(memo_dir, "probe", ident, compute))
+    return from_data(TargetInfo, remembered(memo_dir, "probe", ident, compute))
 
 
 def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None,
@@ -216,11 +216,10 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
             watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
         if any(is_secret(k) for k, _ in t.diff):
             watch = None  # setvars exported a secret: never write it to the cache
-        return {"info": asdict(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
+        return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
 
     saved = remembered(memo_dir, "setvars", identity, compute)
-    info = dict(saved["info"], setvars_args=tuple(saved["info"]["setvars_args"]))
-    return ToolchainEnv(ToolchainInfo(**info), tuple((k, v) for k, v in saved["diff"]), saved["banner"])
+    return ToolchainEnv(from_data(ToolchainInfo, saved["info"]), tuple((k, v) for k, v in saved["diff"]), saved["banner"])
 
 
 @dataclass(frozen=True)

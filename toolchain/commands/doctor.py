@@ -66,7 +66,7 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
              + (f"  [dim]fix:[/] {escape(f.fix)}" if f.fix else "") for f in findings]
     counts = {s: sum(f.status == s for f in findings) for s in STATUS_STYLE}
     return CommandResult({"root": str(root), "recipe": recipe.name if recipe else None,
-                          "host": facts.record(), "findings": [to_table(f) for f in findings], "counts": counts},
+                          "host": to_table(facts, kebab=True), "findings": [to_table(f) for f in findings], "counts": counts},
                          0, "\n".join([f"doctor: {root} ({recipe.name if recipe else 'no recipe'}, {spec.python} "
                                         f"on {spec.runtime})", *lines,
                                         ", ".join(f"{n} {s}" for s, n in counts.items())]))

@@ -82,7 +82,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
     from toolchain.target.hostfacts import gather
 
     rep: dict[str, Any] = {
-        "tool": "toolchain smoke", "tool_version": __version__, "host": gather().record(),
+        "tool": "toolchain smoke", "tool_version": __version__, "host": to_table(gather(), kebab=True),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
         "config": {**to_table(config), "env": redact_env(dict(config.env))},

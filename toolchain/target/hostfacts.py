@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from toolchain.core.devices import Card, find_cards
+from toolchain.core.serial import meta
 
 HOST_ROOT_ENV = "TOOLCHAIN_HOST_ROOT"
 LIB_DIRS = ("usr/lib/x86_64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/lib", "lib/x86_64-linux-gnu")
@@ -50,18 +50,8 @@ class HostFacts:
     oneapi: tuple[str, ...] = ()         # compiler versions installed under /opt/intel/oneapi
     oneccl: tuple[str, ...] = ()         # oneCCL versions installed under /opt/intel/oneapi
     memory_total: int = 0                # bytes
-    memory_available: int = 0            # bytes
-
-    def record(self) -> dict[str, Any]:
-        """The facts a lock and a report keep (available memory changes by the minute: not kept)."""
-        d = {k.replace("_", "-"): (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
-        d.pop("memory-available")
-        return d
-
-    @classmethod
-    def from_record(cls, d: dict[str, Any]) -> HostFacts:
-        kw: dict[str, Any] = {k.replace("-", "_"): (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
-        return cls(**{k: v for k, v in kw.items() if k in cls.__dataclass_fields__})
+    # bytes; changes by the minute: a lock and a report (`to_table(facts, kebab=True)`) do not keep it
+    memory_available: int = field(default=0, metadata=meta(skip=True))
 
 
 def gather(root: Path | None = None) -> HostFacts:
