@@ -23,12 +23,18 @@ import pytest
 import tomlkit
 
 from tests.spine_helpers import TINY_INIT, GitRepo, Workspace, component, recipe_data
+from toolchain.build.abi import BuiltAgainst
 from toolchain.build.cache import WheelRef
+from toolchain.build.ccache import CacheReport
+from toolchain.build.metrics import BuildMetrics
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.redact import MASK
 from toolchain.errors import RecipeError
 from toolchain.lock import LOCK_NAME, Lock, LockedComponent, read_lock, write_lock
-from toolchain.recipe.model import Patch
+from toolchain.recipe.model import InputFile, Patch
+from toolchain.resolve.closure import Closure, LockedDist
+from toolchain.resolve.native import SharedObject, WheelAudit
+from toolchain.target.baseenv import BaseDist, BaseEnv
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 # ---- round trip ----------------------------------------------------------------------------------------
@@ -80,7 +86,48 @@ ROUND_TRIP = {
         target=TargetInfo("podman", "python3", "3.12.3", "cp312", "linux_x86_64", "24.0", "2.9.0+xpu", "2.9.0",
                           "localhost/xpu:latest", "sha256:" + "9" * 64, ""),
         normalizations=()),
+    "every optional table": _lock(
+        _component("kernels", built_against=(BuiltAgainst("torch", "2.9.0+xpu", "1"), BuiltAgainst("oneccl", "2021.15")),
+                   compiler_cache=CacheReport("none", note="no ccache on PATH"), jobs=3, jobs_source="memory",
+                   metrics=BuildMetrics(12.5, 30.25, 2 << 30, "cgroup", 2 << 29),
+                   inputs=(InputFile("configs/chunk.json", "7" * 64),)),
+        _component("ark", compiler_cache=CacheReport("ccache", "4.10", 3, 1),
+                   prebuilt={"url": "https://example.invalid/ark-1.0.0-py3-none-any.whl", "sha256": "8" * 64,
+                             "requirement": "ark==1.0.0"}),
+        closure=Closure("uv 0.9.0", ("https://example.invalid/simple",), (), "first-index", "3.12", "linux_x86_64",
+                        (LockedDist("numpy", "2.1.0", "numpy-2.1.0-cp312-none-any.whl",
+                                    "https://example.invalid/numpy-2.1.0-cp312-none-any.whl", "6" * 64, 99,
+                                    "https://example.invalid/simple", ("kernels",)),),
+                        notes=("a note",), resolved_at="2026-01-02T03:04:05Z"),
+        base=BaseEnv("example.invalid/vllm@sha256:" + "5" * 64, "sha256:" + "5" * 64, "3.12.3", "2.9.0+xpu", "20250101",
+                     (BaseDist("torch", "2.9.0+xpu", "4" * 64), BaseDist("tiny", "1.0"))),
+        native=(WheelAudit("kernels-1.0.0-py3-none-any.whl", "b" * 64, "kernels 1.0.0", "built",
+                           (SharedObject("kernels/_C.so", "libk.so.1", ("libsycl.so.8",), ("GCC 12",)),
+                            SharedObject("kernels/_D.so"))),),
+        host={"kernel": "6.12.0", "gpus": []}),
 }
+
+EVERY_TABLE_TEXT = (  # how core.serial writes the lock's dataclass tables: renamed keys, defaults left out
+    'built-against = [\n    { name = "torch", version = "2.9.0+xpu", cxx11-abi = "1" },\n'
+    '    { name = "oneccl", version = "2021.15", cxx11-abi = "" },\n]\n',
+    '[components.compiler-cache]\nlauncher = "none"\nversion = ""\nhits = 0\nmisses = 0\nnote = "no ccache on PATH"\n',
+    '[components.compiler-cache]\nlauncher = "ccache"\nversion = "4.10"\nhits = 3\nmisses = 1\n\n',
+    '[components.metrics]\nwall-seconds = 12.5\ncpu-seconds = 30.25\npeak-memory-bytes = 2147483648\n'
+    'peak-memory-source = "cgroup"\npeak-sampled-bytes = 1073741824\n',
+    '[[components.inputs]]\npath = "configs/chunk.json"\n',
+    'notes = [\n    "a note",\n]\nresolved-at = "2026-01-02T03:04:05Z"\n',
+    'size = 99\nindex = "https://example.invalid/simple"\nrequired-by = [\n    "kernels",\n]\n',
+    '[base]\nimage = "example.invalid/vllm@sha256:' + "5" * 64 + '"\n',
+    'name = "tiny"\nversion = "1.0"\nrecord-sha256 = ""\n',
+    '[[native.objects]]\nfile = "kernels/_C.so"\nsoname = "libk.so.1"\n',
+    '[[native.objects]]\nfile = "kernels/_D.so"\nneeded = []\ncompilers = []\n',
+)
+
+
+def test_the_tables_core_serial_writes_keep_the_locks_layout(tmp_path: Path) -> None:
+    text = write_lock(ROUND_TRIP["every optional table"], tmp_path).read_text(encoding="utf-8")
+    missing = [snippet for snippet in EVERY_TABLE_TEXT if snippet not in text]
+    assert not missing, f"{missing}\n---\n{text}"
 
 
 def _random_text(rng: random.Random, n: int) -> str:
