@@ -258,10 +258,12 @@ def resolution(base: Path, cache: Path, out: Path, env: dict[str, str], rounds: 
         index.stop()
     asked = index.count()
     offline = env | dead_proxy_env()
+    no_resolve = base / "out-no-resolve"  # an out dir of its own: a lock without a closure in `out` would make
+    toolchain_build(cache, no_resolve, env, "--no-resolve")  # the demo's next build write its lock again
     fresh = iter(range(10_000))
     samples = side_by_side({
         "demo": lambda: toolchain_build(cache, out, env),
-        "demo-no-resolve": lambda: toolchain_build(cache, out, env, "--no-resolve"),
+        "demo-no-resolve": lambda: toolchain_build(cache, no_resolve, env, "--no-resolve"),
         "indexed": lambda: toolchain_build(cache, base / "indexed-out", offline, *patches, recipe=recipe),
         "indexed-new-out": lambda: toolchain_build(cache, base / f"indexed-out-{next(fresh)}", offline, *patches,
                                                    recipe=recipe),
