@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from toolchain.bisect.core import (
     BisectHandler,
     Bisector,
+    BisectResult,
+    BisectState,
     BuildOutcome,
     Candidate,
     TestOutcome,
@@ -22,6 +25,24 @@ from toolchain.bisect.core import (
 from toolchain.bisect.state import StateFile
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, RecipeError, UsageError
+
+
+def key(candidate: Candidate | None) -> str:
+    """The key of a result's candidate (there must be one)."""
+    assert candidate is not None
+    return candidate.key
+
+
+def state_on_disk(path: Path, phase: str = "commits") -> BisectState:
+    """The state of `phase` on disk (there must be one)."""
+    state = StateFile(path).load(phase)
+    assert state is not None, f"no {phase} state in {path}"
+    return state
+
+
+def idle_reading(cores: float) -> Callable[[], float]:
+    """An idle-cores reading that always says `cores`."""
+    return lambda: cores
 
 
 def cands(n: int) -> list[Candidate]:
@@ -104,13 +125,14 @@ class Events(BisectHandler):
         return {next(k for k in kinds[i:] if k != "prefetch") for i, k in enumerate(kinds) if k == "prefetch"}
 
     def finished(self, result) -> None:
-        self.seen.append(("finished", result.first_bad.key if result.first_bad else ""))
+        self.seen.append(("finished", key(result.first_bad) if result.first_bad else ""))
 
     def interrupted(self, state, error) -> None:
         self.seen.append(("interrupted", type(error).__name__))
 
 
-def bisect(n: int, first_bad: int, *, broken=(), skip=(), **kw):
+def bisect(n: int, first_bad: int, *, broken: Iterable[str] = (), skip: Iterable[str] = (),
+           **kw: Any) -> tuple[BisectResult, Builds, Verdicts, Events]:
     builder, tester, events = Builds(broken), Verdicts(first_bad, skip), Events()
     result = Bisector(cands(n), builder, tester, events, **kw).run()
     return result, builder, tester, events
@@ -120,8 +142,8 @@ def test_every_boundary_is_found_within_log2_steps():
     for n in range(2, 34):
         for first_bad in range(1, n):
             result, _builder, tester, _ = bisect(n, first_bad)
-            assert result.first_bad.key == f"c{first_bad:03d}", (n, first_bad)
-            assert result.last_good.key == f"c{first_bad - 1:03d}"
+            assert key(result.first_bad) == f"c{first_bad:03d}", (n, first_bad)
+            assert key(result.last_good) == f"c{first_bad - 1:03d}"
             assert len(result.steps) <= math.ceil(math.log2(n - 1)), (n, first_bad, len(result.steps))
             assert len(tester.calls) == len(set(tester.calls)) == len(result.steps)
             assert "c000" not in tester.calls
@@ -132,7 +154,7 @@ def test_every_boundary_is_found_within_log2_steps():
 
 def test_build_failure_is_a_skip_said_as_such_and_never_tested():
     result, _builder, tester, events = bisect(17, 11, broken={"c008"})
-    assert result.first_bad.key == "c011"
+    assert key(result.first_bad) == "c011"
     assert ("skip", "c008") in events.seen
     assert "c008" not in tester.calls
     (skipped, reason), = result.skipped
@@ -149,19 +171,19 @@ def test_skip_just_before_the_boundary_leaves_two_possible():
     assert result.first_bad is None
     assert not result.found
     assert [c.key for c in result.possible] == ["c004", "c005"]
-    assert result.last_good.key == "c003"
+    assert key(result.last_good) == "c003"
 
 
 def test_skip_on_the_first_bad_commit_leaves_it_and_the_next():
     result, _, tester, _ = bisect(12, 5, skip={"c005"})
     assert [c.key for c in result.possible] == ["c005", "c006"]
-    assert result.last_good.key == "c004"
+    assert key(result.last_good) == "c004"
     assert "c005" in tester.calls
 
 
 def test_skips_away_from_the_boundary_still_find_it():
     result, *_ = bisect(33, 25, broken={"c016", "c015", "c017"})
-    assert result.first_bad.key == "c025"
+    assert key(result.first_bad) == "c025"
     assert len(result.steps) <= math.ceil(math.log2(32)) + 3
 
 
@@ -177,14 +199,14 @@ def test_builds_failing_the_same_way_from_the_start_stop_the_bisect_and_reset_it
     with pytest.raises(BuildError, match="the first 3 builds all failed the same way") as err:
         Bisector([Candidate(f"{i:040x}") for i in range(40)], builder, Verdicts(9), events,
                  persist=sf.saver("commits")).run()
-    assert "not the commits" in err.value.hint
+    assert "not the commits" in (err.value.hint or "")
     assert len(builder.calls) == 3
     assert events.seen[-1] == ("interrupted", "BuildError")
-    assert StateFile(sf.path).load("commits").steps == ()  # resuming starts over
+    assert state_on_disk(sf.path).steps == ()  # resuming starts over
 
     # different failures (or one success) are ordinary skips
     result, *_ = bisect(40, 30, broken={"c019", "c020", "c018", "c021"})
-    assert result.first_bad.key == "c030"
+    assert key(result.first_bad) == "c030"
     assert len(result.skipped) == 4
 
 
@@ -214,8 +236,9 @@ def test_ends_are_built_for_the_good_and_bad_locks_and_a_bare_verdict_is_accepte
 
     builder = Builds()
     result = Bisector(cands(5), builder, Bare()).run()
-    assert result.first_bad.key == "c004"
-    assert result.last_good.key == "c003"
+    assert key(result.first_bad) == "c004"
+    assert key(result.last_good) == "c003"
+    assert result.good_build is not None and result.bad_build is not None
     assert result.good_build.wheels == (Path("/wheels/c003.whl"),)
     assert result.bad_build.wheels == (Path("/wheels/c004.whl"),)
     assert builder.calls.count("c004") == 1  # the bad end was built once, as an end
@@ -226,18 +249,18 @@ def test_state_is_on_disk_after_every_step(tmp_path: Path):
     path = tmp_path / "state.json"
 
     class Check(BisectHandler):
-        checked = 0
+        steps_seen = 0  # (not `checked`: that is a BisectHandler event, which an int would shadow)
 
         def step(self, record, state):
-            on_disk = StateFile(path).load("commits")
+            on_disk = state_on_disk(path)
             assert len(on_disk.steps) == record.number
             assert on_disk.steps[-1].key == record.key
             assert on_disk.verdicts[record.key][0] is record.verdict
-            Check.checked += 1
+            Check.steps_seen += 1
 
     sf = StateFile(path)
     result = Bisector(cands(20), Builds(), Verdicts(7), Check(), persist=sf.saver("commits")).run()
-    assert Check.checked == len(result.steps) > 0
+    assert Check.steps_seen == len(result.steps) > 0
     assert json.loads(path.read_text())["phases"]["commits"]["finished"] is True
 
 
@@ -248,16 +271,16 @@ def test_resume_after_an_interruption_mid_run(tmp_path: Path):
     with pytest.raises(KeyboardInterrupt):
         Bisector(cands(64), Builds(), first, events, persist=sf.saver("commits")).run()
     assert events.seen[-1] == ("interrupted", "KeyboardInterrupt")
-    saved = StateFile(sf.path).load("commits")
+    saved = state_on_disk(sf.path)
     assert len(saved.steps) == 2
     assert not saved.finished
 
     second = Verdicts(41)
     result = Bisector(cands(64), Builds(), second, state=saved, persist=sf.saver("commits")).run()
-    assert result.first_bad.key == reference.first_bad.key == "c041"
+    assert key(result.first_bad) == key(reference.first_bad) == "c041"
     assert not set(second.calls) & {s.key for s in saved.steps}  # nothing tested twice
     assert [s.key for s in result.steps] == [s.key for s in reference.steps]
-    assert StateFile(sf.path).load("commits").finished
+    assert state_on_disk(sf.path).finished
 
     with pytest.raises(UsageError, match="different range"):
         Bisector(cands(65), Builds(), Verdicts(41), state=saved)
@@ -274,7 +297,7 @@ def test_an_error_from_the_builder_stops_the_bisect_and_keeps_the_state(tmp_path
     with pytest.raises(RecipeError):
         Bisector(cands(30), Failing(), Verdicts(9), events, persist=sf.saver("commits")).run()
     assert events.seen[-1] == ("interrupted", "RecipeError")
-    assert len(StateFile(sf.path).load("commits").steps) == 2
+    assert len(state_on_disk(sf.path).steps) == 2
 
 
 def test_while_a_test_runs_both_possible_next_midpoints_are_built():
@@ -291,7 +314,7 @@ def test_while_a_test_runs_both_possible_next_midpoints_are_built():
 
     events = Events()
     result = Bisector(cands(17), builder, Waits(), events, jobs=3, idle=lambda: 8.0).run()
-    assert result.first_bad.key == "c010"
+    assert key(result.first_bad) == "c010"
     assert seen_during_first_test == [{"c008", "c004", "c012"}]
     assert ("prefetch", "c004") in events.seen
     assert ("prefetch", "c012") in events.seen
@@ -304,7 +327,7 @@ def test_while_a_test_runs_both_possible_next_midpoints_are_built():
 
 
 def test_no_prefetch_without_idle_cores_or_with_one_job():
-    for kw in ({"jobs": 3, "idle": lambda: 1.0}, {"jobs": 1, "idle": lambda: 64.0}):
+    for jobs, cores in ((3, 1.0), (1, 64.0)):
         builder = Builds(cores=1.0)  # (one core a build: idle cores would spread builds with jobs > 1)
 
         class Records:
@@ -314,10 +337,10 @@ def test_no_prefetch_without_idle_cores_or_with_one_job():
                 Records.during.append(list(builder.calls))
                 return Verdict.BAD if cand.key >= "c010" else Verdict.GOOD
 
-        Bisector(cands(17), builder, Records(), **kw).run()
+        Bisector(cands(17), builder, Records(), jobs=jobs, idle=idle_reading(cores)).run()
         # during each test only the candidates already stepped on have been built
         for i, calls in enumerate(Records.during):
-            assert len(calls) == i + 1, (kw, Records.during)
+            assert len(calls) == i + 1, (jobs, cores, Records.during)
 
 
 def test_builds_of_one_core_spread_over_the_range_while_the_midpoint_builds():
@@ -335,7 +358,7 @@ def test_builds_of_one_core_spread_over_the_range_while_the_midpoint_builds():
     builder, tester, events = Builds(cores=1.0, during=during), Verdicts(45), Events()
     result = Bisector(cands(65), builder, tester, events, jobs=3, idle=lambda: 2.0).run()
     plain, *_ = bisect(65, 45)
-    assert result.first_bad.key == "c045"
+    assert key(result.first_bad) == "c045"
     assert [s.key for s in result.steps] == [s.key for s in plain.steps]  # the tests are plain bisection's
     assert result.builds_needed == plain.builds_needed == len(result.steps)
     assert builder.most_at_once == 2  # W builds at once, no more
@@ -352,7 +375,7 @@ def test_spread_bisects_test_what_plain_bisection_does():
             plain, *_ = bisect(n, first_bad, broken=broken)
             for idle in (2.0, 8.0):
                 builder, tester = Builds(broken, cores=1.0), Verdicts(first_bad)
-                result = Bisector(cands(n), builder, tester, jobs=3, idle=lambda idle=idle: idle).run()
+                result = Bisector(cands(n), builder, tester, jobs=3, idle=idle_reading(idle)).run()
                 assert result.first_bad == plain.first_bad and result.possible == plain.possible, (n, first_bad)
                 assert [s.key for s in result.steps] == [s.key for s in plain.steps], (n, first_bad, idle)
                 assert result.builds_needed == plain.builds_needed
@@ -364,7 +387,7 @@ def test_builds_that_keep_the_idle_cores_busy_are_not_spread():
     # possible next midpoints if the cores leave one for the test: here one)
     builder, tester, events = Builds(cores=2.0), Verdicts(41), Events()
     result = Bisector(cands(65), builder, tester, events, jobs=3, idle=lambda: 2.0).run()
-    assert result.first_bad.key == "c041"
+    assert key(result.first_bad) == "c041"
     assert events.after_builds_ahead() == {"testing"}, events.seen
     assert events.seen[:3] == [("building", "c032"), ("prefetch", "c048"), ("testing", "c032")]
 
@@ -375,17 +398,22 @@ def test_an_idle_reading_a_little_short_of_whole_cores_counts_them():
     spread = []
     for idle in (1.85, 1.7):
         builder, events = Builds(cores=1.0), Events()
-        result = Bisector(cands(65), builder, Verdicts(41), events, jobs=3, idle=lambda idle=idle: idle).run()
-        assert result.first_bad.key == "c041"
+        result = Bisector(cands(65), builder, Verdicts(41), events, jobs=3, idle=idle_reading(idle)).run()
+        assert key(result.first_bad) == "c041"
         spread.append(any(kind == "prefetch" for kind, _ in events.seen))
     assert spread == [True, False]
 
 
 def test_the_idle_cores_are_read_at_the_start_and_once_measured_not_at_each_step():
     idle_calls = []
+
+    def idle() -> float:
+        idle_calls.append(1)
+        return 4.0
+
     builder = Builds(cores=1.0)
-    result = Bisector(cands(200), builder, Verdicts(77), jobs=2, idle=lambda: idle_calls.append(1) or 4.0).run()
-    assert result.first_bad.key == "c077"
+    result = Bisector(cands(200), builder, Verdicts(77), jobs=2, idle=idle).run()
+    assert key(result.first_bad) == "c077"
     assert len(result.steps) >= 7
     assert len(idle_calls) == 2  # the bisect's start, the first compiled build; never before a test
 
@@ -395,17 +423,17 @@ def test_a_resumed_spread_bisect_knows_its_width_from_the_saved_builds(tmp_path:
     with pytest.raises(KeyboardInterrupt):
         Bisector(cands(64), Builds(cores=1.0), Verdicts(41, interrupt_at=3), persist=sf.saver("commits"),
                  jobs=2, idle=lambda: 2.0).run()
-    saved = StateFile(sf.path).load("commits")
-    assert {b.cores for b in saved.builds.values()} == {1.0}  # saved with the builds
+    state = state_on_disk(sf.path)
+    assert {b.cores for b in state.builds.values()} == {1.0}  # saved with the builds
     builder, events = Builds(cores=0.0), Events()  # cache hits now: W comes from the saved builds
-    result = Bisector(cands(64), builder, Verdicts(41), events, state=saved, jobs=2, idle=lambda: 2.0).run()
+    result = Bisector(cands(64), builder, Verdicts(41), events, state=state, jobs=2, idle=lambda: 2.0).run()
     plain, *_ = bisect(64, 41)
-    assert result.first_bad.key == "c041"
+    assert key(result.first_bad) == "c041"
     assert [s.key for s in result.steps] == [s.key for s in plain.steps]
     # c039 was built (its test interrupted); the next step's build (c043) comes with its lower half's (c041)
     assert events.seen[:5] == [("building", "c039"), ("testing", "c039"), ("step", "c039"), ("prefetch", "c041"),
                                ("building", "c043")]
-    old = {k: v for k, v in to_table(saved.builds[saved.steps[0].key]).items() if k != "cores"}
+    old = {k: v for k, v in to_table(state.builds[state.steps[0].key]).items() if k != "cores"}
     assert from_data(BuildOutcome, old).cores == 0.0  # a state file from before still loads
 
 

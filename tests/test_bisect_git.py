@@ -73,7 +73,7 @@ def test_range_errors(history):
         git_candidates(r.path, c["o1"], c["m6"])
     with pytest.raises(UsageError, match="reversed") as err:
         git_candidates(r.path, c["m6"], c["m0"])
-    assert "swap --good and --bad" in err.value.hint
+    assert "swap --good and --bad" in (err.value.hint or "")
     with pytest.raises(UsageError, match="same commit"):
         git_candidates(r.path, c["m5"], c["m5"][:12])
     with pytest.raises(SourceError, match="not a commit"):
@@ -125,6 +125,7 @@ def test_bisect_a_real_history_with_a_real_test_command(history, tmp_path: Path)
     tester = CommandTester([sys.executable, str(script)], tmp_path / "logs", timeout=60)
     result = Bisector(git_candidates(r.path, c["m0"], c["m6"]), builder, tester).run()
     # s2 broke it on the side branch; on the first-parent line the merge is the first bad commit
+    assert result.first_bad is not None and result.last_good is not None
     assert result.first_bad.key == c["M"]
     assert result.first_bad.merge
     assert result.last_good.key == c["m3"]
@@ -145,5 +146,6 @@ def test_bisect_inside_the_merged_branch(history, tmp_path: Path):
     side = git_candidates(r.path, c["m1"], c["s2"])
     result = Bisector(side, GitBuilder(r.path, tmp_path / "w"),
                       CommandTester([sys.executable, str(script)], tmp_path / "logs")).run()
+    assert result.first_bad is not None
     assert result.first_bad == Candidate(c["s2"], "side: fast path", result.first_bad.date)
     assert result.steps[0].verdict is Verdict.GOOD  # s1

@@ -7,6 +7,7 @@ import copy
 import json
 import re
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 
@@ -43,9 +44,9 @@ from toolchain.recipe import load as recipes
 COMPONENTS = ("vllm", "vllm-xpu-kernels", "ark")
 
 
-def recipe_data(kern_url: str, kern_commit: str, *, bad: bool) -> dict:
+def recipe_data(kern_url: str, kern_commit: str, *, bad: bool) -> dict[str, Any]:
     sha = {"vllm": "1" * 40, "ark": "3" * 40}
-    data = {
+    data: dict[str, Any] = {
         "description": "B70 stack",
         "toolchain": {"setvars": ""},
         "target": {"runtime": "host", "python": "python3"},
@@ -167,13 +168,19 @@ def test_option_groups():
         "": ["m"], "--a": ["--a", "1"], "-x": ["-x"], "--b": ["--b=2"], "--c": ["--c", "-1", "3"]}
 
 
+def never(*args: object) -> NoReturn:
+    pytest.fail("the same stack twice: nothing is built or listed")
+
+
 def test_environment_notes_and_identical_locks(locks, tmp_path: Path):
     good, bad = locks
     notes = environment_notes(good, bad)
     assert notes == ["oneAPI version differs: 2025.2 -> 2025.3 (not swapped: it is the build machine's, "
                      "not the recipe's)"]
+    tester = Broken(tmp_path, "")
     with pytest.raises(RecipeError, match="same stack"):
-        bisect_locks(good, good, None, None, None)
+        bisect_locks(good, good, never, tester, never)
+    assert tester.calls == []
 
 
 class DataBuilder:
@@ -232,12 +239,16 @@ def test_lock_bisect_finds_the_commit_change_then_the_first_bad_commit(locks, ke
     tester = Broken(r.path, c["k6"])
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", built).make, tester,
                           lambda comp, url, g, b: git_candidates(r.path, g, b, url))
+    assert result.culprit is not None and result.commits is not None
     assert result.culprit.kind == "commit"
     assert result.culprit.component == "vllm-xpu-kernels"
-    assert result.changes.last_good.key == "d3"
-    assert result.changes.first_bad.key == "d4"
-    assert result.commits.first_bad.key == c["k6"]
-    assert result.commits.last_good.key == c["k5"]
+    changes, commits = result.changes, result.commits
+    assert changes.last_good is not None and changes.first_bad is not None
+    assert commits.first_bad is not None and commits.last_good is not None
+    assert changes.last_good.key == "d3"
+    assert changes.first_bad.key == "d4"
+    assert commits.first_bad.key == c["k6"]
+    assert commits.last_good.key == c["k5"]
     feature = run(["git", "-C", str(r.path), "rev-parse", "feature"], capture=True).stdout.strip()
     commit_builds = [data for phase, key, data in built if phase == "commits"]
     assert commit_builds
@@ -249,7 +260,9 @@ def test_lock_bisect_finds_the_commit_change_then_the_first_bad_commit(locks, ke
         assert data["smoke"]["env"]["VLLM_XPU_INC_WNA16_BACKEND"] == "w4a16"
     assert result.notes
     assert result.to_dict()["culprit"]["kind"] == "commit"
-    assert result.changes.good_build.lock_path.name == "d3.json"  # the ends of phase 1 are its builds
+    good_build = result.changes.good_build
+    assert good_build is not None and good_build.lock_path is not None
+    assert good_build.lock_path.name == "d3.json"  # the ends of phase 1 are its builds
 
 
 def test_lock_bisect_finds_a_serve_env_change_without_a_commit_phase(locks, kernels, tmp_path: Path):
@@ -257,10 +270,13 @@ def test_lock_bisect_finds_a_serve_env_change_without_a_commit_phase(locks, kern
     r, _ = kernels
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, Broken(r.path, "", backend=True),
                           lambda *a: pytest.fail("no commit phase for a serve env change"))
+    assert result.culprit is not None
     assert result.culprit.kind == "serve-env"
     assert result.commits is None
-    assert result.changes.first_bad.key == "d6"
-    assert result.changes.bad_build.lock_path.name == "d6.json"
+    first_bad, bad_build = result.changes.first_bad, result.changes.bad_build
+    assert first_bad is not None and bad_build is not None and bad_build.lock_path is not None
+    assert first_bad.key == "d6"
+    assert bad_build.lock_path.name == "d6.json"
 
 
 def test_lock_bisect_resumes_in_the_commit_phase(locks, kernels, tmp_path: Path):
@@ -271,9 +287,11 @@ def test_lock_bisect_resumes_in_the_commit_phase(locks, kernels, tmp_path: Path)
     first = Broken(r.path, c["k6"], interrupt_in="commits")
     with pytest.raises(KeyboardInterrupt):
         bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, first, commits, state_file=sf)
-    assert StateFile(sf.path).load("changes").finished
+    changes = StateFile(sf.path).load("changes")
+    assert changes is not None and changes.finished
     assert StateFile(sf.path).load("commits") is not None
     second = Broken(r.path, c["k6"])
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, second, commits, state_file=StateFile(sf.path))
+    assert result.commits is not None and result.commits.first_bad is not None
     assert result.commits.first_bad.key == c["k6"]
     assert not any(is_change_key(k) for k in second.calls)  # phase 1 is not repeated

@@ -122,6 +122,7 @@ def test_lock_to_lock_through_the_spine(ws, stack):
     assert data["culprit"]["kind"] == "commit"
     assert data["commits"]["first_bad"]["key"] == c[FIRST_BAD]
     bad = read_lock(out / "bad" / "stack.lock.toml")
+    assert bad.path is not None
     verify_wheels(bad)
     assert bad.component("kern").commit == c[FIRST_BAD]
     assert json.loads(Path(bad.path).parent.joinpath("..", "result.json").read_text())["ok"] is True
@@ -207,6 +208,7 @@ def test_commit_bisect_of_a_patched_component(ws, stack):
         verify_wheels(lock)
         assert [p.path for p in lock.component("kern").patches] == ["kern/0001-mark-patched.patch"]
         assert lock.component("kern").commit == c[i]
+        assert lock.path is not None
         published = [lock.path, *(lock.wheel_path(comp) for comp in lock.components)]
         assert {oct(p.stat().st_mode & 0o777) for p in published} == {"0o644"}, published
     cached = list((ws.cache / "wheels").rglob("*.whl"))
@@ -254,6 +256,7 @@ def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch)
                            UI(quiet=True), component="kern")
     tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
     result = Bisector(git_candidates(kern.path, c[0], c[-1]), builder, tester, jobs=3, idle=lambda: 8.0).run()
+    assert result.first_bad is not None
     assert result.first_bad.key == c[FIRST_BAD]
     assert any(s.prefetched for s in result.steps)
     assert result.builds_speculative >= 1
@@ -296,6 +299,7 @@ def test_a_spread_bisect_through_the_spine_tests_what_plain_bisection_does(ws, s
     tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
     result = Bisector(cands, builder, tester, Seen(), jobs=3, idle=lambda: 2.0).run()
     plain = Bisector(cands, Plain(), Plain()).run()
+    assert result.first_bad is not None and plain.first_bad is not None
     assert result.first_bad.key == plain.first_bad.key == c[FIRST_BAD]
     assert [(s.key, s.verdict) for s in result.steps] == [(s.key, s.verdict) for s in plain.steps]
     assert any(s.key == c[UNBUILDABLE] and s.build_failed for s in result.steps)

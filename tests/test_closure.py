@@ -36,11 +36,18 @@ from tests.support.debian_image import containers_env
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
 from toolchain.errors import TestFailed
-from toolchain.lock import read_lock
+from toolchain.lock import Lock, read_lock
+from toolchain.resolve.closure import Closure
 from toolchain.smoke import install
 
 pytestmark = pytest.mark.slow
 DEPS = {"packaging", "tomli", "standin-torch"}
+
+
+def closure_of(lock: Lock) -> Closure:
+    """The lock's resolved closure (every build here resolves one)."""
+    assert lock.closure is not None, f"{lock.path} has no closure"
+    return lock.closure
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +194,9 @@ def test_the_installed_environment_against_the_lock_flags_a_different_file(demo_
     env = install.create_venv(sys.executable, tmp_path / "venv", log)
     install.install(lock, env, log)
     other = build_standin_torch("2.14.0+xpu", tmp_path / "rebuilt-torch")  # same version, another file
-    assert sha256_file(other) != lock.closure.dist("standin-torch").sha256
+    locked_torch = closure_of(lock).dist("standin-torch")
+    assert locked_torch is not None
+    assert sha256_file(other) != locked_torch.sha256
     subprocess.run([env.python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
                     str(other)], check=True, timeout=300)
     report = install.environment(lock, env, log)
@@ -227,7 +236,7 @@ def test_verify_repro_installs_the_rebuild_with_the_locks_closure(demo_build, wa
     assert inst["dependencies"] == len(DEPS)
     assert str(lock_path) in inst["closure"]
     assert inst["files"] == len(DEPS) + 3
-    locked = {d.name: d.sha256 for d in read_lock(lock_path).closure.dists}
+    locked = {d.name: d.sha256 for d in closure_of(read_lock(lock_path)).dists}
     installed = {x["name"]: x for x in inst["installed"]}
     assert {n: installed[n]["installed-sha256"] for n in DEPS} == locked
     log = Path(inst["log"]).read_text()
@@ -253,7 +262,7 @@ def test_a_tampered_dependency_wheel_is_refused(warm, tmp_path):
     r, out = build(recipe, "out-tamper")
     assert r.returncode == 0, str(r)
     lock = read_lock(out)
-    assert {d.local_path() for d in lock.closure.dists} == {str(links / d.file) for d in lock.closure.dists}
+    assert {d.local_path() for d in closure_of(lock).dists} == {str(links / d.file) for d in closure_of(lock).dists}
     victim = next(links.glob("tomli-*.whl"))
     victim.write_bytes(victim.read_bytes() + b"tampered")
     env = install.create_venv(sys.executable, tmp_path / "venv", tmp_path / "install.log")
@@ -290,7 +299,7 @@ def test_the_same_index_with_the_built_against_torch_resolves_over_http(warm, tm
         r, out = build(recipe, "out-http")
     assert r.returncode == 0, str(r)
     lock = read_lock(out)
-    for d in lock.closure.dists:
+    for d in closure_of(lock).dists:
         assert d.url == f"{url}/files/{d.file}"
         assert d.index == f"{url}/simple"
         assert d.sha256 == sha256_file(wheels / d.file)
@@ -403,7 +412,7 @@ def test_resolves_against_the_real_configured_index(warm, tmp_path):
     recipe = demo_variant(tmp_path / "recipes", "real-index", {"indexes": [index], "find-links": [str(links)]})
     r, out = build(recipe, "out-real")
     assert r.returncode == 0, str(r)
-    deps = {d.name: d for d in read_lock(out).closure.dists}
+    deps = {d.name: d for d in closure_of(read_lock(out)).dists}
     assert set(deps) == DEPS
     for name in ("packaging", "tomli"):
         assert deps[name].url.startswith(("https://", "http://"))

@@ -68,10 +68,11 @@ def no_partial_entries(cache: Path) -> None:
 
 
 def tiny_ws(ws: Workspace, repos: dict[str, GitRepo], remote: str = "", **cache) -> None:
-    table = {"remote": remote, **cache} if remote else None
-    ws.recipe("r", recipe_data({name: component(repo, dist="tiny", version=f"{i + 1}.0.0")
-                                for i, (name, repo) in enumerate(repos.items())},
-                               **({"cache": table} if table else {})))
+    data = recipe_data({name: component(repo, dist="tiny", version=f"{i + 1}.0.0")
+                        for i, (name, repo) in enumerate(repos.items())})
+    if remote:
+        data["cache"] = {"remote": remote, **cache}
+    ws.recipe("r", data)
 
 
 # ---- a build that pushes, then a clean machine --------------------------------------------------------------
@@ -406,12 +407,15 @@ def test_a_blob_link_rewritten_under_the_manifest_push_is_uploaded_again(registr
 def test_settings_precedence_and_per_host_insecure_opt_in():
     spec = CacheSpec(remote="oci://reg.lan:5000/team", push=True, insecure=True, timeout=7)
     s = resolve_settings(spec, RemoteRequest(), env={})
+    assert s is not None
     assert (s.url, s.push, s.insecure, s.timeout, s.where.repository) == \
            ("oci://reg.lan:5000/team", True, True, 7.0, "team/wheels")
     s = resolve_settings(spec, RemoteRequest(), env={"TOOLCHAIN_REMOTE_CACHE": "oci://other.lan/ns"})
+    assert s is not None
     assert (s.url, s.insecure) == ("oci://other.lan/ns", False)  # the recipe's opt-in is for its own host only
     s = resolve_settings(spec, RemoteRequest(url="oci://third.lan/x", push=False),
                          env={"TOOLCHAIN_REMOTE_CACHE": "oci://other.lan/ns", "TOOLCHAIN_REMOTE_INSECURE": "third.lan"})
+    assert s is not None
     assert (s.url, s.push, s.insecure) == ("oci://third.lan/x", False, True)
     assert resolve_settings(spec, RemoteRequest(url="none"), env={}) is None
     assert resolve_settings(CacheSpec(), RemoteRequest(), env={}) is None
@@ -445,9 +449,11 @@ def test_credentials_lookup_order_and_no_password_in_repr(tmp_path):
     podman = tmp_path / "auth.json"
     podman.write_text(json.dumps({"auths": {"reg.lan/team": {"auth": base64.b64encode(b"pod:man").decode()},
                                             "reg.lan/other": {"auth": base64.b64encode(b"no:no").decode()}}}))
-    assert find_credentials("reg.lan", "team/wheels", {**env, "REGISTRY_AUTH_FILE": str(podman)}).username == "pod"
+    from_podman = find_credentials("reg.lan", "team/wheels", {**env, "REGISTRY_AUTH_FILE": str(podman)})
+    assert from_podman is not None and from_podman.username == "pod"
     both = {**env, "TOOLCHAIN_REGISTRY_USERNAME": "envuser", "TOOLCHAIN_REGISTRY_PASSWORD": "envpass"}
-    assert find_credentials("reg.lan", "team/wheels", both).username == "envuser"
+    from_env = find_credentials("reg.lan", "team/wheels", both)
+    assert from_env is not None and from_env.username == "envuser"
     assert find_credentials("elsewhere.lan", "team/wheels", env) is None
 
 

@@ -9,6 +9,7 @@ import json
 import shlex
 import socket
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,12 @@ class SmokeRun:
 
     def finding_ids(self, run: int = 0) -> list:
         return [f["id"] for f in self.report["runs"][run]["findings"]]
+
+    def junit_failure(self, case: str) -> ET.Element:
+        """The <failure> element of `case` in junit.xml (there must be one)."""
+        failure = ET.parse(self.out / "junit.xml").getroot().find(f".//testcase[@name='{case}']/failure")
+        assert failure is not None, f"junit.xml has no failure for {case!r}"
+        return failure
 
 
 def write_test_lock(out_dir: Path, smoke: dict, components: Iterable[LockedComponent] = (),

@@ -41,7 +41,7 @@ def test_healthy_server_passes_every_case_and_writes_reports(smoke):
     suites = ET.parse(r.out / "junit.xml").getroot()
     assert suites.get("failures") == "0"
     assert suites.get("errors") == "0"
-    assert int(suites.get("tests")) == 11  # ready + 10 cases
+    assert suites.get("tests") == "11"  # ready + 10 cases
     assert json.loads(r.stdout)["ok"] is True
 
 
@@ -59,7 +59,7 @@ def test_crash_on_first_request(smoke):
     assert "Segmentation fault" in (r.out / "smoke" / "server.log").read_text()
     assert r.seconds < 30
     junit = ET.parse(r.out / "junit.xml").getroot()
-    assert int(junit.get("errors")) == 7
+    assert junit.get("errors") == "7"
 
 
 def test_out_of_memory_is_marked_and_triaged(smoke):
@@ -233,10 +233,9 @@ def test_an_unknown_engine_error_reaches_every_report(smoke):
     summary = (r.out / "summary.md").read_text()
     assert "Root cause (from the log):" in summary
     assert UNKNOWN in summary
-    junit = ET.parse(r.out / "junit.xml").getroot()
-    failure = junit.find(".//testcase[@name='math']/failure")
-    assert UNKNOWN in failure.get("message")
-    assert UNKNOWN in failure.text
+    failure = r.junit_failure("math")
+    assert UNKNOWN in failure.attrib["message"]
+    assert UNKNOWN in (failure.text or "")
     assert UNKNOWN in json.loads(r.stdout)["root_cause"]
 
 
@@ -252,8 +251,7 @@ def test_triton_needs_cuda_is_recognised_and_shown(smoke):
     assert r.finding_ids() == ["triton-needs-cuda", "engine-dead"]
     assert r.run["findings"][0]["evidence"].endswith(line)
     assert line in r.case("math")["root_cause"]["headline"]
-    junit = ET.parse(r.out / "junit.xml").getroot()
-    assert line in junit.find(".//testcase[@name='math']/failure").get("message")
+    assert line in r.junit_failure("math").attrib["message"]
 
 
 def test_a_server_that_dies_during_a_case_is_blamed_on_that_case(smoke):
