@@ -14,6 +14,7 @@ import pytest
 from toolchain.bisect.session import BisectOptions
 from toolchain.core import toml as tomlio
 from toolchain.core.serial import from_data, meta, rounded, to_data, to_table
+from toolchain.resolve.closure import Closure, LockedDist
 from toolchain.smoke import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 from toolchain.target.facts import TargetInfo, ToolchainInfo
@@ -98,3 +99,13 @@ def test_an_unknown_key_is_refused_with_its_name_also_in_a_nested_table_and_for_
         from_data(Tree, {"name": "t", "colour": "red", "scratch": "x"})
     with pytest.raises(ValueError, match="'green' is not a valid Colour"):
         from_data(Tree, {"name": "t", "colour": "green"})
+
+
+def test_a_locks_resolve_table_may_leave_out_every_setting_as_its_schema_allows() -> None:
+    closure = Closure.from_toml({}, [{"name": "numpy", "version": "2.1.0", "file": "numpy-2.1.0.tar.gz",
+                                      "url": "https://example.invalid/numpy-2.1.0.tar.gz", "sha256": "6" * 64}])
+    assert closure.resolver == "" and closure.indexes == () and closure.resolved_at == ""
+    assert closure.dists == (LockedDist("numpy", "2.1.0", "numpy-2.1.0.tar.gz",
+                                        "https://example.invalid/numpy-2.1.0.tar.gz", "6" * 64),)
+    with pytest.raises(TypeError, match="unknown key.*for Closure: dists"):  # the dists are not a setting
+        Closure.from_toml({"dists": []}, [])

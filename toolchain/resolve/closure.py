@@ -52,15 +52,16 @@ class LockedDist:
 
 @dataclass(frozen=True)
 class Closure:
-    """How the closure was resolved and what it holds (install order does not matter: all --no-deps)."""
-    resolver: str                     # e.g. "uv 0.13.9"
-    indexes: tuple[str, ...] = field(metadata=meta(dump=_redact_urls))
-    find_links: tuple[str, ...] = field(metadata=meta(dump=_redact_urls))
-    index_strategy: str
-    python_version: str
-    platform: str
+    """How the closure was resolved and what it holds (install order does not matter: all --no-deps). Every
+    setting may be missing from a lock's `[resolve]` (lock.RESOLVE_SCHEMA): each has its default."""
+    resolver: str = ""                # e.g. "uv 0.13.9"
+    indexes: tuple[str, ...] = field(default=(), metadata=meta(dump=_redact_urls))
+    find_links: tuple[str, ...] = field(default=(), metadata=meta(dump=_redact_urls))
+    index_strategy: str = ""
+    python_version: str = ""
+    platform: str = ""
     # written apart from the settings: the lock's [[dependencies]], a memo entry's "dependencies"
-    dists: tuple[LockedDist, ...] = field(metadata=meta(skip=True))
+    dists: tuple[LockedDist, ...] = field(default=(), metadata=meta(skip=True))
     notes: tuple[str, ...] = ()       # requirements on built distributions the built version does not meet
     # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving
     resolved_at: str = field(default="", metadata=meta(omit_default=True))
