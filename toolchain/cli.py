@@ -13,12 +13,12 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from toolchain import __version__
 from toolchain.commands import options
-from toolchain.console import UI
+from toolchain.console import UI, CommandResult
 from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not ui.json_mode:
                     parser.print_help(sys.stderr)
                 raise UsageError("no command given", hint="see `toolchain --help` for the commands")
-            result = args.handler(args, ui)
+            handler: Callable[[argparse.Namespace, UI], CommandResult] = args.handler
+            result = handler(args, ui)
         ui.emit(result)
         return result.exit_code
     except ToolError as err:

@@ -169,7 +169,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     return same or read_lock(path), built
 
 
-def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui, recorded: Lock | None = None) -> Plan:
+def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: Lock | None = None) -> Plan:
     """The plan with every prebuilt `dist==version` pinned to one file (URL and sha256) from the recipe's
     [resolve] indexes and find-links. A lock that records the same requirement keeps its pin (a rebuild from
     the lock takes exactly its file; a warm build asks no index); `toolchain lock` pins again."""
@@ -361,7 +361,7 @@ def _recorded_closure(previous: Lock | None, plan: Plan, built: list[BuiltCompon
 
 
 def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv | None, cache_dir: Path,
-                 ui) -> tuple[WheelAudit, ...]:
+                 ui: UI) -> tuple[WheelAudit, ...]:
     """The native audit of every wheel of `lock` (built, prebuilt, the closure's; cached by sha256), then the
     check that each needed soname is provided by the closure, the target's oneAPI library path (`toolchain`:
     the captured setvars environment; None: not sourced) or its system loader path. Raises NativeABIError

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict
 
 from toolchain import __version__
 from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_memory
@@ -17,7 +18,7 @@ from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.memo import remembered
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
-from toolchain.core.serial import from_data, to_table
+from toolchain.core.serial import Data, from_data, to_table
 from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, InputFile, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
@@ -188,13 +189,21 @@ def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], 
 def probe_target(runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
     if ident is None:
         return runtime.probe()
-    python = ident["python"]
+    python = str(ident["python"])
 
-    def compute():
+    def compute() -> tuple[dict[str, Data], list[str]]:
         info, watch = runtime.probe_watch()
         return to_table(info), [*watch, python]
 
     return from_data(TargetInfo, remembered(memo_dir, "probe", ident, compute))
+
+
+class _SavedSetvars(TypedDict):
+    """What `capture_toolchain` remembers of a sourced setvars (JSON)."""
+
+    info: dict[str, Data]  # ToolchainInfo's fields
+    diff: list[list[str | None]]  # [name, value or None (unset)]
+    banner: str
 
 
 def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None,
@@ -207,7 +216,7 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
                                            "args": list(recipe.toolchain.setvars_args),
                                            "env": sha256_bytes(json.dumps(base).encode())}
 
-    def compute():
+    def compute() -> tuple[_SavedSetvars, list[str] | None]:
         t = capture(recipe, runtime, log=log)
         root = Path(setvars).parent
         watch: list[str] | None = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() \
@@ -219,7 +228,8 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
         return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
 
     saved = remembered(memo_dir, "setvars", identity, compute)
-    return ToolchainEnv(from_data(ToolchainInfo, saved["info"]), tuple((k, v) for k, v in saved["diff"]), saved["banner"])
+    return ToolchainEnv(from_data(ToolchainInfo, saved["info"]), tuple((str(k), v) for k, v in saved["diff"]),
+                        saved["banner"])
 
 
 @dataclass(frozen=True)
@@ -252,8 +262,8 @@ def source_facts(recipe: Recipe, mirrors: Mirrors, fetching: Callable[[], Mirror
     return out
 
 
-def plan_to_dict(plan: Plan) -> dict:
-    toolchain = {"setvars": plan.toolchain.setvars, "setvars-args": list(plan.toolchain.setvars_args),
+def plan_to_dict(plan: Plan) -> dict[str, Any]:  # the JSON document; `toolchain plan` reads and extends it
+    toolchain: dict[str, object] = {"setvars": plan.toolchain.setvars, "setvars-args": list(plan.toolchain.setvars_args),
                  "oneapi-version": plan.toolchain.oneapi_version, "cmplr-root": plan.toolchain.cmplr_root,
                  "env": redact_env(plan.toolchain_env.as_dict())}
     if plan.toolchain_missing:
@@ -280,10 +290,10 @@ def plan_to_dict(plan: Plan) -> dict:
     }
 
 
-def prebuilt_to_dict(cp: ComponentPlan) -> dict:
+def prebuilt_to_dict(cp: ComponentPlan) -> dict[str, Any]:
     """A prebuilt component as `toolchain plan` shows it: what the recipe says and, once pinned, the file."""
     pre = cp.component.prebuilt
-    shown: dict = {"requirement": pre.requirement} if pre and pre.requirement else {}
+    shown: dict[str, object] = {"requirement": pre.requirement} if pre and pre.requirement else {}
     if cp.prebuilt is not None:
         shown.update(to_table(cp.prebuilt), file=cp.prebuilt.file)
     elif pre is not None:

@@ -38,6 +38,7 @@ from toolchain.target.base import Extra, Runtime
 if TYPE_CHECKING:
     from toolchain.build.remote import RemoteCache
     from toolchain.console import UI
+    from toolchain.recipe.model import Component
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
 
 
 def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Path, work: Path, log: Path,
-                            ui) -> BuiltComponent:
+                            ui: UI) -> BuiltComponent:
     """A prebuilt component: its pinned wheel from the cache, or downloaded and checked; never compiled."""
     pf = cp.prebuilt
     if pf is None:
@@ -435,7 +436,7 @@ def _fill(arg: str, **values: str) -> str:
     return arg
 
 
-def _the_wheel(out: Path, comp, log: Path) -> tuple[Path, str]:
+def _the_wheel(out: Path, comp: Component, log: Path) -> tuple[Path, str]:
     """The one wheel a build wrote, and its version."""
     from packaging.utils import canonicalize_name, parse_wheel_filename
 

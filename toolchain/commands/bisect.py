@@ -45,7 +45,7 @@ from toolchain.recipe.load import recipe_path
 from toolchain.sources.mirrors import parse_rewrites
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bisect", help="find the commit or lock change that broke the stack",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one component's commits")

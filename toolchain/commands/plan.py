@@ -3,14 +3,18 @@ exact commands, cache keys); builds nothing."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.build.plan import make_plan, plan_to_dict
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
-from toolchain.console import CommandResult, Grid
+from toolchain.console import UI, CommandResult, Grid
 from toolchain.target import make_runtime
+
+if TYPE_CHECKING:
+    from toolchain.build.plan import ComponentPlan, Plan
 
 
 def register(sub: Any) -> None:
@@ -27,7 +31,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_plan)
 
 
-def cmd_plan(args, ui) -> CommandResult:
+def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     """The whole plan, even where it cannot be complete: a toolchain that cannot be captured here is shown
     "not captured: <why>", and each commit as the local mirror has it (describe, date, SOURCE_DATE_EPOCH)."""
     from toolchain.build import ccache
@@ -109,7 +113,8 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
     return Grid(title, ("component", "commit", "jobs", "describe, date, epoch", "patches", "devices"), tuple(rows))
 
 
-def exact_command(plan, cp, runtime_kind: str, cache: Path, epoch: str = "") -> tuple[list[str], dict]:
+def exact_command(plan: Plan, cp: ComponentPlan, runtime_kind: str, cache: Path,
+                  epoch: str = "") -> tuple[list[str], dict[str, str | None]]:
     """The argv and the build env (over the target's base env) a build of `cp` runs. On the host the
     output directory is fresh per build: its random suffix shows as XXXXXXXX. `epoch`: the commit's
     committer date (SOURCE_DATE_EPOCH), "" when the mirror does not have the commit yet."""
