@@ -53,6 +53,7 @@ from toolchain.build.regauth import Credentials, find_credentials
 from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
 from toolchain.core.proc import STOPPING, on_stop
 from toolchain.core.redact import redact_url
+from toolchain.core.serial import Data
 from toolchain.errors import ToolError
 
 if TYPE_CHECKING:
@@ -157,8 +158,8 @@ class _Transport:
         self.credentials = credentials
         self.authorization: str | None = None
 
-    def request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
-                json: dict | None = None, stream: bool = False) -> requests.Response:
+    def request(self, url: str, method: str = "GET", data: Any = None, headers: Mapping[str, str] | None = None,
+                json: dict[str, Data] | None = None, stream: bool = False) -> requests.Response:
         if STOPPING.is_set():
             import requests
 
@@ -217,16 +218,16 @@ _TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{1,16384}$")  # RFC 6750 b64token, boun
 @functools.cache
 def _oras_class() -> type:
     """oras's registry client (imported when pushing: it costs a second at start-up) over our transport."""
-    import oras.provider  # type: ignore[import-untyped]
+    import oras.provider
 
-    class OrasRegistry(oras.provider.Registry):
+    class OrasRegistry(oras.provider.Registry):  # type: ignore[misc]  # oras ships no type information
         def __init__(self, host: str, transport: _Transport) -> None:
             super().__init__(hostname=host, insecure=transport.prefix == "http", auth_backend="basic")
             self.auth = _NoConfigFiles()  # credentials come from regauth (oras would read docker's file itself)
             self.transport = transport
 
-        def do_request(self, url: str, method: str = "GET", data: Any = None, headers: dict | None = None,
-                       json: dict | None = None, stream: bool = False) -> requests.Response:
+        def do_request(self, url: str, method: str = "GET", data: Any = None, headers: Mapping[str, str] | None = None,
+                       json: dict[str, Data] | None = None, stream: bool = False) -> requests.Response:
             return self.transport.request(url, method, data=data, headers=headers, json=json, stream=stream)
 
     return OrasRegistry
@@ -300,7 +301,7 @@ class Registry:
             raise RemoteError(self._denied(status, what), hint=self._login_hint())
         raise RemoteError(f"{self.where.host} answered HTTP {status} while {what}")
 
-    def _request(self, method: str, url: str, *, what: str, ok: tuple[int, ...] = (200,), **kw: Any) -> Any:
+    def _request(self, method: str, url: str, *, what: str, ok: tuple[int, ...] = (200,), **kw: Any) -> requests.Response:
         with self._talking(what):
             r = self.transport.request(url, method, **kw)
         if r.status_code not in ok:
@@ -405,7 +406,7 @@ class Registry:
     # -- writing -------------------------------------------------------------------------------------------
     def push(self, tag: str, files: list[tuple[Path, str]], annotations: dict[str, str], work: Path) -> str:
         """Upload `files` ((path, media type), blobs first) and then the manifest tagged `tag`; its digest."""
-        import oras.oci  # type: ignore[import-untyped]
+        import oras.oci
 
         work.mkdir(parents=True, exist_ok=True)
         empty = work / f".empty-{os.urandom(16).hex()}.json"

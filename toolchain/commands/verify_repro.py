@@ -27,7 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
@@ -39,6 +39,9 @@ from toolchain.release.wheeldiff import (
     compare_with_hashes,
     format_report,
 )
+
+if TYPE_CHECKING:
+    from toolchain.build.stack import BuildOptions
 
 MIN_GAP_SECONDS = 2.0   # zip timestamps have a 2-second resolution: the second build starts in a later slot
 SECOND_UMASK = 0o002    # the first build runs under the caller's umask (usually 022)
@@ -68,7 +71,7 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=handle)
 
 
-def handle(args, ui: UI) -> CommandResult:
+def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     published = read_lock(args.lock) if args.lock else None
     work = _work_dir(args.work_dir, Path(args.lock).resolve().parent.name if args.lock else Path(args.recipe).stem,
                      options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
@@ -256,7 +259,7 @@ def _shared_mirror(cache_dir: Path | None) -> Path:
     return _mirror_dir(options.resolve_cache_dir(cache_dir))
 
 
-def _options(out_dir: Path, cache_dir: Path, args, *, resolve: bool = True):
+def _options(out_dir: Path, cache_dir: Path, args: argparse.Namespace, *, resolve: bool = True) -> BuildOptions:
     from toolchain.build.cache import default_cache_dir
     from toolchain.build.ccache import DATA_DIR
     from toolchain.build.stack import BuildOptions
@@ -270,14 +273,14 @@ def _options(out_dir: Path, cache_dir: Path, args, *, resolve: bool = True):
                         resolve=resolve)
 
 
-def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args, ui: UI) -> Lock:
+def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args: argparse.Namespace, ui: UI) -> Lock:
     from toolchain.pipeline import build_stack
     from toolchain.recipe.load import load_recipe
 
     return build_stack(load_recipe(recipe, args.recipes_dir, args.patches_dir), _options(out_dir, cache_dir, args), ui)
 
 
-def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args, ui: UI) -> Lock:
+def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args: argparse.Namespace, ui: UI) -> Lock:
     from toolchain.pipeline import build_stack, recipe_from_lock
 
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches

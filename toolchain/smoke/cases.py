@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import requests
 
 from toolchain.core.names import did_you_mean
@@ -129,10 +129,10 @@ class Client:
     def get(self, path: str) -> Exchange:
         return self._send("GET", path, None)
 
-    def post(self, path: str, body: dict) -> Exchange:
+    def post(self, path: str, body: dict[str, Any]) -> Exchange:
         return self._send("POST", path, body)
 
-    def _send(self, method: str, path: str, body: dict | None) -> Exchange:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> Exchange:
         url = self.base_url + path
         started = time.monotonic()
         try:
@@ -165,7 +165,7 @@ class CaseResult:
     def passed(self) -> bool:
         return self.verdict == PASS
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "kind": self.kind, "required": self.required, "verdict": self.verdict,
                 "message": self.message, "category": self.category, "seconds": round(self.seconds, 3),
                 "metrics": dict(self.metrics), "description": self.description,
@@ -173,7 +173,7 @@ class CaseResult:
                 "exchanges": to_data(self.exchanges)}
 
 
-def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict | None:
+def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict[str, object] | None:
     """How report.json carries a root cause: one-line headline, the excerpt as text, and its parts."""
     if not excerpts:
         return None
@@ -222,7 +222,7 @@ def run_case(spec: CaseSpec, ctx: CaseContext) -> CaseResult:
                       tuple(exchanges), category, metrics, spec.description)
 
 
-def _models(ctx: CaseContext, exchanges: list[Exchange], metrics: dict) -> list[str]:
+def _models(ctx: CaseContext, exchanges: list[Exchange], metrics: dict[str, object]) -> list[str]:
     ex = ctx.client.get("/v1/models")
     exchanges.append(ex)
     data = _response_json(ex)
@@ -239,7 +239,7 @@ def _models(ctx: CaseContext, exchanges: list[Exchange], metrics: dict) -> list[
     return ids
 
 
-def _chat(spec: CaseSpec, ctx: CaseContext, exchanges: list[Exchange], metrics: dict) -> str:
+def _chat(spec: CaseSpec, ctx: CaseContext, exchanges: list[Exchange], metrics: dict[str, object]) -> str:
     p = spec.params
     if not ctx.client.model:
         _models(ctx, exchanges, {})
@@ -283,7 +283,7 @@ def _response_json(ex: Exchange) -> Any:
         raise _Failed("protocol", f"response body is not JSON: {ex.response[:200]!r}") from None
 
 
-def _content(ex: Exchange) -> tuple[str, dict]:
+def _content(ex: Exchange) -> tuple[str, dict[str, Any]]:  # the answer, its `usage` (the server's JSON)
     data = _response_json(ex)
     try:
         content = data["choices"][0]["message"]["content"]
@@ -336,7 +336,7 @@ def chat_prompt(p: Mapping[str, Any]) -> str:
     return " ".join([*fill[:n // 2], f"The secret code is {needle}.", *fill[n // 2:]]) + "\n\n" + question
 
 
-def chat_body(name: str, p: Mapping[str, Any], model: str) -> dict:
+def chat_body(name: str, p: Mapping[str, Any], model: str) -> dict[str, Any]:
     prompt = chat_prompt(p)
     content: Any = prompt
     if p.get("image"):
@@ -353,7 +353,7 @@ def chat_body(name: str, p: Mapping[str, Any], model: str) -> dict:
     return body
 
 
-def _schema(p: Mapping[str, Any]) -> dict | None:
+def _schema(p: Mapping[str, Any]) -> dict[str, Any] | None:  # a JSON schema
     schema = p.get("schema")
     return json.loads(schema) if isinstance(schema, str) else schema
 

@@ -8,9 +8,10 @@ lock's files (`visible_path`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -51,6 +52,9 @@ class InstallStep:
     args: tuple[str, ...]
 
 
+Progress = Callable[[InstallStep], object]  # told of each step before it runs
+
+
 def install_plan(lock: Lock) -> tuple[InstallStep, ...]:
     """Lock order. The first component with its install-args; later (kernel) wheels always with
     --no-deps --force-reinstall, so their requirements cannot replace what the first one pinned."""
@@ -68,7 +72,7 @@ def pip_argv(target: Interpreter, step: InstallStep, find_links: str) -> list[st
             "--find-links", find_links, *step.args, target.runtime.visible_path(step.wheel)]
 
 
-def install(lock: Lock, target: Interpreter, log: Path, progress=None, *, allow_unlocked: bool = False,
+def install(lock: Lock, target: Interpreter, log: Path, progress: Progress | None = None, *, allow_unlocked: bool = False,
             staged: Staged | None = None) -> tuple[InstallStep, ...]:
     """Exactly the lock: its dependency files and built wheels, hashes required, nothing from an index
     (`install_locked`). A lock without a resolved closure (--no-resolve, older locks) gets its built wheels
@@ -79,7 +83,8 @@ def install(lock: Lock, target: Interpreter, log: Path, progress=None, *, allow_
     return install_locked(lock, target, log, progress, staged=staged)
 
 
-def install_unlocked(lock: Lock, target: Interpreter, log: Path, progress=None) -> tuple[InstallStep, ...]:
+def install_unlocked(lock: Lock, target: Interpreter, log: Path,
+                     progress: Progress | None = None) -> tuple[InstallStep, ...]:
     """Lock order, the first component with its install-args (its dependencies from whatever the index serves)."""
     steps = install_plan(lock)
     links = target.runtime.visible_path(lock.wheels_dir)
@@ -106,14 +111,15 @@ class VersionCheck:
         except InvalidVersion:
             return self.installed == self.locked
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"component": self.component, "dist": self.dist, "locked": self.locked,
                 "installed": self.installed, "ok": self.ok}
 
 
 def installed_versions(target: Interpreter, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
     done = target.run([target.python, "-I", "-c", VERSIONS_SCRIPT, *dists], capture=True, log=log, timeout=300)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found: dict[str, str | None] = json.loads(done.stdout.strip().splitlines()[-1])  # VERSIONS_SCRIPT's JSON
+    return found
 
 
 def check_versions(lock: Lock, target: Interpreter, log: Path | None = None) -> tuple[VersionCheck, ...]:
@@ -185,7 +191,7 @@ def stage(lock: Lock, target: Interpreter, log: Path) -> Staged:
     return Staged(reqs, tuple(InstallStep(name, path, CLOSURE_ARGS) for name, path, _ in files))
 
 
-def install_locked(lock: Lock, target: Interpreter, log: Path, progress=None, *,
+def install_locked(lock: Lock, target: Interpreter, log: Path, progress: Progress | None = None, *,
                    staged: Staged | None = None) -> tuple[InstallStep, ...]:
     """`pip install --no-index --no-deps --require-hashes` of the staged files, then `pip check`: whatever
     the locked files need and the lock does not name is an error, never a download."""
@@ -236,21 +242,38 @@ print(json.dumps(out))
 """
 
 
-def environment(lock: Lock, target: Interpreter, log: Path | None = None) -> dict:
+# What INSPECT_SCRIPT prints of each installed distribution, and what `environment` reports (report.json's
+# install.environment).
+Installed = TypedDict("Installed", {"name": str, "version": str, "sha256": str, "sha256-from": str})
+LockedRow = TypedDict("LockedRow", {"name": str, "role": str, "locked": str, "locked-sha256": str,
+                                    "installed": str | None, "installed-sha256": str | None, "sha256-from": str,
+                                    "state": str})
+OtherRow = TypedDict("OtherRow", {"name": str, "installed": str, "installed-sha256": str | None, "state": str})
+
+
+class Environment(TypedDict):
+    resolved: bool  # the lock has a resolved closure
+    ok: bool
+    locked: list[LockedRow]
+    other: list[OtherRow]  # installed, not in the lock
+
+
+def environment(lock: Lock, target: Interpreter, log: Path | None = None) -> Environment:
     """The installed environment (pip freeze-like, with the sha256 of each file it was installed from: as pip
     recorded it, or, for an older pip that records none, of the local file its direct_url.json names) against
     the lock: every locked distribution with its state (ok, differs, missing), then what is installed besides."""
     done = target.run([target.python, "-I", "-c", INSPECT_SCRIPT], capture=True, log=log, timeout=300)
-    installed: dict[str, dict] = {}
-    for d in json.loads(done.stdout.strip().splitlines()[-1]):  # sys.path order: the first one is the one imported
-        installed.setdefault(str(canonicalize_name(d["name"])), d)
+    installed: dict[str, Installed] = {}
+    found: list[Installed] = json.loads(done.stdout.strip().splitlines()[-1])
+    for inst in found:  # sys.path order: the first one is the one imported
+        installed.setdefault(str(canonicalize_name(inst["name"])), inst)
     locked: list[tuple[str, str, str, str]] = []  # (name, version, sha256, role)
     for c in lock.components:
         name, version = wheel_name_version(c.wheel.file)
         locked.append((name, version, c.wheel.sha256, "built"))
     for d in (lock.closure.dists if lock.closure is not None else ()):
         locked.append((d.name, d.version, d.sha256, "dependency"))
-    rows = []
+    rows: list[LockedRow] = []
     for name, version, sha, role in locked:
         have = installed.pop(name, None)
         if have is None:
@@ -263,13 +286,13 @@ def environment(lock: Lock, target: Interpreter, log: Path | None = None) -> dic
                      "installed": have["version"] if have else None,
                      "installed-sha256": have["sha256"] if have else None,
                      "sha256-from": have["sha256-from"] if have else "", "state": state})
-    extra = [{"name": n, "installed": d["version"], "installed-sha256": d["sha256"] or None, "state": "not in lock"}
+    extra: list[OtherRow] = [{"name": n, "installed": d["version"], "installed-sha256": d["sha256"] or None, "state": "not in lock"}
              for n, d in sorted(installed.items())]
     return {"resolved": lock.closure is not None, "ok": all(r["state"] == "ok" for r in rows),
             "locked": rows, "other": extra}
 
 
-def require_environment(env: dict, where: str, *, installed_here: bool = True) -> None:
+def require_environment(env: Environment, where: str, *, installed_here: bool = True) -> None:
     """Every locked distribution is there, in the locked version and file (a lock without a closure: its built
     wheels). `installed_here`: False for an existing environment (--no-install), said in the hint."""
     bad = [r for r in env["locked"] if r["state"] != "ok"]
