@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any, NoReturn
 
 from toolchain import __version__
@@ -195,12 +196,12 @@ def _stop_on_signals() -> Iterator[None]:
     tool started (`proc.stop_requested`): every child runs in a process group of its own, so a signal sent to
     the tool's PID alone, or to its group, reaches them only through the tool, whether it leads its group or
     not (started from a script)."""
-    def raise_interrupted(signum: int, frame: Any) -> None:
+    def raise_interrupted(signum: int, frame: FrameType | None) -> None:
         if not STOPPING.is_set():
             stop_requested(signum)
         raise Interrupted(signum)
 
-    def ctrl_c(signum: int, frame: Any) -> None:
+    def ctrl_c(signum: int, frame: FrameType | None) -> None:
         if not STOPPING.is_set():  # a second Ctrl-C does not cut short the clean-up of the first
             stop_requested(signum)
             raise KeyboardInterrupt

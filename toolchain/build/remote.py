@@ -506,7 +506,7 @@ def _error_codes(body: str) -> str:
     return ", ".join(codes) if codes else (body.strip()[:200] or "no reason given")
 
 
-def _read_limited(r: Any, limit: int, what: str, error: type[RemoteError] = Refused) -> bytes:
+def _read_limited(r: requests.Response, limit: int, what: str, error: type[RemoteError] = Refused) -> bytes:
     data = b""
     for chunk in r.iter_content(1 << 16):
         data += chunk

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.build.remoteopen import open_remote
-from toolchain.build.stack import BuildOptions
+from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, Grid, literal
 from toolchain.core.serial import to_data, to_table
@@ -23,7 +23,7 @@ SOURCES = {"built": "compiled", "local-cache": "cached", "remote-cache": "downlo
            "prebuilt": "prebuilt (never compiled)"}  # BuiltComponent.source
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("build", help="build the recipe's wheels and write the lock",
                        description="Build each component's wheel (from the wheel cache when its inputs are "
                                    "unchanged) and write stack.lock.toml and pylock.toml beside the wheels.")
@@ -108,7 +108,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, summary, tables)
 
 
-def summary_grid(title: str, lock: Lock, built: list[Any]) -> Grid:
+def summary_grid(title: str, lock: Lock, built: list[BuiltComponent]) -> Grid:
     """The build summary: whole wheel names, 12 hex digits of commit and sha256, where each wheel came from
     (a wheel from a cache says when and how long its build was), and what that build cost."""
     return Grid(title, ("component", "commit", "describe", "wheel", "sha256", "from", "build cost"),
@@ -116,7 +116,7 @@ def summary_grid(title: str, lock: Lock, built: list[Any]) -> Grid:
                        build_cost(c)) for c, b in zip(lock.components, built, strict=False)))
 
 
-def provenance(b: Any) -> str:
+def provenance(b: BuiltComponent) -> str:
     """"compiled", or "cached (built in 41 min on 2026-11-30)" / "downloaded (...)" for a wheel from a cache."""
     how = SOURCES[b.source]
     if b.source == "built":

@@ -18,7 +18,7 @@ from toolchain.console import UI, CommandResult, Grid
 from toolchain.errors import UsageError
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="cache_action", metavar="ACTION", parser_class=type(p))

@@ -5,15 +5,20 @@ a fix. `TOOLCHAIN_HOST_ROOT=DIR` makes it read DIR as `/` (sysfs, /dev/dri, /pro
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 
+if TYPE_CHECKING:
+    from toolchain.build.plan import Plan
+    from toolchain.target.base import Runtime
+    from toolchain.target.doctor import Finding
+
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "missing": "red"}
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("doctor", help="describe this box as build and smoke will see it, with fixes",
                        description="One line per fact, ok / warn / missing, each with a fix: the Intel GPUs "
                                    "(B60 = 0xe211 BMG-G21, B70 = 0xe223 BMG-G31), their driver, the render "
@@ -72,7 +77,7 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
                                         ", ".join(f"{n} {s}" for s, n in counts.items())]))
 
 
-def _jobs(plan: Any, runtime: Any, python: str) -> list[Any]:
+def _jobs(plan: Plan | None, runtime: Runtime, python: str) -> list[Finding]:
     """The compile jobs each compiled component gets here (the plan's decision), or, without a recipe, what
     a vllm-xpu-kernels build (8 GiB a job) would get."""
     from toolchain.build.jobs import KNOWN_PER_JOB, decide_jobs

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.pipeline import relock
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("lock", help="resolve a lock's runtime dependencies again (pinned with sha256) and rewrite it",
                        description="Resolve the runtime closure of the wheels a lock records with the [resolve] "
                                    "indexes of its recorded recipe, check it against what each compiled component "

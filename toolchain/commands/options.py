@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from toolchain.build.remotespec import RemoteRequest
     from toolchain.recipe.load import Recipe
 
 DEFAULT_RECIPE = "demo"
@@ -120,7 +121,8 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
 FIND_RECIPES = ("recipes-dir", "patches-dir")
 
 
-def add_recipe(parser: Any, recipe_group: Any = None, *, recipe: bool = True, help: Mapping[str, str] | None = None) -> None:
+def add_recipe(parser: argparse.ArgumentParser, recipe_group: argparse._ActionsContainer | None = None, *,
+               recipe: bool = True, help: Mapping[str, str] | None = None) -> None:
     """--recipe (into `recipe_group` when given: a mutually exclusive group, say) and the options that find
     recipes; `recipe=False` for a command that reads its recipe from a lock."""
     if recipe:
@@ -136,7 +138,7 @@ def add_global(parser: argparse.ArgumentParser, *, command: bool) -> None:
         group.add_argument(*o.flags, dest=dest, help=o.help, **o.kwargs)
 
 
-def add(parser: Any, *names: str, help: Mapping[str, str] | None = None) -> None:
+def add(parser: argparse._ActionsContainer, *names: str, help: Mapping[str, str] | None = None) -> None:
     """Add shared options by flag name (without the dashes) to a parser or an argument group; `help`
     rewords an option for a command whose use of it differs (its default, say)."""
     for name in names:
@@ -166,7 +168,7 @@ def option_strings(parsers: Iterable[argparse.ArgumentParser]) -> list[str]:
 
 # ---- what the build commands share -------------------------------------------------------------------------
 
-def remote_request(args: argparse.Namespace) -> Any:
+def remote_request(args: argparse.Namespace) -> RemoteRequest:
     """--remote-cache, --push and --remote-insecure as the build stage takes them (build/remote.py)."""
     from toolchain.build.remotespec import RemoteRequest
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="show the fully resolved plan; builds nothing",
                        description="Show what `toolchain build` would do, exactly: each component's commit, "
                                    "patches with sha256, environment, command and cache key, and each commit "

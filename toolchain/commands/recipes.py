@@ -17,7 +17,7 @@ def Table(*args: Any, **kwargs: Any) -> Any:
     return _Table(*args, **kwargs)
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("recipes", help="list the recipes with their descriptions",
                        description="List the recipes: yours (--recipes-dir, $TOOLCHAIN_RECIPES_DIR or ./recipes), then "
                                    "the shipped ones your recipes do not hide, each with its description.")

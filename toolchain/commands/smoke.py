@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from rich.markup import escape
 from rich.table import Table
@@ -27,7 +27,7 @@ from toolchain.smoke.config import SmokeOptions
 from toolchain.smoke.session import SmokeInterrupted, SmokeOutcome, run_smoke
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("smoke", help="install a lock's wheels, serve, run the regression set",
                        description=__doc__)
     p.add_argument("--lock", type=Path, help="stack.lock.toml (or its directory) written by `toolchain build`")
@@ -88,7 +88,7 @@ def parse_options(argv: Sequence[str]) -> SmokeOptions:
     return options_from(p.parse_args(list(argv)))
 
 
-def handle(args: Any, ui: UI) -> CommandResult:
+def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     lock = read_lock(args.lock) if args.lock else None
     try:
         outcome = run_smoke(lock, out_dir=args.out, ui=ui, options=options_from(args))

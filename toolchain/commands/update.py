@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, literal
 from toolchain.sources.mirrors import parse_rewrites
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("update", help="pin each component's `ref` to its current commit in the recipe file",
                        description="Fetch each component's `ref` and write the commit it points at into the "
                                    "recipe file as `commit`, keeping the file's comments and layout.")

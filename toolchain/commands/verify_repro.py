@@ -52,7 +52,7 @@ BUILD_DIRS = ("build-1", "build-2", "rebuild", "install-check")
 Builder = Callable[[Path, Path], Lock]
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("verify-repro",
                        help="build twice (or rebuild a lock) and check the wheels are identical",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
