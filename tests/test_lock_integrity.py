@@ -378,6 +378,8 @@ LOCK_TAMPERING: dict[str, tuple[Edit, int, str]] = {
     "patch not a table": (_set("components.0.patches.0", "p.patch"), 2, "patches[0]: must be a table"),
     "fetchcontent commit short": (_set("components.1.fetchcontent.0.commit", "abc"), 2, "fetchcontent[0].commit: must be a full commit id"),
     "build-seconds text": (_set("components.0.build-seconds", "fast"), 2, "build-seconds: must be a non-negative number"),
+    "an unknown key in a recorded table": (_set("components.0.metrics", {"wall-seconds": 1.0, "peak-memroy-bytes": 5}), 2,
+                                           "malformed lock (unknown key(s) for BuildMetrics: peak-memroy-bytes)"),
     "cache-key not hex": (_set("components.0.cache-key", "key!"), 2, "cache-key: must be a hex digest"),
     "components a table": (_set("components", {"tiny": {}}), 2, "components: must be an array of tables"),
     "components missing": (lambda d, o: d.pop("components"), 2, "components: must be an array of tables"),

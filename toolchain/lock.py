@@ -285,7 +285,8 @@ def read_lock(path: Path) -> Lock:
             host=dict(data.get("host", {})),
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise RecipeError(f"{path}: malformed lock (missing or wrong key {exc})",
+        what = exc if isinstance(exc, TypeError) else f"missing or wrong key {exc}"  # TypeError: core.serial names it
+        raise RecipeError(f"{path}: malformed lock ({what})",
                           hint="locks are written by `toolchain build`; rebuild it") from None
 
 
