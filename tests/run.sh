@@ -38,7 +38,11 @@ say "the house checks: mypy over the package, ruff, the import-linter layer cont
 
 say "running the tests"
 set +e
-"$PYTHON" -m pytest -p no:cacheprovider -ra --durations=30 "$@"
+# TOOLCHAIN_TEST_WORKERS: pytest-xdist worker processes (default 2; 0 runs in this process, one test at a time).
+# Each test file runs whole on one worker (--dist loadfile): its module fixtures are made once. pytest-benchmark,
+# where installed, refuses to measure under xdist with a warning that filterwarnings=error turns into an error.
+"$PYTHON" -m pytest -p no:cacheprovider -p no:benchmark -ra --durations=30 \
+    -n "${TOOLCHAIN_TEST_WORKERS:-2}" --dist loadfile "$@"
 rc=$?
 set -e
 if [[ $rc == 5 ]]; then
