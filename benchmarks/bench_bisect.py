@@ -49,6 +49,7 @@ Then closures from an index (issue 26: resolve once per change):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -59,6 +60,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -384,7 +386,7 @@ class BuildCommandClock:
 
         self._host, self._real = host, host.run
 
-        def timing_run(argv, **kw):
+        def timing_run(argv: Sequence[str], **kw: Any) -> Any:
             if "wheel" not in argv:
                 return self._real(argv, **kw)
             wall, cpu = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
@@ -393,11 +395,11 @@ class BuildCommandClock:
             finally:
                 self.times.append((time.perf_counter() - wall, _cpu(resource.RUSAGE_CHILDREN) - cpu))
 
-        host.run = timing_run  # type: ignore[assignment]
+        host.run = timing_run
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._host.run = self._real  # type: ignore[assignment]
+        self._host.run = self._real
 
 
 def _timed(fn: Any) -> tuple[float, float]:
@@ -454,7 +456,7 @@ def run_step_benchmark(work: Path, *, commits: int = 60, rounds: int = 5, baseli
             result = Bisector(cands, spine_builder(stack, cold, name=PY), tester, jobs=jobs).run()
             t_tool[jobs] = time.monotonic() - started
             steps[jobs] = len(result.steps)
-            found[jobs] = bool(result.first_bad) and result.first_bad.key == stack.kern.first_bad
+            found[jobs] = result.first_bad is not None and result.first_bad.key == stack.kern.first_bad
             git_first_bad, git_steps, seconds = git_bisect_run(stack, work)
             t_git.append(seconds)
         g = statistics.median(t_git)
@@ -483,11 +485,11 @@ class ResolverCounter:
             self.calls += 1
             return self._real(*args, **kw)
 
-        uvpin.resolve_closure = counted  # type: ignore[assignment]
+        uvpin.resolve_closure = counted
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._uvpin.resolve_closure = self._real  # type: ignore[assignment]
+        self._uvpin.resolve_closure = self._real
 
 
 def run_index_benchmark(work: Path, *, commits: int = 60, rounds: int = 3, baseline: bool = True) -> dict[str, Any]:
@@ -516,7 +518,7 @@ def run_index_benchmark(work: Path, *, commits: int = 60, rounds: int = 3, basel
                                   jobs=DEFAULT_JOBS).run()
                 t_tool.append(time.monotonic() - started)
                 resolutions.append(uv.calls - before)
-                found.append(bool(result.first_bad) and result.first_bad.key == stack.kern.first_bad)
+                found.append(result.first_bad is not None and result.first_bad.key == stack.kern.first_bad)
                 if baseline:
                     git_first_bad, git_steps, seconds = git_bisect_run(stack, work)
                     t_git.append(seconds)
@@ -535,7 +537,7 @@ def run_index_benchmark(work: Path, *, commits: int = 60, rounds: int = 3, basel
         "idx_tool_seconds": [round(t, 2) for t in t_tool], "idx_resolutions_per_cold_bisect": resolutions,
         "idx_index_requests": asked, "idx_rerun_seconds": round(t_rerun, 2),
         "idx_rerun_resolutions": rerun_resolutions, "idx_rerun_compiled": again.builds_compiled}
-    checks = {"idx_found": all(found) and bool(again.first_bad) and again.first_bad.key == stack.kern.first_bad,
+    checks = {"idx_found": all(found) and again.first_bad is not None and again.first_bad.key == stack.kern.first_bad,
               "idx_resolves_once": all(n == 1 for n in resolutions), "idx_rerun_resolves_nothing": rerun_resolutions == 0}
     if baseline:
         tool, git = statistics.median(t_tool), statistics.median(t_git)
@@ -595,7 +597,7 @@ def run_rerun_benchmark(work: Path, *, rounds: int = 5) -> dict[str, Any]:
         cold = {which: bisect(which)[0] for which in recipes}  # compiles the kernels once, resolves each closure
         cold_resolved = {which: resolved[which].pop() for which in recipes}
         asked = index.count()
-        samples = side_by_side({which: (lambda which=which: bisect(which)) for which in recipes}, rounds)
+        samples = side_by_side({which: functools.partial(bisect, which) for which in recipes}, rounds)
         rerun_asked = index.count() - asked
     finally:
         index.stop()

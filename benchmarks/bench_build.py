@@ -39,7 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmarks.measure import (
     importtime_top,
@@ -58,7 +60,7 @@ from toolchain.sources.trees import SourceTrees
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sh(argv, **kw):
+def sh(argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
 
 
@@ -204,7 +206,7 @@ def cold_compiled(base: Path, env: dict[str, str], rounds: int, tus: int = 40) -
             cache, out = base / f"synth-{side}-cache{r}", base / f"synth-{side}-out{r}"  # empty caches each round
             times[side].append(toolchain_build(cache, out, env, *extra, recipe=str(recipe))[0])
 
-        def by_hand(r=r):
+        def by_hand(r: int = r) -> None:
             src = base / f"synth-raw{r}"
             check_out_by_hand(synth.path, commit, src)
             sh([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", str(src), "-w",
@@ -309,7 +311,10 @@ def checkouts(base: Path, rounds: int, shape: str = "2,000 files, 300 commits", 
     url = f"https://bench.invalid/{remote.name}"
     mirrors = Mirrors(base / "ckcache", (Rewrite(url, f"file://{remote}"),))
     mirrors.ensure(url, commit)
-    fresh, first, again, later = [], [], [], []
+    fresh: list[float] = []
+    first: list[float] = []
+    again: list[float] = []
+    later: list[float] = []
     for r in range(rounds):
         dest = base / f"clone-{remote.stem}{r}"
         fresh.append(timed(lambda: (sh(["git", "clone", "-q", "--no-checkout", f"file://{remote}", str(dest)]),

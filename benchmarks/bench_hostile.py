@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from toolchain.errors import RecipeError
@@ -41,7 +42,7 @@ def _chain(n: int) -> dict[str, Component]:
             for i in range(n)}
 
 
-def _timed(fn, *args) -> float:
+def _timed(fn: Callable[..., object], *args: object) -> float:
     t = time.perf_counter()
     fn(*args)
     return time.perf_counter() - t

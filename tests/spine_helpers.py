@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,21 +164,21 @@ class Cli:
         self.cwd = cwd
         self.env = env
 
-    def argv(self, args) -> list[str]:
+    def argv(self, args: Iterable[object]) -> list[str]:
         return [sys.executable, "-m", "toolchain", *map(str, args)]
 
-    def __call__(self, *args, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> Result:
+    def __call__(self, *args: object, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT) -> Result:
         argv = self.argv(args)
         r = subprocess.run(argv, cwd=self.cwd, env={**self.env, **(env or {})}, capture_output=True, text=True,
                            timeout=timeout, stdin=subprocess.DEVNULL)
         return Result(argv, r.returncode, r.stdout, r.stderr)
 
-    def ok(self, *args, **kw) -> Result:
+    def ok(self, *args: object, **kw: Any) -> Result:
         r = self(*args, **kw)
         assert r.returncode == 0, str(r)
         return r
 
-    def start(self, *args, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(self, *args: object, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Started in its own process group (so a test can kill the whole build with killpg)."""
         return subprocess.Popen(self.argv(args), cwd=self.cwd, env={**self.env, **(env or {})},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -284,7 +285,8 @@ class Workspace:
         path.write_text(text)
         return path
 
-    def build(self, recipe: str, out: str = "out", *extra, env=None, cache: Path | None = None) -> Result:
+    def build(self, recipe: str, out: str = "out", *extra: object, env: dict[str, str] | None = None,
+              cache: Path | None = None) -> Result:
         return self.cli("build", "--recipe", recipe, "--out", self.root / out,
                         "--cache-dir", cache or self.cache, "--json", *extra, env=env)
 
@@ -297,7 +299,7 @@ class Workspace:
                 for p in sorted(self.root.rglob("*"))}
 
 
-def component(repo: GitRepo, commit: str | None = None, **keys) -> dict:
+def component(repo: GitRepo, commit: str | None = None, **keys: object) -> dict:
     """A [components.X] table building `repo` at `commit` (default: HEAD)."""
     return {"url": repo.url, "ref": "main", "commit": commit or repo.head(), **keys}
 
@@ -307,7 +309,7 @@ def counted(counter: Path) -> int:
     return len(counter.read_text().splitlines()) if counter.exists() else 0
 
 
-def recipe_data(components: dict[str, dict], *, setvars: str = "", **top) -> dict:
+def recipe_data(components: dict[str, dict], *, setvars: str = "", **top: object) -> dict:
     """A recipe table: host target with this interpreter, no toolchain unless `setvars` is given."""
     data: dict = {"description": "test recipe", "toolchain": {"setvars": setvars},
                   "target": {"runtime": "host", "python": sys.executable}}

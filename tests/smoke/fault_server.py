@@ -126,16 +126,16 @@ ENGINE_DEAD_BODY = {"error": {"message": "EngineCore encountered an issue. See s
                               "type": "InternalServerError", "param": None, "code": 500}}
 
 
-def make_handler(args, modes):
+def make_handler(args: argparse.Namespace, modes: set[str]) -> type[BaseHTTPRequestHandler]:
     fp8 = "break-on-fp8" in modes and "--kv-cache-dtype" in args.rest and args.rest[args.rest.index("--kv-cache-dtype") + 1:][:1] == ["fp8"]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, fmt, *a):  # like uvicorn's access log, on stderr
+        def log_message(self, fmt: str, *a: object) -> None:  # like uvicorn's access log, on stderr
             log(f"INFO: {self.address_string()} - {fmt % a}")
 
-        def _send(self, status: int, payload, raw: str | None = None) -> None:
+        def _send(self, status: int, payload: object, raw: str | None = None) -> None:
             data = (raw if raw is not None else json.dumps(payload)).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -143,7 +143,7 @@ def make_handler(args, modes):
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             if "never-ready" in modes:
                 return self._send(503, {"error": "loading"})
             if self.path == "/health":
@@ -152,7 +152,7 @@ def make_handler(args, modes):
                 return self._send(200, {"object": "list", "data": [{"id": args.served_model_name, "object": "model"}]})
             self._send(404, {"error": "not found"})
 
-        def do_POST(self):
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             with LOCK:
                 STATE["posts"] += 1

@@ -11,13 +11,18 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
+
+if TYPE_CHECKING:
+    from tests.spine_helpers import Cli, Result
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_SRC = REPO / "toolchain" / "demo_src"
@@ -81,7 +86,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def served(root: Path):
+def served(root: Path) -> Iterator[str]:
     """`python -m http.server` serving `root` on 127.0.0.1; yields the base URL."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
@@ -103,7 +108,7 @@ def served(root: Path):
         proc.wait(timeout=30)
 
 
-def demo_variant(recipes: Path, name: str, resolve: dict, **overrides) -> Path:
+def demo_variant(recipes: Path, name: str, resolve: dict, **overrides: object) -> Path:
     """recipes/<name>.toml: the shipped demo with its own [resolve] (and any other tables replaced)."""
     data = tomlio.load_file(REPO / "recipes" / "demo.toml")
     # relative to the recipe file, like the shipped demo: a container runtime brings the folder in
@@ -140,10 +145,10 @@ class CountingIndex:
         index = self
 
         class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args, **kwargs):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, directory=str(root), **kwargs)
 
-            def do_GET(self):
+            def do_GET(self) -> None:
                 index.requests.append(self.path)
                 if index.latency:
                     time.sleep(index.latency)
@@ -157,7 +162,7 @@ class CountingIndex:
                         return
                 super().do_GET()
 
-            def log_message(self, *args):
+            def log_message(self, *args: object) -> None:
                 pass
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
@@ -178,12 +183,12 @@ class CountingIndex:
     def __enter__(self) -> CountingIndex:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
 @contextmanager
-def full_disk(where: Path):
+def full_disk(where: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs mounted at `where` (made empty first; what was there is put back after) and filled, so
     every write under it fails with ENOSPC; unmounted after. Needs root (the caller skips otherwise)."""
     kept = where.with_name(where.name + ".kept")
@@ -203,7 +208,7 @@ def full_disk(where: Path):
             kept.rename(where)
 
 
-def warm_builds(demo_cache: Path, root: Path):
+def warm_builds(demo_cache: Path, root: Path) -> tuple[Path, Cli, Callable[..., tuple[Result, Path]]]:
     """(root, cli, build): a copy of the demo build's cache under `root` (every component cached) and a CLI
     to build recipe variants with it; build(recipe, out, *args, env=...) → (result, root / out)."""
     from tests.spine_helpers import Cli, isolated_env
@@ -211,7 +216,7 @@ def warm_builds(demo_cache: Path, root: Path):
     shutil.copytree(demo_cache, root / "cache", symlinks=True)
     cli = Cli(root, isolated_env(root))
 
-    def build(recipe: Path, out: str, *args, env: dict[str, str] | None = None):
+    def build(recipe: Path, out: str, *args: object, env: dict[str, str] | None = None) -> tuple[Result, Path]:
         r = cli("build", "--recipe", recipe, "--patches-dir", REPO / "patches", "--cache-dir", root / "cache",
                 "--out", root / out, "--json", *args, env=env)
         return r, root / out

@@ -19,6 +19,10 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.support.registry import Registry
 
 BUF = 65536
 
@@ -54,7 +58,7 @@ def _length(head: bytes) -> int:
 
 
 class CutProxy:
-    def __init__(self, registry, cut: Callable[[str, str], bool],
+    def __init__(self, registry: Registry, cut: Callable[[str, str], bool],
                  before: Callable[[str, str], None] | None = None) -> None:
         self.registry, self.cut, self.before = registry, cut, before
         self.cut_done = threading.Event()

@@ -49,7 +49,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 # Bump when the build steps change in a way that changes the image content.
 RECIPE_VERSION = 2
@@ -108,7 +108,7 @@ def configure_containers_conf() -> Optional[str]:
 
 
 def _run(argv: Sequence[str], *, timeout: float = ENGINE_TIMEOUT, check: bool = False,
-         **kwargs) -> subprocess.CompletedProcess:
+         **kwargs: Any) -> subprocess.CompletedProcess:
     kwargs.setdefault("env", containers_env())
     kwargs.setdefault("stdin", subprocess.DEVNULL)
     kwargs.setdefault("capture_output", True)

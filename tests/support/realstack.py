@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -440,7 +441,7 @@ def read_toml(path: Path) -> dict:
     return tomlkit.parse(Path(path).read_text()).unwrap()
 
 
-def run_with_wheels(wheels, code: str, where: Path) -> subprocess.CompletedProcess:
+def run_with_wheels(wheels: Iterable[Path], code: str, where: Path) -> subprocess.CompletedProcess:
     """Unpack `wheels` into `where`/site and run `code` there with a fresh interpreter (no install needed:
     the C extensions were built for this interpreter)."""
     site = where / "site"

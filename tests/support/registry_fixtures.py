@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,7 @@ def _require(auth: bool) -> None:
 
 
 @pytest.fixture
-def registry(tmp_path) -> Iterator[Registry]:
+def registry(tmp_path: Path) -> Iterator[Registry]:
     """A registry without auth on 127.0.0.1:<free port> (plain HTTP): `.address`, `.url`, `.storage`,
     `.kill()`."""
     _require(auth=False)
@@ -38,7 +39,7 @@ def registry(tmp_path) -> Iterator[Registry]:
 
 
 @pytest.fixture
-def auth_registry(tmp_path) -> Iterator[Registry]:
+def auth_registry(tmp_path: Path) -> Iterator[Registry]:
     """A registry with htpasswd auth: `.username`, `.password`, `.auth` (for requests), and 401 without them."""
     _require(auth=True)
     with run_registry(tmp_path / "auth-registry", username=AUTH_USER, password=AUTH_PASSWORD) as reg:

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Optional, TypedDict
 
@@ -155,7 +155,7 @@ def _run(argv: list, log: Path, env: Optional[dict] = None, cwd: Optional[Path] 
         raise SystemExit(f"[vllm_cpu] failed (exit {proc.returncode}): {' '.join(argv)}\nlog: {log}\n{tail}")
 
 
-def _step(name: str, timings: dict, fn) -> None:
+def _step(name: str, timings: dict, fn: Callable[[], object]) -> None:
     t0 = time.monotonic()
     _log(f"{name} ...")
     fn()
