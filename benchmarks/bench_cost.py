@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 ** 2
 
 
-def toolchain_build(recipe: Path, out: Path, cache: Path, *extra: str, env: dict | None = None) -> dict[str, Any]:
+def toolchain_build(recipe: Path, out: Path, cache: Path, *extra: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """`toolchain build`; the synthetic component's lock entry plus the command's own wall seconds."""
     started = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "toolchain", "build", "--recipe", str(recipe), "--out", str(out),
@@ -60,7 +60,11 @@ def p5(work: Path, synth: Synthetic, k: int) -> dict[str, Any]:
     cold_off = toolchain_build(on_k, work / "out-off-k", work / "cache-off", "--no-compiler-cache")
     warm_on = toolchain_build(on_next, work / "out-on-next", work / "cache-on")
     next_off = toolchain_build(on_next, work / "out-off-next", work / "cache-off", "--no-compiler-cache")
-    wall = lambda c: c["metrics"]["wall-seconds"]
+
+    def wall(c: dict[str, Any]) -> float:
+        seconds: float = c["metrics"]["wall-seconds"]
+        return seconds
+
     cc = warm_on["compiler-cache"]
     hits, misses = cc["hits"], cc["misses"]
     return {

@@ -47,7 +47,8 @@ def build(cache: Path, out: Path, remote: str, *extra: str) -> dict[str, Any]:
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise SystemExit(f"bench_remote: {' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
-    return json.loads(done.stdout)
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
 
 
 def timed(fn: Any) -> tuple[float, Any]:

@@ -16,6 +16,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolchain.core.proc import run
 
@@ -140,8 +141,8 @@ def make_synthetic(path: Path, *, language: str = "c++", tus: int = 40, commits:
     return Synthetic(path, tuple(shas), language, tus)
 
 
-def recipe_text(synth: Synthetic, commit: str, *, python: str = sys.executable, target: dict | None = None,
-                build: dict | None = None, component: dict | None = None) -> str:
+def recipe_text(synth: Synthetic, commit: str, *, python: str = sys.executable, target: dict[str, Any] | None = None,
+                build: dict[str, Any] | None = None, component: dict[str, Any] | None = None) -> str:
     """A recipe building the synthetic component at `commit` (no toolchain; host unless `target`)."""
     lines = ['description = "build-cost benchmark"', "[toolchain]", 'setvars = ""', "[target]"]
     for k, v in (target or {"runtime": "host", "python": python}).items():
