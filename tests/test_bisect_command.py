@@ -16,6 +16,7 @@ from tests.spine_helpers import GitRepo
 from toolchain import cli
 from toolchain.bisect.core import BuildOutcome, Candidate, Verdict, resumable
 from toolchain.bisect.testers import CommandTester, TestCannotRun
+from toolchain.build.cache import WheelRef
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_file
@@ -25,14 +26,12 @@ from toolchain.errors import BuildError, UsageError
 from toolchain.lock import (
     Lock,
     LockedComponent,
-    TargetInfo,
-    ToolchainInfo,
-    WheelRef,
     locked_env,
     read_lock,
     verify_wheels,
     write_lock,
 )
+from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 # ---- CommandTester: `git bisect run` semantics with real processes ------------------------------------------
 

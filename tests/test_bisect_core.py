@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -440,7 +442,7 @@ def test_a_resumed_spread_bisect_knows_its_width_from_the_saved_builds(tmp_path:
 def test_idle_cores_reads_without_waiting(monkeypatch):
     from toolchain.core import cpu
 
-    ncpu = len(cpu.os.sched_getaffinity(0))
+    ncpu = len(os.sched_getaffinity(0))
     readings = iter([cpu._Reading(10.0, [0, 0, 0, 0, 0], 0.0),   # the first reading, 0.05 s after import: waits
                      cpu._Reading(10.2, [100, 0, 0, 300, 0], 0.1),
                      cpu._Reading(11.2, [200, 0, 0, 400, 0], 0.9),   # a second later: half idle, 0.8 s ours
@@ -448,7 +450,7 @@ def test_idle_cores_reads_without_waiting(monkeypatch):
     slept: list[float] = []
     monkeypatch.setattr(cpu, "_last", cpu._Reading(9.95, [0, 0, 0, 0, 0], 0.0))
     monkeypatch.setattr(cpu, "_snapshot", lambda: next(readings))
-    monkeypatch.setattr(cpu.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)  # (what cpu.time.sleep is)
     assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.75 + 0.1 / 0.25))
     assert slept == [pytest.approx(0.15)]
     assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.5 + 0.8))

@@ -25,21 +25,15 @@ from toolchain.bisect.lockdiff import (
     stack_data,
 )
 from toolchain.bisect.state import StateFile
+from toolchain.build.cache import WheelRef
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run
 from toolchain.errors import RecipeError
-from toolchain.lock import (
-    Lock,
-    LockedComponent,
-    Patch,
-    TargetInfo,
-    ToolchainInfo,
-    WheelRef,
-    read_lock,
-    write_lock,
-)
+from toolchain.lock import Lock, LockedComponent, read_lock, write_lock
 from toolchain.recipe import load as recipes
+from toolchain.recipe.model import Patch
+from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 COMPONENTS = ("vllm", "vllm-xpu-kernels", "ark")
 

@@ -25,10 +25,10 @@ from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest
 from tests.support.debian_image import containers_env
 from toolchain import console
 from toolchain.build import ccache, intarget
-from toolchain.build.jobs import GiB, MiB, Resources, decide_jobs, per_job_memory, resources_from
+from toolchain.build.jobs import Resources, decide_jobs, per_job_memory, resources_from
 from toolchain.build.metrics import RESULT, BuildMetrics, read_live, read_result
 from toolchain.errors import RecipeError, UsageError
-from toolchain.recipe.buildspec import BuildSpec, parse_size
+from toolchain.recipe.buildspec import BuildSpec, GiB, MiB, parse_size
 from toolchain.recipe.load import Component, load_recipe
 
 KERNELS_PREV = "56b6cf940598e782e1140e31de42d2ec8ff41ead"  # demo kernels, the commit before the pinned one

@@ -27,6 +27,7 @@ from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
 from toolchain.core.proc import CommandFailed, CommandTimeout
+from toolchain.core.proc import run as proc_run
 from toolchain.errors import BuildError
 from toolchain.lock import verify_wheels
 from toolchain.pipeline import build_stack
@@ -319,7 +320,7 @@ def test_env_values_stay_off_the_engine_command_line(engine, image, tmp_path, mo
     import toolchain.target.container.engine as engine_calls
 
     seen = []
-    real_run = engine_calls.run
+    real_run = proc_run  # what the engine calls (core.proc's)
 
     def spy(argv, **kw):
         seen.append(list(argv))

@@ -17,6 +17,7 @@ from tests.spine_helpers import GitRepo, component, recipe_data
 from toolchain.build import buildreqs
 from toolchain.build.buildreqs import check_build_requires, declared_requires
 from toolchain.core import toml as tomlio
+from toolchain.core.git import git
 from toolchain.core.proc import run
 from toolchain.errors import BuildError
 from toolchain.lock import wheel_name_version
@@ -78,7 +79,7 @@ def test_git_is_asked_once_per_mirror_and_commit_and_the_answer_is_kept_on_disk(
     m = Mirrors(cache)
     m.ensure(repo.url, first)
     calls: list[list[str]] = []
-    real = mirrors_mod.git
+    real = git  # what mirrors calls (toolchain.core.git's)
 
     def counting(args, **kw):
         calls.append(list(args))

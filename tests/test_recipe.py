@@ -485,7 +485,7 @@ def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
     hints = [typing.get_type_hints(model.Component)["patches"], typing.get_type_hints(lock.LockedComponent)["patches"],
              typing.get_type_hints(vars(plan.ComponentPlan)["patches"].fget)["return"]]
     assert hints == [tuple[model.Patch, ...]] * 3
-    assert patches.Patch is model.Patch
+    assert vars(patches)["Patch"] is model.Patch  # the sources stage's is the recipe's
     # what is not the patch's identity comes last and takes no part in equality: its file, and where it applied
     assert [f.name for f in dataclasses.fields(model.Patch)][-2:] == ["file", "applied"]
     assert [f.name for f in dataclasses.fields(model.Patch) if not f.compare] == ["file", "applied"]

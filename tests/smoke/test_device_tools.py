@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.core.devices import Card
 from toolchain.smoke import devices
 
 DISCOVERY = {"device_list": [
@@ -35,7 +36,7 @@ def bindir(tmp_path, monkeypatch) -> Path:
 def test_xpu_smi_discovery_lists_the_cards(bindir):
     tool(bindir, "xpu-smi", f"[ \"$1 $2\" = 'discovery -j' ] && cat <<'EOF'\n{json.dumps(DISCOVERY)}\nEOF")
     cards = devices.xpu_smi_cards()
-    assert cards == [devices.Card("xpu-smi:0", 0xE223, "0000:04:00.0"), devices.Card("xpu-smi:1", 0xE211, "0000:03:00.0")]
+    assert cards == [Card("xpu-smi:0", 0xE223, "0000:04:00.0"), Card("xpu-smi:1", 0xE211, "0000:03:00.0")]
     assert devices.check("b70", 1, "0", cards).ok
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.smoke.smoke_helpers import FAULT_SERVER, fault_cmd, free_port, write_test_lock
-from toolchain.core.devices import find_cards
+from toolchain.core.devices import Card, find_cards
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import SmokeOptions, devices, run_smoke
@@ -91,8 +91,8 @@ def test_cards_are_found_in_sysfs(tmp_path):
 
 
 def test_device_check_messages(tmp_path):
-    b60 = devices.Card("card0", 0xE211, "0000:03:00.0")
-    b70 = devices.Card("card1", 0xE223, "0000:04:00.0")
+    b60 = Card("card0", 0xE211, "0000:03:00.0")
+    b70 = Card("card1", 0xE223, "0000:04:00.0")
     assert devices.check("b60", 1, "0", [b60]).ok
     wrong = devices.check("b70", 1, "0", [b60])
     assert not wrong.ok

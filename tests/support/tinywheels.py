@@ -23,10 +23,13 @@ from pathlib import Path
 import pytest
 
 from toolchain import lock as lockmod
+from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.build.determinism import commit_epoch, deterministic_env
 from toolchain.build.wheelnorm import normalize_wheel
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import merge_env, run
+from toolchain.recipe.model import Patch
+from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 COMMIT_DATE = "2023-11-14T22:13:20+00:00"  # = epoch 1700000000
 COMMIT_EPOCH = 1700000000
@@ -129,7 +132,7 @@ def build_stack(projects: list[Project], out_dir: Path, *, deterministic: bool =
                 patches_dir: Path | None = None, recipe_name: str = "tiny") -> lockmod.Lock:
     """Build `projects` in order into `out_dir` (sources under `out_dir/../src`); return the lock read back."""
     src_root = out_dir.parent / "src"
-    wheels = out_dir / lockmod.WHEELS_DIR
+    wheels = out_dir / WHEELS_DIR
     recipe = out_dir.parent / f"{recipe_name}.toml"
     recipe.parent.mkdir(parents=True, exist_ok=True)
     recipe.write_text('description = "tiny test stack"\n')
@@ -143,7 +146,7 @@ def build_stack(projects: list[Project], out_dir: Path, *, deterministic: bool =
             assert patches_dir is not None, f"{project.name} has patches: build_stack needs patches_dir"
             patch = patches_dir / rel
             git("apply", str(patch), cwd=src)
-            patch_refs.append(lockmod.Patch(rel, sha256_file(patch)))
+            patch_refs.append(Patch(rel, sha256_file(patch)))
         env = merge_env(os.environ, {"SOURCE_DATE_EPOCH": None, "PIP_NO_INPUT": "1",
                                      "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
         epoch = commit_epoch(src, project.commit)
@@ -159,9 +162,9 @@ def build_stack(projects: list[Project], out_dir: Path, *, deterministic: bool =
             import_name=project.name, version="", install_args=("--no-deps", "--force-reinstall"),
             patches=tuple(patch_refs), env={}, command=("{python}", "-m", "pip", "wheel", "{src}"),
             cache_key=project.commit[:16], build_seconds=time.monotonic() - started,
-            wheel=lockmod.WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size)))
+            wheel=WheelRef(wheel.name, sha256_file(wheel), wheel.stat().st_size)))
     lock = lockmod.Lock(recipe_name=recipe_name, recipe_path=str(recipe), recipe_sha256=sha256_file(recipe),
-                        recipe_text="", toolchain=lockmod.ToolchainInfo(),
-                        target=lockmod.TargetInfo(python=sys.executable, container=f"build-{time.time_ns()}"),
+                        recipe_text="", toolchain=ToolchainInfo(),
+                        target=TargetInfo(python=sys.executable, container=f"build-{time.time_ns()}"),
                         smoke={}, components=tuple(components), normalizations=tuple(sorted(applied)))
     return lockmod.read_lock(lockmod.write_lock(lock, out_dir))
