@@ -64,16 +64,21 @@ class SourceTrees:
     def _later(self, work: Callable[..., object], *args: object) -> None:
         """`work(*args)` in a thread beside the build (the process waits for it before it exits)."""
         thread = threading.Thread(target=work, args=args, name="trees-later")
-        with self._lock:
+        with self._lock:  # (started under the lock: `settled` never sees it listed and not yet started)
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-        thread.start()
+            thread.start()
 
     def settled(self) -> None:
-        """Wait for the work started beside builds (settling prepared trees, deleting what builds left)."""
-        with self._lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join()
+        """Wait for the work started beside builds (settling prepared trees, deleting what builds left),
+        including what that work started in turn (settling a tree moves what a build left out of it, and a
+        thread of its own deletes that)."""
+        while True:
+            with self._lock:
+                threads = [t for t in self._threads if t.is_alive()]
+            if not threads:
+                return
+            for thread in threads:
+                thread.join()
 
     def _usable(self, path: Path, state: Path, commit: str) -> bool:
         if not (path / ".git").exists() or not state.is_file():
