@@ -175,8 +175,9 @@ def heartbeat_line(cp: ComponentPlan, log: Path, seconds: float, work: Path | No
     if cp.jobs:
         parts.append(f"{cp.jobs.jobs} jobs")
     reading = next(filter(None, (read_live(d) for d in work.glob(f"{cp.cache_key}-*"))), None) if work else None
-    if reading is not None and reading.describe():
-        parts.append(reading.describe())
+    figures = reading.describe() if reading is not None else ""
+    if figures:
+        parts.append(figures)
     last = next((line.strip() for line in reversed(_tail(log, 20)) if line.strip()), "")
     if last:
         parts.append(f"last: {last}")

@@ -334,11 +334,10 @@ class Engine:
                 return []
             _REAPED.add(where)
         r = self.query("ps", "-a", "--filter", f"label={OWNER}", "--format", self.config.owner_format)
-        orphans = [line.split()[0] for line in r.stdout.splitlines()
-                   if r.returncode == 0 and len(line.split()) == 2 and owner_gone(line.split()[1])]
-        for cid in orphans:
-            self.query(*self.config.remove_args, cid)
+        rows = [line.split() for line in r.stdout.splitlines()] if r.returncode == 0 else []
+        orphans = [row[0] for row in rows if len(row) == 2 and owner_gone(row[1])]
         if orphans:
+            self.query(*self.config.remove_args, *orphans)  # (one engine call for all of them)
             self.say(f"removed {len(orphans)} {self.name} container(s) left by a toolchain run that was killed")
         return orphans
 
