@@ -23,7 +23,7 @@ from toolchain.core.serial import from_data, to_data, to_table
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import InputFile, Patch
-from toolchain.resolve.closure import Closure, pylock_entry
+from toolchain.resolve.closure import Closure, canonical_name, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.sources.patches import applied_at
@@ -219,7 +219,7 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
         version = Version(parts[1])
     except InvalidVersion:
         raise ValueError(f"invalid wheel filename (version {parts[1]!r}): {filename!r}") from None
-    return re.sub(r"[-_.]+", "-", parts[0]).lower(), str(version)
+    return canonical_name(parts[0]), str(version)
 
 
 def read_lock(path: Path) -> Lock:
