@@ -103,6 +103,35 @@ def test_the_targets_oneapi_library_path_provides(audited, tmp_path):
     assert _sycl_errors(native.check([a["kernels"], a["sycl8"]], providers, where="x")) == []
 
 
+class _CountingHost(HostRuntime):
+    """The host runtime, counting the commands it runs (each a probe interpreter)."""
+
+    runs = 0
+
+    def run(self, argv, **kw):
+        self.runs += 1
+        return super().run(argv, **kw)
+
+
+def test_the_hosts_library_listing_is_remembered_until_a_listed_folder_changes(tmp_path):
+    """A build into a new --out lists the host's libraries from the memo (no interpreter, no ldconfig); a library
+    added to a listed folder lists them again; a base image's installed listing is never remembered."""
+    lib = tmp_path / "oneapi" / "lib"
+    lib.mkdir(parents=True)
+    runtime, memo = _CountingHost(TargetSpec()), tmp_path / "memo"
+    first = native.target_providers(runtime, sys.executable, [str(lib)], "2026.1.0", memo_dir=memo)
+    assert runtime.runs == 1 and first.system and first.oneapi == {}
+    again = native.target_providers(runtime, sys.executable, [str(lib)], "2025.3.1", memo_dir=memo)
+    assert runtime.runs == 1  # remembered
+    assert again == native.Providers("2025.3.1", first.oneapi, first.system)  # the version is the caller's
+    (lib / "libsycl.so.9").write_bytes(b"stand-in\n")
+    added = native.target_providers(runtime, sys.executable, [str(lib)], "2026.1.0", memo_dir=memo)
+    assert runtime.runs == 2 and added.oneapi == {"libsycl.so.9": str(lib)}
+    for _ in range(2):
+        native.target_providers(runtime, sys.executable, [str(lib)], "", installed=True, memo_dir=memo)
+    assert runtime.runs == 4
+
+
 def _runtime_wheel(folder: Path, soname: str) -> Path:
     """A small stand-in runtime wheel that ships `lib/<soname>` under the environment's lib/ (the wheel's data
     scheme), as intel-sycl-rt ships libsycl.so.N; its bytes are a marker, not a library: only the name counts."""

@@ -364,7 +364,8 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
                  ui: UI) -> tuple[WheelAudit, ...]:
     """The native audit of every wheel of `lock` (built, prebuilt, the closure's; cached by sha256), then the
     check that each needed soname is provided by the closure, the target's oneAPI library path (`toolchain`:
-    the captured setvars environment; None: not sourced) or its system loader path. Raises NativeABIError
+    the captured setvars environment; None: not sourced) or its system loader path (on the host, remembered
+    under <cache>/memo while ldconfig's cache and the folders listed are unchanged). Raises NativeABIError
     naming each missing soname; warns of compiler stamps other than the captured oneAPI's."""
     from toolchain.resolve import native
 
@@ -381,7 +382,8 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
         with make_runtime(recipe.target, ui) as runtime:
             providers = native.target_providers(runtime, recipe.target.python, dirs,
                                                 lock.toolchain.oneapi_version if toolchain is not None else "",
-                                                installed=lock.base is not None)  # (the image's stack)
+                                                installed=lock.base is not None,  # (the image's stack)
+                                                memo_dir=cache_dir / "memo" if runtime.on_host else None)
         report = native.check(audits, providers, where="the lock")
         for warning in report.warnings:
             ui.warn(warning)

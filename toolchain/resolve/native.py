@@ -13,6 +13,7 @@ the wheel's sha256 (`<cache>/native/<sha256>.json`), so a warm build reads JSON 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -133,19 +134,35 @@ class Runs(Protocol):
 
 
 def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], oneapi_version: str, *,
-                     installed: bool = False) -> Providers:
+                     installed: bool = False, memo_dir: Path | None = None) -> Providers:
     """The target's system loader path (`ldconfig -p` and the default library folders) and the sonames in
     setvars' library path, as the target's interpreter lists them; with `installed`, also the shared objects
     of every distribution that interpreter has installed (a base image's stack: torch's libtorch_xpu.so,
-    intel-sycl-rt's libsycl.so.N under the environment's lib/), by their RECORD."""
-    r = runtime.run([python, "-c", LOADER_PROBE, *(["--installed"] if installed else []), *oneapi_dirs],
-                    capture=True, check=False)
-    try:
-        return parse_probe(r.stdout, oneapi_version)
-    except (ValueError, IndexError) as exc:
-        raise BuildError(f"listing the target's libraries failed (exit {r.returncode}): "
-                         f"{(r.stderr or r.stdout)[-300:].strip()}",
-                         hint="check [target] python runs in the target") from exc
+    intel-sycl-rt's libsycl.so.N under the environment's lib/), by their RECORD.
+
+    `memo_dir` (only for a target whose files are this machine's: the host): the listing is remembered there
+    while ldconfig's cache and every folder listed are unchanged, so a build into a new --out starts no
+    interpreter and no ldconfig to list the same libraries again. An `installed` listing is never remembered
+    (a `pip install` changes it without touching those)."""
+    def compute() -> tuple[dict[str, dict[str, str]], list[str]]:
+        r = runtime.run([python, "-c", LOADER_PROBE, *(["--installed"] if installed else []), *oneapi_dirs],
+                        capture=True, check=False)
+        try:
+            return probe_listing(r.stdout), [LOADER_CACHE, *SYSTEM_LIB_DIRS, *oneapi_dirs]
+        except (ValueError, IndexError, AttributeError) as exc:
+            raise BuildError(f"listing the target's libraries failed (exit {r.returncode}): "
+                             f"{(r.stderr or r.stdout)[-300:].strip()}",
+                             hint="check [target] python runs in the target") from exc
+
+    if memo_dir is None or installed:
+        raw = compute()[0]
+    else:
+        from toolchain.core.memo import remembered
+
+        identity = {"python": python, "oneapi-dirs": list(oneapi_dirs), "path": os.environ.get("PATH", "")}
+        raw = remembered(memo_dir, "loader", identity, compute)
+    return Providers(oneapi_version, dict(raw.get("oneapi", {})), dict(raw.get("system", {})),
+                     dict(raw.get("installed", {})))
 
 
 def _read_wheel(path: Path) -> Iterable[SharedObject]:
@@ -270,6 +287,10 @@ def raise_for(report: NativeReport, where: str) -> None:
 
 # ---- the target's library paths --------------------------------------------------------------------------
 
+# What `ldconfig -p` prints comes from its cache; with the default library folders, what the probe lists
+LOADER_CACHE = "/etc/ld.so.cache"
+SYSTEM_LIB_DIRS = ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib")
+
 LOADER_PROBE = r"""
 import json, os, subprocess, sys
 system = {}
@@ -285,7 +306,7 @@ for exe in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
             system.setdefault(name, path.strip())
     if system:
         break
-for d in ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib"):
+for d in @SYSTEM_LIB_DIRS@:
     try:
         for n in os.listdir(d):
             if ".so" in n:
@@ -310,7 +331,7 @@ for d in args:
     except OSError:
         pass
 print(json.dumps({"system": system, "oneapi": oneapi, "installed": installed}))
-"""
+""".replace("@SYSTEM_LIB_DIRS@", repr(SYSTEM_LIB_DIRS))
 
 
 def library_dirs(env: Mapping[str, str | None]) -> list[str]:
@@ -318,7 +339,7 @@ def library_dirs(env: Mapping[str, str | None]) -> list[str]:
     return [d for d in (env.get("LD_LIBRARY_PATH") or "").split(":") if d]
 
 
-def parse_probe(stdout: str, oneapi_version: str) -> Providers:
+def probe_listing(stdout: str) -> dict[str, dict[str, str]]:
+    """The probe's JSON line: {"system"|"oneapi"|"installed": {soname: where}}."""
     raw = json.loads(stdout.strip().splitlines()[-1])
-    return Providers(oneapi_version, dict(raw.get("oneapi", {})), dict(raw.get("system", {})),
-                     dict(raw.get("installed", {})))
+    return {k: {str(n): str(w) for n, w in dict(raw.get(k, {})).items()} for k in ("system", "oneapi", "installed")}
