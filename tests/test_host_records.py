@@ -42,3 +42,26 @@ def test_locks_and_smoke_reports_record_the_box_and_bisect_names_host_difference
     report = json.loads((ws.root / "smoke" / "report.json").read_text())
     assert report["host"]["gpus"] == good["host"]["gpus"], str(r)  # where it served, not where it was built
     assert "## Host (the box served on)" in (ws.root / "smoke" / "summary.md").read_text()
+
+
+def test_level_zero_and_compute_runtime_from_dpkg_or_the_library_folders(tmp_path):
+    """dpkg's status names an installed package only at a line's start (its first stanza included); a package not
+    installed there is looked up by its library in the library folders (the first folder, the first name)."""
+    from toolchain.target.hostfacts import DPKG_STATUS, gather
+
+    root = tmp_path / "libs"
+    (root / DPKG_STATUS).parent.mkdir(parents=True)
+    (root / DPKG_STATUS).write_text("Package: tools\nStatus: install ok installed\nDescription: mentions\n"
+                                    " Package: libze1\n\nPackage: libze-intel-gpu1\nStatus: deinstall ok config-files\n"
+                                    "Version: 9.9\n")
+    for folder, name in (("usr/lib64", "libze_loader.so.1.3.0"), ("usr/lib64", "libze_loader.so.1.21.9"),
+                         ("usr/lib/x86_64-linux-gnu", "libze_intel_gpu.so.1.6.3"),
+                         ("usr/lib", "libze_intel_gpu.so.1.2.0")):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / name).write_bytes(b"")
+    facts = gather(root)
+    assert (facts.level_zero, facts.compute_runtime) == ("1.21.9", "1.6.3")
+    (root / DPKG_STATUS).write_text("Package: libze1\nStatus: install ok installed\nVersion: 1.22.0-1\n\n"
+                                    "Package: libze-intel-gpu1\nStatus: install ok installed\nVersion: 25.1-1")
+    facts = gather(root)
+    assert (facts.level_zero, facts.compute_runtime) == ("libze1 1.22.0-1", "libze-intel-gpu1 25.1-1")

@@ -59,9 +59,12 @@ def gather(root: Path | None = None) -> HostFacts:
     cards = find_cards(root)
     guc, huc = firmware(root)
     total, avail = memory(root)
+    status = _read_bytes(root / DPKG_STATUS)  # read once for both packages (hundreds of kB)
+    libs = _lib_names(root)  # each library folder listed once for both libraries
     return HostFacts(kernel=_read(root / "proc/sys/kernel/osrelease"),
                      gpus=tuple(c.describe() for c in cards), drivers=tuple(c.driver or "none" for c in cards),
-                     guc=guc, huc=huc, level_zero=level_zero_loader(root), compute_runtime=compute_runtime(root),
+                     guc=guc, huc=huc, level_zero=level_zero_loader(root, status, libs),
+                     compute_runtime=compute_runtime(root, status, libs),
                      oneapi=versions_in(root / ONEAPI / "compiler"), oneccl=versions_in(root / ONEAPI / "ccl"),
                      memory_total=total, memory_available=avail)
 
@@ -112,33 +115,56 @@ def memory(root: Path) -> tuple[int, int]:
     return total, avail
 
 
-def level_zero_loader(root: Path) -> str:
-    return dpkg_version(root, LOADER_PACKAGES) or _library_version(root, "libze_loader.so.1.")
+# (dpkg's status file and the names in each of LIB_DIRS, when the caller read them already)
+Libs = tuple[tuple[str, ...], ...]
 
 
-def compute_runtime(root: Path) -> str:
-    return dpkg_version(root, COMPUTE_RUNTIME_PACKAGES) or _library_version(root, "libze_intel_gpu.so.1.")
+def level_zero_loader(root: Path, status: bytes | None = None, libs: Libs | None = None) -> str:
+    return dpkg_version(root, LOADER_PACKAGES, status) or _library_version(root, "libze_loader.so.1.", libs)
 
 
-def dpkg_version(root: Path, packages: tuple[str, ...]) -> str:
+def compute_runtime(root: Path, status: bytes | None = None, libs: Libs | None = None) -> str:
+    return dpkg_version(root, COMPUTE_RUNTIME_PACKAGES, status) or _library_version(root, "libze_intel_gpu.so.1.", libs)
+
+
+def dpkg_version(root: Path, packages: tuple[str, ...], status: bytes | None = None) -> str:
     """`<package> <version>` of the first of `packages` dpkg lists as installed."""
-    text = "\n" + _read(root / DPKG_STATUS) + "\n"
-    for name in packages:  # found by name, not by parsing the whole (megabytes) file
-        start = text.find(f"\nPackage: {name}\n")
+    text = _read_bytes(root / DPKG_STATUS) if status is None else status
+    for name in packages:  # found by name, not by parsing the whole (megabytes) file; only its stanza decoded
+        start = _stanza_start(text, f"Package: {name}\n".encode())
         if start < 0:
             continue
-        end = text.find("\n\n", start + 1)
-        stanza = text[start + 1:end if end >= 0 else len(text)]
+        end = text.find(b"\n\n", start)
+        stanza = text[start:end if end >= 0 else len(text)].decode("utf-8", "replace")
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
         if "installed" in fields.get("Status", "").split():
             return f"{name} {fields.get('Version', '')}"
     return ""
 
 
-def _library_version(root: Path, prefix: str) -> str:
+def _stanza_start(text: bytes, line: bytes) -> int:
+    """Where `line` starts a line of `text` (-1: nowhere)."""
+    at = text.find(line)
+    while at > 0 and text[at - 1] != 0x0A:  # (not at a line's start: "Package: x" inside another field)
+        at = text.find(line, at + 1)
+    return at
+
+
+def _lib_names(root: Path) -> Libs:
+    """The names in each of LIB_DIRS (none where it cannot be listed)."""
+    out = []
     for d in LIB_DIRS:
-        for lib in sorted((root / d).glob(prefix + "*")):
-            return lib.name[len(prefix) - 2:]  # "1.21.9" of libze_loader.so.1.21.9
+        try:
+            out.append(tuple(os.listdir(root / d)))
+        except OSError:
+            out.append(())
+    return tuple(out)
+
+
+def _library_version(root: Path, prefix: str, libs: Libs | None = None) -> str:
+    for names in _lib_names(root) if libs is None else libs:
+        for name in sorted(n for n in names if n.startswith(prefix)):
+            return name[len(prefix) - 2:]  # "1.21.9" of libze_loader.so.1.21.9
     return ""
 
 
@@ -147,6 +173,13 @@ def versions_in(folder: Path) -> tuple[str, ...]:
         return tuple(sorted(p.name for p in folder.iterdir() if VERSION_DIR.match(p.name)))
     except OSError:
         return ()
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def _read(path: Path) -> str:
