@@ -247,3 +247,54 @@ def test_a_warm_no_op_starts_no_process_imports_no_writer_and_rewrites_nothing(w
     done = subprocess.run(argv, cwd=ws.root, env=ws.env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'git'" in started.read_text()
+
+
+def test_a_pyenv_shims_probe_is_remembered_until_what_chooses_its_interpreter_changes(tmp_path, monkeypatch):
+    """A recipe's `python3` found as a pyenv shim (a script: a plain wrapper script is probed every time): the
+    probe is remembered while the PYENV_* variables and PATH are the same and no .python-version (from PYENV_DIR
+    up), global version file or installed version changes."""
+    from toolchain.build.plan import probe_target
+    from toolchain.recipe.model import TargetSpec
+    from toolchain.target.host import HostRuntime
+
+    root, here = tmp_path / "pyenv", tmp_path / "project"
+    (root / "shims").mkdir(parents=True)
+    (root / "versions").mkdir()
+    here.mkdir()
+    shim = root / "shims" / "python3"
+    shim.write_text(f'#!/usr/bin/env bash\nset -e\nexport PYENV_ROOT="{root}"\nexec {sys.executable} "$@"\n'
+                    f'# (a real shim: exec "$PYENV_ROOT/libexec/pyenv" exec "$program" "$@")\n')
+    shim.chmod(0o755)
+    other = tmp_path / "wrapper" / "python3"
+    other.parent.mkdir()
+    other.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    other.chmod(0o755)
+    assert HostRuntime(TargetSpec(python=str(other))).identity() is None
+
+    monkeypatch.setenv("PYENV_DIR", str(here))
+    monkeypatch.delenv("PYENV_VERSION", raising=False)
+    probes = []
+
+    class Counting(HostRuntime):
+        def probe_watch(self):
+            probes.append(1)
+            return super().probe_watch()
+
+    def probe() -> object:
+        runtime = Counting(TargetSpec(python=str(shim)))
+        return probe_target(runtime, tmp_path / "memo", runtime.identity())
+
+    first = probe()
+    assert probe() == first and len(probes) == 1  # remembered
+    (here / ".python-version").write_text("3.11\n")  # `pyenv local`
+    probe()
+    assert len(probes) == 2
+    (root / "version").write_text("3.11\n")  # `pyenv global`
+    probe()
+    (root / "versions" / "3.12.1").mkdir()  # `pyenv install`
+    probe()
+    monkeypatch.setenv("PYENV_VERSION", "3.12.1")  # `pyenv shell`
+    probe()
+    assert len(probes) == 5
+    probe()
+    assert len(probes) == 5

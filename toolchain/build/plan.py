@@ -190,10 +190,12 @@ def probe_target(runtime: Runtime, memo_dir: Path | None, ident: dict[str, objec
     if ident is None:
         return runtime.probe()
     python = str(ident["python"])
+    wrapper = ident.get("watch")  # what chooses the interpreter a wrapper (a pyenv shim) runs
+    chooses = [str(p) for p in wrapper] if isinstance(wrapper, list) else []
 
     def compute() -> tuple[dict[str, Data], list[str]]:
         info, watch = runtime.probe_watch()
-        return to_table(info), [*watch, python]
+        return to_table(info), [*watch, python, *chooses]
 
     return from_data(TargetInfo, remembered(memo_dir, "probe", ident, compute))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -70,18 +71,21 @@ class HostRuntime:
 
     def identity(self) -> dict[str, object] | None:
         """What a remembered probe of this interpreter depends on; None (probe every time) for wrapper
-        scripts such as pyenv shims, whose answer can change without any file of theirs changing."""
+        scripts, whose answer can change without any file of theirs changing, except pyenv's shims: what
+        chooses their interpreter is known (`pyenv_shim_identity`)."""
         exe = shutil.which(self.spec.python)
         if not exe:
             return None
         try:
             with open(exe, "rb") as f:
-                if f.read(2) == b"#!":
-                    return None
+                head = f.read(4096)
             st = os.stat(exe)
         except OSError:
             return None
-        return {"python": exe, "real": os.path.realpath(exe), "stat": [st.st_ino, st.st_mtime_ns, st.st_size]}
+        stamp = [st.st_ino, st.st_mtime_ns, st.st_size]
+        if head.startswith(b"#!"):
+            return pyenv_shim_identity(exe, head, stamp, os.environ, Path.cwd())
+        return {"python": exe, "real": os.path.realpath(exe), "stat": stamp}
 
     @contextlib.contextmanager
     def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
@@ -130,6 +134,26 @@ class HostRuntime:
 
     def serve(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         return list(argv), dict(env)
+
+
+def pyenv_shim_identity(exe: str, head: bytes, stamp: list[int], env: Mapping[str, str],
+                        cwd: Path) -> dict[str, object] | None:
+    """The identity of a pyenv shim (`<PYENV_ROOT>/shims/python3`, a script that runs `pyenv exec`); None for
+    any other wrapper script. pyenv picks the interpreter by the PYENV_* variables (PYENV_VERSION: `pyenv
+    shell`), the first `.python-version` from PYENV_DIR (default: the working directory) up to /, the global
+    `<PYENV_ROOT>/version` (the root the shim exports), the versions installed, and PATH (the "system" version): the variables are part of
+    the identity, the files are watched (`watch`: a remembered probe is valid while none of them is created,
+    changed or removed), as the interpreter's own files are for a plain one."""
+    shims = Path(exe).parent
+    if shims.name != "shims" or b"pyenv" not in head:
+        return None
+    exported = re.search(rb'^export PYENV_ROOT="([^"\n]+)"$', head, re.M)  # (the shim sets it, whatever the env says)
+    root = Path(exported.group(1).decode(errors="replace")) if exported else shims.parent
+    start = Path(env.get("PYENV_DIR") or cwd)
+    watch = [str(d / ".python-version") for d in (start, *start.parents)]
+    watch += [str(root / "version"), str(root / "versions"), exe]
+    return {"python": exe, "shim": "pyenv", "stat": stamp, "path": env.get("PATH", ""),
+            "env": sorted([k, v] for k, v in env.items() if k.startswith("PYENV")), "watch": watch}
 
 
 def _copy(src: Path, dst: Path) -> None:
