@@ -193,6 +193,38 @@ def test_wheel_name_version_agrees_with_packaging(name):
     assert wheel_name_version(name) == (str(canonicalize_name(n)), str(v))
 
 
+def test_a_normalized_version_is_its_own_normalization_and_imports_no_packaging():
+    """The versions taken as already normalized are exactly those packaging writes back unchanged (checked
+    over combinations of every part, normalized or not); for those the version parser is never imported."""
+    from packaging.version import InvalidVersion, Version
+
+    from toolchain.lock import _NORMALIZED_VERSION
+
+    taken = 0
+    for release in ("0", "1", "01", "1.0", "1.02", "10.0.0", "2026.1.0.20260617"):
+        for pre in ("", "a1", "b0", "rc2", "c1", "alpha1", "-rc1", "a01", ".a1"):
+            for post in ("", ".post2", ".post02", "post1", "-1", ".rev3"):
+                for dev in ("", ".dev12", ".dev", "dev3"):
+                    for local in ("", "+xpu", "+g0abc123.d20260101", "+01", "+0", "+0a", "+X", "+a_b", "+a.1"):
+                        v = release + pre + post + dev + local
+                        try:
+                            normalized = str(Version(v))
+                        except InvalidVersion:
+                            normalized = None
+                        if _NORMALIZED_VERSION.fullmatch(v):
+                            taken += 1
+                            assert normalized == v, v
+                        elif normalized is not None and "-" not in v:  # (a wheel name has no "-" in it)
+                            assert wheel_name_version(f"x-{v}-py3-none-any.whl")[1] == normalized
+    assert taken > 400
+    code = ("import sys; from toolchain.lock import wheel_name_version as w; "
+            "print(w('demo_kernels-0.1.0.post2+gcbeb92f56039-cp311-cp311-linux_x86_64.whl'), "
+            "'packaging.version' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.stdout.split() == ["('demo-kernels',", "'0.1.0.post2+gcbeb92f56039')", "False"], r.stderr
+
+
 @pytest.mark.parametrize("bad", ["x-1.0.tar.gz", "x-notaversion-py3-none-any.whl", "x-1.0-py3.whl"])
 def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
     with pytest.raises(ValueError, match="."):

@@ -207,14 +207,25 @@ def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:
     return "# PEP 751 lock of the wheels built by toolchain (install order).\n" + text
 
 
-def wheel_name_version(filename: str) -> tuple[str, str]:
-    """(canonical name, normalized version) of a wheel file name. Only `packaging.version` is imported:
-    `packaging.utils` brings in the tags machinery (sysconfig, platform), a fifth of a warm build's time."""
-    from packaging.version import InvalidVersion, Version
+# A PEP 440 version already in its normalized form (release numbers without leading zeros, then aN, bN or rcN,
+# .postN, .devN, and a +local of lower-case letters and digits, a number without leading zeros): it is its own
+# normalization, so writing the pylock of such wheels imports no `packaging.version` (3 ms).
+_NORMALIZED_VERSION = re.compile(r"(?:0|[1-9]\d*)(?:\.(?:0|[1-9]\d*))*(?:(?:a|b|rc)(?:0|[1-9]\d*))?"
+                                 r"(?:\.post(?:0|[1-9]\d*))?(?:\.dev(?:0|[1-9]\d*))?"
+                                 r"(?:\+(?:[a-z0-9]*[a-z][a-z0-9]*|0|[1-9]\d*)(?:\.(?:[a-z0-9]*[a-z][a-z0-9]*|0|[1-9]\d*))*)?")
 
+
+def wheel_name_version(filename: str) -> tuple[str, str]:
+    """(canonical name, normalized version) of a wheel file name. Only `packaging.version` is imported, and
+    only for a version not already normalized: `packaging.utils` brings in the tags machinery (sysconfig,
+    platform), a fifth of a warm build's time."""
     parts = filename[:-4].split("-") if filename.endswith(".whl") else []
     if len(parts) not in (5, 6) or not parts[0]:
         raise ValueError(f"invalid wheel filename: {filename!r}")
+    if _NORMALIZED_VERSION.fullmatch(parts[1]):
+        return canonical_name(parts[0]), parts[1]
+    from packaging.version import InvalidVersion, Version
+
     try:
         version = Version(parts[1])
     except InvalidVersion:
