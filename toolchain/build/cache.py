@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolchain.core import noop
 from toolchain.core.fs import (
     DigestMismatch,
     atomic_copy_verified,
@@ -33,14 +34,11 @@ from toolchain.core.fs import (
 from toolchain.core.redact import redact_data
 from toolchain.errors import BuildError
 
-CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
+CACHE_ENV = noop.CACHE_ENV
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xpu-toolchain"
+    return Path(noop.default_cache_dir())  # (one definition: a warm no-op finds its record there)
 
 
 WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names them

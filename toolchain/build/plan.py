@@ -165,8 +165,10 @@ def probe_resources(runtime: Runtime, python: str) -> Resources:
     (`intarget.gather`), instead of starting an interpreter for every plan."""
     if runtime.on_host:
         from toolchain.build import intarget
+        from toolchain.core.noop import live_readings
 
-        return Resources.from_json(json.dumps(intarget.gather()))
+        with live_readings():  # (they size compile jobs only: a warm no-op's answer does not depend on them)
+            return Resources.from_json(json.dumps(intarget.gather()))
     from toolchain.build.metrics import RUNNER_FILE
 
     r = runtime.run([python, "-c", RUNNER_FILE.read_text(), "resources"], capture=True, check=False)

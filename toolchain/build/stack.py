@@ -27,6 +27,7 @@ from toolchain.build.prebuilt import take_prebuilt
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.remotespec import RemoteRequest
 from toolchain.build.schedule import Budget, run_at_once
+from toolchain.core.fs import write_if_changed
 from toolchain.core.proc import CommandFailed, merge_env
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.core.serial import from_data, to_table
@@ -241,12 +242,14 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
     log = options.out_dir / "logs" / f"{comp.name}.log"
     if cp.is_prebuilt:
         return take_prebuilt_component(cp, cache, wheels_dir, Path(options.cache_dir) / "work", log, ui)
-    log.write_text(redact_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n"))
+    header = redact_text(f"# {comp.name} {comp.url} @ {comp.commit}\n# cache key {cp.cache_key}\n")
     started = time.monotonic()
     # take(): the cached wheel, copied into wheels_dir only if it hashes as recorded (else evicted: a miss)
     entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
     source = "remote-cache" if downloaded and entry is not None else "local-cache"
     if entry is None:
+        log.write_text(header)  # (the build appends to it; a cache hit writes its log whole, below)
+        header = ""
         with cache.building(cp.cache_key):
             entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
             if entry is None and options.use_cache and remote is not None and downloaded is None:  # the team's cache
@@ -266,7 +269,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mi
     cached = source != "built"
     describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
     if cached:
-        _log_from_cache(log, entry, f"downloaded from {remote.settings.url}" if source == "remote-cache" and remote else "")
+        _log_from_cache(log, entry, f"downloaded from {remote.settings.url}" if source == "remote-cache" and remote else "",
+                        header=header)
         how = "downloaded" if source == "remote-cache" else "cached"
         ui.info(f"  [green]✓[/] {comp.name}: {how} {entry.wheel.name}")
     else:
@@ -307,19 +311,27 @@ def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, 
     return entry_annotations(plan, cp, entry)
 
 
-def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "") -> None:
+def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "", header: str = "") -> None:
     """A wheel served from the cache keeps its full build log in logs/: the cache entry's, under a header
-    (`origin`: where the entry came from, when not from this machine's builds)."""
+    (`origin`: where the entry came from, when not from this machine's builds). With a `header` the log is
+    written whole, and only when it differs from what is there (a warm no-op writes nothing: core/noop.py);
+    without, it is appended to the log this run started."""
     built = entry.wheel.parent / "build.log"
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s"
-                f"{'; ' + origin if origin else ''})\n")
-        if not built.is_file():
-            f.write("# the cache entry kept no build log\n")
-            return
-        f.write(f"# not built in this run: the log below is the build's own, copied from the cache ({built})\n")
-        with open(built, encoding="utf-8", errors="replace") as src:
-            shutil.copyfileobj(src, f)
+    text = (f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s"
+            f"{'; ' + origin if origin else ''})\n")
+    try:
+        with open(built, "rb") as src:
+            kept = src.read()
+        text += f"# not built in this run: the log below is the build's own, copied from the cache ({built})\n"
+    except FileNotFoundError:
+        kept = b""
+        text += "# the cache entry kept no build log\n"
+    data = (header + text).encode("utf-8") + kept
+    if header:
+        write_if_changed(log, data)
+    else:
+        with open(log, "ab") as f:
+            f.write(data)
 
 
 def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:

@@ -49,6 +49,18 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         os.fsync(f.fileno())
 
 
+def write_if_changed(path: Path, data: bytes, mode: int = 0o644) -> bool:
+    """`atomic_write_bytes` unless `path` holds `data` already (compared by size first); True when written.
+    A run that changes nothing writes nothing: its output folder's stats stay as they were."""
+    try:
+        if os.stat(path).st_size == len(data) and Path(path).read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    atomic_write_bytes(path, data, mode)
+    return True
+
+
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 

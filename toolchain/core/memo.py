@@ -8,22 +8,14 @@ next build probe again."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from toolchain.core.fs import atomic_write_text, sha256_bytes
+from toolchain.core.noop import stat_key
 
 T = TypeVar("T")
-
-
-def _stamp(path: str) -> list[int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_ino, st.st_mtime_ns, st.st_size]
 
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
@@ -37,7 +29,7 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     path = Path(memo_dir) / f"{kind}-{key}.json"
     try:
         saved = json.loads(path.read_text())
-        if all(_stamp(p) == s for p, s in saved["watch"].items()):
+        if all(stat_key(p) == s for p, s in saved["watch"].items()):
             found: T = saved["value"]  # written by the branch below from a value of the same T
             return found
     except (OSError, ValueError, KeyError, TypeError):
@@ -45,5 +37,5 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     value, watch = compute()
     if watch is None:
         return value
-    atomic_write_text(path, json.dumps({"value": value, "watch": {p: _stamp(p) for p in sorted(set(watch))}}))
+    atomic_write_text(path, json.dumps({"value": value, "watch": {p: stat_key(p) for p in sorted(set(watch))}}))
     return value

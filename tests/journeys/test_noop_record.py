@@ -1,0 +1,180 @@
+"""A warm no-op answered from its record (toolchain/core/noop.py), as a user meets it with the tool installed
+from its wheel: the answer is the full run's to the byte, and every change a user makes between two builds
+(a wheel deleted from the out folder, the lock edited, another environment or option, an evicted cache
+entry, a recipe of their own that now shadows the shipped one, an upgraded tool) gets a full run again.
+
+Whether a run was answered from the record is told by a wrapper around the entry point (the same
+`toolchain.__main__:run` the `toolchain` script calls) that writes, after the run, whether the rest of the
+tool (`toolchain.cli`) was imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.spine_helpers import Result
+
+pytestmark = pytest.mark.slow
+
+WRAPPER = """\
+import os
+import sys
+from toolchain.__main__ import run
+code = run()
+with open(os.environ["NOOP_TEST_WHICH"], "w") as f:
+    f.write("full" if "toolchain.cli" in sys.modules else "record")
+raise SystemExit(code)
+"""
+
+
+class Runs:
+    """`toolchain ARGS` through the wrapper, for one user; `which` says how the last run was answered."""
+
+    def __init__(self, user, home: Path) -> None:
+        self.user = user
+        self.script = home / "wrapper.py"
+        self.script.write_text(WRAPPER)
+        self.which_file = home / "which.txt"
+        self.user.env["NOOP_TEST_WHICH"] = str(self.which_file)
+        self.user.env["TOOLCHAIN_NOOP_DEBUG"] = "1"  # (stderr says why a run was not recorded)
+
+    def __call__(self, *args: object, env: dict[str, str] | None = None) -> tuple[Result, str]:
+        self.which_file.unlink(missing_ok=True)
+        argv = [str(self.user.installed.python), str(self.script), *map(str, args)]
+        r = subprocess.run(argv, cwd=self.user.cwd, env={**self.user.env, **(env or {})}, capture_output=True,
+                           text=True, timeout=300, stdin=subprocess.DEVNULL)
+        return Result(argv, r.returncode, r.stdout, r.stderr), self.which_file.read_text()
+
+    def truth(self, *args: object, env: dict[str, str] | None = None) -> Result:
+        """The same command run in full (never answered from, nor kept as, a record)."""
+        r, which = self(*args, env={**(env or {}), "TOOLCHAIN_FULL_RUN": "1"})
+        assert which == "full"
+        return r
+
+
+def _said(r: Result) -> tuple[int, str, str]:
+    """What a run said, without the lines TOOLCHAIN_NOOP_DEBUG adds (why it was not recorded or answered)."""
+    debug = ("toolchain: this run was not recorded:", "toolchain: a full run:")
+    return r.returncode, r.stdout, "".join(x for x in r.stderr.splitlines(True) if not x.startswith(debug))
+
+
+def _same(a: Result, b: Result) -> None:
+    assert _said(a) == _said(b)
+
+
+def test_a_warm_noop_is_answered_from_its_record_until_anything_it_read_changes(user, tmp_path):
+    home = tmp_path / "home"
+    runs = Runs(user, home)
+    out = home / "out"
+    args = ("build", "--recipe", "demo", "--out", out, "--json")
+    records = home / "cache" / "noop"
+
+    cold, which = runs(*args)
+    assert cold.returncode == 0, cold
+    assert which == "full" and not records.exists()  # it wrote: no record
+    first, which = runs(*args)  # the logs now say "cache hit": written once more
+    assert which == "full" and not records.exists(), first.stderr[-2000:]
+    warm, which = runs(*args)
+    assert which == "full" and records.is_dir() and len(list(records.iterdir())) == 1, warm.stderr[-2000:]
+    (record,) = records.iterdir()
+    assert stat.S_IMODE(record.stat().st_mode) == 0o600
+    answered, which = runs(*args)
+    assert which == "record"
+    _same(answered, warm)
+    _same(answered, runs.truth(*args))
+    assert {c["source"] for c in answered.json()["components"]} == {"local-cache"}
+
+    def full_then_record(*extra: object, env: dict[str, str] | None = None) -> Result:
+        """After a change: a full run, its answer the truth; the next run is answered from a new record."""
+        first, which = runs(*args, *extra, env=env)
+        assert which == "full", first
+        for _ in range(3):  # a run that wrote (restored, rebuilt, rewrote a log) is followed by one that records
+            again, which = runs(*args, *extra, env=env)
+            if which == "record":
+                break
+        assert which == "record", again
+        _same(again, runs.truth(*args, *extra, env=env))
+        return first
+
+    # a wheel deleted from the out folder: restored from the cache
+    wheel = next((out / "wheels").iterdir())
+    wheel.unlink()
+    r = full_then_record()
+    assert r.returncode == 0 and wheel.is_file()
+
+    # the lock edited by hand (the same size: the inode and mtime tell it apart)
+    lock = out / "stack.lock.toml"
+    text = lock.read_text()
+    lock.write_text(text.replace("# ", "#-", 1) if "# " in text else text + "#\n")
+    full_then_record()
+
+    # another environment, another option: other records
+    full_then_record(env={"SOME_SETTING": "on"})
+    full_then_record("--verbose")
+
+    # a cache entry evicted: rebuilt (it writes), then recorded again
+    for entry in (home / "cache" / "wheels").glob("*/*/entry.json"):
+        if "demo_engine" in entry.read_text():
+            shutil.rmtree(entry.parent)
+    r = full_then_record()
+    engine = next(c for c in r.json()["components"] if c["name"] == "engine")
+    assert engine["source"] == "built"
+
+    # a recipe of the user's own, ./recipes/demo.toml, now shadows the shipped demo
+    mine = user.cwd / "recipes" / "demo.toml"
+    mine.parent.mkdir()
+    source = (user.installed.package / "shipped" / "recipes" / "demo.toml").read_text()
+    mine.write_text(source.replace('description = "', 'description = "mine: ', 1))
+    r, which = runs(*args)
+    assert which == "full"
+    _same(r, runs.truth(*args))
+    assert (r.returncode, r.stdout) != (answered.returncode, answered.stdout), r
+
+    shutil.rmtree(mine.parent)  # gone again: all it read is as recorded before, and the answer is that one's
+    r, which = runs(*args)
+    assert which == "record"
+    _same(r, runs.truth(*args))
+
+    # the tool upgraded in place (one of its modules changed)
+    module = user.installed.package / "console.py"
+    os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 1_000_000_000))
+    r, which = runs(*args)
+    assert which == "full" and r.returncode == 0
+
+
+def test_only_a_read_only_successful_build_is_recorded_and_secrets_stay_out(user, tmp_path):
+    home = tmp_path / "home"
+    runs = Runs(user, home)
+    records = home / "cache" / "noop"
+    secret = "s3cr3t-value-7f1c"
+    env = {"MY_API_TOKEN": secret}
+
+    bad = ("build", "--recipe", "no-such-recipe", "--json")
+    for _ in range(2):  # exit 2 each time, never recorded
+        r, which = runs(*bad, env=env)
+        assert r.returncode == 2 and which == "full"
+    assert not records.exists()
+
+    args = ("build", "--recipe", "demo", "--out", home / "out", "--json")
+    for _ in range(3):  # cold (writes), warm (rewrites the logs as cache hits), warm (read only: recorded)
+        runs(*args, env=env)
+    r, which = runs(*args, env=env)
+    assert which == "record" and r.returncode == 0
+    for record in records.iterdir():
+        assert secret not in record.read_text()
+        json.loads(record.read_text())  # one JSON document
+
+    # other commands are never answered from a record
+    for _ in range(2):
+        r, which = runs("plan", "--recipe", "demo", "--json", env=env)
+        assert which == "full" and r.returncode == 0
+    # TOOLCHAIN_FULL_RUN: a full run, and it keeps no record
+    before = sorted(records.iterdir())
+    r, which = runs(*args, "--verbose", env={**env, "TOOLCHAIN_FULL_RUN": "1"})
+    assert which == "full" and sorted(records.iterdir()) == before
