@@ -101,6 +101,25 @@ def test_a_run_that_changes_anything_or_fails_is_not_recorded(argv, tmp_path, do
     assert noop.answer(argv) is None
 
 
+def test_byte_code_written_while_importing_does_not_keep_a_run_from_being_recorded(argv, tmp_path, monkeypatch):
+    package = tmp_path / "fresh_pkg_for_noop"
+    package.mkdir()
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    _settled(package / "__init__.py", package, tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+
+    def work() -> None:
+        import fresh_pkg_for_noop  # noqa: F401  (compiled now: __pycache__/ and its .pyc written)
+
+    rec = _record(argv, work)
+    assert (package / "__pycache__").is_dir()
+    assert rec.spoiled is None
+    sys.modules.pop("fresh_pkg_for_noop", None)
+
+
 def test_reads_in_other_threads_are_watched(argv, tmp_path):
     data = tmp_path / "by-thread.txt"
     data.write_text("x")

@@ -193,6 +193,12 @@ def answer(argv: Sequence[str]) -> int | None:
     return int(kept["code"])
 
 
+def _byte_code(name: str) -> bool:
+    """What the import system writes: __pycache__, X.pyc and its temporary X.pyc.<id>."""
+    base = os.path.basename(name)
+    return base == "__pycache__" or base.endswith(".pyc") or base.rpartition(".")[0].endswith(".pyc")
+
+
 class _Tee:
     """A text stream that passes everything on and keeps (stream number, text) in order."""
 
@@ -281,8 +287,10 @@ class Recorder:
             writes = (mode is not None and any(c in mode for c in "wax+")) or \
                 (mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS)
             name = os.fsdecode(path) if isinstance(path, bytes) else os.fspath(path)
+            if _byte_code(name):
+                return  # (a module's source file is watched: its byte code follows it)
             if writes:
-                if not (name.startswith("/dev/") or name.endswith(".pyc")):
+                if not name.startswith("/dev/"):
                     self.spoil(f"wrote {name}")
                 return
             self.looked(name, "read")
@@ -296,8 +304,10 @@ class Recorder:
             self.looked(path, "list")
         elif event == "os.mkdir":
             path = args[0]
-            if isinstance(path, int) or not os.path.isdir(path):
+            if isinstance(path, int) or not (os.path.isdir(path) or _byte_code(os.fsdecode(path))):
                 self.spoil(f"made {path!r}")
+        elif event in ("os.rename", "os.replace") and _byte_code(os.fsdecode(args[1])):
+            pass
         elif event in _SPOILING or event.startswith(("os.exec", "os.spawn", "os.posix_spawn", "socket.")):
             self.spoil(event)
 
