@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import gc
 import importlib
 import os
 import signal
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _stop_on_signals(), _stdout_kept_for_json(ui.json_mode):
             first = next((a for a in args_list if not a.startswith("-")), None)
-            parser = build_parser(first)
+            parser = _build_parser_frozen(first)
             args = parser.parse_args(args_list)
             ui = UI(json_mode=args.json, verbose=args.verbose, progress_interval=args.progress_interval)
             if not getattr(args, "handler", None):
@@ -147,6 +148,24 @@ def main(argv: list[str] | None = None) -> int:
         return problem.return_code
     finally:  # the stop it noted is over: a later call in this process (a library caller, a test) is not
         STOPPING.clear()  # stopping, and talks to a registry again (build/remote.py refuses while it is set)
+
+
+def _build_parser_frozen(first: str | None) -> argparse.ArgumentParser:
+    """build_parser (which imports the command's modules) with the cyclic collector off, then, once per
+    process, what exists (modules, classes, functions, the parser: alive until the process ends) moved out of
+    its sight (`gc.freeze`). Imports make almost no cyclic garbage, yet the collector ran ~24 times over their
+    objects; and every full collection of the run, and the ones the interpreter makes at exit, walked the
+    ~19,000 objects of the imports (a warm build's exit took 24-50 ms, 7 ms frozen). Reference counting still
+    frees what is frozen; what becomes cyclic garbage among it stays until the process ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return build_parser(first)
+    finally:
+        if not gc.get_freeze_count():
+            gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _report(ui: UI, err: ToolError, code: int | None = None) -> None:

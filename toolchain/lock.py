@@ -27,12 +27,12 @@ from toolchain.resolve.closure import Closure, canonical_name, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.sources.patches import applied_at
-from toolchain.target.baseenv import BaseEnv
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 if TYPE_CHECKING:
     from toolchain.build.plan import Plan
     from toolchain.build.stack import BuiltComponent
+    from toolchain.target.baseenv import BaseEnv  # (read only for a lock that records one: 2 dataclasses)
 
 LOCK_NAME = "stack.lock.toml"
 PYLOCK_NAME = "pylock.toml"
@@ -291,7 +291,7 @@ def read_lock(path: Path) -> Lock:
             describe_rule=data.get("describe-rule", ""),
             path=path.resolve(),
             closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
-            base=from_data(BaseEnv, data["base"], kebab=True) if "base" in data else None,
+            base=_base_env(data["base"]) if "base" in data else None,
             native=tuple(from_data(WheelAudit, a) for a in data.get("native", ())),
             host=dict(data.get("host", {})),
         )
@@ -299,6 +299,12 @@ def read_lock(path: Path) -> Lock:
         what = exc if isinstance(exc, TypeError) else f"missing or wrong key {exc}"  # TypeError: core.serial names it
         raise RecipeError(f"{path}: malformed lock ({what})",
                           hint="locks are written by `toolchain build`; rebuild it") from None
+
+
+def _base_env(table: dict[str, Any]) -> BaseEnv:
+    from toolchain.target.baseenv import BaseEnv
+
+    return from_data(BaseEnv, table, kebab=True)
 
 
 # ---- what a well-formed lock holds (checked on read) ---------------------------------------------------

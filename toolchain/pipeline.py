@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.build.cache import WHEELS_DIR
 from toolchain.build.plan import Plan, component_env, make_plan
@@ -41,8 +42,10 @@ from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import make_runtime
-from toolchain.target.baseenv import BaseEnv
 from toolchain.target.oneapi import ToolchainEnv
+
+if TYPE_CHECKING:
+    from toolchain.target.baseenv import BaseEnv
 
 OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
@@ -139,7 +142,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     else:
         from toolchain.target.hostfacts import gather
 
-        lock = dataclasses.replace(lock, host=to_table(gather(), kebab=True),
+        lock = dataclasses.replace(lock, host=to_table(gather(memo_dir=options.cache_dir / "memo"), kebab=True),
                                    native=audit_native(lock, out, recipe, plan.toolchain_env, options.cache_dir, ui))
     if expect is not None:
         differences = rebuild_differences(expect, lock)

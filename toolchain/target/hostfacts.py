@@ -54,19 +54,37 @@ class HostFacts:
     memory_available: int = field(default=0, metadata=meta(skip=True))
 
 
-def gather(root: Path | None = None) -> HostFacts:
+def gather(root: Path | None = None, memo_dir: Path | None = None) -> HostFacts:
+    """The box's facts (`memo_dir`: the Level Zero and compute runtime versions remembered there, see
+    `runtime_versions`)."""
     root = host_root() if root is None else root
     cards = find_cards(root)
     guc, huc = firmware(root)
     total, avail = memory(root)
-    status = _read_bytes(root / DPKG_STATUS)  # read once for both packages (hundreds of kB)
-    libs = _lib_names(root)  # each library folder listed once for both libraries
+    level_zero, runtime = runtime_versions(root, memo_dir)
     return HostFacts(kernel=_read(root / "proc/sys/kernel/osrelease"),
                      gpus=tuple(c.describe() for c in cards), drivers=tuple(c.driver or "none" for c in cards),
-                     guc=guc, huc=huc, level_zero=level_zero_loader(root, status, libs),
-                     compute_runtime=compute_runtime(root, status, libs),
+                     guc=guc, huc=huc, level_zero=level_zero, compute_runtime=runtime,
                      oneapi=versions_in(root / ONEAPI / "compiler"), oneccl=versions_in(root / ONEAPI / "ccl"),
                      memory_total=total, memory_available=avail)
+
+
+def runtime_versions(root: Path, memo_dir: Path | None = None) -> tuple[str, str]:
+    """(Level Zero loader, compute runtime): from dpkg's status file (hundreds of kB, read once for both) or
+    the names in the library folders (thousands, each folder listed once for both). With `memo_dir`, they are
+    remembered there while that file and those folders are unchanged (dpkg replaces its status file when a
+    package is installed or removed; a library added, removed or renamed changes its folder): 3-4 ms of every
+    build that writes a lock (a warm build into a new --out, each bisect step)."""
+    from toolchain.core.memo import remembered
+
+    def compute() -> tuple[list[str], list[str]]:
+        status = _read_bytes(root / DPKG_STATUS)
+        libs = _lib_names(root)
+        return ([level_zero_loader(root, status, libs), compute_runtime(root, status, libs)],
+                [str(root / DPKG_STATUS), *(str(root / d) for d in LIB_DIRS)])
+
+    level_zero, runtime = remembered(memo_dir, "host-runtimes", {"root": str(root)}, compute)
+    return level_zero, runtime
 
 
 def cards(root: Path) -> list[Card]:
