@@ -23,7 +23,7 @@ from toolchain.errors import BuildError
 from toolchain.lock import wheel_name_version
 from toolchain.sources import mirrors as mirrors_mod
 from toolchain.sources.mirrors import Mirrors, parse_commit
-from toolchain.target.base import Workspace
+from toolchain.target.parts import Workspace
 
 SHOW = "%H%x00%s%x00%cI%x00%ct%x00%an"
 

@@ -9,9 +9,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.errors import BuildError
-from toolchain.target.base import Workspace
+
+if TYPE_CHECKING:
+    from toolchain.target.parts import Workspace
 
 # Runs in the build environment (any Python >= 3.8); prints one JSON object {name: null | {version, cxx11-abi}}.
 PROBE = r"""

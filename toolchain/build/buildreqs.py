@@ -12,10 +12,13 @@ import shlex
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core import toml as tomlio
 from toolchain.errors import BuildError
-from toolchain.target.base import Workspace
+
+if TYPE_CHECKING:
+    from toolchain.target.parts import Workspace
 
 _FOUND: set[str] = set()  # (target identity, interpreter, requirements) found installed in this process
 _LOCK = threading.Lock()

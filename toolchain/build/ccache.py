@@ -25,12 +25,15 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.console import UI
 from toolchain.core.serial import meta
 from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
-from toolchain.target.base import Extra
+
+if TYPE_CHECKING:
+    from toolchain.target.parts import Extra
 
 DATA_DIR = "ccache"
 BINARY, DATA = "ccache", "ccache-data"  # Extra names
@@ -79,6 +82,8 @@ class CompilerCache:
     def extras(self, runtime_kind: str) -> list[Extra]:
         if not self.enabled:
             return []
+        from toolchain.target.parts import Extra
+
         out = [Extra(DATA, self.data_dir, cache=True)]
         if self.binary is not None and (runtime_kind == "host" or self.static):
             out.append(Extra(BINARY, self.binary))

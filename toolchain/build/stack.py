@@ -34,7 +34,7 @@ from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
-from toolchain.target.base import Extra, Runtime
+from toolchain.target.base import Runtime
 
 if TYPE_CHECKING:
     from toolchain.build.remote import RemoteCache
@@ -363,6 +363,8 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: 
                                                   what=what, log=log, fresh=options.fresh_sources))
             deps = {d.name: stack.enter_context(trees.tree(d.url, d.commit, what=f"{d.name}@{d.commit[:12]}",
                                                            log=log)) for d in comp.fetchcontent}
+            from toolchain.target.parts import Extra
+
             extras = [*cc.extras(runtime.kind), Extra(RUNNER, RUNNER_FILE)]
             ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps, extras))
             src = f"{ws.src}/{comp.subdir}".rstrip("/") if comp.subdir else ws.src

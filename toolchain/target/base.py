@@ -1,17 +1,20 @@
-"""What every runtime shares: the `Runtime` protocol, the `Workspace` one build runs in, and the probe that
-reads the target's interpreter, platform and torch."""
+"""What every runtime shares: the `Runtime` protocol and the probe that reads the target's interpreter, platform
+and torch. What a runtime hands out (a `Workspace` one build runs in, an `Interpreter`, what it serves and
+brings in) is in target/parts.py."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from toolchain.core.proc import Completed
 from toolchain.target.facts import TargetInfo
+
+if TYPE_CHECKING:
+    from toolchain.target.parts import Extra, Interpreter, Workspace
 
 PROBE = r"""
 import json, sys, sysconfig, importlib.util
@@ -118,60 +121,6 @@ class Runtime(Protocol):
         """(argv, env) of the process to start on this machine that runs `argv` with the complete
         environment `env` in the target, stops it when signalled, and exits with its exit code."""
         ...
-
-
-@dataclass(frozen=True)
-class Interpreter:
-    """A Python in a runtime: a venv's (`venv` set) or a base interpreter."""
-    runtime: Runtime = field(compare=False, repr=False)
-    python: str
-    venv: str = ""
-
-    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
-            timeout: float | None = None, check: bool = True) -> Completed:
-        """`argv` in the runtime with this interpreter's environment."""
-        return self.runtime.run(argv, env=self.runtime.python_env(self), log=log, capture=capture,
-                                timeout=timeout, check=check)
-
-    def where(self) -> str:
-        return self.python if self.runtime.on_host else f"{self.python} in the {self.runtime.describe()}"
-
-
-@dataclass(frozen=True)
-class Serving:
-    """What smoke asks of a runtime it serves from, given when the runtime is made: the port the server
-    listens on (a container shares the host's network, or must publish it), a host directory the target must
-    see (the lock's wheels: mounted read-only in a fresh container, copied into a running one), and the
-    image digest the lock was built in (a fresh container starts exactly that image when it is here)."""
-    port: int
-    share: Path | None = None
-    digest: str = ""
-
-
-@dataclass(frozen=True)
-class Extra:
-    """A host file or directory one build needs besides its trees: a tool brought in read-only (`cache=False`),
-    or a cache directory the build writes (`cache=True`). The host uses it in place; a fresh container mounts
-    it at `/toolchain/extra/NAME`; exec mode copies a tool in and keeps a cache in the container itself
-    (under /var/cache/xpu-toolchain/NAME, reused by the next build there), since a running container cannot
-    gain a mount."""
-    name: str
-    host: Path
-    cache: bool = False
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """Target-side paths of one build's directories, and how to run commands there."""
-    src: str
-    out: str
-    deps: Mapping[str, str]
-    runner: Runner
-    extras: Mapping[str, str] = field(default_factory=dict)  # Extra.name -> target-side path
-
-    def run(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
-            verbose: bool = False, capture: bool = False) -> Completed:
-        return self.runner(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
 
 
 def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:

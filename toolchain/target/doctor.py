@@ -5,19 +5,43 @@ missing, with the fix a B60/B70 user would be told in a bug report."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.devices import PROFILES, Card, find_cards, profile_of
 from toolchain.target.base import Runtime
-from toolchain.target.hostfacts import HostFacts, render_nodes
+from toolchain.target.hostfacts import HostFacts
 
 OK, WARN, MISSING = "ok", "warn", "missing"
 PROBE_TIMEOUT = 300  # importing an XPU torch and opening Level Zero takes seconds, more on a cold disk
 STACK_DISTS = ("vllm", "vllm-xpu-kernels", "auto-round-lib", "oneccl", "oneccl-bind-pt", "intel-sycl-rt")
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 B70_TP2_KERNEL = (7, 1)  # vLLM #41663: B70 TP=2 general-protection faults, fixed by host kernel >= 7.1
+
+
+@dataclass(frozen=True)
+class RenderNode:
+    path: str          # /dev/dri/renderD128, as the host names it
+    access: bool       # this user can open it read-write
+    group: str         # the group that owns it (render, video)
+
+
+def render_nodes(root: Path) -> list[RenderNode]:
+    """/dev/dri/renderD* under the root and whether this user may open each read-write."""
+    import grp
+
+    out = []
+    for node in sorted((root / "dev/dri").glob("renderD*")):
+        try:
+            gid = node.stat().st_gid
+            group = grp.getgrgid(gid).gr_name
+        except (OSError, KeyError):
+            group = ""
+        out.append(RenderNode("/" + str(node.relative_to(root)), os.access(node, os.R_OK | os.W_OK), group))
+    return out
+
 
 INTERPRETER_PROBE = r"""
 import json, sys

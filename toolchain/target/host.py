@@ -14,12 +14,16 @@ import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Extra, Interpreter, Workspace, target_info, watch_dirs
+from toolchain.target.base import PROBE, target_info, watch_dirs
 from toolchain.target.facts import TargetInfo
+
+if TYPE_CHECKING:
+    from toolchain.target.parts import Extra, Interpreter, Workspace
 
 
 class HostRuntime:
@@ -94,6 +98,8 @@ class HostRuntime:
                    verbose: bool = False, capture: bool = False) -> Completed:
             return self.run(argv, env=env, cwd=cwd, log=log, verbose=verbose, capture=capture)
 
+        from toolchain.target.parts import Workspace
+
         yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner,
                         {e.name: str(e.host) for e in extras})
 
@@ -114,6 +120,8 @@ class HostRuntime:
         return str(host_dir)
 
     def interpreter(self, python: str, venv: str = "") -> Interpreter:
+        from toolchain.target.parts import Interpreter
+
         return Interpreter(self, python, venv)
 
     def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
@@ -121,6 +129,8 @@ class HostRuntime:
         run([base_python, "-m", "venv", "--clear", path], log=log, timeout=600,
             env=merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None}),
             hint=f"check that {base_python} can create virtual environments (python3-venv)")
+        from toolchain.target.parts import Interpreter
+
         return Interpreter(self, str(Path(path) / "bin" / "python"), path)
 
     def python_env(self, py: Interpreter) -> dict[str, str | None]:

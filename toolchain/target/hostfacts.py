@@ -31,13 +31,6 @@ def host_root() -> Path:
 
 
 @dataclass(frozen=True)
-class RenderNode:
-    path: str          # /dev/dri/renderD128, as the host names it
-    access: bool       # this user can open it read-write
-    group: str         # the group that owns it (render, video)
-
-
-@dataclass(frozen=True)
 class HostFacts:
     """What the box is, in plain strings (a lock and a report record it; a bisect compares two)."""
     kernel: str = ""
@@ -89,21 +82,6 @@ def runtime_versions(root: Path, memo_dir: Path | None = None) -> tuple[str, str
 
 def cards(root: Path) -> list[Card]:
     return find_cards(root)
-
-
-def render_nodes(root: Path) -> list[RenderNode]:
-    """/dev/dri/renderD* under the root and whether this user may open each read-write."""
-    import grp
-
-    out = []
-    for node in sorted((root / "dev/dri").glob("renderD*")):
-        try:
-            gid = node.stat().st_gid
-            group = grp.getgrgid(gid).gr_name
-        except (OSError, KeyError):
-            group = ""
-        out.append(RenderNode("/" + str(node.relative_to(root)), os.access(node, os.R_OK | os.W_OK), group))
-    return out
 
 
 def firmware(root: Path) -> tuple[str, str]:

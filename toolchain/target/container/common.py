@@ -21,7 +21,7 @@ from pathlib import Path
 from toolchain.console import UI
 from toolchain.core.proc import Completed, merge_env
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Extra, Interpreter, Runner, Serving, Workspace, target_info
+from toolchain.target.base import PROBE, Runner, target_info
 from toolchain.target.container import serve
 from toolchain.target.container.engine import (
     ENGINES,
@@ -37,9 +37,10 @@ from toolchain.target.container.engine import (
     NoSigint,
 )
 from toolchain.target.facts import TargetInfo
+from toolchain.target.parts import Extra, Interpreter, Serving, Workspace
 
 SRC, OUT, DEPS, SETVARS = f"{ROOT}/src", f"{ROOT}/out", f"{ROOT}/deps", f"{ROOT}/setvars"
-# A build's Extra tools and caches (target.base.Extra): mounted at EXTRA/NAME (fresh), or copied there and
+# A build's Extra tools and caches (target.parts.Extra): mounted at EXTRA/NAME (fresh), or copied there and
 # the caches kept at KEPT/NAME, in the container itself (exec)
 EXTRA, KEPT = f"{ROOT}/extra", "/var/cache/xpu-toolchain"
 # smoke: the shared host directory (Serving.share) and one run's files (scratch: the venv)

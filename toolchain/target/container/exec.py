@@ -16,7 +16,6 @@ from pathlib import Path
 from toolchain.console import UI
 from toolchain.errors import UsageError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Extra, Serving, Workspace
 from toolchain.target.container.common import (
     DEPS,
     EXTRA,
@@ -29,6 +28,7 @@ from toolchain.target.container.common import (
     alternates,
 )
 from toolchain.target.container.engine import ROOT, Container, EngineConfig, NoSigint
+from toolchain.target.parts import Extra, Serving, Workspace
 
 GIT = f"{ROOT}/git"  # copies of the object directories the checkouts borrow from
 

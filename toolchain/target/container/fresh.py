@@ -21,10 +21,10 @@ from pathlib import Path
 from toolchain.console import UI
 from toolchain.core.fs import invoking_user
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Extra, Serving, Workspace
 from toolchain.target.container.common import DEPS, EXTRA, OUT, SHARE, SRC, ContainerRuntimeBase, alternates
 from toolchain.target.container.engine import Container, EngineConfig, Image, Mount, NoSigint
 from toolchain.target.container.serve import host_network_args, pinned_image
+from toolchain.target.parts import Extra, Serving, Workspace
 
 
 class FreshContainerRuntime(ContainerRuntimeBase):
