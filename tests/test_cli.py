@@ -188,7 +188,7 @@ def test_the_console_script_is_the_same_entry_point():
 
     eps = entry_points()
     scripts = eps.select(group="console_scripts") if hasattr(eps, "select") else eps["console_scripts"]  # 3.9
-    assert [e.value for e in scripts if e.name == "toolchain"] == ["toolchain.cli:main"]
+    assert [e.value for e in scripts if e.name == "toolchain"] == ["toolchain.__main__:run"]  # (as python -m)
 
 
 def test_plan_without_oneapi_and_with_the_mirror_as_it_is(ws, make_repo, tmp_path):

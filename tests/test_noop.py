@@ -4,6 +4,7 @@ tests/journeys/test_noop_record.py.)"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import subprocess
@@ -112,7 +113,7 @@ def test_byte_code_written_while_importing_does_not_keep_a_run_from_being_record
     monkeypatch.setattr(sys, "pycache_prefix", None)
 
     def work() -> None:
-        import fresh_pkg_for_noop  # noqa: F401  (compiled now: __pycache__/ and its .pyc written)
+        importlib.import_module("fresh_pkg_for_noop")  # (compiled now: __pycache__/ and its .pyc written)
 
     rec = _record(argv, work)
     assert (package / "__pycache__").is_dir()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from stat import S_IFMT, S_ISDIR
@@ -60,6 +61,8 @@ _SPOILING = frozenset({
     "tempfile.mkdtemp", "sqlite3.connect", "ctypes.dlopen", "os.kill", "os.killpg", "signal.pthread_kill",
     "urllib.Request", "http.client.connect", "ftplib.connect", "smtplib.connect", "mmap.__new__",
 })
+_EVENT_PREFIXES = ("os.exec", "os.spawn", "os.posix_spawn", "socket.")
+_EVENTS = _SPOILING | {"open", "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.replace"}
 
 _STAT, _LSTAT = os.stat, os.lstat  # (the real ones: a recording replaces those in os)
 
@@ -193,6 +196,11 @@ def answer(argv: Sequence[str]) -> int | None:
     return int(kept["code"])
 
 
+class _PerThread(threading.local):
+    busy = False  # the recorder itself stats and opens: not the run's doing
+    live = 0      # inside `live_readings()`: reads not watched (writes still count)
+
+
 def _byte_code(name: str) -> bool:
     """What the import system writes: __pycache__, X.pyc and its temporary X.pyc.<id>."""
     base = os.path.basename(name)
@@ -233,23 +241,7 @@ class Recorder:
         self.out: list[list[Any]] = []
         self.started_ns = 0
         self.active = False
-        # per thread: `busy` while the recorder itself stats and opens (not the run's doing), `live` inside
-        # `live_readings()` (reads not watched; writes still count)
-        import threading
-
-        self.local = threading.local()
-
-    @contextmanager
-    def own(self) -> Iterator[bool]:
-        """True when what happens now in this thread is the run's (then, inside, the recorder's own)."""
-        if not self.active or getattr(self.local, "busy", False):
-            yield False
-            return
-        self.local.busy = True
-        try:
-            yield True
-        finally:
-            self.local.busy = False
+        self.local = _PerThread()
 
     # -- what the run did --------------------------------------------------------------------------------
 
@@ -265,7 +257,7 @@ class Recorder:
                 self.out.append([stream, text])
 
     def looked(self, path: Any, how: str) -> None:
-        if self.spoiled or getattr(self.local, "live", 0):
+        if self.spoiled or self.local.live:
             return
         if isinstance(path, int):
             return  # an open descriptor: its file was seen when it was opened
@@ -308,7 +300,7 @@ class Recorder:
                 self.spoil(f"made {path!r}")
         elif event in ("os.rename", "os.replace") and _byte_code(os.fsdecode(args[1])):
             pass
-        elif event in _SPOILING or event.startswith(("os.exec", "os.spawn", "os.posix_spawn", "socket.")):
+        elif event in _SPOILING or event.startswith(_EVENT_PREFIXES):
             self.spoil(event)
 
     # -- keeping -----------------------------------------------------------------------------------------
@@ -369,11 +361,16 @@ def _prune(folder: str, keep: int = KEEP) -> None:
 
 def _wrapped(real: Any, recorder: Recorder, how: str) -> Any:
     def stat(path: Any, *args: Any, **kwargs: Any) -> Any:
-        with recorder.own() as ours:
-            if ours and kwargs.get("dir_fd") is not None:
-                recorder.spoil("looked at a path relative to a descriptor")
-            elif ours:
-                recorder.looked(path, "lstat" if kwargs.get("follow_symlinks") is False else how)
+        local = recorder.local
+        if recorder.active and not recorder.spoiled and not local.busy:
+            local.busy = True  # (what the recorder itself stats and opens is not the run's)
+            try:
+                if kwargs.get("dir_fd") is not None:
+                    recorder.spoil("looked at a path relative to a descriptor")
+                else:
+                    recorder.looked(path, "lstat" if kwargs.get("follow_symlinks") is False else how)
+            finally:
+                local.busy = False
         return real(path, *args, **kwargs)
     return stat
 
@@ -390,7 +387,7 @@ def live_readings() -> Iterator[None]:
     if recorder is None:
         yield
         return
-    recorder.local.live = getattr(recorder.local, "live", 0) + 1
+    recorder.local.live += 1
     try:
         yield
     finally:
@@ -398,11 +395,16 @@ def live_readings() -> Iterator[None]:
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:  # audit hooks cannot be removed: one, for all recorders
-    if _CURRENT:
-        recorder = _CURRENT[-1]
-        with recorder.own() as ours:
-            if ours:
-                recorder.audit(event, args)
+    if not _CURRENT or (event not in _EVENTS and not event.startswith(_EVENT_PREFIXES)):
+        return  # (most events: compile, exec, sys._getframe, ... run through here: the first test is cheap)
+    recorder = _CURRENT[-1]
+    local = recorder.local
+    if recorder.active and not recorder.spoiled and not local.busy:
+        local.busy = True
+        try:
+            recorder.audit(event, args)
+        finally:
+            local.busy = False
 
 
 @contextmanager
