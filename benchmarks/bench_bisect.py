@@ -22,8 +22,8 @@ requirements, linear history; the stack is that one component):
 5. the top lines of a cProfile of one step;
 6. a cold bisect by the tool against `git bisect run` with a script that exports, builds and tests each
    step, on that component.   goal: ratio <= 1
-   With its default --jobs (3) the first build measures how many cores a build keeps busy (one: `pip wheel`
-   is single-threaded), then the tool keeps idle cores / that builds in flight (at most --jobs), spread
+   With its default --jobs (3) the first build measures how many cores a build keeps busy (one: a setuptools
+   build is single-threaded), then the tool keeps idle cores / that builds in flight (at most --jobs), spread
    over the range: with 2 idle cores each step's midpoint builds together with the midpoint of one of its
    halves, which the next step tests half of the time (~1.5 levels per build time). Steps and builds
    needed stay plain bisection's. With --jobs 1 (py_time_ratio_jobs1) nothing is built ahead: the tool's
@@ -33,7 +33,8 @@ Then closures from an index (issue 26: resolve once per change):
 
 7. a cold bisect of a pure-Python component whose closure (`packaging`) comes from a PEP 503 index served on
    127.0.0.1 (tests/support/closure.py's CountingIndex), each in an empty cache, interleaved with a plain
-   `git bisect run` that builds the same wheel; the resolver runs counted (the steps change no requirement:
+   `git bisect run` that builds the same wheel with `pip wheel` (the tool makes pip's one build-backend call
+   itself, build/frontend.py: the same wheel bytes); the resolver runs counted (the steps change no requirement:
    one per bisect), then the same bisect again with everything cached and the index stopped (none).
                                                                                goal: ratio <= 1
 8. the README's demo bisect rerun with everything cached (`toolchain bisect` as a process, into a new --out)
@@ -375,8 +376,9 @@ def _cpu(who: int | None = None) -> float:
 
 
 class BuildCommandClock:
-    """Times the build command (`pip wheel`) the tool runs on the host, so that a step's own overhead is
-    measured inside the same step: the step's time less its build command's (wall, and CPU of the child)."""
+    """Times the build command the tool runs on the host (the in-target runner around it: `pip wheel`'s one
+    backend call, build/frontend.py), so that a step's own overhead is measured inside the same step: the
+    step's time less its build command's (wall, and CPU of the child)."""
 
     def __init__(self) -> None:
         self.times: list[tuple[float, float]] = []
@@ -386,8 +388,10 @@ class BuildCommandClock:
 
         self._host, self._real = host, run  # what host calls (core.proc's)
 
+        from toolchain.build.metrics import RUNNER_FILE
+
         def timing_run(argv: Sequence[str], **kw: Any) -> Any:
-            if "wheel" not in argv:
+            if [str(a) for a in argv[1:3]] != [str(RUNNER_FILE), "build"]:
                 return self._real(argv, **kw)
             wall, cpu = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN)
             try:

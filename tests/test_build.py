@@ -459,10 +459,12 @@ def test_a_failing_build_shows_command_log_and_tail_and_stores_nothing(ws, make_
     err = r.json()["error"]
     log = ws.root / "out" / "logs" / "fails.log"
     assert f"building fails@{repo.head()[:12]} failed (exit 1)" in err
-    assert "-m pip wheel --no-build-isolation --no-deps" in err
+    assert "-m pip wheel --no-build-isolation --no-deps" in err  # the recipe's command, made as pip's backend call
+    assert "(the PEP 517 backend tiny_backend called directly, as pip would call it" in err
     assert f"log: {log}" in err
-    assert "TINY-BUILD-FAILS: the compiler exploded" in err  # the tail
+    assert "RuntimeError: TINY-BUILD-FAILS: the compiler exploded" in err  # the tail: the backend's traceback
     assert "TINY-BUILD-FAILS: the compiler exploded" in log.read_text()
+    assert "# toolchain: the command as pip runs it" in log.read_text()
     assert "read the log" in r.json()["hint"]
     assert not list((ws.cache / "wheels").rglob("entry.json"))
     assert not (ws.root / "out" / "stack.lock.toml").exists()

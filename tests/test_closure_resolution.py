@@ -38,9 +38,10 @@ from tests.support.closure import (
     warm_builds,
     wheelhouse,
 )
+from toolchain.build.wheelmeta import WheelMeta, wheel_meta
 from toolchain.lock import read_lock
 from toolchain.recipe.model import ResolveSpec
-from toolchain.resolve.memo import WheelMeta, closure_key, wheel_meta
+from toolchain.resolve.memo import closure_key
 from toolchain.target.facts import TargetInfo
 
 pytestmark = pytest.mark.slow

@@ -21,6 +21,7 @@ from toolchain.build.abi import BuiltAgainst, probe_built_against
 from toolchain.build.buildreqs import check_build_requires
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
+from toolchain.build.frontend import backend_call, check_as_pip
 from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_live, read_result
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.prebuilt import take_prebuilt
@@ -374,22 +375,26 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: 
                    **build_env(plan, cp, src, ws.deps, epoch, options.deterministic)}
             python = plan.recipe.target.python
             argv = [_fill(a, python=python, src=src, out=ws.out) for a in comp.command]
-            check_build_requires(ws, python, src, what, log, tree=tree / comp.subdir if comp.subdir else tree,
-                                 identity=runtime.identity())
+            here = tree / comp.subdir if comp.subdir else tree
+            check_build_requires(ws, python, src, what, log, tree=here, identity=runtime.identity())
+            call = backend_call(comp.command, here)  # pip's one build call, without pip (build/frontend.py)
+            run_argv = call.argv(python, ws.extras[RUNNER], src, ws.out, argv) if call else argv
             _log_decisions(log, cc, cp)
             if cp.jobs and cp.jobs.warning:
                 ui.warn(f"{comp.name}: {cp.jobs.warning}")
             against = probe_built_against(ws, python, comp.built_against, env, src, log, what)
             ui.event(f"building {what} in the {runtime.describe()}", log=log)
             try:
-                ws.run(measured_argv(python, ws.extras[RUNNER], ws.out, argv), env=env, cwd=src, log=log,
+                ws.run(measured_argv(python, ws.extras[RUNNER], ws.out, run_argv), env=env, cwd=src, log=log,
                        verbose=options.verbose)
             except CommandFailed as exc:
                 failed = read_result(out_tmp)
                 if failed is not None and failed.error:
                     raise ccache.CompilerCacheMissing(f"building {what}: {failed.error}",
                                                       hint=ccache.INSTALL_HINT) from None
-                raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}\n"
+                how = f" ({call.describe()}, unless the log says pip ran)" if call else ""
+                raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}"
+                                 f"{how}\n"
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         result = read_result(out_tmp)
@@ -399,6 +404,8 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: 
         if cc.enabled and report.note:
             ui.warn(f"{comp.name}: {report.note}")
         wheel, version = _the_wheel(out_tmp, comp, log)
+        if call:
+            check_as_pip(wheel, plan.target.python_version, what, log)
         normalizations = _normalize(wheel, epoch) if options.deterministic else []
         cache.put(cp.cache_key, wheel, {
             "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),

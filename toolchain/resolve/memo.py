@@ -18,11 +18,10 @@ import hashlib
 import json
 import os
 import re
-import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.build.wheelmeta import WheelMeta
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.serial import to_data
 from toolchain.recipe.model import ResolveSpec
@@ -32,40 +31,6 @@ from toolchain.target.facts import TargetInfo
 DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
 MEMO_DIR = "closures"       # under the resolver's cache folder
 FORMAT = 1
-
-
-@dataclass(frozen=True)
-class WheelMeta:
-    """What a built wheel asks of the closure (its METADATA)."""
-    name: str
-    version: str
-    requires_dist: tuple[str, ...]
-    requires_python: str
-
-    @property
-    def has_requirements(self) -> bool:
-        return bool(self.requires_dist)
-
-
-def wheel_meta(wheel: Path) -> WheelMeta:
-    """The wheel's Name, Version, Requires-Dist and Requires-Python, read from `*.dist-info/METADATA`."""
-    with zipfile.ZipFile(wheel) as zf:
-        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-        text = zf.read(meta).decode("utf-8", errors="replace")
-    fields: dict[str, list[str]] = {}
-    last = ""
-    for line in text.split("\n"):
-        if not line.strip():
-            break  # the headers end at the first empty line (the description follows)
-        if line[0] in " \t" and last:  # a folded header line
-            fields[last][-1] += " " + line.strip()
-            continue
-        name, _, value = line.partition(":")
-        last = name.strip().lower()
-        fields.setdefault(last, []).append(value.strip())
-    return WheelMeta(name=(fields.get("name") or [""])[0], version=(fields.get("version") or [""])[0],
-                     requires_dist=tuple(fields.get("requires-dist", ())),
-                     requires_python=(fields.get("requires-python") or [""])[0])
 
 
 def target_python(spec: ResolveSpec, target: TargetInfo) -> str:
