@@ -284,7 +284,7 @@ def test_5_json_before_the_subcommand_prints_json_for_build(realstack_built, tmp
 def test_5_verbose_before_the_subcommand_streams_the_build(realstack, tmp_path):
     recipe = engine_only(realstack.engine, realstack.engine_commit, tmp_path / "proj" / "recipes" / "solo.toml")
     cli = cli_in(tmp_path / "cwd")
-    marker = "Created wheel for realstack-engine"
+    marker = "realstack_backend: building realstack-engine"  # the backend's own output
     after = cli("build", "-v", "--recipe", recipe, "--cache-dir", tmp_path / "c1", "--out", tmp_path / "o1")
     assert after.returncode == 0 and marker in after.output, str(after)  # what -v shows (reference)
     quiet = cli("build", "--recipe", recipe, "--cache-dir", tmp_path / "c2", "--out", tmp_path / "o2")
@@ -397,7 +397,8 @@ def test_9_the_log_keeps_the_full_build_log_after_a_cached_rebuild(realstack, tm
         r = cli("build", "--recipe", "solo", "--cache-dir", tmp_path / "cache", "--json")
         assert r.returncode == 0, str(r)
     log = (work / "dist" / "solo" / "logs" / "engine.log").read_text()
-    assert "Created wheel for realstack-engine" in log and "pip wheel --no-build-isolation" in log, log
+    assert "realstack_backend: building realstack-engine" in log and "pip wheel --no-build-isolation" in log, log
+    assert "# toolchain: the backend built realstack_engine-" in log, log
     assert len(log.splitlines()) > 10, log
 
 

@@ -183,10 +183,11 @@ def sleepy_build(ws, make_repo, seconds: float, *extra: str):
 
 
 def test_a_piped_build_shows_a_heartbeat_at_the_interval_asked(ws, make_repo):
-    r, beats = sleepy_build(ws, make_repo, 3, "--progress-interval", "1")
+    r, beats = sleepy_build(ws, make_repo, 5, "--progress-interval", "1")
     assert len(beats) >= 2, r.stderr
-    # the runner's live reading (every 2 s): the peak memory so far, and this build's ccache counts (no compile)
-    assert re.search(r", peak \d+(\.\d+)? [KMG]iB, ccache 0 hits / 0 misses, last:", beats[-1]), r.stderr
+    # the runner's live reading (every 2 s): the peak memory so far, and this build's ccache counts (no compile);
+    # on a loaded machine the runner's first reading can come after the first beats
+    assert any(re.search(r", peak \d+(\.\d+)? [KMG]iB, ccache 0 hits / 0 misses, last:", b) for b in beats), r.stderr
     started = [line for line in r.stderr.splitlines() if "building sleepy@" in line]
     assert len(started) == 1 and re.match(r"\[\d\d:\d\d:\d\d\] building sleepy@\w{12} in the host \(log: \S+\)$",
                                           started[0]), r.stderr  # a change of state: one stamped line
