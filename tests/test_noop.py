@@ -145,6 +145,22 @@ def test_a_file_changed_as_the_run_started_is_not_trusted(argv, tmp_path):
     assert noop.answer(argv) is None
 
 
+def test_a_whole_second_mtime_is_trusted_only_seconds_later(argv, tmp_path):
+    """A file system that keeps whole seconds (FAT, some network ones): a change within the same second keeps
+    the stat, so a file written a second ago is not trusted yet; one with a finer mtime is."""
+    coarse, fine = tmp_path / "coarse.txt", tmp_path / "fine.txt"
+    coarse.write_text("x")
+    fine.write_text("x")
+    second_ago = (time.time_ns() // 1_000_000_000 - 1) * 1_000_000_000
+    os.utime(coarse, ns=(second_ago, second_ago))
+    os.utime(fine, ns=(second_ago + 123_456_789, second_ago + 123_456_789))
+    rec = _record(argv, coarse.read_text)
+    assert rec.spoiled and "as the run started" in rec.spoiled
+    rec = _record(argv, fine.read_text)
+    assert rec.spoiled is None
+    assert noop.answer(argv) == 0
+
+
 def test_live_readings_are_not_watched_but_writes_inside_still_count(argv, tmp_path):
     live = tmp_path / "meminfo"
     live.write_text("1")

@@ -47,8 +47,10 @@ ELIGIBLE = frozenset({"build"})
 FORMAT = 1
 # variables a shell changes between two runs of the same command; nothing the tool reads
 VOLATILE_ENV = frozenset({"_", "OLDPWD", "SHLVL", "PWD"})
-# a change this close (ns) before a run started could share the mtime a stat already showed (coarse clocks)
+# a change this close (ns) before a run started could share the mtime a stat already showed (the kernel's
+# coarse clock); on a file system that keeps whole seconds (FAT: two) the window is the granularity's
 RACY_NS = 20_000_000
+RACY_COARSE_NS = 3_000_000_000
 KEEP = 256  # records kept in <cache>/noop
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _SPOILING = frozenset({
@@ -201,6 +203,12 @@ class _PerThread(threading.local):
     live = 0      # inside `live_readings()`: reads not watched (writes still count)
 
 
+def _racy(mtime_ns: int) -> int:
+    """How close before a run's start a change leaves a stat that a later change of the same size could share:
+    a whole-second mtime is taken for a file system that keeps no finer (ext4 and most others keep ns)."""
+    return RACY_COARSE_NS if mtime_ns % 1_000_000_000 == 0 else RACY_NS
+
+
 def _byte_code(name: str) -> bool:
     """What the import system writes: __pycache__, X.pyc and its temporary X.pyc.<id>."""
     base = os.path.basename(name)
@@ -318,7 +326,7 @@ class Recorder:
             now = _probe(path, how)
             if now != key:
                 self.spoil(f"{path} changed while the run read it")
-            elif isinstance(now, list) and isinstance(now[1], int) and now[1] >= self.started_ns - RACY_NS:
+            elif isinstance(now, list) and isinstance(now[1], int) and now[1] >= self.started_ns - _racy(now[1]):
                 self.spoil(f"{path} changed as the run started (its stat could not tell a later change)")
             rows.append([path, how, key])
         return [] if self.spoiled else rows
