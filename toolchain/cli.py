@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
+from toolchain.core.noop import command_of
 from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
@@ -117,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     ui = UI(json_mode="--json" in args_list)
     try:
         with _stop_on_signals(), _stdout_kept_for_json(ui.json_mode):
-            first = next((a for a in args_list if not a.startswith("-")), None)
-            parser = _build_parser_frozen(first)
+            parser = _build_parser_frozen(command_of(args_list))
             args = parser.parse_args(args_list)
             ui = UI(json_mode=args.json, verbose=args.verbose, progress_interval=args.progress_interval)
             if not getattr(args, "handler", None):

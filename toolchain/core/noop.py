@@ -115,7 +115,8 @@ def default_cache_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> st
     return os.path.join(base, "xpu-toolchain")
 
 
-def _command(argv: Sequence[str]) -> str | None:
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command of a command line: its first word that is not an option (cli.main asks the same)."""
     return next((a for a in argv if not a.startswith("-")), None)
 
 
@@ -155,7 +156,7 @@ def _key(argv: Sequence[str]) -> str | None:
 
 
 def _enabled(argv: Sequence[str]) -> bool:
-    return os.environ.get(FULL_RUN, "") in ("", "0") and _command(argv) in ELIGIBLE
+    return os.environ.get(FULL_RUN, "") in ("", "0") and command_of(argv) in ELIGIBLE
 
 
 def record_path(argv: Sequence[str]) -> str | None:
@@ -317,14 +318,16 @@ class Recorder:
         """[path, how, key] for every path the run looked at and every module file it ran; spoiled (and
         empty) when one changed while it ran or too close before it started to be told apart later."""
         watch: dict[tuple[str, str], Any] = dict(self.seen)
-        for module in list(sys.modules.values()):
-            file = getattr(module, "__file__", None) if isinstance(module, ModuleType) else None
-            if file and (os.path.abspath(file), "read") not in watch:
-                watch[os.path.abspath(file), "read"] = _probe(os.path.abspath(file), "read")
+        modules = {os.path.abspath(file) for module in list(sys.modules.values())
+                   if isinstance(module, ModuleType) and (file := getattr(module, "__file__", None))}
+        for file in modules:  # (probed once, below: what it is now is what the record keeps)
+            watch.setdefault((file, "read"), _UNSEEN)
         rows = []
         for (path, how), key in sorted(watch.items()):
             now = _probe(path, how)
-            if now != key:
+            if key is _UNSEEN:
+                key = now
+            elif now != key:
                 self.spoil(f"{path} changed while the run read it")
             elif isinstance(now, list) and isinstance(now[1], int) and now[1] >= self.started_ns - _racy(now[1]):
                 self.spoil(f"{path} changed as the run started (its stat could not tell a later change)")
@@ -384,6 +387,7 @@ def _wrapped(real: Any, recorder: Recorder, how: str) -> Any:
 
 
 _CURRENT: list[Recorder] = []
+_UNSEEN = object()  # (a module file the run did not open itself: its key is taken when the record is kept)
 
 
 @contextmanager
