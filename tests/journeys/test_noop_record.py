@@ -3,9 +3,8 @@ from its wheel: the answer is the full run's to the byte, and every change a use
 (a wheel deleted from the out folder, the lock edited, another environment or option, an evicted cache
 entry, a recipe of their own that now shadows the shipped one, an upgraded tool) gets a full run again.
 
-Whether a run was answered from the record is told by a wrapper around the entry point (the same
-`toolchain.__main__:run` the `toolchain` script calls) that writes, after the run, whether the rest of the
-tool (`toolchain.cli`) was imported."""
+Whether a run was answered from the record is told by a wrapper around the entry point
+(tests/support/noop_runs.py)."""
 
 from __future__ import annotations
 
@@ -13,64 +12,17 @@ import json
 import os
 import shutil
 import stat
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from tests.spine_helpers import Result
+from tests.support.noop_runs import Runs, same
 
 pytestmark = pytest.mark.slow
 
-WRAPPER = """\
-import os
-import sys
-from toolchain.__main__ import run
-code = run()
-with open(os.environ["NOOP_TEST_WHICH"], "w") as f:
-    f.write("full" if "toolchain.cli" in sys.modules else "record")
-raise SystemExit(code)
-"""
-
-
-class Runs:
-    """`toolchain ARGS` through the wrapper, for one user; `which` says how the last run was answered."""
-
-    def __init__(self, user, home: Path) -> None:
-        self.user = user
-        self.script = home / "wrapper.py"
-        self.script.write_text(WRAPPER)
-        self.which_file = home / "which.txt"
-        self.user.env["NOOP_TEST_WHICH"] = str(self.which_file)
-        self.user.env["TOOLCHAIN_NOOP_DEBUG"] = "1"  # (stderr says why a run was not recorded)
-
-    def __call__(self, *args: object, env: dict[str, str] | None = None) -> tuple[Result, str]:
-        self.which_file.unlink(missing_ok=True)
-        argv = [str(self.user.installed.python), str(self.script), *map(str, args)]
-        r = subprocess.run(argv, cwd=self.user.cwd, env={**self.user.env, **(env or {})}, capture_output=True,
-                           text=True, timeout=300, stdin=subprocess.DEVNULL)
-        return Result(argv, r.returncode, r.stdout, r.stderr), self.which_file.read_text()
-
-    def truth(self, *args: object, env: dict[str, str] | None = None) -> Result:
-        """The same command run in full (never answered from, nor kept as, a record)."""
-        r, which = self(*args, env={**(env or {}), "TOOLCHAIN_FULL_RUN": "1"})
-        assert which == "full"
-        return r
-
-
-def _said(r: Result) -> tuple[int, str, str]:
-    """What a run said, without the lines TOOLCHAIN_NOOP_DEBUG adds (why it was not recorded or answered)."""
-    debug = ("toolchain: this run was not recorded:", "toolchain: a full run:")
-    return r.returncode, r.stdout, "".join(x for x in r.stderr.splitlines(True) if not x.startswith(debug))
-
-
-def _same(a: Result, b: Result) -> None:
-    assert _said(a) == _said(b)
-
-
 def test_a_warm_noop_is_answered_from_its_record_until_anything_it_read_changes(user, tmp_path):
     home = tmp_path / "home"
-    runs = Runs(user, home)
+    runs = Runs(user.installed.python, user.cwd, user.env, home)
     out = home / "out"
     args = ("build", "--recipe", "demo", "--out", out, "--json")
     records = home / "cache" / "noop"
@@ -86,20 +38,15 @@ def test_a_warm_noop_is_answered_from_its_record_until_anything_it_read_changes(
     assert stat.S_IMODE(record.stat().st_mode) == 0o600
     answered, which = runs(*args)
     assert which == "record"
-    _same(answered, warm)
-    _same(answered, runs.truth(*args))
+    same(answered, warm)
+    same(answered, runs.truth(*args))
     assert {c["source"] for c in answered.json()["components"]} == {"local-cache"}
 
     def full_then_record(*extra: object, env: dict[str, str] | None = None) -> Result:
         """After a change: a full run, its answer the truth; the next run is answered from a new record."""
         first, which = runs(*args, *extra, env=env)
         assert which == "full", first
-        for _ in range(3):  # a run that wrote (restored, rebuilt, rewrote a log) is followed by one that records
-            again, which = runs(*args, *extra, env=env)
-            if which == "record":
-                break
-        assert which == "record", again
-        _same(again, runs.truth(*args, *extra, env=env))
+        runs.until_recorded(*args, *extra, env=env, tries=3)
         return first
 
     # a wheel deleted from the out folder: restored from the cache
@@ -133,13 +80,13 @@ def test_a_warm_noop_is_answered_from_its_record_until_anything_it_read_changes(
     mine.write_text(source.replace('description = "', 'description = "mine: ', 1))
     r, which = runs(*args)
     assert which == "full"
-    _same(r, runs.truth(*args))
+    same(r, runs.truth(*args))
     assert (r.returncode, r.stdout) != (answered.returncode, answered.stdout), r
 
     shutil.rmtree(mine.parent)  # gone again: all it read is as recorded before, and the answer is that one's
     r, which = runs(*args)
     assert which == "record"
-    _same(r, runs.truth(*args))
+    same(r, runs.truth(*args))
 
     # the tool upgraded in place (one of its modules changed)
     module = user.installed.package / "console.py"
@@ -150,7 +97,7 @@ def test_a_warm_noop_is_answered_from_its_record_until_anything_it_read_changes(
 
 def test_only_a_read_only_successful_build_is_recorded_and_secrets_stay_out(user, tmp_path):
     home = tmp_path / "home"
-    runs = Runs(user, home)
+    runs = Runs(user.installed.python, user.cwd, user.env, home)
     records = home / "cache" / "noop"
     secret = "s3cr3t-value-7f1c"
     env = {"MY_API_TOKEN": secret}
