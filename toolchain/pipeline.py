@@ -364,34 +364,50 @@ def _recorded_closure(previous: Lock | None, plan: Plan, built: list[BuiltCompon
 
 
 def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv | None, cache_dir: Path,
-                 ui: UI) -> tuple[WheelAudit, ...]:
-    """The native audit of every wheel of `lock` (built, prebuilt, the closure's; cached by sha256), then the
-    check that each needed soname is provided by the closure, the target's oneAPI library path (`toolchain`:
-    the captured setvars environment; None: not sourced) or its system loader path (on the host, remembered
-    under <cache>/memo while ldconfig's cache and the folders listed are unchanged). Raises NativeABIError
-    naming each missing soname; warns of compiler stamps other than the captured oneAPI's."""
-    from toolchain.resolve import native
+                 ui: UI, *, read_deps: bool = False) -> tuple[WheelAudit, ...]:
+    """The native audit of the built and prebuilt wheels of `lock` (their ELF objects; cached by sha256) and of
+    the closure's (their file lists, read from the zip central directory; with `read_deps` their objects too,
+    fetched), then a verdict on each needed soname (toolchain.resolve.verdicts, the shipped policy with the
+    recipe's [native]): provided by the lock, setvars' library path (`toolchain`: the captured setvars
+    environment; None: not sourced) or the base image; expected from the run host (recorded per wheel as
+    host-provides); or missing. Raises NativeABIError for a missing soname an extension module of a component
+    loads (at most 10 lines; all of it in logs/native.log); warns of the others and of compiler stamps other
+    than the captured oneAPI's."""
+    from toolchain.resolve import native, verdicts
+    from toolchain.resolve.policy import policy_for
 
     built = [(out / WHEELS_DIR / c.wheel.file, c.wheel.sha256, f"{c.dist or c.name} {c.version}",
               "prebuilt" if c.prebuilt else "built") for c in lock.components]
     deps = lock.closure.dists if lock.closure is not None else ()
     with ui.status(f"auditing the shared libraries of {len(built) + len(deps)} wheels"):
-        audits = native.audit_wheels(built, deps, cache_dir, out / DEPS_DIR, out / "logs" / "native-fetch.log")
-    if lock.closure is None and lock.base is None and any(a.objects for a in audits):
+        audits = native.audit_wheels(built, deps, cache_dir, out / DEPS_DIR, out / "logs" / "native-fetch.log",
+                                     read_deps=read_deps)
+    if not any(a.objects for a in audits):
+        return tuple(audits)
+    if lock.closure is None and lock.base is None:
         ui.warn("the lock pins no closure (--no-resolve): the sonames its wheels need are recorded, not checked "
                 "(`toolchain lock --lock LOCK` resolves and checks them)")
-    elif any(a.objects for a in audits):
-        dirs = native.library_dirs(toolchain.as_dict()) if toolchain is not None else []
-        with make_runtime(recipe.target, ui) as runtime:
-            providers = native.target_providers(runtime, recipe.target.python, dirs,
-                                                lock.toolchain.oneapi_version if toolchain is not None else "",
-                                                installed=lock.base is not None,  # (the image's stack)
-                                                memo_dir=cache_dir / "memo" if runtime.on_host else None)
-        report = native.check(audits, providers, where="the lock")
-        for warning in report.warnings:
-            ui.warn(warning)
-        native.raise_for(report, "the lock")
-    return tuple(audits)
+        return tuple(audits)
+    dirs = native.library_dirs(toolchain.as_dict()) if toolchain is not None else []
+    with make_runtime(recipe.target, ui) as runtime:
+        providers = native.target_providers(runtime, recipe.target.python, dirs,
+                                            lock.toolchain.oneapi_version if toolchain is not None else "",
+                                            installed=lock.base is not None,  # (the image's stack)
+                                            memo_dir=cache_dir / "memo" if runtime.on_host else None)
+    policy = policy_for(recipe.native)
+    report = verdicts.check(audits, providers, policy, at="build")
+    log = out / "logs" / "native.log"
+    atomic_write_text(log, verdicts.full_log(report, "the lock"))
+    for stamp in report.stamps:
+        ui.warn(stamp)
+    verdicts.raise_for(report, "the lock", policy, log)
+    for line in verdicts.capped([n.line() for n in report.warnings], log):
+        ui.warn(line)
+    host = report.of("host")
+    if host:
+        ui.info(f"native libraries: {len(report.of('provided'))} provided by the lock; "
+                + verdicts.host_line(host))
+    return verdicts.with_host_provides(audits, report)
 
 
 def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:
@@ -478,10 +494,10 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
 
 
 def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui: UI, *,
-           refresh: bool = False) -> Lock:
+           refresh: bool = False, audit: bool = False) -> Lock:
     """`toolchain lock`: the closure of an existing lock's built wheels with the recipe's [resolve] (the kept
     one, or resolved again when `refresh`), written into the lock in place; the ABI check runs before anything
-    is written."""
+    is written (with `audit`, the closure's own shared objects are fetched and read too)."""
     from toolchain.lock import verify_wheels
     from toolchain.resolve.run import resolve_built
 
@@ -505,7 +521,7 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
                                 refresh=refresh)
     relocked = dataclasses.replace(lock, closure=closure, base=base)
     write_lock(dataclasses.replace(relocked, native=audit_native(relocked, lock.path.parent, recipe, None,
-                                                                 cache_dir, ui)), lock.path.parent)
+                                                                 cache_dir, ui, read_deps=audit)), lock.path.parent)
     give_to_invoking_user(lock.path.parent)
     return read_lock(lock.path)
 

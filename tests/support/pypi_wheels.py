@@ -10,7 +10,7 @@ finds the file there, and a test that only needs the file (the native audit's so
 
 CLI::
 
-    python tests/support/pypi_wheels.py fetch     # download what is missing; prints the paths
+    python tests/support/pypi_wheels.py fetch     # download what is missing (PINNED); prints the paths
 """
 
 from __future__ import annotations
@@ -50,6 +50,21 @@ VLLM_XPU_KERNELS = PinnedWheel(
     "86bfa26abbb605fab485236a386e6de07f76320177c456fa96e55c27502af17a", 150192335)
 
 
+# The oneAPI DPC++ runtime as PyPI serves it: 2025.3.3 ships libsycl.so.8 (114 MB), 2026.2.0 libsycl.so.9 (172 MB);
+# the kernels' libsycl.so.9 meets each in the native audit's tests.
+INTEL_SYCL_RT_2025 = PinnedWheel(
+    "intel-sycl-rt==2025.3.3", "intel_sycl_rt-2025.3.3-py2.py3-none-manylinux_2_28_x86_64.whl",
+    "https://files.pythonhosted.org/packages/bf/e0/3a480881ae5c237261d75fbd9b0844f8942f9cc6b23d693f8d71add0fa90/"
+    "intel_sycl_rt-2025.3.3-py2.py3-none-manylinux_2_28_x86_64.whl",
+    "fbef5f5163492be14f65ed900f69b453432bec3d3f3f64e5e551758bfa4cecdf", 113887677)
+INTEL_SYCL_RT_2026 = PinnedWheel(
+    "intel-sycl-rt==2026.2.0", "intel_sycl_rt-2026.2.0-py2.py3-none-manylinux_2_28_x86_64.whl",
+    "https://files.pythonhosted.org/packages/2d/e4/d00d83c95510bbf3837f956d1ad61245a5ca533bd1a84b176b789cb1e558/"
+    "intel_sycl_rt-2026.2.0-py2.py3-none-manylinux_2_28_x86_64.whl",
+    "ad920da1ffcb43edbc03422a7c85094997e6d578f9ab534743442af70bcbfaa1", 172457265)
+PINNED = (VLLM_XPU_KERNELS, INTEL_SYCL_RT_2025, INTEL_SYCL_RT_2026)
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("TOOLCHAIN_TEST_CACHE") or "/var/cache/toolchain-tests")
 
@@ -75,4 +90,5 @@ def real_wheel(pin: PinnedWheel = VLLM_XPU_KERNELS) -> Path:
 if __name__ == "__main__":
     if sys.argv[1:] != ["fetch"]:
         sys.exit(__doc__)
-    print(real_wheel())
+    for pin in PINNED:
+        print(real_wheel(pin))

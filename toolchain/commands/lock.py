@@ -1,6 +1,6 @@
 """`toolchain lock --lock LOCK [--refresh]`: the runtime closure of an existing lock (the same built wheels, the
 recipe's [resolve]: the one kept in the cache, or resolved again with --refresh) written into stack.lock.toml and
-pylock.toml; the ABI check runs first."""
+pylock.toml; the ABI check runs first (`--audit`: over the closure's own shared objects too)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--refresh", action="store_true",
                    help="resolve again from the indexes even when the closure for these wheels' requirements and "
                         "this [resolve] is kept in the cache (without it, the kept closure is used offline)")
+    p.add_argument("--audit", action="store_true",
+                   help="also fetch the closure's wheels and read their shared objects (a build reads only their "
+                        "file lists): each soname they need gets a verdict too, a missing one is a warning")
     options.add_recipe(p, recipe=False)
     options.add(p, "cache-dir")
     p.set_defaults(handler=handle)
@@ -30,7 +33,8 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     from toolchain.commands.build import closure_summary
     from toolchain.commands.recipes import Table
 
-    lock = relock(args.lock, options.cache_dir(args), args.patches_dir, args.recipes_dir, ui, refresh=args.refresh)
+    lock = relock(args.lock, options.cache_dir(args), args.patches_dir, args.recipes_dir, ui, refresh=args.refresh,
+                  audit=args.audit)
     assert lock.closure is not None
     data = {"ok": True, "lock": str(lock.path), "pylock": str(lock.path.parent / "pylock.toml") if lock.path else "",
             **closure_summary(lock)}

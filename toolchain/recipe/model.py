@@ -149,6 +149,15 @@ class ResolveSpec:
 
 
 @dataclass(frozen=True)
+class NativeSpec:
+    """`[native]`: additions to the shipped native policy (toolchain/data/native-policy.toml). `host_provides`:
+    sonames (fnmatch patterns) the run host provides, recorded in the lock and checked where the stack runs;
+    `ignore`: sonames the audit skips (recorded in the lock's recipe text)."""
+    host_provides: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ToolchainSpec:
     setvars: str = DEFAULT_SETVARS
     setvars_args: tuple[str, ...] = ("--force",)
@@ -212,6 +221,7 @@ class Recipe:
     resolve: ResolveSpec = ResolveSpec()  # [resolve]: the runtime closure (toolchain.resolve)
     cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
     build: BuildSpec = BuildSpec()  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
+    native: NativeSpec = NativeSpec()  # [native]: additions to the native audit's policy (resolve/policy.py)
     # where each recipe file of the `extends` chain was found (this recipe's first); () for a lock's recipe
     found: tuple[Found, ...] = field(default=(), compare=False, hash=False)
     # a partial build (`build --component`): the components it builds, the others left out of `data`

@@ -29,6 +29,7 @@ from toolchain.recipe.model import (
     Component,
     FetchContentDep,
     InputFile,
+    NativeSpec,
     Origin,
     Patch,
     Prebuilt,
@@ -49,7 +50,9 @@ NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
             "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict,
-            "resolve": dict, "build": dict}
+            "resolve": dict, "build": dict, "native": dict}
+NATIVE_KEYS = {"host-provides": list, "ignore": list}
+SONAME_PATTERN = re.compile(r"^[A-Za-z0-9_.+*?\[\]-]+$")
 RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "platform": str, "python-version": str}
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
@@ -166,6 +169,7 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
         pr.check_keys(data["cache"], CACHE_KEYS, "cache.")
     cache = cache_spec(data.get("cache"), pr.add)
     resolve = _resolve(data.get("resolve", {}), pr, path)
+    native = _native(data.get("native", {}), pr)
     if target.base:  # rebuilt over the image: installed with --force-reinstall --no-deps, as the direct fix does
         for c in components:
             if not {"--no-deps", "--force-reinstall"} <= set(c.install_args):
@@ -178,7 +182,7 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
                   demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache,
-                  resolve=resolve, build=build)
+                  resolve=resolve, build=build, native=native)
 
 
 def _null_bytes(value: Any, where: str) -> Iterator[str]:
@@ -590,6 +594,22 @@ def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> t
 _USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
 # uv's --python-platform names: x86_64-manylinux_2_28, aarch64-unknown-linux-gnu, linux, wasm32-pyodide2024
 _PLATFORM = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+){0,3}$")
+
+
+def _native(n: Any, pr: _Problems) -> NativeSpec:
+    """`[native] host-provides = ["libfoo.so.1", "libnvidia-*"]`, `ignore = [...]`: sonames or fnmatch patterns."""
+    if not isinstance(n, dict):
+        return NativeSpec()
+    pr.check_keys(n, NATIVE_KEYS, "native.")
+    found = {}
+    for key in NATIVE_KEYS:
+        names = pr.str_list(n, key, f"native.{key}")
+        for name in names:
+            if not SONAME_PATTERN.match(name):
+                pr.add(f"native.{key}", f"{name!r} is not a soname or a pattern of one (such as \"libze_loader.so.1\" "
+                                        f"or \"libmpi.so.*\"): no '/', no spaces")
+        found[key] = names
+    return NativeSpec(host_provides=found["host-provides"], ignore=found["ignore"])
 
 
 def _resolve(r: Any, pr: _Problems, path: Path) -> ResolveSpec:

@@ -1,10 +1,11 @@
-"""The native ABI audit: what pip cannot see. Every shared object of every wheel of a lock (built, prebuilt
-and the closure's) is read once for its `DT_NEEDED` sonames and the compiler stamps of its `.comment` section;
-the lock records them per wheel. Each needed soname must then be provided by a file of the locked closure
-(intel-sycl-rt's `libsycl.so.N`, torch's `libtorch_xpu.so`), by the target's oneAPI (setvars' library path,
-at build time) or by the target's system loader path (`ldconfig -p`). oneAPI 2025 ships `libsycl.so.8` and
-2026 `libsycl.so.9` (vLLM #11734, bitsandbytes #1991): a kernels wheel built with one does not load with the
-other, and the metadata says nothing of it.
+"""The native ABI audit: what pip cannot see. Every shared object of the built and prebuilt wheels of a lock is
+read once for its `DT_NEEDED` sonames, its RUNPATH/RPATH and the compiler stamps of its `.comment` section; the
+closure's wheels are known by their file lists (the zip central directory, toolchain.resolve.wheelfiles: no
+gigabytes to read a name) and their own objects are read where they are fetched anyway (smoke, bundles with
+their dependencies, `toolchain lock --audit`). Each needed soname then gets a verdict from the policy
+(toolchain.resolve.verdicts, toolchain/data/native-policy.toml): provided, expected from the run host, missing.
+oneAPI 2025 ships `libsycl.so.8` and 2026 `libsycl.so.9` (vLLM #11734, bitsandbytes #1991): a kernels wheel
+built with one does not load with the other, and the metadata says nothing of it.
 
 The ELF reading is pyelftools', imported only when a wheel not audited before is read; audits are cached by
 the wheel's sha256 (`<cache>/native/<sha256>.json`), so a warm build reads JSON and never imports it.
@@ -29,27 +30,10 @@ if TYPE_CHECKING:
     from toolchain.core.proc import Completed
 
 NATIVE_DIR = "native"  # under the cache directory
-AUDIT_VERSION = 1
+AUDIT_VERSION = 2  # 2: RUNPATH/RPATH recorded
 ELF_MAGIC = b"\x7fELF"
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
 INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
-SOVERSION = re.compile(r"^(?P<stem>.+?\.so)(?:\.(?P<ver>[\d.]+))?$")
-
-# Who ships a library a wheel may need, for the error's "who could provide it" (the closure, oneAPI and the
-# system loader path are searched; this names what to add when none has it).
-KNOWN_PROVIDERS = (
-    (re.compile(r"^libsycl\.so\.8$"), "intel-sycl-rt 2025.x (oneAPI 2025.x)"),
-    (re.compile(r"^libsycl\.so\.9$"), "intel-sycl-rt 2026.x (oneAPI 2026.x)"),
-    (re.compile(r"^libsycl\.so\.(\d+)$"), "intel-sycl-rt (oneAPI DPC++ runtime)"),
-    (re.compile(r"^lib(torch|torch_cpu|torch_xpu|torch_python|c10|c10_xpu)\.so$"),
-     "torch (the XPU build: https://download.pytorch.org/whl/xpu)"),
-    (re.compile(r"^libze_loader\.so\.1$"), "the Level Zero loader (Debian/Ubuntu libze1; PyPI level-zero)"),
-    (re.compile(r"^lib(imf|intlc|svml|irng|iomp5)\.so"), "intel-cmplr-lib-rt (the oneAPI compiler runtime)"),
-    (re.compile(r"^libur_(loader|adapter_level_zero)\.so"), "intel-sycl-rt (the unified runtime)"),
-    (re.compile(r"^libmkl_"), "onemkl-sycl-* / mkl (oneMKL)"),
-    (re.compile(r"^libccl\.so"), "oneccl (oneCCL)"),
-)
-
 
 @dataclass(frozen=True)
 class SharedObject:
@@ -58,6 +42,7 @@ class SharedObject:
     soname: str = field(default="", metadata=meta(omit_default=True))  # DT_SONAME, "" when it has none
     needed: tuple[str, ...] = ()   # DT_NEEDED
     compilers: tuple[str, ...] = ()  # .comment strings (the compiler stamps)
+    runpath: tuple[str, ...] = field(default=(), metadata=meta(omit_default=True))  # DT_RUNPATH, else DT_RPATH
 
 
 @dataclass(frozen=True)
@@ -68,10 +53,15 @@ class WheelAudit:
     dist: str = ""                 # distribution name and version, as the lock names it: "intel-sycl-rt 2025.3.3"
     role: str = ""                 # built | prebuilt | dependency
     objects: tuple[SharedObject, ...] = ()
+    # a closure wheel known by its file list alone: the paths of its shared objects (no ELF read)
+    libraries: tuple[str, ...] = field(default=(), metadata=meta(omit_default=True))
+    # the sonames its objects need that the run host is expected to provide (the policy's verdict at build)
+    host_provides: tuple[str, ...] = field(default=(), metadata=meta(key="host-provides", omit_default=True))
 
     def provides(self) -> set[str]:
         """The sonames this wheel's files answer: each file's name and its DT_SONAME."""
-        return {PurePosixPath(o.path).name for o in self.objects} | {o.soname for o in self.objects if o.soname}
+        return ({PurePosixPath(o.path).name for o in self.objects} | {o.soname for o in self.objects if o.soname}
+                | {PurePosixPath(p).name for p in self.libraries})
 
 
 @dataclass(frozen=True)
@@ -82,12 +72,6 @@ class Providers:
     system: Mapping[str, str] = field(default_factory=dict)   # soname -> path (ldconfig -p, the default dirs)
     installed: Mapping[str, str] = field(default_factory=dict)  # soname -> the target interpreter's distribution
     # that installed it (read for a base image, whose stack the wheels are installed over)
-
-
-@dataclass(frozen=True)
-class NativeReport:
-    errors: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
 
 
 def audit_wheel(path: Path, sha256: str, cache_dir: Path | None, *, dist: str = "", role: str = "") -> WheelAudit:
@@ -109,12 +93,19 @@ def audit_wheel(path: Path, sha256: str, cache_dir: Path | None, *, dist: str = 
 
 
 def audit_wheels(built: Sequence[tuple[Path, str, str, str]], deps: Sequence[LockedDist], cache_dir: Path,
-                 deps_dir: Path, log: Path) -> list[WheelAudit]:
-    """Audits of the built wheels [(file, sha256, "name version", role)] and of the closure's wheels: a
-    dependency is read from its file:// path, from `deps_dir`, or fetched there (hashes checked) when its
-    audit is not cached yet; sdists have no shared objects to read before they are built."""
+                 deps_dir: Path, log: Path, *, read_deps: bool = True) -> list[WheelAudit]:
+    """Audits of the built wheels [(file, sha256, "name version", role)] and of the closure's wheels. With
+    `read_deps`, a dependency's objects are read from its file:// path, from `deps_dir`, or fetched there (hashes
+    checked) when its audit is not cached yet; without, a dependency is known by its file list alone
+    (wheelfiles: the zip central directory, by range requests), so nothing is downloaded to read a name.
+    Sdists have no shared objects to read before they are built."""
     audits = [audit_wheel(path, sha, cache_dir, dist=dist, role=role) for path, sha, dist, role in built]
     wheels = [d for d in deps if d.is_wheel]
+    if not read_deps:
+        from toolchain.resolve.wheelfiles import libraries_of
+
+        return audits + [WheelAudit(d.file, d.sha256, f"{d.name} {d.version}", "dependency",
+                                    libraries=libraries_of(d, cache_dir, deps_dir, log)) for d in wheels]
     todo = [d for d in wheels if not (cache_dir / NATIVE_DIR / f"{d.sha256}.json").is_file()
             and not (d.local_path() and Path(d.local_path()).is_file()) and not (deps_dir / d.file).is_file()]
     if todo:
@@ -187,6 +178,8 @@ def read_elf(name: str, stream: Any) -> SharedObject:
     elf = ELFFile(stream)
     needed: list[str] = []
     soname = ""
+    runpath: list[str] = []
+    rpath: list[str] = []
     for section in elf.iter_sections():
         if isinstance(section, DynamicSection):
             for tag in section.iter_tags():
@@ -194,6 +187,10 @@ def read_elf(name: str, stream: Any) -> SharedObject:
                     needed.append(str(getattr(tag, "needed", "")))
                 elif tag.entry.d_tag == "DT_SONAME":
                     soname = str(getattr(tag, "soname", ""))
+                elif tag.entry.d_tag == "DT_RUNPATH":
+                    runpath += [d for d in str(getattr(tag, "runpath", "")).split(":") if d]
+                elif tag.entry.d_tag == "DT_RPATH":
+                    rpath += [d for d in str(getattr(tag, "rpath", "")).split(":") if d]
     comment = elf.get_section_by_name(".comment")
     stamps: list[str] = []
     if comment is not None:
@@ -201,88 +198,7 @@ def read_elf(name: str, stream: Any) -> SharedObject:
             text = raw.decode("utf-8", "replace").strip()
             if text and text not in stamps:
                 stamps.append(text)
-    return SharedObject(name, soname, tuple(needed), tuple(stamps))
-
-
-def check(audits: Sequence[WheelAudit], providers: Providers, *, where: str) -> NativeReport:
-    """Every needed soname provided by a closure file, oneAPI's library path or the system loader path; an
-    Intel compiler stamp of a built or prebuilt wheel other than the captured oneAPI's version is a warning
-    (the closure's own runtimes carry the stamps of whoever built them). `where`: "the lock" or
-    "the smoke target", for the messages."""
-    closure: dict[str, WheelAudit] = {}
-    for a in audits:
-        for so in a.provides():
-            closure.setdefault(so, a)
-    errors: list[str] = []
-    warnings: list[str] = []
-    for a in audits:
-        for obj in a.objects:
-            for so in obj.needed:
-                if so in closure or so in providers.oneapi or so in providers.system or so in providers.installed:
-                    continue
-                errors.append(f"{so} needed by {obj.path} ({a.dist or a.wheel}): "
-                              + "; ".join(_could_provide(so, closure, providers, where)))
-        stamp = _stamp_mismatch(a, providers.oneapi_version) if a.role != "dependency" else ""
-        if stamp:
-            warnings.append(stamp)
-    return NativeReport(tuple(dict.fromkeys(errors)), tuple(warnings))
-
-
-def _stem(soname: str) -> str:
-    m = SOVERSION.match(soname)
-    return m.group("stem") if m else soname
-
-
-def _could_provide(so: str, closure: Mapping[str, WheelAudit], providers: Providers, where: str) -> list[str]:
-    """What is there with the same library stem (libsycl.so.8 beside a needed libsycl.so.9), and who ships
-    the one needed."""
-    stem = _stem(so)
-    said = []
-    for have, a in sorted(closure.items()):
-        if _stem(have) == stem:
-            said.append(f"the closure's {a.dist or a.wheel} provides {have}")
-    for have, d in sorted(providers.oneapi.items()):
-        if _stem(have) == stem:
-            said.append(f"the target's oneAPI {providers.oneapi_version} ({d}) provides {have}".replace("  ", " "))
-    for have, p in sorted(providers.system.items()):
-        if _stem(have) == stem:
-            said.append(f"the system loader path has {have} ({p})")
-    for have, dist in sorted(providers.installed.items()):
-        if _stem(have) == stem:
-            said.append(f"the target's installed {dist} provides {have}")
-    if not said:
-        said.append(f"nothing in {where}'s closure, oneAPI library path or system loader path provides it")
-    known = next((who for pattern, who in KNOWN_PROVIDERS if pattern.search(so)), "")
-    said.append(f"{known} provides {so}" if known else f"add the wheel or system package that ships {so}")
-    return said
-
-
-def _stamp_mismatch(a: WheelAudit, oneapi_version: str) -> str:
-    want = ".".join(oneapi_version.split(".")[:2])
-    if not want:
-        return ""
-    for obj in a.objects:
-        for stamp in obj.compilers:
-            m = INTEL_COMPILER.search(stamp)
-            if m and m.group(1) != want:
-                return (f"{a.dist or a.wheel}: {obj.path} was compiled by `{stamp}`, the captured oneAPI is "
-                        f"{oneapi_version}: its runtime libraries may not match (libsycl.so.8 is 2025.x, "
-                        f".9 2026.x)")
-    return ""
-
-
-class NativeABIError(BuildError):
-    """A needed shared library that nothing the target would load provides."""
-
-
-def raise_for(report: NativeReport, where: str) -> None:
-    if report.errors:
-        raise NativeABIError(f"native ABI check of {where}: {len(report.errors)} needed librar"
-                             f"{'y is' if len(report.errors) == 1 else 'ies are'} not provided:\n"
-                             + "\n".join(f"  - {e}" for e in report.errors),
-                             hint="pin the runtime that provides each (e.g. intel-sycl-rt of the oneAPI the "
-                                  "wheel was compiled with) in a built wheel's requirements or the recipe's "
-                                  "[resolve], or rebuild the wheel against the runtime the closure has")
+    return SharedObject(name, soname, tuple(needed), tuple(stamps), tuple(runpath or rpath))
 
 
 # ---- the target's library paths --------------------------------------------------------------------------

@@ -199,8 +199,11 @@ def install_locked(lock: Lock, target: Interpreter, log: Path, progress: Progres
     reqs, steps = ready.requirements, ready.steps
     if progress is not None:
         progress(InstallStep(f"{len(steps)} locked files", reqs, CLOSURE_ARGS))
+    from toolchain.resolve.fetch import locked_pip_env
+
     target.run([target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off", "--isolated",
-                *CLOSURE_ARGS, "-r", target.runtime.visible_path(reqs)], log=log, timeout=INSTALL_TIMEOUT)
+                *CLOSURE_ARGS, "-r", target.runtime.visible_path(reqs)], log=log, timeout=INSTALL_TIMEOUT,
+               env=locked_pip_env(target.runtime.base_env(), read_config=False))
     done = target.run([target.python, "-m", "pip", "check"], log=log, capture=True, check=False, timeout=300)
     if done.returncode != 0:
         said = "\n".join("  " + line for line in (done.stdout + done.stderr).strip().splitlines())

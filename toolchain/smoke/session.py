@@ -25,6 +25,7 @@ from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
 from toolchain.core.devices import find_cards
+from toolchain.core.fs import atomic_write_text
 from toolchain.core.proc import Interrupted, interruptible
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import to_data, to_table
@@ -147,28 +148,41 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
 
 
 def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, Any]:
-    """Before serving: every shared object of every installed wheel has each soname it needs from the
-    closure, the target's system loader path or, over a base image, a distribution its interpreter has
-    installed (smoke serves without oneAPI sourced, so setvars' library path does not count). Raises NativeABIError naming what is missing and who could provide it."""
+    """Before serving: every shared object of every installed wheel (the closure's too: they are fetched anyway)
+    gets a verdict on each soname it needs, where the stack runs (toolchain.resolve.verdicts, at="run"):
+    provided by the lock or, over a base image, a distribution its interpreter installed; on the target's loader
+    path (each library the lock expects from the run host is looked up: present, or absent with the package that
+    brings it); or missing. Smoke serves without oneAPI sourced, so setvars' library path does not count. Raises
+    NativeABIError when one an extension module of a component loads is not there."""
     from toolchain.build.cache import default_cache_dir
-    from toolchain.resolve import native
+    from toolchain.resolve import native, verdicts
     from toolchain.resolve.closure import DEPS_DIR
+    from toolchain.resolve.policy import policy_of_recipe_text
 
     assert lock.path is not None
     built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}",
               "prebuilt" if c.prebuilt else "built") for c in lock.components]
     audits = native.audit_wheels(built, lock.closure.dists if lock.closure else (), default_cache_dir(),
                                  lock.path.parent / DEPS_DIR, out / "install.log")
-    report = native.NativeReport()
+    report = verdicts.NativeReport()
+    policy = policy_of_recipe_text(lock.recipe_text)
     if any(a.objects for a in audits):  # over a base image: what its interpreter has installed counts too
-        report = native.check(audits, native.target_providers(py, py.python, [], "", installed=lock.base is not None),
-                              where="the smoke target")
-    for warning in report.warnings:
-        ui.warn(warning)
-    summary = {"wheels": len(audits), "shared-objects": sum(len(a.objects) for a in audits),
-               "missing": list(report.errors)}
-    native.raise_for(report, f"the smoke target ({py.where()})")
-    ui.info(f"native libraries: every soname {summary['shared-objects']} shared object(s) need is provided")
+        report = verdicts.check(audits, native.target_providers(py, py.python, [], "",
+                                                                installed=lock.base is not None), policy, at="run")
+    log = out / "native.log"
+    atomic_write_text(log, verdicts.full_log(report, f"the smoke target ({py.where()})"))
+    expected = {so for a in lock.native for so in a.host_provides} | {n.soname for n in report.of("host")}
+    absent = report.of("host-absent")
+    present = sorted(expected - {n.soname for n in absent})
+    summary: dict[str, Any] = {"wheels": len(audits), "shared-objects": sum(len(a.objects) for a in audits),
+               "missing": [n.soname for n in report.errors],
+               "host-present": present,
+               "host-absent": [{"soname": n.soname, "brings-it": n.ships} for n in absent]}
+    verdicts.raise_for(report, f"the smoke target ({py.where()})", policy, log)
+    for line in verdicts.capped([n.line() for n in report.warnings], log):
+        ui.warn(line)
+    ui.info(f"native libraries: every soname {summary['shared-objects']} shared object(s) load is there; "
+            f"{len(present)} from the host present")
     return summary
 
 

@@ -23,9 +23,9 @@ class Interpreter:
     venv: str = ""
 
     def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
-            timeout: float | None = None, check: bool = True) -> Completed:
-        """`argv` in the runtime with this interpreter's environment."""
-        return self.runtime.run(argv, env=self.runtime.python_env(self), log=log, capture=capture,
+            timeout: float | None = None, check: bool = True, env: Mapping[str, str | None] | None = None) -> Completed:
+        """`argv` in the runtime with this interpreter's environment (and `env` over it: None removes)."""
+        return self.runtime.run(argv, env={**self.runtime.python_env(self), **(env or {})}, log=log, capture=capture,
                                 timeout=timeout, check=check)
 
     def where(self) -> str:
