@@ -102,8 +102,11 @@ ROUND_TRIP = {
         base=BaseEnv("example.invalid/vllm@sha256:" + "5" * 64, "sha256:" + "5" * 64, "3.12.3", "2.9.0+xpu", "20250101",
                      (BaseDist("torch", "2.9.0+xpu", "4" * 64), BaseDist("tiny", "1.0"))),
         native=(WheelAudit("kernels-1.0.0-py3-none-any.whl", "b" * 64, "kernels 1.0.0", "built",
-                           (SharedObject("kernels/_C.so", "libk.so.1", ("libsycl.so.8",), ("GCC 12",)),
-                            SharedObject("kernels/_D.so"))),),
+                           (SharedObject("kernels/_C.so", "libk.so.1", ("libsycl.so.8", "libze_loader.so.1"),
+                                         ("GCC 12",), ("$ORIGIN/.libs",)),
+                            SharedObject("kernels/_D.so")), host_provides=("libze_loader.so.1",)),
+                WheelAudit("numpy-2.1.0-cp312-none-any.whl", "6" * 64, "numpy 2.1.0", "dependency",
+                           libraries=("numpy.libs/libgfortran.so.5",))),
         host={"kernel": "6.12.0", "gpus": []}),
 }
 
@@ -120,6 +123,9 @@ EVERY_TABLE_TEXT = (  # how core.serial writes the lock's dataclass tables: rena
     '[base]\nimage = "example.invalid/vllm@sha256:' + "5" * 64 + '"\n',
     'name = "tiny"\nversion = "1.0"\nrecord-sha256 = ""\n',
     '[[native.objects]]\nfile = "kernels/_C.so"\nsoname = "libk.so.1"\n',
+    'runpath = [\n    "$ORIGIN/.libs",\n]\n',
+    'host-provides = [\n    "libze_loader.so.1",\n]\n',
+    'libraries = [\n    "numpy.libs/libgfortran.so.5",\n]\n',
     '[[native.objects]]\nfile = "kernels/_D.so"\nneeded = []\ncompilers = []\n',
 )
 

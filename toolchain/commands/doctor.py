@@ -5,6 +5,7 @@ a fix. `TOOLCHAIN_HOST_ROOT=DIR` makes it read DIR as `/` (sysfs, /dev/dri, /pro
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.commands import options
@@ -28,6 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "build, torch.xpu.is_available() and the device count, and the stack's "
                                    "versions; memory and the compile jobs the plan gives. Reads the box under "
                                    "$TOOLCHAIN_HOST_ROOT (default /). Exit 0 whatever it finds.")
+    p.add_argument("--lock", type=Path, metavar="LOCK",
+                   help="also say which libraries the lock expects of the run host (its host-provides) are present "
+                        "here, and for each absent one which package brings it")
     options.add_recipe(p, help={"recipe": "recipe name or path: its target interpreter, setvars, [smoke] device and "
                                 "compiled components (default: the host's python3, no recipe)"})
     p.set_defaults(handler=cmd_doctor)
@@ -66,6 +70,8 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
             findings.append(Finding("memory", "ok", f"{format_size(facts.memory_total)} total, "
                                                    f"{format_size(facts.memory_available)} available"))
         findings += _jobs(plan, runtime, spec.python)
+    if args.lock is not None:
+        findings += _host_libraries(args.lock, root)
     width = max(len(f.topic) for f in findings)
     lines = [f"[{STATUS_STYLE[f.status]}]{f.status:<7}[/] {escape(f.topic):<{width}}  {escape(f.value)}"
              + (f"  [dim]fix:[/] {escape(f.fix)}" if f.fix else "") for f in findings]
@@ -75,6 +81,16 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
                          0, "\n".join([f"doctor: {root} ({recipe.name if recipe else 'no recipe'}, {spec.python} "
                                         f"on {spec.runtime})", *lines,
                                         ", ".join(f"{n} {s}" for s, n in counts.items())]))
+
+
+def _host_libraries(lock_path: Path, root: Path) -> list[Finding]:
+    """The host-libraries section: the lock's host-provides looked up under `root`."""
+    from toolchain.lock import read_lock
+    from toolchain.resolve.hostlibs import host_library_findings
+    from toolchain.resolve.policy import policy_of_recipe_text
+
+    lock = read_lock(lock_path)
+    return host_library_findings(lock.native, root, policy_of_recipe_text(lock.recipe_text), lock.recipe_name)
 
 
 def _jobs(plan: Plan | None, runtime: Runtime, python: str) -> list[Finding]:
