@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import REPO_ROOT, GitRepo
-from tests.support.native_wheels import elf_object, wheel, write_wheel
+from tests.support.native_wheels import wheel, write_wheel
 from toolchain.core.fs import sha256_file
 from toolchain.core.serial import from_data, to_table
 from toolchain.recipe.model import TargetSpec
@@ -152,7 +152,11 @@ def test_the_closures_file_list_is_read_by_range_requests_and_cached(tmp_path):
     """intel-sycl-rt 2025.3.3 (114 MB) served on 127.0.0.1 with ranges: its file list costs under 1 MB, is kept
     by sha256 and read from there next time (no request at all)."""
     w = wheel("sycl8")
-    handler = type("H", (_RangeHandler,), {"path_served": w, "sent": 0})
+
+    class handler(_RangeHandler):
+        path_served = w
+        sent = 0
+
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
