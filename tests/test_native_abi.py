@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import REPO_ROOT, GitRepo
-from tests.support.native_wheels import wheel, write_wheel
+from tests.support.native_wheels import setuptools_project, wheel, write_wheel
 from toolchain.core.fs import sha256_file
 from toolchain.core.serial import from_data, to_table
 from toolchain.recipe.model import TargetSpec
@@ -111,7 +111,7 @@ def test_with_sycl_2026_in_the_closure_libsycl_is_provided(audited, system, tmp_
                                   read_deps=False)
     report = _check([a["kernels"], *closure], native.Providers("2026.1.0", {}, system.system))
     need = report.need("libsycl.so.9")
-    assert need is not None and need.verdict == "provided" and not need.fatal
+    assert need.verdict == "provided" and not need.fatal
     assert need.source == "provided by the closure's intel-sycl-rt 2026.2.0"
     assert report.stamps == ()  # compiled by the captured oneAPI's 2026.1
     assert "libsycl.so.9" not in {n.soname for n in report.errors}
@@ -192,7 +192,7 @@ def test_the_targets_oneapi_library_path_provides(audited, tmp_path):
                                         native.library_dirs({"LD_LIBRARY_PATH": f"/nonexistent:{lib}"}), "2026.1.0")
     assert providers.oneapi == {"libsycl.so.9": str(lib)}
     need = _check([a["kernels"], a["sycl8"]], providers).need("libsycl.so.9")
-    assert need is not None and need.verdict == "provided" and need.source == f"provided by setvars' library path ({lib})"
+    assert need.verdict == "provided" and need.source == f"provided by setvars' library path ({lib})"
 
 
 class _CountingHost(HostRuntime):
@@ -297,17 +297,7 @@ def test_a_pure_python_component_over_the_kernels_builds_and_lock_audit_reads_th
                        f"export CMPLR_ROOT={lib.parent}\nexport LD_LIBRARY_PATH={lib}\n")
     repo = GitRepo.create(tmp_path / "needs-kernels")
     repo.commit("a package that needs the kernels", {
-        "pyproject.toml": textwrap.dedent("""\
-            [build-system]
-            requires = ["setuptools"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "needs-kernels"
-            version = "1.0"
-            dependencies = ["vllm-xpu-kernels==0.1.16.2"]
-            [tool.setuptools]
-            py-modules = []
-            """)})
+        "pyproject.toml": setuptools_project("needs-kernels", dependencies=["vllm-xpu-kernels==0.1.16.2"])})
     ws.recipe("abi", textwrap.dedent(f"""\
         [toolchain]
         setvars = "{setvars}"
@@ -360,18 +350,8 @@ def test_provided_by_oneapi_at_build_and_missing_where_smoke_serves_without_it(w
                     "-l:libsycl.so.9"], cwd=repo.path, check=True, timeout=120)
     repo.commit("a package shipping a library that needs libsycl.so.9", {
         "needy/__init__.py": "",
-        "pyproject.toml": textwrap.dedent("""\
-            [build-system]
-            requires = ["setuptools"]
-            build-backend = "setuptools.build_meta"
-            [project]
-            name = "needy"
-            version = "1.0"
-            [tool.setuptools]
-            packages = ["needy"]
-            [tool.setuptools.package-data]
-            needy = ["*.so"]
-            """)})
+        "pyproject.toml": setuptools_project("needy", setuptools='packages = ["needy"]\n'
+                                                                '[tool.setuptools.package-data]\nneedy = ["*.so"]\n')})
     ws.recipe("needy", textwrap.dedent(f"""\
         [toolchain]
         setvars = "{setvars}"

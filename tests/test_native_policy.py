@@ -20,7 +20,7 @@ import pytest
 
 from tests.spine_helpers import GitRepo
 from tests.support.fakehost import HOSTS
-from tests.support.native_wheels import elf_object, write_wheel
+from tests.support.native_wheels import elf_object, setuptools_project, write_wheel
 from toolchain.core.fs import sha256_file
 from toolchain.recipe.model import NativeSpec
 from toolchain.resolve import native, verdicts
@@ -94,19 +94,13 @@ def test_where_the_stack_runs_an_absent_host_library_is_named_with_its_package(a
 
 def _component(tmp_path: Path, objects: dict[str, bytes], names: list[str]) -> GitRepo:
     repo = GitRepo.create(tmp_path / "gpukern")
-    files: dict[str, str] = {"gpukern/__init__.py": "", "pyproject.toml": textwrap.dedent("""\
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "gpukern"
-        version = "1.0"
-        [tool.setuptools]
-        packages = ["gpukern", "gpukern.plugins"]
-        [tool.setuptools.package-data]
-        gpukern = ["*.so", ".libs/*"]
-        "gpukern.plugins" = ["*.so.*"]
-        """), "gpukern/plugins/__init__.py": ""}
+    files: dict[str, str] = {"gpukern/__init__.py": "", "gpukern/plugins/__init__.py": "", "pyproject.toml":
+                             setuptools_project("gpukern", setuptools=textwrap.dedent("""\
+                                 packages = ["gpukern", "gpukern.plugins"]
+                                 [tool.setuptools.package-data]
+                                 gpukern = ["*.so", ".libs/*"]
+                                 "gpukern.plugins" = ["*.so.*"]
+                                 """))}
     for name in names:
         path = repo.path / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,6 +176,32 @@ def test_an_extension_needing_what_nobody_provides_fails_the_build_with_the_key_
     assert {"libnobody.so.1", "libdeep_gone.so.3"} <= set(audit["host-provides"])
 
 
+def test_a_pure_python_component_over_a_closure_with_native_plugins_builds_and_its_bundle_reads_them(ws, objects,
+                                                                                                      tmp_path):
+    """A pure-Python component requiring `fabricdep` (a wheel of the compiled objects, in a find-links folder):
+    the build knows the closure by its file list (no objects read, nothing fetched) and passes; a bundle made
+    --with-deps, whose files are fetched anyway, reads them: what they need and nobody ships is one warning a
+    soname (never fatal: no component loads them), logged."""
+    links = tmp_path / "links"
+    write_wheel(links, "fabricdep", "1.0", objects, tag="cp311-cp311-linux_x86_64")
+    repo = GitRepo.create(tmp_path / "pure")
+    repo.commit("pure Python", {"pyproject.toml": setuptools_project("pure", dependencies=["fabricdep"])})
+    _recipe(ws, "pure", repo, "")
+    text = (ws.recipes / "pure.toml").read_text().replace("[components.gpukern]", "[components.pure]")
+    (ws.recipes / "pure.toml").write_text(text.replace("indexes = []", f'indexes = []\nfind-links = ["{links}"]'))
+    r = ws.build("pure")
+    assert r.returncode == 0, str(r)
+    dep = next(a for a in ws.lock()["native"] if a["dist"] == "fabricdep 1.0")
+    assert dep["role"] == "dependency" and not dep["objects"] and "gpukern/_C.abi3.so" in dep["libraries"]
+    assert "libnobody.so.1" not in r.output
+    r = ws.build("pure", "out", "--bundle", "--with-deps")
+    assert r.returncode == 0, str(r)
+    for so in ("libnobody.so.1", "libdeep_gone.so.3", "libplugin_gone.so.2"):
+        assert r.output.count(f"{so}: missing; needed by 1 file in fabricdep 1.0") == 1, r.output
+    assert "fabricdep 1.0: gpukern/plugins/libbootstrap_mpi.so.3" in (
+        ws.root / "out" / "logs" / "native-closure.log").read_text()
+
+
 def test_a_recipe_native_table_is_checked(ws, tmp_path):
     ws.recipe("bad", '[native]\nhost-provides = ["lib/x.so"]\nignor = []\n[components.x]\nprebuilt = "x==1"\n')
     r = ws.cli("plan", "--recipe", "bad", "--json")
@@ -229,17 +249,7 @@ def test_a_pip_configuration_cannot_fail_a_build_or_change_its_lock(ws, tmp_path
     links = tmp_path / "links"
     write_wheel(links, "standin-dep", "2.0", {"standin_dep/__init__.py": b""})
     repo = GitRepo.create(tmp_path / "needs-dep")
-    repo.commit("needs standin-dep", {"pyproject.toml": textwrap.dedent("""\
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "needs-dep"
-        version = "1.0"
-        dependencies = ["standin-dep"]
-        [tool.setuptools]
-        py-modules = []
-        """)})
+    repo.commit("needs standin-dep", {"pyproject.toml": setuptools_project("needs-dep", dependencies=["standin-dep"])})
     ws.recipe("dep", textwrap.dedent(f"""\
         [toolchain]
         setvars = ""

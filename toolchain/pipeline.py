@@ -410,6 +410,32 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
     return verdicts.with_host_provides(audits, report)
 
 
+def audit_closure(lock: Lock, cache_dir: Path, ui: UI) -> None:
+    """Where the closure's files were fetched anyway (a bundle made --with-deps): their own shared objects are
+    read and each soname they need gets a verdict (the lock's recorded policy); a missing one is a warning,
+    listed once (nothing a component builds loads them at import), all of it in logs/native-closure.log."""
+    from toolchain.resolve import native, verdicts
+    from toolchain.resolve.policy import policy_of_recipe_text
+
+    if lock.closure is None or lock.path is None:
+        return
+    out = lock.path.parent
+    built = [(out / WHEELS_DIR / c.wheel.file, c.wheel.sha256, f"{c.dist or c.name} {c.version}",
+              "prebuilt" if c.prebuilt else "built") for c in lock.components]
+    audits = native.audit_wheels(built, lock.closure.dists, cache_dir, out / DEPS_DIR,
+                                 out / "logs" / "native-fetch.log")
+    deps = [a for a in audits if a.role == "dependency"]
+    report = verdicts.check(audits, native.Providers(), policy_of_recipe_text(lock.recipe_text), at="build")
+    mine = {a.dist or a.wheel for a in deps}
+    warnings = [n for n in report.warnings if set(n.wheels) <= mine]
+    log = out / "logs" / "native-closure.log"
+    atomic_write_text(log, verdicts.full_log(report, "the closure's own objects"))
+    for line in verdicts.capped([n.line() for n in warnings], log):
+        ui.warn(line)
+    ui.info(f"native libraries of the closure: {sum(len(a.objects) for a in deps)} shared object(s) in "
+            f"{len(deps)} wheel(s) read, {len(warnings)} soname(s) missing (log: {log})")
+
+
 def rebuild_differences(expected: Lock, rebuilt: Lock) -> list[str]:
     """What a rebuild from `expected` recorded differently: components, commits, wheel names, sizes, sha256."""
     out = []

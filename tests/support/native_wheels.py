@@ -30,6 +30,13 @@ def wheel(name: str) -> Path:
     return real_wheel(PINS[name])
 
 
+def setuptools_project(name: str, *, dependencies: Sequence[str] = (), setuptools: str = "py-modules = []\n") -> str:
+    """A pyproject.toml building `name` 1.0 with setuptools (`setuptools`: the lines of its [tool.setuptools])."""
+    deps = f"dependencies = [{', '.join(repr(d).replace(chr(39), chr(34)) for d in dependencies)}]\n" if dependencies else ""
+    return ('[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+            f'[project]\nname = "{name}"\nversion = "1.0"\n{deps}[tool.setuptools]\n{setuptools}')
+
+
 def elf_object(needs: Sequence[str], *, soname: str = "", runpath: str = "") -> bytes:
     """A real x86-64 shared object (compiled by `cc`) whose DT_NEEDED are `needs` (in that order, then libc),
     with DT_SONAME `soname` and DT_RUNPATH `runpath` when given. Each needed library is a stub built for the

@@ -102,6 +102,10 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
                               with_deps=args.with_deps,
                               input_dirs=list(dict.fromkeys([recipe.path.parent, *(o.dir for _, o in recipe.origins)])))
         data["bundle"] = str(bundle)
+        if args.with_deps:  # the closure's files are here now: their own objects are read too
+            from toolchain.pipeline import audit_closure
+
+            audit_closure(lock, options.cache_dir(args), ui)
     tables = (summary_grid(f"{recipe.name}: {lock.path}", lock, built),)
     summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
         f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "")

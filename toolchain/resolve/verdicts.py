@@ -80,8 +80,12 @@ class NativeReport:
     def of(self, verdict: Verdict) -> tuple[Need, ...]:
         return tuple(n for n in self.needs if n.verdict == verdict)
 
-    def need(self, soname: str) -> Need | None:
-        return next((n for n in self.needs if n.soname == soname), None)
+    def need(self, soname: str) -> Need:
+        """The verdict on `soname` (KeyError: no audited object needs it)."""
+        found = next((n for n in self.needs if n.soname == soname), None)
+        if found is None:
+            raise KeyError(soname)
+        return found
 
 
 def is_extension(path: str) -> bool:
