@@ -117,6 +117,53 @@ def test_with_sycl_2026_in_the_closure_libsycl_is_provided(audited, system, tmp_
     assert "libsycl.so.9" not in {n.soname for n in report.errors}
 
 
+def test_toolchain_build_of_the_released_kernels_with_sycl_2025_then_2026(tmp_path):
+    """`toolchain build` of a recipe pinning the released kernels and intel-sycl-rt as prebuilt components, the
+    closure resolved from PyPI (its wheels known by their file lists, read by range requests from PyPI's file
+    host): with 2025.3.3 it fails in at most 10 lines naming libsycl.so.9, libtorch_xpu.so and libc10_xpu.so
+    missing and libze_loader.so.1 expected from the run host; with 2026.2.0 libsycl.so.9 is provided."""
+    from tests.spine_helpers import Cli, isolated_env
+    from tests.support.pypi_wheels import INTEL_SYCL_RT_2025, INTEL_SYCL_RT_2026, VLLM_XPU_KERNELS, toolchain_cache
+
+    for name in PINS_USED:
+        wheel(name)
+    cli = Cli(tmp_path, isolated_env(tmp_path))
+    recipe = tmp_path / "recipes" / "kernels.toml"
+    recipe.parent.mkdir()
+    outs = {}
+    for pin in (INTEL_SYCL_RT_2025, INTEL_SYCL_RT_2026):
+        recipe.write_text(textwrap.dedent(f"""\
+            [toolchain]
+            setvars = ""
+            [target]
+            python = "{sys.executable}"
+            [resolve]
+            indexes = ["https://pypi.org/simple"]
+            [components.vllm-xpu-kernels]
+            prebuilt = "{VLLM_XPU_KERNELS.requirement}"
+            [components.intel-sycl-rt]
+            prebuilt = "{pin.requirement}"
+            """))
+        out = tmp_path / pin.requirement.replace("==", "-")
+        r = cli("build", "--recipe", recipe, "--out", out, "--cache-dir", toolchain_cache(), "--json",
+                env={"PIP_NO_INDEX": ""})
+        assert r.returncode == 1 and r.json()["kind"] == "NativeABIError", str(r)
+        outs[pin] = r.json()
+        assert not (out / "wheels" / "deps").exists()  # nothing of the closure downloaded
+    lines = outs[INTEL_SYCL_RT_2025]["error"].splitlines()
+    assert len(lines) <= 11, lines
+    assert any(x.startswith("  - libsycl.so.9: missing;") and "intel-sycl-rt 2026.x" in x for x in lines), lines
+    for so in ("libtorch_xpu.so", "libc10_xpu.so"):
+        assert any(x.startswith(f"  - {so}: missing;") and "a torch XPU build" in x for x in lines), lines
+    assert any("expected from the run host" in x and "libze_loader.so.1" in x for x in lines), lines
+    assert '[components.intel-sycl-rt] prebuilt = "intel-sycl-rt==2026.2.0"' in outs[INTEL_SYCL_RT_2025]["hint"]
+    lines = outs[INTEL_SYCL_RT_2026]["error"].splitlines()
+    assert not any("libsycl.so.9" in x for x in lines) and any("libtorch_xpu.so: missing" in x for x in lines), lines
+
+
+PINS_USED = ("kernels", "sycl8", "sycl9")
+
+
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
     """Serves one file with HTTP range requests (as PyPI's file host does), counting the bytes it sends."""
 

@@ -55,8 +55,8 @@ class Need:
         if self.verdict in ("provided", "host") and self.source:
             said.append(self.source)
         said += self.near
-        if self.ships and self.verdict not in ("provided",):
-            said.append(f"shipped by {self.ships}")
+        if self.ships and self.verdict != "provided":
+            said.append(f"{'brought' if self.verdict.startswith('host') else 'shipped'} by {self.ships}")
         return "; ".join(said)
 
 
@@ -125,9 +125,9 @@ def check(audits: Sequence[WheelAudit], providers: Providers, policy: Policy, *,
     path)."""
     provided: dict[str, str] = {}
     for a in audits:
+        who = f"the closure's {a.dist or a.wheel}" if a.role == "dependency" else a.dist or a.wheel
         for so in sorted(a.provides()):
-            provided.setdefault(so, f"{'the closure' + chr(39) + 's ' if a.role == 'dependency' else ''}"
-                                    f"{a.dist or a.wheel}")
+            provided.setdefault(so, who)
     for so, where in providers.oneapi.items():
         provided.setdefault(so, f"setvars' library path ({where})")
     for so, dist in providers.installed.items():
@@ -147,8 +147,11 @@ def check(audits: Sequence[WheelAudit], providers: Providers, policy: Policy, *,
         verdict, source = _verdict(so, provided, providers, policy, at)
         fatal = is_loaded and verdict in ("missing", "host-absent")
         near = _near(so, provided, providers) if verdict in ("missing", "host-absent") else ()
-        shipper = policy.shipper(so) if verdict != "host" else policy.host_package(so) or policy.shipper(so)
-        needs.append(Need(so, verdict, fatal, files, wheels, source, near, shipper.by if shipper else ""))
+        on_host = verdict in ("host", "host-absent")
+        shipper = (policy.host_package(so) if on_host else None) or policy.shipper(so)
+        ships = "" if shipper is None else shipper.by + (f" (apt install {shipper.debian})"
+                                                          if on_host and shipper.debian else "")
+        needs.append(Need(so, verdict, fatal, files, wheels, source, near, ships))
     stamps = tuple(s for a in audits if a.role != "dependency" for s in [_stamp_mismatch(a, providers.oneapi_version)]
                    if s)
     return NativeReport(tuple(needs), stamps)
@@ -269,7 +272,8 @@ def fix_for(errors: Sequence[Need], policy: Policy) -> str:
         pkgs = dict.fromkeys(s.debian for so in absent for s in [policy.host_package(so)] if s is not None)
         said.append(f"install on this host what brings {', '.join(absent[:3])}"
                     + (f" (apt install {' '.join(pkgs)})" if pkgs else ""))
-    names = [n.soname for n in errors if n.verdict == "missing"]
+    missing = [n.soname for n in errors if n.verdict == "missing"]
+    names = [so for so in missing if policy.wheel_shipper(so) is None] or missing  # a wheel's soname: pin it
     if names:
         said.append(f"where the run host provides one: [native] host-provides = {example_list(names)}; to skip one: "
                     f"[native] ignore = {example_list(names, 1)}")

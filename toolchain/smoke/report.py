@@ -98,7 +98,11 @@ def markdown(report: Mapping[str, Any]) -> str:
     native = report.get("native")
     if native:
         lines.append(f"- native libraries: {native['shared-objects']} shared object(s) in {native['wheels']} "
-                     f"wheel(s), every needed soname provided")
+                     f"wheel(s), every soname what loads them needs is there")
+        if native.get("host-present"):
+            lines.append(f"- host libraries present: {', '.join(native['host-present'])}")
+        lines += [f"- host library absent: {a['soname']} (brought by {a['brings-it'] or 'its package'})"
+                  for a in native.get("host-absent", [])]
     if report.get("error"):
         lines += ["", f"**Stopped before serving:** {_cell(report['error'], 2000)}"]
     ladder = report.get("ladder")

@@ -181,8 +181,9 @@ def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, A
     verdicts.raise_for(report, f"the smoke target ({py.where()})", policy, log)
     for line in verdicts.capped([n.line() for n in report.warnings], log):
         ui.warn(line)
-    ui.info(f"native libraries: every soname {summary['shared-objects']} shared object(s) load is there; "
-            f"{len(present)} from the host present")
+    ui.info(f"native libraries: every soname what loads {summary['shared-objects']} shared object(s) needs is there; "
+            f"host libraries present: {', '.join(present[:10]) or 'none expected'}"
+            + (f" and {len(present) - 10} more" if len(present) > 10 else ""))
     return summary
 
 
