@@ -125,9 +125,9 @@ def check(audits: Sequence[WheelAudit], providers: Providers, policy: Policy, *,
     path)."""
     provided: dict[str, str] = {}
     for a in audits:
-        who = f"the closure's {a.dist or a.wheel}" if a.role == "dependency" else a.dist or a.wheel
+        name = f"the closure's {a.dist or a.wheel}" if a.role == "dependency" else a.dist or a.wheel
         for so in sorted(a.provides()):
-            provided.setdefault(so, who)
+            provided.setdefault(so, name)
     for so, where in providers.oneapi.items():
         provided.setdefault(so, f"setvars' library path ({where})")
     for so, dist in providers.installed.items():
