@@ -25,7 +25,7 @@ from toolchain.core.fs import sha256_file
 from toolchain.recipe.model import NativeSpec
 from toolchain.resolve import native, verdicts
 from toolchain.resolve.closure import LockedDist
-from toolchain.resolve.fetch import fetch_dists
+from toolchain.resolve.fetch import fetch_dists, locked_pip_env
 from toolchain.resolve.policy import shipped_policy
 
 EXT_NEEDS = ("libze_loader.so.1", "libcuda.so.1")
@@ -223,6 +223,18 @@ def _conflicting_config(tmp_path: Path) -> dict[str, str]:
         f"[global]\nconstraint = {tmp_path / 'site' / 'constraints.txt'}\ntimeout = 77\n")
     return {"PIP_CONFIG_FILE": str(tmp_path / "named" / "pip.conf"), "XDG_CONFIG_DIRS": str(tmp_path / "site"),
             "PIP_CONSTRAINT": str(tmp_path / "site" / "constraints.txt"), "PIP_NO_BINARY": ":all:"}
+
+
+def test_the_locked_pip_environment_keeps_how_to_reach_the_index_and_nothing_else(tmp_path):
+    env = {**_conflicting_config(tmp_path), "PIP_CERT": "/etc/ssl/certs/ca.pem", "PIP_INDEX_URL": "https://x.invalid/",
+           "PIP_FIND_LINKS": "/opt/wheels", "PIP_PRE": "1", "HOME": str(tmp_path)}
+    layer = locked_pip_env(env)
+    assert layer["PIP_CONFIG_FILE"] == os.devnull
+    for name in ("PIP_CONSTRAINT", "PIP_NO_BINARY", "PIP_INDEX_URL", "PIP_FIND_LINKS", "PIP_PRE"):
+        assert layer[name] is None  # removed
+    assert "PIP_CERT" not in layer  # kept as it is
+    assert layer["PIP_TIMEOUT"] == "77"  # the site-wide pip.conf's transport setting, its constraint left out
+    assert all(v is None or "constraints" not in v for v in layer.values())
 
 
 def test_a_locked_fetch_reads_no_pip_configuration(tmp_path, monkeypatch):
