@@ -35,6 +35,7 @@ ELF_MAGIC = b"\x7fELF"
 SO_NAME = re.compile(r"\.so(\.\d+)*$")
 INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
 
+
 @dataclass(frozen=True)
 class SharedObject:
     # inside the wheel: vllm_xpu_kernels/_xpu_C.abi3.so

@@ -21,11 +21,11 @@ from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
 from toolchain.errors import TransientError
 from toolchain.resolve.closure import LockedDist
+from toolchain.resolve.native import SO_NAME
 
 FILES_VERSION = 1
 TAIL = 256 * 1024
 TIMEOUT = 60
-SO_FILE = re.compile(r"\.so(\.\d+)*$")
 EOCD, EOCD64_LOCATOR = b"PK\x05\x06", b"PK\x06\x07"
 
 
@@ -46,7 +46,7 @@ def libraries_of(dist: LockedDist, cache_dir: Path, deps_dir: Path, log: Path) -
     local = next((p for p in (Path(dist.local_path()) if dist.local_path() else None, deps_dir / dist.file)
                   if p is not None and p.is_file()), None)
     names = _names(zipfile.ZipFile(local)) if local is not None else _remote_names(dist, deps_dir, log)
-    libraries = tuple(sorted(n for n in names if SO_FILE.search(n)))
+    libraries = tuple(sorted(n for n in names if SO_NAME.search(n)))
     atomic_write_text(cached, json.dumps({"files-version": FILES_VERSION, "wheel": dist.file,
                                           "libraries": list(libraries)}, indent=1))
     return libraries
