@@ -92,6 +92,19 @@ def test_where_the_stack_runs_an_absent_host_library_is_named_with_its_package(a
     assert "apt install libze1" in (raised.value.hint or "")
 
 
+def test_a_long_listing_stops_at_ten_lines_naming_the_log(tmp_path):
+    needs = [f"libgone{i:02d}.so.1" for i in range(12)]
+    w = write_wheel(tmp_path, "many", "1.0", {"many/_m.abi3.so": elf_object(needs)}, tag="cp311-cp311-linux_x86_64")
+    audit = native.audit_wheel(w, sha256_file(w), None, dist="many 1.0", role="built")
+    report = verdicts.check([audit], native.Providers(), shipped_policy(), at="build")
+    assert len(report.errors) == 12
+    with pytest.raises(verdicts.NativeABIError) as raised:
+        verdicts.raise_for(report, "the lock", shipped_policy(), tmp_path / "native.log")
+    lines = str(raised.value).splitlines()[1:]
+    assert len(lines) == 10 and lines[:9] == [f"  - {so}: missing; needed by 1 file in many 1.0" for so in needs[:9]]
+    assert lines[-1] == f"  and 4 more (all in {tmp_path / 'native.log'})"  # 3 sonames and the host line
+
+
 def _component(tmp_path: Path, objects: dict[str, bytes], names: list[str]) -> GitRepo:
     repo = GitRepo.create(tmp_path / "gpukern")
     files: dict[str, str] = {"gpukern/__init__.py": "", "gpukern/plugins/__init__.py": "", "pyproject.toml":

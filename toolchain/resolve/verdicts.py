@@ -288,5 +288,6 @@ def raise_for(report: NativeReport, where: str, policy: Policy, log: Path | None
     lines = capped(listing(report), log)
     raise NativeABIError(f"native ABI check of {where}: {len(errors)} needed librar"
                          f"{'y is' if len(errors) == 1 else 'ies are'} not there for what loads "
-                         f"{'it' if len(errors) == 1 else 'them'}:\n" + "\n".join(f"  - {x}" for x in lines),
+                         f"{'it' if len(errors) == 1 else 'them'}:\n"
+                         + "\n".join(f"  {'' if x.startswith('and ') else '- '}{x}" for x in lines),
                          hint=fix_for(errors, policy))
