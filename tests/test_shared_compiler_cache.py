@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,7 +20,9 @@ import pytest
 import tomlkit
 
 from benchmarks.synthetic import Synthetic, make_synthetic, recipe_text
-from tests.spine_helpers import Cli, isolated_env
+from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
+from tests.support.debian_image import containers_env
 from tests.support.redis_fixtures import STORE_PASSWORD, auth_redis_store, redis_store  # noqa: F401  (fixtures)
 from toolchain.build import ccache, ccremote, intarget
 from toolchain.errors import UsageError
@@ -216,3 +219,51 @@ def test_the_runner_leaves_out_a_store_the_target_cannot_reach(tmp_path):
     assert report["launcher"] == "ccache" and report["misses"] == 1
     assert "cannot connect to 127.0.0.1:" in report["remote_note"]
     assert report["remote_errors"] == 0, "ccache was not given the store: no compile waited for it"
+
+
+# ---- in a container -------------------------------------------------------------------------------------------
+
+KERNELS_PREV = "56b6cf940598e782e1140e31de42d2ec8ff41ead"  # demo kernels, the commit before the pinned one
+
+
+def demo_in(tmp: Path, name: str, image: str, run_args: list[str], kernels: str = "") -> Path:
+    """The demo recipe built in a fresh podman container with `run_args`; `kernels`: the kernels' commit."""
+    rdir = tmp / "recipes"
+    rdir.mkdir(exist_ok=True)
+    shutil.copy(REPO_ROOT / "recipes" / "demo.toml", rdir / "demo.toml")
+    text = (f'extends = "demo"\n[toolchain]\nsetvars = "{os.path.relpath(STANDIN_SETVARS, rdir)}"\n'
+            + tomlkit.dumps({"target": {"runtime": "podman", "image": image, "run-args": run_args}}))
+    if kernels:
+        text += f'[components.kernels]\ncommit = "{kernels}"\nbuilt-against = []\n'
+    path = rdir / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.container
+@pytest.mark.slow
+def test_builds_in_a_container_share_the_store_over_the_hosts_network(podman_image, redis_store, tmp_path):  # noqa: F811
+    store = redis_store
+    cli = Cli(tmp_path, {**isolated_env(tmp_path / "home"), **containers_env()})
+    shared = {"TOOLCHAIN_COMPILER_CACHE_REMOTE": store.url}
+
+    def kernels(machine: str, recipe_path: Path, env: dict[str, str]) -> tuple[dict, str]:
+        r = cli("build", "--recipe", recipe_path, "--patches-dir", REPO_ROOT / "patches", "--cache-dir",
+                tmp_path / machine / "cache", "--out", tmp_path / machine / "out", "--json", env=env)
+        assert r.returncode == 0, str(r)
+        return next(c for c in r.json()["components"] if c["name"] == "kernels"), r.stderr
+
+    host_net = ["--network=host"]
+    a, _ = kernels("a", demo_in(tmp_path, "a", podman_image, host_net), {**shared, "CI": "true"})
+    assert a["compiler-cache"]["misses"] >= 1 and store.keys() > 0
+    b, b_err = kernels("b", demo_in(tmp_path, "b", podman_image, host_net, KERNELS_PREV), {**shared, "CI": ""})
+    assert b["compiler-cache"].get("remote-hits", 0) >= 1, b["compiler-cache"]
+    assert b["compiler-cache"]["remote"] == store.bare_url and warnings(b_err) == []
+
+    # a container without a network: the runner in it cannot connect; one warning, the local cache, a good build
+    c, c_err = kernels("c", demo_in(tmp_path, "c", podman_image, ["--network=none"], KERNELS_PREV),
+                       {**shared, "CI": ""})
+    (w,) = warnings(c_err)
+    assert "cannot connect to" in w and "--network=host" in w
+    assert c["compiler-cache"].get("remote-hits", 0) == 0 and c["compiler-cache"]["misses"] >= 1
+    assert c["sha256"] == b["sha256"], "the store never changes a wheel"
