@@ -23,6 +23,7 @@ from benchmarks.synthetic import Synthetic, make_synthetic, recipe_text
 from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
 from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
 from tests.support.debian_image import containers_env
+from tests.support.http_store import serve_http_store
 from tests.support.redis_fixtures import STORE_PASSWORD, auth_redis_store, redis_store  # noqa: F401  (fixtures)
 from toolchain.build import ccache, ccremote, intarget
 from toolchain.errors import UsageError
@@ -113,6 +114,28 @@ def test_two_cache_folders_share_one_redis_and_b_records_its_remote_hits(auth_re
     assert plan.returncode == 0, str(plan)
     assert STORE_PASSWORD not in plan.stdout + plan.stderr
     assert store.bare_url in plan.stdout
+
+
+@pytest.mark.slow
+def test_an_http_store_with_basic_auth_serves_the_second_machine(synth, tmp_path):
+    """ccache's http:// storage (any server that takes PUT and answers GET: a WebDAV location, an object
+    store), here behind Basic auth whose password comes from the environment."""
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    with serve_http_store(tmp_path / "http-store", password=STORE_PASSWORD) as store:
+        shared = {"TOOLCHAIN_COMPILER_CACHE_REMOTE": store.url}
+        a = build(cli, recipe(tmp_path, synth, 1), tmp_path / "a", {**shared, ccremote.ENV_MODE: "read-write"})
+        assert a.returncode == 0, str(a)
+        written = store.objects()
+        assert written >= TUS + 1
+        b = build(cli, recipe(tmp_path, synth, 2), tmp_path / "b", {**shared, "CI": ""})
+        assert b.returncode == 0, str(b)
+        assert warnings(b.stderr) == []
+        recorded = lock_cache(tmp_path / "b")
+        assert (recorded["remote-hits"], recorded["misses"], recorded["remote"]) == (TUS, 1, store.bare_url), recorded
+        assert store.objects() == written, "read-only: nothing put"
+    for r in (a, b):
+        assert STORE_PASSWORD not in r.stdout + r.stderr
+    assert files_holding(tmp_path / "b", STORE_PASSWORD.encode()) == []
 
 
 # ---- a store that cannot be used ------------------------------------------------------------------------------
