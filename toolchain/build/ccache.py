@@ -96,9 +96,10 @@ class CompilerCache:
     remote: RemoteStore | None = None  # the shared store the builds read (and, read-write, fill)
     warned: set[str] = field(default_factory=set, compare=False, repr=False)  # warnings given: each once a build
 
-    def warn_once(self, ui: UI, message: str) -> None:
-        if message not in self.warned:
-            self.warned.add(message)
+    def warn_once(self, ui: UI, kind: str, message: str) -> None:
+        """`message`, unless a warning of this `kind` was given in this build."""
+        if kind not in self.warned:
+            self.warned.add(kind)
             ui.warn(message)
 
     def extras(self, runtime_kind: str) -> list[Extra]:
@@ -131,11 +132,12 @@ class CompilerCache:
         if self.remote is None or report.launcher != "ccache":
             return report
         if report.remote_note:
-            self.warn_once(ui, f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
+            self.warn_once(ui, "unreachable", f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
                                f"with the local cache alone{_CONTAINER_HINT if runtime_kind != 'host' else ''}")
         elif report.remote_errors:
-            self.warn_once(ui, f"the shared compiler cache {self.remote.shown} failed {report.remote_errors} "
-                               f"request(s) while building {what} (ccache went on with the local cache)")
+            self.warn_once(ui, "errors", f"the shared compiler cache {self.remote.shown} failed {report.remote_errors} "
+                                         f"request(s) while building {what} (ccache went on with the local cache; "
+                                         "the lock records each component's remote-errors)")
         return dataclasses.replace(report, remote=self.remote.shown, remote_mode=self.remote.mode)
 
 
