@@ -13,8 +13,13 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolchain.build.remote import Registry, RemoteEntry
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -90,6 +95,36 @@ def decide(entries: Sequence[Dated], now: float, older_than: float | None, keep:
             v.entry.digest in kept_digests else v for v in verdicts]
 
 
+@dataclass(frozen=True)
+class Pruned:
+    entries: tuple[RemoteEntry, ...]   # what the registry held (of the component asked for)
+    verdicts: tuple[Verdict, ...]      # one per entry, in the same order
+    deleted: int                       # manifests deleted (0 in a dry run)
+
+
+def prune(registry: Registry, *, component: str, older_than: float | None, keep: int | None, dry_run: bool,
+          status: Callable[[str], AbstractContextManager[None]]) -> Pruned:
+    """Apply the rule to the registry's entries: one DELETE per manifest that goes (none in a dry run).
+    RemoteError: the registry failed or refused (after some deletes: the message says how many)."""
+    from toolchain.build.remote import CREATED, A, RemoteError
+
+    with status(f"reading {registry.settings.url}"):
+        entries = registry.entries(component)
+    verdicts = decide([Dated(e.key, e.digest, e.annotations.get(A + "component", ""), e.annotations.get(CREATED, ""))
+                       for e in entries], time.time(), older_than, keep)
+    digests = [] if dry_run else list(dict.fromkeys(v.entry.digest for v in verdicts if v.remove))
+    for done, digest in enumerate(digests):
+        try:
+            with status(f"deleting {digest[:19]} from {registry.settings.url}"):
+                registry.delete(digest)
+        except RemoteError as exc:
+            if not done:
+                raise
+            raise RemoteError(f"{exc} (after deleting {done} of {len(digests)} manifests; the rest are still there)",
+                              hint=exc.hint) from None
+    return Pruned(tuple(entries), tuple(verdicts), len(digests))
+
+
 def _ago(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -97,4 +132,4 @@ def _ago(seconds: float) -> str:
     return f"{max(seconds, 0):.0f}s"
 
 
-__all__ = ["Dated", "Verdict", "created_at", "decide", "parse_age"]
+__all__ = ["Dated", "Pruned", "Verdict", "created_at", "decide", "parse_age", "prune"]

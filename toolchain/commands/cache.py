@@ -84,7 +84,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from toolchain.build.retention import Dated, decide, parse_age
+    from toolchain.build.retention import parse_age, prune
 
     if args.remote is None:
         raise UsageError("cache prune works on the remote wheel cache: pass --remote [URL]",
@@ -98,44 +98,26 @@ def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
         raise UsageError(f"--older-than: {exc}") from None
     if args.keep is not None and args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give a number of entries per component, 0 or more")
-    from toolchain.build.remote import CREATED, A, Registry, RemoteError
+    from toolchain.build.remote import Registry
 
     settings = _settings(args, "prune")
-    registry = Registry(settings)
-    with ui.status(f"reading {settings.url}"):
-        entries = registry.entries(args.component or "")
-    rows = {e.key: e.to_dict() for e in entries}
-    verdicts = decide([Dated(e.key, e.digest, e.annotations.get(A + "component", ""), e.annotations.get(CREATED, ""))
-                       for e in entries], time.time(), older_than, args.keep)
-    gone = [v for v in verdicts if v.remove]
-    removed: list[str] = []
-    if not args.dry_run:
-        digests = list(dict.fromkeys(v.entry.digest for v in gone))  # one DELETE per manifest
-        for digest in digests:
-            try:
-                with ui.status(f"deleting {digest[:19]} from {settings.url}"):
-                    registry.delete(digest)
-            except RemoteError as exc:
-                if not removed:
-                    raise
-                raise RemoteError(f"{exc} (after deleting {len(removed)} of {len(digests)} manifests; "
-                                  "the rest are still there)", hint=exc.hint) from None
-            removed.append(digest)
-    def row(v: Any) -> dict[str, Any]:
-        return {**rows[v.entry.key], "why": v.why}
-
+    done = prune(Registry(settings), component=args.component or "", older_than=older_than, keep=args.keep,
+                 dry_run=args.dry_run, status=ui.status)
+    rows = {e.key: e.to_dict() for e in done.entries}
+    removed = [{**rows[v.entry.key], "why": v.why} for v in done.verdicts if v.remove]
     data = {"ok": True, "where": settings.url, "dry-run": args.dry_run, "older-than": args.older_than,
-            "keep": args.keep, "removed": [row(v) for v in gone], "kept": [row(v) for v in verdicts if not v.remove],
-            "manifests-deleted": len(removed)}
+            "keep": args.keep, "removed": removed,
+            "kept": [{**rows[v.entry.key], "why": v.why} for v in done.verdicts if not v.remove],
+            "manifests-deleted": done.deleted}
     verb = "would remove" if args.dry_run else "removed"
     table = Grid(f"remote wheel cache: {settings.url}: {verb}", ("component", "commit", "stored", "key", "why"),
                  tuple((r["component"], r["commit"][:12], r["created"], r["key"][:16], r["why"])
-                       for r in data["removed"]))
-    summary = (f"{verb} {len(gone)} of {len(verdicts)} entr{'y' if len(verdicts) == 1 else 'ies'}, kept "
-               f"{len(verdicts) - len(gone)}")
-    if removed:
+                       for r in removed))
+    total = len(done.verdicts)
+    summary = f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
+    if done.deleted:
         summary += " (the registry frees their blobs when its garbage collector runs)"
-    return CommandResult(data, 0, summary, (table,) if gone else ())
+    return CommandResult(data, 0, summary, (table,) if removed else ())
 
 
 def _settings(args: argparse.Namespace, verb: str = "list") -> Any:
