@@ -211,9 +211,15 @@ def test_ccache_gets_the_password_as_it_reads_it_and_short_timeouts():
     assert http.ccache_value() == "http://cache.example/ccache|connect-timeout=500|operation-timeout=5000|read-only=true"
 
 
-@pytest.mark.parametrize("value", ["none", "off", ""])
+@pytest.mark.parametrize("value", ["none", "off", "NONE"])
 def test_the_environment_turns_a_recipes_store_off(value):
     assert ccremote.resolve(BuildSpec("", 0, 0, "redis://h:1"), {ccremote.ENV_REMOTE: value}) is None
+
+
+def test_an_empty_variable_is_unset():  # (a CI secret that is not set arrives empty)
+    store = ccremote.resolve(BuildSpec("", 0, 0, "redis://h:1"), {ccremote.ENV_REMOTE: " "})
+    assert store is not None and store.origin == "[build] compiler-cache-remote"
+    assert ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: ""}) is None
 
 
 @pytest.mark.parametrize(("env", "says"), [

@@ -4,8 +4,8 @@ so that a second machine's build of an adjacent commit is mostly hits on what th
     export TOOLCHAIN_COMPILER_CACHE_REMOTE=redis://cache.example:6379          # every machine
     export TOOLCHAIN_COMPILER_CACHE_REMOTE_MODE=read-write                      # the CI runners that fill it
 
-The store: $TOOLCHAIN_COMPILER_CACHE_REMOTE (`none` turns it off), else the recipe's `[build]
-compiler-cache-remote`. Credentials (`redis://:PASSWORD@HOST:PORT`, `http://USER:PASSWORD@HOST/PATH`) come from
+The store: $TOOLCHAIN_COMPILER_CACHE_REMOTE (`none` turns it off; empty counts as unset), else the recipe's
+`[build] compiler-cache-remote`. Credentials (`redis://:PASSWORD@HOST:PORT`, `http://USER:PASSWORD@HOST/PATH`) come from
 the environment only (a recipe holding one is refused: recipe/buildspec.py); what is shown, logged or recorded
 is the URL without them (`shown`).
 
@@ -84,7 +84,7 @@ def resolve(spec: BuildSpec, env: Mapping[str, str] | None = None) -> RemoteStor
     """The shared store a build uses, or None. A URL or mode that is not understood is a UsageError (exit 2)
     naming where it was set (the environment's value, with any password, is never echoed)."""
     env = os.environ if env is None else env
-    if env.get(ENV_REMOTE) is not None:
+    if env.get(ENV_REMOTE, "").strip():  # (empty: unset, as a CI secret that is not set arrives)
         url, origin = env[ENV_REMOTE], f"${ENV_REMOTE}"
     else:
         url, origin = spec.compiler_cache_remote, "[build] compiler-cache-remote"
