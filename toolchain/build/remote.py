@@ -485,7 +485,7 @@ class Registry:
                 "its storage has deletes turned off, so nothing was removed",
                 hint="enable deletes on the registry: in distribution's config.yml `storage: {delete: {enabled: "
                      "true}}` (or REGISTRY_STORAGE_DELETE_ENABLED=true), restart it, and prune again; then run "
-                     "`registry garbage-collect config.yml` to free the blobs. `--dry-run` lists what would go")
+                     "`registry garbage-collect config.yml` (Debian: `docker-registry garbage-collect ...`) to free the blobs. `--dry-run` lists what would go")
         return r.status_code != 404
 
     def entries(self, component: str = "", jobs: int = 8) -> list[RemoteEntry]:
