@@ -341,3 +341,26 @@ def test_builds_in_a_container_share_the_store_over_the_hosts_network(podman_ima
     assert "cannot connect to" in w and "--network=host" in w
     assert c["compiler-cache"].get("remote-hits", 0) == 0 and c["compiler-cache"]["misses"] >= 1
     assert c["sha256"] == b["sha256"], "the store never changes a wheel"
+
+
+def test_a_store_found_unreachable_is_not_asked_again_in_this_process(tmp_path, monkeypatch):
+    """A bisect's steps are builds in one process: one check, one warning, for all of them."""
+    monkeypatch.setenv(ccremote.ENV_REMOTE, f"redis://127.0.0.1:{closed_port()}")
+    warned: list[str] = []
+
+    class UI(console.UI):
+        def warn(self, message: str) -> None:
+            warned.append(message)
+
+    checks: list[str] = []
+    real_probe = ccremote.probe
+
+    def counted(store: ccremote.RemoteStore, timeout: float = 1.0) -> str:
+        checks.append(store.address)
+        return real_probe(store, timeout)
+
+    monkeypatch.setattr(ccremote, "probe", counted)
+    for _ in range(3):
+        cc = ccache.choose(BuildSpec(), tmp_path, ui=UI(), reach=True)
+        assert cc.enabled and cc.remote is None and "unreachable" in cc.why
+    assert len(checks) == 1 and len(warned) == 1 and "cannot connect" in warned[0]

@@ -187,14 +187,14 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
         if ui is not None:
             ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";", maxsplit=1)[0] + ")")
         return CompilerCache(False, False, None, False, data, "off (no ccache found)")
-    from toolchain.build.ccremote import probe, resolve
+    from toolchain.build.ccremote import resolve, unusable
 
     store = resolve(spec)
     why = f"ccache ({binary}{', static' if static else ''}), cache {data}"
     if store is not None and reach:
-        problem = probe(store)
+        problem, known = unusable(store)
         if problem:
-            if ui is not None:
+            if ui is not None and not known:
                 ui.warn(f"the shared compiler cache {store.shown} ({store.origin}) cannot be used: {problem}; "
                         "compiling with the local cache alone")
             return CompilerCache(True, spec.cache_required, binary, static, data,

@@ -14,8 +14,8 @@ of the URL, else read-write where $CI is set (as CI services set it: `true`), re
 read what CI wrote and never fill the team's store with their work in progress.
 
 The engine is ccache's: the build gets CCACHE_REMOTE_STORAGE (`URL|read-only=true|connect-timeout=...`).
-A store that cannot be reached costs one TCP connect of at most PROBE_SECONDS once per `toolchain build`, and
-ONE warning; the build then goes on with the local cache alone (ccache is not given the store, so no compile
+A store that cannot be reached costs one TCP connect of at most PROBE_SECONDS once per `toolchain build` (once
+per process: a bisect's steps do not ask again), and ONE warning; the build then goes on with the local cache alone (ccache is not given the store, so no compile
 pays a timeout). The runner in the target connects once more before the build (a container whose network
 does not reach the store: the same warning, the local cache). ccache's own short timeouts bound a store
 that dies while the build runs.
@@ -111,6 +111,21 @@ def resolve(spec: BuildSpec, env: Mapping[str, str] | None = None) -> RemoteStor
     return RemoteStore(url.strip(), where, mode, origin, mode_origin)
 
 
+_UNUSABLE: dict[str, str] = {}  # stores found unusable in this process (a bisect's builds): url -> why
+
+
+def unusable(store: RemoteStore) -> tuple[str, bool]:
+    """(why the store cannot be used, "" when it can; whether that was already found in this process). A store
+    found unusable stays so for the rest of the process, as the remote wheel cache does: the builds of a bisect
+    pay for one check and one warning, not one a step."""
+    if store.url in _UNUSABLE:
+        return _UNUSABLE[store.url], True
+    problem = probe(store)
+    if problem:
+        _UNUSABLE[store.url] = problem
+    return problem, False
+
+
 def probe(store: RemoteStore, timeout: float = PROBE_SECONDS) -> str:
     """Why the store cannot be used now ("" when it can): a TCP connect within `timeout`; for Redis also its
     answer to PING, after AUTH when the URL has a password (a refused password is found here, once, instead of
@@ -164,4 +179,4 @@ def _lines(sock: socket.socket, count: int) -> list[str]:
     return lines + ["-no answer"] * (count - len(lines))
 
 
-__all__ = ["ENV_MODE", "ENV_REMOTE", "MODES", "RemoteStore", "probe", "resolve"]
+__all__ = ["ENV_MODE", "ENV_REMOTE", "MODES", "RemoteStore", "probe", "resolve", "unusable"]
