@@ -26,7 +26,7 @@ from toolchain.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds",
+    p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds; prune the remote one",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="cache_action", metavar="ACTION", parser_class=type(p))
     ls = actions.add_parser("ls", help="list cache entries (newest last)", description=__doc__,
