@@ -2,7 +2,7 @@
 # The test command (README, .ci/run): installs everything the tests need, then runs them.
 #   1. pip: this package with its test extras, plus setuptools and wheel (builds use --no-build-isolation)
 #   2. apt + podman + docker: podman, runc, debootstrap, docker.io, diffoscope-minimal, docker-registry,
-#      apache2-utils; the podman settings, the Debian test image (cached), a docker daemon of our own on
+#      apache2-utils, redis-server; the podman settings, the Debian test image (cached), a docker daemon of our own on
 #      /run/toolchain-docker.sock with the same image loaded (tests/support/ci_setup.sh)
 #   3. the real vLLM-on-CPU server environment for the smoke tests (cached across runs on this machine)
 #   4. pytest
@@ -15,7 +15,7 @@ say() { printf '\n[tests/run.sh] %s\n' "$*" >&2; }
 say "installing the package and test dependencies"
 "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]" setuptools wheel
 
-say "podman, docker, debootstrap, diffoscope, docker-registry and the test image"
+say "podman, docker, debootstrap, diffoscope, docker-registry, redis-server and the test image"
 bash tests/support/ci_setup.sh
 if [[ -f /etc/containers/toolchain-tests.conf ]]; then
     export CONTAINERS_CONF=/etc/containers/toolchain-tests.conf

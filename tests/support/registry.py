@@ -30,10 +30,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypeVar
+
+T = TypeVar("T")
 
 REGISTRY_EXE = "docker-registry"
 HTPASSWD_EXE = "htpasswd"
@@ -135,11 +137,11 @@ def _htpasswd_line(username: str, password: str) -> str:
     return proc.stdout.strip() + "\n"
 
 
-def _config(host: str, port: int, storage: Path, htpasswd: Optional[Path]) -> dict:
+def _config(host: str, port: int, storage: Path, htpasswd: Optional[Path], delete: bool = True) -> dict:
     cfg = {
         "version": 0.1,
         "log": {"level": "info", "accesslog": {"disabled": False}},
-        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": True},
+        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": delete},
                     "maintenance": {"uploadpurging": {"enabled": False}}},
         "http": {"addr": f"{host}:{port}", "secret": secrets.token_hex(16)},
     }
@@ -160,7 +162,7 @@ def _answers(reg: Registry) -> bool:
         return False
 
 
-def _start(workdir: Path, host: str, username: Optional[str], password: Optional[str]) -> Registry:
+def _start(workdir: Path, host: str, username: Optional[str], password: Optional[str], delete: bool = True) -> Registry:
     exe = shutil.which(REGISTRY_EXE)
     if exe is None:
         raise RegistryError(registry_available()[1])
@@ -172,7 +174,7 @@ def _start(workdir: Path, host: str, username: Optional[str], password: Optional
         htpasswd.write_text(_htpasswd_line(username, password or ""))
     port = _free_port(host)
     config = workdir / "config.yml"
-    config.write_text(json.dumps(_config(host, port, storage, htpasswd), indent=2))  # JSON is YAML
+    config.write_text(json.dumps(_config(host, port, storage, htpasswd, delete), indent=2))  # JSON is YAML
     log = workdir / "registry.log"
     reg = Registry(host, port, storage, config, log, username, password)
     with open(log, "wb") as out:
@@ -180,24 +182,42 @@ def _start(workdir: Path, host: str, username: Optional[str], password: Optional
                                        stderr=subprocess.STDOUT, start_new_session=True,
                                        preexec_fn=_die_with_parent)  # noqa: PLW1509 (prctl only, before exec)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _answers(reg):
-            if reg.process.poll() is not None:
-                raise RegistryError(f"docker-registry exited with {reg.process.returncode}:\n{reg.log_tail()}")
-            if time.monotonic() > deadline:
-                raise RegistryError(f"docker-registry did not answer on {reg.url}/v2/ in {START_TIMEOUT:.0f}s:\n"
-                                    f"{reg.log_tail()}")
-            time.sleep(0.05)
+        wait_until(reg.process, lambda: _answers(reg), f"docker-registry on {reg.url}/v2/", reg.log_tail,
+                   START_TIMEOUT, RegistryError)
     except BaseException:
         reg.kill()
         raise
     return reg
 
 
+def wait_until(process: subprocess.Popen, answers: Callable[[], bool], what: str, log_tail: Callable[[], str],
+               timeout: float, error: type[RuntimeError]) -> None:
+    """Poll `answers` until it is true; `error` (with the log's tail) when the server exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while not answers():
+        if process.poll() is not None:
+            raise error(f"{what} exited with {process.returncode}:\n{log_tail()}")
+        if time.monotonic() > deadline:
+            raise error(f"{what} did not answer in {timeout:.0f}s:\n{log_tail()}")
+        time.sleep(0.05)
+
+
+def start_retried(start: Callable[[], T], error: type[RuntimeError], in_use: str) -> T:
+    """`start()`, tried again (twice at most) when the port chosen was taken before the server bound it."""
+    for attempt in range(3):
+        try:
+            return start()
+        except error as e:
+            if attempt == 2 or in_use not in str(e):
+                raise
+    raise AssertionError("unreachable")
+
+
 @contextlib.contextmanager
 def run_registry(workdir: Optional[os.PathLike] = None, *, username: Optional[str] = None,
-                 password: Optional[str] = None, host: str = "127.0.0.1") -> Iterator[Registry]:
-    """Start a registry (with htpasswd auth when ``username`` is given), yield it, stop it.
+                 password: Optional[str] = None, host: str = "127.0.0.1", delete: bool = True) -> Iterator[Registry]:
+    """Start a registry (with htpasswd auth when ``username`` is given), yield it, stop it. ``delete=False``:
+    one whose storage refuses deletes (distribution's default: DELETE answers 405 UNSUPPORTED).
 
     ``workdir`` holds the config, the htpasswd file, the storage and the log (a temporary directory, removed
     afterwards, when None). A port taken between choosing and binding it is retried with another one."""
@@ -207,13 +227,8 @@ def run_registry(workdir: Optional[os.PathLike] = None, *, username: Optional[st
         root = Path(workdir) if workdir is not None else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="toolchain-registry-")))
         root.mkdir(parents=True, exist_ok=True)
-        for attempt in range(3):
-            try:
-                reg = _start(root, host, username, password)
-                break
-            except RegistryError as e:
-                if attempt == 2 or "address already in use" not in str(e):
-                    raise
+        reg = start_retried(lambda: _start(root, host, username, password, delete), RegistryError,
+                            "address already in use")
         try:
             yield reg
         finally:

@@ -20,13 +20,19 @@ AUTH_USER = "toolchain"
 AUTH_PASSWORD = "s3cret-for-tests"
 
 
-def _require(auth: bool) -> None:
-    ok, reason = registry_available(auth=auth)
+def require(available: tuple[bool, str], what: str, variable: str) -> None:
+    """Skip the test when a server's program is missing (`available`: (usable, reason)), or fail it when the
+    run requires it: `variable`=1, or TOOLCHAIN_REQUIRE_CONTAINERS set (tests/run.sh as root)."""
+    ok, reason = available
     if ok:
         return
-    if os.environ.get("TOOLCHAIN_REQUIRE_REGISTRY") == "1" or os.environ.get("TOOLCHAIN_REQUIRE_CONTAINERS"):
-        pytest.fail(f"no registry: {reason} (required in this run)", pytrace=False)
+    if os.environ.get(variable) == "1" or os.environ.get("TOOLCHAIN_REQUIRE_CONTAINERS"):
+        pytest.fail(f"no {what}: {reason} (required in this run)", pytrace=False)
     pytest.skip(reason)
+
+
+def _require(auth: bool) -> None:
+    require(registry_available(auth=auth), "registry", "TOOLCHAIN_REQUIRE_REGISTRY")
 
 
 @pytest.fixture

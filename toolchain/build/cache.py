@@ -231,7 +231,8 @@ META_FIELDS: dict[str, Callable[[object], bool]] = {
     "built_against": lambda v: isinstance(v, list) and all(
         _BUILT_AGAINST(d) and isinstance(d, dict) and "name" in d and "version" in d for d in v),
     "compiler_cache": _table_of({"launcher": _text, "version": _text, "hits": _count, "misses": _count,
-                                 "note": _text}),
+                                 "note": _text, "local-hits": _count, "remote-hits": _count, "remote": _text,
+                                 "remote-mode": _text, "remote-errors": _count, "remote-note": _text}),
     "metrics": _table_of({"wall-seconds": _number, "cpu-seconds": _number, "peak-memory-bytes": _count,
                           "peak-memory-source": _text, "peak-sampled-bytes": _count}),
     "remote": _table_of({}),

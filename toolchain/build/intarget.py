@@ -11,6 +11,9 @@ sent as `python -c SOURCE ...` (the package is not installed in a container).
 `build` reads its settings from the environment (set by toolchain.build.ccache):
   TOOLCHAIN_CCACHE            the ccache binary ("" or unset: no compiler cache)
   TOOLCHAIN_CCACHE_REQUIRED   "1": a ccache that does not run is an error (exit 3), else the build runs uncached
+  TOOLCHAIN_CCACHE_REMOTE     HOST:PORT of the shared compiler cache given in CCACHE_REMOTE_STORAGE: connected to
+                              once (REMOTE_PROBE seconds at most) before the build; one that cannot be reached
+                              from here is left out (the build uses the local cache; RESULT says why)
   CCACHE_DIR ...              ccache's own settings; CCACHE_DIR must be writable with room to spare, else the build
                               runs uncached (a cache never fails a build)
 It puts a directory first on PATH holding ccache under the names of the C/C++ compilers found on PATH (so a
@@ -18,7 +21,7 @@ setuptools or Makefile build goes through it) and an `sccache` that runs ccache 
 compiler itself): sccache does not support Intel's compilers, and vllm-xpu-kernels' setup.py picks sccache
 whenever one is on PATH. RESULT (JSON) holds wall and CPU seconds, the peak memory of the whole process tree
 (sampled PSS, which counts shared pages once, else RSS; and the cgroup's own peak when the build has the cgroup to itself, as in a fresh container, and raised it),
-the ccache version and this build's hits and misses (from a CCACHE_STATSLOG of its own). While the build runs,
+the ccache version and this build's hits (local and remote) and misses (from a CCACHE_STATSLOG of its own). While the build runs,
 RESULT.live holds the peak so far and the counts so far, every 2 s (the tool's heartbeat reads it).
 """
 
@@ -41,6 +44,9 @@ COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "icx", "icpx")
 MIN_FREE = 256 * 1024 * 1024  # a cache directory with less room than this counts as full
 HITS = ("direct_cache_hit", "preprocessed_cache_hit")
 MISSES = ("cache_miss",)
+WHERE = {"local_storage_hit": "local_hits", "remote_storage_hit": "remote_hits",
+         "remote_storage_error": "remote_errors", "remote_storage_timeout": "remote_errors"}
+REMOTE_PROBE = 1.0  # seconds to connect to a shared compiler cache before the build
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER")
 LIVE_SUFFIX = ".live"  # RESULT.live: the peak so far and this build's ccache counts, while it runs
 LIVE_EVERY = 2.0       # seconds between its updates
@@ -220,21 +226,38 @@ def _shim_dir(ccache: str, env: dict[str, str]) -> str:
     return folder
 
 
-def _count(statslog: str) -> tuple[int, int]:
-    hits = misses = 0
+def _count(statslog: str) -> dict[str, int]:
+    """This build's counts: hits, misses, and the hits by storage (local_hits, remote_hits), remote_errors."""
+    counts = {"hits": 0, "misses": 0, "local_hits": 0, "remote_hits": 0, "remote_errors": 0}
     for line in (_read(statslog) or "").splitlines():
         line = line.strip()
         if line in HITS:
-            hits += 1
+            counts["hits"] += 1
         elif line in MISSES:
-            misses += 1
-    return hits, misses
+            counts["misses"] += 1
+        elif line in WHERE:
+            counts[WHERE[line]] += 1
+    return counts
+
+
+def _unreachable(address: str) -> str:
+    """Why the shared store at HOST:PORT cannot be reached from here ("" when it can)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REMOTE_PROBE).close()
+    except (OSError, ValueError) as exc:
+        return (f"cannot connect to {address} from the build's target within {REMOTE_PROBE:g} s "
+                f"({getattr(exc, 'strerror', None) or exc.__class__.__name__})")
+    return ""
 
 
 def build(result_path: str, argv: list[str]) -> int:
     env = dict(os.environ)
     ccache = env.pop("TOOLCHAIN_CCACHE", "")
     required = env.pop("TOOLCHAIN_CCACHE_REQUIRED", "") == "1"
+    remote = env.pop("TOOLCHAIN_CCACHE_REMOTE", "")
     report: dict[str, str | int] = {"launcher": "none", "version": "", "hits": 0, "misses": 0, "note": ""}
     if ccache:
         if "/" not in ccache:
@@ -253,6 +276,10 @@ def build(result_path: str, argv: list[str]) -> int:
                 ccache = ""
             else:
                 report.update(launcher="ccache", version=version)
+                unreachable = _unreachable(remote) if remote and env.get("CCACHE_REMOTE_STORAGE") else ""
+                if unreachable:
+                    report["remote_note"] = unreachable
+                    env.pop("CCACHE_REMOTE_STORAGE")
     if not ccache:
         for var in LAUNCHERS:
             env.pop(var, None)
@@ -287,9 +314,10 @@ def build(result_path: str, argv: list[str]) -> int:
                 pass
             if time.monotonic() - shown >= LIVE_EVERY:  # for the tool's heartbeat, while the build runs
                 shown = time.monotonic()
-                hits, misses = _count(statslog) if statslog else (0, 0)
+                counts = _count(statslog) if statslog else {}
                 with contextlib.suppress(OSError):
-                    _write(live, {"peak_bytes": peak[0], "ccache": bool(statslog), "hits": hits, "misses": misses})
+                    _write(live, {"peak_bytes": peak[0], "ccache": bool(statslog), "hits": counts.get("hits", 0),
+                                  "misses": counts.get("misses", 0)})
             done.wait(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -302,7 +330,7 @@ def build(result_path: str, argv: list[str]) -> int:
     wall = time.monotonic() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if statslog:
-        report["hits"], report["misses"] = _count(statslog)
+        report.update(_count(statslog))
     # The cgroup's peak is the build's only when the build set it: a cgroup outlives builds (exec into a running
     # container, the tool as a container's main process), and its peak may be an earlier build's.
     peak_after = _peak(peak_file) if dedicated else 0

@@ -96,7 +96,9 @@ def read_result(out_dir: Path) -> RunResult | None:
     metrics = BuildMetrics(float(m.get("wall_seconds", 0.0)), float(m.get("cpu_seconds", 0.0)),
                            cgroup or sampled, "cgroup" if cgroup else f"{m.get('sampled', 'rss')}-sampler", sampled)
     cache = CacheReport(str(c.get("launcher", "none")), str(c.get("version", "")), int(c.get("hits", 0)),
-                        int(c.get("misses", 0)), str(c.get("note", "")))
+                        int(c.get("misses", 0)), str(c.get("note", "")), local_hits=int(c.get("local_hits", 0)),
+                        remote_hits=int(c.get("remote_hits", 0)), remote_errors=int(c.get("remote_errors", 0)),
+                        remote_note=str(c.get("remote_note", "")))
     return RunResult(metrics, cache)
 
 

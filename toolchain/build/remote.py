@@ -91,6 +91,10 @@ class Refused(RemoteError):
     """One entry failed verification (its wheel, metadata or manifest do not agree)."""
 
 
+class DeletesRefused(RemoteError):
+    """The registry does not delete manifests (distribution answers 405 UNSUPPORTED unless delete is enabled)."""
+
+
 # ---- the transport: one bounded try per request, the registry's auth challenge answered ----------------------
 
 _OPEN_SOCKETS: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # the transport's connections
@@ -468,6 +472,22 @@ class Registry:
                 raise RemoteError(f"{self.where.host}: {what} failed: {exc}") from None
         self._check(r.status_code, what, (200, 201, 202))
 
+    def delete(self, digest: str) -> bool:
+        """Delete the manifest `digest` (every tag naming it goes with it); False when it was already gone. The
+        blobs' space comes back when the registry's garbage collector runs."""
+        what = f"deleting {digest[:19]}"
+        r = self._request("DELETE", f"{self.base}/manifests/{digest}", what=what, ok=(200, 202, 404, 405))
+        body = _read_limited(r, MAX_MANIFEST, what).decode(errors="replace") if r.status_code == 405 else ""
+        r.close()
+        if r.status_code == 405:
+            raise DeletesRefused(
+                f"{self.where.host} does not delete manifests (HTTP 405 {_error_codes(body) or 'Method Not Allowed'}): "
+                "its storage has deletes turned off, so nothing was removed",
+                hint="enable deletes on the registry: in distribution's config.yml `storage: {delete: {enabled: "
+                     "true}}` (or REGISTRY_STORAGE_DELETE_ENABLED=true), restart it, and prune again; then run "
+                     "`registry garbage-collect config.yml` (Debian: `docker-registry garbage-collect ...`) to free the blobs. `--dry-run` lists what would go")
+        return r.status_code != 404
+
     def entries(self, component: str = "", jobs: int = 8) -> list[RemoteEntry]:
         """Every entry (manifests read concurrently), those of `component` only when given."""
         from concurrent.futures import ThreadPoolExecutor
@@ -778,5 +798,5 @@ def entry_annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[
     }
 
 
-__all__ = ["ARTIFACT_TYPE", "MT_LOG", "MT_META", "MT_WHEEL", "Registry", "RemoteCache", "RemoteError",
+__all__ = ["ARTIFACT_TYPE", "MT_LOG", "MT_META", "MT_WHEEL", "DeletesRefused", "Registry", "RemoteCache", "RemoteError",
            "entry_annotations"]

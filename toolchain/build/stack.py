@@ -337,7 +337,7 @@ def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "", header: str 
 
 def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
     cc = ccache.choose(plan.recipe.build, options.cache_dir, disabled=not options.compiler_cache, ui=ui,
-                       data_dir=options.compiler_cache_dir)
+                       data_dir=options.compiler_cache_dir, reach=True)
     if cc.enabled:
         try:
             cc.data_dir.mkdir(parents=True, exist_ok=True)  # (a fresh container mounts it)
@@ -398,7 +398,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: 
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         result = read_result(out_tmp)
-        report = result.cache if result else CacheReport()
+        report = cc.reported(result.cache, ui, what, runtime.kind) if result else CacheReport()
         metrics = result.metrics if result else BuildMetrics()
         _log_result(log, report, metrics)
         if cc.enabled and report.note:

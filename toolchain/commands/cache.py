@@ -1,8 +1,15 @@
 """`toolchain cache ls [--remote [URL]] [--component C]`: what the wheel caches hold.
+`toolchain cache prune --remote [URL] [--older-than AGE] [--keep N] [--dry-run]`: keep the registry to a window.
 
 Without --remote: the local wheel cache (--cache-dir). With --remote: the team's OCI registry (the URL given,
 else $TOOLCHAIN_REMOTE_CACHE, else the [cache] remote of --recipe), read from the entries' annotations without
 downloading a wheel: which commits of a component are there to download instead of compiling.
+
+`prune` deletes the remote entries a retention rule names through the registry API (DELETE of each manifest;
+the registry needs deletes enabled, and frees the blobs when its garbage collector runs): `--keep N` keeps
+each component's N newest, `--older-than 30d` removes, of the rest, what was stored before 30 days ago (both:
+what is older and not among the N newest). `--dry-run` lists what would go and deletes nothing. A registry
+that refuses deletes (HTTP 405) is exit 1 with what to change; a rule that is not understood is exit 2.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from toolchain.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds",
+    p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds; prune the remote one",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="cache_action", metavar="ACTION", parser_class=type(p))
     ls = actions.add_parser("ls", help="list cache entries (newest last)", description=__doc__,
@@ -32,12 +39,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     options.add(ls, "remote-insecure", "cache-dir")
     ls.add_argument("--component", help="only this component's entries")
     ls.set_defaults(handler=cmd_ls)
+    prune = actions.add_parser("prune", help="delete old entries of the remote wheel cache (a retention rule)",
+                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_global(prune, command=True)
+    prune.add_argument("--remote", nargs="?", const="", default=None, metavar="URL",
+                       help="the remote cache to prune: oci://HOST[:PORT]/NAMESPACE (default: $TOOLCHAIN_REMOTE_CACHE, "
+                            "else the [cache] remote of --recipe); required: only the remote cache is pruned")
+    options.add_recipe(prune, help={"recipe": "the recipe whose [cache] remote to prune (with --remote and no URL)"})
+    options.add(prune, "remote-insecure")
+    prune.add_argument("--older-than", metavar="AGE", help="remove entries stored before now - AGE (30d, 12h, 2w)")
+    prune.add_argument("--keep", type=int, metavar="N", help="keep the N newest entries of each component")
+    prune.add_argument("--component", help="only this component's entries")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+    prune.set_defaults(handler=cmd_prune)
     p.set_defaults(handler=lambda args, ui: _usage())
 
 
 def _usage() -> CommandResult:
-    raise UsageError("say what to do with the cache: `toolchain cache ls [--remote [URL]]`",
-                     hint="see `toolchain cache ls --help`")
+    raise UsageError("say what to do with the cache: `toolchain cache ls [--remote [URL]]` or "
+                     "`toolchain cache prune --remote [URL] --older-than AGE`",
+                     hint="see `toolchain cache ls --help`, `toolchain cache prune --help`")
 
 
 def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
@@ -62,7 +83,44 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}", (table,))
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
+    from toolchain.build.retention import parse_age, prune
+
+    if args.remote is None:
+        raise UsageError("cache prune works on the remote wheel cache: pass --remote [URL]",
+                         hint="the local cache (--cache-dir) is only a cache: remove its folder to empty it")
+    if args.older_than is None and args.keep is None:
+        raise UsageError("say what to keep: --older-than AGE (e.g. 30d), --keep N (per component), or both",
+                         hint="toolchain cache prune --remote --older-than 30d --keep 3 --dry-run")
+    try:
+        older_than = parse_age(args.older_than) if args.older_than is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--older-than: {exc}") from None
+    if args.keep is not None and args.keep < 0:
+        raise UsageError(f"--keep {args.keep}: give a number of entries per component, 0 or more")
+    from toolchain.build.remote import Registry
+
+    settings = _settings(args, "prune")
+    done = prune(Registry(settings), component=args.component or "", older_than=older_than, keep=args.keep,
+                 dry_run=args.dry_run, status=ui.status)
+    rows = {e.key: e.to_dict() for e in done.entries}
+    removed = [{**rows[v.entry.key], "why": v.why} for v in done.verdicts if v.remove]
+    data = {"ok": True, "where": settings.url, "dry-run": args.dry_run, "older-than": args.older_than,
+            "keep": args.keep, "removed": removed,
+            "kept": [{**rows[v.entry.key], "why": v.why} for v in done.verdicts if not v.remove],
+            "manifests-deleted": done.deleted}
+    verb = "would remove" if args.dry_run else "removed"
+    table = Grid(f"remote wheel cache: {settings.url}: {verb}", ("component", "commit", "stored", "key", "why"),
+                 tuple((r["component"], r["commit"][:12], r["created"], r["key"][:16], r["why"])
+                       for r in removed))
+    total = len(done.verdicts)
+    summary = f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
+    if done.deleted:
+        summary += " (the registry frees their blobs when its garbage collector runs)"
+    return CommandResult(data, 0, summary, (table,) if removed else ())
+
+
+def _settings(args: argparse.Namespace, verb: str = "list") -> Any:
     from toolchain.build.remotespec import RemoteRequest, resolve_settings
     from toolchain.recipe.cachespec import CacheSpec
 
@@ -71,7 +129,7 @@ def _settings(args: argparse.Namespace) -> Any:
         spec = options.recipe_from_args(args, pinned=False).cache
     settings = resolve_settings(spec, RemoteRequest(url=args.remote or None, insecure=args.remote_insecure))
     if settings is None:
-        raise UsageError("no remote cache to list",
+        raise UsageError(f"no remote cache to {verb}",
                          hint="pass --remote oci://HOST[:PORT]/NAMESPACE, set $TOOLCHAIN_REMOTE_CACHE, or "
                               "--recipe R whose [cache] remote is set")
     return settings

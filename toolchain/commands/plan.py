@@ -49,7 +49,9 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
         cache, recipe_rewrites(recipe, cache) + parse_rewrites(args.mirror), ui=ui))
     data = plan_to_dict(plan)
     data["compiler-cache"] = {"enabled": cc.enabled, "required": cc.required, "why": cc.why,
-                              "dir": str(cc.data_dir) if cc.enabled else None}
+                              "dir": str(cc.data_dir) if cc.enabled else None,
+                              "remote": cc.remote.shown if cc.remote else None,
+                              "remote-mode": cc.remote.mode if cc.remote else None}
     for comp, entry in zip(plan.components, data["components"], strict=False):
         if comp.is_prebuilt:
             continue

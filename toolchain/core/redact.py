@@ -48,7 +48,7 @@ def redact_text(text: str, env: Mapping[str, str | None] | None = None) -> str:
 
 def redact_urls(text: str) -> str:
     """`scheme://user:password@` keeps the user and masks the password; `http(s)://userinfo@` (a token used
-    as the user name) masks all of it. `ssh://git@host` and scp-like `git@host:path` carry no secret."""
+    as the user name) and `redis://password@` (ccache's form of a Redis password) mask all of it. `ssh://git@host` and scp-like `git@host:path` carry no secret."""
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     return _HTTP_USER.sub(lambda m: f"{m.group(1)}{MASK}@" if m.group(2) != MASK else m.group(0), text)
 
@@ -100,6 +100,6 @@ _ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".fo
 # scheme://user:password@ (user without '/', '@', ':' or whitespace; the password may hold ':', and an '@' left
 # unencoded: it runs to the last '@' before the host's '/', as URL parsers read it)
 _URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/\s'\"]+)@")
-# http(s)://token@ (no password part)
-_HTTP_USER = re.compile(r"\b(https?://)([^/@:\s'\"]+)@", re.IGNORECASE)
+# http(s)://token@ and redis://password@ (no password part: the one word is the secret)
+_HTTP_USER = re.compile(r"\b(https?://|rediss?://)([^/@:\s'\"]+)@", re.IGNORECASE)
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")

@@ -5,6 +5,8 @@
     compiler-cache = "ccache"    # or "none"; unset: ccache when one is found, else uncached with a warning
     jobs = 4                     # pin the compile jobs of every component (unset: sized by memory)
     memory-per-job = "2GiB"      # what one compile job of a component needs, unless it declares its own
+    compiler-cache-remote = "redis://cache.example:6379"   # a compiler cache shared by machines (or http://);
+                                 # never with credentials: those come from $TOOLCHAIN_COMPILER_CACHE_REMOTE
 
     [components.NAME]
     memory-per-job = "8GiB"
@@ -17,11 +19,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 COMPILER_CACHES = ("ccache", "none")
-BUILD_KEYS: dict[str, type] = {"compiler-cache": str, "jobs": int, "memory-per-job": str}
+BUILD_KEYS: dict[str, type] = {"compiler-cache": str, "jobs": int, "memory-per-job": str, "compiler-cache-remote": str}
+STORE_SCHEMES = {"redis": 6379, "http": 80}  # the remote storages of ccache this tool passes on, default ports
 COMPONENT_BUILD_KEYS: dict[str, type] = {"jobs": int, "memory-per-job": str}
 JOB_ENV = ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "ARK_SYCL_TLA_JOBS")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
@@ -49,6 +53,7 @@ class BuildSpec:
     compiler_cache: str = ""   # "" = not set: ccache if available (not required)
     jobs: int = 0              # 0 = sized by memory
     memory_per_job: int = 0    # 0 = the component's own or the tool's default
+    compiler_cache_remote: str = ""  # a shared compiler cache, without credentials ("": none in the recipe)
 
     @property
     def cache_required(self) -> bool:
@@ -62,7 +67,55 @@ def build_spec(table: Any, add: Add) -> BuildSpec:
     if isinstance(cc, str) and cc and cc not in COMPILER_CACHES:
         add("build.compiler-cache", f"unknown compiler cache {cc!r}; use one of {', '.join(map(repr, COMPILER_CACHES))}")
     jobs, mem = _jobs_and_memory(table, "build.", add)
-    return BuildSpec(cc if isinstance(cc, str) and cc in COMPILER_CACHES else "", jobs, mem)
+    remote = table.get("compiler-cache-remote", "")
+    if isinstance(remote, str) and remote:
+        try:
+            if parse_store_url(remote).credentials:
+                raise ValueError("holds credentials (user@ or :password@): a recipe is recorded in every lock and "
+                                 "shared; set the URL with its password in the environment instead: "
+                                 "export TOOLCHAIN_COMPILER_CACHE_REMOTE='redis://:PASSWORD@HOST:PORT'")
+        except ValueError as exc:
+            add("build.compiler-cache-remote", str(exc))
+            remote = ""
+    return BuildSpec(cc if isinstance(cc, str) and cc in COMPILER_CACHES else "", jobs, mem,
+                     remote if isinstance(remote, str) else "")
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A shared compiler cache's address, as ccache's remote storage takes it (`URL|attribute=value...`)."""
+    scheme: str        # "redis" | "http"
+    host: str
+    port: int
+    credentials: bool  # the URL carries a user or a password
+    attributes: tuple[tuple[str, str], ...] = ()  # ccache's `|name=value` attributes given with the URL
+
+
+def parse_store_url(value: str) -> StoreURL:
+    """`redis://[[USER:]PASSWORD@]HOST[:PORT][/DB]` or `http://[USER:PASSWORD@]HOST[:PORT]/PATH`, optionally
+    followed by ccache attributes (`|read-only=true`); ValueError says what is wrong, never echoing a password."""
+    url, *attrs = value.strip().split("|")
+    if not url or any(c.isspace() for c in url):
+        raise ValueError("must be one URL (redis://HOST:PORT or http://HOST:PORT/PATH), without spaces")
+    parts = urlsplit(url)
+    if parts.scheme not in STORE_SCHEMES:
+        raise ValueError(f"must start with redis:// or http:// (ccache's remote storages), got "
+                         f"{parts.scheme + '://' if parts.scheme else 'no scheme'}")
+    hostport = parts.netloc.rpartition("@")[2]
+    try:
+        host, port = parts.hostname or "", parts.port or STORE_SCHEMES[parts.scheme]
+    except ValueError:
+        host, port = "", 0
+    if not host or not hostport:
+        raise ValueError(f"needs a host and, if not the default {STORE_SCHEMES[parts.scheme]}, a port: "
+                         f"{parts.scheme}://HOST:PORT")
+    pairs = []
+    for attr in attrs:
+        name, _, val = attr.partition("=")
+        if not re.fullmatch(r"[a-z][a-z0-9-]*", name.strip()):
+            raise ValueError(f"attribute {attr!r} is not ccache's `|name=value` form (e.g. |read-only=true)")
+        pairs.append((name.strip(), val.strip() if _ else "true"))
+    return StoreURL(parts.scheme, host, port, "@" in parts.netloc, tuple(pairs))
 
 
 def component_build(table: Mapping[str, Any], where: str, add: Add) -> tuple[int, int]:
@@ -93,5 +146,5 @@ def check_job_env(env: Mapping[str, str], where: str, add: Add) -> None:
                                   f"jobs by memory")
 
 
-__all__ = ["BUILD_KEYS", "COMPILER_CACHES", "COMPONENT_BUILD_KEYS", "BuildSpec", "build_spec", "check_job_env",
-           "component_build", "parse_size"]
+__all__ = ["BUILD_KEYS", "COMPILER_CACHES", "COMPONENT_BUILD_KEYS", "STORE_SCHEMES", "BuildSpec", "StoreURL",
+           "build_spec", "check_job_env", "component_build", "parse_size", "parse_store_url"]
