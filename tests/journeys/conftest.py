@@ -24,10 +24,12 @@ TOP_SKIP = {".git", "tests", "benchmarks", "build", "dist", ".nox", ".mypy_cache
 
 
 def _skip(directory: str, names: list[str]) -> set[str]:
-    """What the copy of the checkout leaves out: its top level's tests, caches and build output (not the
-    package's own build/ stage), byte code and egg-info anywhere."""
+    """What the copy of the checkout leaves out: its top level's tests, caches, build output (not the
+    package's own build/ stage) and virtualenvs (the README's .venv, any with a pyvenv.cfg), byte code and
+    egg-info anywhere."""
     top = Path(directory) == REPO_ROOT
-    return {n for n in names if (top and n in TOP_SKIP) or n == "__pycache__" or n.endswith(".egg-info")}
+    return {n for n in names if (top and (n in TOP_SKIP or (Path(directory) / n / "pyvenv.cfg").is_file()))
+            or n == "__pycache__" or n.endswith(".egg-info")}
 
 
 @dataclass(frozen=True)
