@@ -57,7 +57,7 @@ def test_crash_on_first_request(smoke):
     assert r.run["server_exit_code"] == 139
     assert r.finding_ids() == ["server-crash"]
     assert "Segmentation fault" in (r.out / "smoke" / "server.log").read_text()
-    assert r.seconds < 30
+    assert r.seconds < 60  # the cases after the crash did not each wait out the 10 s request timeout
     junit = ET.parse(r.out / "junit.xml").getroot()
     assert junit.get("errors") == "7"
 
@@ -137,7 +137,7 @@ def test_slow_first_request_within_budget_passes_with_its_latency(smoke):
     r = smoke("--serve-cmd", fault_cmd("slow-first", "--slow-seconds", "1.5"), "--cases", "first,math", *FAST)
     assert r.code == 0
     assert r.case("first")["metrics"]["latency_seconds"] >= 1.5
-    assert r.case("math")["metrics"]["latency_seconds"] < 1.5
+    assert r.case("math")["metrics"]["latency_seconds"] < r.case("first")["metrics"]["latency_seconds"]
 
 
 def test_ladder_finds_the_gdn_step(smoke):
