@@ -7,13 +7,29 @@
 #   3. the real vLLM-on-CPU server environment for the smoke tests (cached across runs on this machine)
 #   4. pytest
 # Extra arguments go to pytest. TOOLCHAIN_SKIP_VLLM=1 skips step 3 (the vllm tests then skip, saying why).
+# The interpreter: the virtualenv the user activated ($VIRTUAL_ENV/bin/python), else python3 (the system
+# interpreter, where pip may install into it); PYTHON=/path/to/python overrides both.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PYTHON="${PYTHON:-python3}"
 say() { printf '\n[tests/run.sh] %s\n' "$*" >&2; }
+if [[ -z "${PYTHON:-}" && -n "${VIRTUAL_ENV:-}" ]]; then
+    if [[ ! -x "$VIRTUAL_ENV/bin/python" ]]; then
+        echo "VIRTUAL_ENV=$VIRTUAL_ENV has no bin/python: activate a virtualenv that exists, or deactivate" >&2
+        exit 2
+    fi
+    PYTHON="$VIRTUAL_ENV/bin/python"
+    PATH="$VIRTUAL_ENV/bin:$PATH"  # nox's sessions and lint-imports are found on PATH: the venv's
+fi
+PYTHON="${PYTHON:-python3}"
+export PYTHON PATH  # tests/support/ci_setup.sh runs its helpers with it
+say "interpreter: $("$PYTHON" -c 'import sys; print(sys.executable, "(a virtualenv)" if sys.prefix != sys.base_prefix else "")')"
 
 say "installing the package and test dependencies"
-"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]" setuptools wheel
+if ! "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]" setuptools wheel; then
+    echo "pip could not install into $PYTHON. Where the system Python is externally managed (PEP 668), make and" \
+         "activate a virtualenv first: python3 -m venv .venv && . .venv/bin/activate (README, Set-up)" >&2
+    exit 1
+fi
 
 say "podman, docker, debootstrap, diffoscope, docker-registry, redis-server and the test image"
 bash tests/support/ci_setup.sh

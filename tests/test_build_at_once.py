@@ -83,8 +83,9 @@ def test_builds_overlap_as_far_as_the_budget_admits_and_keep_their_order():
 def test_a_build_whose_memory_does_not_fit_waits_and_nothing_overtakes_it():
     m = Meter()
     items = [("big", 8), ("huge", 9), ("small", 1)]
-    run_at_once(items, m.work(hold=0.05), Budget(3, 10), memory)
-    # huge (9) does not fit beside big (8): it waits; small (1) would fit but does not overtake it
+    run_at_once(items, m.work(outlives={"huge": "small"}), Budget(3, 10), memory)
+    # huge (9) does not fit beside big (8): it waits; small (1) would fit but does not overtake it; once huge
+    # runs, small fits beside it (huge waits for small to end: it fails if small is not let in meanwhile)
     assert m.most == 2
     assert m.order == ["big", "huge", "small"]
 

@@ -25,7 +25,7 @@ from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest
 from tests.support.debian_image import containers_env
 from toolchain import console
 from toolchain.build import ccache, intarget
-from toolchain.build.jobs import Resources, decide_jobs, per_job_memory, resources_from
+from toolchain.build.jobs import Resources, decide_jobs, format_size, per_job_memory, resources_from
 from toolchain.build.metrics import RESULT, BuildMetrics, read_live, read_result
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.buildspec import BuildSpec, GiB, MiB, parse_size
@@ -43,6 +43,24 @@ INTARGET = Path(intarget.__file__)
                                        ("1.5g", int(1.5 * GiB)), ("1048576", 1048576), ("64k", 64 * 1024)])
 def test_sizes(text, size):
     assert parse_size(text) == size
+
+
+SIZE_SHAPE = r"\d+\.\d (KiB|MiB|GiB)"  # what format_size promises, whatever the count
+UNIT = {"KiB": 1024, "MiB": MiB, "GiB": GiB}
+
+
+@pytest.mark.parametrize("n", [0, 1, 51, 52, 1023, 1024, 4096, 539648, 972 * 1024, MiB - 1, MiB, 300 * MiB,
+                               GiB - 1, GiB, int(31.2 * GiB), 1 << 42])
+def test_a_byte_count_is_always_written_in_the_same_shape(n):
+    """A build's first memory sample may be half a MiB (a busy machine samples late or early): it reads as any
+    other figure, with one decimal and a binary unit of at least KiB, never bare bytes (issue 36)."""
+    text = format_size(n)
+    m = re.fullmatch(SIZE_SHAPE, text)
+    assert m, text
+    number, unit = float(text.split()[0]), UNIT[m.group(1)]
+    assert abs(number * unit - n) <= 0.05 * unit, text              # the figure is the count, to its last digit
+    assert number >= 1 or unit == 1024, text                        # the largest unit the count reaches
+    assert number < 1024 or unit == GiB, text
 
 
 @pytest.mark.parametrize("text", ["", "lots", "8 GiBs", "0", "0G", "-1G", "8iB", "G"])
@@ -280,7 +298,7 @@ def test_the_runner_says_the_peak_and_ccache_counts_while_the_build_runs(tmp_pat
     assert readings, "no live reading while the build ran"
     last = readings[-1]
     assert last.ccache and (last.hits, last.misses) == (1, 1) and last.peak_bytes > 0, readings
-    assert re.fullmatch(r"peak \d+(\.\d+)? [KMG]iB, ccache 1 hits / 1 misses", last.describe())
+    assert re.fullmatch(rf"peak {SIZE_SHAPE}, ccache 1 hits / 1 misses", last.describe()), last.describe()
     assert read_live(result.parent) is None  # gone with the build
     assert json.loads(result.read_text())["compiler_cache"]["hits"] == 1
 

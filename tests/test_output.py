@@ -177,7 +177,7 @@ def sleepy_build(ws, make_repo, seconds: float, *extra: str):
     done = next(i for i, line in enumerate(lines) if "sleepy: built" in line)
     beats = [line for line in lines[:done]
              if re.fullmatch(r"\[\d\d:\d\d:\d\d\] sleepy: building for \d+m\d\ds, \d+ jobs?, "
-                             r"(peak \d+(\.\d+)? [KMG]iB, )?(ccache \d+ hits / \d+ misses, )?"
+                             r"(peak \d+\.\d [KMG]iB, )?(ccache \d+ hits / \d+ misses, )?"
                              r"last: step: compiling the slow part", line)]
     return r, beats
 
@@ -187,7 +187,7 @@ def test_a_piped_build_shows_a_heartbeat_at_the_interval_asked(ws, make_repo):
     assert len(beats) >= 2, r.stderr
     # the runner's live reading (every 2 s): the peak memory so far, and this build's ccache counts (no compile);
     # on a loaded machine the runner's first reading can come after the first beats
-    assert any(re.search(r", peak \d+(\.\d+)? [KMG]iB, ccache 0 hits / 0 misses, last:", b) for b in beats), r.stderr
+    assert any(re.search(r", peak \d+\.\d [KMG]iB, ccache 0 hits / 0 misses, last:", b) for b in beats), r.stderr
     started = [line for line in r.stderr.splitlines() if "building sleepy@" in line]
     assert len(started) == 1 and re.match(r"\[\d\d:\d\d:\d\d\] building sleepy@\w{12} in the host \(log: \S+\)$",
                                           started[0]), r.stderr  # a change of state: one stamped line
@@ -198,9 +198,10 @@ def test_a_piped_build_step_of_40s_shows_a_heartbeat_at_the_default_interval(ws,
     r, beats = sleepy_build(ws, make_repo, 40)
     assert len(beats) >= 1, r.stderr
     # the first beat comes at the default 30 s interval, counted from the heartbeat's start: the build itself
-    # started a moment later, so its elapsed time reads about 30 s (29 s was seen)
+    # started a moment later, so its elapsed time reads about 30 s (29 s was seen). The bounds only tell the
+    # default from a 1 s or a 60 s one: a busy machine may start the build or wake the heartbeat late.
     elapsed = re.search(r"building for (\d+)m(\d+)s", beats[0])
-    assert elapsed and 25 <= int(elapsed[1]) * 60 + int(elapsed[2]) <= 38, r.stderr
+    assert elapsed and 15 <= int(elapsed[1]) * 60 + int(elapsed[2]) < 60, r.stderr
 
 
 # ---- TIPs lead with the cause at hand ----------------------------------------------------------------------

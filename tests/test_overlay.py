@@ -99,7 +99,7 @@ def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack
     # smoke: a container of the base image (the locked digest), the overlay installed over what it holds
     port = free_port()
     r = cli("smoke", "--lock", tmp_path / "out" / "stack.lock.toml", "--out", tmp_path / "smoke", "--port", port,
-            "--skip-device-check", "--ready-timeout", "30", "--cases", "models,math", "--json", "--serve-cmd",
+            "--skip-device-check", "--ready-timeout", "120", "--cases", "models,math", "--json", "--serve-cmd",
             "{python} /toolchain-test/faults/fault_server.py --port {port} --mode healthy --served-model-name {model}")
     assert r.returncode == 0, str(r)
     report = json.loads((tmp_path / "smoke" / "report.json").read_text())

@@ -41,7 +41,8 @@ REPO = HERE.parent.parent
 FAULTS = "/toolchain-test/faults"   # tests/smoke, read-only
 PROBE = "/toolchain-test/probe"     # a directory of the test, read-write
 STANDIN = REPO / "toolchain" / "demo_src" / "oneapi-standin"
-FAST = ("--skip-device-check", "--ready-timeout", "20", "--request-timeout", "15")
+# (deadlines that a healthy server meets at once, even in a container on a busy machine)
+FAST = ("--skip-device-check", "--ready-timeout", "120", "--request-timeout", "120")
 TEST_LABEL = "org.toolchain.test=container-smoke"
 
 
@@ -229,7 +230,7 @@ def test_no_container_is_left_after_a_pass_or_a_failing_server(smoke, fresh, no_
     assert crash.finding_ids() == ["server-crash"]
     assert tool_containers("podman") == []
 
-    never = smoke("--lock", lock, *FAST[:1], "--ready-timeout", "4", "--cases", "models",
+    never = smoke("--lock", lock, *FAST[:1], "--ready-timeout", "15", "--cases", "models",
                   "--serve-cmd", serve_cmd("never-ready"))
     assert never.code == 1
     assert never.finding_ids() == ["never-ready"]
@@ -244,7 +245,7 @@ def test_sigint_removes_the_serving_container(fresh, tmp_path):
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "toolchain", "smoke", "--lock", str(fresh["lock"].path), *FAST,
             "--port", str(free_port()), "--out", str(out), "--cases", "models,math",
-            "--serve-cmd", serve_cmd("slow-first", "--slow-seconds", "120")]
+            "--serve-cmd", serve_cmd("slow-first", "--slow-seconds", "600")]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "smoke" / "server.log"
@@ -255,7 +256,7 @@ def test_sigint_removes_the_serving_container(fresh, tmp_path):
         time.sleep(1.0)  # the math request is waiting on the server
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=90)
+        _, err = proc.communicate(timeout=300)
         seconds = time.monotonic() - started
     finally:
         if proc.poll() is None:
@@ -266,7 +267,7 @@ def test_sigint_removes_the_serving_container(fresh, tmp_path):
             remove("podman", *left)
     assert proc.returncode == 130, err
     assert left == []
-    assert seconds < 30
+    assert seconds < 110  # stopped, not waited out (the request timeout is 120 s, the answer 600 s)
     assert "INFO: Shutting down" in log.read_text()  # the server inside was stopped first
 
 

@@ -57,7 +57,7 @@ def test_crash_on_first_request(smoke):
     assert r.run["server_exit_code"] == 139
     assert r.finding_ids() == ["server-crash"]
     assert "Segmentation fault" in (r.out / "smoke" / "server.log").read_text()
-    assert r.seconds < 30
+    assert r.seconds < 60  # the cases after the crash did not each wait out the 10 s request timeout
     junit = ET.parse(r.out / "junit.xml").getroot()
     assert junit.get("errors") == "7"
 
@@ -104,40 +104,40 @@ def test_never_ready_stops_at_the_deadline(smoke):
     assert "not ready after 2s" in r.run["ready"]["reason"]
     assert r.verdicts() == {"models": "skip", "math": "skip"}
     assert r.finding_ids() == ["never-ready"]
-    assert r.seconds < 20
+    assert r.seconds < 60  # stopped at the 2 s deadline, not later (the bound leaves room for a busy machine)
     junit = ET.parse(r.out / "junit.xml").getroot()
     assert junit.find(".//testcase[@name='ready']/failure") is not None
 
 
 def test_exit_during_startup_fails_at_once(smoke):
-    r = smoke("--serve-cmd", fault_cmd("exit-early"), "--cases", "models", "--ready-timeout", "120")
+    r = smoke("--serve-cmd", fault_cmd("exit-early"), "--cases", "models", "--ready-timeout", "600")
     assert r.code == 1
     assert r.run["ready"]["exit_code"] == 1
     assert "exited with exit code 1 before it was ready" in r.run["ready"]["reason"]
     assert r.finding_ids() == ["exited-before-ready"]
-    assert r.seconds < 20  # did not wait for the 120 s deadline
+    assert r.seconds < 120  # did not wait for the 600 s deadline
     assert "libsycl.so.8" in (r.out / "smoke" / "server.log").read_text()
 
 
 def test_slow_first_request_times_out_and_later_requests_pass(smoke):
     r = smoke("--serve-cmd", fault_cmd("slow-first", "--slow-seconds", "60"), "--cases", "first,math,qa",
-              "--request-timeout", "2", "--ready-timeout", "20")
+              "--request-timeout", "5", "--ready-timeout", "120")
     assert r.code == 1
     first = r.case("first")
     assert first["verdict"] == "fail"
     assert first["category"] == "timeout"
-    assert 1.5 < first["seconds"] < 10
+    assert 4.5 < first["seconds"] < 55  # the 5 s timeout, not the 60 s the server takes
     assert r.verdicts()["math"] == "pass"
     assert r.verdicts()["qa"] == "pass"
     assert r.finding_ids() == ["request-timeout"]
-    assert r.seconds < 30
+    assert r.seconds < 120
 
 
 def test_slow_first_request_within_budget_passes_with_its_latency(smoke):
     r = smoke("--serve-cmd", fault_cmd("slow-first", "--slow-seconds", "1.5"), "--cases", "first,math", *FAST)
     assert r.code == 0
     assert r.case("first")["metrics"]["latency_seconds"] >= 1.5
-    assert r.case("math")["metrics"]["latency_seconds"] < 1.5
+    assert r.case("math")["metrics"]["latency_seconds"] < r.case("first")["metrics"]["latency_seconds"]
 
 
 def test_ladder_finds_the_gdn_step(smoke):

@@ -100,7 +100,7 @@ def test_a_lock_without_closure_whose_wheels_need_dependencies_is_refused(smoke,
     lock = _lock(tmp_path, wheels)
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), python="{python}"),
-              "--ready-timeout", "30")
+              "--ready-timeout", "120")
     assert r.code == 2, r.stdout
     out = json.loads(r.stdout)
     assert out["kind"] == "UnlockedDependencies"
@@ -123,7 +123,7 @@ def test_lock_to_fresh_venv_to_served_cases(smoke, tmp_path, wheels, monkeypatch
     lock = _lock(tmp_path, wheels)
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), python="{python}"),
-              "--ready-timeout", "30", "--keep-venv", "--allow-unlocked-deps")
+              "--ready-timeout", "120", "--keep-venv", "--allow-unlocked-deps")
     assert r.code == 0, r.stdout
     assert r.report["install"]["unlocked"] is True
     assert r.report["install"]["environment"]["resolved"] is False
@@ -152,7 +152,7 @@ def test_a_serve_command_outside_the_venv_is_said_and_the_venv_removed(smoke, tm
     lock = _lock(tmp_path, wheels, kernels="kernels-old")  # no closure, and no wheel needs a dependency
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(lock), "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump)), "--cases", "math",
-              "--ready-timeout", "30")
+              "--ready-timeout", "120")
     assert r.code == 0, r.stdout
     venv = r.out / "venv"
     served = r.report["served"]
@@ -223,7 +223,7 @@ def test_smoke_from_the_demo_build_lock(smoke, demo_build, tmp_path, monkeypatch
     dump = tmp_path / "env.json"
     r = smoke("--lock", str(demo_build.lock_path), "--skip-device-check", "--cases", "models,math",
               "--serve-cmd", fault_cmd("healthy", "--env-out", str(dump), "--served-model-name", "{model}",
-                                       python="{python}"), "--ready-timeout", "30", "--keep-venv")
+                                       python="{python}"), "--ready-timeout", "120", "--keep-venv")
     assert r.code == 0, r.stdout
     locked = demo_build.lock()["components"]
     deps = [d["name"] for d in demo_build.lock()["dependencies"]]

@@ -27,7 +27,7 @@ def wait_for(path: Path, text: str, count: int = 1) -> None:
 
 def smoke_argv(mode: str, port: int, out: Path, cases: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "toolchain", "smoke", "--json", "--serve-cmd", fault_cmd(mode, *extra),
-            "--cases", cases, "--port", str(port), "--out", str(out), "--ready-timeout", "30",
+            "--cases", cases, "--port", str(port), "--out", str(out), "--ready-timeout", "120",
             "--request-timeout", "300"]
 
 

@@ -32,10 +32,13 @@ KNOWN_PER_JOB = {
 }
 UNLIMITED = 1 << 60
 def format_size(n: int) -> str:
+    """A byte count, always in one shape: one decimal and a binary unit, the largest of GiB and MiB that it
+    reaches once rounded, else KiB (`31.2 GiB`, `1.0 MiB`, `527.0 KiB`, `0.5 KiB`, `0.0 KiB`); never bare bytes,
+    so a reading that happens to be small (a build's first memory sample) looks like any other."""
     for unit, size in (("GiB", GiB), ("MiB", MiB)):
-        if n >= size:
+        if round(n / size, 1) >= 1:
             return f"{n / size:.1f} {unit}"
-    return f"{n} B"
+    return f"{n / 1024:.1f} KiB"
 
 
 @dataclass(frozen=True)
