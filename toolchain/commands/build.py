@@ -63,7 +63,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         if args.recipe:
             raise UsageError("--from-lock and --recipe exclude each other", hint="the lock names its recipe")
         old = read_lock(args.from_lock)
-        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)  # the lock's parts agree, or exit 2
+        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir, options.cache_dir(args))  # the lock's parts agree, or exit 2
     else:
         recipe = options.recipe_from_args(args)
     if args.component:

@@ -285,6 +285,6 @@ def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args: argparse.Nam
 
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
     patches_dir = args.patches_dir or (bundled if bundled and bundled.is_dir() else None)
-    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir)
+    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir, cache_dir)
     # the published closure is what is checked (check_install): resolving again would ask today's index
     return build_stack(recipe, _options(out_dir, cache_dir, args, resolve=False), ui)

@@ -27,6 +27,7 @@ from toolchain.recipe.model import (
     Origin,
     Patch,
     Recipe,
+    Recorded,
     SmokeSpec,
     TargetSpec,
     ToolchainSpec,
@@ -188,13 +189,14 @@ def _depth(value: Any) -> int:
 def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir: Path | None = None, *,
                 pinned: bool = True) -> Recipe:
     """`pinned=False` (for `toolchain update`) accepts components whose `commit` is not set yet.
-    `patches_dir` replaces the patches/ directory of the recipe and of the recipes beside it."""
+    `patches_dir` is searched first for the patches of the recipe and of the recipes beside it (their own
+    patches/ folders stay searched after it)."""
     top = find_recipe(name_or_path, recipes_dir)
     path = top.file
 
     def patches_of(recipe_file: Path) -> tuple[Path, ...]:
         if patches_dir is not None and recipe_file.parent == path.parent:
-            return (Path(patches_dir),)
+            return tuple(dict.fromkeys([Path(patches_dir), *patches_dirs_of(recipe_file)]))
         return patches_dirs_of(recipe_file)
 
     found = [top]
@@ -206,12 +208,13 @@ def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir:
 
 
 def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path | Sequence[Path],
-                     origins: Mapping[str, Origin] = MappingProxyType({})) -> Recipe:
+                     origins: Mapping[str, Origin] = MappingProxyType({}), recorded: Recorded | None = None) -> Recipe:
     """A resolved recipe (as recorded in a lock) back into a Recipe. Its local patches are looked up in
     `patches_dir` (several directories are searched in order: a recipe may inherit patches); `origins`: the
-    keys the lock records as declared by another recipe file (their relative paths resolve against it)."""
+    keys the lock records as declared by another recipe file (their relative paths resolve against it);
+    `recorded`: the lock's hashes of those files, to take one from the cache when its place is empty."""
     data = parse_recipe_text(text, f"{path} (the recipe recorded in the lock)")
-    return from_data(data, name=name, path=path, patches_dir=patches_dir, origins=origins)
+    return from_data(data, name=name, path=path, patches_dir=patches_dir, origins=origins, recorded=recorded)
 
 
 def _resolve_extends(path: Path, recipes_dir: Path | None, patches_of: Callable[[Path], tuple[Path, ...]],
@@ -335,12 +338,12 @@ def recorded_origins(recipe: Recipe) -> dict[str, str]:
     return {key: place(recipe.origin(key).file) for key in _path_keys(recipe.data)}
 
 
-def origins_from_record(record: Mapping[str, str], patches_dirs: Sequence[Path] = (), *,
-                        only: bool = False) -> dict[str, Origin]:
-    """`recorded_origins` read back: each file's patches/, then `patches_dirs`; with `only`, `patches_dirs`
-    alone (a bundle's patches/, or --patches-dir)."""
+def origins_from_record(record: Mapping[str, str], patches_dirs: Sequence[Path] = (),
+                        first: Sequence[Path] = ()) -> dict[str, Origin]:
+    """`recorded_origins` read back: `first` (a bundle's patches/, --patches-dir), then each file's patches/,
+    then `patches_dirs`."""
     def dirs(file: Path) -> tuple[Path, ...]:
-        return tuple(patches_dirs) if only else tuple(dict.fromkeys([*patches_dirs_of(file), *patches_dirs]))
+        return tuple(dict.fromkeys([*first, *patches_dirs_of(file), *patches_dirs]))
 
     return {key: Origin(from_place(text), dirs(from_place(text))) for key, text in record.items()}
 

@@ -83,6 +83,16 @@ class InputFile:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """What a lock records of the local files its recipe names: the sha256 of each patch and input file by
+    (component, label), and the cache that keeps copies by sha256 (`core.blobs`). A recipe read back from a
+    lock takes a file from the cache by its hash when nothing is left at the recorded place (the folder
+    moved); a file still there is what the recipe names (a changed one is refused by its hash)."""
+    sha256: Mapping[tuple[str, str], str]
+    cache_dir: Path | None = None
+
+
+@dataclass(frozen=True)
 class FetchContentDep:
     """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
     name: str

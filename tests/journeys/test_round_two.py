@@ -1,0 +1,93 @@
+"""Journeys, round two (issue 33), each through the installed wheel in a temporary folder, as a user types them:
+the user's folder moves and its lock is replayed; an inherited component is swapped for a prebuilt and back;
+plan and doctor of a recipe whose base image is not here; podman failing on its default ulimits; verify-repro
+of a bundle whose lock pins a closure.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.spine_helpers import GitRepo
+from tests.support.realstack import sha256_file
+
+pytestmark = pytest.mark.slow
+
+ENGINE_COMMIT = "4545736bd5a811d9d8174ba46aed876112dbd274"  # as the shipped demo.toml pins it
+MY_DEMO = '''\
+description = "my demo: the shipped demo with my own engine patch and a kernel preset"
+extends = "demo"
+
+[components.engine]
+extend-patches = ["engine/0001-user-note.patch"]   # after the demo's own engine patch
+inputs = ["configs/preset.txt"]
+'''
+
+
+def _user_patch(cache: Path, dest: Path) -> None:
+    """What a user does: clone the engine (from the cache the first build filled), change, `git format-patch`."""
+    (repos,) = (cache / "demo-repos").glob("*/")
+    clone = dest.parent / "clone-engine"
+    subprocess.run(["git", "clone", "--quiet", str(repos / "engine.git"), str(clone)], check=True, capture_output=True)
+    repo = GitRepo(clone)
+    repo.git("checkout", "--quiet", ENGINE_COMMIT)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(repo.make_patch({"demo_engine/user_note.py": "NOTE = 'mine'\n"}, "engine: the user's note"))
+    shutil.rmtree(clone)
+
+
+def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
+    home = tmp_path / "home"
+    me = home / "me"
+    (me / "recipes").mkdir(parents=True)
+    (me / "recipes" / "my-demo.toml").write_text(MY_DEMO)
+    (me / "recipes" / "configs").mkdir()
+    (me / "recipes" / "configs" / "preset.txt").write_text("variant = 'small'\n")
+    mine = user.at(me)
+    mine.ok("build", "--recipe", "demo", "--component", "engine", "--out", home / "engine-only")  # fills the cache
+    patch = me / "patches" / "engine" / "0001-user-note.patch"
+    _user_patch(home / "cache", patch)
+    built = mine.ok("build", "--recipe", "my-demo", "--out", "out", "--json").json()
+    wheels = [(c["name"], c["sha256"]) for c in built["components"]]
+
+    # the folder moves; the lock is replayed from elsewhere
+    moved = home / "me-moved"
+    me.rename(moved)
+    lock = moved / "out" / "stack.lock.toml"
+    assert not (me / "patches").exists()
+    elsewhere = user.at(home / "elsewhere")
+    replay = elsewhere.ok("build", "--from-lock", lock, "--out", home / "replayed", "--json").json()
+    assert [(c["name"], c["sha256"]) for c in replay["components"]] == wheels  # the cache kept the files
+
+    # without the cache (another cache dir): each missing file named, with its sha256 and where it looked
+    bare = make_user(home / "elsewhere", tmp_path / "other-home")
+    r = bare("build", "--from-lock", lock, "--out", home / "replayed-bare", "--json")
+    assert r.returncode == 2, str(r)
+    err, hint = r.json()["error"], r.json()["hint"]
+    assert "damaged" not in err + hint, str(r)
+    assert f"patch engine/0001-user-note.patch (sha256 {sha256_file(moved / patch.relative_to(me))}) is missing" \
+        in err, err
+    assert str(me / "patches" / "engine" / "0001-user-note.patch") in err  # where it looked: the recorded folder
+    assert f"input configs/preset.txt (sha256 {sha256_file(moved / 'recipes' / 'configs' / 'preset.txt')})" in err
+    assert str(tmp_path / "other-home" / "cache" / "files") in err  # and the cache
+    assert "demo/0001-engine-reject-empty-prompt.patch" not in err  # the shipped patch is where it always was
+    assert "--patches-dir" in hint and "bundle" in hint
+    assert not (home / "replayed-bare").exists()
+
+    # --patches-dir adds the moved folder's patches: the shipped demo patch is still found, the input too
+    # is named (it is no patch) until the user restores it where the recipe said
+    r = bare("build", "--from-lock", lock, "--out", home / "replayed-bare", "--patches-dir", moved / "patches",
+             "--json")
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert "patch" not in err.replace("--patches-dir", ""), err
+    assert "input configs/preset.txt" in err
+    (me / "recipes" / "configs").mkdir(parents=True)
+    shutil.copy(moved / "recipes" / "configs" / "preset.txt", me / "recipes" / "configs" / "preset.txt")
+    again = bare.ok("build", "--from-lock", lock, "--out", home / "replayed-bare", "--patches-dir",
+                    moved / "patches", "--json").json()
+    assert [(c["name"], c["sha256"]) for c in again["components"]] == wheels
