@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import GitRepo
-from tests.support.realstack import sha256_file
+from tests.support.realstack import read_toml, sha256_file
 
 pytestmark = pytest.mark.slow
 
@@ -91,3 +91,70 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
     again = bare.ok("build", "--from-lock", lock, "--out", home / "replayed-bare", "--patches-dir",
                     moved / "patches", "--json").json()
     assert [(c["name"], c["sha256"]) for c in again["components"]] == wheels
+
+
+KERNELS_SOURCE = '''\
+description = "back to the kernels from source"
+extends = "my-prebuilt"
+
+[components.kernels]
+url = "https://demo.invalid/toolchain-demo/kernels.git"
+commit = "cbeb92f560396f646f0964ff65e0e549cebcdb82"
+built-against = ["standin-torch"]
+
+[[components.kernels.fetchcontent]]
+name = "demoheaders"
+url = "https://demo.invalid/toolchain-demo/headers.git"
+commit = "1f188319fd7c8620135ccd995afec193f5ef02eb"
+'''
+
+
+def _prebuilt_recipe(wheel: Path, sha: str) -> str:
+    return (f'description = "the demo with my kernels wheel"\nextends = "demo"\n\n[components.kernels]\n'
+            f'prebuilt = {{ url = "{wheel.as_uri()}", sha256 = "{sha}" }}\n')
+
+
+def test_the_kernels_swapped_for_a_prebuilt_and_back(user, tmp_path):
+    home = tmp_path / "home"
+    me = home / "me"
+    (me / "recipes").mkdir(parents=True)
+    mine = user.at(me)
+    demo = {c["name"]: c for c in mine.ok("build", "--recipe", "demo", "--out", home / "demo-out",
+                                           "--json").json()["components"]}
+    keep = home / "wheels"
+    keep.mkdir()
+    wheel = Path(shutil.copy(demo["kernels"]["path"], keep))
+    sha = demo["kernels"]["sha256"]
+
+    # a mistyped pin: blamed on the pin, with what the file hashes to
+    typo = sha[:-1] + ("0" if sha[-1] != "0" else "1")
+    (me / "recipes" / "my-prebuilt.toml").write_text(_prebuilt_recipe(wheel, typo))
+    r = mine("build", "--recipe", "my-prebuilt", "--json")
+    assert r.returncode == 1, str(r)
+    assert f"it has sha256 {sha}, the pin says {typo}" in r.json()["error"]
+    assert "mistyped" in r.json()["hint"] and sha in r.json()["hint"]
+    assert "changed or replaced where it is served" not in r.json()["hint"]
+
+    # the pin fixed: plan notes the swap (nothing of the inherited build is refused), the build takes the wheel
+    (me / "recipes" / "my-prebuilt.toml").write_text(_prebuilt_recipe(wheel, sha))
+    plan = mine.ok("plan", "--recipe", "my-prebuilt", "--json").json()
+    (swap,) = plan["recipe"]["swapped"]
+    assert (swap["component"], swap["to"]) == ("kernels", "prebuilt")
+    assert {"url", "commit", "built-against", "fetchcontent"} <= set(swap["dropped"])
+    kernels = next(c for c in plan["components"] if c["name"] == "kernels")
+    assert kernels["prebuilt"]["url"] == wheel.as_uri()
+    text = mine.ok("plan", "--recipe", "my-prebuilt", env={"COLUMNS": "200"}).stdout
+    assert "kernels swapped for a prebuilt by my-prebuilt.toml: the inherited url, " in text, text
+    built = {c["name"]: c for c in mine.ok("build", "--recipe", "my-prebuilt", "--json").json()["components"]}
+    assert built["kernels"]["source"] == "prebuilt" and built["kernels"]["sha256"] == sha
+    lock = read_toml(me / "dist" / "my-prebuilt" / "stack.lock.toml")
+    locked = {c["name"]: c for c in lock["components"]}
+    assert locked["kernels"]["prebuilt"]["sha256"] == sha and locked["ark"]["after"] == ["kernels"]
+
+    # and back: a recipe extending mine gives the kernels' url and commit again; the same wheel, from the cache
+    (me / "recipes" / "my-source.toml").write_text(KERNELS_SOURCE)
+    plan = mine.ok("plan", "--recipe", "my-source", "--json").json()
+    assert [(s["component"], s["to"]) for s in plan["recipe"]["swapped"]] == [("kernels", "prebuilt"),
+                                                                             ("kernels", "source")]
+    back = {c["name"]: c for c in mine.ok("build", "--recipe", "my-source", "--json").json()["components"]}
+    assert back["kernels"]["sha256"] == sha and back["kernels"]["source"] == "local-cache"

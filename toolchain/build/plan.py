@@ -274,7 +274,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:  # the JSON document; `toolchain
         toolchain["status"] = f"not captured: {plan.toolchain_missing}"
     return {
         "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256,
-                   "found": [to_table(f) for f in plan.recipe.found]},
+                   "found": [to_table(f) for f in plan.recipe.found],
+                   "swapped": [to_table(s) for s in plan.recipe.swaps]},
         "target": plan.target.fingerprint(),
         "toolchain": toolchain,
         "tool-version": __version__,

@@ -15,6 +15,7 @@ from toolchain.target import make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
+    from toolchain.recipe.model import Swap
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,6 +68,7 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
              + (f" — {escape(c['mirror'])}" if not c["describe"] else "")
              + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
     lines += [f"recipe {escape(f.name)}: {escape(str(f.file))} ({escape(f.where)})" for f in recipe.found]
+    lines += [swap_line(s) for s in recipe.swaps]
     if plan.toolchain_missing:
         lines.append(f"[yellow]toolchain {escape(data['toolchain']['status'])}[/]\n  the cache keys depend on "
                      "it; `toolchain build` needs it")
@@ -77,6 +79,15 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
             if cp.jobs.warning:
                 ui.warn(f"{cp.name}: {cp.jobs.warning}")
     return CommandResult(data, 0, "\n".join(lines), (table,))
+
+
+def swap_line(swap: Swap) -> str:
+    """How `plan` notes an inherited component an extending recipe swapped."""
+    from rich.markup import escape
+
+    what = "for a prebuilt" if swap.to == "prebuilt" else "back to a build from source"
+    return (f"[bold]{escape(swap.component)}[/] swapped {what} by {escape(swap.file.name)}: the inherited "
+            f"{escape(', '.join(swap.dropped) or 'nothing')} dropped (after, dist and import kept)")
 
 
 def _prebuilt_line(pre: dict[str, Any]) -> str:
@@ -108,7 +119,9 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
                   else "not fetched yet")
         jobs = c.get("jobs", {})
         rows.append((c["name"], c["commit"][:12], f"{jobs.get('jobs', '')} ({jobs.get('source', '')})",
-                     source, "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-",
+                     source, "\n".join(f"{p['path']} {p['sha256'][:12]}"
+                                          + (f" (at the {p['applied-at']})" if p.get("applied-at") else "")
+                                          for p in c["patches"]) or "-",
                      device_env(c.get("env") or {}) or "-"))
     return Grid(title, ("component", "commit", "jobs", "describe, date, epoch", "patches", "devices"), tuple(rows))
 
