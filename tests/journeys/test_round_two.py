@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import GitRepo
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
 from tests.support.realstack import read_toml, sha256_file
 
 pytestmark = pytest.mark.slow
@@ -158,3 +159,74 @@ def test_the_kernels_swapped_for_a_prebuilt_and_back(user, tmp_path):
                                                                              ("kernels", "source")]
     back = {c["name"]: c for c in mine.ok("build", "--recipe", "my-source", "--json").json()["components"]}
     assert back["kernels"]["sha256"] == sha and back["kernels"]["source"] == "local-cache"
+
+
+OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
+           "http_proxy": "http://127.0.0.1:9", "NO_PROXY": "", "no_proxy": ""}  # no registry answers
+B70_BASE = "docker.io/intel/llm-scaler-vllm@sha256:3f0a8c60fbaf376ec09538f093cba91f171238b99c117445c0bcc6096272ec3e"
+
+
+def _podman_images() -> list[str]:
+    return sorted(subprocess.run(["podman", "images", "--no-trunc", "--format", "{{.ID}} {{.Repository}}"],
+                                 check=True, capture_output=True, text=True).stdout.splitlines())
+
+
+@pytest.mark.container
+def test_plan_and_doctor_of_an_absent_base_image_pull_nothing(user, podman_image):  # noqa: F811
+    before = _podman_images()
+    assert not any("llm-scaler" in line for line in before)  # the image is not here
+    plan = user("plan", "--recipe", "b70-direct-fix", "--json", env=OFFLINE)
+    assert plan.returncode == 0, str(plan)
+    image = plan.json()["image"]
+    assert (image["key"], image["present"], image["size"]) == ("target.base", False, None)
+    assert image["line"].startswith(f"not present: a build pulls {B70_BASE} (size unknown: the registry could not "
+                                    "be asked"), image
+    assert "not captured" in plan.json()["toolchain"]["status"]
+    text = user.ok("plan", "--recipe", "b70-direct-fix", env={**OFFLINE, "COLUMNS": "400"}).stdout
+    assert f"target.base: not present: a build pulls {B70_BASE}" in text, text
+
+    doctor = user("doctor", "--recipe", "b70-direct-fix", "--json", env=OFFLINE)
+    assert doctor.returncode == 0, str(doctor)
+    topics = [f["topic"] for f in doctor.json()["findings"]]
+    assert topics[-2:] == ["image", "container engine"], topics  # every host fact first, then these two
+    assert {"kernel", "Level Zero loader", "compute runtime", "oneAPI", "memory"} <= set(topics[:-2]), topics
+    line = doctor.json()["findings"][-2]
+    assert line["status"] == "warn" and line["value"].startswith(f"target.base: not present: a build pulls {B70_BASE}")
+    text = user.ok("doctor", "--recipe", "b70-direct-fix", env={**OFFLINE, "COLUMNS": "400"}).stdout
+    assert "container engine" in text.splitlines()[-2] and "image" in text.splitlines()[-3], text
+    assert _podman_images() == before  # nothing pulled
+
+
+NO_ULIMITS_MISSING = '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'  # podman's default ulimits stay
+
+
+@pytest.mark.container
+def test_podman_failing_on_its_default_ulimits_is_told_the_containers_conf_setting(user, tmp_path, podman_image):  # noqa: F811
+    conf = tmp_path / "containers.conf"
+    conf.write_text(NO_ULIMITS_MISSING)
+    me = user.at(tmp_path / "home" / "me")
+    (me.cwd / "recipes").mkdir(parents=True)
+    (me.cwd / "recipes" / "in-podman.toml").write_text(
+        f'extends = "demo"\n\n[target]\nruntime = "podman"\nimage = "{podman_image}"\n')
+    broken = {"CONTAINERS_CONF": str(conf)}
+    r = me("build", "--recipe", "in-podman", "--json", env=broken)
+    assert r.returncode == 1, str(r)
+    err, hint = r.json()["error"], r.json()["hint"]
+    assert "rlimit" in err, err
+    assert "[containers] default_ulimits = []" in hint and "CONTAINERS_CONF" in hint, hint
+    assert "check [target] run-args" not in hint
+
+    doctor = me("doctor", "--recipe", "in-podman", "--json", env=broken)
+    assert doctor.returncode == 0, str(doctor)
+    engine = doctor.json()["findings"][-1]
+    assert (engine["topic"], engine["status"]) == ("container engine", "missing"), engine
+    assert "podman's default ulimits cannot be applied here" in engine["value"], engine
+    assert engine["fix"] == hint  # the build's TIP and doctor's fix say the same
+    assert [f["topic"] for f in doctor.json()["findings"]][-2] == "image"
+
+    # with the setting the tests use, the same engine starts the container and doctor reads the target
+    fixed = me.ok("doctor", "--recipe", "in-podman", "--json",
+                  env={"CONTAINERS_CONF": "/etc/containers/toolchain-tests.conf"}).json()
+    engine = fixed["findings"][-1]
+    assert (engine["topic"], engine["status"]) == ("container engine", "ok"), engine
+    assert any(f["topic"] == "torch" for f in fixed["findings"])  # the image's interpreter was read

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolchain.build.plan import make_plan, plan_to_dict
+from toolchain.build.plan import make_plan, plan_to_dict, unprobed_plan
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
 from toolchain.console import UI, CommandResult, Grid
@@ -15,7 +15,8 @@ from toolchain.target import make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
-    from toolchain.recipe.model import Swap
+    from toolchain.recipe.model import Swap, TargetSpec
+    from toolchain.target.container.presence import ImageState
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,8 +45,12 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     recipe = recipe_from_args(args)
     cache = cache_dir(args)
     cc = ccache.choose(recipe.build, cache, disabled=args.no_compiler_cache, ui=ui)
-    with make_runtime(recipe.target, ui) as runtime:
-        plan = make_plan(recipe, runtime, need_toolchain=False)
+    image = absent_image(recipe.target, ui)
+    if image is not None:  # the target is entered only where nothing has to be pulled
+        plan = unprobed_plan(recipe, f"the image {image.key} names is not here, and plan pulls nothing")
+    else:
+        with make_runtime(recipe.target, ui) as runtime:
+            plan = make_plan(recipe, runtime, need_toolchain=False)
     facts = source_facts(recipe, Mirrors(cache), lambda: Mirrors(
         cache, recipe_rewrites(recipe, cache) + parse_rewrites(args.mirror), ui=ui))
     data = plan_to_dict(plan)
@@ -57,9 +62,10 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
-        entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime.kind, cache, fact.epoch)
+        entry["argv"], entry["build-env"] = exact_command(plan, comp, recipe.target.runtime, cache, fact.epoch)
     oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
-    table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python {plan.target.python_version}, "
+    table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python "
+                      f"{plan.target.python_version or 'not probed'}, "
                       f"oneAPI {oneapi})", data["components"])
     from rich.markup import escape
 
@@ -69,6 +75,9 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
              + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
     lines += [f"recipe {escape(f.name)}: {escape(str(f.file))} ({escape(f.where)})" for f in recipe.found]
     lines += [swap_line(s) for s in recipe.swaps]
+    if image is not None:
+        data["image"] = image.to_json()
+        lines.append(f"[yellow]{escape(image.key)}[/]: {escape(image.line())}")
     if plan.toolchain_missing:
         lines.append(f"[yellow]toolchain {escape(data['toolchain']['status'])}[/]\n  the cache keys depend on "
                      "it; `toolchain build` needs it")
@@ -79,6 +88,19 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
             if cp.jobs.warning:
                 ui.warn(f"{cp.name}: {cp.jobs.warning}")
     return CommandResult(data, 0, "\n".join(lines), (table,))
+
+
+def absent_image(spec: TargetSpec, ui: UI) -> ImageState | None:
+    """The state of the recipe's container image when it is not here (None: the host, a running container, or
+    the image is here). The registry is asked for its size; nothing is pulled."""
+    if spec.runtime == "host" or spec.container:
+        return None
+    from toolchain.target.container.presence import engine_of, image_state
+
+    engine = engine_of(spec, ui)
+    engine.check()  # (not installed, not answering: the same error a build gives)
+    state = image_state(spec, engine)
+    return state if state is not None and not state.present else None
 
 
 def swap_line(swap: Swap) -> str:
@@ -118,7 +140,7 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
         source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
                   else "not fetched yet")
         jobs = c.get("jobs", {})
-        rows.append((c["name"], c["commit"][:12], f"{jobs.get('jobs', '')} ({jobs.get('source', '')})",
+        rows.append((c["name"], c["commit"][:12], f"{jobs['jobs']} ({jobs.get('source', '')})" if jobs else "-",
                      source, "\n".join(f"{p['path']} {p['sha256'][:12]}"
                                           + (f" (at the {p['applied-at']})" if p.get("applied-at") else "")
                                           for p in c["patches"]) or "-",

@@ -53,7 +53,7 @@ class FreshContainerRuntime(ContainerRuntimeBase):
     def _open(self, stack: contextlib.ExitStack) -> None:
         stack.callback(self._remove_oneoff)
         if self.serving is None:
-            self.image = self.engine.image(self.spec.image)
+            self.image = self.engine.image(self.spec.image, key="target.base" if self.spec.base else "target.image")
             return
         self.image = self.engine.image(self.spec.image, pinned=pinned_image(self.spec.image, self.serving.digest))
         self._note_digest(self.image)
