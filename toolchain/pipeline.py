@@ -53,15 +53,17 @@ OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
 
 
-def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None) -> Lock:
+def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
+                closure: Closure | None = None) -> Lock:
     """Build `recipe` into `options.out_dir` and write its lock. With `expect` (a rebuild from that lock)
     the result must record the same components, commits and wheels: otherwise TestFailed names each
-    difference and no lock is written (the rebuilt wheels stay in the out dir, to compare)."""
-    return build_stack_components(recipe, options, ui, expect=expect)[0]
+    difference and no lock is written (the rebuilt wheels stay in the out dir, to compare). `closure`: the
+    closure to record instead of resolving one (verify-repro --lock: the published lock's)."""
+    return build_stack_components(recipe, options, ui, expect=expect, closure=closure)[0]
 
 
-def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
-                           expect: Lock | None = None) -> tuple[Lock, list[BuiltComponent]]:
+def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
+                           closure: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
@@ -106,7 +108,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             _undo_wheels(out, before, ours)
             raise
     try:
-        return _finish(recipe, options, ui, plan, built, ours, expect, base, previous)
+        return _finish(recipe, options, ui, plan, built, ours, expect, base, previous, closure)
     except TestFailed:
         raise  # a rebuild that differs from its lock: the rebuilt wheels stay to compare (the marker says so)
     except BaseException:
@@ -115,20 +117,21 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
 
 
 def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: list[BuiltComponent], ours: set[str],
-            expect: Lock | None, base: BaseEnv | None, previous: Lock | None) -> tuple[Lock, list[BuiltComponent]]:
+            expect: Lock | None, base: BaseEnv | None, previous: Lock | None,
+            given: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """The closure, the check against `expect`, the locks and the marker, after every wheel is built
-    (`previous`: the lock an earlier build left in the out dir)."""
+    (`previous`: the lock an earlier build left in the out dir; `given`: the closure to record as it is)."""
     out, logs = options.out_dir, options.out_dir / "logs"
     path = out / LOCK_NAME
-    closure = None
-    if base is not None:  # the image is the environment: nothing is resolved from an index
+    closure = given  # recorded as given: nothing is resolved
+    if closure is None and base is not None:  # the image is the environment: nothing is resolved from an index
         from toolchain.resolve.overlay import overlay_closure
 
         closure = overlay_closure(base, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
                                          for b in built])
         for note in closure.notes:
             ui.warn(note)
-    elif options.resolve:
+    elif closure is None and options.resolve:
         closure = _recorded_closure(previous, plan, built)
         if closure is not None:  # nothing it was resolved from changed: a warm no-op starts no resolver
             for note in closure.notes:

@@ -230,3 +230,20 @@ def test_podman_failing_on_its_default_ulimits_is_told_the_containers_conf_setti
     engine = fixed["findings"][-1]
     assert (engine["topic"], engine["status"]) == ("container engine", "ok"), engine
     assert any(f["topic"] == "torch" for f in fixed["findings"])  # the image's interpreter was read
+
+
+def test_verify_repro_of_a_bundle_whose_lock_pins_a_closure(user, tmp_path):
+    """The demo resolves its closure offline from the wheels shipped with it: the bundle's lock pins it, and
+    verify-repro as INSTALL.txt says it checks the rebuild against it, saying nothing of a lock without one."""
+    me = user.at(tmp_path / "home" / "me")
+    bundle = Path(me.ok("build", "--recipe", "demo", "--bundle", "--json").json()["bundle"])
+    lock = read_toml(bundle / "stack.lock.toml")
+    pinned = sorted(d["name"] for d in lock["dependencies"])
+    assert len(pinned) == 3, pinned
+    install = (bundle / "INSTALL.txt").read_text()
+    assert "3 locked dependencies" in install and "NO resolved closure" not in install, install
+    (line,) = [ln for ln in install.splitlines() if "toolchain verify-repro" in ln]
+    r = user.at(bundle).ok(*line[line.index("toolchain verify-repro"):].split()[1:], env={"COLUMNS": "400"})
+    assert "pins no closure" not in r.stdout + r.stderr, str(r)
+    assert "reproducible: 3 wheel(s) identical" in r.stdout, str(r)
+    assert f"the closure of {bundle / 'stack.lock.toml'}" in r.stdout, str(r)  # the install check took the pins
