@@ -247,3 +247,15 @@ def test_verify_repro_of_a_bundle_whose_lock_pins_a_closure(user, tmp_path):
     assert "pins no closure" not in r.stdout + r.stderr, str(r)
     assert "reproducible: 3 wheel(s) identical" in r.stdout, str(r)
     assert f"the closure of {bundle / 'stack.lock.toml'}" in r.stdout, str(r)  # the install check took the pins
+
+
+def test_recipes_wraps_descriptions_at_spaces_in_80_columns(user):
+    shown = user.ok("recipes", env={"COLUMNS": "80"}).stdout
+    listed = user.ok("recipes", "--json").json()["recipes"]
+    assert all(len(line) <= 80 for line in shown.splitlines()), shown
+    assert "…" not in shown
+    words = shown.split()
+    for recipe in listed:
+        assert recipe["name"] in words
+        for word in recipe["description"].split():
+            assert word in words, (word, shown)  # each word whole on some line
