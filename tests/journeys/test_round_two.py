@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,37 @@ def test_recipes_wraps_descriptions_at_spaces_in_80_columns(user):
         assert recipe["name"] in words
         for word in recipe["description"].split():
             assert word in words, (word, shown)  # each word whole on some line
+
+
+def _setuptools_wheel() -> Path:
+    """A setuptools >= 70.1 wheel on this machine with no network: the one virtualenv embeds."""
+    embed = pytest.importorskip("virtualenv.seed.wheels.embed", reason="no virtualenv: no setuptools wheel offline")
+    found = sorted(Path(embed.BUNDLE_FOLDER).glob("setuptools-*.whl"))
+    if not found:
+        pytest.skip("virtualenv embeds no setuptools wheel")
+    return found[-1]
+
+
+def test_the_demo_builds_in_an_interpreter_without_the_wheel_package(user, tmp_path):
+    """What `pip install xpu-toolchain` leaves in a fresh venv: pip and setuptools (the package requires 70.1 or
+    later), no `wheel`, although the demo's projects name it in their build requirements."""
+    target = tmp_path / "target"
+    subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, capture_output=True, timeout=300)
+    python = target / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--upgrade", str(_setuptools_wheel())],
+                   check=True, capture_output=True, timeout=300)
+    have = subprocess.run([str(python), "-m", "pip", "list", "--format", "freeze"], check=True, capture_output=True,
+                          text=True).stdout
+    assert "wheel==" not in have and "setuptools==" in have, have
+    me = user.at(tmp_path / "home" / "me")
+    (me.cwd / "recipes").mkdir(parents=True)
+    (me.cwd / "recipes" / "in-venv.toml").write_text(f'extends = "demo"\n\n[target]\npython = "{python}"\n')
+    built = me.ok("build", "--recipe", "in-venv", "--json").json()
+    assert [c["name"] for c in built["components"]] == ["engine", "kernels", "ark"]
+
+
+def test_installing_the_package_brings_a_setuptools_that_needs_no_wheel(installed):
+    requires = subprocess.run([str(installed.python), "-c", "from importlib.metadata import requires; "
+                               "print('\\n'.join(requires('xpu-toolchain')))"], check=True, capture_output=True,
+                              text=True).stdout.split("\n")
+    assert "setuptools>=70.1" in requires, requires
