@@ -19,7 +19,8 @@ from tests.support.realstack import read_toml, sha256_file
 
 pytestmark = pytest.mark.slow
 
-ENGINE_COMMIT = "4545736bd5a811d9d8174ba46aed876112dbd274"  # as the shipped demo.toml pins it
+ENGINE_COMMIT = "4545736bd5a811d9d8174ba46aed876112dbd274"  # as the shipped demo.toml pins them
+ARK_COMMIT = "4ed8b3ace9295c6f93ec84665179395f0712a35a"
 MY_DEMO = '''\
 description = "my demo: the shipped demo with my own engine patch and a kernel preset"
 extends = "demo"
@@ -27,18 +28,22 @@ extends = "demo"
 [components.engine]
 extend-patches = ["engine/0001-user-note.patch"]   # after the demo's own engine patch
 inputs = ["configs/preset.txt"]
+
+[components.ark]
+extend-patches = ["ark/0001-ark-note.patch"]   # made at the root of the suite repository (ARK builds extension/ark)
 '''
 
 
-def _user_patch(cache: Path, dest: Path) -> None:
-    """What a user does: clone the engine (from the cache the first build filled), change, `git format-patch`."""
+def _user_patch(cache: Path, repo_name: str, commit: str, files: dict[str, str], dest: Path) -> None:
+    """What a user does: clone (from the cache the first build filled), change, `git format-patch` at the root."""
     (repos,) = (cache / "demo-repos").glob("*/")
-    clone = dest.parent / "clone-engine"
-    subprocess.run(["git", "clone", "--quiet", str(repos / "engine.git"), str(clone)], check=True, capture_output=True)
+    clone = dest.parent / f"clone-{repo_name}"
+    subprocess.run(["git", "clone", "--quiet", str(repos / f"{repo_name}.git"), str(clone)], check=True,
+                   capture_output=True)
     repo = GitRepo(clone)
-    repo.git("checkout", "--quiet", ENGINE_COMMIT)
+    repo.git("checkout", "--quiet", commit)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(repo.make_patch({"demo_engine/user_note.py": "NOTE = 'mine'\n"}, "engine: the user's note"))
+    dest.write_text(repo.make_patch(files, f"{repo_name}: the user's note"))
     shutil.rmtree(clone)
 
 
@@ -52,7 +57,13 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
     mine = user.at(me)
     mine.ok("build", "--recipe", "demo", "--component", "engine", "--out", home / "engine-only")  # fills the cache
     patch = me / "patches" / "engine" / "0001-user-note.patch"
-    _user_patch(home / "cache", patch)
+    _user_patch(home / "cache", "engine", ENGINE_COMMIT, {"demo_engine/user_note.py": "NOTE = 'mine'\n"}, patch)
+    ark_patch = me / "patches" / "ark" / "0001-ark-note.patch"
+    _user_patch(home / "cache", "suite", ARK_COMMIT, {"extension/ark/demo_ark/user_note.py": "NOTE = 'ark'\n"},
+                ark_patch)
+    # the plan's text says where each patch applies (ARK's: at the repository root, not inside extension/ark)
+    text = mine.ok("plan", "--recipe", "my-demo", env={"COLUMNS": "200"}).stdout
+    assert f"ark/0001-ark-note.patch {sha256_file(ark_patch)[:12]} (at the root)" in text, text
     built = mine.ok("build", "--recipe", "my-demo", "--out", "out", "--json").json()
     wheels = [(c["name"], c["sha256"]) for c in built["components"]]
 
@@ -294,3 +305,21 @@ def test_installing_the_package_brings_a_setuptools_that_needs_no_wheel(installe
                                "print('\\n'.join(requires('xpu-toolchain')))"], check=True, capture_output=True,
                               text=True).stdout.split("\n")
     assert "setuptools>=70.1" in requires, requires
+
+
+def test_shipped_recipes_point_only_to_files_the_package_has(installed):
+    """A comment naming a file of this project names one the installed package holds (docs/ and the checkout's
+    notes are not installed)."""
+    import re
+
+    shipped = installed.package / "shipped" / "recipes"
+    named = {(p.name, m) for p in shipped.glob("*.toml")
+             for m in re.findall(r"(?<![\w/.-])((?:toolchain|docs|tests|patches|recipes)/[\w./-]*\w)", p.read_text())}
+    assert named  # (they do name some: the demo its sources, gdn-outproj-fix its patch)
+    # toolchain/...: in the installed package's folder; patches/..., recipes/...: beside the recipe's recipes/
+    missing = [(f, m) for f, m in sorted(named)
+               if not (installed.package.parent / m if m.startswith(("toolchain/", "docs/", "tests/"))
+                       else shipped.parent / m).exists()]
+    assert not missing, missing
+    notes = [p.name for p in shipped.glob("*.toml") if re.search(r"UPSTREAM(-NOTES)?\.md|\.\./shared", p.read_text())]
+    assert not notes, notes  # the project's notes on upstream are not installed
