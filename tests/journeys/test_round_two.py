@@ -209,6 +209,34 @@ def test_plan_and_doctor_of_an_absent_base_image_pull_nothing(user, podman_image
     assert _podman_images() == before  # nothing pulled
 
 
+@pytest.mark.container
+def test_plan_says_the_size_a_build_would_pull_as_the_registry_says_it(user, tmp_path, podman_image, registry):  # noqa: F811
+    """The image is in a registry (on 127.0.0.1) and not here: the plan's line has the compressed size the
+    registry's manifest gives, and still nothing is pulled."""
+    import json
+    import urllib.request
+
+    digest_file = tmp_path / "digest"
+    subprocess.run(["podman", "push", "--tls-verify=false", "--digestfile", str(digest_file), podman_image,
+                    f"{registry.address}/journey/base:pushed"], check=True, capture_output=True, timeout=600)
+    base = f"{registry.address}/journey/base@{digest_file.read_text().strip()}"
+    request = urllib.request.Request(f"http://{registry.address}/v2/journey/base/manifests/{base.split('@')[1]}",
+                                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                                                        "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        size = sum(layer["size"] for layer in json.load(answer)["layers"])
+    me = user.at(tmp_path / "home" / "me")
+    (me.cwd / "recipes").mkdir(parents=True)
+    (me.cwd / "recipes" / "over-base.toml").write_text(
+        f'extends = "b70-direct-fix"\n\n[target]\nbase = "{base}"\nrun-args = []\n')
+    before = _podman_images()
+    image = me.ok("plan", "--recipe", "over-base", "--json").json()["image"]
+    assert (image["present"], image["size"]) == (False, size), image
+    assert image["line"] == f"not present: a build pulls {base} ({size / (1 << 30):.2f} GiB compressed, as the " \
+                            "registry says)"
+    assert _podman_images() == before
+
+
 NO_ULIMITS_MISSING = '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\n'  # podman's default ulimits stay
 
 

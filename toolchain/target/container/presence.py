@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import dataclass
-from typing import Any
 
 from toolchain.console import UI
 from toolchain.recipe.model import TargetSpec
 from toolchain.target.container.engine import ENGINES, ContainerError, Engine, Image, StartFailed, image_repo
 from toolchain.target.doctor import MISSING, OK, WARN, Finding
 
-MANIFEST_TIMEOUT = 30.0  # asking a registry for a manifest (small JSON); offline it fails at once
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
@@ -53,48 +51,30 @@ def image_state(spec: TargetSpec, engine: Engine) -> ImageState | None:
     key = "target.base" if spec.base else "target.image"
     if engine.inspect_image(spec.image) is not None:
         return ImageState(spec.image, key, True)
-    size, why = registry_size(engine, spec.image)
+    size, why = registry_size(spec.image)
     return ImageState(spec.image, key, False, size, why)
 
 
-def registry_size(engine: Engine, image: str) -> tuple[int, str]:
+def registry_size(image: str) -> tuple[int, str]:
     """(compressed bytes of the image's layers, "") from the registry's manifest (a manifest list: this
     machine's platform's), or (0, why) when the registry cannot be asked or does not say."""
-    data, why = _manifest(engine, image)
-    if data is not None and "manifests" in data:
-        arch = ARCH.get(platform.machine(), platform.machine())
-        mine = [m for m in data.get("manifests", []) if isinstance(m, dict)
-                and m.get("platform", {}).get("architecture") == arch and m.get("platform", {}).get("os") == "linux"]
-        if not mine:
-            return 0, f"the registry lists no linux/{arch} image"
-        data, why = _manifest(engine, f"{image_repo(image)}@{mine[0].get('digest', '')}")
-    if data is None:
-        return 0, why
+    from toolchain.target.container.registry import RegistryUnanswered, manifest
+
+    try:
+        data = manifest(image)
+        if "manifests" in data:
+            arch = ARCH.get(platform.machine(), platform.machine())
+            mine = [m for m in data.get("manifests", []) if isinstance(m, dict)
+                    and m.get("platform", {}).get("architecture") == arch and m.get("platform", {}).get("os") == "linux"]
+            if not mine:
+                return 0, f"the registry lists no linux/{arch} image"
+            data = manifest(f"{image_repo(image)}@{mine[0].get('digest', '')}")
+    except RegistryUnanswered as exc:
+        return 0, f"the registry could not be asked: {exc}"
     layers = data.get("layers")
     if not isinstance(layers, list):
         return 0, "the registry's manifest lists no layers"
     return sum(int(layer.get("size", 0)) for layer in layers if isinstance(layer, dict)), ""
-
-
-def _manifest(engine: Engine, ref: str) -> tuple[dict[str, Any] | None, str]:
-    r = engine.query("manifest", "inspect", ref, timeout=MANIFEST_TIMEOUT)
-    if r.returncode != 0:
-        said = (r.stderr or r.stdout).strip().splitlines()
-        return None, f"the registry could not be asked (offline?): {_tail(said[-1]) if said else f'exit {r.returncode}'}"
-    try:
-        data = json.loads(r.stdout)
-    except ValueError:
-        return None, "the registry's answer is not a manifest"
-    return (data, "") if isinstance(data, dict) else (None, "the registry's answer is not a manifest")
-
-
-def _tail(line: str, width: int = 160) -> str:
-    """The last `: `-separated parts of an engine's error line that fit `width` (the cause, not the URL)."""
-    parts = line.split(": ")
-    out = parts.pop()
-    while parts and len(parts[-1]) + len(out) + 2 <= width:
-        out = f"{parts.pop()}: {out}"
-    return out
 
 
 def container_findings(spec: TargetSpec, ui: UI | None = None) -> tuple[list[Finding], bool]:
