@@ -30,8 +30,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "the Level Zero loader and compute runtime, oneAPI (from the recipe's setvars, "
                                    "else what is installed), oneCCL; in the target interpreter torch, its XPU "
                                    "build, torch.xpu.is_available() and the device count, and the stack's "
-                                   "versions; memory and the compile jobs the plan gives. Reads the box under "
-                                   "$TOOLCHAIN_HOST_ROOT (default /). Exit 0 whatever it finds.")
+                                   "versions; memory and the compile jobs the plan gives; for a container recipe, last, its "
+                                   "image (pulling nothing) and its engine (one trivial container with the "
+                                   "recipe's run-args). Reads the box under $TOOLCHAIN_HOST_ROOT (default /). "
+                                   "Exit 0 whatever it finds.")
     options.add_recipe(p, help={"recipe": "recipe name or path: its target interpreter, setvars, [smoke] device and "
                                 "compiled components (default: the host's python3, no recipe)"})
     p.set_defaults(handler=cmd_doctor)

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "patches with sha256, environment, command and cache key, and each commit "
                                    "as the local mirror has it (describe, date, SOURCE_DATE_EPOCH); the "
                                    "compile jobs each component gets and why, and the compiler cache. Builds "
-                                   "nothing and clones no mirror (a mirror that lacks a pinned commit is "
+                                   "nothing, pulls no image (one that is not here is a line: what a build "
+                                   "pulls) and clones no mirror (a mirror that lacks a pinned commit is "
                                    "fetched once: still absent is exit 2). Without oneAPI the toolchain "
                                    "shows as \"not captured\".")
     options.add_recipe(p)
