@@ -73,8 +73,12 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
     lock = moved / "out" / "stack.lock.toml"
     assert not (me / "patches").exists()
     elsewhere = user.at(home / "elsewhere")
-    replay = elsewhere.ok("build", "--from-lock", lock, "--out", home / "replayed", "--json").json()
+    replay = elsewhere.ok("build", "--from-lock", lock, "--out", home / "replayed", "--bundle", "--json").json()
     assert [(c["name"], c["sha256"]) for c in replay["components"]] == wheels  # the cache kept the files
+    bundle = Path(replay["bundle"])  # and the bundle carries them, under the names the recipe gave them
+    assert sha256_file(bundle / "patches" / "engine" / "0001-user-note.patch") == sha256_file(
+        moved / "patches" / "engine" / "0001-user-note.patch")
+    assert (bundle / "inputs" / "engine" / "preset.txt").read_text() == "variant = 'small'\n"
 
     # without the cache (another cache dir): each missing file named, with its sha256 and where it looked
     bare = make_user(home / "elsewhere", tmp_path / "other-home")

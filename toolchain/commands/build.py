@@ -99,7 +99,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         from toolchain.release.bundle import write_bundle
 
         bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs,
-                              with_deps=args.with_deps,
+                              with_deps=args.with_deps, cache_dir=build.cache_dir,
                               input_dirs=list(dict.fromkeys([recipe.path.parent, *(o.dir for _, o in recipe.origins)])))
         data["bundle"] = str(bundle)
     tables = (summary_grid(f"{recipe.name}: {lock.path}", lock, built),)
