@@ -66,3 +66,41 @@ def test_only_components_is_a_partial_recipe_naming_what_it_builds(base):
     assert r.component("ark").after == ()
     with pytest.raises(RecipeError, match="did you mean 'kernels'"):
         only_components(load_recipe(str(base)), ["kernel"])
+
+
+def test_prebuilt_swaps_an_inherited_component_and_url_swaps_it_back(base, tmp_path):
+    """Issue 33: `prebuilt` over an inherited component built from source replaces it (its build keys go,
+    after / dist / import stay), and `url` over an inherited prebuilt swaps it back to source."""
+    team = base.read_text().replace('[components.kernels]\n', '[components.engine.env]\nX = "1"\n'
+                                    '[[components.engine.fetchcontent]]\nname = "dep"\n'
+                                    f'url = "file:///nowhere/dep.git"\ncommit = "{"d" * 40}"\n'
+                                    '[components.kernels]\n', 1)
+    base.write_text(team.replace('[components.engine]\n', '[components.engine]\ndist = "team-engine"\n'
+                                 'import = "team_engine"\nsubdir = "py"\nbuilt-against = ["torch"]\n', 1))
+    sha = "e" * 64
+    mine = _project(tmp_path / "me", "mine", f'extends = "{base}"\n[components.engine]\n'
+                    f'prebuilt = {{ url = "file:///wheels/team_engine-1.0-py3-none-any.whl", sha256 = "{sha}" }}\n', {})
+    r = load_recipe(str(mine))
+    engine = r.component("engine")
+    assert engine.prebuilt is not None and engine.prebuilt.sha256 == sha
+    assert (engine.url, engine.commit, engine.subdir, engine.patches, engine.env, engine.fetchcontent,
+            engine.built_against) == ("", "", "", (), (), (), ())
+    assert (engine.dist, engine.import_name) == ("team-engine", "team_engine")  # kept
+    assert r.component("kernels").after == ("engine",)
+    (swap,) = r.swaps
+    assert (swap.component, swap.to, swap.file) == ("engine", "prebuilt", mine)
+    assert {"url", "commit", "patches", "subdir", "env", "fetchcontent", "built-against"} <= set(swap.dropped)
+    assert not any(k.startswith("components.engine.") for k in recorded_origins(r))  # the team's patch went
+
+    back = _project(tmp_path / "me", "back", 'extends = "mine"\n[components.engine]\n'
+                    f'url = "file:///nowhere/engine.git"\ncommit = "{"f" * 40}"\n', {})
+    r = load_recipe(str(back))
+    engine = r.component("engine")
+    assert engine.prebuilt is None and engine.commit == "f" * 40 and engine.url == "file:///nowhere/engine.git"
+    assert (engine.dist, engine.import_name, engine.patches) == ("team-engine", "team_engine", ())
+    assert [(s.component, s.to) for s in r.swaps] == [("engine", "prebuilt"), ("engine", "source")]
+    # a prebuilt written beside a build key of the same table is still refused: that key is the user's own
+    both = _project(tmp_path / "me", "both", f'extends = "{base}"\n[components.engine]\nsubdir = "x"\n'
+                    f'prebuilt = "team-engine==1.0"\n', {})
+    with pytest.raises(RecipeError, match="engine.subdir: a prebuilt component is never compiled"):
+        load_recipe(str(both))

@@ -38,10 +38,13 @@ class Grid:
     title: str
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    prose: bool = False  # the last column is text: wrapped at spaces to the room the row leaves it (or below)
 
     def render(self, width: int) -> list[str]:
         """The plain-text lines at `width` columns (a value longer than the whole width stays whole)."""
         cells = [[c.split("\n") if c else ["-"] for c in row] for row in self.rows]
+        if self.prose and cells:
+            cells = _wrap_last(self.columns, cells, width)
         widths = [max([len(name)] + [len(line) for row in cells for line in row[i]])
                   for i, name in enumerate(self.columns)]
         out = [self.title] if self.title else []
@@ -66,6 +69,23 @@ class Grid:
                 for k, line in enumerate(lines):
                     out.append(f"  {(name if k == 0 else '').ljust(label)}  {line}".rstrip())
         return out
+
+
+PROSE_MIN = 24  # narrower than this beside the other columns, a text column goes below the row
+
+
+def _wrap_last(columns: tuple[str, ...], cells: list[list[list[str]]], width: int) -> list[list[list[str]]]:
+    """The last column's text wrapped at spaces (never inside a word) to the room beside the other columns,
+    else to the width below the row (where Grid puts a column that does not fit)."""
+    import textwrap
+
+    others = [max([len(name)] + [len(line) for row in cells for line in row[i]]) for i, name in enumerate(columns[:-1])]
+    room = width - sum(others) - 2 * len(others)
+    if room < max(PROSE_MIN, len(columns[-1])):
+        room = width - 4
+    return [[*row[:-1], [w for line in row[-1] for w in textwrap.wrap(line, max(room, 1), break_long_words=False,
+                                                                       break_on_hyphens=False) or [""]]]
+            for row in cells]
 
 
 def _join(parts: list[str]) -> str:

@@ -21,6 +21,7 @@ from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
+from toolchain.core import blobs
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
 from toolchain.core.serial import to_table
@@ -36,7 +37,8 @@ from toolchain.lock import (
     write_lock,
 )
 from toolchain.recipe.load import default_recipes_dir, load_recipe_text, origins_from_record, patches_dirs_of
-from toolchain.recipe.model import Prebuilt, Recipe
+from toolchain.recipe.model import Prebuilt, Recipe, Recorded
+from toolchain.recipe.validate import MissingFiles
 from toolchain.resolve.closure import DEPS_DIR, Closure
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import Mirrors
@@ -51,15 +53,17 @@ OUT_MARKER = ".toolchain-out"
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
 
 
-def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None) -> Lock:
+def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
+                closure: Closure | None = None) -> Lock:
     """Build `recipe` into `options.out_dir` and write its lock. With `expect` (a rebuild from that lock)
     the result must record the same components, commits and wheels: otherwise TestFailed names each
-    difference and no lock is written (the rebuilt wheels stay in the out dir, to compare)."""
-    return build_stack_components(recipe, options, ui, expect=expect)[0]
+    difference and no lock is written (the rebuilt wheels stay in the out dir, to compare). `closure`: the
+    closure to record instead of resolving one (verify-repro --lock: the published lock's)."""
+    return build_stack_components(recipe, options, ui, expect=expect, closure=closure)[0]
 
 
-def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
-                           expect: Lock | None = None) -> tuple[Lock, list[BuiltComponent]]:
+def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
+                           closure: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
@@ -87,6 +91,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             with ui.status(f"reading what the base image {recipe.target.base} holds"):
                 base = read_base(runtime, plan.target, recipe.target.base, recipe.target.python,
                                  options.cache_dir / "memo")
+        keep_files(plan, options.cache_dir)
         previous = _previous_lock(out / LOCK_NAME)  # read once: the build writes no lock before _finish
         plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or previous)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
@@ -103,7 +108,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
             _undo_wheels(out, before, ours)
             raise
     try:
-        return _finish(recipe, options, ui, plan, built, ours, expect, base, previous)
+        return _finish(recipe, options, ui, plan, built, ours, expect, base, previous, closure)
     except TestFailed:
         raise  # a rebuild that differs from its lock: the rebuilt wheels stay to compare (the marker says so)
     except BaseException:
@@ -112,20 +117,21 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
 
 
 def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: list[BuiltComponent], ours: set[str],
-            expect: Lock | None, base: BaseEnv | None, previous: Lock | None) -> tuple[Lock, list[BuiltComponent]]:
+            expect: Lock | None, base: BaseEnv | None, previous: Lock | None,
+            given: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """The closure, the check against `expect`, the locks and the marker, after every wheel is built
-    (`previous`: the lock an earlier build left in the out dir)."""
+    (`previous`: the lock an earlier build left in the out dir; `given`: the closure to record as it is)."""
     out, logs = options.out_dir, options.out_dir / "logs"
     path = out / LOCK_NAME
-    closure = None
-    if base is not None:  # the image is the environment: nothing is resolved from an index
+    closure = given  # recorded as given: nothing is resolved
+    if closure is None and base is not None:  # the image is the environment: nothing is resolved from an index
         from toolchain.resolve.overlay import overlay_closure
 
         closure = overlay_closure(base, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
                                          for b in built])
         for note in closure.notes:
             ui.warn(note)
-    elif options.resolve:
+    elif closure is None and options.resolve:
         closure = _recorded_closure(previous, plan, built)
         if closure is not None:  # nothing it was resolved from changed: a warm no-op starts no resolver
             for note in closure.notes:
@@ -170,6 +176,16 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     _mark_out_dir(out, keep, pylock=pylock)
     give_to_invoking_user(out)
     return same or read_lock(path), built
+
+
+def keep_files(plan: Plan, cache_dir: Path) -> None:
+    """Keep every local patch and input file the plan reads in the cache by its sha256 (`core.blobs`): the
+    lock then rebuilds on this machine after its folder moved (`recipe_from_lock` finds them there)."""
+    for comp in plan.components:
+        files = [(p.file, p.sha256) for p in comp.patches] + [(i.file, i.sha256) for i in comp.inputs]
+        for file, sha in files:
+            if file is not None:
+                blobs.keep(cache_dir, file, sha)
 
 
 def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: Lock | None = None) -> Plan:
@@ -477,24 +493,31 @@ def closure_differences(expected: Closure, rebuilt: Closure) -> list[str]:
     return out
 
 
-def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None) -> Recipe:
+def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None,
+                     cache_dir: Path | None = None) -> Recipe:
     """The lock's recorded recipe, after checking that the lock's parts agree: the recipe text hashes as
     recorded, every component is the one the recipe text describes (and no other), every patch still hashes
     as recorded, and each wheel present beside the lock has the recorded size and sha256. Any disagreement
     is a RecipeError (exit 2) naming each, before anything is built.
 
-    Local patches are looked up in `patches_dir` when given (a bundle's patches/), else beside the recipes/
-    the lock names and then beside the project's recipes (a recipe may inherit patches from either)."""
+    Local patches are looked up in `patches_dir` first when given (a bundle's patches/, --patches-dir), then
+    beside the recipe file that declared them, beside the recipes/ the lock names and beside the project's
+    recipes; a patch or input file found in none of them is taken from `cache_dir` by the sha256 the lock
+    records (the build kept it there), else MissingFiles names each with every place looked."""
     recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
     own = (recipes_dir.parent / "patches",) if recipes_dir else patches_dirs_of(recorded)
-    dirs = list(dict.fromkeys([patches_dir] if patches_dir else
-                              [*own, (recipes_dir or default_recipes_dir()).parent / "patches"]))
+    first = [patches_dir] if patches_dir else []
+    dirs = list(dict.fromkeys([*first, *own, (recipes_dir or default_recipes_dir()).parent / "patches"]))
     # each inherited key resolves against the file that declared it, as the build did (a lock written before
     # locks recorded them: against the recorded recipe's directory)
-    origins = origins_from_record(dict(lock.recipe_origins), dirs, only=patches_dir is not None)
+    origins = origins_from_record(dict(lock.recipe_origins), dirs, first)
+    hashes = {(c.name, p.label): p.sha256 for c in lock.components for p in c.patches if not p.remote}
+    hashes.update({(c.name, i.label): i.sha256 for c in lock.components for i in c.inputs})
     try:
         recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, dirs,
-                                  origins=origins)
+                                  origins=origins, recorded=Recorded(hashes, cache_dir))
+    except MissingFiles as err:
+        raise MissingFiles([f"{lock.path}: {p}" for p in err.problems], hint=err.hint) from None
     except RecipeError as err:
         raise RecipeError([f"{lock.path}: the recorded recipe: {p}" for p in err.problems],
                           hint="the lock's [recipe] text is damaged; rebuild the lock from its recipe") from None
@@ -529,7 +552,7 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
 
     lock = read_lock(lock_path)
     verify_wheels(lock)
-    recipe = recipe_from_lock(lock, patches_dir, recipes_dir)
+    recipe = recipe_from_lock(lock, patches_dir, recipes_dir, cache_dir)
     assert lock.path is not None
     built = [(c.name, lock.wheel_path(c), c.built_against) for c in lock.components]
     base = None

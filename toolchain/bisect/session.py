@@ -172,7 +172,7 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
     good, bad = read_lock(opts.good_lock), read_lock(opts.bad_lock)
     # The steps build with the patches on disk, which must be the bad lock's (a good lock's older patch
     # content is reported as a note); the recipe's name, path and patches directory come from it too.
-    base = recipe_from_lock(bad, opts.patches_dir, opts.recipes_dir)
+    base = recipe_from_lock(bad, opts.patches_dir, opts.recipes_dir, opts.cache)
 
     def make_builder(phase: str, derive: Callable[[str], dict[str, Any]], component: str) -> Builder:
         return SpineBuilder(table_recipes(base, derive), opts.out / phase, opts.cache, opts.rewrites, ui,

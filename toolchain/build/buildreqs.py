@@ -8,6 +8,7 @@ already found installed in the same target interpreter (a bisect checks once, no
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import threading
 from collections.abc import Mapping
@@ -36,6 +37,12 @@ try:
 except ImportError:
     m = re.search(r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]", text, re.S)
     reqs = re.findall(r"[\"']([^\"']+)[\"']", m.group(1)) if m else []
+def release(name):
+    try:
+        parts = re.findall(r"\d+", metadata.version(name))[:2]
+    except metadata.PackageNotFoundError:
+        return None
+    return tuple(int(p) for p in parts)
 missing = []
 for req in reqs:
     if ";" in req:
@@ -43,6 +50,8 @@ for req in reqs:
     name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
     if not name:
         continue
+    if name.group(1).lower() == "wheel" and (release("setuptools") or (0,)) >= (70, 1):
+        continue  # setuptools 70.1 builds wheels itself (bdist_wheel): the wheel package is not imported
     try:
         metadata.distribution(name.group(1))
     except metadata.PackageNotFoundError:
@@ -81,7 +90,12 @@ def check_build_requires(ws: Workspace, python: str, src: str, what: str, log: P
         with _LOCK:
             _FOUND.add(key)
     if missing:
+        wants = missing  # for want of wheel: a setuptools that needs none (see CHECK)
+        if any(re.match(r"\s*wheel\b", m, re.I) for m in missing):
+            wants = [m for m in missing if not re.match(r"\s*(wheel|setuptools)\b", m, re.I)] + ["setuptools>=70.1"]
         raise BuildError(f"{what}: build requirements missing in the target interpreter {python}: "
                          + ", ".join(missing),
                          hint="builds use --no-build-isolation, so install them there first: "
-                              + shlex.join([python, "-m", "pip", "install", *missing]))
+                              + shlex.join([python, "-m", "pip", "install", *wants])
+                              + ("  (setuptools 70.1 or later builds wheels without the wheel package)"
+                                 if wants != missing else ""))

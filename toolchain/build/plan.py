@@ -148,6 +148,21 @@ def make_plan(recipe: Recipe, runtime: Runtime, *, log_dir: Path | None = None, 
     return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing, resources=resources)
 
 
+def unprobed_plan(recipe: Recipe, why: str) -> Plan:
+    """A plan to show where the target cannot be entered without pulling its image (`plan` pulls nothing): the
+    target as the recipe names it, the toolchain "not captured: `why`", no cache keys (they depend on both)
+    and no compile jobs (they depend on the target's memory)."""
+    spec = recipe.target
+    info = ToolchainInfo(setvars=recipe.toolchain.setvars, setvars_args=recipe.toolchain.setvars_args)
+    comps = []
+    for comp in recipe.components:
+        env = component_env(recipe, comp)
+        comps.append(prebuilt_plan(comp) if comp.prebuilt is not None else
+                     ComponentPlan(comp, tuple(env.items()), "", inputs=component_inputs(comp, env)))
+    return Plan(recipe, TargetInfo(runtime=spec.runtime, python=spec.python, image=spec.image), info,
+                ToolchainEnv(info, ()), tuple(comps), why)
+
+
 def prebuilt_plan(comp: Component, pinned: PrebuiltFile | None = None) -> ComponentPlan:
     """A prebuilt component's plan: no env, no jobs; its cache key is its file's sha256 once pinned (the
     recipe's {url, sha256} is; a "dist==version" is pinned from the [resolve] indexes before the build)."""
@@ -274,7 +289,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:  # the JSON document; `toolchain
         toolchain["status"] = f"not captured: {plan.toolchain_missing}"
     return {
         "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256,
-                   "found": [to_table(f) for f in plan.recipe.found]},
+                   "found": [to_table(f) for f in plan.recipe.found],
+                   "swapped": [to_table(s) for s in plan.recipe.swaps]},
         "target": plan.target.fingerprint(),
         "toolchain": toolchain,
         "tool-version": __version__,

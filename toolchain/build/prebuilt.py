@@ -67,10 +67,7 @@ def take_prebuilt(pf: PrebuiltFile, cache: WheelCache, dest_dir: Path, work: Pat
             got = sha256_file(wheel)
             if got != pf.sha256:
                 raise BuildError(f"{what}: refused the prebuilt wheel {pf.file} from {redact_text(pf.url)}: it has "
-                                 f"sha256 {got}, the pin says {pf.sha256}",
-                                 hint="the file was changed or replaced where it is served; nothing was cached "
-                                      "or installed. Check where it comes from; if the new file is the one you "
-                                      "want, pin its sha256 (`toolchain lock` or the recipe)")
+                                 f"sha256 {got}, the pin says {pf.sha256}", hint=_mismatch_hint(pf, got))
             cache.put(key, wheel, {"component": what, "prebuilt": to_table(pf), "build_seconds": 0.0}, log=log)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -79,6 +76,19 @@ def take_prebuilt(pf: PrebuiltFile, cache: WheelCache, dest_dir: Path, work: Pat
             raise BuildError(f"{what}: the prebuilt wheel just stored in the cache under {key} could not be read "
                              "back", hint="check the cache directory's disk")
         return entry, True
+
+
+def _mismatch_hint(pf: PrebuiltFile, got: str) -> str:
+    """What a prebuilt that does not hash as pinned most likely means: a sha256 the user typed into the recipe
+    (`prebuilt = {url, sha256}`) is likelier mistyped than the file changed; one the tool pinned from an index
+    was right when pinned, so the file changed where it is served."""
+    if not pf.requirement:
+        return (f"nothing was cached or installed. The sha256 is the recipe's own (prebuilt = {{url, sha256}}): a "
+                f"mistyped or stale pin is likelier than a changed file. Check it (`sha256sum` of the file you "
+                f"mean); if {pf.file} with sha256 {got} is the wheel you want, write that sha256 in the recipe")
+    return ("the file was changed or replaced where it is served since it was pinned; nothing was cached or "
+            "installed. Check where it comes from; if the new file is the one you want, pin it again "
+            "(`toolchain lock --refresh`, or a rebuild from the recipe)")
 
 
 def download(url: str, dest: Path, what: str) -> None:

@@ -63,7 +63,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         if args.recipe:
             raise UsageError("--from-lock and --recipe exclude each other", hint="the lock names its recipe")
         old = read_lock(args.from_lock)
-        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir)  # the lock's parts agree, or exit 2
+        recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir, options.cache_dir(args))  # the lock's parts agree, or exit 2
     else:
         recipe = options.recipe_from_args(args)
     if args.component:
@@ -99,7 +99,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         from toolchain.release.bundle import write_bundle
 
         bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs,
-                              with_deps=args.with_deps,
+                              with_deps=args.with_deps, cache_dir=build.cache_dir,
                               input_dirs=list(dict.fromkeys([recipe.path.parent, *(o.dir for _, o in recipe.origins)])))
         data["bundle"] = str(bundle)
         if args.with_deps:  # the closure's files are here now: their own objects are read too

@@ -13,8 +13,10 @@ from toolchain.console import UI, CommandResult
 
 if TYPE_CHECKING:
     from toolchain.build.plan import Plan
+    from toolchain.recipe.model import Recipe, TargetSpec
     from toolchain.target.base import Runtime
     from toolchain.target.doctor import Finding
+    from toolchain.target.hostfacts import HostFacts
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "missing": "red"}
 
@@ -27,8 +29,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "the Level Zero loader and compute runtime, oneAPI (from the recipe's setvars, "
                                    "else what is installed), oneCCL; in the target interpreter torch, its XPU "
                                    "build, torch.xpu.is_available() and the device count, and the stack's "
-                                   "versions; memory and the compile jobs the plan gives. Reads the box under "
-                                   "$TOOLCHAIN_HOST_ROOT (default /). Exit 0 whatever it finds.")
+                                   "versions; memory and the compile jobs the plan gives; for a container recipe, last, its "
+                                   "image (pulling nothing) and its engine (one trivial container with the "
+                                   "recipe's run-args). Reads the box under $TOOLCHAIN_HOST_ROOT (default /). "
+                                   "Exit 0 whatever it finds.")
     p.add_argument("--lock", type=Path, metavar="LOCK",
                    help="also say which libraries the lock expects of the run host (its host-provides) are present "
                         "here, and for each absent one which package brings it")
@@ -38,13 +42,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from rich.markup import escape
-
-    from toolchain.build.jobs import format_size
-    from toolchain.core.serial import to_table
     from toolchain.recipe.load import TargetSpec
     from toolchain.target import make_runtime
-    from toolchain.target.doctor import Finding, host_findings, interpreter_findings, oneapi_findings
+    from toolchain.target.doctor import host_findings, interpreter_findings, oneapi_findings
     from toolchain.target.hostfacts import gather, host_root
 
     root = host_root()
@@ -54,6 +54,11 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
     device, tp = (recipe.smoke.device, recipe.smoke.tensor_parallel_size) if recipe and recipe.smoke.model \
         else ("", 1)
     findings = host_findings(facts, root, device, tp)
+    lib_lines = _host_libraries(args.lock, root) if args.lock is not None else []
+    engine_lines, enter = _container_lines(spec, ui)
+    if not enter:  # the target cannot be entered without a pull or a working engine: the host's facts alone
+        findings += _host_only(facts)
+        return _result(root, recipe, spec, facts, [*findings, *lib_lines, *engine_lines])
     with ui.status("reading the target interpreter"), make_runtime(spec, ui) as runtime:
         plan = None
         if recipe is not None:
@@ -66,12 +71,17 @@ def cmd_doctor(args: argparse.Namespace, ui: UI) -> CommandResult:
         else:
             findings += oneapi_findings(facts, "", "", "", False)
         findings += interpreter_findings(runtime, spec.python, facts, device)
-        if facts.memory_total:
-            findings.append(Finding("memory", "ok", f"{format_size(facts.memory_total)} total, "
-                                                   f"{format_size(facts.memory_available)} available"))
+        findings += _memory(facts)
         findings += _jobs(plan, runtime, spec.python)
-    if args.lock is not None:
-        findings += _host_libraries(args.lock, root)
+    return _result(root, recipe, spec, facts, [*findings, *lib_lines, *engine_lines])
+
+
+def _result(root: Path, recipe: Recipe | None, spec: TargetSpec, facts: HostFacts,
+            findings: list[Finding]) -> CommandResult:
+    from rich.markup import escape
+
+    from toolchain.core.serial import to_table
+
     width = max(len(f.topic) for f in findings)
     lines = [f"[{STATUS_STYLE[f.status]}]{f.status:<7}[/] {escape(f.topic):<{width}}  {escape(f.value)}"
              + (f"  [dim]fix:[/] {escape(f.fix)}" if f.fix else "") for f in findings]
@@ -91,6 +101,32 @@ def _host_libraries(lock_path: Path, root: Path) -> list[Finding]:
 
     lock = read_lock(lock_path)
     return host_library_findings(lock.native, root, policy_of_recipe_text(lock.recipe_text), lock.recipe_name)
+
+
+def _container_lines(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
+    """doctor's last lines for a container target (the image, then the engine: one trivial container with the
+    recipe's run-args) and whether the target can be entered: nothing is pulled. The host: none, and yes."""
+    if spec.runtime == "host":
+        return [], True
+    from toolchain.target.container.presence import container_findings
+
+    with ui.status(f"trying {spec.runtime} with the recipe's run-args"):
+        return container_findings(spec, ui)
+
+
+def _host_only(facts: HostFacts) -> list[Finding]:
+    """What doctor reads of the host when the target cannot be entered: oneAPI as installed, the memory."""
+    from toolchain.target.doctor import oneapi_findings
+
+    return [*oneapi_findings(facts, "", "", "", False), *_memory(facts)]
+
+
+def _memory(facts: HostFacts) -> list[Finding]:
+    from toolchain.build.jobs import format_size
+    from toolchain.target.doctor import Finding
+
+    return [Finding("memory", "ok", f"{format_size(facts.memory_total)} total, "
+                                    f"{format_size(facts.memory_available)} available")] if facts.memory_total else []
 
 
 def _jobs(plan: Plan | None, runtime: Runtime, python: str) -> list[Finding]:

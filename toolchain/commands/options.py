@@ -84,7 +84,8 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
            "your recipes: a name (--recipe, extends) is looked up beside the recipe naming it, then here, then in "
            "the shipped recipes (default: $TOOLCHAIN_RECIPES_DIR, else ./recipes)", {"type": Path, "metavar": "DIR"}),
     Option("patches_dir", ("--patches-dir",),
-           "where the recipe's own patches live (default: patches/ beside the recipe, else beside its recipes/)",
+           "a folder of patches searched first (then patches/ beside the recipe, else beside its recipes/, and "
+           "the folders inherited patches come from: none is removed); with --from-lock, where patches moved to",
            {"type": Path, "metavar": "DIR"}),
     Option("cache_dir", ("--cache-dir",),
            "mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)",

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolchain.build.plan import make_plan, plan_to_dict
+from toolchain.build.plan import make_plan, plan_to_dict, unprobed_plan
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
 from toolchain.console import UI, CommandResult, Grid
@@ -15,6 +15,8 @@ from toolchain.target import make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
+    from toolchain.recipe.model import Swap, TargetSpec
+    from toolchain.target.container.presence import ImageState
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +25,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "patches with sha256, environment, command and cache key, and each commit "
                                    "as the local mirror has it (describe, date, SOURCE_DATE_EPOCH); the "
                                    "compile jobs each component gets and why, and the compiler cache. Builds "
-                                   "nothing and clones no mirror (a mirror that lacks a pinned commit is "
+                                   "nothing, pulls no image (one that is not here is a line: what a build "
+                                   "pulls) and clones no mirror (a mirror that lacks a pinned commit is "
                                    "fetched once: still absent is exit 2). Without oneAPI the toolchain "
                                    "shows as \"not captured\".")
     options.add_recipe(p)
@@ -43,8 +46,12 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     recipe = recipe_from_args(args)
     cache = cache_dir(args)
     cc = ccache.choose(recipe.build, cache, disabled=args.no_compiler_cache, ui=ui)
-    with make_runtime(recipe.target, ui) as runtime:
-        plan = make_plan(recipe, runtime, need_toolchain=False)
+    image = absent_image(recipe.target, ui)
+    if image is not None:  # the target is entered only where nothing has to be pulled
+        plan = unprobed_plan(recipe, f"the image {image.key} names is not here, and plan pulls nothing")
+    else:
+        with make_runtime(recipe.target, ui) as runtime:
+            plan = make_plan(recipe, runtime, need_toolchain=False)
     facts = source_facts(recipe, Mirrors(cache), lambda: Mirrors(
         cache, recipe_rewrites(recipe, cache) + parse_rewrites(args.mirror), ui=ui))
     data = plan_to_dict(plan)
@@ -58,9 +65,10 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
-        entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime.kind, cache, fact.epoch)
+        entry["argv"], entry["build-env"] = exact_command(plan, comp, recipe.target.runtime, cache, fact.epoch)
     oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
-    table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python {plan.target.python_version}, "
+    table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python "
+                      f"{plan.target.python_version or 'not probed'}, "
                       f"oneAPI {oneapi})", data["components"])
     from rich.markup import escape
 
@@ -69,6 +77,10 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
              + (f" — {escape(c['mirror'])}" if not c["describe"] else "")
              + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
     lines += [f"recipe {escape(f.name)}: {escape(str(f.file))} ({escape(f.where)})" for f in recipe.found]
+    lines += [swap_line(s) for s in recipe.swaps]
+    if image is not None:
+        data["image"] = image.to_json()
+        lines.append(f"[yellow]{escape(image.key)}[/]: {escape(image.line())}")
     if plan.toolchain_missing:
         lines.append(f"[yellow]toolchain {escape(data['toolchain']['status'])}[/]\n  the cache keys depend on "
                      "it; `toolchain build` needs it")
@@ -79,6 +91,28 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
             if cp.jobs.warning:
                 ui.warn(f"{cp.name}: {cp.jobs.warning}")
     return CommandResult(data, 0, "\n".join(lines), (table,))
+
+
+def absent_image(spec: TargetSpec, ui: UI) -> ImageState | None:
+    """The state of the recipe's container image when it is not here (None: the host, a running container, or
+    the image is here). The registry is asked for its size; nothing is pulled."""
+    if spec.runtime == "host" or spec.container:
+        return None
+    from toolchain.target.container.presence import engine_of, image_state
+
+    engine = engine_of(spec, ui)
+    engine.check()  # (not installed, not answering: the same error a build gives)
+    state = image_state(spec, engine)
+    return state if state is not None and not state.present else None
+
+
+def swap_line(swap: Swap) -> str:
+    """How `plan` notes an inherited component an extending recipe swapped."""
+    from rich.markup import escape
+
+    what = "for a prebuilt" if swap.to == "prebuilt" else "back to a build from source"
+    return (f"[bold]{escape(swap.component)}[/] swapped {what} by {escape(swap.file.name)}: the inherited "
+            f"{escape(', '.join(swap.dropped) or 'nothing')} dropped (after, dist and import kept)")
 
 
 def _prebuilt_line(pre: dict[str, Any]) -> str:
@@ -109,8 +143,10 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
         source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
                   else "not fetched yet")
         jobs = c.get("jobs", {})
-        rows.append((c["name"], c["commit"][:12], f"{jobs.get('jobs', '')} ({jobs.get('source', '')})",
-                     source, "\n".join(f"{p['path']} {p['sha256'][:12]}" for p in c["patches"]) or "-",
+        rows.append((c["name"], c["commit"][:12], f"{jobs['jobs']} ({jobs.get('source', '')})" if jobs else "-",
+                     source, "\n".join(f"{p['path']} {p['sha256'][:12]}"
+                                          + (f" (at the {p['applied-at']})" if p.get("applied-at") else "")
+                                          for p in c["patches"]) or "-",
                      device_env(c.get("env") or {}) or "-"))
     return Grid(title, ("component", "commit", "jobs", "describe, date, epoch", "patches", "devices"), tuple(rows))
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from toolchain.commands import options
-from toolchain.console import UI, CommandResult
+from toolchain.console import UI, CommandResult, Grid
 from toolchain.errors import UsageError
 from toolchain.recipe.load import list_recipes
 
@@ -26,17 +26,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from rich.text import Text
-
     if args.recipes_dir is not None and not args.recipes_dir.is_dir():
         raise UsageError(f"--recipes-dir {args.recipes_dir}: not a directory",
                          hint="pass the directory that holds the recipes (NAME.toml)")
     rows = sorted(list_recipes(args.recipes_dir))  # by name: `stack` before `stack-b60`
-    table = Table(title="recipes")
-    table.add_column("name")
-    table.add_column("description")
-    table.add_column("found in")
-    for name, desc, where in rows:
-        table.add_row(Text(name), Text(desc), Text(where))  # a recipe's text, shown as written (no markup, no emoji)
+    # a recipe's text, shown as written (plain text: no markup, no emoji); the description wraps at spaces
+    table = Grid("recipes", ("name", "found in", "description"), tuple((n, w, d) for n, d, w in rows), prose=True)
     return CommandResult({"recipes": [{"name": n, "description": d, "found-in": w} for n, d, w in rows]}, 0, "",
                          (table,))

@@ -42,6 +42,7 @@ from toolchain.release.wheeldiff import (
 
 if TYPE_CHECKING:
     from toolchain.build.stack import BuildOptions
+    from toolchain.resolve.closure import Closure
 
 MIN_GAP_SECONDS = 2.0   # zip timestamps have a 2-second resolution: the second build starts in a later slot
 SECOND_UMASK = 0o002    # the first build runs under the caller's umask (usually 022)
@@ -285,6 +286,21 @@ def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args: argparse.Nam
 
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
     patches_dir = args.patches_dir or (bundled if bundled and bundled.is_dir() else None)
-    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir)
-    # the published closure is what is checked (check_install): resolving again would ask today's index
-    return build_stack(recipe, _options(out_dir, cache_dir, args, resolve=False), ui)
+    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir, cache_dir)
+    # the published closure is what is checked (check_install, and the native audit of the rebuilt lock):
+    # resolving again would ask today's index
+    return build_stack(recipe, _options(out_dir, cache_dir, args, resolve=False), ui, closure=_closure_here(lock))
+
+
+def _closure_here(lock: Lock) -> Closure | None:
+    """The published closure for the rebuild's lock, each dependency file already beside the published lock
+    (fetched there, or bundled --with-deps) named by its path: the rebuild's native audit reads them with no
+    network, as the install check does (`_seed_deps`; it installs the published closure itself)."""
+    from toolchain.resolve.closure import DEPS_DIR
+
+    if lock.closure is None or lock.path is None:
+        return lock.closure
+    here = lock.path.parent / DEPS_DIR
+    return dataclasses.replace(lock.closure, dists=tuple(
+        dataclasses.replace(d, url=(here / d.file).resolve().as_uri()) if (here / d.file).is_file() else d
+        for d in lock.closure.dists))

@@ -27,7 +27,9 @@ from toolchain.recipe.model import (
     Origin,
     Patch,
     Recipe,
+    Recorded,
     SmokeSpec,
+    Swap,
     TargetSpec,
     ToolchainSpec,
 )
@@ -188,36 +190,40 @@ def _depth(value: Any) -> int:
 def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir: Path | None = None, *,
                 pinned: bool = True) -> Recipe:
     """`pinned=False` (for `toolchain update`) accepts components whose `commit` is not set yet.
-    `patches_dir` replaces the patches/ directory of the recipe and of the recipes beside it."""
+    `patches_dir` is searched first for the patches of the recipe and of the recipes beside it (their own
+    patches/ folders stay searched after it)."""
     top = find_recipe(name_or_path, recipes_dir)
     path = top.file
 
     def patches_of(recipe_file: Path) -> tuple[Path, ...]:
         if patches_dir is not None and recipe_file.parent == path.parent:
-            return (Path(patches_dir),)
+            return tuple(dict.fromkeys([Path(patches_dir), *patches_dirs_of(recipe_file)]))
         return patches_dirs_of(recipe_file)
 
     found = [top]
-    data, origins = _resolve_extends(path, recipes_dir, patches_of, [], found)
+    swaps: list[Swap] = []
+    data, origins = _resolve_extends(path, recipes_dir, patches_of, [], found, swaps)
     own = Origin(path, patches_of(path))
     recipe = from_data(data, name=path.stem, path=path, patches_dir=own.patches_dirs, pinned=pinned,
                        origins={k: o for k, o in origins.items() if o != own})
-    return dataclasses.replace(recipe, found=tuple(found))
+    return dataclasses.replace(recipe, found=tuple(found), swaps=tuple(swaps))
 
 
 def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path | Sequence[Path],
-                     origins: Mapping[str, Origin] = MappingProxyType({})) -> Recipe:
+                     origins: Mapping[str, Origin] = MappingProxyType({}), recorded: Recorded | None = None) -> Recipe:
     """A resolved recipe (as recorded in a lock) back into a Recipe. Its local patches are looked up in
     `patches_dir` (several directories are searched in order: a recipe may inherit patches); `origins`: the
-    keys the lock records as declared by another recipe file (their relative paths resolve against it)."""
+    keys the lock records as declared by another recipe file (their relative paths resolve against it);
+    `recorded`: the lock's hashes of those files, to take one from the cache when its place is empty."""
     data = parse_recipe_text(text, f"{path} (the recipe recorded in the lock)")
-    return from_data(data, name=name, path=path, patches_dir=patches_dir, origins=origins)
+    return from_data(data, name=name, path=path, patches_dir=patches_dir, origins=origins, recorded=recorded)
 
 
 def _resolve_extends(path: Path, recipes_dir: Path | None, patches_of: Callable[[Path], tuple[Path, ...]],
-                     seen: list[Path], found: list[Found]) -> tuple[dict[str, Any], dict[str, Origin]]:
+                     seen: list[Path], found: list[Found],
+                     swaps: list[Swap]) -> tuple[dict[str, Any], dict[str, Origin]]:
     """The merged table and, for each path-bearing key, the recipe file that declared it; `found` gets
-    where each parent was found."""
+    where each parent was found, `swaps` each inherited component swapped (`_swap`)."""
     if path in seen:
         chain = " -> ".join(p.stem for p in [*seen, path])
         raise RecipeError(f"{seen[0]}: extends: cycle {chain}", hint="remove one `extends` from the cycle")
@@ -232,12 +238,43 @@ def _resolve_extends(path: Path, recipes_dir: Path | None, patches_of: Callable[
             raise RecipeError(f"{path}: extends: must be the name of another recipe or a path to one (a string)")
         where = find_recipe(parent, recipes_dir, beside=path.parent, who=f"{path}: extends: ")
         found.append(where)
-        base, origins = _resolve_extends(where.file, recipes_dir, patches_of, [*seen, path], found)
+        base, origins = _resolve_extends(where.file, recipes_dir, patches_of, [*seen, path], found, swaps)
         base.pop("description", None)
+        base = _swap(base, own, path, origins, swaps)
     origin = Origin(path, patches_of(path))
     for key in _path_keys(own, base):
         origins[key] = origin
     return _without(_merge_recipe(base, own, origins), _dropped(own)), origins
+
+
+SWAP_KEEPS = ("after", "dist", "import")  # what an inherited component keeps when it is swapped
+
+
+def _swap(base: dict[str, Any], own: dict[str, Any], file: Path, origins: dict[str, Origin],
+          swaps: list[Swap]) -> dict[str, Any]:
+    """`base` with each inherited component that `own` swaps reduced to SWAP_KEEPS: `prebuilt` written over a
+    component built from source (its url, commit, patches, env, ... go: a prebuilt takes none of them), or
+    `url` written over an inherited prebuilt (back to a build from source: the recipe gives url and commit).
+    The inherited keys' origins go with them."""
+    comps, inherited = own.get("components"), base.get("components")
+    if not isinstance(comps, dict) or not isinstance(inherited, dict):
+        return base
+    out = dict(inherited)
+    for name, c in comps.items():
+        old = inherited.get(name)
+        if not isinstance(c, dict) or not isinstance(old, dict) or c.get("drop") is True:
+            continue
+        if "prebuilt" in c and "prebuilt" not in old:
+            to = "prebuilt"
+        elif "prebuilt" in old and "prebuilt" not in c and "url" in c:
+            to = "source"
+        else:
+            continue
+        out[name] = {k: v for k, v in old.items() if k in SWAP_KEEPS}
+        swaps.append(Swap(name, to, file, tuple(k for k in old if k not in SWAP_KEEPS)))
+        for key in [k for k in origins if k.startswith(f"components.{name}.")]:
+            del origins[key]
+    return {**base, "components": out}
 
 
 def _dropped(data: dict[str, Any]) -> list[str]:
@@ -335,12 +372,12 @@ def recorded_origins(recipe: Recipe) -> dict[str, str]:
     return {key: place(recipe.origin(key).file) for key in _path_keys(recipe.data)}
 
 
-def origins_from_record(record: Mapping[str, str], patches_dirs: Sequence[Path] = (), *,
-                        only: bool = False) -> dict[str, Origin]:
-    """`recorded_origins` read back: each file's patches/, then `patches_dirs`; with `only`, `patches_dirs`
-    alone (a bundle's patches/, or --patches-dir)."""
+def origins_from_record(record: Mapping[str, str], patches_dirs: Sequence[Path] = (),
+                        first: Sequence[Path] = ()) -> dict[str, Origin]:
+    """`recorded_origins` read back: `first` (a bundle's patches/, --patches-dir), then each file's patches/,
+    then `patches_dirs`."""
     def dirs(file: Path) -> tuple[Path, ...]:
-        return tuple(patches_dirs) if only else tuple(dict.fromkeys([*patches_dirs_of(file), *patches_dirs]))
+        return tuple(dict.fromkeys([*first, *patches_dirs_of(file), *patches_dirs]))
 
     return {key: Origin(from_place(text), dirs(from_place(text))) for key, text in record.items()}
 
@@ -359,7 +396,7 @@ def with_data(recipe: Recipe, data: dict[str, Any]) -> Recipe:
     """`recipe` with its resolved table replaced by `data` (validated again; inherited keys keep resolving
     against the recipe that declared them)."""
     return dataclasses.replace(from_data(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
-                                         origins=recipe.origins), found=recipe.found)
+                                         origins=recipe.origins), found=recipe.found, swaps=recipe.swaps)
 
 
 def with_commit(recipe: Recipe, component: str, commit: str, ref: str | None = None) -> Recipe:

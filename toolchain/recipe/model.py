@@ -46,6 +46,17 @@ class Found:
 
 
 @dataclass(frozen=True)
+class Swap:
+    """An inherited component an extending recipe swapped: for a released wheel (`prebuilt` written over a
+    component built from source) or back to a build from source (`url` written over an inherited prebuilt).
+    The inherited keys in `dropped` went; `after`, `dist` and `import` stayed (`recipe.load.SWAP_KEEPS`)."""
+    component: str
+    to: str        # "prebuilt" | "source"
+    file: Path     # the recipe file that swapped it
+    dropped: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Patch:
     """One patch, identified by its sha256 (part of the cache key of every build that applies it).
 
@@ -80,6 +91,16 @@ class InputFile:
     label: str = field(metadata=meta(key="path"))
     sha256: str
     file: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a lock records of the local files its recipe names: the sha256 of each patch and input file by
+    (component, label), and the cache that keeps copies by sha256 (`core.blobs`). A recipe read back from a
+    lock takes a file from the cache by its hash when nothing is left at the recorded place (the folder
+    moved); a file still there is what the recipe names (a changed one is refused by its hash)."""
+    sha256: Mapping[tuple[str, str], str]
+    cache_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +247,8 @@ class Recipe:
     found: tuple[Found, ...] = field(default=(), compare=False, hash=False)
     # a partial build (`build --component`): the components it builds, the others left out of `data`
     partial: tuple[str, ...] = ()
+    # inherited components an extending recipe swapped (for a prebuilt, or back to source); () for a lock's
+    swaps: tuple[Swap, ...] = field(default=(), compare=False, hash=False)
 
     @functools.cached_property
     def text(self) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from toolchain.core import blobs
 from toolchain.core.devices import PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
@@ -34,6 +35,7 @@ from toolchain.recipe.model import (
     Patch,
     Prebuilt,
     Recipe,
+    Recorded,
     ResolveSpec,
     SmokeSpec,
     TargetSpec,
@@ -73,10 +75,16 @@ SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-a
               "request-timeout": int}
 
 
+class MissingFiles(RecipeError):
+    """A recipe read back from a lock names local files (patches, inputs) that are neither where the lock
+    records them nor kept in the cache: the recipe text is fine, the files have to be supplied."""
+
+
 class _Problems:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.items: list[str] = []
+        self.missing = 0  # of `items`: recorded files found nowhere (MissingFiles)
 
     def add(self, key: str, message: str, *, file: Path | None = None) -> None:
         """A problem with `key`, named against the recipe file that declared it (`file`, default: this)."""
@@ -135,10 +143,12 @@ def _type_name(t: type) -> str:
 
 
 def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path | Sequence[Path],
-              pinned: bool = True, origins: Mapping[str, Origin] | Iterable[tuple[str, Origin]] = ()) -> Recipe:
+              pinned: bool = True, origins: Mapping[str, Origin] | Iterable[tuple[str, Origin]] = (),
+              recorded: Recorded | None = None) -> Recipe:
     """Validate a resolved recipe table. `patches_dir`: where this recipe's own patches are (a lock's recorded
     recipe may name several, searched in order); `origins`: keys declared by another recipe file (see
-    `Recipe.origins`), whose relative paths resolve against that file."""
+    `Recipe.origins`), whose relative paths resolve against that file; `recorded`: a lock's record of the
+    files (a file found nowhere is taken from the cache by its hash, else MissingFiles names it)."""
     dirs = (patches_dir,) if isinstance(patches_dir, Path) else tuple(patches_dir)
     own = Origin(path, dirs)
     declared = dict(origins)
@@ -163,7 +173,7 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
         pr.check_keys(data["build"], buildspec.BUILD_KEYS, "build.")
     build = buildspec.build_spec(data.get("build", {}), pr.add)
     mirrors = _mirrors(data.get("mirrors", {}), pr)
-    components = _components(data.get("components"), pr, own, declared, pinned)
+    components = _components(data.get("components"), pr, own, declared, pinned, recorded)
     smoke = _smoke(data.get("smoke", {}), pr)
     if isinstance(data.get("cache"), dict):
         pr.check_keys(data["cache"], CACHE_KEYS, "cache.")
@@ -176,6 +186,11 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
                 pr.add(f"components.{c.name}.install-args", "a component rebuilt over [target] base is installed "
                                                             "over the image with --force-reinstall --no-deps; "
                                                             "remove install-args (or include both)")
+    if pr.items and pr.missing == len(pr.items):
+        raise MissingFiles(pr.items, hint="supply them: rebuild from the lock's bundle (`build --bundle` writes its "
+                                          "patches/ and inputs/ beside the lock), or pass --patches-dir DIR with the "
+                                          "patches (searched first; the recorded folders stay searched); a file is "
+                                          "taken by its sha256 from the cache of the machine that built the lock")
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
     kept = tuple((k, o) for k, o in declared.items() if o != own)
@@ -252,7 +267,7 @@ def _mirrors(m: Any, pr: _Problems) -> tuple[tuple[str, str], ...]:
 
 
 def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, Origin],
-                pinned: bool = True) -> tuple[Component, ...]:
+                pinned: bool = True, recorded: Recorded | None = None) -> tuple[Component, ...]:
     if not isinstance(comps, dict) or not comps:
         pr.add("components", "a recipe needs at least one [components.NAME] table")
         return ()
@@ -278,11 +293,12 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
         subdir = c.get("subdir", "")
         if isinstance(subdir, str) and (subdir.startswith("/") or ".." in Path(subdir).parts):
             pr.add(f"{where}.subdir", "must be a relative path inside the repository")
-        patches = _patches(c.get("patches", []), pr, f"{where}.patches", declared.get(f"{where}.patches", own))
+        kept = _Kept(recorded, name)
+        patches = _patches(c.get("patches", []), pr, f"{where}.patches", declared.get(f"{where}.patches", own), kept)
         extend = c.get("extend-patches", [])
         for i, entry in enumerate(extend if isinstance(extend, list) else []):
             key = f"{where}.extend-patches"
-            patches += _patches([entry], pr, f"{key}[{i}]", declared.get(f"{key}.{i}", own), numbered=False)
+            patches += _patches([entry], pr, f"{key}[{i}]", declared.get(f"{key}.{i}", own), kept, numbered=False)
         command = pr.str_list(c, "command", f"{where}.command") if "command" in c else DEFAULT_COMMAND
         if c.get("command") == []:  # (a list with a non-string is reported by str_list, not as empty)
             pr.add(f"{where}.command", "must not be empty")
@@ -313,7 +329,7 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"),
             prebuilt_index=_prebuilt_index(c, pr, where),
             inputs=_inputs(pr.str_list(c, "inputs", f"{where}.inputs"), pr, f"{where}.inputs",
-                           declared.get(f"{where}.inputs", own)))
+                           declared.get(f"{where}.inputs", own), kept))
     return _order(built, pr)
 
 
@@ -370,13 +386,48 @@ def _prebuilt_index(c: dict[str, Any], pr: _Problems, where: str) -> str:
     return index
 
 
-def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin) -> tuple[InputFile, ...]:
+class _Kept:
+    """One component's files as a lock records them (`Recorded`): the copy the cache keeps of a file whose
+    recorded place is empty, or the problem naming it, its sha256 and every place looked."""
+
+    def __init__(self, recorded: Recorded | None, component: str) -> None:
+        self.recorded, self.component = recorded, component
+
+    def find(self, what: str, label: str, looked: Sequence[Path], pr: _Problems, where: str,
+             origin: Origin) -> Path | None:
+        """None (a problem added) unless the lock records `label` and the cache keeps a file of its hash."""
+        sha = self.recorded.sha256.get((self.component, label)) if self.recorded is not None else None
+        if sha is None or self.recorded is None:
+            pr.add(where, f"{what} {label} is not in " + ", ".join(map(str, looked)) + ", and the lock records "
+                          "no sha256 for it", file=origin.file)
+            return None
+        kept = blobs.find(self.recorded.cache_dir, sha)
+        if kept is not None:
+            return kept
+        places = [*map(str, looked), f"the cache ({blobs.blob_path(self.recorded.cache_dir, sha)})"
+                  if self.recorded.cache_dir is not None else "no cache"]
+        pr.add(where, f"{what} {label} (sha256 {sha}) is missing: looked in " + ", ".join(places), file=origin.file)
+        pr.missing += 1
+        return None
+
+    @property
+    def active(self) -> bool:
+        return self.recorded is not None
+
+
+def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin,
+            kept: _Kept | None = None) -> tuple[InputFile, ...]:
     """Declared input files, relative to the recipe that names them (or absolute), each with its sha256."""
     out = []
     for i, rel in enumerate(paths):
         path = Path(rel).expanduser()
         path = path if path.is_absolute() else origin.dir / path
         if not path.is_file():
+            if kept is not None and kept.active:
+                found = kept.find("input", rel, [path], pr, f"{where}[{i}]", origin)
+                if found is not None:
+                    out.append(InputFile(rel, sha256_file(found), found))
+                continue
             pr.add(f"{where}[{i}]", f"{rel}: no such file (relative paths are to {origin.file.name})",
                    file=origin.file)
             continue
@@ -387,14 +438,15 @@ def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin) -> 
 PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}
 
 
-def _patches(items: Any, pr: _Problems, where: str, origin: Origin, *, numbered: bool = True) -> tuple[Patch, ...]:
+def _patches(items: Any, pr: _Problems, where: str, origin: Origin, kept: _Kept | None = None, *,
+             numbered: bool = True) -> tuple[Patch, ...]:
     if not isinstance(items, list):
         return ()
     out = []
     for i, p in enumerate(items):
         w = f"{where}[{i}]" if numbered else where
         if isinstance(p, str):
-            local = _local_patch(p, origin, pr, w)
+            local = _local_patch(p, origin, pr, w, kept)
             if local is not None:
                 out.append(local)
         elif isinstance(p, dict):
@@ -407,7 +459,7 @@ def _patches(items: Any, pr: _Problems, where: str, origin: Origin, *, numbered:
     return tuple(out)
 
 
-def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str) -> Patch | None:
+def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str, kept: _Kept | None = None) -> Patch | None:
     """A file under the patches/ directory of the recipe that names it: no absolute path, no `..`, and no
     symlink leading out of that directory."""
     table = "a patch from anywhere else is a pinned table {url, commit, path, sha256}"
@@ -431,6 +483,9 @@ def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str) -> Patch |
         else:
             return Patch(rel, sha256_file(real), file=real)
         return None
+    if kept is not None and kept.active:  # a lock's recipe: the cache's copy of the recorded hash
+        found = kept.find("patch", rel, [d / rel for d in origin.patches_dirs], pr, where, origin)
+        return Patch(rel, sha256_file(found), file=found) if found is not None else None
     pr.add(where, f"patch {rel!r} not found in {dirs} (paths are relative to patches/ beside "
                   f"{origin.file.name}, or beside its recipes/ directory; {table})", file=origin.file)
     return None

@@ -28,6 +28,7 @@ from toolchain.build.cache import WHEELS_DIR
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
+from toolchain.core import blobs
 from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
 from toolchain.errors import TestFailed
 from toolchain.lock import Lock
@@ -42,7 +43,7 @@ KEY_LENGTH = 12
 
 
 def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path] | None = None,
-                 with_deps: bool = False, input_dirs: Sequence[Path] = ()) -> Path:
+                 with_deps: bool = False, input_dirs: Sequence[Path] = (), cache_dir: Path | None = None) -> Path:
     """Write the bundle of `lock` (whose wheels must match their recorded hashes) into `out_dir`.
 
     Returns the bundle directory; the tarball is `tarball_path(<returned dir>)`. `patches_dir` (the
@@ -50,7 +51,8 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
     embeds it in the SBOM. `with_deps`: the locked dependency files go into `wheels/deps/` (checked against
     their sha256), so the bundle installs with no network. `input_dirs`: where the recipe's relative
     `inputs` are (the folders of the recipes that declared them); every input file (kernel configuration)
-    is copied into `inputs/<component>/`, checked against its sha256.
+    is copied into `inputs/<component>/`, checked against its sha256. A patch or input file found in none of
+    them is taken from `cache_dir`'s copies by sha256 (`core.blobs`: a lock rebuilt after its folder moved).
     """
     lockmod.verify_wheels(lock)
     out_dir = Path(out_dir)
@@ -66,8 +68,8 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
         lockmod.write_lock(published, tmp, bundled_deps=with_deps)
         (tmp / REQUIREMENTS_NAME).write_text(requirements_text(published, bundled=with_deps), encoding="utf-8")
         dirs = [patches_dir] if isinstance(patches_dir, (str, Path)) else list(patches_dir or ())
-        patch_texts = _copy_patches(lock, dirs, tmp) if dirs else {}
-        _copy_inputs(lock, input_dirs, tmp)
+        patch_texts = _copy_patches(lock, dirs, tmp, cache_dir) if dirs else {}
+        _copy_inputs(lock, input_dirs, tmp, cache_dir)
         lock_key = sha256_file(tmp / lockmod.LOCK_NAME)[:KEY_LENGTH]
         (tmp / SBOM_NAME).write_text(sbom_json(published, epoch=epoch, stack_version=lock_key,
                                                patch_texts=patch_texts), encoding="utf-8")
@@ -253,7 +255,7 @@ def _copy(src: Path, dst: Path) -> None:
     shutil.copyfile(src, dst)
 
 
-def _copy_patches(lock: Lock, patches_dirs: Sequence[Path], dest: Path) -> dict[str, str]:
+def _copy_patches(lock: Lock, patches_dirs: Sequence[Path], dest: Path, cache_dir: Path | None = None) -> dict[str, str]:
     """Copy every locked local patch (checked against its sha256) into the bundle; return {label: text}.
     Each is looked up in `patches_dirs` in order (a recipe may inherit patches from another directory).
     A remote patch is pinned by url, commit and sha256 in the lock itself and is not copied."""
@@ -263,9 +265,10 @@ def _copy_patches(lock: Lock, patches_dirs: Sequence[Path], dest: Path) -> dict[
             if patch.remote:
                 continue
             found = [Path(d) / patch.path for d in patches_dirs if (Path(d) / patch.path).is_file()]
-            match = next((f for f in found if sha256_file(f) == patch.sha256), None)
+            match = next((f for f in found if sha256_file(f) == patch.sha256), None) if found else \
+                blobs.find(cache_dir, patch.sha256)
             copied = dest / PATCHES_DIR / patch.path
-            if match is None and not found:
+            if match is None and not found:  # (nor kept in the cache)
                 problems.append(f"{comp.name}: patch {patch.path} is missing from "
                                 + ", ".join(str(d) for d in patches_dirs))
             elif match is None:
@@ -283,7 +286,7 @@ def _copy_patches(lock: Lock, patches_dirs: Sequence[Path], dest: Path) -> dict[
     return texts
 
 
-def _copy_inputs(lock: Lock, dirs: Sequence[Path], dest: Path) -> None:
+def _copy_inputs(lock: Lock, dirs: Sequence[Path], dest: Path, cache_dir: Path | None = None) -> None:
     """Each component's input files (an env value naming a file: that path; a declared input: relative to
     one of `dirs`, or absolute) into `inputs/<component>/<file name>`, sha256 checked."""
     problems = []
@@ -295,13 +298,14 @@ def _copy_inputs(lock: Lock, dirs: Sequence[Path], dest: Path) -> None:
                 rel = Path(inp.label).expanduser()
                 candidates = [rel] if rel.is_absolute() else [Path(d) / rel for d in dirs]
             found = [c for c in candidates if c.is_file()]
-            match = next((f for f in found if sha256_file(f) == inp.sha256), None)
+            match = next((f for f in found if sha256_file(f) == inp.sha256), None) if found else \
+                blobs.find(cache_dir, inp.sha256)
             if match is None:
                 problems.append(f"{comp.name}: input {inp.label}: "
                                 + (f"{found[0]} has sha256 {sha256_file(found[0])}, the lock records {inp.sha256}"
                                    if found else "not found"))
             else:
-                _copy(match, dest / "inputs" / comp.name / match.name)
+                _copy(match, dest / "inputs" / comp.name / candidates[0].name)  # (a kept copy is named by its hash)
     if problems:
         raise TestFailed("input files do not match the lock " + str(lock.path) + ":\n"
                          + "\n".join(f"  - {p}" for p in problems),

@@ -97,6 +97,14 @@ class EngineNotRunning(ContainerError):
     pass
 
 
+class StartFailed(ContainerError):
+    """The engine could not start a container: `cause` in a line (start_failure), the fix in the hint."""
+
+    def __init__(self, message: str, *, cause: str, hint: str) -> None:
+        super().__init__(message, hint=hint)
+        self.cause = cause
+
+
 class ImageNotFound(ContainerError):
     return_code = 2
 
@@ -216,9 +224,10 @@ class Engine:
         image_id, _, digests = r.stdout.strip().partition("|")
         return Image(ref, image_id, tuple(json.loads(digests) or ()) if digests.strip() else ())
 
-    def image(self, name: str, *, pinned: str = "") -> Image:
+    def image(self, name: str, *, pinned: str = "", key: str = "target.image") -> Image:
         """The image `name`, pulled when the engine does not have it. `pinned` (repo@sha256:... or an image
-        id) names the exact image to start instead, when the engine has that one."""
+        id) names the exact image to start instead, when the engine has that one. `key`: the recipe key that
+        names the image (target.image, or target.base: pinned by digest), as an error names it."""
         if pinned:
             exact = self.inspect_image(pinned)
             if exact is not None:
@@ -230,9 +239,10 @@ class Engine:
             found = self.inspect_image(name) if r.returncode == 0 else None
             if found is None:
                 why = (r.stderr or r.stdout).strip().splitlines() or [f"exit {r.returncode}"]
+                what = "name and digest" if key == "target.base" else "name and tag"
                 raise ImageNotFound(
-                    f"target.image: {name!r} is not in {self.name} and cannot be pulled: {why[-1]}",
-                    hint=f"check the name and tag in [target] image; `{self.name} images` lists local "
+                    f"{key}: {name!r} is not in {self.name} and cannot be pulled: {why[-1]}",
+                    hint=f"check the {what} in [target] {key.rsplit('.', maxsplit=1)[-1]}; `{self.name} images` lists local "
                          f"images; pull or load it first (`{self.name} pull IMAGE`, "
                          f"`{self.name} load -i FILE`); for a private registry `{self.name} login` first")
         return found
@@ -318,10 +328,10 @@ class Engine:
             raise
         if r.returncode != 0:
             self.remove(name, quiet=True)
-            raise ContainerError(f"{self.name} could not start a container from {image.start_ref}: "
-                                 f"{(r.stderr or r.stdout).strip()[-1000:]}",
-                                 hint="check [target] run-args and engine-args; the command was: "
-                                      + shlex.join(self.argv(*argv)))
+            said = (r.stderr or r.stdout).strip()
+            cause, fix = start_failure(self.name, said, self.argv(*argv))
+            raise StartFailed(f"{self.name} could not start a container from {image.start_ref}: {said[-1000:]}",
+                              cause=cause, hint=fix)
         return Container(self, name, image, owned=True)
 
     def reap_orphans(self) -> list[str]:
@@ -402,6 +412,23 @@ class Container:
         """The contents of directory `inside` into `host`, owned by the invoking user (the sudo caller)."""
         self.engine.query("cp", f"{self.id}:{inside}/.", f"{host}/", check=True, timeout=None)
         give_to_invoking_user(host)
+
+
+# podman applies default ulimits (containers.conf [containers] default_ulimits) that a host without systemd (a
+# container, a CI runner, WSL) may not let it raise: runc then fails with "error setting rlimit type N"
+RLIMIT_FIX = ("give podman a containers.conf with `[containers] default_ulimits = []` (on a host without systemd "
+              "also `[engine] runtime = \"runc\"` and `cgroup_manager = \"cgroupfs\"`) and point CONTAINERS_CONF at "
+              "it, as the README's Troubleshooting says (the tests use /etc/containers/toolchain-tests.conf)")
+
+
+def start_failure(engine: str, said: str, argv: Sequence[str]) -> tuple[str, str]:
+    """(cause, fix) of an engine's failure to start a container, from what it said: the engine's own
+    configuration (podman's default ulimits) or else the recipe's run-args / engine-args."""
+    lines = said.strip().splitlines()
+    last = lines[-1] if lines else "no message"
+    if engine == "podman" and "rlimit" in said:
+        return (f"podman's default ulimits cannot be applied here ({last[-300:]})", RLIMIT_FIX)
+    return last[-300:], "check [target] run-args and engine-args; the command was: " + shlex.join(argv)
 
 
 def _missing_program_is_127(done: Completed) -> Completed:

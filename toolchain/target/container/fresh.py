@@ -52,10 +52,12 @@ class FreshContainerRuntime(ContainerRuntimeBase):
 
     def _open(self, stack: contextlib.ExitStack) -> None:
         stack.callback(self._remove_oneoff)
+        key = "target.base" if self.spec.base else "target.image"  # (the key an error names)
         if self.serving is None:
-            self.image = self.engine.image(self.spec.image)
+            self.image = self.engine.image(self.spec.image, key=key)
             return
-        self.image = self.engine.image(self.spec.image, pinned=pinned_image(self.spec.image, self.serving.digest))
+        self.image = self.engine.image(self.spec.image, pinned=pinned_image(self.spec.image, self.serving.digest),
+                                       key=key)
         self._note_digest(self.image)
         if self._replaced_network:
             self.engine.say(warn=True, message=f"target.run-args: serving on the host's network instead of "

@@ -1,0 +1,131 @@
+"""What `plan` and `doctor` say of a recipe's container image and engine, pulling nothing: whether the image is
+here, else what a build pulls (with its size where the registry says it from the manifest alone, no layer
+fetched); and whether the engine starts a trivial container with the recipe's run-args, else the cause and
+the fix (`engine.start_failure`, the same words a build's error uses).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass
+
+from toolchain.console import UI
+from toolchain.recipe.model import TargetSpec
+from toolchain.target.container.engine import ENGINES, ContainerError, Engine, Image, StartFailed, image_repo
+from toolchain.target.doctor import MISSING, OK, WARN, Finding
+
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+@dataclass(frozen=True)
+class ImageState:
+    """The recipe's image on this engine: here (`present`), or what a build would pull and its size."""
+    image: str             # as the recipe names it
+    key: str               # the recipe key naming it: target.base or target.image
+    present: bool
+    size: int = 0          # compressed bytes of its layers, as the registry's manifest says (0: not known)
+    why: str = ""          # why the size is not known (the registry could not be asked)
+
+    def line(self) -> str:
+        if self.present:
+            return f"{self.image}: present"
+        size = f"{self.size / (1 << 30):.2f} GiB compressed, as the registry says" if self.size else \
+            f"size unknown: {self.why}"
+        return f"not present: a build pulls {self.image} ({size})"
+
+    def to_json(self) -> dict[str, object]:
+        return {"image": self.image, "key": self.key, "present": self.present, "size": self.size or None,
+                "why": self.why, "line": self.line()}
+
+
+def engine_of(spec: TargetSpec, ui: UI | None = None) -> Engine:
+    return Engine(ENGINES[spec.runtime], tuple(spec.engine_args), ui)
+
+
+def image_state(spec: TargetSpec, engine: Engine) -> ImageState | None:
+    """The state of the image a fresh container starts from (None for the host or a running container). Asks
+    the engine, then (when absent) the registry for the manifest: nothing is pulled."""
+    if spec.runtime == "host" or spec.container or not spec.image:
+        return None
+    key = "target.base" if spec.base else "target.image"
+    if engine.inspect_image(spec.image) is not None:
+        return ImageState(spec.image, key, True)
+    size, why = registry_size(spec.image)
+    return ImageState(spec.image, key, False, size, why)
+
+
+def registry_size(image: str) -> tuple[int, str]:
+    """(compressed bytes of the image's layers, "") from the registry's manifest (a manifest list: this
+    machine's platform's), or (0, why) when the registry cannot be asked or does not say."""
+    from toolchain.target.container.registry import RegistryUnanswered, manifest
+
+    try:
+        data = manifest(image)
+        if "manifests" in data:
+            arch = ARCH.get(platform.machine(), platform.machine())
+            mine = [m for m in data.get("manifests", []) if isinstance(m, dict)
+                    and m.get("platform", {}).get("architecture") == arch and m.get("platform", {}).get("os") == "linux"]
+            if not mine:
+                return 0, f"the registry lists no linux/{arch} image"
+            data = manifest(f"{image_repo(image)}@{mine[0].get('digest', '')}")
+    except RegistryUnanswered as exc:
+        return 0, f"the registry could not be asked: {exc}"
+    layers = data.get("layers")
+    if not isinstance(layers, list):
+        return 0, "the registry's manifest lists no layers"
+    return sum(int(layer.get("size", 0)) for layer in layers if isinstance(layer, dict)), ""
+
+
+def container_findings(spec: TargetSpec, ui: UI | None = None) -> tuple[list[Finding], bool]:
+    """doctor's lines for a container target: the image, then the engine (it answers, and starts one trivial
+    container with the recipe's run-args, as a build starts its own). And whether the target can be entered
+    to read its interpreter (the engine works and the image is here: nothing is pulled)."""
+    engine = engine_of(spec, ui)
+    try:
+        engine.check()
+    except ContainerError as err:
+        image = Finding("image", WARN, f"{spec.image or spec.container}: not looked at ({spec.runtime} does not "
+                                       "answer)")
+        return [image, Finding("container engine", MISSING, str(err), err.hint or "")], False
+    state = image_state(spec, engine)
+    findings = []
+    if state is not None:
+        findings.append(Finding("image", OK if state.present else WARN, f"{state.key}: {state.line()}",
+                                "" if state.present else f"`{engine.name} pull {state.image}` fetches it now "
+                                                         "(or let the first build do it)"))
+    if spec.container:  # exec into a running container: the recipe's run-args do not apply
+        return [*findings, Finding("container engine", OK, f"{engine.name} answers")], True
+    trial = _trial_image(engine, spec, state)
+    if trial is None:
+        return [*findings, Finding("container engine", WARN, f"{engine.name} answers; starting a container was not "
+                                                              "tried: no image here to start one from")], False
+    try:
+        with engine.started("doctor", trial, (), spec.run_args):
+            pass
+    except StartFailed as err:
+        return [*findings, Finding("container engine", MISSING,
+                                   f"{engine.name} cannot start a container from {trial.name} with the recipe's "
+                                   f"run-args: {err.cause}", err.hint or "")], False
+    except ContainerError as err:
+        return [*findings, Finding("container engine", MISSING, str(err), err.hint or "")], False
+    shown = "" if state is not None and state.present else f" (from {trial.name}: the recipe's image is not here)"
+    return [*findings, Finding("container engine", OK, f"{engine.name} starts a container with the recipe's "
+                                                       f"run-args{shown}")], state is None or state.present
+
+
+def _trial_image(engine: Engine, spec: TargetSpec, state: ImageState | None) -> Image | None:
+    """The recipe's image when it is here, else any image the engine has (only the engine is tried)."""
+    if state is not None and state.present:
+        return engine.inspect_image(spec.image)
+    r = engine.query("images", "--format", "{{.ID}}")
+    ids = r.stdout.split() if r.returncode == 0 else []
+    found = engine.inspect_image(ids[0]) if ids else None
+    if found is None:
+        return None
+    names = engine.query("image", "inspect", "--format", "{{json .RepoTags}}", ids[0])
+    try:
+        tags = json.loads(names.stdout) if names.returncode == 0 else []
+    except ValueError:
+        tags = []
+    return Image(tags[0] if tags else ids[0], found.id, found.repo_digests, ref=ids[0])
