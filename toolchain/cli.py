@@ -21,7 +21,6 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
-from toolchain.core.noop import command_of
 from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
@@ -47,6 +46,11 @@ COMMANDS = {
     "lock": "toolchain.commands.lock",
     "doctor": "toolchain.commands.doctor",
 }
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command of a command line: its first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _closest(word: str, choices: Sequence[str]) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolchain.build.cache import WHEELS_DIR
+from toolchain.build.cache import WHEELS_DIR, shared_folder_warnings
 from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
@@ -68,6 +68,8 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *,
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     ours = check_out_dir(out)
     check_dir(options.cache_dir, "cache directory")
+    for warning in shared_folder_warnings(options.cache_dir):
+        ui.warn(warning)
     if remote is not None and options.use_cache:
         remote.warm_up()  # while the target is probed
     with make_runtime(recipe.target, ui) as runtime:

@@ -165,10 +165,8 @@ def probe_resources(runtime: Runtime, python: str) -> Resources:
     (`intarget.gather`), instead of starting an interpreter for every plan."""
     if runtime.on_host:
         from toolchain.build import intarget
-        from toolchain.core.noop import live_readings
 
-        with live_readings():  # (they size compile jobs only: a warm no-op's answer does not depend on them)
-            return Resources.from_json(json.dumps(intarget.gather()))
+        return Resources.from_json(json.dumps(intarget.gather()))
     from toolchain.build.metrics import RUNNER_FILE
 
     r = runtime.run([python, "-c", RUNNER_FILE.read_text(), "resources"], capture=True, check=False)
@@ -225,8 +223,9 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
         root = Path(setvars).parent
         watch: list[str] | None = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() \
             else [setvars]
-        if t.info.cmplr_root and watch is not None:
-            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
+        if t.info.cmplr_root and watch is not None:  # icpx too: its banner is the version, and a file
+            # rewritten in place leaves its folder's stat as it was
+            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin", f"{t.info.cmplr_root}/bin/icpx"]
         if any(is_secret(k) for k, _ in t.diff):
             watch = None  # setvars exported a secret: never write it to the cache
         return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch

@@ -315,7 +315,7 @@ def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, 
 def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "", header: str = "") -> None:
     """A wheel served from the cache keeps its full build log in logs/: the cache entry's, under a header
     (`origin`: where the entry came from, when not from this machine's builds). With a `header` the log is
-    written whole, and only when it differs from what is there (a warm no-op writes nothing: core/noop.py);
+    written whole, and only when it differs from what is there (a warm no-op writes nothing);
     without, it is appended to the log this run started."""
     built = entry.wheel.parent / "build.log"
     text = (f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s"

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.noop import VOLATILE_ENV
 from toolchain.core.proc import display
 from toolchain.core.redact import is_secret, redact_text
 from toolchain.errors import BuildError, RecipeError
@@ -31,7 +30,7 @@ SOURCE_SCRIPT = (
     'printf "\\0__TOOLCHAIN_SETVARS__\\0"\n'
     'env -0\n'
 )
-IGNORED = VOLATILE_ENV  # (what a shell changes between two runs of one command)
+IGNORED = frozenset({"_", "OLDPWD", "SHLVL", "PWD"})  # what a shell changes between two runs of one command
 VERSION_RE = re.compile(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
 
 
