@@ -23,6 +23,7 @@ from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
+from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
 from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
 from toolchain.lock import (
@@ -263,7 +264,7 @@ def _marker(text: str) -> dict[str, object]:
 
 # What a build that failed for want of the real oneAPI says: its compilers, SYCL, its libraries. A missing
 # `wheel` or `ninja`, a bad patch or a failing test is not the stand-in's doing and gets no note about it.
-_NEEDS_ONEAPI = re.compile(r"\b(icx|icpx|dpcpp|sycl|oneapi|cmplr_root|mkl|level[-_ ]zero|ze_loader|libsycl|"
+_NEEDS_ONEAPI = Regex(r"\b(icx|icpx|dpcpp|sycl|oneapi|cmplr_root|mkl|level[-_ ]zero|ze_loader|libsycl|"
                            r"fsycl|intel-sycl|ocloc)\b", re.I)
 
 

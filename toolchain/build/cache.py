@@ -14,7 +14,6 @@ import contextlib
 import json
 import math
 import os
-import re
 import shutil
 import stat
 import time
@@ -34,6 +33,7 @@ from toolchain.core.fs import (
 )
 from toolchain.core.memo import file_sha256
 from toolchain.core.redact import redact_data
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
@@ -260,7 +260,7 @@ def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     return "", meta
 
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = Regex(r"^[0-9a-f]{64}$")
 
 
 def _count(v: object) -> bool:

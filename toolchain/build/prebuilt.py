@@ -19,6 +19,7 @@ from urllib.parse import unquote, urljoin, urlparse
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.redact import redact_text
+from toolchain.core.regex import Regex
 from toolchain.core.serial import meta, to_table
 from toolchain.errors import BuildError, TransientError
 
@@ -115,7 +116,7 @@ def download(url: str, dest: Path, what: str) -> None:
 
 # ---- per-commit wheels (`prebuilt-index`): a bisect step whose commit has one takes it ------------------
 
-COMMIT_LABEL = re.compile(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
+COMMIT_LABEL = Regex(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
 
 
 def _page_links(base: str, text: str) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,19 +30,12 @@ def stat_key(path: str | os.PathLike[str]) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
 
 
-# a path changed this close (ns) before a probe started, or while it ran, is not remembered: a later change in
-# the same tick of the kernel's coarse clock (or second, on a file system that keeps no finer) could leave the
-# same stat (git's "racily clean" entries)
-RACY_NS = 2_000_000_000
-
-
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
                compute: Callable[[], tuple[T, Iterable[str] | None]]) -> T:
     """`compute()` returns (value, paths it depends on); the value must come back from JSON as it went in
     (str, int, bool, lists and str-keyed dicts of those), since a remembered one is read from JSON.
     Paths of None mean: use the value but do not remember it (e.g. it holds a secret). A remembered value is
-    taken only from a file of this user's that no one else can write (`_read`); a value whose paths changed
-    while it was computed, or just before, is used but not remembered (RACY_NS)."""
+    taken only from a file of this user's that no one else can write (`_read`)."""
     if memo_dir is None or identity is None:
         return compute()[0]
     key = sha256_bytes(json.dumps([kind, identity], sort_keys=True).encode())[:24]
@@ -55,14 +47,10 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
             return found
     except (KeyError, TypeError, AttributeError):
         pass
-    started = time.time_ns()
     value, watch = compute()
     if watch is None:
         return value
-    keys = {p: stat_key(p) for p in sorted(set(watch))}
-    if any(k is not None and max(k[3], k[4]) >= started - RACY_NS for k in keys.values()):
-        return value  # (changed too lately to be told apart from a later change: computed again next time)
-    atomic_write_text(path, json.dumps({"value": value, "watch": keys}))
+    atomic_write_text(path, json.dumps({"value": value, "watch": {p: stat_key(p) for p in sorted(set(watch))}}))
     return value
 
 
@@ -70,7 +58,13 @@ def file_sha256(memo_dir: Path | None, path: Path) -> str:
     """The sha256 of a file, remembered under `memo_dir` while its stat_key stays (a rewritten file has a new
     ctime, whatever its size and mtime say): one stat instead of reading a wheel of hundreds of MB."""
     name = os.path.abspath(path)
-    return remembered(memo_dir, "sha256", {"path": name}, lambda: (sha256_file(Path(name)), [name]))
+
+    def compute() -> tuple[str, list[str] | None]:
+        before = stat_key(name)
+        digest = sha256_file(Path(name))
+        return digest, [name] if stat_key(name) == before else None  # (changed while read: not remembered)
+
+    return remembered(memo_dir, "sha256", {"path": name}, compute)
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolchain.core.regex import Regex
+
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 MASK = "<redacted>"
 _MIN_SECRET_LEN = 4
@@ -96,10 +98,10 @@ def without_credentials(url: str) -> str:
 
 # Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values
 # end at whitespace or NUL (`env -0` output).
-_ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
+_ASSIGNMENT = Regex(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
 # scheme://user:password@ (user without '/', '@', ':' or whitespace; the password may hold ':', and an '@' left
 # unencoded: it runs to the last '@' before the host's '/', as URL parsers read it)
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/\s'\"]+)@")
+_URL_PASSWORD = Regex(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/\s'\"]+)@")
 # http(s)://token@ (no password part)
-_HTTP_USER = re.compile(r"\b(https?://)([^/@:\s'\"]+)@", re.IGNORECASE)
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+_HTTP_USER = Regex(r"\b(https?://)([^/@:\s'\"]+)@", re.IGNORECASE)
+_USERINFO = Regex(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")

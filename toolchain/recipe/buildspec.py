@@ -18,13 +18,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolchain.core.regex import Regex
+
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 COMPILER_CACHES = ("ccache", "none")
 BUILD_KEYS: dict[str, type] = {"compiler-cache": str, "jobs": int, "memory-per-job": str}
 COMPONENT_BUILD_KEYS: dict[str, type] = {"jobs": int, "memory-per-job": str}
 JOB_ENV = ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "ARK_SYCL_TLA_JOBS")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
+_SIZE = Regex(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 Add = Callable[[str, str], None]
 

@@ -7,7 +7,6 @@ arguments, never formatted into the script text.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.proc import display
 from toolchain.core.redact import is_secret, redact_text
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, RecipeError
 from toolchain.recipe.load import Recipe
 from toolchain.target.base import Runtime
@@ -31,7 +31,7 @@ SOURCE_SCRIPT = (
     'env -0\n'
 )
 IGNORED = frozenset({"_", "OLDPWD", "SHLVL", "PWD"})  # what a shell changes between two runs of one command
-VERSION_RE = re.compile(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
+VERSION_RE = Regex(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
 
 
 @dataclass(frozen=True)
