@@ -74,6 +74,8 @@ def _join(parts: list[str]) -> str:
 
 @dataclass(frozen=True)
 class CommandResult:
+    """What a command handler returns; only `cli.main()` prints it."""
+
     data: dict[str, Any]            # what --json prints
     exit_code: int = 0              # 0 ok, 1 a build/test failed
     summary: str = ""               # what a person reads (rich markup allowed)

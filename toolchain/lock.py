@@ -41,6 +41,8 @@ LOCK_VERSION = 1
 
 @dataclass(frozen=True)
 class LockedComponent:
+    """A component as its lock records it."""
+
     name: str
     url: str
     ref: str
@@ -72,6 +74,8 @@ class LockedComponent:
 
 @dataclass(frozen=True)
 class Lock:
+    """A lock read back (`read_lock`) or assembled from a build (`assemble_lock`)."""
+
     recipe_name: str
     recipe_path: str
     recipe_sha256: str

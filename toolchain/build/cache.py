@@ -52,6 +52,8 @@ WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names t
 
 @dataclass(frozen=True)
 class WheelRef:
+    """A wheel as a lock names it: file name, sha256 and size."""
+
     file: str
     sha256: str
     size: int
@@ -59,6 +61,8 @@ class WheelRef:
 
 @dataclass(frozen=True)
 class CacheEntry:
+    """A wheel cache entry: its wheel, digest, size and recorded metadata."""
+
     key: str
     wheel: Path
     sha256: str

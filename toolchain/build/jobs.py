@@ -40,6 +40,8 @@ def format_size(n: int) -> str:
 
 @dataclass(frozen=True)
 class Resources:
+    """The cores and memory a target gives a build."""
+
     cpus: int
     memory: int          # bytes available to a build
     why_memory: str      # where `memory` comes from
@@ -108,6 +110,8 @@ def resources_from(files: Mapping[str, str], cpus: int) -> Resources:
 
 @dataclass(frozen=True)
 class JobsDecision:
+    """How many compile jobs a component gets, and why."""
+
     jobs: int
     per_job: int = field(metadata=meta(key="per-job-memory"))
     per_job_source: str

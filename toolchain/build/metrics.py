@@ -25,6 +25,8 @@ RUNNER_FILE = Path(__file__).with_name("intarget.py")
 
 @dataclass(frozen=True)
 class BuildMetrics:
+    """What one build cost: wall and CPU seconds, peak memory and where the peak was read."""
+
     wall_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     cpu_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     peak_memory_bytes: int = 0
@@ -47,6 +49,8 @@ def measured_argv(python: str, runner: str, out: str, argv: Sequence[str]) -> li
 
 @dataclass(frozen=True)
 class RunResult:
+    """What the in-target runner wrote for one build (build/intarget.py)."""
+
     metrics: BuildMetrics
     cache: CacheReport
     error: str = ""   # the runner refused to build (a required ccache that does not run)

@@ -32,6 +32,8 @@ KEY_VERSION = "2"  # bump when the build procedure changes in a way that changes
 
 @dataclass(frozen=True)
 class ComponentPlan:
+    """One component's part of a plan: environment, cache key and jobs, decided once."""
+
     component: Component
     env: tuple[tuple[str, str | None], ...]  # recipe env + component env + version override (no toolchain)
     cache_key: str  # "" when the toolchain could not be captured (`Plan.toolchain_missing`)
@@ -57,6 +59,8 @@ class ComponentPlan:
 
 @dataclass(frozen=True)
 class Plan:
+    """A recipe made concrete for one target: the probed target, the toolchain and each component's plan."""
+
     recipe: Recipe
     target: TargetInfo
     toolchain: ToolchainInfo

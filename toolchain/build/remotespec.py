@@ -26,6 +26,8 @@ class RemoteRequest:
 
 @dataclass(frozen=True)
 class RemoteSettings:
+    """The remote wheel cache a build uses, once the recipe, options and environment are merged."""
+
     where: RemoteURL
     push: bool = False
     insecure: bool = False

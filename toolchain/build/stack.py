@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BuildOptions:
+    """How to build: the out and cache folders and the command line's choices."""
+
     out_dir: Path
     cache_dir: Path
     rewrites: tuple[Rewrite, ...] = ()
@@ -59,6 +61,8 @@ class BuildOptions:
 
 @dataclass(frozen=True)
 class BuiltComponent:
+    """One component's wheel after a build, and where it came from."""
+
     plan: ComponentPlan
     describe: str
     wheel: WheelRef

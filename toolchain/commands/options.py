@@ -26,6 +26,8 @@ COMMAND_SUFFIX = "@command"  # where a global option given after the command is 
 
 @dataclass(frozen=True)
 class Option:
+    """One command-line option: its argparse flags and settings, shared by the commands that take it."""
+
     dest: str
     flags: tuple[str, ...]
     help: str

@@ -19,6 +19,8 @@ DRM = Path("sys/class/drm")  # under the host root
 
 @dataclass(frozen=True)
 class DeviceProfile:
+    """A supported card: its names, PCI ids and the architecture to build for."""
+
     name: str
     product: str
     die: str
@@ -45,6 +47,8 @@ def profile_of(pci_id: int) -> DeviceProfile | None:
 
 @dataclass(frozen=True)
 class Card:
+    """A card found on this machine."""
+
     node: str       # card0, or "xpu-smi:0"
     pci_id: int
     slot: str       # PCI address, e.g. 0000:03:00.0

@@ -35,6 +35,8 @@ GRACE = 5.0  # after a timeout: how long the output of a stopped command is stil
 
 @dataclass(frozen=True)
 class Completed:
+    """A finished command: its argv, exit code and (captured) output."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str  # captured stdout when capture=True, else ""

@@ -48,6 +48,8 @@ def parse_size(text: str) -> int:
 
 @dataclass(frozen=True)
 class BuildSpec:
+    """A recipe's [build] table: compiler cache, jobs and memory per job."""
+
     compiler_cache: str = ""   # "" = not set: ccache if available (not required)
     jobs: int = 0              # 0 = sized by memory
     memory_per_job: int = 0    # 0 = the component's own or the tool's default

@@ -31,6 +31,8 @@ _HOST = Regex(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5
 
 @dataclass(frozen=True)
 class RemoteURL:
+    """Where a remote wheel cache lives on an OCI registry."""
+
     host: str       # host[:port], as registries and auth files name it
     namespace: str  # the repository prefix: entries live in <namespace>/wheels
 
@@ -45,6 +47,8 @@ class RemoteURL:
 
 @dataclass(frozen=True)
 class CacheSpec:
+    """A recipe's [cache] table: the remote wheel cache and how it is used."""
+
     remote: str = ""
     push: bool = False
     insecure: bool = False

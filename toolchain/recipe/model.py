@@ -110,6 +110,8 @@ class Prebuilt:
 
 @dataclass(frozen=True)
 class Component:
+    """One component of a recipe: its source, pin, patches, build command and environment."""
+
     name: str
     url: str
     commit: str
@@ -150,6 +152,8 @@ class ResolveSpec:
 
 @dataclass(frozen=True)
 class ToolchainSpec:
+    """A recipe's [toolchain] table: the setvars script sourced before builds."""
+
     setvars: str = DEFAULT_SETVARS
     setvars_args: tuple[str, ...] = ("--force",)
     base_dir: Path = field(default=Path("."), compare=False)  # a relative `setvars` is relative to this
@@ -161,6 +165,8 @@ class ToolchainSpec:
 
 @dataclass(frozen=True)
 class TargetSpec:
+    """A recipe's [target] table: where builds and smokes run."""
+
     runtime: str = "host"
     python: str = "python3"
     image: str = ""
@@ -194,6 +200,8 @@ class SmokeSpec:
 
 @dataclass(frozen=True)
 class Recipe:
+    """A loaded, validated recipe (after `extends`)."""
+
     name: str
     path: Path
     description: str

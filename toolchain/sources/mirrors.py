@@ -40,6 +40,8 @@ DESCRIBE_RULE = f"git describe {' '.join(DESCRIBE_ARGS)}; source trees: core.abb
 
 @dataclass(frozen=True)
 class Rewrite:
+    """A URL rewrite: URLs starting with `prefix` are fetched from `replacement` instead."""
+
     prefix: str
     replacement: str
 

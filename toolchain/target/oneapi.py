@@ -36,6 +36,8 @@ VERSION_RE = Regex(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
 
 @dataclass(frozen=True)
 class ToolchainEnv:
+    """The sourced oneAPI environment: its facts and the variables setvars changed."""
+
     info: ToolchainInfo
     diff: tuple[tuple[str, str | None], ...]  # variables set (or, None, unset) by setvars
     banner: str = ""
