@@ -242,7 +242,9 @@ class UI:
             self.out.print(Text(line, style=style), soft_wrap=True, crop=False)
 
     def emit_json(self, data: dict[str, Any]) -> None:
-        """The one JSON document of a `--json` run."""
+        """The one JSON document of a `--json` run (none where the caller closed stdout)."""
+        if sys.stdout is None:
+            return
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         sys.stdout.flush()
 
