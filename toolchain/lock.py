@@ -6,7 +6,7 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
+from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
 from toolchain.core.regex import Regex
 from toolchain.core.serial import from_data, to_data, to_table
@@ -39,7 +40,7 @@ PYLOCK_NAME = "pylock.toml"
 LOCK_VERSION = 1
 
 
-@dataclass(frozen=True)
+@record
 class LockedComponent:
     """A component as its lock records it."""
 
@@ -72,7 +73,7 @@ class LockedComponent:
     inputs: tuple[InputFile, ...] = ()  # files read beyond the tree (kernel configuration): label, sha256
 
 
-@dataclass(frozen=True)
+@record
 class Lock:
     """A lock read back (`read_lock`) or assembled from a build (`assemble_lock`)."""
 

@@ -18,7 +18,6 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from toolchain.core.fs import (
     sha256_file,
 )
 from toolchain.core.memo import file_sha256
+from toolchain.core.record import record
 from toolchain.core.redact import redact_data
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError
@@ -50,7 +50,7 @@ def default_cache_dir() -> Path:
 WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names them
 
 
-@dataclass(frozen=True)
+@record
 class WheelRef:
     """A wheel as a lock names it: file name, sha256 and size."""
 
@@ -59,7 +59,7 @@ class WheelRef:
     size: int
 
 
-@dataclass(frozen=True)
+@record
 class CacheEntry:
     """A wheel cache entry: its wheel, digest, size and recorded metadata."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -17,6 +16,7 @@ from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_m
 from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.memo import remembered
+from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
 from toolchain.core.serial import Data, from_data, to_table
 from toolchain.errors import ToolError
@@ -30,7 +30,7 @@ from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
 KEY_VERSION = "2"  # bump when the build procedure changes in a way that changes wheels (2: describe abbrev 12)
 
 
-@dataclass(frozen=True)
+@record
 class ComponentPlan:
     """One component's part of a plan: environment, cache key and jobs, decided once."""
 
@@ -57,7 +57,7 @@ class ComponentPlan:
         return redact_env(dict(self.env))
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
     """A recipe made concrete for one target: the probed target, the toolchain and each component's plan."""
 
@@ -239,7 +239,7 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
                         saved["banner"])
 
 
-@dataclass(frozen=True)
+@record
 class SourceFacts:
     """What the local mirror says of a pinned commit; `missing` says why it cannot say."""
     describe: str = ""

@@ -12,12 +12,13 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.core.fs import sha256_bytes, sha256_file
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text
 from toolchain.core.regex import Regex
 from toolchain.core.serial import meta, to_table
@@ -27,7 +28,7 @@ DOWNLOAD_TIMEOUT = 60  # seconds without data before a download is given up
 CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
+@record
 class PrebuiltFile:
     """One pinned wheel file: where it is, its sha256, and what pinned it (the recipe's requirement and the
     index that served it, or the recipe's own URL)."""

@@ -12,7 +12,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +26,7 @@ from toolchain.build.remoteopen import open_remote
 from toolchain.build.remotespec import RemoteRequest
 from toolchain.core.fs import write_if_changed
 from toolchain.core.proc import CommandFailed, merge_env
+from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from toolchain.recipe.model import Component
 
 
-@dataclass(frozen=True)
+@record
 class BuildOptions:
     """How to build: the out and cache folders and the command line's choices."""
 
@@ -59,7 +59,7 @@ class BuildOptions:
     builds_at_once: int = 0      # compiles at once, at most (0: as the target's cores and memory allow)
 
 
-@dataclass(frozen=True)
+@record
 class BuiltComponent:
     """One component's wheel after a build, and where it came from."""
 

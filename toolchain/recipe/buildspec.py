@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from toolchain.core.record import record
 from toolchain.core.regex import Regex
 
 GiB = 1024 ** 3
@@ -46,7 +46,7 @@ def parse_size(text: str) -> int:
     return value
 
 
-@dataclass(frozen=True)
+@record
 class BuildSpec:
     """A recipe's [build] table: compiler cache, jobs and memory per job."""
 

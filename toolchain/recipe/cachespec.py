@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from toolchain.core.record import record
 from toolchain.core.regex import Regex
 
 SCHEME = "oci"
@@ -29,7 +29,7 @@ _COMPONENT = Regex(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _HOST = Regex(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$")
 
 
-@dataclass(frozen=True)
+@record
 class RemoteURL:
     """Where a remote wheel cache lives on an OCI registry."""
 
@@ -45,7 +45,7 @@ class RemoteURL:
         return f"{self.namespace}/wheels"
 
 
-@dataclass(frozen=True)
+@record
 class CacheSpec:
     """A recipe's [cache] table: the remote wheel cache and how it is used."""
 

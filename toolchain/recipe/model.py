@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
+from toolchain.core.record import record
 from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
@@ -24,7 +25,7 @@ DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
 DEFAULT_SETVARS = "/opt/intel/oneapi/setvars.sh"
 
 
-@dataclass(frozen=True)
+@record
 class Origin:
     """The recipe file that declared a key, and where the patches it names live. Relative paths in a key
     resolve against the recipe that declared it, not the one that extends it."""
@@ -36,7 +37,7 @@ class Origin:
         return self.file.parent
 
 
-@dataclass(frozen=True)
+@record
 class Found:
     """Where a recipe named on the command line or by `extends` was found: its file, and how ("a path",
     "beside child.toml/", "--recipes-dir", "$TOOLCHAIN_RECIPES_DIR", "./recipes", "the shipped recipes")."""
@@ -45,7 +46,7 @@ class Found:
     where: str
 
 
-@dataclass(frozen=True)
+@record
 class Patch:
     """One patch, identified by its sha256 (part of the cache key of every build that applies it).
 
@@ -72,7 +73,7 @@ class Patch:
         return f"{self.url}@{self.commit[:12]}:{self.path}" if self.url else self.path
 
 
-@dataclass(frozen=True)
+@record
 class InputFile:
     """A file a build reads from outside its source tree (a kernel configuration preset such as the one
     VLLM_CHUNK_PREFILL_CONFIG names): identified by its sha256, which is part of the cache key. `label`: the
@@ -82,7 +83,7 @@ class InputFile:
     file: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
 
 
-@dataclass(frozen=True)
+@record
 class FetchContentDep:
     """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
     name: str
@@ -95,7 +96,7 @@ class FetchContentDep:
         return "FETCHCONTENT_SOURCE_DIR_" + self.name.upper()
 
 
-@dataclass(frozen=True)
+@record
 class Prebuilt:
     """A component that is never compiled: a released wheel. `requirement` ("vllm-xpu-kernels==0.1.16.2")
     is looked up in the recipe's [resolve] indexes and find-links; `url` + `sha256` name one file."""
@@ -108,7 +109,7 @@ class Prebuilt:
         return self.requirement or self.url
 
 
-@dataclass(frozen=True)
+@record
 class Component:
     """One component of a recipe: its source, pin, patches, build command and environment."""
 
@@ -139,7 +140,7 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 
 
-@dataclass(frozen=True)
+@record
 class ResolveSpec:
     """`[resolve]`: where the runtime closure of the built wheels is resolved from (toolchain.resolve).
     No index and no find-links: nothing is resolved from anywhere (a closure with requirements fails)."""
@@ -150,7 +151,7 @@ class ResolveSpec:
     python_version: str = ""                      # default: the probed target's major.minor
 
 
-@dataclass(frozen=True)
+@record
 class ToolchainSpec:
     """A recipe's [toolchain] table: the setvars script sourced before builds."""
 
@@ -163,7 +164,7 @@ class ToolchainSpec:
         return bool(self.setvars)
 
 
-@dataclass(frozen=True)
+@record
 class TargetSpec:
     """A recipe's [target] table: where builds and smokes run."""
 
@@ -176,7 +177,7 @@ class TargetSpec:
     base: str = ""  # an image pinned by digest whose environment the components are rebuilt into (`image` = it)
 
 
-@dataclass(frozen=True)
+@record
 class SmokeSpec:
     """A recipe's `[smoke]` table, typed (recipe.validate checks it; smoke reads these fields). The lock keeps
     the table as written (`raw`, redacted) and smoke types it again with the same `validate.smoke_spec`."""
@@ -198,7 +199,7 @@ class SmokeSpec:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
-@dataclass(frozen=True)
+@record
 class Recipe:
     """A loaded, validated recipe (after `extends`)."""
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.proc import display
+from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_text
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, RecipeError
@@ -34,7 +34,7 @@ IGNORED = frozenset({"_", "OLDPWD", "SHLVL", "PWD"})  # what a shell changes bet
 VERSION_RE = Regex(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
 
 
-@dataclass(frozen=True)
+@record
 class ToolchainEnv:
     """The sourced oneAPI environment: its facts and the variables setvars changed."""
 
