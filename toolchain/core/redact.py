@@ -44,13 +44,16 @@ def redact_text(text: str, env: Mapping[str, str | None] | None = None) -> str:
     """Mask every secret value of `env`, `name=value` pairs with secret names and URL credentials in `text`."""
     for value in secret_values(env or {}):
         text = text.replace(value, MASK)
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
+    if "=" in text:  # (what the pattern needs: most texts have none, and a warm build masks hundreds)
+        text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
     return redact_urls(text)
 
 
 def redact_urls(text: str) -> str:
     """`scheme://user:password@` keeps the user and masks the password; `http(s)://userinfo@` (a token used
     as the user name) masks all of it. `ssh://git@host` and scp-like `git@host:path` carry no secret."""
+    if "@" not in text or "://" not in text:  # (both patterns need both)
+        return text
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     return _HTTP_USER.sub(lambda m: f"{m.group(1)}{MASK}@" if m.group(2) != MASK else m.group(0), text)
 

@@ -2,8 +2,8 @@
 
 A warm build imports some sixty modules and uses few of their patterns; compiling every one at import (an
 IGNORECASE alternation costs milliseconds) was a measurable part of its time. `Regex(pattern, flags)` is
-defined at module level as `re.compile` was, and compiles on its first match (then `re`'s own cache and this
-object keep it)."""
+defined at module level as `re.compile` was, and compiles on its first use; from then on its methods are the
+compiled pattern's own (bound on the instance: no call through this class)."""
 
 from __future__ import annotations
 
@@ -15,17 +15,20 @@ from typing import Any
 class Regex:
     """A `re.Pattern[str]` made on first use: the methods the tool calls, with the same signatures."""
 
-    __slots__ = ("_compiled", "flags", "pattern")
+    _METHODS = ("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split")
 
     def __init__(self, pattern: str, flags: int | re.RegexFlag = 0) -> None:
         self.pattern, self.flags = pattern, int(flags)
-        self._compiled: re.Pattern[str] | None = None
 
     @property
     def compiled(self) -> re.Pattern[str]:
-        if self._compiled is None:
-            self._compiled = re.compile(self.pattern, self.flags)
-        return self._compiled
+        """The pattern, compiled now if not yet; its methods then replace this class's on the instance."""
+        found = self.__dict__.get("_compiled")
+        if found is None:
+            found = self.__dict__["_compiled"] = re.compile(self.pattern, self.flags)
+            for name in self._METHODS:
+                setattr(self, name, getattr(found, name))
+        return found
 
     def match(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
         return self.compiled.match(text, pos, endpos)
