@@ -183,6 +183,7 @@ class WheelCache:
             meta = dict(redact_data(meta), wheel=wheel.name, sha256=sha, size=size, stored=time.time())
             atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
             if (final.exists() or final.is_symlink()) and not self.evict(key):
+                shutil.rmtree(tmp, ignore_errors=True)
                 raise BuildError(f"cannot replace the wheel cache entry {final}: the way to it is a symbolic "
                                  "link out of the cache", hint="remove the link, or pass another --cache-dir")
             published = publish_dir(tmp, final)
