@@ -191,6 +191,13 @@ def test_a_foreign_owned_or_linked_folder_in_the_cache_is_named_and_nothing_plan
     assert planted.stat().st_uid == os.geteuid()  # computed again and written as this user's
     os.chown(memo, os.geteuid(), os.getegid())
 
+    # a FIFO planted where a remembered probe is kept: read without blocking, a miss, written again
+    planted.unlink()
+    os.mkfifo(planted)
+    r = user("build", "--recipe", "mine", "--out", out, "--json", timeout=120)
+    assert set(sources(r).values()) == {"local-cache"}, str(r)
+    assert planted.is_file() and json.loads(planted.read_text())["value"]["info"]["oneapi_version"] == "2025.2.0"
+
     # the memo folder a link to a folder of the user's own files: used, named, nothing of it deleted
     elsewhere = home / "elsewhere"
     elsewhere.mkdir()
