@@ -431,39 +431,3 @@ def test_11_a_build_failing_for_icx_under_the_stand_in_says_stand_in(realstack_b
     said = f"{data['error']}\n{data.get('hint') or ''}"
     assert f"building ark@{s.ark_icx_only[:12]} failed" in said and "icx --version" in said, said
     assert re.search(r"stand-in", said, re.I), said
-
-
-# ---- 12. a warm no-op of a user's recipe that extends the stack, answered from its record -------------------
-
-def test_12_a_warm_noop_of_an_own_recipe_folder_is_answered_until_its_patch_or_recipe_changes(realstack_built,
-                                                                                               tmp_path):
-    """A user's folder (~/mine: recipes/child.toml extending the base stack by path, patches/ with their ARK
-    patch) built warm: answered from the record (core/noop.py) as a full run answers; a patch touched (the same
-    bytes), the recipe edited, each gets a full run."""
-    import shutil
-
-    from tests.support.noop_runs import Runs, said
-
-    s = realstack_built.stack
-    mine = tmp_path / "mine"
-    shutil.copytree(s.user_recipes, mine / "recipes")
-    shutil.copytree(s.user_patches, mine / "patches")
-    runs = Runs(sys.executable, mine, isolated_env(tmp_path), tmp_path)
-    args = ("build", "--recipe", "child", "--cache-dir", realstack_built.cache, "--out", tmp_path / "out", "--json")
-    cold, which = runs(*args)
-    assert cold.returncode == 0 and which == "full", str(cold)
-    answered = runs.until_recorded(*args)
-    assert {c["name"]: c["source"] for c in answered.json()["components"]} == {
-        "engine": "local-cache", "kernels": "local-cache", "ark": "local-cache"}
-
-    patch = mine / "patches" / USER_ARK_PATCH
-    os.utime(patch, ns=(patch.stat().st_atime_ns, patch.stat().st_mtime_ns + 1_000_000_000))
-    r, which = runs(*args)
-    assert which == "full" and said(r) == said(answered), str(r)  # looked at again: the same answer
-    runs.until_recorded(*args)
-
-    recipe = mine / "recipes" / "child.toml"
-    recipe.write_text(recipe.read_text() + "\n# my note\n")
-    r, which = runs(*args)
-    assert which == "full" and r.returncode == 0, str(r)
-    runs.until_recorded(*args)

@@ -1,26 +1,14 @@
-"""`python -m toolchain` and the `toolchain` script: a warm no-op is answered from its record (core/noop.py)
-before the rest of the tool is imported."""
+"""`python -m toolchain` and the `toolchain` script."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 
 def run() -> int:
-    from toolchain.core import noop
+    from toolchain.cli import main
 
-    argv = sys.argv[1:]
-    code = noop.answer(argv)
-    if code is not None:
-        return code
-    with noop.recording(argv) as recorder:
-        from toolchain.cli import main
-
-        code = main(argv)
-    with contextlib.suppress(OSError):  # (a cache that cannot be written: the next run is a full one)
-        recorder.keep(code)
-    return code
+    return main(sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
-from toolchain.core.noop import command_of
 from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
@@ -47,6 +46,11 @@ COMMANDS = {
     "lock": "toolchain.commands.lock",
     "doctor": "toolchain.commands.doctor",
 }
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command of a command line: its first word that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _closest(word: str, choices: Sequence[str]) -> str | None:
@@ -115,6 +119,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
+    _fill_closed_std_fds()
     ui = UI(json_mode="--json" in args_list)
     try:
         with _stop_on_signals(), _stdout_kept_for_json(ui.json_mode):
@@ -241,11 +246,25 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def _fill_closed_std_fds() -> None:
+    """A standard stream closed by the caller (`>&-`) is /dev/null for the run: otherwise the next file the tool
+    opens would take its number, and a child writing to its stdout would write into it. Its output is lost,
+    as the caller asked (sys.stdout stays None: nothing is printed, the exit code is the run's)."""
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, flags)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+
+
 @contextlib.contextmanager
 def _stdout_kept_for_json(json_mode: bool) -> Iterator[None]:
     """While a `--json` command runs, file descriptor 1 and sys.stdout go to stderr, so that nothing (a
     child process, a stray print) adds to the one JSON document written afterwards."""
-    if not json_mode:
+    if not json_mode or sys.stdout is None or sys.stderr is None:  # (no stdout: nothing to keep apart)
         yield
         return
     try:

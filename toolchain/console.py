@@ -94,6 +94,8 @@ def _join(parts: list[str]) -> str:
 
 @dataclass(frozen=True)
 class CommandResult:
+    """What a command handler returns; only `cli.main()` prints it."""
+
     data: dict[str, Any]            # what --json prints
     exit_code: int = 0              # 0 ok, 1 a build/test failed
     summary: str = ""               # what a person reads (rich markup allowed)
@@ -260,7 +262,9 @@ class UI:
             self.out.print(Text(line, style=style), soft_wrap=True, crop=False)
 
     def emit_json(self, data: dict[str, Any]) -> None:
-        """The one JSON document of a `--json` run."""
+        """The one JSON document of a `--json` run (none where the caller closed stdout)."""
+        if sys.stdout is None:
+            return
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         sys.stdout.flush()
 

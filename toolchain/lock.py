@@ -5,9 +5,8 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,9 @@ from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
+from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
+from toolchain.core.regex import Regex
 from toolchain.core.serial import from_data, to_data, to_table
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
@@ -39,8 +40,10 @@ PYLOCK_NAME = "pylock.toml"
 LOCK_VERSION = 1
 
 
-@dataclass(frozen=True)
+@record
 class LockedComponent:
+    """A component as its lock records it."""
+
     name: str
     url: str
     ref: str
@@ -70,8 +73,10 @@ class LockedComponent:
     inputs: tuple[InputFile, ...] = ()  # files read beyond the tree (kernel configuration): label, sha256
 
 
-@dataclass(frozen=True)
+@record
 class Lock:
+    """A lock read back (`read_lock`) or assembled from a build (`assemble_lock`)."""
+
     recipe_name: str
     recipe_path: str
     recipe_sha256: str
@@ -210,7 +215,7 @@ def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:
 # A PEP 440 version already in its normalized form (release numbers without leading zeros, then aN, bN or rcN,
 # .postN, .devN, and a +local of lower-case letters and digits, a number without leading zeros): it is its own
 # normalization, so writing the pylock of such wheels imports no `packaging.version` (3 ms).
-_NORMALIZED_VERSION = re.compile(r"(?:0|[1-9]\d*)(?:\.(?:0|[1-9]\d*))*(?:(?:a|b|rc)(?:0|[1-9]\d*))?"
+_NORMALIZED_VERSION = Regex(r"(?:0|[1-9]\d*)(?:\.(?:0|[1-9]\d*))*(?:(?:a|b|rc)(?:0|[1-9]\d*))?"
                                  r"(?:\.post(?:0|[1-9]\d*))?(?:\.dev(?:0|[1-9]\d*))?"
                                  r"(?:\+(?:[a-z0-9]*[a-z][a-z0-9]*|0|[1-9]\d*)(?:\.(?:[a-z0-9]*[a-z][a-z0-9]*|0|[1-9]\d*))*)?")
 
@@ -309,9 +314,9 @@ def _base_env(table: dict[str, Any]) -> BaseEnv:
 
 # ---- what a well-formed lock holds (checked on read) ---------------------------------------------------
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_COMMIT = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_HEX = re.compile(r"^[0-9a-f]{8,64}$")
+_HEX64 = Regex(r"^[0-9a-f]{64}$")
+_COMMIT = Regex(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_HEX = Regex(r"^[0-9a-f]{8,64}$")
 Check = tuple[str, Callable[[Any], bool]]  # (what a value must be, the test)
 
 STR: Check = ("a string", lambda v: isinstance(v, str))
@@ -332,7 +337,7 @@ TABLE: Check = ("a table", lambda v: isinstance(v, dict))
 # A wheel name of the plain form (one tag; a name without "__"), which packaging accepts whenever its version
 # parses: checked without packaging.utils, whose tag machinery (sysconfig, platform, subprocess) a warm build
 # would import only to read back its own lock. Any other name is left to packaging.
-_PLAIN_WHEEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.]|_(?!_))*-[^-]+(?:-[0-9][^-]*)?"
+_PLAIN_WHEEL = Regex(r"[A-Za-z0-9](?:[A-Za-z0-9.]|_(?!_))*-[^-]+(?:-[0-9][^-]*)?"
                           r"-[a-z][a-z0-9_]*-[a-z0-9_]+-[a-z0-9_]+\.whl")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolchain.build.cache import WHEELS_DIR
+from toolchain.build.cache import WHEELS_DIR, shared_folder_warnings
 from toolchain.build.plan import Plan, component_env, make_plan
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
@@ -24,6 +24,7 @@ from toolchain.console import UI
 from toolchain.core import blobs
 from toolchain.core.fs import atomic_write_text, give_to_invoking_user, sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
+from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
 from toolchain.errors import BuildError, RecipeError, TestFailed, UsageError
 from toolchain.lock import (
@@ -72,6 +73,8 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     ours = check_out_dir(out)
     check_dir(options.cache_dir, "cache directory")
+    for warning in shared_folder_warnings(options.cache_dir):
+        ui.warn(warning)
     if remote is not None and options.use_cache:
         remote.warm_up()  # while the target is probed
     with make_runtime(recipe.target, ui) as runtime:
@@ -277,7 +280,7 @@ def _marker(text: str) -> dict[str, object]:
 
 # What a build that failed for want of the real oneAPI says: its compilers, SYCL, its libraries. A missing
 # `wheel` or `ninja`, a bad patch or a failing test is not the stand-in's doing and gets no note about it.
-_NEEDS_ONEAPI = re.compile(r"\b(icx|icpx|dpcpp|sycl|oneapi|cmplr_root|mkl|level[-_ ]zero|ze_loader|libsycl|"
+_NEEDS_ONEAPI = Regex(r"\b(icx|icpx|dpcpp|sycl|oneapi|cmplr_root|mkl|level[-_ ]zero|ze_loader|libsycl|"
                            r"fsycl|intel-sycl|ocloc)\b", re.I)
 
 

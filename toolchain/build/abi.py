@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain.core.record import record
 from toolchain.errors import BuildError
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ print(json.dumps(out))
 """
 
 
-@dataclass(frozen=True)
+@record
 class BuiltAgainst:
     """One distribution a compiled wheel was built against, as found in its build environment."""
     name: str

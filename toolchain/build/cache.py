@@ -14,45 +14,55 @@ import contextlib
 import json
 import math
 import os
-import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.core import noop
 from toolchain.core.fs import (
     DigestMismatch,
     atomic_copy_verified,
     atomic_write_text,
     file_lock,
     publish_dir,
+    read_regular,
     sha256_file,
 )
+from toolchain.core.memo import file_sha256
+from toolchain.core.record import record
 from toolchain.core.redact import redact_data
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError
 
-CACHE_ENV = noop.CACHE_ENV
+CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
 
 
 def default_cache_dir() -> Path:
-    return Path(noop.default_cache_dir())  # (one definition: a warm no-op finds its record there)
+    """The tool's cache folder when no --cache-dir is given: $TOOLCHAIN_CACHE_DIR, else the XDG cache's."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xpu-toolchain"
 
 
 WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names them
 
 
-@dataclass(frozen=True)
+@record
 class WheelRef:
+    """A wheel as a lock names it: file name, sha256 and size."""
+
     file: str
     sha256: str
     size: int
 
 
-@dataclass(frozen=True)
+@record
 class CacheEntry:
+    """A wheel cache entry: its wheel, digest, size and recorded metadata."""
+
     key: str
     wheel: Path
     sha256: str
@@ -74,6 +84,7 @@ class WheelCache:
 
     def __init__(self, root: Path, warn: Warn = _no_warning) -> None:
         self.root = Path(root) / "wheels"
+        self.memo = Path(root) / "memo"  # the out wheels' digests, by stat (core/memo.py)
         self.warn = warn
 
     def _dir(self, key: str) -> Path:
@@ -106,8 +117,14 @@ class WheelCache:
         if entry is None:
             return None
         dest = dest_dir / entry.wheel.name
-        if dest.is_file() and dest.stat().st_size == entry.size and sha256_file(dest) == entry.sha256:
-            return entry
+        try:
+            st = os.lstat(dest)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry.size:
+            if file_sha256(self.memo, dest) == entry.sha256:  # (one stat while the wheel's stat_key stays)
+                return entry
+            self.warn(f"{dest} does not hash as its cache entry records ({entry.sha256}): replaced from the cache")
         try:
             atomic_copy_verified(entry.wheel, dest, entry.sha256)
         except DigestMismatch as exc:
@@ -125,21 +142,29 @@ class WheelCache:
         self.warn(f"wheel cache entry {self._dir(key)} is damaged ({problem}); evicted, it will be rebuilt")
         self.evict(key)
 
-    def evict(self, key: str) -> None:
+    def evict(self, key: str) -> bool:
+        """Remove the entry of `key` (renamed out of the way, then deleted); False, with a warning, when the
+        way to it leaves the cache through a symbolic link (nothing out of the cache is deleted)."""
         d = self._dir(key)
+        link = symlink_on_the_way(self.root.parent, d)
+        if link is not None:
+            self.warn(f"wheel cache entry {d} is not evicted: {link} is a symbolic link (nothing is deleted "
+                      "through a link out of the cache)")
+            return False
         trash = d.with_name(f".tmp-evict-{key}-{os.urandom(16).hex()}")
         try:
             os.rename(d, trash)
         except FileNotFoundError:
-            return  # already gone (another process evicted or replaced it)
+            return True  # already gone (another process evicted or replaced it)
         shutil.rmtree(trash, ignore_errors=True)
+        return True
 
     @contextlib.contextmanager
     def building(self, key: str) -> Iterator[None]:
         """Held while a key is built; leftovers of builders that died holding it are removed."""
         with file_lock(self.root / "locks" / f"{key}.lock"):
             parent = self._dir(key).parent
-            if parent.is_dir():
+            if parent.is_dir() and symlink_on_the_way(self.root.parent, parent) is None:
                 for stale in [*parent.glob(f".tmp-{key}-*"), *parent.glob(f".tmp-evict-{key}-*")]:
                     shutil.rmtree(stale, ignore_errors=True)
             yield
@@ -157,8 +182,10 @@ class WheelCache:
             sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
             meta = dict(redact_data(meta), wheel=wheel.name, sha256=sha, size=size, stored=time.time())
             atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
-            if final.exists():
-                self.evict(key)
+            if (final.exists() or final.is_symlink()) and not self.evict(key):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise BuildError(f"cannot replace the wheel cache entry {final}: the way to it is a symbolic "
+                                 "link out of the cache", hint="remove the link, or pass another --cache-dir")
             published = publish_dir(tmp, final)
         except OSError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -172,10 +199,52 @@ class WheelCache:
         return CacheEntry(key, final / wheel.name, sha, size, meta)
 
 
+def symlink_on_the_way(root: Path, path: Path) -> Path | None:
+    """The first symbolic link from `root` (excluded: a cache folder may itself be a link) down to `path`
+    (included), or None: what the cache deletes is reached by real folders only."""
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return path
+    here = root
+    for part in rel.parts:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
+
+
+def shared_folder_warnings(cache_dir: Path) -> list[str]:
+    """A warning naming each folder of the cache (itself and the folders in it) that another user could write
+    (owned by another user, or group/other-writable and not a sticky folder of this user's) or that is a
+    symbolic link: one lstat each. Nothing of a memo there is trusted (core/memo.py), each wheel is checked
+    by its sha256 as it is taken, and nothing is deleted through a link; the warning says what it risks."""
+    out: list[str] = []
+    me = os.geteuid()
+    try:
+        children = [cache_dir / e.name for e in os.scandir(cache_dir)]
+    except OSError:
+        return out
+    for path in (cache_dir, *sorted(children)):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) and path != cache_dir:
+            out.append(f"cache folder {path} is a symbolic link (to {os.readlink(path)}): the tool writes through "
+                       "it but deletes nothing there")
+        elif stat.S_ISDIR(st.st_mode) and (st.st_uid != me or (
+                st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and st.st_uid == me))):
+            who = f"owned by uid {st.st_uid}" if st.st_uid != me else f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+            out.append(f"cache folder {path} is {who}: another user could plant files there (remembered "
+                       "probes there are not trusted; make it yours alone: chmod go-w, chown)")
+    return out
+
+
 def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     """entry.json, or why it cannot be used."""
     try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = json.loads(read_regular(meta_file).decode("utf-8"))
     except FileNotFoundError:
         return "entry.json is missing", None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -196,7 +265,7 @@ def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     return "", meta
 
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = Regex(r"^[0-9a-f]{64}$")
 
 
 def _count(v: object) -> bool:

@@ -33,7 +33,6 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -190,6 +189,8 @@ def _writable(folder: str) -> str:
 
 
 def _version(ccache: str, env: dict[str, str]) -> tuple[str | None, str]:
+    import subprocess  # (here, not at the top: the host's `gather` starts no process)
+
     try:
         out = subprocess.run([ccache, "--version"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=60, check=False).stdout.decode("utf-8", "replace")
@@ -254,6 +255,8 @@ def _unreachable(address: str) -> str:
 
 
 def build(result_path: str, argv: list[str]) -> int:
+    import subprocess
+
     env = dict(os.environ)
     ccache = env.pop("TOOLCHAIN_CCACHE", "")
     required = env.pop("TOOLCHAIN_CCACHE_REQUIRED", "") == "1"

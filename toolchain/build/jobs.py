@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from toolchain.core.record import record
 from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import JOB_ENV, GiB, MiB, parse_size
@@ -41,8 +42,10 @@ def format_size(n: int) -> str:
     return f"{n / 1024:.1f} KiB"
 
 
-@dataclass(frozen=True)
+@record
 class Resources:
+    """The cores and memory a target gives a build."""
+
     cpus: int
     memory: int          # bytes available to a build
     why_memory: str      # where `memory` comes from
@@ -109,8 +112,10 @@ def resources_from(files: Mapping[str, str], cpus: int) -> Resources:
     return Resources(max(1, cpus), memory, why)
 
 
-@dataclass(frozen=True)
+@record
 class JobsDecision:
+    """How many compile jobs a component gets, and why."""
+
     jobs: int
     per_job: int = field(metadata=meta(key="per-job-memory"))
     per_job_source: str

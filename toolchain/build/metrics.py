@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from toolchain.build.ccache import CacheReport
+from toolchain.core.record import record
 from toolchain.core.serial import meta, rounded
 
 RUNNER = "build-runner"            # the Extra name of the in-target script
@@ -23,8 +24,10 @@ LIVE = RESULT + ".live"             # written by the runner while the build runs
 RUNNER_FILE = Path(__file__).with_name("intarget.py")
 
 
-@dataclass(frozen=True)
+@record
 class BuildMetrics:
+    """What one build cost: wall and CPU seconds, peak memory and where the peak was read."""
+
     wall_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     cpu_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     peak_memory_bytes: int = 0
@@ -45,14 +48,16 @@ def measured_argv(python: str, runner: str, out: str, argv: Sequence[str]) -> li
     return [python, runner, "build", f"{out}/{RESULT}", "--", *argv]
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
+    """What the in-target runner wrote for one build (build/intarget.py)."""
+
     metrics: BuildMetrics
     cache: CacheReport
     error: str = ""   # the runner refused to build (a required ccache that does not run)
 
 
-@dataclass(frozen=True)
+@record
 class LiveReading:
     """What the runner says of a build while it runs (RESULT.live): the heartbeat's peak and ccache counts."""
     peak_bytes: int

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -17,6 +16,7 @@ from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_m
 from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.memo import remembered
+from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
 from toolchain.core.serial import Data, from_data, to_table
 from toolchain.errors import ToolError
@@ -30,8 +30,10 @@ from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
 KEY_VERSION = "2"  # bump when the build procedure changes in a way that changes wheels (2: describe abbrev 12)
 
 
-@dataclass(frozen=True)
+@record
 class ComponentPlan:
+    """One component's part of a plan: environment, cache key and jobs, decided once."""
+
     component: Component
     env: tuple[tuple[str, str | None], ...]  # recipe env + component env + version override (no toolchain)
     cache_key: str  # "" when the toolchain could not be captured (`Plan.toolchain_missing`)
@@ -55,8 +57,10 @@ class ComponentPlan:
         return redact_env(dict(self.env))
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
+    """A recipe made concrete for one target: the probed target, the toolchain and each component's plan."""
+
     recipe: Recipe
     target: TargetInfo
     toolchain: ToolchainInfo
@@ -180,10 +184,8 @@ def probe_resources(runtime: Runtime, python: str) -> Resources:
     (`intarget.gather`), instead of starting an interpreter for every plan."""
     if runtime.on_host:
         from toolchain.build import intarget
-        from toolchain.core.noop import live_readings
 
-        with live_readings():  # (they size compile jobs only: a warm no-op's answer does not depend on them)
-            return Resources.from_json(json.dumps(intarget.gather()))
+        return Resources.from_json(json.dumps(intarget.gather()))
     from toolchain.build.metrics import RUNNER_FILE
 
     r = runtime.run([python, "-c", RUNNER_FILE.read_text(), "resources"], capture=True, check=False)
@@ -240,8 +242,9 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
         root = Path(setvars).parent
         watch: list[str] | None = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() \
             else [setvars]
-        if t.info.cmplr_root and watch is not None:
-            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin"]
+        if t.info.cmplr_root and watch is not None:  # icpx too: its banner is the version, and a file
+            # rewritten in place leaves its folder's stat as it was
+            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin", f"{t.info.cmplr_root}/bin/icpx"]
         if any(is_secret(k) for k, _ in t.diff):
             watch = None  # setvars exported a secret: never write it to the cache
         return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
@@ -251,7 +254,7 @@ def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, i
                         saved["banner"])
 
 
-@dataclass(frozen=True)
+@record
 class SourceFacts:
     """What the local mirror says of a pinned commit; `missing` says why it cannot say."""
     describe: str = ""

@@ -12,13 +12,15 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.core.fs import sha256_bytes, sha256_file
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text
+from toolchain.core.regex import Regex
 from toolchain.core.serial import meta, to_table
 from toolchain.errors import BuildError, TransientError
 
@@ -26,7 +28,7 @@ DOWNLOAD_TIMEOUT = 60  # seconds without data before a download is given up
 CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
+@record
 class PrebuiltFile:
     """One pinned wheel file: where it is, its sha256, and what pinned it (the recipe's requirement and the
     index that served it, or the recipe's own URL)."""
@@ -125,7 +127,7 @@ def download(url: str, dest: Path, what: str) -> None:
 
 # ---- per-commit wheels (`prebuilt-index`): a bisect step whose commit has one takes it ------------------
 
-COMMIT_LABEL = re.compile(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
+COMMIT_LABEL = Regex(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
 
 
 def _page_links(base: str, text: str) -> list[str]:

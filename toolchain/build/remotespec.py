@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from toolchain.core.record import record
 from toolchain.errors import UsageError
 from toolchain.recipe.cachespec import DEFAULT_TIMEOUT, CacheSpec, RemoteURL, parse_remote_url, timeout_problem
 
@@ -16,7 +16,7 @@ ENV_REMOTE, ENV_INSECURE, ENV_TIMEOUT = "TOOLCHAIN_REMOTE_CACHE", "TOOLCHAIN_REM
 OFF = ("", "none", "off")  # --remote-cache none: no remote, whatever the recipe or the environment say
 
 
-@dataclass(frozen=True)
+@record
 class RemoteRequest:
     """What the command line asked for; None: not given (the environment, then the recipe decide)."""
     url: str | None = None
@@ -24,8 +24,10 @@ class RemoteRequest:
     insecure: bool = False  # --remote-insecure: the given (or configured) host speaks plain HTTP
 
 
-@dataclass(frozen=True)
+@record
 class RemoteSettings:
+    """The remote wheel cache a build uses, once the recipe, options and environment are merged."""
+
     where: RemoteURL
     push: bool = False
     insecure: bool = False

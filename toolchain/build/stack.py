@@ -12,24 +12,21 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.build import ccache
-from toolchain.build.abi import BuiltAgainst, probe_built_against
-from toolchain.build.buildreqs import check_build_requires
+from toolchain.build.abi import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
-from toolchain.build.frontend import backend_call, check_as_pip
-from toolchain.build.metrics import RUNNER, RUNNER_FILE, BuildMetrics, measured_argv, read_live, read_result
+from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.prebuilt import take_prebuilt
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.remotespec import RemoteRequest
-from toolchain.build.schedule import Budget, run_at_once
 from toolchain.core.fs import write_if_changed
 from toolchain.core.proc import CommandFailed, merge_env
+from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
@@ -39,12 +36,15 @@ from toolchain.target.base import Runtime
 
 if TYPE_CHECKING:
     from toolchain.build.remote import RemoteCache
+    from toolchain.build.schedule import Budget
     from toolchain.console import UI
     from toolchain.recipe.model import Component
 
 
-@dataclass(frozen=True)
+@record
 class BuildOptions:
+    """How to build: the out and cache folders and the command line's choices."""
+
     out_dir: Path
     cache_dir: Path
     rewrites: tuple[Rewrite, ...] = ()
@@ -59,8 +59,10 @@ class BuildOptions:
     builds_at_once: int = 0      # compiles at once, at most (0: as the target's cores and memory allow)
 
 
-@dataclass(frozen=True)
+@record
 class BuiltComponent:
+    """One component's wheel after a build, and where it came from."""
+
     plan: ComponentPlan
     describe: str
     wheel: WheelRef
@@ -143,6 +145,10 @@ def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOpt
                 show(cp, True)
                 built[cp.name] = one(cp)
                 show(cp, False)
+        if not compiled:  # (a warm build: nothing to schedule, and the scheduler is not imported)
+            return [built[cp.name] for cp in plan.components]
+        from toolchain.build.schedule import run_at_once
+
         built.update(zip(to_compile, run_at_once(
             compiled, one, build_budget(plan, options, runtime), reserved_memory,
             started=lambda cp: show(cp, True), ended=lambda cp: show(cp, False),
@@ -176,6 +182,8 @@ def heartbeat_line(cp: ComponentPlan, log: Path, seconds: float, work: Path | No
     parts = [f"{cp.name}: building for {minutes}m{secs:02d}s"]
     if cp.jobs:
         parts.append(f"{cp.jobs.jobs} jobs")
+    from toolchain.build.metrics import read_live
+
     reading = next(filter(None, (read_live(d) for d in work.glob(f"{cp.cache_key}-*"))), None) if work else None
     figures = reading.describe() if reading is not None else ""
     if figures:
@@ -190,6 +198,8 @@ def build_budget(plan: Plan, options: BuildOptions, runtime: Runtime) -> Budget:
     """How many compiles may run at once (build/schedule.py): the target's cores and available memory, as
     probed for the plan, and at most `--builds-at-once`; one where the runtime has one place to build in
     (exec into a running container)."""
+    from toolchain.build.schedule import Budget
+
     res = plan.resources
     if res is None or not runtime.workspaces_at_once:
         return Budget(1, 0)
@@ -315,7 +325,7 @@ def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, 
 def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "", header: str = "") -> None:
     """A wheel served from the cache keeps its full build log in logs/: the cache entry's, under a header
     (`origin`: where the entry came from, when not from this machine's builds). With a `header` the log is
-    written whole, and only when it differs from what is there (a warm no-op writes nothing: core/noop.py);
+    written whole, and only when it differs from what is there (a warm no-op writes nothing);
     without, it is appended to the log this run started."""
     built = entry.wheel.parent / "build.log"
     text = (f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s"
@@ -350,6 +360,11 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
 def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mirrors, trees: SourceTrees,
                       cache: WheelCache, options: BuildOptions, log: Path, ui: UI,
                       cc: CompilerCache) -> None:
+    from toolchain.build.abi import probe_built_against
+    from toolchain.build.buildreqs import check_build_requires
+    from toolchain.build.frontend import backend_call, check_as_pip
+    from toolchain.build.metrics import RUNNER, RUNNER_FILE, measured_argv, read_result
+
     comp = cp.component
     what = f"{comp.name}@{comp.commit[:12]}"
     work = Path(options.cache_dir) / "work"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from toolchain.core.record import record
 
 if TYPE_CHECKING:
     from toolchain.build.remotespec import RemoteRequest
@@ -24,8 +26,10 @@ DEFAULT_RECIPE = "demo"
 COMMAND_SUFFIX = "@command"  # where a global option given after the command is parsed to, before the merge
 
 
-@dataclass(frozen=True)
+@record
 class Option:
+    """One command-line option: its argparse flags and settings, shared by the commands that take it."""
+
     dest: str
     flags: tuple[str, ...]
     help: str

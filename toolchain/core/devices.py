@@ -8,8 +8,9 @@ B60 is BMG-G21 (0xE211), B70 is BMG-G31 (0xE223 as sycl-ls shows it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from toolchain.core.record import record
 
 VENDOR_INTEL = 0x8086
 BMG_G21_IDS = frozenset({0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216})
@@ -17,8 +18,10 @@ BMG_G31_IDS = frozenset({0xE220, 0xE221, 0xE222, 0xE223})
 DRM = Path("sys/class/drm")  # under the host root
 
 
-@dataclass(frozen=True)
+@record
 class DeviceProfile:
+    """A supported card: its names, PCI ids and the architecture to build for."""
+
     name: str
     product: str
     die: str
@@ -43,8 +46,10 @@ def profile_of(pci_id: int) -> DeviceProfile | None:
     return next((p for p in PROFILES.values() if pci_id in p.pci_ids), None)
 
 
-@dataclass(frozen=True)
+@record
 class Card:
+    """A card found on this machine."""
+
     node: str       # card0, or "xpu-smi:0"
     pci_id: int
     slot: str       # PCI address, e.g. 0000:03:00.0

@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,27 @@ from pathlib import Path
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+class NotRegular(OSError):
+    """A path that is not a regular file of its own (a FIFO, a device, a symbolic link) where one is read."""
+
+
+def read_regular(path: Path, *, owned: bool = False) -> bytes:
+    """The bytes of `path`, a regular file, opened without following a symbolic link and without blocking (a
+    FIFO planted in a cache would hang a plain open); `owned`: a file this user owns that no one else can
+    write, else NotRegular (a shared folder's file another user could have planted or may change)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(f"not a regular file: {path}")
+        if owned and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
+            raise NotRegular(f"not this user's own file: {path}")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 def sha256_file(path: Path) -> str:

@@ -1,5 +1,7 @@
 """Remembered answers of slow probes (the target interpreter, the sourced oneAPI environment), valid while
-the files and directories they depend on are unchanged (compared by mtime, inode and size).
+the files and directories they depend on are unchanged: one `stat` each, compared by `stat_key` (device,
+inode, size, mtime and ctime in ns, mode). The ctime is what a program cannot set back: a file rewritten in
+place with its size and mtime restored (`touch -d`, `os.utime`, disk rot repaired by a copy) has a new one.
 
 A warm no-op build must not pay for starting interpreters and sourcing setvars again; a `pip install` into
 the target (the site-packages directory changes) or a new oneAPI version (its directory changes) makes the
@@ -8,34 +10,68 @@ next build probe again."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from toolchain.core.fs import atomic_write_text, sha256_bytes
-from toolchain.core.noop import stat_key
+from toolchain.core.fs import atomic_write_text, read_regular, sha256_bytes, sha256_file
 
 T = TypeVar("T")
+
+
+def stat_key(path: str | os.PathLike[str]) -> list[int] | None:
+    """What tells a path's change apart, from one `stat` (following a symbolic link): device, inode, size,
+    mtime_ns, ctime_ns, mode; None when it is absent (its creation is a change too)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
 
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
                compute: Callable[[], tuple[T, Iterable[str] | None]]) -> T:
     """`compute()` returns (value, paths it depends on); the value must come back from JSON as it went in
     (str, int, bool, lists and str-keyed dicts of those), since a remembered one is read from JSON.
-    Paths of None mean: use the value but do not remember it (e.g. it holds a secret)."""
+    Paths of None mean: use the value but do not remember it (e.g. it holds a secret). A remembered value is
+    taken only from a file of this user's that no one else can write (`_read`)."""
     if memo_dir is None or identity is None:
         return compute()[0]
     key = sha256_bytes(json.dumps([kind, identity], sort_keys=True).encode())[:24]
     path = Path(memo_dir) / f"{kind}-{key}.json"
+    saved = _read(path)
     try:
-        saved = json.loads(path.read_text())
-        if all(stat_key(p) == s for p, s in saved["watch"].items()):
+        if saved is not None and all(stat_key(p) == s for p, s in saved["watch"].items()):
             found: T = saved["value"]  # written by the branch below from a value of the same T
             return found
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, AttributeError):
         pass
     value, watch = compute()
     if watch is None:
         return value
     atomic_write_text(path, json.dumps({"value": value, "watch": {p: stat_key(p) for p in sorted(set(watch))}}))
     return value
+
+
+def file_sha256(memo_dir: Path | None, path: Path) -> str:
+    """The sha256 of a file, remembered under `memo_dir` while its stat_key stays (a rewritten file has a new
+    ctime, whatever its size and mtime say): one stat instead of reading a wheel of hundreds of MB."""
+    name = os.path.abspath(path)
+
+    def compute() -> tuple[str, list[str] | None]:
+        before = stat_key(name)
+        digest = sha256_file(Path(name))
+        return digest, [name] if stat_key(name) == before else None  # (changed while read: not remembered)
+
+    return remembered(memo_dir, "sha256", {"path": name}, compute)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    """A memo file this user wrote and no one else can change (`read_regular(owned=True)`): anything else in
+    a shared cache folder could have been planted, and is computed again (and replaced) instead of trusted."""
+    try:
+        saved = json.loads(read_regular(path, owned=True))
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) and isinstance(saved.get("watch"), dict) else None

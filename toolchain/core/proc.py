@@ -19,13 +19,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import subprocess  # imported when a command runs: a warm no-op build runs none
 
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError, UsageError
 
@@ -33,8 +33,10 @@ TAIL_LINES = 40
 GRACE = 5.0  # after a timeout: how long the output of a stopped command is still read
 
 
-@dataclass(frozen=True)
+@record
 class Completed:
+    """A finished command: its argv, exit code and (captured) output."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str  # captured stdout when capture=True, else ""

@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolchain.core.regex import Regex
+
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
 MASK = "<redacted>"
 _MIN_SECRET_LEN = 4
@@ -42,13 +44,16 @@ def redact_text(text: str, env: Mapping[str, str | None] | None = None) -> str:
     """Mask every secret value of `env`, `name=value` pairs with secret names and URL credentials in `text`."""
     for value in secret_values(env or {}):
         text = text.replace(value, MASK)
-    text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
+    if "=" in text:  # (what the pattern needs: most texts have none, and a warm build masks hundreds)
+        text = _ASSIGNMENT.sub(lambda m: f"{m.group(1)}={MASK}" if is_secret(m.group(1)) else m.group(0), text)
     return redact_urls(text)
 
 
 def redact_urls(text: str) -> str:
     """`scheme://user:password@` keeps the user and masks the password; `http(s)://userinfo@` (a token used
     as the user name) and `redis://password@` (ccache's form of a Redis password) mask all of it. `ssh://git@host` and scp-like `git@host:path` carry no secret."""
+    if "@" not in text or "://" not in text:  # (both patterns need both)
+        return text
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     return _HTTP_USER.sub(lambda m: f"{m.group(1)}{MASK}@" if m.group(2) != MASK else m.group(0), text)
 
@@ -96,10 +101,10 @@ def without_credentials(url: str) -> str:
 
 # Only secret names match, so a secret inside another value (CMAKE_ARGS=-DHF_TOKEN=...) is found too; values
 # end at whitespace or NUL (`env -0` output).
-_ASSIGNMENT = re.compile(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
+_ASSIGNMENT = Regex(r"\b([A-Za-z0-9_]*(?:{})[A-Za-z0-9_]*)=([^\s\x00]+)".format("|".join(SECRET_WORDS)), re.IGNORECASE)
 # scheme://user:password@ (user without '/', '@', ':' or whitespace; the password may hold ':', and an '@' left
 # unencoded: it runs to the last '@' before the host's '/', as URL parsers read it)
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/\s'\"]+)@")
+_URL_PASSWORD = Regex(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^/@:\s'\"]*):([^/\s'\"]+)@")
 # http(s)://token@ and redis://password@ (no password part: the one word is the secret)
-_HTTP_USER = re.compile(r"\b(https?://|rediss?://)([^/@:\s'\"]+)@", re.IGNORECASE)
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+_HTTP_USER = Regex(r"\b(https?://|rediss?://)([^/@:\s'\"]+)@", re.IGNORECASE)
+_USERINFO = Regex(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from toolchain.core.record import record
+from toolchain.core.regex import Regex
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
@@ -28,7 +30,7 @@ BUILD_KEYS: dict[str, type] = {"compiler-cache": str, "jobs": int, "memory-per-j
 STORE_SCHEMES = {"redis": 6379, "http": 80}  # the remote storages of ccache this tool passes on, default ports
 COMPONENT_BUILD_KEYS: dict[str, type] = {"jobs": int, "memory-per-job": str}
 JOB_ENV = ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "ARK_SYCL_TLA_JOBS")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
+_SIZE = Regex(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
 Add = Callable[[str, str], None]
 
@@ -48,8 +50,10 @@ def parse_size(text: str) -> int:
     return value
 
 
-@dataclass(frozen=True)
+@record
 class BuildSpec:
+    """A recipe's [build] table: compiler cache, jobs and memory per job."""
+
     compiler_cache: str = ""   # "" = not set: ccache if available (not required)
     jobs: int = 0              # 0 = sized by memory
     memory_per_job: int = 0    # 0 = the component's own or the tool's default
@@ -81,7 +85,7 @@ def build_spec(table: Any, add: Add) -> BuildSpec:
                      remote if isinstance(remote, str) else "")
 
 
-@dataclass(frozen=True)
+@record
 class StoreURL:
     """A shared compiler cache's address, as ccache's remote storage takes it (`URL|attribute=value...`)."""
     scheme: str        # "redis" | "http"

@@ -13,23 +13,26 @@ recipe (which a lock records) can be committed and shared.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from toolchain.core.record import record
+from toolchain.core.regex import Regex
 
 SCHEME = "oci"
 DEFAULT_TIMEOUT = 20.0
 MAX_TIMEOUT = 3600.0  # an hour: a registry slower than that is no accelerator (and urllib3 refuses inf)
 CACHE_KEYS = {"remote": str, "push": bool, "insecure": bool, "timeout": object}  # timeout: checked below
 # distribution's repository name grammar: path components of lower-case alphanumerics and separators
-_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_HOST = re.compile(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$")
+_COMPONENT = Regex(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_HOST = Regex(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$")
 
 
-@dataclass(frozen=True)
+@record
 class RemoteURL:
+    """Where a remote wheel cache lives on an OCI registry."""
+
     host: str       # host[:port], as registries and auth files name it
     namespace: str  # the repository prefix: entries live in <namespace>/wheels
 
@@ -42,8 +45,10 @@ class RemoteURL:
         return f"{self.namespace}/wheels"
 
 
-@dataclass(frozen=True)
+@record
 class CacheSpec:
+    """A recipe's [cache] table: the remote wheel cache and how it is used."""
+
     remote: str = ""
     push: bool = False
     insecure: bool = False

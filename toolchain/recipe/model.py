@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
+from toolchain.core.record import record
 from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
@@ -24,7 +25,7 @@ DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
 DEFAULT_SETVARS = "/opt/intel/oneapi/setvars.sh"
 
 
-@dataclass(frozen=True)
+@record
 class Origin:
     """The recipe file that declared a key, and where the patches it names live. Relative paths in a key
     resolve against the recipe that declared it, not the one that extends it."""
@@ -36,7 +37,7 @@ class Origin:
         return self.file.parent
 
 
-@dataclass(frozen=True)
+@record
 class Found:
     """Where a recipe named on the command line or by `extends` was found: its file, and how ("a path",
     "beside child.toml/", "--recipes-dir", "$TOOLCHAIN_RECIPES_DIR", "./recipes", "the shipped recipes")."""
@@ -45,7 +46,7 @@ class Found:
     where: str
 
 
-@dataclass(frozen=True)
+@record
 class Swap:
     """An inherited component an extending recipe swapped: for a released wheel (`prebuilt` written over a
     component built from source) or back to a build from source (`url` written over an inherited prebuilt).
@@ -56,7 +57,7 @@ class Swap:
     dropped: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Patch:
     """One patch, identified by its sha256 (part of the cache key of every build that applies it).
 
@@ -83,7 +84,7 @@ class Patch:
         return f"{self.url}@{self.commit[:12]}:{self.path}" if self.url else self.path
 
 
-@dataclass(frozen=True)
+@record
 class InputFile:
     """A file a build reads from outside its source tree (a kernel configuration preset such as the one
     VLLM_CHUNK_PREFILL_CONFIG names): identified by its sha256, which is part of the cache key. `label`: the
@@ -93,7 +94,7 @@ class InputFile:
     file: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
 
 
-@dataclass(frozen=True)
+@record
 class Recorded:
     """What a lock records of the local files its recipe names: the sha256 of each patch and input file by
     (component, label), and the cache that keeps copies by sha256 (`core.blobs`). A recipe read back from a
@@ -103,7 +104,7 @@ class Recorded:
     cache_dir: Path | None = None
 
 
-@dataclass(frozen=True)
+@record
 class FetchContentDep:
     """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
     name: str
@@ -116,7 +117,7 @@ class FetchContentDep:
         return "FETCHCONTENT_SOURCE_DIR_" + self.name.upper()
 
 
-@dataclass(frozen=True)
+@record
 class Prebuilt:
     """A component that is never compiled: a released wheel. `requirement` ("vllm-xpu-kernels==0.1.16.2")
     is looked up in the recipe's [resolve] indexes and find-links; `url` + `sha256` name one file."""
@@ -129,8 +130,10 @@ class Prebuilt:
         return self.requirement or self.url
 
 
-@dataclass(frozen=True)
+@record
 class Component:
+    """One component of a recipe: its source, pin, patches, build command and environment."""
+
     name: str
     url: str
     commit: str
@@ -158,7 +161,7 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 
 
-@dataclass(frozen=True)
+@record
 class ResolveSpec:
     """`[resolve]`: where the runtime closure of the built wheels is resolved from (toolchain.resolve).
     No index and no find-links: nothing is resolved from anywhere (a closure with requirements fails)."""
@@ -169,7 +172,7 @@ class ResolveSpec:
     python_version: str = ""                      # default: the probed target's major.minor
 
 
-@dataclass(frozen=True)
+@record
 class NativeSpec:
     """`[native]`: additions to the shipped native policy (toolchain/data/native-policy.toml). `host_provides`:
     sonames (fnmatch patterns) the run host provides, recorded in the lock and checked where the stack runs;
@@ -178,8 +181,10 @@ class NativeSpec:
     ignore: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class ToolchainSpec:
+    """A recipe's [toolchain] table: the setvars script sourced before builds."""
+
     setvars: str = DEFAULT_SETVARS
     setvars_args: tuple[str, ...] = ("--force",)
     base_dir: Path = field(default=Path("."), compare=False)  # a relative `setvars` is relative to this
@@ -189,8 +194,10 @@ class ToolchainSpec:
         return bool(self.setvars)
 
 
-@dataclass(frozen=True)
+@record
 class TargetSpec:
+    """A recipe's [target] table: where builds and smokes run."""
+
     runtime: str = "host"
     python: str = "python3"
     image: str = ""
@@ -200,7 +207,7 @@ class TargetSpec:
     base: str = ""  # an image pinned by digest whose environment the components are rebuilt into (`image` = it)
 
 
-@dataclass(frozen=True)
+@record
 class SmokeSpec:
     """A recipe's `[smoke]` table, typed (recipe.validate checks it; smoke reads these fields). The lock keeps
     the table as written (`raw`, redacted) and smoke types it again with the same `validate.smoke_spec`."""
@@ -222,8 +229,10 @@ class SmokeSpec:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
-@dataclass(frozen=True)
+@record
 class Recipe:
+    """A loaded, validated recipe (after `extends`)."""
+
     name: str
     path: Path
     description: str

@@ -18,6 +18,7 @@ from toolchain.core.devices import PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
 from toolchain.core.redact import is_secret, redact_url
+from toolchain.core.regex import Regex
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
@@ -44,11 +45,11 @@ from toolchain.recipe.model import (
 
 PLACEHOLDERS = ("python", "src", "out")
 RUNTIMES = ("host", "podman", "docker")
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CMAKE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
-NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+HEX40 = Regex(r"^[0-9a-f]{40}$")
+HEX64 = Regex(r"^[0-9a-f]{64}$")
+ENV_NAME = Regex(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CMAKE_NAME = Regex(r"^[A-Za-z0-9_.+-]+$")
+NAME = Regex(r"^[a-z0-9][a-z0-9._-]*$")
 
 TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
             "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict,
@@ -59,7 +60,7 @@ RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "pla
 TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
 TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
                "engine-args": list, "base": str}
-PINNED_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+PINNED_IMAGE = Regex(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "extend-patches": list,
                   "after": list, "inputs": list,
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
@@ -333,7 +334,7 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
     return _order(built, pr)
 
 
-REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
+REQUIREMENT = Regex(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 
 
 def _prebuilt_component(name: str, c: dict[str, Any], pr: _Problems, where: str) -> Component:
@@ -646,9 +647,9 @@ def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> t
 
 
 # userinfo in a URL, in any letter case: user:password@, token@, __token__:pypi-...@
-_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
+_USERINFO = Regex(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
 # uv's --python-platform names: x86_64-manylinux_2_28, aarch64-unknown-linux-gnu, linux, wasm32-pyodide2024
-_PLATFORM = re.compile(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+){0,3}$")
+_PLATFORM = Regex(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+){0,3}$")
 
 
 def _native(n: Any, pr: _Problems) -> NativeSpec:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from toolchain.core.record import record
 from toolchain.core.redact import redact_url
 from toolchain.core.serial import Data, from_data, meta, to_table
 
@@ -27,7 +28,7 @@ def _redact_urls(urls: Iterable[str]) -> Data:
     return [redact_url(u) for u in urls]
 
 
-@dataclass(frozen=True)
+@record
 class LockedDist:
     """One resolved distribution: the exact file (a wheel, or an sdist when the index has no wheel)."""
     name: str                         # canonical name
@@ -50,7 +51,7 @@ class LockedDist:
         return unquote(parsed.path) if parsed.scheme == "file" else ""
 
 
-@dataclass(frozen=True)
+@record
 class Closure:
     """How the closure was resolved and what it holds (install order does not matter: all --no-deps). Every
     setting may be missing from a lock's `[resolve]` (lock.RESOLVE_SCHEMA): each has its default."""

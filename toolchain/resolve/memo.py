@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
-from toolchain.core.fs import atomic_write_text
+from toolchain.core.fs import atomic_write_text, read_regular
 from toolchain.core.serial import to_data
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, canonical_name
@@ -118,7 +118,7 @@ class ClosureMemo:
 
     def get(self, key: str) -> Closure | None:
         try:
-            data = json.loads(self.path(key).read_text(encoding="utf-8"))
+            data = json.loads(read_regular(self.path(key)).decode("utf-8"))  # (a FIFO there: a miss, no hang)
             if data.get("format") != FORMAT or data.get("key") != key:
                 return None
             closure = Closure.from_toml(data["resolve"], data["dependencies"])

@@ -14,6 +14,7 @@ from pathlib import Path
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import file_lock, publish_dir, sha256_bytes
 from toolchain.core.git import git
+from toolchain.core.memo import remembered
 from toolchain.sources.mirrors import Rewrite
 
 SRC = Path(__file__).resolve().parents[1] / "demo_src"
@@ -22,17 +23,25 @@ STANDIN_SETVARS = SRC / "oneapi-standin" / "setvars.sh"
 EPOCH = 1767268800  # 2026-01-01T12:00:00Z; each commit is one hour after the previous one
 
 
-def _content_hash() -> str:
-    parts = []
-    for p in sorted(SRC.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            parts.append(f"{p.relative_to(SRC)}\0{sha256_bytes(p.read_bytes())}")
-    return sha256_bytes("\n".join(parts).encode())[:16]
+def _content_hash(memo_dir: Path | None = None) -> str:
+    """The demo sources' hash; with `memo_dir`, remembered while no file or folder of them changes (a warm
+    build stats them instead of reading and hashing them all)."""
+    def compute() -> tuple[str, list[str]]:
+        parts, seen = [], [str(SRC)]
+        for p in sorted(SRC.rglob("*")):
+            if "__pycache__" in p.parts:
+                continue
+            seen.append(str(p))
+            if p.is_file():
+                parts.append(f"{p.relative_to(SRC)}\0{sha256_bytes(p.read_bytes())}")
+        return sha256_bytes("\n".join(parts).encode())[:16], seen
+
+    return remembered(memo_dir, "demo-src", {"src": str(SRC)}, compute)
 
 
 def materialize(cache_dir: Path) -> Path:
     """The folder holding `<project>.git` for every demo project (made once per content hash)."""
-    final = Path(cache_dir) / "demo-repos" / _content_hash()
+    final = Path(cache_dir) / "demo-repos" / _content_hash(Path(cache_dir) / "memo")
     if (final / ".complete").exists():
         return final
     with file_lock(final.with_suffix(".lock")):

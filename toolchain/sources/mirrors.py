@@ -17,7 +17,6 @@ import re
 import shutil
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
 from toolchain.core.memo import remembered
 from toolchain.core.proc import CommandFailed
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text, without_credentials
 from toolchain.errors import BuildError, SourceError, UsageError
 
@@ -38,8 +38,10 @@ DESCRIBE_ARGS = ("--tags", "--long", f"--abbrev={DESCRIBE_ABBREV}", "--match", "
 DESCRIBE_RULE = f"git describe {' '.join(DESCRIBE_ARGS)}; source trees: core.abbrev={DESCRIBE_ABBREV}"
 
 
-@dataclass(frozen=True)
+@record
 class Rewrite:
+    """A URL rewrite: URLs starting with `prefix` are fetched from `replacement` instead."""
+
     prefix: str
     replacement: str
 

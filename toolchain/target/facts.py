@@ -3,10 +3,12 @@ probed. The plan carries them; the lock records them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+
+from toolchain.core.record import record
 
 
-@dataclass(frozen=True)
+@record
 class ToolchainInfo:
     """The oneAPI environment a stack was built with (all empty for a recipe without a toolchain)."""
     setvars: str = ""
@@ -16,7 +18,7 @@ class ToolchainInfo:
     env_diff_sha256: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TargetInfo:
     """Where the wheels were built, as probed inside the target (host or container)."""
     runtime: str = "host"

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain.core.memo import stat_key
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
@@ -83,10 +84,11 @@ class HostRuntime:
         try:
             with open(exe, "rb") as f:
                 head = f.read(4096)
-            st = os.stat(exe)
         except OSError:
             return None
-        stamp = [st.st_ino, st.st_mtime_ns, st.st_size]
+        stamp = stat_key(exe)  # (the memo layer's key: a rewritten interpreter is another one)
+        if stamp is None:
+            return None
         if head.startswith(b"#!"):
             return pyenv_shim_identity(exe, head, stamp, os.environ, Path.cwd())
         return {"python": exe, "real": os.path.realpath(exe), "stat": stamp}

@@ -9,11 +9,11 @@ compares); `toolchain doctor` turns the same facts into ok / warn / missing line
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.core.devices import Card, find_cards
+from toolchain.core.regex import Regex
 from toolchain.core.serial import meta
 
 HOST_ROOT_ENV = "TOOLCHAIN_HOST_ROOT"
@@ -22,8 +22,8 @@ ONEAPI = "opt/intel/oneapi"
 DPKG_STATUS = "var/lib/dpkg/status"
 LOADER_PACKAGES = ("libze1", "level-zero")
 COMPUTE_RUNTIME_PACKAGES = ("libze-intel-gpu1", "intel-level-zero-gpu", "intel-opencl-icd")
-FW_VERSION = re.compile(r"found\s+(?:release\s+)?(\d+\.\d+\.\d+)|version:\s*(\d+\.\d+\.\d+)")
-VERSION_DIR = re.compile(r"^\d{4}\.\d+(\.\d+)*$")
+FW_VERSION = Regex(r"found\s+(?:release\s+)?(\d+\.\d+\.\d+)|version:\s*(\d+\.\d+\.\d+)")
+VERSION_DIR = Regex(r"^\d{4}\.\d+(\.\d+)*$")
 
 
 def host_root() -> Path:

@@ -7,15 +7,14 @@ arguments, never formatted into the script text.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.noop import VOLATILE_ENV
 from toolchain.core.proc import display
+from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_text
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, RecipeError
 from toolchain.recipe.load import Recipe
 from toolchain.target.base import Runtime
@@ -31,12 +30,14 @@ SOURCE_SCRIPT = (
     'printf "\\0__TOOLCHAIN_SETVARS__\\0"\n'
     'env -0\n'
 )
-IGNORED = VOLATILE_ENV  # (what a shell changes between two runs of one command)
-VERSION_RE = re.compile(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
+IGNORED = frozenset({"_", "OLDPWD", "SHLVL", "PWD"})  # what a shell changes between two runs of one command
+VERSION_RE = Regex(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
 
 
-@dataclass(frozen=True)
+@record
 class ToolchainEnv:
+    """The sourced oneAPI environment: its facts and the variables setvars changed."""
+
     info: ToolchainInfo
     diff: tuple[tuple[str, str | None], ...]  # variables set (or, None, unset) by setvars
     banner: str = ""

@@ -1,0 +1,55 @@
+"""Regular expressions compiled where they are first used, not when their module is imported.
+
+A warm build imports some sixty modules and uses few of their patterns; compiling every one at import (an
+IGNORECASE alternation costs milliseconds) was a measurable part of its time. `Regex(pattern, flags)` is
+defined at module level as `re.compile` was, and compiles on its first use; from then on its methods are the
+compiled pattern's own (bound on the instance: no call through this class)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class Regex:
+    """A `re.Pattern[str]` made on first use: the methods the tool calls, with the same signatures."""
+
+    _METHODS = ("match", "fullmatch", "search", "finditer", "findall", "sub", "subn", "split")
+
+    def __init__(self, pattern: str, flags: int | re.RegexFlag = 0) -> None:
+        self.pattern, self.flags = pattern, int(flags)
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        """The pattern, compiled now if not yet; its methods then replace this class's on the instance."""
+        found = self.__dict__.get("_compiled")
+        if found is None:
+            found = self.__dict__["_compiled"] = re.compile(self.pattern, self.flags)
+            for name in self._METHODS:
+                setattr(self, name, getattr(found, name))
+        return found
+
+    def match(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
+        return self.compiled.match(text, pos, endpos)
+
+    def fullmatch(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
+        return self.compiled.fullmatch(text, pos, endpos)
+
+    def search(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
+        return self.compiled.search(text, pos, endpos)
+
+    def finditer(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> Iterator[re.Match[str]]:
+        return self.compiled.finditer(text, pos, endpos)
+
+    def findall(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> list[Any]:
+        return self.compiled.findall(text, pos, endpos)
+
+    def sub(self, repl: str | Callable[[re.Match[str]], str], text: str, count: int = 0) -> str:
+        return self.compiled.sub(repl, text, count)
+
+    def subn(self, repl: str | Callable[[re.Match[str]], str], text: str, count: int = 0) -> tuple[str, int]:
+        return self.compiled.subn(repl, text, count)
+
+    def split(self, text: str, maxsplit: int = 0) -> list[str | None]:
+        return self.compiled.split(text, maxsplit)
