@@ -25,7 +25,10 @@ from toolchain.recipe.model import (
     DEFAULT_INDEX,
     DEFAULT_INSTALL_ARGS,
     DEFAULT_SETVARS,
+    HEX40,
+    HEX64,
     INDEX_STRATEGIES,
+    PREBUILT_KEYS,
     Component,
     FetchContentDep,
     InputFile,
@@ -41,8 +44,6 @@ from toolchain.recipe.model import (
 
 PLACEHOLDERS = ("python", "src", "out")
 RUNTIMES = ("host", "podman", "docker")
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CMAKE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -60,9 +61,6 @@ COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
                   "prebuilt": object, "prebuilt-index": str, "drop": bool, **buildspec.COMPONENT_BUILD_KEYS}
-# what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
-# (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
-PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref", "drop")
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
