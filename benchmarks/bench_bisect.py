@@ -261,7 +261,7 @@ def spine_builder(stack: Stack, work: Path, *, extra: str = "", cache: Path | No
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n" + extra)
     base = recipes.load_recipe(str(path))
-    return SpineBuilder(lambda sha: recipes.with_commit(base, name, sha), work / "steps", cache or work / "cache", (),
+    return SpineBuilder(lambda sha: base.with_commit(name, sha), work / "steps", cache or work / "cache", (),
                         UI(quiet=True), component=name)
 
 

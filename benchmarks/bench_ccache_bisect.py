@@ -81,7 +81,7 @@ def tool_bisect(synth: Synthetic, work: Path, test: Path, *, cache_on: bool) -> 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(recipe_text(synth, synth.commits[-1], build=None if cache_on else {"compiler-cache": "none"}))
     base = recipes.load_recipe(str(path))
-    spine = SpineBuilder(lambda sha: recipes.with_commit(base, "synthetic", sha), work / f"steps-{name}",
+    spine = SpineBuilder(lambda sha: base.with_commit("synthetic", sha), work / f"steps-{name}",
                          work / f"cache-{name}", (), UI(quiet=True), component="synthetic")
     builder = Counting(spine)
     cands = git_candidates(synth.path, synth.commits[0], synth.commits[-1])

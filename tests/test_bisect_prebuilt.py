@@ -13,6 +13,8 @@ import pytest
 
 from tests.spine_helpers import component, recipe_data
 from tests.support.closure import served, simple_index
+from toolchain.build.prebuilt import PrebuiltFile, commit_wheel
+from toolchain.core.fs import sha256_file
 from toolchain.lock import read_lock
 
 pytestmark = pytest.mark.slow
@@ -81,3 +83,30 @@ def test_a_bisect_with_half_the_range_prebuilt_compiles_only_the_other_half(ws, 
         assert kern_locked.wheel.file.startswith(f"tiny-1.0.0+g{kern_locked.commit[:12]}-")
     else:
         assert not kern_locked.prebuilt
+
+
+def test_a_commit_wheel_is_found_on_an_index_page_a_find_links_page_or_a_folder(tmp_path):
+    """The three forms a prebuilt-index takes, read with pypi-simple over HTTP on 127.0.0.1 (a PEP 503 project
+    page, a find-links page) or listed (a folder): the wheel whose local version names the commit, with the
+    sha256 the page gives (a folder's file is hashed); a file without a known sha256 is not taken."""
+    commit = "1a2b3c4d5e6f" + "0" * 28
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    names = [f"tiny-0.1.dev3+g{commit[:12]}-py3-none-any.whl", "tiny-0.1.dev2+g9f9f9f9f9f9f-py3-none-any.whl",
+             f"other-0.1+g{commit[:12]}-py3-none-any.whl"]
+    for name in names:
+        (wheels / name).write_bytes(name.encode())
+    simple_index(wheels, tmp_path / "index")
+    sha = sha256_file(wheels / names[0])
+    (tmp_path / "index" / "links.html").write_text(
+        "<html><body>" + "".join(f'<a href="files/{n}#sha256={sha256_file(wheels / n)}">{n}</a>' for n in names)
+        + f'<a href="files/{names[0]}-nohash.whl">no hash</a></body></html>')
+    with served(tmp_path / "index") as url:
+        on_index = commit_wheel(f"{url}/simple", "Tiny", commit, "tiny@1a2b")
+        on_page = commit_wheel(f"{url}/links.html", "tiny", commit, "tiny@1a2b")
+        assert commit_wheel(f"{url}/simple", "tiny", "f" * 40, "tiny@ffff") is None
+        assert commit_wheel(f"{url}/nothing-here", "tiny", commit, "tiny@1a2b") is None  # 404, then 404
+    assert on_index == PrebuiltFile(names[0], f"{url}/files/{names[0]}", sha, index=f"{url}/simple")
+    assert on_page == PrebuiltFile(names[0], f"{url}/files/{names[0]}", sha, index=f"{url}/links.html")
+    in_folder = commit_wheel(str(wheels), "tiny", commit, "tiny@1a2b")
+    assert in_folder == PrebuiltFile(names[0], (wheels / names[0]).resolve().as_uri(), sha, index=str(wheels))

@@ -252,7 +252,7 @@ def test_builds_ahead_run_concurrently_through_the_spine(ws, stack, monkeypatch)
     counter = ws.root / "builds.txt"
     monkeypatch.setenv("TINY_BUILD_COUNTER", str(counter))
     base = recipes.load_recipe(str(ws.recipes / "stack.toml"))
-    builder = SpineBuilder(lambda sha: recipes.with_commit(base, "kern", sha), ws.root / "steps", ws.cache, (),
+    builder = SpineBuilder(lambda sha: base.with_commit("kern", sha), ws.root / "steps", ws.cache, (),
                            UI(quiet=True), component="kern")
     tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
     result = Bisector(git_candidates(kern.path, c[0], c[-1]), builder, tester, jobs=3, idle=lambda: 8.0).run()
@@ -294,7 +294,7 @@ def test_a_spread_bisect_through_the_spine_tests_what_plain_bisection_does(ws, s
     kern, _, c, script = stack
     cands = git_candidates(kern.path, c[0], c[-1])
     base = recipes.load_recipe(str(ws.recipes / "stack.toml"))
-    builder = SpineBuilder(lambda sha: recipes.with_commit(base, "kern", sha), ws.root / "steps", ws.cache, (),
+    builder = SpineBuilder(lambda sha: base.with_commit("kern", sha), ws.root / "steps", ws.cache, (),
                            UI(quiet=True), component="kern")
     tester = CommandTester([sys.executable, str(script)], ws.root / "logs", timeout=120)
     result = Bisector(cands, builder, tester, Seen(), jobs=3, idle=lambda: 2.0).run()

@@ -7,31 +7,15 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.support.old_pythons import old_pythons
 from toolchain.build.metrics import RUNNER_FILE
 
 SOURCE = RUNNER_FILE.read_text(encoding="utf-8")
-
-
-def _old_pythons() -> list[str]:
-    found: list[str] = []
-    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    for minor in ("3.9", "3.10"):
-        candidates = [f"python{minor}", *sorted(str(p) for p in pyenv.glob(f"{minor}.*/bin/python{minor}"))]
-        for exe in candidates:
-            try:  # a pyenv shim for a version not selected exits non-zero
-                ok = subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=30).returncode == 0
-            except OSError:
-                ok = False
-            if ok:
-                found.append(exe)
-                break
-    return found
 
 
 def test_the_in_target_script_is_python_3_9_grammar():
@@ -40,7 +24,7 @@ def test_the_in_target_script_is_python_3_9_grammar():
     assert "from __future__ import annotations" in SOURCE
 
 
-@pytest.mark.parametrize("python", _old_pythons() or [pytest.param("", marks=pytest.mark.skip(
+@pytest.mark.parametrize("python", old_pythons() or [pytest.param("", marks=pytest.mark.skip(
     reason="no Python 3.9 or 3.10 on this machine"))], ids=lambda exe: Path(exe).name or "none")
 def test_the_in_target_script_reads_resources_and_measures_a_build_under_an_old_python(python, tmp_path):
     done = subprocess.run([python, "-c", SOURCE, "resources"], capture_output=True, text=True, timeout=60)

@@ -275,8 +275,8 @@ def test_the_device_check_looks_inside_the_container(smoke, fresh, no_leftovers)
     r = smoke("--lock", str(fresh["lock"].path), "--device", "b70", "--cases", "models", "--serve-cmd", serve_cmd())
     assert r.code == 2
     out = json.loads(r.stdout)
-    assert "in the podman container toolchain-smoke-" in out["error"]
-    assert "the container sees no Intel GPU" in out["error"]
+    assert out["error"].startswith("podman container toolchain-smoke-")  # the discovery ran in the container
+    assert "no Intel GPU was found" in out["error"]
     assert "--device=/dev/dri" in out["hint"]
     assert r.report["exit_code"] == 2
     assert "install" not in r.report

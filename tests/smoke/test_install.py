@@ -15,6 +15,7 @@ from toolchain.build.cache import WheelRef
 from toolchain.core.fs import sha256_file
 from toolchain.lock import LockedComponent, read_lock
 from toolchain.smoke import install
+from toolchain.target import HostRuntime
 
 SMOKE = {"model": "fault-model", "cases": ["models", "math"]}
 pytestmark = pytest.mark.slow
@@ -80,9 +81,7 @@ def _lock(tmp_path: Path, wheels: dict[str, Path], kernels: str = "kernels") -> 
 
 
 def _versions(python: str) -> dict:
-    out = subprocess.run([python, "-c", install.VERSIONS_SCRIPT, "tinyvllm", "tinykernels"],
-                         capture_output=True, text=True, check=True, timeout=60)
-    return json.loads(out.stdout)
+    return install.installed_versions(HostRuntime().interpreter(python), ["tinyvllm", "tinykernels"])
 
 
 def test_install_plan_order_and_kernel_args(tmp_path, wheels):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.smoke.smoke_helpers import FAULT_SERVER, fault_cmd, free_port, write_test_lock
-from toolchain.core.devices import Card, find_cards
+from toolchain import scripts
+from toolchain.core.devices import Card, cards_from, find_cards
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import SmokeOptions, devices, run_smoke
@@ -88,6 +90,27 @@ def test_cards_are_found_in_sysfs(tmp_path):
     assert [(c.node, c.pci_id, c.slot) for c in cards] == [("card1", 0xE211, "0000:03:00.0"),
                                                            ("card2", 0xE223, "0000:04:00.0")]
     assert "BMG-G21" in cards[0].describe()
+
+
+def test_the_discovery_rows_read_as_cards_the_same_for_host_and_container(tmp_path):
+    """find_cards (this machine, in-process) and the device check (the script run as a file in the target)
+    read the one discovery's rows with cards_from: Intel only, one per PCI device in PCI order; a target
+    whose /dev/dri lacks a card's node does not count it (visible_only) and says how many it left out."""
+    rows = [
+        {"node": "card2", "vendor": 0x8086, "device": 0xE223, "slot": "0000:04:00.0", "driver": "xe", "visible": True},
+        {"node": "card0", "vendor": 0x10DE, "device": 0x1234, "slot": "0000:01:00.0", "driver": "", "visible": True},
+        {"node": "card1", "vendor": 0x8086, "device": 0xE211, "slot": "0000:03:00.0", "driver": "i915",
+         "visible": False},
+        {"node": "card3", "vendor": 0x8086, "device": None, "slot": "0000:05:00.0", "driver": "", "visible": True},
+    ]
+    every, none_left = cards_from(rows)
+    assert every == [Card("card1", 0xE211, "0000:03:00.0", "i915"), Card("card2", 0xE223, "0000:04:00.0", "xe")]
+    assert none_left == 0
+    assert cards_from(rows, visible_only=True) == ([Card("card2", 0xE223, "0000:04:00.0", "xe")], 1)
+    _fake_card(tmp_path / "sys/class/drm", tmp_path / "pci", "card0", "0000:03:00.0", "0xe211")
+    assert find_cards(tmp_path) == cards_from(json.loads(subprocess.run(
+        [sys.executable, str(scripts.path("cards.py")), str(tmp_path)], capture_output=True, text=True,
+        check=True).stdout))[0] == [Card("card0", 0xE211, "0000:03:00.0")]
 
 
 def test_device_check_messages(tmp_path):

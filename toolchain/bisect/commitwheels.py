@@ -5,12 +5,8 @@ there takes it, sha256 checked, instead of compiling; the other steps build."""
 
 from __future__ import annotations
 
-import copy
-
 from toolchain.build.prebuilt import commit_wheel
-from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
-from toolchain.recipe.validate import PREBUILT_KEYS
 
 
 def with_commit_wheel(recipe: Recipe, component: str) -> Recipe:
@@ -24,8 +20,4 @@ def with_commit_wheel(recipe: Recipe, component: str) -> Recipe:
     found = commit_wheel(comp.prebuilt_index, comp.dist or comp.name, comp.commit, f"{component}@{comp.commit[:12]}")
     if found is None:
         return recipe
-    data = copy.deepcopy(recipe.data)
-    table = {k: v for k, v in data["components"][component].items() if k in PREBUILT_KEYS}
-    table["prebuilt"] = {"url": found.url, "sha256": found.sha256}
-    data["components"][component] = table
-    return with_data(recipe, data)
+    return recipe.with_prebuilt_wheel(component, found.url, found.sha256)

@@ -4,9 +4,6 @@ step never waits for them and its lock is the image plus the one component under
 
 from __future__ import annotations
 
-import copy
-
-from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
 
 
@@ -14,8 +11,4 @@ def only_the_bisected(recipe: Recipe, component: str) -> Recipe:
     """`recipe` with `component` as its only component when it rebuilds over a base image; else unchanged."""
     if not recipe.target.base or not component or len(recipe.components) == 1:
         return recipe
-    recipe.component(component)  # (a RecipeError naming the components when there is no such one)
-    data = copy.deepcopy(recipe.data)
-    table = {k: v for k, v in data["components"][component].items() if k != "after"}
-    data["components"] = {component: table}
-    return with_data(recipe, data)
+    return recipe.with_only(component)  # (a RecipeError naming the components when there is no such one)

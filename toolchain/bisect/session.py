@@ -27,7 +27,7 @@ from toolchain.core.serial import from_data, to_table
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline import recipe_from_lock
-from toolchain.recipe.load import load_recipe, with_commit
+from toolchain.recipe.load import load_recipe
 from toolchain.smoke import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 
@@ -156,7 +156,7 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
         state_file.update(context=to_table(opts))
     cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
                                  pinned=comp.commit)
-    builder = SpineBuilder(lambda sha: with_commit(base, comp.name, sha), opts.out / "steps", opts.cache,
+    builder = SpineBuilder(lambda sha: base.with_commit(comp.name, sha), opts.out / "steps", opts.cache,
                            opts.rewrites, ui, component=comp.name, resolve=opts.resolve, retry_unbuildable=retry)
     result = Bisector(cands, builder, tester, report.phase("commits"), state=state_file.load("commits"),
                       persist=state_file.saver("commits"), jobs=opts.jobs, check_ends=opts.check_endpoints).run()

@@ -1,6 +1,6 @@
 """What a compiled component was built against: the version (with its local build label, e.g. `2.14.0+xpu`)
 of every distribution the recipe names in `built-against`, read inside the component's build environment,
-and torch's C++11 ABI flag. Nothing is imported: versions come from the installed metadata, and the ABI flag
+and torch's C++11 ABI flag (toolchain/scripts/dists.py, run there). Nothing is imported: versions come from the installed metadata, and the ABI flag
 from the `std::__cxx11` symbols of torch's libc10 (importing an XPU torch takes seconds)."""
 
 from __future__ import annotations
@@ -16,32 +16,6 @@ from toolchain.errors import BuildError
 if TYPE_CHECKING:
     from toolchain.target.parts import Workspace
 
-# Runs in the build environment (any Python >= 3.8); prints one JSON object {name: null | {version, cxx11-abi}}.
-PROBE = r"""
-import json, sys
-from importlib import metadata
-def abi(dist):
-    for f in dist.files or ():
-        if f.name.startswith("libc10.so"):
-            try:
-                with open(f.locate(), "rb") as fh:
-                    data = fh.read()
-            except OSError:
-                return ""
-            return "1" if b"__cxx11" in data else "0"
-    return ""
-out = {}
-for name in sys.argv[1:]:
-    try:
-        d = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
-        out[name] = None
-        continue
-    out[name] = {"version": d.version, "cxx11-abi": abi(d)}
-print(json.dumps(out))
-"""
-
-
 @record
 class BuiltAgainst:
     """One distribution a compiled wheel was built against, as found in its build environment."""
@@ -55,7 +29,7 @@ def probe_built_against(ws: Workspace, python: str, names: tuple[str, ...], env:
     """Read `names` in the build environment of one component (the workspace, with the build's env)."""
     if not names:
         return ()
-    done = ws.run([python, "-c", PROBE, *names], env=env, cwd=cwd, log=log, capture=True)
+    done = ws.run([python, ws.script("dists.py"), "--abi", *names], env=env, cwd=cwd, log=log, capture=True)
     found = json.loads(done.stdout.strip().splitlines()[-1])
     missing = [n for n in names if not found.get(n)]
     if missing:

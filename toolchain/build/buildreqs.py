@@ -1,5 +1,6 @@
 """Pre-flight for `--no-build-isolation`: the build requirements a source tree declares must already be
-installed in the target interpreter, since pip will not install them. Checked inside the target.
+installed in the target interpreter, since pip will not install them. Checked inside the target
+(toolchain/scripts/build_requires.py).
 
 The check starts an interpreter in the target, so it is skipped where its answer is known: a tree that
 declares no build requirements (read here, from the prepared tree), or requirements this process has
@@ -23,42 +24,6 @@ if TYPE_CHECKING:
 
 _FOUND: set[str] = set()  # (target identity, interpreter, requirements) found installed in this process
 _LOCK = threading.Lock()
-
-CHECK = r"""
-import os, re, sys
-from importlib import metadata
-path = os.path.join(sys.argv[1], "pyproject.toml")
-if not os.path.exists(path):
-    sys.exit(0)
-text = open(path, encoding="utf-8").read()
-try:
-    import tomllib
-    reqs = tomllib.loads(text).get("build-system", {}).get("requires", [])
-except ImportError:
-    m = re.search(r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]", text, re.S)
-    reqs = re.findall(r"[\"']([^\"']+)[\"']", m.group(1)) if m else []
-def release(name):
-    try:
-        parts = re.findall(r"\d+", metadata.version(name))[:2]
-    except metadata.PackageNotFoundError:
-        return None
-    return tuple(int(p) for p in parts)
-missing = []
-for req in reqs:
-    if ";" in req:
-        continue  # environment markers: too rare in build requirements to evaluate here
-    name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-    if not name:
-        continue
-    if name.group(1).lower() == "wheel" and (release("setuptools") or (0,)) >= (70, 1):
-        continue  # setuptools 70.1 builds wheels itself (bdist_wheel): the wheel package is not imported
-    try:
-        metadata.distribution(name.group(1))
-    except metadata.PackageNotFoundError:
-        missing.append(req)
-print("\n".join(missing))
-"""
-
 
 def declared_requires(tree: Path) -> list[str] | None:
     """`build-system.requires` of `tree/pyproject.toml` ([] without one); None when it cannot be read here
@@ -84,7 +49,7 @@ def check_build_requires(ws: Workspace, python: str, src: str, what: str, log: P
         if identity is not None and reqs is not None else None
     if key is not None and key in _FOUND:
         return
-    r = ws.run([python, "-c", CHECK, src], env={}, cwd=src, log=log, capture=True)
+    r = ws.run([python, ws.script("build_requires.py"), src], env={}, cwd=src, log=log, capture=True)
     missing = [line for line in r.stdout.splitlines() if line.strip()]
     if not missing and key is not None:
         with _LOCK:

@@ -14,7 +14,7 @@ import re
 import shutil
 from dataclasses import field
 from pathlib import Path
-from urllib.parse import unquote, urljoin, urlparse
+from urllib.parse import unquote, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.core.fs import sha256_bytes, sha256_file
@@ -130,23 +130,6 @@ def download(url: str, dest: Path, what: str) -> None:
 COMMIT_LABEL = Regex(r"^g([0-9a-f]{7,40})$")  # setuptools-scm / vLLM local versions: 1.2.3.dev4+g1a2b3c4
 
 
-def _page_links(base: str, text: str) -> list[str]:
-    """The <a href> links of a PEP 503 project page or a find-links HTML page, resolved against its URL."""
-    from html.parser import HTMLParser
-
-    links: list[str] = []
-
-    class Links(HTMLParser):
-        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            href = dict(attrs).get("href")
-            if tag == "a" and href:
-                links.append(urljoin(base, href))
-
-    parser = Links()
-    parser.feed(text)
-    return links
-
-
 def commit_wheel(index: str, dist: str, commit: str, what: str) -> PrebuiltFile | None:
     """The wheel of `dist` whose local version names `commit` (`+g<hex>`, hex a prefix of it) in `index`: a
     PEP 503 index (`<index>/<dist>/`), a find-links HTML page, or a folder (a path or file://). Only a file
@@ -178,28 +161,32 @@ def _index_files(index: str, dist: str, what: str) -> list[tuple[str, str, str]]
             raise BuildError(f"{what}: prebuilt-index {index} is not a folder",
                              hint="give a PEP 503 index URL, a find-links page or a folder of wheels")
         return [(w.name, w.resolve().as_uri(), "") for w in sorted(folder.glob("*.whl"))]
-    import urllib.error
-    import urllib.request
+    import requests
+    from pypi_simple import ACCEPT_ANY, NoSuchProjectError, ProjectPage, PyPISimple, UnsupportedContentTypeError
 
-    for page in (f"{index.rstrip('/')}/{dist}/", index):  # a PEP 503 index, else a find-links page
-        try:
-            with urllib.request.urlopen(urllib.request.Request(page, headers={"User-Agent": "xpu-toolchain"}),
-                                        timeout=DOWNLOAD_TIMEOUT) as response:
-                text = response.read().decode("utf-8", errors="replace")
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                continue
-            raise BuildError(f"{what}: prebuilt-index {redact_text(page)} answered HTTP {exc.code}",
-                             hint="check the URL and its credentials (~/.netrc)") from None
-        except (OSError, ValueError) as exc:
-            raise TransientError(f"{what}: cannot read prebuilt-index {redact_text(page)}: {exc}", kind="network",
-                                 hint="check the network and run again") from None
-        files = []
-        for link in _page_links(page, text):
-            url, _, fragment = link.partition("#")
-            name = unquote(urlparse(url).path).rsplit("/", 1)[-1]
-            if name.endswith(".whl"):
-                sha = fragment[len("sha256="):] if fragment.startswith("sha256=") else ""
-                files.append((name, url, sha if re.fullmatch(r"[0-9a-f]{64}", sha) else ""))
-        return files
-    return []
+    page = index
+    try:
+        with PyPISimple(endpoint=index) as client:  # credentials: in the URL, or ~/.netrc (requests reads it)
+            client.s.headers["User-Agent"] = "xpu-toolchain"
+            try:  # a PEP 503 / PEP 691 index: the project's page (HTML or JSON, as the index serves)
+                page = client.get_project_url(dist)
+                project = client.get_project_page(dist, timeout=DOWNLOAD_TIMEOUT)
+            except NoSuchProjectError:  # else a find-links page: its links are the files
+                page = index
+                r = client.s.get(index, timeout=DOWNLOAD_TIMEOUT, headers={"Accept": ACCEPT_ANY})
+                if r.status_code == 404:
+                    return []
+                r.raise_for_status()
+                project = ProjectPage.from_response(r, dist)
+    except requests.HTTPError as exc:
+        code = exc.response.status_code if exc.response is not None else "?"
+        raise BuildError(f"{what}: prebuilt-index {redact_text(page)} answered HTTP {code}",
+                         hint="check the URL and its credentials (~/.netrc)") from None
+    except UnsupportedContentTypeError as exc:
+        raise BuildError(f"{what}: prebuilt-index {redact_text(page)} is not an index page: {exc}",
+                         hint="give a PEP 503 index URL, a find-links page or a folder of wheels") from None
+    except (requests.RequestException, OSError, ValueError) as exc:
+        raise TransientError(f"{what}: cannot read prebuilt-index {redact_text(page)}: {redact_text(str(exc))}",
+                             kind="network", hint="check the network and run again") from None
+    return [(pkg.filename, pkg.url, sha if re.fullmatch(r"[0-9a-f]{64}", sha := pkg.digests.get("sha256", "")) else "")
+            for pkg in project.packages if pkg.package_type == "wheel"]

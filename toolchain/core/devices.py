@@ -1,6 +1,10 @@
 """The device facts, owned here once: Intel's PCI vendor id, the Battlemage dies and their device ids, the card
-profiles a recipe names (B60, B70: product, die, AOT target, how many cards a profile serves on), and finding
-the cards under a sysfs tree. The recipe check, smoke's device check and `toolchain doctor` all read them here.
+profiles a recipe names (B60, B70: product, die, AOT target, how many cards a profile serves on), and the cards
+a sysfs tree shows. The recipe check, smoke's device check and `toolchain doctor` all read them here.
+
+Finding the cards is one discovery, toolchain/scripts/cards.py: called in-process for this machine (or the
+folder TOOLCHAIN_HOST_ROOT names), run as a file in a target that is not this process (smoke's device check,
+in a container or on the host); `cards_from` reads its rows either way.
 
 The ids are those the Intel compute runtime lists per die (intel/compute-runtime device_ids_configs_bmg.h):
 B60 is BMG-G21 (0xE211), B70 is BMG-G31 (0xE223 as sycl-ls shows it).
@@ -8,14 +12,15 @@ B60 is BMG-G21 (0xE211), B70 is BMG-G31 (0xE223 as sycl-ls shows it).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from toolchain.core.record import record
+from toolchain.scripts.cards import scan
 
 VENDOR_INTEL = 0x8086
 BMG_G21_IDS = frozenset({0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211, 0xE212, 0xE215, 0xE216})
 BMG_G31_IDS = frozenset({0xE220, 0xE221, 0xE222, 0xE223})
-DRM = Path("sys/class/drm")  # under the host root
 
 
 @record
@@ -66,22 +71,22 @@ class Card:
 
 def find_cards(root: Path = Path("/")) -> list[Card]:
     """Intel GPUs under <root>/sys/class/drm, one per PCI device, in PCI order (Level Zero's default order)."""
+    return cards_from(scan(str(root)))[0]
+
+
+def cards_from(rows: Iterable[Mapping[str, object]], *, visible_only: bool = False) -> tuple[list[Card], int]:
+    """The Intel GPUs among the discovery's rows (toolchain/scripts/cards.py), one per PCI device in PCI order,
+    and how many Intel cards were left out for want of their /dev/dri node (`visible_only`: a target that
+    sees the host's sysfs without the devices)."""
     by_slot: dict[str, Card] = {}
-    for entry in sorted((root / DRM).glob("card*")):
-        if "-" in entry.name:  # connectors: card0-DP-1
+    hidden = 0
+    for row in rows:
+        vendor, device = row.get("vendor"), row.get("device")
+        if vendor != VENDOR_INTEL or not isinstance(device, int):
             continue
-        dev = entry / "device"
-        vendor, device = read_hex(dev / "vendor"), read_hex(dev / "device")
-        if vendor != VENDOR_INTEL or device is None:
+        if visible_only and not row.get("visible"):
+            hidden += 1
             continue
-        slot = dev.resolve().name if dev.exists() else ""
-        driver = (dev / "driver").resolve().name if (dev / "driver").exists() else ""
-        by_slot.setdefault(slot or entry.name, Card(entry.name, device, slot, driver))
-    return [by_slot[k] for k in sorted(by_slot)]
-
-
-def read_hex(path: Path) -> int | None:
-    try:
-        return int(path.read_text().strip(), 16)
-    except (OSError, ValueError):
-        return None
+        node, slot = str(row.get("node", "")), str(row.get("slot", ""))
+        by_slot.setdefault(slot or node, Card(node, device, slot, str(row.get("driver", ""))))
+    return [by_slot[k] for k in sorted(by_slot)], hidden

@@ -399,13 +399,6 @@ def with_data(recipe: Recipe, data: dict[str, Any]) -> Recipe:
                                          origins=recipe.origins), found=recipe.found, swaps=recipe.swaps)
 
 
-def with_commit(recipe: Recipe, component: str, commit: str, ref: str | None = None) -> Recipe:
-    """A derived recipe with one component pinned elsewhere (used by bisect)."""
-    recipe.component(component)
-    return with_data(recipe, _merge(recipe.data, {"components": {component: {"commit": commit,
-                                                                             **({"ref": ref} if ref else {})}}}))
-
-
 def only_components(recipe: Recipe, names: Sequence[str]) -> Recipe:
     """The recipe with only the components `names` (`toolchain build --component`): what a partial build
     builds and its lock records, with the names in `partial`."""
@@ -426,4 +419,4 @@ __all__ = ["DEFAULT_COMMAND", "MAX_RECIPE_BYTES", "RECIPES_ENV", "SMOKE_KEYS", "
            "did_you_mean", "find_recipe", "from_data", "from_place", "list_recipes", "load_recipe",
            "load_recipe_text", "only_components", "origins_from_record", "parse_recipe_text", "patches_dirs_of", "place",
            "read_recipe_file", "recipe_path", "recorded_origins", "search_dirs", "shipped_recipes_dir",
-           "with_changes", "with_commit", "with_data"]
+           "with_changes", "with_data"]

@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -20,6 +22,11 @@ from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
 
+HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as a recipe pins it
+HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256
+# what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
+# (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
+PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref", "drop")
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
 DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
 DEFAULT_SETVARS = "/opt/intel/oneapi/setvars.sh"
@@ -296,6 +303,54 @@ class Recipe:
         """Every patches/ directory the recipe's patches come from (its own first)."""
         dirs = [*self.own_origin.patches_dirs, *(d for _, o in self.origins for d in o.patches_dirs)]
         return tuple(dict.fromkeys(dirs))
+
+    # ---- typed edits: a derived recipe, as the recipe check would read its table, checked where it changes --
+
+    def with_commit(self, component: str, commit: str, ref: str | None = None) -> Recipe:
+        """This recipe with `component` pinned at `commit` (and `ref`, when given): what bisect builds at a step.
+        Only the new commit is checked (a full 40-hex id); nothing else is validated again."""
+        comp = self.component(component)
+        if not HEX40.match(commit):
+            raise RecipeError(f"{self.path.name}: components.{component}.commit: {commit!r} is not a full 40-hex "
+                              f"commit id", hint="pass the commit as git names it (git rev-parse)")
+        table = {**self._table(component), "commit": commit, **({"ref": ref} if ref else {})}
+        return self._with(dataclasses.replace(comp, commit=commit, ref=ref or comp.ref), table)
+
+    def with_prebuilt_wheel(self, component: str, url: str, sha256: str) -> Recipe:
+        """This recipe with `component` taken as the released wheel at `url` (sha256 `sha256`) instead of
+        built: a prebuilt `{url, sha256}`, keeping what a prebuilt component may say (`PREBUILT_KEYS`: its commit,
+        dist, install-args, ...). The URL and sha256 are checked as the recipe check does."""
+        comp = self.component(component)
+        where = f"{self.path.name}: components.{component}.prebuilt"
+        if not url.endswith(".whl") or re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
+            raise RecipeError(f"{where}.url: {url!r} is not the URL of one wheel file without credentials",
+                              hint="an index's wheel URL carries no password: put credentials in ~/.netrc")
+        if not HEX64.match(sha256):
+            raise RecipeError(f"{where}.sha256: {sha256!r} is not a 64-hex sha256")
+        table = {k: v for k, v in self._table(component).items() if k in PREBUILT_KEYS}
+        table["prebuilt"] = {"url": url, "sha256": sha256}
+        return self._with(Component(name=comp.name, url="", commit=comp.commit, ref=comp.ref, after=comp.after,
+                                    dist=comp.dist or comp.name, import_name=comp.import_name,
+                                    install_args=comp.install_args, command=(),
+                                    prebuilt=Prebuilt(url=url, sha256=sha256)), table)
+
+    def with_only(self, component: str) -> Recipe:
+        """This recipe with `component` as its only component (its `after` dropped: nothing else is built)."""
+        comp = self.component(component)
+        table = {k: v for k, v in self._table(component).items() if k != "after"}
+        return self._with(dataclasses.replace(comp, after=()), table, only=True)
+
+    def _table(self, component: str) -> dict[str, Any]:
+        tables = self.data.get("components")
+        table = tables.get(component) if isinstance(tables, dict) else None
+        return dict(table) if isinstance(table, dict) else {}
+
+    def _with(self, comp: Component, table: dict[str, Any], *, only: bool = False) -> Recipe:
+        """A copy with `comp` in place of its namesake (alone, with `only`) and `table` as its resolved table."""
+        tables = {} if only else dict(self.data.get("components") or {})
+        tables[comp.name] = table
+        components = (comp,) if only else tuple(comp if c.name == comp.name else c for c in self.components)
+        return dataclasses.replace(self, components=components, data={**self.data, "components": tables})
 
     def component(self, name: str) -> Component:
         for c in self.components:

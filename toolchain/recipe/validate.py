@@ -27,7 +27,10 @@ from toolchain.recipe.model import (
     DEFAULT_INDEX,
     DEFAULT_INSTALL_ARGS,
     DEFAULT_SETVARS,
+    HEX40,
+    HEX64,
     INDEX_STRATEGIES,
+    PREBUILT_KEYS,
     Component,
     FetchContentDep,
     InputFile,
@@ -45,8 +48,6 @@ from toolchain.recipe.model import (
 
 PLACEHOLDERS = ("python", "src", "out")
 RUNTIMES = ("host", "podman", "docker")
-HEX40 = Regex(r"^[0-9a-f]{40}$")
-HEX64 = Regex(r"^[0-9a-f]{64}$")
 ENV_NAME = Regex(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CMAKE_NAME = Regex(r"^[A-Za-z0-9_.+-]+$")
 NAME = Regex(r"^[a-z0-9][a-z0-9._-]*$")
@@ -66,9 +67,6 @@ COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches
                   "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
                   "command": list, "env": dict, "fetchcontent": list, "built-against": list,
                   "prebuilt": object, "prebuilt-index": str, "drop": bool, **buildspec.COMPONENT_BUILD_KEYS}
-# what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
-# (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
-PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref", "drop")
 FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
 SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
               "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,

@@ -123,6 +123,7 @@ class Runs(Protocol):
     """What the probe needs of a target: a build `Runtime` or smoke's target."""
 
     def run(self, argv: Sequence[str], *, capture: bool = ..., check: bool = ...) -> Completed: ...
+    def script(self, name: str) -> str: ...
 
 
 def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], oneapi_version: str, *,
@@ -137,8 +138,8 @@ def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], one
     interpreter and no ldconfig to list the same libraries again. An `installed` listing is never remembered
     (a `pip install` changes it without touching those)."""
     def compute() -> tuple[dict[str, dict[str, str]], list[str]]:
-        r = runtime.run([python, "-c", LOADER_PROBE, *(["--installed"] if installed else []), *oneapi_dirs],
-                        capture=True, check=False)
+        r = runtime.run([python, runtime.script("libraries.py"), *(["--installed"] if installed else []),
+                         ":".join(SYSTEM_LIB_DIRS), *oneapi_dirs], capture=True, check=False)
         try:
             return probe_listing(r.stdout), [LOADER_CACHE, *SYSTEM_LIB_DIRS, *oneapi_dirs]
         except (ValueError, IndexError, AttributeError) as exc:
@@ -207,49 +208,6 @@ def read_elf(name: str, stream: Any) -> SharedObject:
 # What `ldconfig -p` prints comes from its cache; with the default library folders, what the probe lists
 LOADER_CACHE = "/etc/ld.so.cache"
 SYSTEM_LIB_DIRS = ("/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib")
-
-LOADER_PROBE = r"""
-import json, os, subprocess, sys
-system = {}
-for exe in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
-    try:
-        out = subprocess.run([exe, "-p"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        continue
-    for line in out.splitlines()[1:]:
-        name, _, path = line.strip().partition(" => ")
-        name = name.split(" (")[0].strip()
-        if name and ("x86-64" in line or "64bit" in line or "(libc6)" not in line):
-            system.setdefault(name, path.strip())
-    if system:
-        break
-for d in @SYSTEM_LIB_DIRS@:
-    try:
-        for n in os.listdir(d):
-            if ".so" in n:
-                system.setdefault(n, os.path.join(d, n))
-    except OSError:
-        pass
-installed = {}
-args = sys.argv[1:]
-if args[:1] == ["--installed"]:
-    args = args[1:]
-    from importlib import metadata
-    for dist in metadata.distributions():
-        for f in dist.files or ():
-            if ".so" in f.name:
-                installed.setdefault(f.name, dist.metadata["Name"] or "?")
-oneapi = {}
-for d in args:
-    try:
-        for n in os.listdir(d):
-            if ".so" in n:
-                oneapi.setdefault(n, d)
-    except OSError:
-        pass
-print(json.dumps({"system": system, "oneapi": oneapi, "installed": installed}))
-""".replace("@SYSTEM_LIB_DIRS@", repr(SYSTEM_LIB_DIRS))
-
 
 def library_dirs(env: Mapping[str, str | None]) -> list[str]:
     """setvars' library path (LD_LIBRARY_PATH as the toolchain environment sets it)."""

@@ -95,8 +95,8 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
     """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component,
     TransientError for a network failure or a full disk. `refresh`: ask the indexes again (uv --refresh), not
     uv's cache of what they served."""
-    recorded_links = tuple(spec.find_links)  # as the recipe says ({demo}/... stays portable)
-    spec = dataclasses.replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
+    spec, recorded = _expanded(spec)
+    recorded_links = tuple(recorded.values())  # as the recipe says ({demo}/... stays portable)
     python, platform = target_python(spec, target), target_platform(spec, target)
     notes = _unmet_built_requirements(built)
     uv = uv_binary()
@@ -135,8 +135,6 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
     built_names = {canonicalize_name(b.dist) for b in built}
     via, source = _annotations(annotated)
     tags = supported_tags(python, platform)
-    recorded = {(Path(x).as_uri() if "://" not in x else x).rstrip("/"): r
-                for x, r in zip(spec.find_links, recorded_links, strict=False)}
     dists = []
     for pkg in pylock.get("packages", []):
         name = canonicalize_name(pkg["name"])
@@ -144,6 +142,33 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
             continue
         dists.append(_pick(pkg, tags, python, platform, via.get(name, ()), source.get(name, ""), spec, recorded))
     return dataclasses.replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)), resolved_at=resolved_at)
+
+
+def pin_files(requirement: str, spec: ResolveSpec, target: TargetInfo, cache_dir: Path,
+              log: Path) -> tuple[LockedDist, ...]:
+    """The file pip would install on the target for `requirement` alone (its dependencies not resolved:
+    `uv pip compile --no-deps`, with the recipe's indexes, find-links and index strategy), for each package uv
+    pins: URL, sha256, and the index as the recipe names it. The best wheel for the target's tags, else the
+    sdist. CommandFailed / CommandTimeout are uv's own failures, for the caller to name."""
+    spec, recorded = _expanded(spec)
+    python, platform = target_python(spec, target), target_platform(spec, target)
+    uv = uv_binary()
+    with tempfile.TemporaryDirectory(prefix="toolchain-pin-") as tmp:
+        reqs, out = Path(tmp) / "requirement.txt", Path(tmp) / "pylock.toml"
+        reqs.write_text(requirement + "\n")
+        run([*_argv(uv, spec, python, platform, cache_dir), "--no-deps", str(reqs), "--format", "pylock.toml",
+             "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+        packages = tomlio.load_file(out).get("packages", [])
+    tags = supported_tags(python, platform)
+    return tuple(_pick(pkg, tags, python, platform, (), "", spec, recorded) for pkg in packages)
+
+
+def _expanded(spec: ResolveSpec) -> tuple[ResolveSpec, dict[str, str]]:
+    """`spec` with its find-links expanded to this machine's paths, and {expanded link as a URL: the link as
+    the recipe names it}."""
+    expanded = dataclasses.replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
+    return expanded, {(Path(x).as_uri() if "://" not in x else x).rstrip("/"): r
+                      for x, r in zip(expanded.find_links, spec.find_links, strict=True)}
 
 
 def _uv_env() -> dict[str, str]:

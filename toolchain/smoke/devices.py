@@ -1,10 +1,11 @@
 """The check that the cards present match the smoke request (the device facts and profiles are
 toolchain.core.devices').
 
-Cards are found under /sys/class/drm (vendor 0x8086, PCI device id of a Battlemage die), with `xpu-smi
-discovery -j` as a fallback when sysfs shows none (some containers); `sycl-ls` output is recorded for the
-report. The check is by die: B60 is BMG-G21 (one card), B70 is BMG-G31 (one or two cards). The device ids
-are those the Intel compute runtime lists per die (intel/compute-runtime device_ids_configs_bmg.h).
+Cards are found in the target smoke serves from (the host or a container: the one discovery,
+toolchain/scripts/cards.py, run there as a file) under /sys/class/drm (vendor 0x8086, PCI device id of a
+Battlemage die) with their /dev/dri node, with `xpu-smi discovery -j` as a fallback when sysfs shows none
+(some containers); `sycl-ls` output is recorded for the report. Both tools run in the target too. The check
+is by die: B60 is BMG-G21 (one card), B70 is BMG-G31 (one or two cards). The device ids are those the Intel compute runtime lists per die (intel/compute-runtime device_ids_configs_bmg.h).
 """
 
 from __future__ import annotations
@@ -15,23 +16,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from toolchain.core import devices as facts
-from toolchain.core.devices import PROFILES, Card, DeviceProfile
-from toolchain.core.proc import CommandTimeout, run
+from toolchain.core.devices import PROFILES, Card, DeviceProfile, cards_from
+from toolchain.core.proc import CommandTimeout
 from toolchain.core.serial import Data, meta
 from toolchain.errors import UsageError
 
 if TYPE_CHECKING:
-    from toolchain.target import Runtime
+    from toolchain.target import Interpreter, Runtime
 
 TOOL_TIMEOUT = 20
-# One line per DRM card: node|vendor|device|PCI slot|visible (its /dev/dri node exists where it runs).
-CARDS_SCRIPT = r"""
-for d in /sys/class/drm/card*; do
-  n=${d##*/}; case $n in *-*) continue;; esac; [ -e "$d/device" ] || continue
-  v=0; [ -e "/dev/dri/$n" ] && v=1
-  echo "$n|$(cat "$d/device/vendor" 2>/dev/null)|$(cat "$d/device/device" 2>/dev/null)|$(basename "$(readlink -f "$d/device")")|$v"
-done
-"""
 
 
 def _describe_cards(cards: Sequence[Card]) -> Data:
@@ -89,9 +82,10 @@ def device_env(prof: DeviceProfile, tp: int, env: Mapping[str, str]) -> dict[str
     return out
 
 
-def xpu_smi_cards() -> list[Card]:
-    """Cards as `xpu-smi discovery -j` lists them (empty when xpu-smi is absent or fails)."""
-    out = _tool_output(["xpu-smi", "discovery", "-j"])
+def xpu_smi_cards(runtime: Runtime | None = None) -> list[Card]:
+    """Cards as `xpu-smi discovery -j` lists them in `runtime` (None: this machine); empty when xpu-smi is
+    absent there or fails."""
+    out = _tool_output(["xpu-smi", "discovery", "-j"], runtime)
     try:
         devices = json.loads(out).get("device_list", []) if out else []
     except (ValueError, AttributeError):
@@ -106,19 +100,22 @@ def xpu_smi_cards() -> list[Card]:
     return cards
 
 
-def tool_reports() -> dict[str, str]:
+def tool_reports(runtime: Runtime | None = None) -> dict[str, str]:
+    """What sycl-ls and xpu-smi print in `runtime` (None: this machine), for the report."""
     reports = {}
     for argv in (["sycl-ls"], ["xpu-smi", "discovery"]):
-        out = _tool_output(argv)
+        out = _tool_output(argv, runtime)
         if out:
             reports[" ".join(argv)] = out
     return reports
 
 
-def _tool_output(argv: list[str]) -> str:
+def _tool_output(argv: list[str], runtime: Runtime | None) -> str:
     """What the tool printed; "" when it is not installed, fails or hangs."""
+    from toolchain.target import HostRuntime
+
     try:
-        done = run(argv, capture=True, check=False, timeout=TOOL_TIMEOUT)
+        done = (runtime or HostRuntime()).run(argv, capture=True, check=False, timeout=TOOL_TIMEOUT)
     except CommandTimeout:
         return ""
     return done.stdout if done.returncode == 0 else ""
@@ -136,7 +133,7 @@ def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str
     found = "; ".join(c.describe() for c in cards) or "none"
     if not cards:
         return result(False, f"--device {device} needs {len(wanted)} {prof.product} card(s), but no Intel GPU was "
-                             f"found (checked /sys/class/drm and xpu-smi)")
+                             f"found (checked /sys/class/drm, /dev/dri and xpu-smi)")
     matching = [c for c in cards if c.pci_id in prof.pci_ids]
     selected = [cards[i] for i in wanted if i < len(cards)]
     if len(cards) < need:
@@ -160,35 +157,23 @@ class DeviceMismatch(UsageError):
     """The cards present do not match the requested device or count."""
 
 
-def check_in(runtime: Runtime, device: str, tp: int, mask: str) -> DeviceCheck:
-    """The cards as a runtime that is not this machine (a container) sees them: Intel GPUs in its sysfs whose
-    /dev/dri node is there."""
-    out = runtime.run(["sh", "-c", CARDS_SCRIPT], capture=True).stdout
-    by_slot: dict[str, Card] = {}
-    hidden = 0
-    for line in out.splitlines():
-        node, vendor, pci_id, slot, visible = ([*line.split("|"), "", "", "", "", ""])[:5]
-        try:
-            if int(vendor, 16) != facts.VENDOR_INTEL:
-                continue
-            card = Card(node, int(pci_id, 16), slot)
-        except ValueError:
-            continue
-        if visible == "1":
-            by_slot.setdefault(slot or node, card)
-        else:
-            hidden += 1
-    found = check(device, tp, mask, [by_slot[k] for k in sorted(by_slot)])
+def check_in(target: Interpreter, device: str, tp: int, mask: str) -> DeviceCheck:
+    """The cards as the target smoke serves from sees them (`target`: an interpreter there, which runs the
+    discovery): Intel GPUs in its sysfs whose /dev/dri node is there, else as xpu-smi lists them there. Raises
+    DeviceMismatch when they do not match the request."""
+    runtime = target.runtime
+    rows = json.loads(runtime.run([target.python, target.script("cards.py")], capture=True).stdout)
+    cards, hidden = cards_from(rows, visible_only=True)
+    found = check(device, tp, mask, cards or xpu_smi_cards(runtime), tool_reports(runtime))
     if found.ok:
         return found
     where = runtime.describe()
-    dri = f"give the {where} the cards (--device=/dev/dri: in [target] run-args, or when starting the container)"
-    if not by_slot:
-        seen = f"; the machine has {hidden}, but none is in the container's /dev/dri" if hidden else ""
-        raise DeviceMismatch(f"in the {where}: --device {device} needs {found.cards_needed} "
-                             f"{profile(device).product} card(s), but the container sees no "
-                             f"Intel GPU (/sys/class/drm and /dev/dri there){seen}",
-                             hint=f"{dri}, or pass --skip-device-check to run without cards")
-    raise DeviceMismatch(f"in the {where}: {found.message}",
+    if not found.cards:
+        seen = f"; its sysfs shows {hidden}, but none is in its /dev/dri" if hidden else ""
+        raise DeviceMismatch(f"{where}: {found.message}{seen}",
+                             hint="check the cards and their driver (`toolchain doctor`); a container needs them "
+                                  "given (--device=/dev/dri: in [target] run-args, or when starting it); or pass "
+                                  "--skip-device-check to run without cards")
+    raise DeviceMismatch(f"{where}: {found.message}",
                          hint="pick the --device and tensor-parallel-size that match the cards, or "
                               "pass --skip-device-check")

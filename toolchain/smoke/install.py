@@ -23,17 +23,6 @@ from toolchain.target import HostRuntime, Interpreter
 
 KERNEL_ARGS = ("--no-deps", "--force-reinstall")
 INSTALL_TIMEOUT = 3600
-VERSIONS_SCRIPT = r"""
-import json, sys
-from importlib import metadata
-out = {}
-for name in sys.argv[1:]:
-    try:
-        out[name] = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        out[name] = None
-print(json.dumps(out))
-"""
 
 
 def create_venv(base_python: str, path: Path, log: Path) -> Interpreter:
@@ -117,9 +106,9 @@ class VersionCheck:
 
 
 def installed_versions(target: Interpreter, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
-    done = target.run([target.python, "-I", "-c", VERSIONS_SCRIPT, *dists], capture=True, log=log, timeout=300)
-    found: dict[str, str | None] = json.loads(done.stdout.strip().splitlines()[-1])  # VERSIONS_SCRIPT's JSON
-    return found
+    done = target.run([target.python, "-I", target.script("dists.py"), *dists], capture=True, log=log, timeout=300)
+    found: dict[str, dict[str, str] | None] = json.loads(done.stdout.strip().splitlines()[-1])  # dists.py's JSON
+    return {name: d["version"] if d else None for name, d in found.items()}
 
 
 def check_versions(lock: Lock, target: Interpreter, log: Path | None = None) -> tuple[VersionCheck, ...]:
@@ -220,32 +209,7 @@ def install_locked(lock: Lock, target: Interpreter, log: Path, progress: Progres
     return steps
 
 
-INSPECT_SCRIPT = r"""
-import hashlib, json, os, sys
-from importlib import metadata
-from urllib.parse import unquote, urlparse
-out = []
-for d in metadata.distributions():
-    name = d.metadata["Name"]
-    sha, source = "", ""
-    try:
-        info = json.loads(d.read_text("direct_url.json") or "{}")
-        archive = info.get("archive_info", {})
-        sha = (archive.get("hashes") or {}).get("sha256", "") or archive.get("hash", "").partition("sha256=")[2]
-        source = "pip" if sha else ""
-        url = urlparse(info.get("url", ""))
-        path = unquote(url.path)
-        if not sha and url.scheme == "file" and os.path.isfile(path):  # an older pip records no hash
-            with open(path, "rb") as f:
-                sha, source = hashlib.sha256(f.read()).hexdigest(), "file"
-    except Exception:
-        pass
-    out.append({"name": name, "version": d.version, "sha256": sha, "sha256-from": source})
-print(json.dumps(out))
-"""
-
-
-# What INSPECT_SCRIPT prints of each installed distribution, and what `environment` reports (report.json's
+# What toolchain/scripts/installed.py prints of each installed distribution, and what `environment` reports (report.json's
 # install.environment).
 Installed = TypedDict("Installed", {"name": str, "version": str, "sha256": str, "sha256-from": str})
 LockedRow = TypedDict("LockedRow", {"name": str, "role": str, "locked": str, "locked-sha256": str,
@@ -265,7 +229,7 @@ def environment(lock: Lock, target: Interpreter, log: Path | None = None) -> Env
     """The installed environment (pip freeze-like, with the sha256 of each file it was installed from: as pip
     recorded it, or, for an older pip that records none, of the local file its direct_url.json names) against
     the lock: every locked distribution with its state (ok, differs, missing), then what is installed besides."""
-    done = target.run([target.python, "-I", "-c", INSPECT_SCRIPT], capture=True, log=log, timeout=300)
+    done = target.run([target.python, "-I", target.script("installed.py")], capture=True, log=log, timeout=300)
     installed: dict[str, Installed] = {}
     found: list[Installed] = json.loads(done.stdout.strip().splitlines()[-1])
     for inst in found:  # sys.path order: the first one is the one imported

@@ -24,7 +24,6 @@ from packaging.utils import canonicalize_name
 from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
-from toolchain.core.devices import find_cards
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.proc import Interrupted, interruptible
 from toolchain.core.redact import redact_env
@@ -133,7 +132,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         rep["target"] = runtime.report()
         if not runtime.on_host:
             ui.info(f"target: {rep['target']['name']}")
-        rep["device"] = to_table(_check_devices(opts, config, runtime))
+        rep["device"] = to_table(_check_devices(opts, config, runtime.interpreter(base_python) if base_python else py))
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
         if lock is not None and staged is not None and (lock.closure is not None or lock.base is not None):
@@ -304,20 +303,13 @@ def spec_from_lock(lock: Lock, python: str = "") -> TargetSpec:
                       engine_args=tuple(str(a) for a in recipe.get("engine-args", ())))
 
 
-def _check_devices(opts: SmokeOptions, config: SmokeConfig, runtime: Runtime) -> devices.DeviceCheck:
+def _check_devices(opts: SmokeOptions, config: SmokeConfig, target: Interpreter) -> devices.DeviceCheck:
     mask = config.env.get("ZE_AFFINITY_MASK", "")
     if not config.device:
         return devices.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
     if opts.skip_device_check:
         return devices.skipped(config.device, config.tensor_parallel_size, mask)
-    if not runtime.on_host:
-        return devices.check_in(runtime, config.device, config.tensor_parallel_size, mask)
-    cards = find_cards() or devices.xpu_smi_cards()
-    check = devices.check(config.device, config.tensor_parallel_size, mask, cards, devices.tool_reports())
-    if not check.ok:
-        raise devices.DeviceMismatch(check.message, hint="pick the --device and tensor-parallel-size that match the "
-                                     "cards, or pass --skip-device-check to run without them")
-    return check
+    return devices.check_in(target, config.device, config.tensor_parallel_size, mask)
 
 
 def _stage(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python: str | None, out: Path,

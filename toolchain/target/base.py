@@ -1,6 +1,6 @@
-"""What every runtime shares: the `Runtime` protocol and the probe that reads the target's interpreter, platform
-and torch. What a runtime hands out (a `Workspace` one build runs in, an `Interpreter`, what it serves and
-brings in) is in target/parts.py."""
+"""What every runtime shares: the `Runtime` protocol and how the probe's answer is read (the probe is
+toolchain/scripts/interpreter.py, run as a file in the target). What a runtime hands out (a `Workspace` one
+build runs in, an `Interpreter`, what it serves and brings in) is in target/parts.py."""
 
 from __future__ import annotations
 
@@ -16,40 +16,6 @@ from toolchain.target.facts import TargetInfo
 if TYPE_CHECKING:
     from toolchain.target.parts import Extra, Interpreter, Workspace
 
-PROBE = r"""
-import json, sys, sysconfig, importlib.util
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-def ver(name):
-    try:
-        return metadata.version(name)
-    except Exception:
-        return ""
-info = {"python_version": "%d.%d.%d" % sys.version_info[:3],
-        "python_tag": "%s%d%d" % ({"cpython": "cp"}.get(sys.implementation.name, sys.implementation.name),
-                                   sys.version_info[0], sys.version_info[1]),
-        "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
-        "executable": sys.executable, "pip_version": ver("pip"), "torch_version": "", "torch_xpu": ""}
-import site, os
-watch = [p for p in set(site.getsitepackages() + [site.getusersitepackages(), sys.prefix]) if os.path.isdir(p)]
-spec = importlib.util.find_spec("torch")
-if spec is not None and spec.submodule_search_locations:
-    # Read torch/version.py instead of importing torch (seconds on an XPU build): it holds `xpu = '...'`.
-    info["torch_version"] = ver("torch")
-    import os, re
-    for loc in spec.submodule_search_locations:
-        try:
-            text = open(os.path.join(loc, "version.py"), encoding="utf-8").read()
-        except OSError:
-            continue
-        m = re.search(r"^xpu(?:\s*:\s*[^=]+)?\s*=\s*['\"]([^'\"]*)['\"]", text, re.M)
-        info["torch_xpu"] = m.group(1) if m else ""
-        break
-print(json.dumps(dict(info, watch=sorted(watch))))
-"""
-
 
 class Runner(Protocol):
     def __call__(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
@@ -63,7 +29,8 @@ class Runtime(Protocol):
     `toolchain.target.make_runtime` picks one. A new place to run (a remote box) is one more class with these
     members: a context manager whose entry opens the place and whose exit leaves it as it was found.
 
-    - build: `run`, `probe`, `toolchain_path`, `workspace` (trees in, wheels out);
+    - build: `run`, `probe`, `toolchain_path`, `workspace` (trees in, wheels out), `script` (a file of
+      toolchain/scripts where the target sees it);
     - smoke: `visible_path` (a host directory named by `Serving.share`), `copy_in` / `copy_out`,
       `make_venv` and `interpreter` (a Python there), `serve` (a long-running process: the host-side argv and
       environment that start it; stopping that host process stops it, and whatever a killed one left behind
@@ -85,6 +52,9 @@ class Runtime(Protocol):
             log: Path | None = None, capture: bool = False, check: bool = True, timeout: float | None = None,
             verbose: bool = False) -> Completed: ...
     def probe(self) -> TargetInfo: ...
+    def script(self, name: str) -> str:
+        """Where the target sees the package's script `name` (toolchain/scripts/NAME), to run as a file."""
+        ...
     def probe_watch(self) -> tuple[TargetInfo, list[str]]:
         """The probe, and the paths whose change would change its answer."""
         ...

@@ -1,6 +1,6 @@
 """A base environment: the image a recipe's components are rebuilt into and installed over (`[target] base =
 "image@sha256:..."`, the B70 report's direct fix: rebuild ARK inside the container that holds vLLM). What the
-image holds is read inside it, without importing anything: every installed distribution with its version and
+image holds is read inside it (toolchain/scripts/base_image.py), without importing anything: every installed distribution with its version and
 the sha256 of its `.dist-info/RECORD` (which names every installed file with its hash), and the Python and
 torch build. The lock records it; `toolchain lock` reads it again."""
 
@@ -15,23 +15,6 @@ from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError
 from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo
-
-# Runs in the image (any Python >= 3.8): one JSON object.
-PROBE = r"""
-import hashlib, json, sys, sysconfig
-from importlib import metadata
-dists = {}
-for d in metadata.distributions():
-    name = (d.metadata["Name"] or "").strip()
-    if not name:
-        continue
-    record = d.read_text("RECORD")
-    key = name.lower().replace("_", "-").replace(".", "-")
-    dists.setdefault(key, {"name": key, "version": d.version,
-                           "record-sha256": hashlib.sha256(record.encode()).hexdigest() if record else ""})
-print(json.dumps({"python-version": "%d.%d.%d" % sys.version_info[:3], "dists": sorted(dists.values(),
-                  key=lambda x: x["name"])}))
-"""
 
 
 @dataclass(frozen=True)
@@ -65,7 +48,7 @@ def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str, mem
         saved = remembered(memo_dir, "base", identity,
                            lambda: (to_table(read_base(runtime, target, image, python), kebab=True), []))
         return from_data(BaseEnv, saved, kebab=True)
-    done = runtime.run([python, "-c", PROBE], capture=True, check=False, timeout=300)
+    done = runtime.run([python, runtime.script("base_image.py")], capture=True, check=False, timeout=300)
     try:
         data = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -43,33 +43,6 @@ def render_nodes(root: Path) -> list[RenderNode]:
     return out
 
 
-INTERPRETER_PROBE = r"""
-import json, sys
-from importlib import metadata
-def ver(name):
-    try:
-        return metadata.version(name)
-    except Exception:
-        return ""
-out = {"python": sys.executable, "versions": {n: ver(n) for n in sys.argv[1:]}, "torch": ""}
-try:
-    import torch
-except Exception as exc:
-    out["torch_error"] = "" if isinstance(exc, ModuleNotFoundError) and exc.name == "torch" else repr(exc)
-else:
-    out["torch"] = str(getattr(torch, "__version__", ""))
-    out["xpu_build"] = str(getattr(getattr(torch, "version", None), "xpu", None) or "")
-    xpu = getattr(torch, "xpu", None)
-    try:
-        out["available"] = bool(xpu is not None and xpu.is_available())
-        out["count"] = int(xpu.device_count()) if out["available"] else 0
-        out["names"] = [str(xpu.get_device_name(i)) for i in range(out["count"])]
-    except Exception as exc:
-        out["available"], out["count"], out["xpu_error"] = False, 0, repr(exc)
-print(json.dumps(out))
-"""
-
-
 @dataclass(frozen=True)
 class Finding:
     topic: str
@@ -175,7 +148,7 @@ def oneapi_findings(facts: HostFacts, captured: str, setvars: str, why_missing: 
 def interpreter_findings(runtime: Runtime, python: str, facts: HostFacts, device: str = "") -> list[Finding]:
     """torch in the target interpreter: its version, XPU build, torch.xpu.is_available(), device count;
     the stack's versions; oneCCL (installed or in the interpreter)."""
-    r = runtime.run([python, "-c", INTERPRETER_PROBE, "torch", *STACK_DISTS], capture=True, check=False,
+    r = runtime.run([python, runtime.script("torch_xpu.py"), "torch", *STACK_DISTS], capture=True, check=False,
                     timeout=PROBE_TIMEOUT)
     try:
         data = json.loads(r.stdout.strip().splitlines()[-1])

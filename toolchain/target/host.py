@@ -16,11 +16,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain import scripts
 from toolchain.core.memo import stat_key
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, target_info, watch_dirs
+from toolchain.target.base import target_info, watch_dirs
 from toolchain.target.facts import TargetInfo
 
 if TYPE_CHECKING:
@@ -67,12 +68,16 @@ class HostRuntime:
 
     def probe_watch(self) -> tuple[TargetInfo, list[str]]:
         """The probe, and the directories whose change would change its answer (site-packages)."""
-        r = self.run([self.spec.python, "-c", PROBE], capture=True, check=False)
+        r = self.run([self.spec.python, self.script("interpreter.py")], capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
                               hint="set [target] python to an interpreter that exists, e.g. \"python3\"")
         return target_info(self.kind, self.spec.python, r.stdout), watch_dirs(r.stdout)
+
+    def script(self, name: str) -> str:
+        """The package's own file, in place."""
+        return str(scripts.path(name))
 
     def identity(self) -> dict[str, object] | None:
         """What a remembered probe of this interpreter depends on; None (probe every time) for wrapper

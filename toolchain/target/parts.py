@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain import scripts
+
 if TYPE_CHECKING:
     from toolchain.core.proc import Completed
     from toolchain.target.base import Runner, Runtime
@@ -27,6 +29,10 @@ class Interpreter:
         """`argv` in the runtime with this interpreter's environment (and `env` over it: None removes)."""
         return self.runtime.run(argv, env={**self.runtime.python_env(self), **(env or {})}, log=log, capture=capture,
                                 timeout=timeout, check=check)
+
+    def script(self, name: str) -> str:
+        """Where this interpreter sees the package's script `name` (`Runtime.script`)."""
+        return self.runtime.script(name)
 
     def where(self) -> str:
         return self.python if self.runtime.on_host else f"{self.python} in the {self.runtime.describe()}"
@@ -63,6 +69,12 @@ class Workspace:
     deps: Mapping[str, str]
     runner: Runner
     extras: Mapping[str, str] = field(default_factory=dict)  # Extra.name -> target-side path
+    scripts: str = str(scripts.FOLDER)  # where the build sees the package's scripts (toolchain/scripts)
+
+    def script(self, name: str) -> str:
+        """The target-side path of the package's script `name`, to run as a file."""
+        scripts.path(name)  # (a name that is not a script is a mistake here, not in the target)
+        return f"{self.scripts}/{name}"
 
     def run(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
             verbose: bool = False, capture: bool = False) -> Completed:

@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from toolchain import scripts
 from toolchain.console import UI
 from toolchain.core.proc import Completed, merge_env
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import PROBE, Runner, target_info
+from toolchain.target.base import Runner, target_info
 from toolchain.target.container import serve
 from toolchain.target.container.engine import (
     ENGINES,
@@ -45,6 +46,8 @@ SRC, OUT, DEPS, SETVARS = f"{ROOT}/src", f"{ROOT}/out", f"{ROOT}/deps", f"{ROOT}
 EXTRA, KEPT = f"{ROOT}/extra", "/var/cache/xpu-toolchain"
 # smoke: the shared host directory (Serving.share) and one run's files (scratch: the venv)
 SHARE, SCRATCH = f"{ROOT}/wheels", f"{ROOT}/smoke"
+# the package's scripts (toolchain/scripts), run as files: mounted read-only (fresh), copied in (exec)
+SCRIPTS = f"{ROOT}/scripts"
 # safe.directory: the checkouts belong to the host user, not necessarily to the container's user.
 GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 
@@ -92,6 +95,10 @@ class ContainerRuntimeBase(abc.ABC):
     def _container_id(self) -> str:
         """The container recorded in the lock ("" when each build gets a fresh one)."""
         return ""
+
+    @abc.abstractmethod
+    def _bring_scripts(self) -> None:
+        """Make the package's scripts visible at SCRIPTS for the commands that follow."""
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -151,7 +158,7 @@ class ContainerRuntimeBase(abc.ABC):
 
     def probe(self) -> TargetInfo:
         python, where = self.spec.python, self.describe()
-        r = self.run([python, "-c", PROBE], capture=True, check=False)
+        r = self.run([python, self.script("interpreter.py")], capture=True, check=False)
         image = self.image or Image(self.spec.image, "")
         if r.returncode != 0:
             err = (r.stderr or r.stdout).strip()
@@ -165,6 +172,11 @@ class ContainerRuntimeBase(abc.ABC):
                                  hint=f"run it by hand: {self.engine.name} exec ... {python} -c 'import sys'")
         return target_info(self.kind, python, r.stdout, image=image.name, image_digest=image.digest,
                            container=self._container_id())
+
+    def script(self, name: str) -> str:
+        scripts.path(name)
+        self._bring_scripts()
+        return f"{SCRIPTS}/{name}"
 
     def report(self) -> dict[str, object]:
         image = self.image
@@ -200,7 +212,7 @@ class ContainerRuntimeBase(abc.ABC):
         """A venv made with --system-site-packages (and a .pth when the image's interpreter is a venv
         itself): the image's packages (its torch) stay visible and the image is left as it was."""
         py = self.interpreter(base_python)
-        py.run([base_python, "-c", serve.VENV_SCRIPT, path], log=log, timeout=600)
+        py.run([base_python, self.script("make_venv.py"), path], log=log, timeout=600)
         return self.interpreter(f"{path}/bin/python", path)
 
     def python_env(self, py: Interpreter) -> dict[str, str | None]:

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from toolchain import scripts
 from toolchain.console import UI
 from toolchain.errors import UsageError
 from toolchain.recipe.load import TargetSpec
@@ -22,6 +23,7 @@ from toolchain.target.container.common import (
     KEPT,
     OUT,
     SCRATCH,
+    SCRIPTS,
     SHARE,
     SRC,
     ContainerRuntimeBase,
@@ -42,6 +44,7 @@ class ExecContainerRuntime(ContainerRuntimeBase):
                  serving: Serving | None = None) -> None:
         super().__init__(spec, ui, config, serving=serving)
         self._container: Container | None = None  # once entered
+        self._scripts_in = False                   # the package's scripts copied in (removed at exit)
 
     def describe(self) -> str:
         return f"{self.kind} container {self.spec.container}"
@@ -57,6 +60,7 @@ class ExecContainerRuntime(ContainerRuntimeBase):
             self.engine.say(warn=True, message=f"target.run-args {list(self.spec.run_args)} are ignored: they "
                                                f"apply to containers the tool starts, not to {self.spec.container}")
         stack.callback(self._remove_setvars)
+        stack.callback(self._remove_scripts)
 
     def _check_network(self, port: int) -> None:
         """Smoke talks to the server on this machine: the container uses the host's network or publishes `port`."""
@@ -89,6 +93,18 @@ class ExecContainerRuntime(ContainerRuntimeBase):
         container = self._target()
         container.call(["rm", "-rf", inside], user="0", capture=True)
         container.copy_into(folder, inside)
+
+    def _bring_scripts(self) -> None:
+        if not self._scripts_in:
+            container = self._target()
+            container.call(["rm", "-rf", SCRIPTS], user="0", capture=True)
+            container.copy_into(str(scripts.FOLDER), SCRIPTS)
+            self._scripts_in = True
+
+    def _remove_scripts(self) -> None:
+        if self._scripts_in:
+            self._target().call(["rm", "-rf", SCRIPTS], user="0", capture=True, check=False)
+            self._scripts_in = False
 
     def _remove_setvars(self) -> None:
         if self._setvars:
@@ -126,7 +142,8 @@ class ExecContainerRuntime(ContainerRuntimeBase):
                 container.call(["chown", "-R", uid, SRC, OUT, DEPS, EXTRA], user="0", capture=True)
                 if kept:
                     container.call(["chown", uid, *kept], user="0", capture=True)
-            yield Workspace(SRC, OUT, inside, self._runner(container), extra_at)
+            self._bring_scripts()
+            yield Workspace(SRC, OUT, inside, self._runner(container), extra_at, SCRIPTS)
             container.copy_out(OUT, out)
         finally:
             with NoSigint():

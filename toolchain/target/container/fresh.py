@@ -18,10 +18,20 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from toolchain import scripts
 from toolchain.console import UI
 from toolchain.core.fs import invoking_user
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.container.common import DEPS, EXTRA, OUT, SHARE, SRC, ContainerRuntimeBase, alternates
+from toolchain.target.container.common import (
+    DEPS,
+    EXTRA,
+    OUT,
+    SCRIPTS,
+    SHARE,
+    SRC,
+    ContainerRuntimeBase,
+    alternates,
+)
 from toolchain.target.container.engine import Container, EngineConfig, Image, Mount, NoSigint
 from toolchain.target.container.serve import host_network_args, pinned_image
 from toolchain.target.parts import Extra, Serving, Workspace
@@ -75,7 +85,9 @@ class FreshContainerRuntime(ContainerRuntimeBase):
         return ([Mount(str(share), SHARE, readonly=True)] if share is not None else []) + self._setvars_mounts()
 
     def _setvars_mounts(self) -> list[Mount]:
-        return [Mount(host, inside, readonly=True) for host, inside in self._setvars.items()]
+        """setvars' folders, and the package's scripts: every container this runtime starts has them."""
+        return [*(Mount(host, inside, readonly=True) for host, inside in self._setvars.items()),
+                Mount(str(scripts.FOLDER), SCRIPTS, readonly=True)]
 
     def _target(self) -> Container:
         with self._oneoff_lock:  # (builds side by side may both run a one-off command first)
@@ -87,6 +99,9 @@ class FreshContainerRuntime(ContainerRuntimeBase):
         container, self._oneoff = self._oneoff, None
         if container is not None:
             self.engine.remove(container.id)
+
+    def _bring_scripts(self) -> None:
+        """Every container this runtime starts has them mounted."""
 
     def _bring_setvars(self, folder: str, inside: str) -> None:
         self._remove_oneoff()  # started without the mount: the next run() starts one with it
@@ -103,7 +118,7 @@ class FreshContainerRuntime(ContainerRuntimeBase):
         with self.engine.started("build", self._image(), mounts, self.spec.run_args) as container:
             try:
                 yield Workspace(SRC, OUT, inside, self._runner(container),
-                                {e.name: f"{EXTRA}/{e.name}" for e in extras})
+                                {e.name: f"{EXTRA}/{e.name}" for e in extras}, SCRIPTS)
             finally:
                 with NoSigint():  # what the build wrote in the mounted trees belongs to the invoking user
                     uid, gid = (0, 0) if self.rootless else invoking_user()

@@ -36,19 +36,6 @@ SHELL_STARTUP = ("BASH_ENV", "ENV")
 TERM_GRACE = 3.0  # supervise(): after forwarding SIGTERM, how long before SIGKILL
 NETWORK_FLAGS = ("--network", "--net")
 
-# Make a venv that sees the image's packages; pip comes from the image (no ensurepip needed).
-VENV_SCRIPT = r"""
-import os, site, subprocess, sys, venv
-path = sys.argv[1]
-venv.EnvBuilder(system_site_packages=True, clear=True, symlinks=True, with_pip=False).create(path)
-if sys.prefix != sys.base_prefix:  # the image's interpreter is a venv: its site-packages stay visible too
-    lib = os.path.join(path, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
-    with open(os.path.join(lib, "_toolchain_image_site.pth"), "w") as f:
-        f.write("\n".join(p for p in site.getsitepackages() if os.path.isdir(p)) + "\n")
-python = os.path.join(path, "bin", "python")
-if subprocess.run([python, "-m", "pip", "--version"]).returncode != 0:
-    subprocess.run([python, "-m", "ensurepip", "--default-pip"], check=True)
-"""
 BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
         "from toolchain.target.container.serve import supervise; sys.exit(supervise(sys.argv[1:]))")
 
