@@ -176,11 +176,14 @@ def test_a_recipe_with_a_password_in_its_store_url_is_refused(tmp_path, synth):
 
 
 def test_the_recipe_key_without_credentials_is_taken(tmp_path, synth):
-    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    cli = Cli(tmp_path, {**isolated_env(tmp_path / "home"), "CI": ""})  # a developer's box, also under CI
     path = recipe(tmp_path, synth, 1, **{"compiler-cache-remote": "redis://cache.example:6379"})
     r = cli("plan", "--recipe", path, "--json")
     assert r.returncode == 0, str(r)
     assert "shared cache redis://cache.example:6379 (read-only" in r.stdout
+    ci = Cli(tmp_path, {**isolated_env(tmp_path / "home"), "CI": "true"})  # a CI runner writes to the store
+    r_ci = ci("plan", "--recipe", path, "--json")
+    assert r_ci.returncode == 0 and "shared cache redis://cache.example:6379 (read-write" in r_ci.stdout, str(r_ci)
     bad = recipe(tmp_path, synth, 2, **{"compiler-cache-remote": "ftp://cache.example"})
     r2 = cli("plan", "--recipe", bad, "--json")
     assert r2.returncode == 2 and "redis:// or http://" in r2.stderr, str(r2)
