@@ -474,7 +474,7 @@ def run_step_benchmark(work: Path, *, commits: int = 60, rounds: int = 5, baseli
 
 
 class ResolverCounter:
-    """Counts the resolver runs (uv) of the builds made in this process: a kept closure (resolve/memo.py) runs
+    """Counts the resolver runs (uv) of the builds made in this process: a kept closure (resolve/closure_memo.py) runs
     none."""
 
     def __init__(self) -> None:

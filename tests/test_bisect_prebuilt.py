@@ -13,7 +13,7 @@ import pytest
 
 from tests.spine_helpers import component, recipe_data
 from tests.support.closure import served, simple_index
-from toolchain.build.prebuilt import PrebuiltFile, commit_wheel
+from toolchain.build.prebuilt_wheels import PrebuiltFile, commit_wheel
 from toolchain.core.fs import sha256_file
 from toolchain.lock import read_lock
 

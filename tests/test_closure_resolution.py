@@ -41,7 +41,7 @@ from tests.support.closure import (
 from toolchain.build.wheelmeta import WheelMeta, wheel_meta
 from toolchain.lock import read_lock
 from toolchain.recipe.model import ResolveSpec
-from toolchain.resolve.memo import closure_key
+from toolchain.resolve.closure_memo import closure_key
 from toolchain.target.facts import TargetInfo
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ import pytest
 import tomlkit
 
 from tests.spine_helpers import TINY_INIT, GitRepo, Workspace, component, recipe_data
-from toolchain.build.abi import BuiltAgainst
+from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.cache import WheelRef
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics

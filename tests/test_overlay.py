@@ -18,8 +18,8 @@ from tests.support.closure import REPO, WHEELHOUSE, demo_variant, free_port
 from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
 from tests.support.debian_image import containers_env
 from toolchain.core import toml as tomlio
-from toolchain.resolve.abi import ABIMismatch
-from toolchain.resolve.overlay import overlay_closure
+from toolchain.resolve.image_closure import overlay_closure
+from toolchain.resolve.torch_abi import ABIMismatch
 from toolchain.resolve.uvpin import ResolveError
 from toolchain.target.baseenv import BaseDist, BaseEnv
 
@@ -149,7 +149,7 @@ def test_an_overlay_needs_nothing_the_image_lacks_and_its_torch(demo_build):
     assert ok.indexes == ()
     with pytest.raises(ResolveError, match="tomli.*does not hold"):
         overlay_closure(_base(packaging="24.2"), [("engine", engine, ())])
-    from toolchain.build.abi import BuiltAgainst
+    from toolchain.build.built_against import BuiltAgainst
 
     with pytest.raises(ABIMismatch, match="2.13.0"):
         overlay_closure(_base(packaging="24.2", tomli="2.2.1", **{"standin-torch": "2.13.0+xpu"}),
@@ -157,7 +157,7 @@ def test_an_overlay_needs_nothing_the_image_lacks_and_its_torch(demo_build):
 
 
 def test_a_bisect_step_of_an_overlay_builds_only_the_bisected_component(tmp_path):
-    from toolchain.bisect.overlay import only_the_bisected
+    from toolchain.bisect.overlay_step import only_the_bisected
     from toolchain.recipe.load import load_recipe
 
     fake = "localhost/stack@sha256:" + "1" * 64

@@ -15,7 +15,7 @@ import pytest
 
 from tests.spine_helpers import STANDIN_SETVARS, Cli, isolated_env
 from tests.support.closure import REPO, demo_variant, served, simple_index, wheelhouse
-from toolchain.build.prebuilt import prebuilt_key
+from toolchain.build.prebuilt_wheels import prebuilt_key
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
 

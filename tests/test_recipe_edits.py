@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from toolchain.bisect.commitwheels import with_commit_wheel
-from toolchain.bisect.overlay import only_the_bisected
+from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.errors import RecipeError
 from toolchain.recipe import load
 from toolchain.recipe.load import load_recipe, with_changes, with_data

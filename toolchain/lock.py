@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolchain import __version__
-from toolchain.build.abi import BuiltAgainst
+from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
@@ -62,7 +62,7 @@ class LockedComponent:
     build_seconds: float
     wheel: WheelRef
     fetchcontent: tuple[dict[str, str], ...] = ()
-    built_against: tuple[BuiltAgainst, ...] = ()  # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.abi)
+    built_against: tuple[BuiltAgainst, ...] = ()  # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.built_against)
     # what the build that made the wheel cost (facts of that build, not inputs: a bundle drops them)
     compiler_cache: CacheReport = CacheReport()
     jobs: int = 0

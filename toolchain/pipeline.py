@@ -128,7 +128,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     path = out / LOCK_NAME
     closure = given  # recorded as given: nothing is resolved
     if closure is None and base is not None:  # the image is the environment: nothing is resolved from an index
-        from toolchain.resolve.overlay import overlay_closure
+        from toolchain.resolve.image_closure import overlay_closure
 
         closure = overlay_closure(base, [(b.plan.name, out / WHEELS_DIR / b.wheel.file, b.built_against)
                                          for b in built])
@@ -198,7 +198,7 @@ def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: 
     import dataclasses
 
     from toolchain.build.plan import prebuilt_plan
-    from toolchain.build.prebuilt import PrebuiltFile
+    from toolchain.build.prebuilt_wheels import PrebuiltFile
 
     comps = []
     for cp in plan.components:
@@ -212,7 +212,7 @@ def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: 
             pinned = PrebuiltFile(old.wheel.file, str(old.prebuilt["url"]), old.wheel.sha256, old.wheel.size,
                                   pre.requirement, str(old.prebuilt.get("index", "")))
         if pinned is None:
-            from toolchain.resolve.prebuilt import pin_requirement
+            from toolchain.resolve.prebuilt_pin import pin_requirement
 
             with ui.status(f"pinning the prebuilt {pre.requirement}"):
                 pinned = pin_requirement(pre.requirement, plan.recipe.resolve, plan.target,
@@ -561,7 +561,7 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_d
     base = None
     if recipe.target.base:  # the image is read again: what it holds now is what the overlay runs on
         from toolchain.build.plan import probe_target
-        from toolchain.resolve.overlay import overlay_closure
+        from toolchain.resolve.image_closure import overlay_closure
         from toolchain.target.baseenv import read_base
 
         with make_runtime(recipe.target, ui) as runtime, \

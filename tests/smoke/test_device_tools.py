@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.core.devices import Card
-from toolchain.smoke import devices
+from toolchain.smoke import device_check
 
 DISCOVERY = {"device_list": [
     {"device_id": 0, "pci_device_id": "0xe223", "pci_bdf_address": "0000:04:00.0"},
@@ -35,18 +35,18 @@ def bindir(tmp_path, monkeypatch) -> Path:
 
 def test_xpu_smi_discovery_lists_the_cards(bindir):
     tool(bindir, "xpu-smi", f"[ \"$1 $2\" = 'discovery -j' ] && cat <<'EOF'\n{json.dumps(DISCOVERY)}\nEOF")
-    cards = devices.xpu_smi_cards()
+    cards = device_check.xpu_smi_cards()
     assert cards == [Card("xpu-smi:0", 0xE223, "0000:04:00.0"), Card("xpu-smi:1", 0xE211, "0000:03:00.0")]
-    assert devices.check("b70", 1, "0", cards).ok
+    assert device_check.check("b70", 1, "0", cards).ok
 
 
 def test_absent_failing_or_hanging_tools_give_nothing(bindir, monkeypatch):
-    assert devices.xpu_smi_cards() == []
-    assert devices.tool_reports() == {}
+    assert device_check.xpu_smi_cards() == []
+    assert device_check.tool_reports() == {}
     tool(bindir, "xpu-smi", "echo 'partial output'; exit 3")
     tool(bindir, "sycl-ls", "echo '[level_zero:gpu][level_zero:0] stand-in'; exec sleep 30")
-    monkeypatch.setattr(devices, "TOOL_TIMEOUT", 1)
-    assert devices.xpu_smi_cards() == []
-    assert devices.tool_reports() == {}  # sycl-ls ran out of time, xpu-smi failed: neither report is kept
+    monkeypatch.setattr(device_check, "TOOL_TIMEOUT", 1)
+    assert device_check.xpu_smi_cards() == []
+    assert device_check.tool_reports() == {}  # sycl-ls ran out of time, xpu-smi failed: neither report is kept
     tool(bindir, "sycl-ls", "echo '[level_zero:gpu][level_zero:0] stand-in'")
-    assert devices.tool_reports() == {"sycl-ls": "[level_zero:gpu][level_zero:0] stand-in\n"}
+    assert device_check.tool_reports() == {"sycl-ls": "[level_zero:gpu][level_zero:0] stand-in\n"}

@@ -15,7 +15,7 @@ from toolchain import scripts
 from toolchain.core.devices import Card, cards_from, find_cards
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
-from toolchain.smoke import SmokeOptions, devices, run_smoke
+from toolchain.smoke import SmokeOptions, device_check, run_smoke
 from toolchain.smoke.server import strip_oneapi
 
 ONEAPI = "/opt/intel/oneapi"
@@ -116,30 +116,30 @@ def test_the_discovery_rows_read_as_cards_the_same_for_host_and_container(tmp_pa
 def test_device_check_messages(tmp_path):
     b60 = Card("card0", 0xE211, "0000:03:00.0")
     b70 = Card("card1", 0xE223, "0000:04:00.0")
-    assert devices.check("b60", 1, "0", [b60]).ok
-    wrong = devices.check("b70", 1, "0", [b60])
+    assert device_check.check("b60", 1, "0", [b60]).ok
+    wrong = device_check.check("b70", 1, "0", [b60])
     assert not wrong.ok
     assert "use --device b60" in wrong.message
     assert "0xe211" in wrong.message
-    assert devices.check("b70", 1, "1", [b60, b70]).ok
-    short = devices.check("b70", 2, "0,1", [b70])
+    assert device_check.check("b70", 1, "1", [b60, b70]).ok
+    short = device_check.check("b70", 2, "0,1", [b70])
     assert not short.ok
     assert "only 1 Intel GPU" in short.message
-    none = devices.check("b70", 1, "", [])
+    none = device_check.check("b70", 1, "", [])
     assert not none.ok
     assert "no Intel GPU was found" in none.message
-    assert devices.mask_cards("0.0,1.0,1.1") == [0, 1]
+    assert device_check.mask_cards("0.0,1.0,1.1") == [0, 1]
 
 
 def test_device_profiles_env():
-    assert devices.device_env(devices.profile("b70"), 2, {}) == {"ZE_AFFINITY_MASK": "0,1",
+    assert device_check.device_env(device_check.profile("b70"), 2, {}) == {"ZE_AFFINITY_MASK": "0,1",
                                                                  "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
-    assert devices.device_env(devices.profile("b70"), 1, {"ZE_AFFINITY_MASK": "1"}) == \
+    assert device_check.device_env(device_check.profile("b70"), 1, {"ZE_AFFINITY_MASK": "1"}) == \
         {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
     with pytest.raises(UsageError, match="at most 1 card"):
-        devices.device_env(devices.profile("b60"), 2, {})
+        device_check.device_env(device_check.profile("b60"), 2, {})
     with pytest.raises(UsageError, match="names 1 card"):
-        devices.device_env(devices.profile("b70"), 2, {"ZE_AFFINITY_MASK": "0"})
+        device_check.device_env(device_check.profile("b70"), 2, {"ZE_AFFINITY_MASK": "0"})
 
 
 @pytest.mark.skipif(bool(find_cards()), reason="this machine has Intel GPUs")

@@ -3,7 +3,7 @@
 
 They live in one toolchain cache, ``$TOOLCHAIN_TEST_CACHE/toolchain-cache`` (default cache root
 ``/var/cache/toolchain-tests``, as tests/support/vllm_cpu.py): the wheel cache of the tool itself, under the
-key of a prebuilt file (its sha256), downloaded and checked by the tool's own code (toolchain.build.prebuilt).
+key of a prebuilt file (its sha256), downloaded and checked by the tool's own code (toolchain.build.prebuilt_wheels).
 So a test that runs ``toolchain build --cache-dir <that>`` with ``prebuilt = "vllm-xpu-kernels==0.1.16.2"``
 finds the file there, and a test that only needs the file (the native audit's soname checks) asks
 ``real_wheel()`` for its path. The entry is checked against the pinned sha256 when it is served.
@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from toolchain.build.cache import WheelCache  # noqa: E402
-from toolchain.build.prebuilt import PrebuiltFile, prebuilt_key, take_prebuilt  # noqa: E402
+from toolchain.build.prebuilt_wheels import PrebuiltFile, prebuilt_key, take_prebuilt  # noqa: E402
 
 
 @dataclass(frozen=True)

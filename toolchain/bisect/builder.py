@@ -15,7 +15,7 @@ from typing import Any
 
 from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, first_line
-from toolchain.bisect.overlay import only_the_bisected
+from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes

@@ -5,7 +5,7 @@ there takes it, sha256 checked, instead of compiling; the other steps build."""
 
 from __future__ import annotations
 
-from toolchain.build.prebuilt import commit_wheel
+from toolchain.build.prebuilt_wheels import commit_wheel
 from toolchain.recipe.model import Recipe
 
 

@@ -30,7 +30,7 @@ from toolchain.core.fs import (
     read_regular,
     sha256_file,
 )
-from toolchain.core.memo import file_sha256
+from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import record
 from toolchain.core.redact import redact_data
 from toolchain.core.regex import Regex
@@ -84,7 +84,7 @@ class WheelCache:
 
     def __init__(self, root: Path, warn: Warn = _no_warning) -> None:
         self.root = Path(root) / "wheels"
-        self.memo = Path(root) / "memo"  # the out wheels' digests, by stat (core/memo.py)
+        self.memo = Path(root) / "memo"  # the out wheels' digests, by stat (core/probe_memo.py)
         self.warn = warn
 
     def _dir(self, key: str) -> Path:
@@ -217,7 +217,7 @@ def symlink_on_the_way(root: Path, path: Path) -> Path | None:
 def shared_folder_warnings(cache_dir: Path) -> list[str]:
     """A warning naming each folder of the cache (itself and the folders in it) that another user could write
     (owned by another user, or group/other-writable and not a sticky folder of this user's) or that is a
-    symbolic link: one lstat each. Nothing of a memo there is trusted (core/memo.py), each wheel is checked
+    symbolic link: one lstat each. Nothing of a memo there is trusted (core/probe_memo.py), each wheel is checked
     by its sha256 as it is taken, and nothing is deleted through a link; the warning says what it risks."""
     out: list[str] = []
     me = os.geteuid()

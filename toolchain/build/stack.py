@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.build import ccache
-from toolchain.build.abi import BuiltAgainst
+from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import ComponentPlan, Plan
-from toolchain.build.prebuilt import take_prebuilt
+from toolchain.build.prebuilt_wheels import take_prebuilt
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.remotespec import RemoteRequest
 from toolchain.core.fs import write_if_changed
@@ -360,8 +360,8 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
 def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mirrors, trees: SourceTrees,
                       cache: WheelCache, options: BuildOptions, log: Path, ui: UI,
                       cc: CompilerCache) -> None:
-    from toolchain.build.abi import probe_built_against
     from toolchain.build.buildreqs import check_build_requires
+    from toolchain.build.built_against import probe_built_against
     from toolchain.build.frontend import backend_call, check_as_pip
     from toolchain.build.metrics import RUNNER, RUNNER_FILE, measured_argv, read_result
 

@@ -1,6 +1,6 @@
 """What a built wheel says of itself: the header fields of its `*.dist-info/METADATA` (name, version, what it
 requires), read from the zip without the email parser or packaging (a warm build takes this path: the
-closure's key, resolve/memo.py; the checks pip makes of a wheel it built, build/frontend.py)."""
+closure's key, resolve/closure_memo.py; the checks pip makes of a wheel it built, build/frontend.py)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def dumps_remembered(data: dict[str, Any], memo_dir: Path) -> str:
     import importlib.util
 
     from toolchain.core.fs import sha256_bytes
-    from toolchain.core.memo import remembered
+    from toolchain.core.probe_memo import remembered
     from toolchain.core.redact import holds_secret
 
     if holds_secret(data):  # text holding a secret is never written to the cache

@@ -17,8 +17,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from toolchain.resolve.abi import check_built_against
     from toolchain.resolve.closure import Closure, LockedDist
+    from toolchain.resolve.torch_abi import check_built_against
     from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
 
 __all__ = ["BuiltWheel", "Closure", "LockedDist", "check_built_against", "resolve_closure"]

@@ -150,7 +150,7 @@ def target_providers(runtime: Runs, python: str, oneapi_dirs: Sequence[str], one
     if memo_dir is None or installed:
         raw = compute()[0]
     else:
-        from toolchain.core.memo import remembered
+        from toolchain.core.probe_memo import remembered
 
         identity = {"python": python, "oneapi-dirs": list(oneapi_dirs), "path": os.environ.get("PATH", "")}
         raw = remembered(memo_dir, "loader", identity, compute)

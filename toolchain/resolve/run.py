@@ -6,14 +6,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from toolchain.build.abi import BuiltAgainst
+from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.wheelmeta import wheel_meta
 from toolchain.console import UI
 from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
-from toolchain.resolve.abi import Compiled, check_built_against
 from toolchain.resolve.closure import Closure, canonical_name
-from toolchain.resolve.memo import ClosureMemo, closure_key
+from toolchain.resolve.closure_memo import ClosureMemo, closure_key
+from toolchain.resolve.torch_abi import Compiled, check_built_against
 from toolchain.target.facts import TargetInfo
 
 RESOLVE_DIR = "resolve"  # under the cache directory: uv's cache

@@ -34,8 +34,8 @@ from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, LockedDist, file_name
+from toolchain.resolve.closure_memo import DEFAULT_MANYLINUX, expand_link, target_platform, target_python
 from toolchain.resolve.failure import raise_classified
-from toolchain.resolve.memo import DEFAULT_MANYLINUX, expand_link, target_platform, target_python
 from toolchain.target.facts import TargetInfo
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from toolchain.core.serial import Data, meta
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.model import SmokeSpec
 from toolchain.smoke import cases as cases_mod
-from toolchain.smoke import devices
+from toolchain.smoke import device_check
 from toolchain.smoke.ladder import LadderStep, steps_from
 
 DEFAULT_SERVE_COMMAND = ("{python}", "-m", "vllm.entrypoints.cli.main", "serve", "{model}")
@@ -98,7 +98,7 @@ def build_config(opts: SmokeOptions, smoke: SmokeSpec, python: str, where: str =
     port = port_of(opts.port, smoke)
     env = dict(smoke.env)
     if device:
-        env.update(devices.device_env(devices.profile(device), tp, env))
+        env.update(device_check.device_env(device_check.profile(device), tp, env))
     values = {"python": python, "model": serve_model, "host": opts.host, "port": str(port), "tp": str(tp)}
     if opts.serve_cmd:
         argv = expand(shlex.split(opts.serve_cmd), values)

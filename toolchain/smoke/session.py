@@ -33,7 +33,7 @@ from toolchain.lock import Lock, verify_wheels, wheel_name_version
 from toolchain.recipe.load import TargetSpec
 from toolchain.recipe.model import SmokeSpec
 from toolchain.recipe.validate import smoke_spec
-from toolchain.smoke import devices, install, report
+from toolchain.smoke import device_check, install, report
 from toolchain.smoke.config import SmokeConfig, SmokeOptions, build_config, port_of
 from toolchain.smoke.ladder import LadderResult, run_ladder
 from toolchain.smoke.rootcause import render
@@ -303,13 +303,13 @@ def spec_from_lock(lock: Lock, python: str = "") -> TargetSpec:
                       engine_args=tuple(str(a) for a in recipe.get("engine-args", ())))
 
 
-def _check_devices(opts: SmokeOptions, config: SmokeConfig, target: Interpreter) -> devices.DeviceCheck:
+def _check_devices(opts: SmokeOptions, config: SmokeConfig, target: Interpreter) -> device_check.DeviceCheck:
     mask = config.env.get("ZE_AFFINITY_MASK", "")
     if not config.device:
-        return devices.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
+        return device_check.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
     if opts.skip_device_check:
-        return devices.skipped(config.device, config.tensor_parallel_size, mask)
-    return devices.check_in(target, config.device, config.tensor_parallel_size, mask)
+        return device_check.skipped(config.device, config.tensor_parallel_size, mask)
+    return device_check.check_in(target, config.device, config.tensor_parallel_size, mask)
 
 
 def _stage(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python: str | None, out: Path,

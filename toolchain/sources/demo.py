@@ -14,7 +14,7 @@ from pathlib import Path
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import file_lock, publish_dir, sha256_bytes
 from toolchain.core.git import git
-from toolchain.core.memo import remembered
+from toolchain.core.probe_memo import remembered
 from toolchain.sources.mirrors import Rewrite
 
 SRC = Path(__file__).resolve().parents[1] / "demo_src"

@@ -23,7 +23,7 @@ from pathlib import Path
 from toolchain.console import UI
 from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
-from toolchain.core.memo import remembered
+from toolchain.core.probe_memo import remembered
 from toolchain.core.proc import CommandFailed
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text, without_credentials

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolchain.core.memo import remembered
+from toolchain.core.probe_memo import remembered
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError
 from toolchain.target.base import Runtime

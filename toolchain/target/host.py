@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain import scripts
-from toolchain.core.memo import stat_key
+from toolchain.core.probe_memo import stat_key
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec

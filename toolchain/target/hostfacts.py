@@ -68,7 +68,7 @@ def runtime_versions(root: Path, memo_dir: Path | None = None) -> tuple[str, str
     remembered there while that file and those folders are unchanged (dpkg replaces its status file when a
     package is installed or removed; a library added, removed or renamed changes its folder): 3-4 ms of every
     build that writes a lock (a warm build into a new --out, each bisect step)."""
-    from toolchain.core.memo import remembered
+    from toolchain.core.probe_memo import remembered
 
     def compute() -> tuple[list[str], list[str]]:
         status = _read_bytes(root / DPKG_STATUS)

@@ -11,9 +11,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from toolchain.build.abi import BuiltAgainst
-from toolchain.resolve.abi import Compiled, check_built_against
+from toolchain.build.built_against import BuiltAgainst
 from toolchain.resolve.closure import Closure
+from toolchain.resolve.torch_abi import Compiled, check_built_against
 from toolchain.resolve.uvpin import ResolveError
 from toolchain.resolve.uvpin import _requirements as wheel_requirements
 from toolchain.target.baseenv import BaseEnv

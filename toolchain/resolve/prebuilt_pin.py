@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolchain.build.prebuilt import PrebuiltFile
+from toolchain.build.prebuilt_wheels import PrebuiltFile
 from toolchain.core.proc import CommandFailed
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve import uvpin
+from toolchain.resolve.closure_memo import target_platform, target_python
 from toolchain.resolve.failure import raise_classified
-from toolchain.resolve.memo import target_platform, target_python
 from toolchain.target.facts import TargetInfo
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toolchain.build.abi import BuiltAgainst
+from toolchain.build.built_against import BuiltAgainst
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import Closure, canonical_name
 
