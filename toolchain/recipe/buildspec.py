@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import field
 from typing import Any
 from urllib.parse import urlsplit
 
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
+from toolchain.recipe.keys import key, keys_of
 
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 COMPILER_CACHES = ("ccache", "none")
-BUILD_KEYS: dict[str, type] = {"compiler-cache": str, "jobs": int, "memory-per-job": str, "compiler-cache-remote": str}
 STORE_SCHEMES = {"redis": 6379, "http": 80}  # the remote storages of ccache this tool passes on, default ports
-COMPONENT_BUILD_KEYS: dict[str, type] = {"jobs": int, "memory-per-job": str}
 JOB_ENV = ("MAX_JOBS", "CMAKE_BUILD_PARALLEL_LEVEL", "ARK_SYCL_TLA_JOBS")
 _SIZE = Regex(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)(B?)\s*$", re.IGNORECASE)
 
@@ -54,14 +54,17 @@ def parse_size(text: str) -> int:
 class BuildSpec:
     """A recipe's [build] table: compiler cache, jobs and memory per job."""
 
-    compiler_cache: str = ""   # "" = not set: ccache if available (not required)
-    jobs: int = 0              # 0 = sized by memory
-    memory_per_job: int = 0    # 0 = the component's own or the tool's default
-    compiler_cache_remote: str = ""  # a shared compiler cache, without credentials ("": none in the recipe)
+    compiler_cache: str = field(default="", metadata=key(str))  # "" = not set: ccache if available (not required)
+    jobs: int = field(default=0, metadata=key(int))  # 0 = sized by memory
+    memory_per_job: int = field(default=0, metadata=key(str))  # "8GiB" in the recipe; 0 = the component's own or the tool's default
+    compiler_cache_remote: str = field(default="", metadata=key(str))  # a shared compiler cache, without credentials ("": none in the recipe)
 
     @property
     def cache_required(self) -> bool:
         return self.compiler_cache == "ccache"
+
+
+BUILD_KEYS = keys_of(BuildSpec)
 
 
 def build_spec(table: Any, add: Add) -> BuildSpec:
@@ -150,5 +153,5 @@ def check_job_env(env: Mapping[str, str], where: str, add: Add) -> None:
                                   f"jobs by memory")
 
 
-__all__ = ["BUILD_KEYS", "COMPILER_CACHES", "COMPONENT_BUILD_KEYS", "STORE_SCHEMES", "BuildSpec", "StoreURL",
+__all__ = ["BUILD_KEYS", "COMPILER_CACHES", "STORE_SCHEMES", "BuildSpec", "StoreURL",
            "build_spec", "check_job_env", "component_build", "parse_size", "parse_store_url"]

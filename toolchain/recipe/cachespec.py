@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import field
 from typing import Any
 from urllib.parse import urlsplit
 
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
+from toolchain.recipe.keys import key, keys_of
 
 SCHEME = "oci"
 DEFAULT_TIMEOUT = 20.0
 MAX_TIMEOUT = 3600.0  # an hour: a registry slower than that is no accelerator (and urllib3 refuses inf)
-CACHE_KEYS = {"remote": str, "push": bool, "insecure": bool, "timeout": object}  # timeout: checked below
 # distribution's repository name grammar: path components of lower-case alphanumerics and separators
 _COMPONENT = Regex(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _HOST = Regex(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$")
@@ -49,10 +50,13 @@ class RemoteURL:
 class CacheSpec:
     """A recipe's [cache] table: the remote wheel cache and how it is used."""
 
-    remote: str = ""
-    push: bool = False
-    insecure: bool = False
-    timeout: float = DEFAULT_TIMEOUT
+    remote: str = field(default="", metadata=key(str))
+    push: bool = field(default=False, metadata=key(bool))
+    insecure: bool = field(default=False, metadata=key(bool))
+    timeout: float = field(default=DEFAULT_TIMEOUT, metadata=key(object))  # an int or a float: checked below
+
+
+CACHE_KEYS = keys_of(CacheSpec)
 
 
 def parse_remote_url(value: str) -> RemoteURL:

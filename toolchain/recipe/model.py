@@ -21,6 +21,7 @@ from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
+from toolchain.recipe.keys import key
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as a recipe pins it
 HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256
@@ -73,10 +74,10 @@ class Patch:
     intel/llm-scaler's vLLM patch, used without copying it here). A lock records `label` and `sha256` (and
     `url`/`commit` of a remote patch) and reads back into this type, with `file` unset; `file` does not take
     part in equality."""
-    path: str
-    sha256: str
-    url: str = ""
-    commit: str = ""
+    path: str = field(metadata=key(str))
+    sha256: str = field(metadata=key(str))
+    url: str = field(default="", metadata=key(str))
+    commit: str = field(default="", metadata=key(str))
     file: Path | None = field(default=None, compare=False)
     # for a component built from a subdir: "root" when the patch's paths start at the repository root,
     # "subdir" when inside the subdir (sources.patches.applies_at); recorded in the lock, not its identity
@@ -114,10 +115,10 @@ class Recorded:
 @record
 class FetchContentDep:
     """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
-    name: str
-    url: str
-    commit: str
-    env: str = ""  # pass the checkout path in this env var instead of -DFETCHCONTENT_SOURCE_DIR_<NAME>
+    name: str = field(metadata=key(str))
+    url: str = field(metadata=key(str))
+    commit: str = field(metadata=key(str))
+    env: str = field(default="", metadata=key(str))  # pass the checkout path in this env var instead of -DFETCHCONTENT_SOURCE_DIR_<NAME>
 
     @property
     def cmake_var(self) -> str:
@@ -142,26 +143,26 @@ class Component:
     """One component of a recipe: its source, pin, patches, build command and environment."""
 
     name: str
-    url: str
-    commit: str
-    ref: str = ""
-    subdir: str = ""
-    patches: tuple[Patch, ...] = ()
-    after: tuple[str, ...] = ()
-    version: str = ""
-    version_env: str = "SETUPTOOLS_SCM_PRETEND_VERSION"
-    dist: str = ""
-    import_name: str = ""
-    install_args: tuple[str, ...] = DEFAULT_INSTALL_ARGS
-    command: tuple[str, ...] = DEFAULT_COMMAND
-    env: tuple[tuple[str, str], ...] = ()
-    fetchcontent: tuple[FetchContentDep, ...] = ()
-    built_against: tuple[str, ...] = ()  # distributions whose C++ ABI the compiled wheel depends on (torch)
-    jobs: int = 0             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
-    memory_per_job: int = 0   # bytes one compile job needs (0: the tool's default for it)
-    prebuilt: Prebuilt | None = None  # a released wheel, never compiled (url and commit are then empty)
-    prebuilt_index: str = ""  # per-commit wheels (+g<hex> local versions) a bisect step takes before compiling
-    inputs: tuple[InputFile, ...] = ()  # files the build reads beyond its tree (`inputs = [...]`)
+    url: str = field(metadata=key(str))
+    commit: str = field(metadata=key(str))
+    ref: str = field(default="", metadata=key(str))
+    subdir: str = field(default="", metadata=key(str))
+    patches: tuple[Patch, ...] = field(default=(), metadata=key(list))
+    after: tuple[str, ...] = field(default=(), metadata=key(list))
+    version: str = field(default="", metadata=key(str))
+    version_env: str = field(default="SETUPTOOLS_SCM_PRETEND_VERSION", metadata=key(str))
+    dist: str = field(default="", metadata=key(str))
+    import_name: str = field(default="", metadata=key(str, "import"))
+    install_args: tuple[str, ...] = field(default=DEFAULT_INSTALL_ARGS, metadata=key(list))
+    command: tuple[str, ...] = field(default=DEFAULT_COMMAND, metadata=key(list))
+    env: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
+    fetchcontent: tuple[FetchContentDep, ...] = field(default=(), metadata=key(list))
+    built_against: tuple[str, ...] = field(default=(), metadata=key(list))  # distributions whose C++ ABI the compiled wheel depends on (torch)
+    jobs: int = field(default=0, metadata=key(int))             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
+    memory_per_job: int = field(default=0, metadata=key(str))   # bytes one compile job needs (0: the tool's default for it)
+    prebuilt: Prebuilt | None = field(default=None, metadata=key(object))  # a released wheel, never compiled (url and commit are then empty)
+    prebuilt_index: str = field(default="", metadata=key(str))  # per-commit wheels (+g<hex> local versions) a bisect step takes before compiling
+    inputs: tuple[InputFile, ...] = field(default=(), metadata=key(list))  # files the build reads beyond its tree (`inputs = [...]`)
 
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -172,11 +173,11 @@ INDEX_STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
 class ResolveSpec:
     """`[resolve]`: where the runtime closure of the built wheels is resolved from (toolchain.resolve).
     No index and no find-links: nothing is resolved from anywhere (a closure with requirements fails)."""
-    indexes: tuple[str, ...] = (DEFAULT_INDEX,)   # the first is the primary index, the rest extra indexes
-    find_links: tuple[str, ...] = ()              # directories (relative to the recipe file) or URLs
-    index_strategy: str = "first-index"           # uv's --index-strategy
-    platform: str = ""                            # uv's --python-platform; default: from the probed target
-    python_version: str = ""                      # default: the probed target's major.minor
+    indexes: tuple[str, ...] = field(default=(DEFAULT_INDEX,), metadata=key(list))   # the first is the primary index, the rest extra indexes
+    find_links: tuple[str, ...] = field(default=(), metadata=key(list))              # directories (relative to the recipe file) or URLs
+    index_strategy: str = field(default="first-index", metadata=key(str))           # uv's --index-strategy
+    platform: str = field(default="", metadata=key(str))                            # uv's --python-platform; default: from the probed target
+    python_version: str = field(default="", metadata=key(str))                      # default: the probed target's major.minor
 
 
 @record
@@ -184,16 +185,16 @@ class NativeSpec:
     """`[native]`: additions to the shipped native policy (toolchain/data/native-policy.toml). `host_provides`:
     sonames (fnmatch patterns) the run host provides, recorded in the lock and checked where the stack runs;
     `ignore`: sonames the audit skips (recorded in the lock's recipe text)."""
-    host_provides: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
+    host_provides: tuple[str, ...] = field(default=(), metadata=key(list))
+    ignore: tuple[str, ...] = field(default=(), metadata=key(list))
 
 
 @record
 class ToolchainSpec:
     """A recipe's [toolchain] table: the setvars script sourced before builds."""
 
-    setvars: str = DEFAULT_SETVARS
-    setvars_args: tuple[str, ...] = ("--force",)
+    setvars: str = field(default=DEFAULT_SETVARS, metadata=key(str))
+    setvars_args: tuple[str, ...] = field(default=("--force",), metadata=key(list))
     base_dir: Path = field(default=Path("."), compare=False)  # a relative `setvars` is relative to this
 
     @property
@@ -205,34 +206,34 @@ class ToolchainSpec:
 class TargetSpec:
     """A recipe's [target] table: where builds and smokes run."""
 
-    runtime: str = "host"
-    python: str = "python3"
-    image: str = ""
-    container: str = ""
-    run_args: tuple[str, ...] = ()
-    engine_args: tuple[str, ...] = ()
-    base: str = ""  # an image pinned by digest whose environment the components are rebuilt into (`image` = it)
+    runtime: str = field(default="host", metadata=key(str))
+    python: str = field(default="python3", metadata=key(str))
+    image: str = field(default="", metadata=key(str))
+    container: str = field(default="", metadata=key(str))
+    run_args: tuple[str, ...] = field(default=(), metadata=key(list))
+    engine_args: tuple[str, ...] = field(default=(), metadata=key(list))
+    base: str = field(default="", metadata=key(str))  # an image pinned by digest whose environment the components are rebuilt into (`image` = it)
 
 
 @record
 class SmokeSpec:
     """A recipe's `[smoke]` table, typed (recipe.validate checks it; smoke reads these fields). The lock keeps
     the table as written (`raw`, redacted) and smoke types it again with the same `validate.smoke_spec`."""
-    model: str = ""
-    served_model_name: str = ""
-    device: str = ""                  # "": no device requested (no device check, no profile environment)
-    tensor_parallel_size: int = 0     # 0: not given (1, and not passed to the server)
-    port: int = 0                     # 0: not given
-    max_model_len: int = 0
-    serve_cmd: tuple[str, ...] = ()   # (): the default serve command
-    serve_args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    cases: tuple[str, ...] = ()
-    custom_cases: tuple[Mapping[str, Any], ...] = ()  # tables with a name (smoke.cases checks their params)
-    repeat: int = 0
-    ladder: tuple[Mapping[str, Any], ...] | None = None  # None: the default steps
-    ready_timeout: float = 0.0
-    request_timeout: float = 0.0
+    model: str = field(default="", metadata=key(str))
+    served_model_name: str = field(default="", metadata=key(str))
+    device: str = field(default="", metadata=key(str))                  # "": no device requested (no device check, no profile environment)
+    tensor_parallel_size: int = field(default=0, metadata=key(int))     # 0: not given (1, and not passed to the server)
+    port: int = field(default=0, metadata=key(int))                     # 0: not given
+    max_model_len: int = field(default=0, metadata=key(int))
+    serve_cmd: tuple[str, ...] = field(default=(), metadata=key(list))   # (): the default serve command
+    serve_args: tuple[str, ...] = field(default=(), metadata=key(list))
+    env: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
+    cases: tuple[str, ...] = field(default=(), metadata=key(list))
+    custom_cases: tuple[Mapping[str, Any], ...] = field(default=(), metadata=key(list))  # tables with a name (smoke.cases checks their params)
+    repeat: int = field(default=0, metadata=key(int))
+    ladder: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=key(list))  # None: the default steps
+    ready_timeout: float = field(default=0.0, metadata=key(int))
+    request_timeout: float = field(default=0.0, metadata=key(int))
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -242,23 +243,23 @@ class Recipe:
 
     name: str
     path: Path
-    description: str
-    toolchain: ToolchainSpec
-    target: TargetSpec
-    env: tuple[tuple[str, str], ...]
-    mirrors: tuple[tuple[str, str], ...]
-    components: tuple[Component, ...]  # in dependency (build and install) order
-    smoke: SmokeSpec
-    demo: bool
+    description: str = field(metadata=key(str))
+    toolchain: ToolchainSpec = field(metadata=key(dict))
+    target: TargetSpec = field(metadata=key(dict))
+    env: tuple[tuple[str, str], ...] = field(metadata=key(dict))
+    mirrors: tuple[tuple[str, str], ...] = field(metadata=key(dict))
+    components: tuple[Component, ...] = field(metadata=key(dict))  # in dependency (build and install) order
+    smoke: SmokeSpec = field(metadata=key(dict))
+    demo: bool = field(metadata=key(bool))
     patches_dirs: tuple[Path, ...]  # where this recipe's own patches are looked up (one for a recipe file)
     data: dict[str, Any] = field(compare=False, hash=False, default_factory=dict)  # resolved table
     # keys declared by another recipe file (an `extends` parent): "toolchain.setvars", "mirrors.PREFIX",
     # "components.NAME.patches"; every other key is this recipe's own (`own_origin`)
     origins: tuple[tuple[str, Origin], ...] = field(default=(), compare=False, hash=False)
-    resolve: ResolveSpec = ResolveSpec()  # [resolve]: the runtime closure (toolchain.resolve)
-    cache: CacheSpec = CacheSpec()  # [cache]: the remote wheel cache (recipe/cachespec.py)
-    build: BuildSpec = BuildSpec()  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
-    native: NativeSpec = NativeSpec()  # [native]: additions to the native audit's policy (resolve/policy.py)
+    resolve: ResolveSpec = field(default=ResolveSpec(), metadata=key(dict))  # [resolve]: the runtime closure (toolchain.resolve)
+    cache: CacheSpec = field(default=CacheSpec(), metadata=key(dict))  # [cache]: the remote wheel cache (recipe/cachespec.py)
+    build: BuildSpec = field(default=BuildSpec(), metadata=key(dict))  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
+    native: NativeSpec = field(default=NativeSpec(), metadata=key(dict))  # [native]: additions to the native audit's policy (resolve/policy.py)
     # where each recipe file of the `extends` chain was found (this recipe's first); () for a lock's recipe
     found: tuple[Found, ...] = field(default=(), compare=False, hash=False)
     # a partial build (`build --component`): the components it builds, the others left out of `data`

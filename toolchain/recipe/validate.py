@@ -22,6 +22,7 @@ from toolchain.core.regex import Regex
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
+from toolchain.recipe.keys import keys_of
 from toolchain.recipe.model import (
     DEFAULT_COMMAND,
     DEFAULT_INDEX,
@@ -52,26 +53,17 @@ ENV_NAME = Regex(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CMAKE_NAME = Regex(r"^[A-Za-z0-9_.+-]+$")
 NAME = Regex(r"^[a-z0-9][a-z0-9._-]*$")
 
-TOP_KEYS = {"description": str, "extends": str, "toolchain": dict, "target": dict, "env": dict,
-            "mirrors": dict, "components": dict, "smoke": dict, "demo": bool, "cache": dict,
-            "resolve": dict, "build": dict, "native": dict}
-NATIVE_KEYS = {"host-provides": list, "ignore": list}
+# each table's keys, from the model fields they fill (recipe/keys.py), and the keys that fill no field
+TOP_KEYS = keys_of(Recipe, extends=str)
+NATIVE_KEYS = keys_of(NativeSpec)
 SONAME_PATTERN = re.compile(r"^[A-Za-z0-9_.+*?\[\]-]+$")
-RESOLVE_KEYS = {"indexes": list, "find-links": list, "index-strategy": str, "platform": str, "python-version": str}
-TOOLCHAIN_KEYS = {"setvars": str, "setvars-args": list}
-TARGET_KEYS = {"runtime": str, "python": str, "image": str, "container": str, "run-args": list,
-               "engine-args": list, "base": str}
+RESOLVE_KEYS = keys_of(ResolveSpec)
+TOOLCHAIN_KEYS = keys_of(ToolchainSpec)
+TARGET_KEYS = keys_of(TargetSpec)
 PINNED_IMAGE = Regex(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
-COMPONENT_KEYS = {"url": str, "ref": str, "commit": str, "subdir": str, "patches": list, "extend-patches": list,
-                  "after": list, "inputs": list,
-                  "version": str, "version-env": str, "dist": str, "import": str, "install-args": list,
-                  "command": list, "env": dict, "fetchcontent": list, "built-against": list,
-                  "prebuilt": object, "prebuilt-index": str, "drop": bool, **buildspec.COMPONENT_BUILD_KEYS}
-FETCH_KEYS = {"name": str, "url": str, "commit": str, "env": str}
-SMOKE_KEYS = {"model": str, "device": str, "tensor-parallel-size": int, "serve-args": list, "env": dict,
-              "cases": list, "custom-cases": list, "serve-cmd": list, "port": int, "ready-timeout": int,
-              "ladder": list, "repeat": int, "max-model-len": int, "served-model-name": str,
-              "request-timeout": int}
+COMPONENT_KEYS = keys_of(Component, extend_patches=list, drop=bool)
+FETCH_KEYS = keys_of(FetchContentDep)
+SMOKE_KEYS = keys_of(SmokeSpec)
 
 
 class MissingFiles(RecipeError):
@@ -434,7 +426,8 @@ def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin,
     return tuple(out)
 
 
-PATCH_KEYS = {"url": str, "commit": str, "path": str, "sha256": str}
+PATCH_KEYS = keys_of(Patch)
+REMOTE_PATCH_KEYS = ("url", "commit", "path", "sha256")  # as a problem names them
 
 
 def _patches(items: Any, pr: _Problems, where: str, origin: Origin, kept: _Kept | None = None, *,
@@ -492,7 +485,7 @@ def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str, kept: _Kep
 
 def _remote_patch(p: dict[str, Any], origin: Origin, pr: _Problems, where: str) -> Patch | None:
     pr.check_keys(p, PATCH_KEYS, f"{where}.", file=origin.file)
-    missing = [k for k in PATCH_KEYS if not isinstance(p.get(k), str) or not p.get(k)]
+    missing = [k for k in REMOTE_PATCH_KEYS if not isinstance(p.get(k), str) or not p.get(k)]
     if missing:
         pr.add(where, f"a patch from another repository needs url, commit, path and sha256; missing "
                       f"{', '.join(missing)}", file=origin.file)
