@@ -106,6 +106,7 @@ PROGRESS_INTERVAL = 30.0  # seconds between heartbeats of a running build when s
 
 
 class UI:
+    """The console of one command: human output (rich), or JSON only, with verbosity, warnings and progress."""
     def __init__(self, *, json_mode: bool = False, verbose: bool = False, quiet: bool = False,
                  progress_interval: float | None = None) -> None:
         self.json_mode = json_mode
@@ -368,6 +369,7 @@ def literal(text: str) -> str:
 
 
 class ProgressTask:
+    """One task line of a progress display; updating it does nothing when no display is shown."""
     def __init__(self, progress: Progress | None, task: Any) -> None:
         self._p, self._t = progress, task
 

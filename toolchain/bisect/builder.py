@@ -137,6 +137,7 @@ class Unbuildable:
 
 
 def unbuildable_memo(cache: Path, recipe: Recipe) -> Path:
+    """Where bisect remembers that this exact recipe (by its digest) failed to build, so a rerun skips it."""
     return cache / "bisect" / "unbuildable" / f"{recipe_digest(recipe)}.json"
 
 

@@ -51,6 +51,7 @@ def git_candidates(repo: Path, good: str, bad: str, url: str = "") -> tuple[Cand
 
 
 def resolve_commit(repo: Path, rev: str) -> str:
+    """The full commit id `rev` names in the mirror `repo`; a SourceError when it names none."""
     sha = commit_id(repo, rev)
     if sha is None:
         raise SourceError(f"{rev!r} is not a commit in {repo}",

@@ -46,6 +46,7 @@ SAME_FAILURES = 3  # this many builds in a row failing the same way, and none bu
 
 
 class Verdict(enum.Enum):
+    """What a bisect step concluded of one candidate: good, bad, or skipped (untestable)."""
     GOOD = "good"
     BAD = "bad"
     SKIP = "skip"
@@ -53,6 +54,7 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Candidate:
+    """One point of the range bisected: a commit (or a lock difference) with what a report shows of it."""
     key: str            # a commit sha (or, for lock-to-lock, a difference id)
     subject: str = ""
     date: str = ""
@@ -66,6 +68,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class BuildOutcome:
+    """What building one candidate gave: success, the lock and wheels written, the log, and why it failed."""
     ok: bool
     lock_path: Path | None = field(default=None, metadata=meta(key="lock"))
     wheels: tuple[Path, ...] = ()
@@ -80,6 +83,7 @@ class BuildOutcome:
 
 @dataclass(frozen=True)
 class TestOutcome:
+    """What testing one built candidate gave: its verdict, why, the log and the test output's last lines."""
     __test__ = False  # not a pytest class
     verdict: Verdict
     reason: str = ""
@@ -89,17 +93,20 @@ class TestOutcome:
 
 
 class Builder(Protocol):
+    """What bisect asks of a builder: build the candidate with a given key."""
     def build(self, key: str) -> BuildOutcome:
         """Build one candidate. A failed build returns ok=False (it is skipped); raise only to abort."""
 
 
 class Tester(Protocol):
+    """What bisect asks of a tester: a verdict on one built candidate."""
     def test(self, candidate: Candidate, build: BuildOutcome) -> TestOutcome | Verdict:
         """Test one built candidate."""
 
 
 @dataclass(frozen=True)
 class StepRecord:
+    """One step of a bisect as the state file and report keep it: candidate, verdict, reason and timings."""
     number: int
     key: str
     verdict: Verdict
@@ -119,6 +126,7 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class BisectState:
+    """A bisect in progress: the candidates, the verdicts so far, the steps and builds; saved after each step."""
     candidates: tuple[Candidate, ...]
     verdicts: Mapping[str, tuple[Verdict, str]]     # key -> (verdict, reason)
     steps: tuple[StepRecord, ...] = ()
@@ -164,6 +172,7 @@ class BisectState:
 
 @dataclass(frozen=True)
 class BisectResult:
+    """A finished bisect: the first bad and last good candidates (or the range skips hide) and every step."""
     first_bad: Candidate | None                      # None when skips hide the boundary
     last_good: Candidate
     possible: tuple[Candidate, ...]                  # the first bad is one of these (just first_bad when found)

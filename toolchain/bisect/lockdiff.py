@@ -55,6 +55,7 @@ ENV_FACTS = (("toolchain", "oneapi_version", "oneAPI version"), ("target", "pyth
 
 @dataclass(frozen=True)
 class Difference:
+    """One change between two locks (a commit, patch set, env value, setting ...) that can be applied alone."""
     kind: str                 # toolchain|target|build-env|component|commit|patches|env|command|setting|
                               # serve-env|serve-args|smoke
     path: tuple[str, ...]     # where in the recipe table
@@ -114,6 +115,7 @@ def stack_data(lock: Lock) -> dict[str, Any]:
 
 
 def lock_differences(good: Lock, bad: Lock) -> tuple[Difference, ...]:
+    """Every difference between the stacks of a good and a bad lock, in the order bisect applies them."""
     g, b = stack_data(good), stack_data(bad)
     diffs: list[Difference] = []
     for table in STACK_TABLES:
@@ -160,6 +162,7 @@ def environment_notes(good: Lock, bad: Lock) -> list[str]:
 
 
 def prefix_data(base: dict[str, Any], diffs: Sequence[Difference], count: int) -> dict[str, Any]:
+    """The good lock's stack table with the first `count` differences applied."""
     data = base
     for diff in diffs[:count]:
         data = diff.apply(data)
@@ -167,11 +170,13 @@ def prefix_data(base: dict[str, Any], diffs: Sequence[Difference], count: int) -
 
 
 def prefix_candidates(diffs: Sequence[Difference]) -> tuple[Candidate, ...]:
+    """The candidates of a lock-to-lock bisect: d0 (no difference applied), then one per difference added."""
     first = Candidate("d0", "the good lock, no difference applied")
     return (first, *tuple(Candidate(f"d{i}", f"+ {d.label}") for i, d in enumerate(diffs, 1)))
 
 
 def prefix_count(key: str) -> int:
+    """How many differences the candidate key `dN` applies (N)."""
     return int(key[1:])
 
 
@@ -192,6 +197,7 @@ def option_groups(args: Sequence[str]) -> dict[str, list[str]]:
 
 @dataclass(frozen=True)
 class LockBisectResult:
+    """A lock-to-lock bisect: the differences, which one turns good into bad, and the commit bisect within it."""
     differences: tuple[Difference, ...]
     notes: tuple[str, ...]
     changes: BisectResult                # phase 1: which change

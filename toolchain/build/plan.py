@@ -77,6 +77,7 @@ class Plan:
 
 
 def component_env(recipe: Recipe, comp: Component) -> dict[str, str | None]:
+    """The environment one component builds with: the recipe's env, the component's own, and its pretend version."""
     env: dict[str, str | None] = dict(recipe.env)
     env.update(comp.env)
     if comp.version:
@@ -199,6 +200,7 @@ def probe_resources(runtime: Runtime, python: str) -> Resources:
 
 def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], res: Resources,
                    user_env: dict[str, str]) -> JobsDecision:
+    """How many compile jobs one component gets: pinned by the recipe or user, or sized by memory per job."""
     per_job, why = per_job_memory(comp, recipe.build.memory_per_job)
     pin = ((comp.jobs, f"components.{comp.name}.jobs") if comp.jobs
            else (recipe.build.jobs, "[build] jobs") if recipe.build.jobs else None)
@@ -206,6 +208,7 @@ def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], 
 
 
 def probe_target(runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
+    """What the target offers (python, platform, ...), taken from the memo while its identity is unchanged."""
     if ident is None:
         return runtime.probe()
     python = str(ident["python"])
@@ -229,6 +232,7 @@ class _SavedSetvars(TypedDict):
 
 def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None,
                       log: Path | None = None) -> ToolchainEnv:
+    """The oneAPI environment setvars gives in the target, taken from the memo while its identity is unchanged."""
     if not recipe.toolchain.enabled:
         return capture(recipe, runtime, log=log)
     setvars = runtime.toolchain_path(recipe.toolchain.setvars, recipe.toolchain.base_dir)
@@ -285,6 +289,7 @@ def source_facts(recipe: Recipe, mirrors: Mirrors, fetching: Callable[[], Mirror
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:  # the JSON document; `toolchain plan` reads and extends it
+    """The plan as the JSON document `toolchain plan --json` prints, secrets redacted."""
     toolchain: dict[str, object] = {"setvars": plan.toolchain.setvars, "setvars-args": list(plan.toolchain.setvars_args),
                  "oneapi-version": plan.toolchain.oneapi_version, "cmplr-root": plan.toolchain.cmplr_root,
                  "env": redact_env(plan.toolchain_env.as_dict())}

@@ -26,6 +26,7 @@ HELPER_TIMEOUT = 10.0
 
 @dataclass(frozen=True)
 class Credentials:
+    """A registry user name and password, and where they were found (the password never in a repr)."""
     username: str
     password: str = field(repr=False)
     source: str = ""  # where they were found: a file, or the environment variables
@@ -35,6 +36,7 @@ class Credentials:
 
 
 def auth_files(env: Mapping[str, str]) -> list[Path]:
+    """The container auth files to look in, in the order podman and docker read them."""
     home = Path(env.get("HOME") or os.path.expanduser("~"))
     files = []
     if env.get("REGISTRY_AUTH_FILE"):

@@ -246,6 +246,7 @@ class _NoConfigFiles:
 
 @dataclass(frozen=True)
 class RemoteEntry:
+    """One wheel kept in the remote cache: its cache key, manifest digest and annotations."""
     key: str
     digest: str
     annotations: dict[str, str]

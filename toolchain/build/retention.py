@@ -61,6 +61,7 @@ class Dated:
 
 @dataclass(frozen=True)
 class Verdict:
+    """Whether one remote cache entry is kept or removed by the retention rules, and why."""
     entry: Dated
     remove: bool
     why: str
@@ -97,6 +98,7 @@ def decide(entries: Sequence[Dated], now: float, older_than: float | None, keep:
 
 @dataclass(frozen=True)
 class Pruned:
+    """What a prune of the remote cache saw and did: the entries, a verdict for each, and how many went."""
     entries: tuple[RemoteEntry, ...]   # what the registry held (of the component asked for)
     verdicts: tuple[Verdict, ...]      # one per entry, in the same order
     deleted: int                       # manifests deleted (0 in a dry run)

@@ -82,6 +82,7 @@ class BuiltComponent:
 
 
 def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
+    """Build the plan's components (sources fetched at once first, cached wheels taken where they can be)."""
     cache = WheelCache(options.cache_dir, warn=ui.warn)
     remote = open_remote(plan.recipe.cache, options.remote)
     trees = SourceTrees(options.cache_dir, mirrors)

@@ -47,6 +47,7 @@ def zip_date_time(epoch: int) -> DateTime:
 
 
 def source_date_epoch(default: int = ZIP_MIN_EPOCH) -> int:
+    """The timestamp written into rebuilt wheels: $SOURCE_DATE_EPOCH when it is a number, else `default`."""
     value = os.environ.get("SOURCE_DATE_EPOCH", "")
     return int(value) if value.strip().isdigit() else default
 

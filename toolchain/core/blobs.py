@@ -17,6 +17,7 @@ FILES_DIR = "files"
 
 
 def blob_path(cache_dir: Path, sha256: str) -> Path:
+    """Where the cache keeps the file with this sha256 (two-character fan-out directories)."""
     return Path(cache_dir) / FILES_DIR / sha256[:2] / sha256
 
 

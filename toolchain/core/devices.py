@@ -48,6 +48,7 @@ DEFAULT_DEVICE = "b70"
 
 
 def profile_of(pci_id: int) -> DeviceProfile | None:
+    """The device profile whose PCI ids include `pci_id`, None for a card no profile knows."""
     return next((p for p in PROFILES.values() if pci_id in p.pci_ids), None)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 
 def sha256_bytes(data: bytes) -> str:
+    """The hex sha256 of `data`."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -39,6 +40,7 @@ def read_regular(path: Path, *, owned: bool = False) -> bytes:
 
 
 def sha256_file(path: Path) -> str:
+    """The hex sha256 of the file at `path`, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -84,6 +86,7 @@ def write_if_changed(path: Path, data: bytes, mode: int = 0o644) -> bool:
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `text` as UTF-8 to `path` atomically (a temporary file, then a rename)."""
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 

@@ -59,6 +59,7 @@ def commit_id(repo: Path, rev: str) -> str | None:
 
 
 def is_ancestor(repo: Path, older: str, newer: str) -> bool:
+    """Whether commit `older` is an ancestor of `newer` in `repo` (git merge-base --is-ancestor)."""
     done = git(["merge-base", "--is-ancestor", older, newer], cwd=repo, check=False)
     if done.returncode not in (0, 1):
         raise CommandFailed(done.argv, done.returncode, None, done.stderr)

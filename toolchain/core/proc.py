@@ -47,6 +47,7 @@ class Completed:
 
 
 class CommandFailed(BuildError):
+    """A command exited non-zero: its argv, exit code, log file and the output's last lines."""
     def __init__(self, argv: Sequence[str], returncode: int, log: Path | None, tail: str,
                  *, hint: str | None = None, headline: str = "") -> None:
         self.argv = tuple(argv)

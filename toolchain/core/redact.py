@@ -24,6 +24,7 @@ NOT_SECRET = {"TOKENIZERS_PARALLELISM", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "KEYRIN
 
 
 def is_secret(name: str) -> bool:
+    """Whether an environment variable name looks like a secret (TOKEN, SECRET, PASSWORD, KEY, CREDENTIAL)."""
     upper = name.upper()
     if upper in NOT_SECRET:
         return False
@@ -36,6 +37,7 @@ def redact_env(env: Mapping[str, str | None]) -> dict[str, str | None]:
 
 
 def secret_values(env: Mapping[str, str | None]) -> list[str]:
+    """The values of secret-named variables long enough to redact, longest first (so no part is left)."""
     vals = {v for k, v in env.items() if v and is_secret(k) and len(v) >= _MIN_SECRET_LEN}
     return sorted(vals, key=len, reverse=True)
 

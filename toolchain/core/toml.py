@@ -13,14 +13,17 @@ TOMLDecodeError = tomllib.TOMLDecodeError
 
 
 def loads(text: str) -> dict[str, Any]:
+    """Parse TOML text into a dict."""
     return tomllib.loads(text)
 
 
 def load_file(path: Path) -> dict[str, Any]:
+    """Parse the UTF-8 TOML file at `path` into a dict."""
     return tomllib.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def dumps(data: dict[str, Any]) -> str:
+    """Write `data` as TOML, leaving out None values (which TOML cannot hold)."""
     import tomli_w  # only writers pay for it
 
     return tomli_w.dumps(_drop_none(data))

@@ -68,6 +68,7 @@ BUILD_KEYS = keys_of(BuildSpec)
 
 
 def build_spec(table: Any, add: Add) -> BuildSpec:
+    """The recipe's [build] table typed as a BuildSpec; each bad value reported through `add`."""
     if not isinstance(table, dict):
         return BuildSpec()
     cc = table.get("compiler-cache", "")

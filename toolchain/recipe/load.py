@@ -46,6 +46,7 @@ SHIPPED = Path(__file__).resolve().parents[1] / "shipped"   # package data: the 
 
 
 def shipped_recipes_dir() -> Path:
+    """The directory of the recipes shipped inside the package."""
     return SHIPPED / "recipes"
 
 
@@ -108,6 +109,7 @@ def find_recipe(name_or_path: str, recipes_dir: Path | None = None, beside: Path
 
 
 def recipe_path(name_or_path: str, recipes_dir: Path | None = None) -> Path:
+    """The file a recipe name or path refers to (see `find_recipe` for where it looks)."""
     return find_recipe(name_or_path, recipes_dir).file
 
 
@@ -153,6 +155,7 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
 
 
 def parse_recipe_text(raw: bytes | str, where: str) -> dict[str, Any]:
+    """A recipe's TOML text parsed; an oversized, non-UTF-8 or malformed one is a RecipeError naming `where`."""
     if len(raw) > MAX_RECIPE_BYTES:
         raise RecipeError(f"{where}: too large: {len(raw)} bytes; a recipe is at most {MAX_RECIPE_BYTES} bytes")
     try:
@@ -361,6 +364,7 @@ def place(file: Path) -> str:
 
 
 def from_place(text: str) -> Path:
+    """The path a recorded place names: a shipped recipe file, or the path as written."""
     if text.startswith(SHIPPED_PLACE + "/"):
         return SHIPPED / text[len(SHIPPED_PLACE) + 1:]
     return Path(text)

@@ -39,6 +39,7 @@ class Change(TypedDict):
 
 def update_recipe(recipe: Recipe, mirrors: RefResolver, *, only: Sequence[str] = (),
                   ui: UI | None = None) -> list[Change]:
+    """Pin each component (those in `only`) at the commit its ref names now, keeping the file's comments."""
     doc = tomlkit.parse(recipe.path.read_text(encoding="utf-8"))
     names = list(only) or [c.name for c in recipe.components]
     changes: list[Change] = []

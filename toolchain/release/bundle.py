@@ -86,6 +86,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
 
 
 def tarball_path(bundle_dir: Path) -> Path:
+    """The .tar.gz written beside a bundle directory."""
     return bundle_dir.parent / f"{bundle_dir.name}.tar.gz"
 
 
@@ -155,6 +156,7 @@ def requirements_text(lock: Lock, *, bundled: bool) -> str:
 
 
 def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
+    """The INSTALL instructions of a bundle: how to install its wheels for this lock."""
     if lock.base is not None:
         return _install_text_overlay(lock)
     if lock.closure is not None:

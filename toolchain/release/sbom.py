@@ -54,6 +54,7 @@ def sbom_json(lock: Lock, *, epoch: int, stack_version: str = "",
 
 def build_bom(lock: Lock, *, epoch: int, stack_version: str = "",
               patch_texts: Mapping[str, str] | None = None) -> Bom:
+    """The CycloneDX bill of materials of a lock: the stack, its components, their patches and closure."""
     tools = ToolRepository(components=[Component(
         name="toolchain", version=lock.tool_version or __version__, type=ComponentType.APPLICATION,
         bom_ref="tool:toolchain")])

@@ -31,6 +31,7 @@ _STRINGS = re.compile(rb"[\x20-\x7e]{6,}")
 
 @dataclass(frozen=True)
 class FileDiff:
+    """One entry that differs between two builds of a wheel, and how."""
     path: str            # entry inside the wheel
     change: str          # "changed" | "only-in-a" | "only-in-b" | "metadata"
     detail: str = ""     # the content diff or what differs in the metadata
@@ -38,6 +39,7 @@ class FileDiff:
 
 @dataclass(frozen=True)
 class WheelDiff:
+    """Two builds of one wheel that differ: their files and hashes, and every entry that differs."""
     key: str                       # canonical distribution name
     file_a: str
     file_b: str
@@ -53,6 +55,7 @@ class WheelDiff:
 
 @dataclass(frozen=True)
 class ReproReport:
+    """A comparison of two sets of wheels: the identical ones, the differing ones and those without a counterpart."""
     label_a: str
     label_b: str
     identical: tuple[str, ...] = ()          # wheel files equal in both sets
@@ -77,6 +80,7 @@ class ReproReport:
 
 
 def wheel_key(path: Path | str) -> str:
+    """The canonical distribution name a wheel file is compared by (the file name when it is no wheel name)."""
     from packaging.utils import (
         InvalidWheelFilename,
         canonicalize_name,
@@ -215,6 +219,7 @@ def content_diff(name: str, a: bytes, b: bytes) -> str:
 
 
 def binary_diff(a: bytes, b: bytes) -> str:
+    """A short description of how two binary entries differ: sizes, first differing offsets and strings."""
     lines = [f"binary: {len(a)} bytes vs {len(b)} bytes"]
     for offset in _differing_offsets(a, b):
         lines.append(f"  offset 0x{offset:08x}:")

@@ -101,4 +101,5 @@ def pylock_entry(d: LockedDist, *, bundled: bool = False) -> dict[str, Any]:
 
 
 def file_name(url: str) -> str:
+    """The file name at the end of a URL's path, percent-decoded."""
     return unquote(PurePosixPath(urlparse(url).path).name)

@@ -34,6 +34,7 @@ FORMAT = 1
 
 
 def target_python(spec: ResolveSpec, target: TargetInfo) -> str:
+    """The major.minor Python the closure is resolved for: the recipe's, else the probed target's."""
     if spec.python_version:
         return spec.python_version
     if target.python_version:

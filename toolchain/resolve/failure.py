@@ -76,6 +76,7 @@ def raise_classified(output: str, *, what: str, log: object, disk_fallback: str 
 
 
 def error_for(failure: Failure, *, what: str, log: object, disk_fallback: str = "") -> BuildError:
+    """The error to raise for a classified resolver failure: disk full and network trouble are transient."""
     if failure.kind == "disk-full":
         where = failure.where or disk_fallback
         return TransientError(f"{what} failed: no space left on device{f' ({where})' if where else ''}",

@@ -38,6 +38,7 @@ INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+
 
 @dataclass(frozen=True)
 class SharedObject:
+    """One ELF shared object inside a wheel: its path, soname, needed libraries and compiler stamps."""
     # inside the wheel: vllm_xpu_kernels/_xpu_C.abi3.so
     path: str = field(metadata=meta(key="file"))
     soname: str = field(default="", metadata=meta(omit_default=True))  # DT_SONAME, "" when it has none
@@ -174,6 +175,7 @@ def _read_wheel(path: Path) -> Iterable[SharedObject]:
 
 
 def read_elf(name: str, stream: Any) -> SharedObject:
+    """Read the soname, DT_NEEDED entries and compiler stamps of the ELF file in `stream`."""
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
 

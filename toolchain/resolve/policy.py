@@ -20,6 +20,7 @@ RECIPE_GROUP = "the recipe's [native] host-provides"
 
 @dataclass(frozen=True)
 class HostGroup:
+    """A group of sonames the run host provides (the GPU driver, the base system, ...)."""
     name: str                  # gpu-driver | base-system | fabric | recipe
     what: str                  # "the GPU driver"
     sonames: tuple[str, ...]   # patterns
@@ -48,6 +49,7 @@ class Shipper:
 
 @dataclass(frozen=True)
 class Policy:
+    """The native audit's policy: what the host provides, which wheels ship which libraries, what is ignored."""
     host: tuple[HostGroup, ...]
     ships: tuple[Shipper, ...]
     ignore: tuple[str, ...] = ()
@@ -94,6 +96,7 @@ def shipped_policy() -> Policy:
 
 
 def policy_for(spec: NativeSpec | None) -> Policy:
+    """The shipped native policy with the recipe's [native] additions."""
     return shipped_policy().with_recipe(spec) if spec is not None else shipped_policy()
 
 

@@ -71,6 +71,7 @@ _UV_LOCK = threading.Lock()
 
 
 def uv_binary() -> str:
+    """The path of the uv executable (the `uv` wheel's, else uv on PATH)."""
     try:
         from uv import find_uv_bin  # the `uv` wheel from PyPI (a dependency of this package)
 
@@ -86,6 +87,7 @@ def uv_binary() -> str:
 
 
 def uv_version(uv: str) -> str:
+    """What `uv --version` reports, as "uv X.Y.Z" (a lock records it)."""
     out = run([uv, "--version"], capture=True, env=_uv_env()).stdout.split()
     return f"uv {out[1]}" if len(out) > 1 else "uv"
 

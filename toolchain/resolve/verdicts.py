@@ -37,6 +37,7 @@ At = Literal["build", "run"]
 
 @dataclass(frozen=True)
 class Need:
+    """One soname the stack's shared objects need, where it comes from, and whether its absence is fatal."""
     soname: str
     verdict: Verdict
     fatal: bool                     # loaded as a component's wheel is used, and not there
@@ -66,6 +67,7 @@ _VERDICT_WORDS = {"provided": "provided", "host": "expected from the run host", 
 
 @dataclass(frozen=True)
 class NativeReport:
+    """The native audit of a stack: every needed soname with its verdict, and unexpected compiler stamps."""
     needs: tuple[Need, ...] = ()
     stamps: tuple[str, ...] = ()    # compiler stamps other than the captured oneAPI's (warnings)
 
@@ -232,6 +234,7 @@ def listing(report: NativeReport) -> list[str]:
 
 
 def host_line(host: Sequence[Need]) -> str:
+    """One line naming the sonames the run host must provide, the most needed first."""
     first = sorted(host, key=lambda n: (_HOST_ORDER.get(n.source, 9), -len(n.files), n.soname))
     names = ", ".join(f"{n.soname} ({n.source.removeprefix('from ')})" if i < 3 else n.soname
                       for i, n in enumerate(first[:8]))

@@ -30,6 +30,7 @@ EOCD, EOCD64_LOCATOR = b"PK\x05\x06", b"PK\x06\x07"
 
 
 def cached_path(cache_dir: Path, sha256: str) -> Path:
+    """Where the listing of a wheel's files (by the wheel's sha256) is cached."""
     return cache_dir / "native" / f"files-{sha256}.json"
 
 

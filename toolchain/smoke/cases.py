@@ -66,6 +66,7 @@ DEFAULT_CASES = ("models", "first", "math", "qa", "image", "image-json", "repeat
 
 @dataclass(frozen=True)
 class CaseSpec:
+    """One smoke case to run: its name, kind, whether it must pass, and its parameters."""
     name: str
     kind: str
     required: bool
@@ -107,6 +108,7 @@ def resolve(names: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | N
 
 @dataclass(frozen=True)
 class Exchange:
+    """One HTTP request a case made to the server and the answer it got."""
     method: str
     url: str
     request: Any
@@ -120,6 +122,7 @@ class Exchange:
 
 
 class Client:
+    """A small HTTP client of the OpenAI-compatible server under test; each request comes back as an Exchange."""
     def __init__(self, base_url: str, model: str, timeout: float) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -149,6 +152,7 @@ class Client:
 
 @dataclass(frozen=True)
 class CaseResult:
+    """What one smoke case gave: its verdict, why, timings, metrics and the exchanges made."""
     name: str
     kind: str
     required: bool
@@ -181,12 +185,14 @@ def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict[str, object] | None:
 
 
 def not_run(spec: CaseSpec, reason: str, verdict: str = SKIP) -> CaseResult:
+    """The result of a case that did not run (skipped, or the server was not ready), with why."""
     return CaseResult(spec.name, spec.kind, spec.required, verdict, reason, 0.0, category="not-run",
                       description=spec.description)
 
 
 @dataclass
 class CaseContext:
+    """What a case may use: the client of the server, and a way to restart the server."""
     client: Client
     restart: Callable[[], Any] | None = None   # -> server.Readiness
 
@@ -198,6 +204,7 @@ class _Failed(Exception):
 
 
 def run_case(spec: CaseSpec, ctx: CaseContext) -> CaseResult:
+    """Run one smoke case against the server and judge it; an exception becomes a failed result."""
     exchanges: list[Exchange] = []
     metrics: dict[str, Any] = {}
     started = time.monotonic()
@@ -326,6 +333,7 @@ TOKENS_PER_SENTENCE = 11
 
 
 def chat_prompt(p: Mapping[str, Any]) -> str:
+    """The prompt of a chat case: as written, or padded to about `long-context-tokens` tokens."""
     tokens = p.get("long-context-tokens")
     if not tokens:
         return str(p["prompt"])
@@ -337,6 +345,7 @@ def chat_prompt(p: Mapping[str, Any]) -> str:
 
 
 def chat_body(name: str, p: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """The JSON body of a chat completion request for a case (with an image part when the case has one)."""
     prompt = chat_prompt(p)
     content: Any = prompt
     if p.get("image"):
@@ -359,6 +368,7 @@ def _schema(p: Mapping[str, Any]) -> dict[str, Any] | None:  # a JSON schema
 
 
 def image_data_url(image: str) -> str:
+    """An image (a file, or the built-in red square) as a base64 data: URL for a chat request."""
     if image == "builtin:red-square":
         return "data:image/png;base64," + base64.b64encode(red_square_png()).decode()
     path = Path(image)

@@ -57,6 +57,7 @@ def _case_names(specs: Sequence[cases_mod.CaseSpec]) -> Data:
 
 @dataclass(frozen=True)
 class SmokeConfig:
+    """Everything one smoke run needs: how to start the server, where it listens, the cases and the ladder."""
     serve_argv: tuple[str, ...]
     env: Mapping[str, str]           # added to the (oneAPI-free) environment of the server
     host: str

@@ -33,6 +33,7 @@ def _describe_cards(cards: Sequence[Card]) -> Data:
 
 @dataclass(frozen=True)
 class DeviceCheck:
+    """The outcome of checking that the requested cards are present: which were found and the affinity mask."""
     device: str
     cards_needed: int
     affinity_mask: str
@@ -44,6 +45,7 @@ class DeviceCheck:
 
 
 def profile(name: str) -> DeviceProfile:
+    """The device profile named `name` (b60, b70, ...); a UsageError listing the known ones otherwise."""
     try:
         return PROFILES[name.lower()]
     except KeyError:
@@ -150,6 +152,7 @@ def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str
 
 
 def skipped(device: str, tp: int, mask: str) -> DeviceCheck:
+    """The device check result when --skip-device-check turned the check off."""
     return DeviceCheck(device, tp, mask, (), True, "device check skipped (--skip-device-check)", skipped=True)
 
 

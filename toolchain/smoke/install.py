@@ -36,6 +36,7 @@ def _file_name(path: Path) -> Data:
 
 @dataclass(frozen=True)
 class InstallStep:
+    """One wheel to install into the smoke environment, with the pip arguments its component asks for."""
     component: str
     wheel: Path = field(metadata=meta(dump=_file_name))  # a report names the file
     args: tuple[str, ...]
@@ -57,6 +58,7 @@ def install_plan(lock: Lock) -> tuple[InstallStep, ...]:
 
 
 def pip_argv(target: Interpreter, step: InstallStep, find_links: str) -> list[str]:
+    """The pip command installing one wheel into the target's interpreter, from the local wheels only."""
     return [target.python, "-m", "pip", "install", "--no-input", "--progress-bar", "off",
             "--find-links", find_links, *step.args, target.runtime.visible_path(step.wheel)]
 
@@ -86,6 +88,7 @@ def install_unlocked(lock: Lock, target: Interpreter, log: Path,
 
 @dataclass(frozen=True)
 class VersionCheck:
+    """A component's version as the lock records it against what the environment has installed."""
     component: str
     dist: str
     locked: str
@@ -106,6 +109,7 @@ class VersionCheck:
 
 
 def installed_versions(target: Interpreter, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:
+    """The installed version of each distribution in the target's interpreter (None when not installed)."""
     done = target.run([target.python, "-I", target.script("dists.py"), *dists], capture=True, log=log, timeout=300)
     found: dict[str, dict[str, str] | None] = json.loads(done.stdout.strip().splitlines()[-1])  # dists.py's JSON
     return {name: d["version"] if d else None for name, d in found.items()}
@@ -122,6 +126,7 @@ def check_versions(lock: Lock, target: Interpreter, log: Path | None = None) -> 
 
 
 def require_versions(checks: Sequence[VersionCheck], where: str) -> None:
+    """Raise an error listing every distribution whose installed version is not the locked one."""
     bad = [c for c in checks if not c.ok]
     if bad:
         lines = [f"  - {c.dist} ({c.component}): installed {c.installed or 'nothing'}, the lock has {c.locked}"
@@ -219,6 +224,7 @@ OtherRow = TypedDict("OtherRow", {"name": str, "installed": str, "installed-sha2
 
 
 class Environment(TypedDict):
+    """The JSON report of an environment check: the locked distributions' state and those installed beside them."""
     resolved: bool  # the lock has a resolved closure
     ok: bool
     locked: list[LockedRow]

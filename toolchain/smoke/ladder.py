@@ -28,6 +28,7 @@ class StepRun(Protocol):
 
 @dataclass(frozen=True)
 class LadderStep:
+    """One step of the fallback ladder: server flags and environment to add or remove when serving fails."""
     name: str
     title: str
     args: Mapping[str, Any] = field(default_factory=dict)   # flag -> True | False | "value"
@@ -45,6 +46,7 @@ DEFAULT_LADDER = (
 
 
 def steps_from(raw: Sequence[Mapping[str, Any]] | None, where: str = "[smoke.ladder]") -> tuple[LadderStep, ...]:
+    """The ladder steps of a recipe's [smoke.ladder] tables (the default ladder when None)."""
     if raw is None:
         return DEFAULT_LADDER
     steps, problems = [], []
@@ -65,6 +67,7 @@ def steps_from(raw: Sequence[Mapping[str, Any]] | None, where: str = "[smoke.lad
 
 
 def apply_args(argv: Sequence[str], args: Mapping[str, Any]) -> list[str]:
+    """The serve argv with a step's flags set (True), removed (False) or given a value."""
     out = list(argv)
     for flag, value in args.items():
         if value is True:
@@ -92,6 +95,7 @@ def _without_valued(argv: list[str], flag: str) -> list[str]:
 
 
 def apply(argv: Sequence[str], env: Mapping[str, str], step: LadderStep) -> tuple[list[str], dict[str, str]]:
+    """The serve argv and environment with one ladder step applied."""
     new_env = {k: v for k, v in env.items() if k not in step.unset_env}
     new_env.update(step.env)
     return apply_args(argv, step.args), new_env
@@ -99,6 +103,7 @@ def apply(argv: Sequence[str], env: Mapping[str, str], step: LadderStep) -> tupl
 
 @dataclass(frozen=True)
 class LadderResult:
+    """A ladder run: each step with its run (None when not reached) and the first step that broke."""
     steps: tuple[tuple[LadderStep, StepRun | None], ...]
     first_broken: str
     how: str

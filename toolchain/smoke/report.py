@@ -18,6 +18,7 @@ NOTE_CHARS = 120
 
 
 def write_all(out: Path, report: Mapping[str, Any]) -> dict[str, Path]:
+    """Write a smoke report as report.json, a Markdown summary and JUnit XML into `out`; their paths."""
     paths = {"report": out / REPORT, "summary": out / SUMMARY, "junit": out / JUNIT}
     atomic_write_text(paths["report"], json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
     atomic_write_text(paths["summary"], markdown(report))
@@ -40,6 +41,7 @@ def _secs(value: object) -> str:
 
 
 def markdown(report: Mapping[str, Any]) -> str:
+    """The smoke report as a Markdown summary (the verdict, each run and its cases)."""
     verdict = str(report.get("verdict", "fail")).upper()
     head = f"# toolchain smoke: {verdict}"
     if report.get("recipe"):
@@ -167,6 +169,7 @@ def _fix_text(fix: Mapping[str, Any]) -> str:
 
 
 def junit(report: Mapping[str, Any]) -> str:
+    """The smoke report as JUnit XML: a test suite for the install and one per run, a test case per case."""
     suites = ET.Element("testsuites", name="toolchain smoke")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if report.get("install") or report.get("error"):

@@ -34,6 +34,7 @@ _ERROR_LINE = re.compile(r"Fatal Python error|Segmentation fault|Aborted \(core 
 
 @dataclass(frozen=True)
 class Line:
+    """One line of a server log, split into its process prefix, logging level and text."""
     number: int      # 1-based, in the whole log
     process: str     # "EngineCore_DP0 pid=4242", "" for an unprefixed line
     level: str       # the logging level when the line had a header
@@ -42,6 +43,7 @@ class Line:
 
 @dataclass(frozen=True)
 class Excerpt:
+    """A block of a log that shows a root cause (a traceback, an error, or the tail) and where it is."""
     source: str                      # the log's name ("server.log")
     process: str
     line: int                        # where the block starts in that log (1-based)
@@ -55,6 +57,7 @@ class Excerpt:
 
 
 def render(excerpts: Sequence[Excerpt]) -> str:
+    """The excerpts as text, one block after another."""
     return "\n".join(e.render() for e in excerpts)
 
 
@@ -71,6 +74,7 @@ def server_output(text: str) -> str:
 
 
 def parse(text: str, first_line: int = 1) -> list[Line]:
+    """The lines of a log, numbered from `first_line`, with progress-bar redraws reduced to what a terminal shows."""
     out = []
     # "\n" only: a progress bar's "\r" does not start a line in an editor or in `grep -n`
     for i, raw in enumerate(text.split("\n")):

@@ -63,6 +63,7 @@ class ServerDeath:
 
 @dataclass(frozen=True)
 class RunResult:
+    """One server run of a smoke test: the argv and environment, readiness, case results and how it ended."""
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str | None]    # what the run added to the environment (secrets redacted)

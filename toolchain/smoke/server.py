@@ -69,6 +69,7 @@ def strip_oneapi(env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...
 
 @dataclass(frozen=True)
 class ServeSpec:
+    """How to start one server: argv, complete environment, base URL and log file."""
     argv: tuple[str, ...]
     env: Mapping[str, str]          # the complete environment
     base_url: str                   # http://127.0.0.1:8000
@@ -84,6 +85,7 @@ def ended(code: int) -> str:
 
 @dataclass(frozen=True)
 class Readiness:
+    """Whether the server became ready, after how many seconds, or why not (and its exit code if it died)."""
     ok: bool
     seconds: float
     reason: str = ""

@@ -44,6 +44,7 @@ from toolchain.target import HostRuntime, Interpreter, Runtime, Serving, make_ru
 
 @dataclass(frozen=True)
 class SmokeOutcome:
+    """A smoke test's result: passed, exit code, a one-line summary, and the report written."""
     passed: bool
     exit_code: int
     summary: str                       # one line: what passed, or what broke first
@@ -66,6 +67,7 @@ class SmokeInterrupted(Interrupted):
 
 def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None = None,
               options: SmokeOptions | None = None) -> SmokeOutcome:
+    """Install a lock's wheels, serve the model and run the smoke cases (with the ladder on failure)."""
     ui = ui or UI(quiet=True)
     opts = options or SmokeOptions()
     if lock is None and not opts.serve_cmd:

@@ -19,6 +19,7 @@ EVIDENCE_CHARS = 300
 
 @dataclass(frozen=True)
 class Fix:
+    """A suggested fix for a known failure: what to do, and the env values or server flags it sets."""
     kind: str
     text: str
     env: Mapping[str, str] = field(default_factory=dict, metadata=meta(omit_default=True))
@@ -31,6 +32,7 @@ class Fix:
 
 @dataclass(frozen=True)
 class Signature:
+    """A known failure: the log patterns that identify it, and the logs they are searched in."""
     id: str
     title: str
     patterns: tuple[re.Pattern[str], ...]
@@ -44,6 +46,7 @@ class Signature:
 
 @dataclass(frozen=True)
 class Finding:
+    """A known failure found in a log: its diagnosis, where it was seen, and the fixes to try."""
     id: str
     title: str
     diagnosis: str
@@ -56,10 +59,12 @@ class Finding:
 
 
 def default_path() -> Path:
+    """The shipped file of failure signatures (data/failure_signatures.toml)."""
     return Path(str(resources.files("toolchain") / "data" / "failure_signatures.toml"))
 
 
 def load_signatures(path: Path | None = None) -> tuple[Signature, ...]:
+    """The failure signatures of a TOML file (the shipped one by default), checked as they are read."""
     path = path or default_path()
     try:
         data = tomlio.load_file(path)

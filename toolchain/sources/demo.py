@@ -98,4 +98,5 @@ def _overlay(src: Path, dest: Path) -> None:
 
 
 def demo_rewrite(cache_dir: Path) -> Rewrite:
+    """The URL rewrite sending the demo's repository URL to its local git copy, made on first use."""
     return Rewrite(DEMO_URL, "file://" + str(materialize(cache_dir)) + "/")

@@ -47,6 +47,7 @@ class Rewrite:
 
 
 def parse_rewrites(pairs: Sequence[str]) -> tuple[Rewrite, ...]:
+    """The --mirror FROM=TO pairs as rewrites, a UsageError for a pair without `=`."""
     out = []
     for pair in pairs:
         if "=" not in pair:
@@ -61,6 +62,7 @@ def parse_rewrites(pairs: Sequence[str]) -> tuple[Rewrite, ...]:
 
 
 def as_url(target: str) -> str:
+    """A mirror target as a URL: a URL as is, a local path as an absolute file:// URL."""
     if "://" in target or target.startswith("git@"):
         return target
     path = os.path.abspath(target)

@@ -11,6 +11,7 @@ from toolchain.sources.mirrors import Rewrite, as_url
 
 
 def recipe_rewrites(recipe: Recipe, cache_dir: Path) -> tuple[Rewrite, ...]:
+    """The URL rewrites a recipe's [mirrors] table (paths relative to the recipe that declared them) and demo give."""
     rewrites = [Rewrite(k, as_url(v if "://" in v else str((recipe.origin(f"mirrors.{k}").dir / v).resolve())
                                   + ("/" if v.endswith("/") else "")))
                 for k, v in recipe.mirrors]

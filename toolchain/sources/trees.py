@@ -28,6 +28,7 @@ TREE_FORMAT = f"abbrev={DESCRIBE_ABBREV}"
 
 
 class SourceTrees:
+    """Source trees checked out from the mirrors at a commit with patches applied, kept in the cache."""
     def __init__(self, cache_dir: Path, mirrors: Mirrors) -> None:
         self.root = Path(cache_dir) / "trees"
         self.mirrors = mirrors
