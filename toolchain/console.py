@@ -125,6 +125,7 @@ class UI:
         return not self.err.is_terminal
 
     def stamp(self) -> str:
+        """The time since the command started, as [hh:mm:ss]."""
         seconds = int(time.monotonic() - self.started)
         return f"[{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}]"
 
@@ -191,29 +192,35 @@ class UI:
 
     @property
     def err(self) -> Console:
+        """The console on stderr (made on first use)."""
         if self._err is None:
             self._err = _console(stderr=True)
         return self._err
 
     @property
     def out(self) -> Console:
+        """The console on stdout (made on first use)."""
         if self._out is None:
             self._out = _console(stderr=False)
         return self._out
 
     def info(self, message: str) -> None:
+        """Show a message on stderr unless quiet."""
         if not self.quiet:
             self.err.print(message, soft_wrap=self.piped)
 
     def warn(self, message: str) -> None:
+        """Show a warning on stderr, even when quiet."""
         self.err.print(f"[yellow]warning:[/] {message}", soft_wrap=self.piped)
 
     def step(self, message: str) -> None:
+        """Show the start of a step (==> message) on stderr unless quiet."""
         if not self.quiet:
             self.err.print(f"[bold cyan]==>[/] {message}", soft_wrap=self.piped)
 
     @contextlib.contextmanager
     def status(self, message: str) -> Iterator[None]:
+        """Show a spinner with `message` while the block runs (a plain step line off a terminal)."""
         if self.quiet or not self.err.is_terminal:
             self.step(message)
             yield
@@ -223,6 +230,7 @@ class UI:
 
     @contextlib.contextmanager
     def progress(self, description: str, total: int | None) -> Iterator[ProgressTask]:
+        """A progress bar for the block (a task that shows nothing when quiet)."""
         if self.quiet:
             yield ProgressTask(None, None)
             return
@@ -242,6 +250,7 @@ class UI:
             yield ProgressTask(prog, task)
 
     def emit(self, result: CommandResult) -> None:
+        """Print a command's result: its JSON document in JSON mode, else its human text."""
         if self.json_mode:
             self.emit_json(result.data)
             return
@@ -374,6 +383,7 @@ class ProgressTask:
         self._p, self._t = progress, task
 
     def update(self, description: str | None = None, advance: float = 0, total: int | None = None) -> None:
+        """Change the task's description, advance it, or set its total."""
         if self._p is None:
             return
         kwargs: dict[str, Any] = {"advance": advance}

@@ -49,6 +49,7 @@ class SpineBuilder:
         self.resolve, self.retry_unbuildable = resolve, retry_unbuildable
 
     def build(self, key: str) -> BuildOutcome:
+        """Build the candidate `key` as the bisected recipe at that commit; a failure is remembered as unbuildable."""
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
         recipe = with_commit_wheel(only_the_bisected(self.derive(key), self.component), self.component)
@@ -119,14 +120,17 @@ class Unbuildable:
 
     @property
     def since(self) -> str:
+        """" since WHEN" for a message when the time is known, else ""."""
         return f" since {self.when}" if self.when else ""
 
     def write(self, memo: Path) -> None:
+        """Remember this failure in the JSON file `memo`, stamped with the time it was first seen."""
         data = {**to_table(self), "when": self.when or time.strftime("%Y-%m-%d %H:%M:%S")}
         atomic_write_text(memo, json.dumps(data, indent=2) + "\n")
 
     @classmethod
     def read(cls, memo: Path) -> Unbuildable | None:
+        """The failure remembered in `memo`, None when there is none or it cannot be read."""
         try:
             data = json.loads(memo.read_text(encoding="utf-8"))
             return from_data(cls, data)

@@ -63,6 +63,7 @@ class Candidate:
 
     @property
     def short(self) -> str:
+        """The key shortened to 12 characters, as git shows a commit."""
         return self.key[:12]
 
 
@@ -149,6 +150,7 @@ class BisectState:
                        finished=self.finished and not failed)
 
     def marks(self) -> list[Verdict | None]:
+        """The verdict of each candidate in order, None where it is not tested yet."""
         return [self.verdicts.get(c.key, (None, ""))[0] for c in self.candidates]
 
     def bounds(self) -> tuple[int, int]:
@@ -156,6 +158,7 @@ class BisectState:
         return _bounds(self.marks())
 
     def pending(self) -> int:
+        """How many candidates between the last good and the first bad are still untested."""
         lo, hi = self.bounds()
         marks = self.marks()
         return sum(1 for i in range(lo + 1, hi) if marks[i] is None)
@@ -187,6 +190,7 @@ class BisectResult:
 
     @property
     def found(self) -> bool:
+        """Whether the first bad candidate was found (skips may hide it among `possible`)."""
         return self.first_bad is not None
 
     def to_dict(self) -> dict[str, Data]:
@@ -255,6 +259,7 @@ class Bisector:
 
     # ---- driving ----------------------------------------------------------------------------------
     def run(self) -> BisectResult:
+        """Run the bisect to its end: test the given ends, then step (building ahead in spare threads) until found."""
         # _spread and _prefetch keep the count; threads to spare for the step's own build and for builds ahead
         # that no step needs any more, finishing (threads start when needed)
         self._pool = ThreadPoolExecutor(2 * self.jobs, thread_name_prefix="prefetch") if self.jobs > 1 else None
@@ -280,6 +285,7 @@ class Bisector:
         return result
 
     def next_index(self) -> int | None:
+        """The index of the untested candidate nearest the middle of the range; None when only skipped ones are left."""
         lo, hi = self.state.bounds()
         return _pick(lo, hi, self.state.marks())
 

@@ -66,6 +66,7 @@ class Difference:
 
     @property
     def label(self) -> str:
+        """The difference as a report line: what changed where, from the good value to the bad one."""
         where = ".".join(self.path) + (f" {self.option or '(positional)'}" if self.kind == "serve-args" else "")
         if self.kind == "commit":
             return f"{self.component}: commit {str(self.good)[:12]} -> {str(self.bad)[:12]}"

@@ -44,9 +44,11 @@ class Report:
         self.ui, self.log, self.resume_argv = ui, log, tuple(resume_argv)
 
     def phase(self, name: str) -> PhaseHandler:
+        """A handler reporting the progress of the bisect phase `name`."""
         return PhaseHandler(self, name)
 
     def line(self, text: str, *, warn: bool = False) -> None:
+        """Append a time-stamped line to the bisect log and show it on the console (as a warning with `warn`)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "a", encoding="utf-8") as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
@@ -59,20 +61,25 @@ class PhaseHandler(BisectHandler):
         self.r, self.phase = report, phase
 
     def started(self, state: BisectState) -> None:
+        """Report how many candidates lie between good and bad and about how many steps remain."""
         n, pending = len(state.candidates) - 2, state.pending()
         self.r.line(f"[{self.phase}] {n} candidates between good and bad; {pending} untested, "
                     f"about {steps_left(pending)} steps")
 
     def building(self, candidate: Candidate) -> None:
+        """Report that a candidate is being built for the current step."""
         self.r.line(f"[{self.phase}] building {_name(candidate)}")
 
     def prefetching(self, candidate: Candidate) -> None:
+        """Report that a candidate a later step may need is being built ahead."""
         self.r.line(f"[{self.phase}] building {_name(candidate)} ahead (a possible next step)")
 
     def testing(self, candidate: Candidate) -> None:
+        """Report that a built candidate is being tested."""
         self.r.line(f"[{self.phase}] testing {_name(candidate)}")
 
     def checked(self, record: StepRecord, state: BisectState) -> None:
+        """Report whether a given end tested as it was said to (good as good, bad as bad)."""
         expected = "good" if record.endpoint == "good" else "bad"
         ok = record.verdict.value == expected
         self.r.line(f"[{self.phase}] checking the {record.endpoint} end: {record.key[:12]} is "
@@ -80,20 +87,24 @@ class PhaseHandler(BisectHandler):
                     + ("" if ok else f": it must test {expected}"), warn=not ok)
 
     def step(self, record: StepRecord, state: BisectState) -> None:
+        """Report one step's verdict, why, where its wheels came from and the steps left."""
         wheels = f", wheels {record.source}" if record.source else ""
         self.r.line(f"[{self.phase}] step {record.number}: {record.key[:12]} is {record.verdict.value} "
                     f"({record.reason}{wheels}){_left(record.remaining)}")
 
     def skip(self, record: StepRecord, state: BisectState) -> None:
+        """Report (as a warning) a candidate skipped because it could not be built or tested."""
         self.r.line(f"[{self.phase}] step {record.number}: skipping {record.key[:12]}: {record.reason}"
                     f"{_left(record.remaining)}", warn=True)
 
     def finished(self, result: BisectResult) -> None:
+        """Report the first bad candidate (or the ones skips leave possible) and the number of steps."""
         what = _name(result.first_bad) if result.first_bad else \
             "one of " + ", ".join(c.short for c in result.possible)
         self.r.line(f"[{self.phase}] done after {len(result.steps)} steps: first bad is {what}")
 
     def interrupted(self, state: BisectState, error: BaseException) -> None:
+        """Report where the bisect stopped and, when the same options can go on, how to resume it."""
         lo, hi = state.bounds()
         why = "interrupted" if isinstance(error, KeyboardInterrupt) else f"stopped ({first_line(error)})"
         if not resumable(error):  # a configuration error: the same options would stop here again

@@ -60,6 +60,7 @@ class BisectOptions:
 
     @property
     def cache(self) -> Path:
+        """The cache directory the bisect uses: the one given, else the default cache."""
         return self.cache_dir or default_cache_dir().resolve()
 
 

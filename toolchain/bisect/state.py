@@ -25,6 +25,7 @@ class StateFile:
         self._doc: dict[str, Any] | None = None
 
     def read(self) -> dict[str, Any]:
+        """The state file's document (empty when there is none yet); a UsageError for a file of another kind."""
         if self._doc is None:
             if not self.path.is_file():
                 self._doc = {}
@@ -42,6 +43,7 @@ class StateFile:
         return self._doc
 
     def update(self, **items: Any) -> None:
+        """Write the document with `items` merged in, atomically."""
         doc = {**self.read(), "state-version": STATE_VERSION, **items}
         atomic_write_text(self.path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
         self._doc = doc
@@ -53,10 +55,12 @@ class StateFile:
         return bool(doc.get("phases")) and not doc.get("done")
 
     def load(self, section: str) -> BisectState | None:
+        """The saved state of the bisect phase `section`, None when it has none."""
         data = self.read().get("phases", {}).get(section)
         return BisectState.from_dict(data) if data else None
 
     def save(self, section: str, state: BisectState) -> None:
+        """Save the state of the bisect phase `section`, keeping the other phases."""
         self.update(phases={**self.read().get("phases", {}), section: state.to_dict()})
 
     def retry_build_failures(self) -> None:
@@ -68,4 +72,5 @@ class StateFile:
                                 for name, data in phases.items()}, done=False)
 
     def saver(self, section: str) -> Callable[[BisectState], None]:
+        """A function saving the state of phase `section`, for the bisector to call after each step."""
         return lambda state: self.save(section, state)

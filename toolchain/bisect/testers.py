@@ -55,6 +55,7 @@ class CommandTester:
         self.argv, self.logs, self.timeout, self.verbose = tuple(argv), logs, timeout, verbose
 
     def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        """Run the user's test command with the step's wheels and lock in its environment; exit 0 good, 125 skip."""
         wheel_dir = step_wheel_dir(self.logs.with_name(f"{self.logs.name}-wheels") / cand.short, build.wheels)
         env = {**os.environ, ENV_WHEELS: os.pathsep.join(str(w) for w in build.wheels), ENV_WHEEL_DIR: str(wheel_dir),
                ENV_LOCK: str(build.lock_path or ""), ENV_COMMIT: cand.key}
@@ -134,6 +135,7 @@ class SmokeTester:
         self.logs, self.options, self.ui = logs, options, ui
 
     def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        """Smoke-test the candidate's lock: good when the smoke passes, bad when it fails (or stops with exit 1)."""
         if build.lock_path is None:
             raise UsageError("--test smoke needs a lock for each step; this build produced none")
         out = self.logs / cand.short

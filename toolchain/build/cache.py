@@ -91,6 +91,7 @@ class WheelCache:
         return self.root / key[:2] / key
 
     def get(self, key: str) -> CacheEntry | None:
+        """The cached wheel for `key`, None when absent; a damaged entry is dropped (with a warning) as a miss."""
         d = self._dir(key)
         meta_file = d / "entry.json"
         if not d.is_dir():

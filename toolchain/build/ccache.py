@@ -72,10 +72,12 @@ class CacheReport:
 
     @property
     def hit_rate(self) -> float:
+        """Hits over hits plus misses (0 when nothing was compiled)."""
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
     def summary(self) -> str:
+        """One line for the build summary: the compiler cache's hits, misses and hit rate, or why there is none."""
         if self.launcher == "none":
             return f"no compiler cache{': ' + self.note if self.note else ''}"
         if not self.hits + self.misses:
@@ -104,6 +106,7 @@ class CompilerCache:
             ui.warn(message)
 
     def extras(self, runtime_kind: str) -> list[Extra]:
+        """What a build must see of the compiler cache: its data directory, and its binary where the target runs it."""
         if not self.enabled:
             return []
         from toolchain.target.parts import Extra

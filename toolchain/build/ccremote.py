@@ -55,6 +55,7 @@ class RemoteStore:
 
     @property
     def shown(self) -> str:
+        """The remote store's URL as it may be shown: its first part, without credentials."""
         return without_credentials(self.url.split("|")[0])
 
     @property
@@ -77,6 +78,7 @@ class RemoteStore:
         return "|".join([url, *(f"{k}={v}" for k, v in attrs)])
 
     def describe(self) -> str:
+        """The remote store for a summary: its URL, mode and where the mode came from."""
         return f"{self.shown} ({self.mode}, {self.mode_origin})"
 
 

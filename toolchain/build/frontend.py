@@ -41,6 +41,7 @@ class BackendCall:
         return [python, runner, "pep517", out, self.backend, ":".join(paths), "--", *command]  # (Linux targets)
 
     def describe(self) -> str:
+        """How the wheel was built, for a log: the PEP 517 backend called directly."""
         return f"the PEP 517 backend {self.backend} called directly, as pip would call it"
 
 

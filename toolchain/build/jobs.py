@@ -52,6 +52,7 @@ class Resources:
 
     @classmethod
     def from_json(cls, text: str) -> Resources:
+        """The resources the in-target script printed as JSON (its last line)."""
         raw = json.loads(text.strip().splitlines()[-1])
         return resources_from(raw["files"], int(raw["cpus"]))
 

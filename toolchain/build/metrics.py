@@ -35,6 +35,7 @@ class BuildMetrics:
     peak_sampled_bytes: int = 0    # the sampler's figure, always recorded
 
     def summary(self) -> str:
+        """One line of the build's measurements: wall time, CPU time and peak memory."""
         from toolchain.build.jobs import format_size
 
         if not self.wall_seconds:

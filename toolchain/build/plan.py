@@ -43,17 +43,21 @@ class ComponentPlan:
 
     @property
     def is_prebuilt(self) -> bool:
+        """Whether the component is taken as a released wheel instead of being compiled."""
         return self.component.prebuilt is not None or self.prebuilt is not None
 
     @property
     def name(self) -> str:
+        """The component's name in the recipe."""
         return self.component.name
 
     @property
     def patches(self) -> tuple[Patch, ...]:
+        """The patches applied to the component's source tree."""
         return self.component.patches
 
     def display_env(self) -> dict[str, str | None]:
+        """The component's build environment with secret values redacted, for showing."""
         return redact_env(dict(self.env))
 
 
@@ -70,6 +74,7 @@ class Plan:
     resources: Resources | None = None  # the target's cores and available memory, when probed
 
     def component(self, name: str) -> ComponentPlan:
+        """The plan of the component `name`."""
         for c in self.components:
             if c.name == name:
                 return c

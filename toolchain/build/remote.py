@@ -350,6 +350,7 @@ class Registry:
         return doc, digest
 
     def exists(self, tag: str) -> bool:
+        """Whether the registry holds a manifest tagged `tag` (a HEAD request)."""
         r = self._request("HEAD", f"{self.base}/manifests/{tag}", what=f"looking up {tag[:16]}", ok=(200, 404),
                           headers={"Accept": OCI_MANIFEST})
         return r.status_code == 200
@@ -587,6 +588,7 @@ class RemoteCache:
 
     @classmethod
     def shared(cls, settings: RemoteSettings) -> RemoteCache:
+        """The one RemoteCache of these settings in this process (made on first use)."""
         with cls._shared_lock:
             if settings not in cls._shared:
                 cls._shared[settings] = cls(settings)
@@ -594,6 +596,7 @@ class RemoteCache:
 
     @property
     def push_enabled(self) -> bool:
+        """Whether this machine pushes what it builds (asked to, and pushing has not been turned off by a failure)."""
         return self.settings.push and self.off is None and self.push_off is None
 
     def warm_up(self) -> None:
@@ -702,6 +705,7 @@ class RemoteCache:
         return {k: v for k, v in found.items() if v is not None and (v or self.off is None)}
 
     def summary(self) -> dict[str, Any]:
+        """What the remote cache did in this build, for the JSON report: downloads, pushes, warnings."""
         return {"url": self.settings.url, "push": self.settings.push, "off": self.off, "push-off": self.push_off,
                 "downloaded": list(self.downloaded), "pushed": list(self.pushed), "warnings": list(self.warnings)}
 

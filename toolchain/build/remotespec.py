@@ -35,6 +35,7 @@ class RemoteSettings:
 
     @property
     def url(self) -> str:
+        """The remote cache's oci:// URL."""
         return self.where.url
 
 

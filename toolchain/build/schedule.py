@@ -37,6 +37,7 @@ class Budget:
     memory: int       # bytes of memory their compile jobs may reserve together
 
     def admits(self, running: int, reserved: int, memory: int) -> bool:
+        """Whether a build needing `memory` may start now: always the first, else while jobs and memory allow it."""
         return running == 0 or (running < self.at_once and reserved + memory <= self.memory)
 
 

@@ -20,6 +20,7 @@ class WheelMeta:
 
     @property
     def has_requirements(self) -> bool:
+        """Whether the wheel declares any Requires-Dist."""
         return bool(self.requires_dist)
 
 

@@ -37,6 +37,7 @@ class DeviceProfile:
 
     @property
     def tensor_parallel_sizes(self) -> tuple[int, ...]:
+        """The tensor-parallel sizes this card class supports: 1 to its most cards."""
         return tuple(range(1, self.max_cards + 1))
 
 
@@ -63,10 +64,12 @@ class Card:
 
     @property
     def die(self) -> str:
+        """The card's die and class ("BMG-G21 (B60 class)"), or "other Intel GPU" for an unknown device id."""
         prof = profile_of(self.pci_id)
         return f"{prof.die} ({prof.name.upper()} class)" if prof else "other Intel GPU"
 
     def describe(self) -> str:
+        """The card for a message: render node, die, PCI device id and slot."""
         return f"{self.node} {self.die}, device 0x{self.pci_id:04x} at {self.slot or '?'}"
 
 

@@ -319,6 +319,7 @@ class Background:
         return self._noted(self._proc.poll())
 
     def alive(self) -> bool:
+        """Whether the process is still running (no exit code seen yet)."""
         return self.returncode is None
 
     def _noted(self, code: int | None) -> int | None:
@@ -482,6 +483,7 @@ class Interrupted(KeyboardInterrupt):
 
     @property
     def exit_code(self) -> int:
+        """The shell's exit code for the signal that stopped the command (128 + the signal number)."""
         return 128 + self.signum
 
     @classmethod
@@ -600,17 +602,20 @@ class Children:
         self._live: dict[int, Child] = {}
 
     def add(self, proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> Child:
+        """Track a started process, to be stopped (first with signal `first`) if the tool is interrupted."""
         child = Child(proc, first)
         with self._lock:
             self._live[child.pid] = child
         return child
 
     def discard(self, child: Child) -> None:
+        """Stop tracking a child that has ended."""
         with self._lock:
             self._live.pop(child.pid, None)
         child.release()
 
     def live(self) -> list[Child]:
+        """The children still tracked."""
         with self._lock:
             return list(self._live.values())
 

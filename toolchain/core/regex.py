@@ -31,25 +31,33 @@ class Regex:
         return found
 
     def match(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
+        """re.Pattern.match on the compiled pattern."""
         return self.compiled.match(text, pos, endpos)
 
     def fullmatch(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
+        """re.Pattern.fullmatch on the compiled pattern."""
         return self.compiled.fullmatch(text, pos, endpos)
 
     def search(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> re.Match[str] | None:
+        """re.Pattern.search on the compiled pattern."""
         return self.compiled.search(text, pos, endpos)
 
     def finditer(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> Iterator[re.Match[str]]:
+        """re.Pattern.finditer on the compiled pattern."""
         return self.compiled.finditer(text, pos, endpos)
 
     def findall(self, text: str, pos: int = 0, endpos: int = 2**63 - 1) -> list[Any]:
+        """re.Pattern.findall on the compiled pattern."""
         return self.compiled.findall(text, pos, endpos)
 
     def sub(self, repl: str | Callable[[re.Match[str]], str], text: str, count: int = 0) -> str:
+        """re.Pattern.sub on the compiled pattern."""
         return self.compiled.sub(repl, text, count)
 
     def subn(self, repl: str | Callable[[re.Match[str]], str], text: str, count: int = 0) -> tuple[str, int]:
+        """re.Pattern.subn on the compiled pattern."""
         return self.compiled.subn(repl, text, count)
 
     def split(self, text: str, maxsplit: int = 0) -> list[str | None]:
+        """re.Pattern.split on the compiled pattern."""
         return self.compiled.split(text, maxsplit)

@@ -61,6 +61,7 @@ class BuildSpec:
 
     @property
     def cache_required(self) -> bool:
+        """Whether the recipe requires ccache (compiler-cache = "ccache"): a build without one is refused."""
         return self.compiler_cache == "ccache"
 
 

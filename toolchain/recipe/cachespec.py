@@ -39,10 +39,12 @@ class RemoteURL:
 
     @property
     def url(self) -> str:
+        """The cache's oci://HOST/NAMESPACE URL."""
         return f"{SCHEME}://{self.host}/{self.namespace}"
 
     @property
     def repository(self) -> str:
+        """The registry repository holding the cached wheels (NAMESPACE/wheels)."""
         return f"{self.namespace}/wheels"
 
 

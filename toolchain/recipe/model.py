@@ -42,6 +42,7 @@ class Origin:
 
     @property
     def dir(self) -> Path:
+        """The directory of the declaring recipe file, which its relative paths resolve against."""
         return self.file.parent
 
 
@@ -85,10 +86,12 @@ class Patch:
 
     @property
     def remote(self) -> bool:
+        """Whether the patch comes from another repository (pinned by url and commit)."""
         return bool(self.url)
 
     @property
     def label(self) -> str:
+        """How a lock and messages name the patch: its path, or url@commit:path for a remote one."""
         return f"{self.url}@{self.commit[:12]}:{self.path}" if self.url else self.path
 
 
@@ -122,6 +125,7 @@ class FetchContentDep:
 
     @property
     def cmake_var(self) -> str:
+        """The CMake variable pointing FetchContent at the pre-fetched checkout."""
         return "FETCHCONTENT_SOURCE_DIR_" + self.name.upper()
 
 
@@ -135,6 +139,7 @@ class Prebuilt:
 
     @property
     def label(self) -> str:
+        """How messages name the released wheel: its requirement, else its URL."""
         return self.requirement or self.url
 
 
@@ -199,6 +204,7 @@ class ToolchainSpec:
 
     @property
     def enabled(self) -> bool:
+        """Whether a setvars script is sourced before builds (an empty `setvars` turns it off)."""
         return bool(self.setvars)
 
 
@@ -293,6 +299,7 @@ class Recipe:
 
     @property
     def own_origin(self) -> Origin:
+        """This recipe file as the origin of the keys it declares itself."""
         return Origin(self.path, self.patches_dirs)
 
     def origin(self, key: str) -> Origin:
@@ -354,6 +361,7 @@ class Recipe:
         return dataclasses.replace(self, components=components, data={**self.data, "components": tables})
 
     def component(self, name: str) -> Component:
+        """The component `name`; a RecipeError listing the components when there is none."""
         for c in self.components:
             if c.name == name:
                 return c

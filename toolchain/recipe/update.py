@@ -20,11 +20,14 @@ class RefResolver(Protocol):
     """What `update` needs of the sources (toolchain.sources.mirrors.Mirrors): a ref's current commit, and
     that commit's subject and `git describe` for the comment beside it."""
 
-    def resolve(self, url: str, ref: str) -> str: ...
+    def resolve(self, url: str, ref: str) -> str:
+        """The full commit id `ref` (a branch or tag) of the repository at `url` names now."""
 
-    def commit_info(self, url: str, commit: str) -> dict[str, str]: ...
+    def commit_info(self, url: str, commit: str) -> dict[str, str]:
+        """The id, subject, date, epoch and author of `commit` of the repository at `url`."""
 
-    def describe(self, url: str, commit: str) -> str: ...
+    def describe(self, url: str, commit: str) -> str:
+        """`git describe` of `commit` (the nearest tag and the distance from it)."""
 
 
 class Change(TypedDict):

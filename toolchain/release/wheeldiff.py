@@ -50,6 +50,7 @@ class WheelDiff:
 
     @property
     def paths(self) -> list[str]:
+        """The entries that differ between the two builds of the wheel."""
         return [f.path for f in self.files]
 
 
@@ -66,6 +67,7 @@ class ReproReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the two sets of wheels are identical (nothing differs, nothing lacks a counterpart)."""
         return not (self.differing or self.only_a or self.only_b)
 
     def to_dict(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ class LockedDist:
 
     @property
     def is_wheel(self) -> bool:
+        """Whether the locked file is a wheel (not a source distribution)."""
         return self.file.endswith(".whl")
 
     def local_path(self) -> str:
@@ -68,6 +69,7 @@ class Closure:
     resolved_at: str = field(default="", metadata=meta(omit_default=True))
 
     def dist(self, name: str) -> LockedDist | None:
+        """The locked distribution `name` (compared canonically), None when the closure has none."""
         want = canonical_name(name)
         return next((d for d in self.dists if d.name == want), None)
 

@@ -115,9 +115,11 @@ class ClosureMemo:
         self.dir = resolve_cache / MEMO_DIR
 
     def path(self, key: str) -> Path:
+        """The memo file of the closure resolved for `key`."""
         return self.dir / f"{key}.json"
 
     def get(self, key: str) -> Closure | None:
+        """The closure remembered for `key`, None for a miss (a missing, stale or unreadable file)."""
         try:
             data = json.loads(read_regular(self.path(key)).decode("utf-8"))  # (a FIFO there: a miss, no hang)
             if data.get("format") != FORMAT or data.get("key") != key:
@@ -130,6 +132,7 @@ class ClosureMemo:
         return closure
 
     def put(self, key: str, closure: Closure) -> None:
+        """Remember the closure resolved for `key`, written atomically."""
         self.dir.mkdir(parents=True, exist_ok=True)
         data = {"format": FORMAT, "key": key, "resolve": closure.settings(),
                 "dependencies": to_data(closure.dists, kebab=True)}

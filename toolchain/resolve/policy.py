@@ -36,6 +36,7 @@ class Shipper:
     debian: str = ""           # the Debian/Ubuntu package of a run host
 
     def matches(self, soname: str) -> bool:
+        """Whether `soname` is one of the libraries this wheel ships."""
         return any(fnmatchcase(soname, p) for p in self.sonames)
 
     def fix(self) -> str:
@@ -59,9 +60,11 @@ class Policy:
         return next((g for g in self.host if any(fnmatchcase(soname, p) for p in g.sonames)), None)
 
     def ignored(self, soname: str) -> bool:
+        """Whether the audit skips `soname` (the shipped policy's or the recipe's ignore patterns)."""
         return any(fnmatchcase(soname, p) for p in self.ignore)
 
     def shipper(self, soname: str) -> Shipper | None:
+        """The wheel known to ship `soname`, None when no rule names one."""
         return next((s for s in self.ships if s.matches(soname)), None)
 
     def wheel_shipper(self, soname: str) -> Shipper | None:

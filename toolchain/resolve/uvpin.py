@@ -57,13 +57,16 @@ class BuiltWheel:
 
     @property
     def dist(self) -> str:
+        """The distribution name of the built wheel, from its file name."""
         return str(parse_wheel_filename(self.wheel.name)[0])
 
     @property
     def version(self) -> str:
+        """The version of the built wheel, from its file name."""
         return str(parse_wheel_filename(self.wheel.name)[1])
 
     def requirement(self) -> str:
+        """A direct-reference requirement on the wheel file ("name @ file:///...") for the resolver."""
         return f"{self.dist} @ {self.wheel.resolve().as_uri()}"
 
 

@@ -73,13 +73,16 @@ class NativeReport:
 
     @property
     def errors(self) -> tuple[Need, ...]:
+        """The needs that fail the audit: loaded when a wheel is used, and found nowhere."""
         return tuple(n for n in self.needs if n.fatal)
 
     @property
     def warnings(self) -> tuple[Need, ...]:
+        """The needs missing or absent from the host that are not fatal (warned about)."""
         return tuple(n for n in self.needs if not n.fatal and n.verdict in ("missing", "host-absent"))
 
     def of(self, verdict: Verdict) -> tuple[Need, ...]:
+        """The needs with verdict `verdict`."""
         return tuple(n for n in self.needs if n.verdict == verdict)
 
     def need(self, soname: str) -> Need:

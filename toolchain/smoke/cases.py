@@ -74,6 +74,7 @@ class CaseSpec:
 
     @property
     def description(self) -> str:
+        """The case's description parameter, "" when it has none."""
         return str(self.params.get("description", ""))
 
 
@@ -118,6 +119,7 @@ class Exchange:
     error: str = ""          # transport failure ("timeout: ...", "connection: ...")
 
     def json(self) -> Any:
+        """The response body parsed as JSON."""
         return json.loads(self.response)
 
 
@@ -130,9 +132,11 @@ class Client:
         self.session = requests.Session()
 
     def get(self, path: str) -> Exchange:
+        """GET `path` on the server."""
         return self._send("GET", path, None)
 
     def post(self, path: str, body: dict[str, Any]) -> Exchange:
+        """POST the JSON `body` to `path` on the server."""
         return self._send("POST", path, body)
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None) -> Exchange:
@@ -167,6 +171,7 @@ class CaseResult:
 
     @property
     def passed(self) -> bool:
+        """Whether the case's verdict is a pass."""
         return self.verdict == PASS
 
     def to_dict(self) -> dict[str, object]:

@@ -72,6 +72,7 @@ class SmokeConfig:
 
     @property
     def base_url(self) -> str:
+        """The server's base URL (http://HOST:PORT)."""
         return f"http://{self.host}:{self.port}"
 
 

@@ -96,6 +96,7 @@ class VersionCheck:
 
     @property
     def ok(self) -> bool:
+        """Whether the installed version is the locked one (compared as versions)."""
         if self.installed is None:
             return False
         try:

@@ -52,6 +52,7 @@ class Excerpt:
     lines: tuple[str, ...]
 
     def render(self) -> str:
+        """The excerpt as text: where it is in which log, then its lines indented."""
         where = f"{self.source}:{self.line}" + (f" ({self.process})" if self.process else "")
         return where + ":\n" + "\n".join("    " + ln for ln in self.lines)
 

@@ -49,6 +49,7 @@ class ServerDeath:
     excerpts: tuple[Excerpt, ...]
 
     def message(self) -> str:
+        """A line saying how the server ended and during or after which case."""
         when = f"after case {self.during}" if self.after else f"during case {self.during}"
         text = f"server {ended(self.status)} {when}"
         if self.failing_since and self.failing_since != self.during:
@@ -82,14 +83,17 @@ class RunResult:
 
     @property
     def oom(self) -> bool:
+        """Whether a finding in the logs marks the run as out of memory."""
         return any("oom" in f.marks for f in self.findings)
 
     @property
     def failed(self) -> list[cases_mod.CaseResult]:
+        """The required cases that did not pass."""
         return [c for c in self.cases if c.required and not c.passed]
 
     @property
     def passed(self) -> bool:
+        """Whether the server became ready, every required case passed and nothing interrupted the run."""
         return self.ready.ok and not self.failed and not self.interrupted
 
     @property

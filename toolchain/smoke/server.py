@@ -119,6 +119,7 @@ class Server:
         self.stop()
 
     def start(self) -> None:
+        """Start the server process, its output appended to the log; a UsageError when the command cannot run."""
         argv, env = self._launch(self.spec.argv, self.spec.env)
         self.spec.log.parent.mkdir(parents=True, exist_ok=True)
         self.starts += 1
@@ -177,6 +178,7 @@ class Server:
 
     @property
     def pid(self) -> int | None:
+        """The server process's id, None before it starts."""
         return None if self._proc is None else self._proc.pid
 
     def wait_exit(self, timeout: float) -> int | None:
@@ -184,6 +186,7 @@ class Server:
         return None if self._proc is None else self._proc.wait(timeout)
 
     def alive(self) -> bool:
+        """Whether the server process is running."""
         return self._proc is not None and self._proc.alive()
 
     @property
@@ -206,6 +209,7 @@ class Server:
         return code
 
     def restart(self) -> Readiness:
+        """Stop the server, start it again and wait until it is ready."""
         self.stop()
         self.start()
         return self.wait_ready()

@@ -26,6 +26,7 @@ class Fix:
     args: tuple[str, ...] = field(default=(), metadata=meta(omit_default=True))
 
     def short(self) -> str:
+        """The fix in one line: its kind, the env values or flags it sets, and why."""
         what = " ".join(f"{k}={v}" for k, v in self.env.items()) or " ".join(self.args)
         return f"{self.kind}: {what} ({self.text})" if what else f"{self.kind}: {self.text}"
 

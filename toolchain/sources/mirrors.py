@@ -131,6 +131,7 @@ class Mirrors:
         self._fetched: set[str] = set()  # URLs fetched by this instance (a refresh fetches each once)
 
     def path(self, url: str) -> Path:
+        """Where the bare mirror of the repository at `url` lives."""
         return self.root / f"{_slug(url)}.git"
 
     def _log(self, url: str) -> Path | None:
@@ -142,6 +143,7 @@ class Mirrors:
         return (mirror / "HEAD").exists() and not (mirror / FETCHING).exists() and _has_refs(mirror)
 
     def has_commit(self, url: str, commit: str) -> bool:
+        """Whether the mirror of `url` already holds `commit`."""
         return self._commit(url, commit) is not None
 
     def _commit(self, url: str, commit: str) -> dict[str, str] | None:

@@ -37,11 +37,13 @@ class SourceTrees:
 
     @staticmethod
     def key(commit: str, patches: tuple[Patch, ...], subdir: str) -> str:
+        """The cache key of a tree: its commit, subdir and patches (by sha256) and the tree format."""
         return sha256_bytes(json.dumps([commit, subdir, [p.sha256 for p in patches], TREE_FORMAT]).encode())[:24]
 
     @contextlib.contextmanager
     def tree(self, url: str, commit: str, patches: tuple[Patch, ...] = (), *, subdir: str = "",
              what: str = "", log: Path | None = None, fresh: bool = False) -> Iterator[Path]:
+        """The checked-out, patched tree of `url` at `commit`, made once and kept while the block uses it."""
         key = self.key(commit, patches, subdir)
         path = self.root / key
         state = self.root / f"{key}.state"
