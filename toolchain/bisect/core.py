@@ -214,15 +214,32 @@ class BisectResult:
 class BisectHandler:
     """Receives the events of a `Bisector` and does all reporting. Every method is optional."""
 
-    def started(self, state: BisectState) -> None: ...
-    def building(self, candidate: Candidate) -> None: ...
-    def prefetching(self, candidate: Candidate) -> None: ...
-    def testing(self, candidate: Candidate) -> None: ...
-    def checked(self, record: StepRecord, state: BisectState) -> None: ...
-    def step(self, record: StepRecord, state: BisectState) -> None: ...
-    def skip(self, record: StepRecord, state: BisectState) -> None: ...
-    def finished(self, result: BisectResult) -> None: ...
-    def interrupted(self, state: BisectState, error: BaseException) -> None: ...
+    def started(self, state: BisectState) -> None:
+        """The bisect starts (or resumes) with `state`."""
+
+    def building(self, candidate: Candidate) -> None:
+        """The build of `candidate` for the current step begins."""
+
+    def prefetching(self, candidate: Candidate) -> None:
+        """A build of `candidate` begins ahead, for a step that may need it."""
+
+    def testing(self, candidate: Candidate) -> None:
+        """The test of the built `candidate` begins."""
+
+    def checked(self, record: StepRecord, state: BisectState) -> None:
+        """A given end (good or bad) was built and tested before bisecting."""
+
+    def step(self, record: StepRecord, state: BisectState) -> None:
+        """A step gave a good or bad verdict."""
+
+    def skip(self, record: StepRecord, state: BisectState) -> None:
+        """A candidate was skipped: it could not be built or tested."""
+
+    def finished(self, result: BisectResult) -> None:
+        """The bisect ended with `result`."""
+
+    def interrupted(self, state: BisectState, error: BaseException) -> None:
+        """The bisect stopped at `state` by a signal or `error`."""
 
 
 class Bisector:

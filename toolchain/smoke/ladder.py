@@ -20,10 +20,15 @@ class StepRun(Protocol):
     """What the ladder reads of one step's run (a runner.RunResult)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The run's name in the report."""
+
     @property
-    def passed(self) -> bool: ...
-    def how(self) -> str: ...
+    def passed(self) -> bool:
+        """Whether the server became ready and every required case passed."""
+
+    def how(self) -> str:
+        """One line: what broke in the run and the first diagnosis."""
 
 
 @dataclass(frozen=True)
