@@ -30,7 +30,7 @@ from toolchain.core.proc import CommandFailed, CommandTimeout
 from toolchain.core.proc import run as proc_run
 from toolchain.errors import BuildError
 from toolchain.lock import verify_wheels
-from toolchain.pipeline import build_stack
+from toolchain.pipeline.build import build_stack
 from toolchain.recipe.load import TargetSpec, load_recipe
 from toolchain.target import HostRuntime, make_runtime
 from toolchain.target.container import (

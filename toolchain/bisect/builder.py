@@ -1,5 +1,5 @@
 """Building one step (mozregression's build fetcher, with a build instead of a download): a recipe derived
-for the candidate goes through the pipeline (`pipeline.build_stack`) into its own directory; components
+for the candidate goes through the pipeline (`pipeline.build.build_stack`) into its own directory; components
 that did not change come from the wheel cache."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc import STOPPING
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
-from toolchain.pipeline import build_stack_components
+from toolchain.pipeline.build import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
 from toolchain.sources.mirrors import Rewrite

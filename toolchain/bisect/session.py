@@ -26,7 +26,7 @@ from toolchain.console import UI
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
-from toolchain.pipeline import recipe_from_lock
+from toolchain.pipeline.verify import recipe_from_lock
 from toolchain.recipe.load import load_recipe
 from toolchain.smoke import SmokeOptions
 from toolchain.sources.mirrors import Rewrite

@@ -14,7 +14,8 @@ from toolchain.console import UI, CommandResult, Grid, literal
 from toolchain.core.serial import to_data, to_table
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
-from toolchain.pipeline import build_stack_components, recipe_from_lock
+from toolchain.pipeline.build import build_stack_components
+from toolchain.pipeline.verify import recipe_from_lock
 from toolchain.recipe.load import Recipe, only_components
 from toolchain.release import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
@@ -103,7 +104,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
                               input_dirs=list(dict.fromkeys([recipe.path.parent, *(o.dir for _, o in recipe.origins)])))
         data["bundle"] = str(bundle)
         if args.with_deps:  # the closure's files are here now: their own objects are read too
-            from toolchain.pipeline import audit_closure
+            from toolchain.pipeline.audit import audit_closure
 
             audit_closure(lock, options.cache_dir(args), ui)
     tables = (summary_grid(f"{recipe.name}: {lock.path}", lock, built),)

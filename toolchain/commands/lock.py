@@ -9,7 +9,7 @@ from pathlib import Path
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
-from toolchain.pipeline import relock
+from toolchain.pipeline.relock import relock
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -46,7 +46,7 @@ def _existing_dir_or_new(value: Path | None, flag: str) -> Path | None:
     """A directory that exists or can be made: not a file, nor under one."""
     if value is None:
         return None
-    from toolchain.pipeline import check_dir
+    from toolchain.pipeline.outdir import check_dir
 
     path = Path(value).expanduser().resolve()
     check_dir(path, flag, writable=False)

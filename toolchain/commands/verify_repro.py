@@ -275,14 +275,15 @@ def _options(out_dir: Path, cache_dir: Path, args: argparse.Namespace, *, resolv
 
 
 def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args: argparse.Namespace, ui: UI) -> Lock:
-    from toolchain.pipeline import build_stack
+    from toolchain.pipeline.build import build_stack
     from toolchain.recipe.load import load_recipe
 
     return build_stack(load_recipe(recipe, args.recipes_dir, args.patches_dir), _options(out_dir, cache_dir, args), ui)
 
 
 def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args: argparse.Namespace, ui: UI) -> Lock:
-    from toolchain.pipeline import build_stack, recipe_from_lock
+    from toolchain.pipeline.build import build_stack
+    from toolchain.pipeline.verify import recipe_from_lock
 
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
     patches_dir = args.patches_dir or (bundled if bundled and bundled.is_dir() else None)
