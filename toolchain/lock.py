@@ -16,6 +16,7 @@ from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
+from toolchain.core.checks import ARGV, COMMIT, ENV, HEX, NAME, SECONDS, SHA256, STR, STRS, TABLE, TABLES
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
@@ -24,7 +25,7 @@ from toolchain.core.serial import Check, Data, from_data, meta, rounded, schema,
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import InputFile, Patch
-from toolchain.resolve.closure import Closure, canonical_name, pylock_entry
+from toolchain.resolve.closure import Closure, LockedDist, canonical_name, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.sources.patches import applied_at
@@ -39,26 +40,6 @@ LOCK_NAME = "stack.lock.toml"
 PYLOCK_NAME = "pylock.toml"
 LOCK_VERSION = 1
 
-# ---- what a well-formed lock holds (checked on read, declared with the fields below) -------------------
-
-_HEX64 = Regex(r"^[0-9a-f]{64}$")
-_COMMIT = Regex(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_HEX = Regex(r"^[0-9a-f]{8,64}$")
-
-STR: Check = ("a string", lambda v: isinstance(v, str))
-NAME: Check = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
-SHA256: Check = ("a 64-hex sha256", lambda v: isinstance(v, str) and _HEX64.match(v) is not None)
-COMMIT: Check = ("a full commit id (40 or 64 hex)", lambda v: isinstance(v, str) and _COMMIT.match(v) is not None)
-HEX: Check = ("a hex digest", lambda v: isinstance(v, str) and _HEX.match(v) is not None)
-SIZE: Check = ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-SECONDS: Check = ("a non-negative number",
-                  lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
-STRS: Check = ("an array of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
-ARGV: Check = ("a non-empty array of strings",
-               lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v))
-ENV: Check = ("a table of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
-TABLE: Check = ("a table", lambda v: isinstance(v, dict))
-TABLES: Check = ("an array of tables", lambda v: isinstance(v, list))
 
 
 def _patches_dump(patches: tuple[Patch, ...]) -> Data:
@@ -351,7 +332,8 @@ PREBUILT_COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     **COMPONENT_SCHEMA, "url": (False, STR), "commit": (False, STR), "command": (False, STRS)}
 PREBUILT_SCHEMA: dict[str, tuple[bool, Check]] = {"url": (True, NAME), "sha256": (True, SHA256),
                                                   "requirement": (False, STR), "index": (False, STR)}
-WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {"file": (True, WHEEL_FILE), "sha256": (True, SHA256), "size": (True, SIZE)}
+# a lock names its wheels by file name alone: each a wheel's name
+WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {**schema(WheelRef), "file": (True, WHEEL_FILE)}
 PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
                                                "commit": (False, COMMIT),
                                                "applied-at": (False, ("root or subdir", lambda v: v in ("root", "subdir")))}
@@ -361,15 +343,11 @@ BASE_SCHEMA: dict[str, tuple[bool, Check]] = {
 BASE_DIST_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "version": (True, STR),
                                                    "record-sha256": (False, STR)}
 FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "url": (True, NAME), "commit": (True, COMMIT)}
-DIST_FILE: Check = ("a file name (no '/')", lambda v: isinstance(v, str) and bool(v) and "/" not in v and "\\" not in v
-                    and "\0" not in v and v not in (".", ".."))
-DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "name": (True, NAME), "version": (True, NAME), "file": (True, DIST_FILE), "url": (True, NAME),
-    "sha256": (True, SHA256), "size": (False, SIZE), "index": (False, STR), "required-by": (False, STRS)}
+DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = schema(LockedDist, kebab=True)
 RESOLVE_SCHEMA: dict[str, tuple[bool, Check]] = {
     "resolver": (False, STR), "indexes": (False, STRS), "find-links": (False, STRS), "index-strategy": (False, STR),
     "python-version": (False, STR), "platform": (False, STR), "notes": (False, STRS)}
-INPUT_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256)}
+INPUT_SCHEMA: dict[str, tuple[bool, Check]] = schema(InputFile)
 
 
 def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
