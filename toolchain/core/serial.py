@@ -56,6 +56,11 @@ def rounded(digits: int) -> Callable[[Any], Data]:
     return lambda value: round(float(value), digits)
 
 
+def empty_as_null(value: str) -> Data:
+    """A `dump` that writes an empty string as null (a report's "none")."""
+    return value or None
+
+
 class _Field:
     __slots__ = ("default", "key", "meta", "name")
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from toolchain.console import UI
 from toolchain.core.proc import Interrupted, display, exit_status, merge_env
 from toolchain.core.redact import redact_env
-from toolchain.core.serial import Data, meta, rounded, to_table
+from toolchain.core.serial import Data, empty_as_null, meta, rounded, to_table
 from toolchain.errors import UsageError
 from toolchain.smoke import cases as cases_mod
 from toolchain.smoke import rootcause
@@ -38,10 +38,6 @@ EVENT_PREFIX = {"timeout": "request timed out", "output": "wrong output", "http"
 SERVER_SIDE = frozenset({"http", "connection", "timeout", "restart", "protocol"})
 
 
-def _or_none(text: str) -> Data:
-    return text or None
-
-
 @dataclass(frozen=True)
 class ServerDeath:
     """The server went away while the cases ran: which case was running, and since when it was failing."""
@@ -51,7 +47,7 @@ class ServerDeath:
     # it exited after `during` had finished, before the next one
     after: bool = field(metadata=meta(key="after_case"))
     # the first case of the failures that ended with its exit ("": none, written null)
-    failing_since: str = field(metadata=meta(dump=_or_none))
+    failing_since: str = field(metadata=meta(dump=empty_as_null))
     since_message: str = field(metadata=meta(skip=True))  # (in `message`)
     excerpts: tuple[Excerpt, ...] = field(metadata=meta(key="root_cause", dump=cases_mod.root_cause_data))
 
@@ -94,7 +90,7 @@ class RunResult:
     # root cause of a start that never became ready (written as the run's `root_cause`)
     cause: tuple[Excerpt, ...] = field(default=(), metadata=meta(skip=True))
     # the signal that stopped the run ("SIGTERM"), "" (written null) when it ran to the end
-    interrupted: str = field(default="", metadata=meta(dump=_or_none))
+    interrupted: str = field(default="", metadata=meta(dump=empty_as_null))
 
     @property
     def oom(self) -> bool:
