@@ -4,7 +4,7 @@
 `field_name` is written `field-name`, as TOML files here spell keys), tuples and lists become lists, a Path its
 string, an Enum its value, a mapping a table; `from_data(cls, data)` is the way back for a dataclass whose
 fields are plain values, Enums, tuples, Paths, mappings or such dataclasses (an unknown key is an error naming
-it; a missing key takes the field's default).
+it; a missing key takes the field's `absent`, else its default).
 
 A field says how it differs from that with `field(..., metadata=meta(...))`: its key (`key="file"`), left out
 when it holds its default (`omit_default=True`) or always (`skip=True`: not part of the format), and converters
