@@ -139,8 +139,7 @@ def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
     `given`: field values by field name, as they are (those the format keeps apart from this table)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a dataclass")
-    fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
-    parents = {k.split(".", 1)[0] for k in fields if "." in k}
+    fields, parents, absent = _reading(cls, kebab)
     if parents:  # a dotted key's value is in its sub-table
         flat: dict[str, Any] = {}
         for key, value in data.items():
@@ -156,13 +155,27 @@ def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
         raise TypeError(f"unknown key(s) for {cls.__name__}: {', '.join(unknown)}")
     hints = _hints(cls)
     kwargs: dict[str, Any] = dict(given or {})
-    for key, f in fields.items():
-        if key not in data and f.meta.absent is not dataclasses.MISSING and f.name not in kwargs:
+    for key, f in absent:
+        if key not in data and f.name not in kwargs:
             kwargs[f.name] = copy.copy(f.meta.absent)
     for key, value in data.items():
         f = fields[key]
         kwargs[f.name] = f.meta.load(value) if f.meta.load is not None else _value(hints[f.name], value, kebab)
     return cls(**kwargs)
+
+
+def _reading(cls: type, kebab: bool) -> tuple[dict[str, _Field], frozenset[str], tuple[tuple[str, _Field], ...]]:
+    """(the fields read, by key; the sub-tables dotted keys name; the fields with an `absent`), once a class."""
+    cached = _READING.get((cls, kebab))
+    if cached is None:
+        fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
+        parents = frozenset(k.split(".", 1)[0] for k in fields if "." in k)
+        absent = tuple((k, f) for k, f in fields.items() if f.meta.absent is not dataclasses.MISSING)
+        cached = _READING[(cls, kebab)] = (fields, parents, absent)
+    return cached
+
+
+_READING: dict[tuple[type, bool], tuple[dict[str, _Field], frozenset[str], tuple[tuple[str, _Field], ...]]] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
