@@ -13,7 +13,7 @@ import pytest
 
 from toolchain.bisect.session import BisectOptions
 from toolchain.core import toml as tomlio
-from toolchain.core.serial import from_data, meta, rounded, to_data, to_table
+from toolchain.core.serial import from_data, meta, rounded, schema, to_data, to_table
 from toolchain.resolve.closure import Closure, LockedDist
 from toolchain.smoke import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
@@ -109,3 +109,41 @@ def test_a_locks_resolve_table_may_leave_out_every_setting_as_its_schema_allows(
                                         "https://example.invalid/numpy-2.1.0.tar.gz", "6" * 64),)
     with pytest.raises(TypeError, match="unknown key.*for Closure: dists"):  # the dists are not a setting
         Closure.from_toml({"dists": []}, [])
+
+
+_NAME = ("a non-empty string", lambda v: isinstance(v, str) and bool(v))
+_STRS = ("an array of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+@dataclass(frozen=True)
+class _Declared:
+    """A format declared once: a sub-table by dotted keys, checks, what a missing key reads as."""
+    name: str = field(metadata=meta(key="recipe.name", check=_NAME))
+    text: str = field(metadata=meta(key="recipe.text", check=("a string", lambda v: isinstance(v, str)), absent=""))
+    args: tuple[str, ...] = field(metadata=meta(check=_STRS, absent=()))
+    tag: str = "new"
+    partial: tuple[str, ...] = field(default=(), metadata=meta(key="recipe.partial", omit_default=True))
+
+
+def test_one_declaration_gives_writer_reader_and_schema_with_a_dotted_key_sub_table() -> None:
+    obj = _Declared(name="demo", text="x = 1", args=("-v",), partial=("a",))
+    text = tomlio.dumps(to_table(obj, kebab=True))
+    assert "[recipe]" in text and 'name = "demo"' in text and "recipe.name" not in text
+    data = tomlio.loads(text)
+    assert data["recipe"] == {"name": "demo", "text": "x = 1", "partial": ["a"]}
+    assert from_data(_Declared, data, kebab=True) == obj
+    # a missing key reads as its `absent` (not the dataclass default: there is none, or it differs)
+    assert from_data(_Declared, {"recipe": {"name": "demo"}}, kebab=True) == _Declared("demo", "", ())
+    # the schema: required is neither a default nor an `absent`; only fields that declare a check
+    declared = schema(_Declared, kebab=True)
+    assert {k: required for k, (required, _) in declared.items()} == {
+        "recipe.name": True, "recipe.text": False, "args": False}
+    what, ok = declared["recipe.name"][1]
+    assert what == "a non-empty string" and ok("x") and not ok("")
+
+
+def test_an_unknown_key_is_left_unread_only_when_asked_and_named_otherwise() -> None:
+    data = {"recipe": {"name": "demo", "later": 1}, "args": [], "extra": True}
+    with pytest.raises(TypeError, match=r"unknown key\(s\) for _Declared: extra, recipe.later"):
+        from_data(_Declared, data, kebab=True)
+    assert from_data(_Declared, data, kebab=True, unknown_ok=True) == _Declared("demo", "", ())

@@ -5,7 +5,7 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,15 +16,16 @@ from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
+from toolchain.core.checks import ARGV, COMMIT, ENV, HEX, NAME, SECONDS, SHA256, STR, STRS, TABLE, TABLES
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
 from toolchain.core.regex import Regex
-from toolchain.core.serial import from_data, to_data, to_table
+from toolchain.core.serial import Check, Data, from_data, meta, rounded, schema, to_data, to_table
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import InputFile, Patch
-from toolchain.resolve.closure import Closure, canonical_name, pylock_entry
+from toolchain.resolve.closure import Closure, LockedDist, canonical_name, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
 from toolchain.sources.patches import applied_at
@@ -40,64 +41,117 @@ PYLOCK_NAME = "pylock.toml"
 LOCK_VERSION = 1
 
 
+
+def _patches_dump(patches: tuple[Patch, ...]) -> Data:
+    return to_data([patch_to_dict(p) for p in patches])
+
+
+def _patches_load(tables: list[dict[str, Any]]) -> tuple[Patch, ...]:
+    return tuple(patch_from_dict(t) for t in tables)
+
+
+def _sorted_env(env: dict[str, str]) -> Data:
+    return dict(sorted(env.items()))
+
+
+def _origins_load(table: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(dict(table).items()))
+
+
+def _origins_dump(origins: tuple[tuple[str, str], ...]) -> Data:
+    return dict(origins)
+
+
+def _audits_dump(audits: tuple[WheelAudit, ...]) -> Data:
+    return to_data(audits)  # (its own key style: written before the lock's went through core/serial)
+
+
+def _audits_load(tables: list[dict[str, Any]]) -> tuple[WheelAudit, ...]:
+    return tuple(from_data(WheelAudit, a) for a in tables)
+
+
+def _components_load(tables: list[dict[str, Any]]) -> tuple[LockedComponent, ...]:
+    return tuple(from_data(LockedComponent, c, kebab=True, unknown_ok=True) for c in tables)
+
+
+def _base_env(table: dict[str, Any]) -> BaseEnv:
+    from toolchain.target.baseenv import BaseEnv
+
+    return from_data(BaseEnv, table, kebab=True)
+
+
+# Each field below is the one declaration of its key in stack.lock.toml (kebab-case; `meta(key=)` where it
+# differs), how it is written and read back, and what a well-formed lock holds there (`check`; required when
+# it has neither a default nor `absent`). Field order is the lock's key order.
+
 @record
 class LockedComponent:
     """A component as its lock records it."""
 
-    name: str
-    url: str
-    ref: str
-    commit: str
-    describe: str
-    subdir: str
-    after: tuple[str, ...]
-    dist: str
-    import_name: str
-    version: str
-    install_args: tuple[str, ...]
-    patches: tuple[Patch, ...]
-    env: dict[str, str]
-    command: tuple[str, ...]
-    cache_key: str
-    build_seconds: float
-    wheel: WheelRef
-    fetchcontent: tuple[dict[str, str], ...] = ()
-    built_against: tuple[BuiltAgainst, ...] = ()  # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.built_against)
-    # what the build that made the wheel cost (facts of that build, not inputs: a bundle drops them)
-    compiler_cache: CacheReport = CacheReport()
-    jobs: int = 0
-    jobs_source: str = ""
-    metrics: BuildMetrics = BuildMetrics()
+    name: str = field(metadata=meta(check=NAME))
+    url: str = field(metadata=meta(check=NAME))
+    ref: str = field(metadata=meta(check=STR, absent=""))
+    commit: str = field(metadata=meta(check=COMMIT))
+    describe: str = field(metadata=meta(check=STR, absent=""))
+    subdir: str = field(metadata=meta(check=STR, absent=""))
+    after: tuple[str, ...] = field(metadata=meta(check=STRS, absent=()))
+    dist: str = field(metadata=meta(check=STR, absent=""))
+    import_name: str = field(metadata=meta(key="import", check=STR, absent=""))
+    version: str = field(metadata=meta(check=STR, absent=""))
+    install_args: tuple[str, ...] = field(metadata=meta(check=STRS, absent=()))
+    patches: tuple[Patch, ...] = field(metadata=meta(check=TABLES, absent=(), dump=_patches_dump, load=_patches_load))
+    env: dict[str, str] = field(metadata=meta(check=ENV, absent={}, dump=_sorted_env))
+    command: tuple[str, ...] = field(metadata=meta(check=ARGV))
+    cache_key: str = field(metadata=meta(check=HEX))
+    build_seconds: float = field(metadata=meta(check=SECONDS, absent=0.0, dump=rounded(3)))
+    wheel: WheelRef = field(metadata=meta(check=TABLE))
     # a prebuilt component (never compiled): {url, sha256, requirement?, index?}; url and commit are then ""
-    prebuilt: dict[str, Any] = field(default_factory=dict)
-    inputs: tuple[InputFile, ...] = ()  # files read beyond the tree (kernel configuration): label, sha256
+    prebuilt: dict[str, Any] = field(default_factory=dict, metadata=meta(check=TABLE, omit_default=True, load=dict))
+    fetchcontent: tuple[dict[str, str], ...] = field(default=(), metadata=meta(check=TABLES, omit_default=True))
+    # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.built_against)
+    built_against: tuple[BuiltAgainst, ...] = field(default=(), metadata=meta(omit_default=True))
+    # files read beyond the tree (kernel configuration): label, sha256
+    inputs: tuple[InputFile, ...] = field(default=(), metadata=meta(check=TABLES, omit_default=True))
+    # what the build that made the wheel cost (facts of that build, not inputs: a bundle drops them)
+    jobs: int = field(default=0, metadata=meta(omit_default=True))
+    jobs_source: str = field(default="", metadata=meta(omit_default=True))
+    compiler_cache: CacheReport = field(default=CacheReport(), metadata=meta(omit_default=True))
+    metrics: BuildMetrics = field(default=BuildMetrics(), metadata=meta(omit_default=True))
 
 
 @record
 class Lock:
     """A lock read back (`read_lock`) or assembled from a build (`assemble_lock`)."""
 
-    recipe_name: str
-    recipe_path: str
-    recipe_sha256: str
-    recipe_text: str
-    toolchain: ToolchainInfo
-    target: TargetInfo
-    smoke: dict[str, Any]
-    components: tuple[LockedComponent, ...]
-    tool_version: str = __version__
-    normalizations: tuple[str, ...] = ()
-    describe_rule: str = DESCRIBE_RULE  # how `describe` (and the versions the builds derived) were computed
-    path: Path | None = field(default=None, compare=False)
-    closure: Closure | None = None  # the resolved runtime dependencies; None: not resolved (--no-resolve)
-    base: BaseEnv | None = None  # what the base image held ([target] base): the components are installed over it
+    recipe_name: str = field(metadata=meta(key="recipe.name", check=NAME))
+    recipe_path: str = field(metadata=meta(key="recipe.path", check=STR, absent=""))
+    recipe_sha256: str = field(metadata=meta(key="recipe.sha256", check=SHA256))
+    recipe_text: str = field(metadata=meta(key="recipe.text", check=STR, absent=""))
+    toolchain: ToolchainInfo = field(metadata=meta(absent=ToolchainInfo()))  # (checked by _info_problems)
+    target: TargetInfo = field(metadata=meta(absent=TargetInfo()))
+    smoke: dict[str, Any] = field(metadata=meta(check=TABLE, absent={}, load=dict))
+    components: tuple[LockedComponent, ...] = field(metadata=meta(load=_components_load))
+    tool_version: str = field(default=__version__, metadata=meta(check=STR, absent=""))
+    normalizations: tuple[str, ...] = field(default=(), metadata=meta(check=STRS))
+    # how `describe` (and the versions the builds derived) were computed
+    describe_rule: str = field(default=DESCRIBE_RULE, metadata=meta(absent=""))
+    path: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
+    # the resolved runtime dependencies ([resolve] and [[dependencies]], by hand); None: not resolved (--no-resolve)
+    closure: Closure | None = field(default=None, metadata=meta(skip=True))
+    # what the base image held ([target] base): the components are installed over it
+    base: BaseEnv | None = field(default=None, metadata=meta(omit_default=True, load=_base_env))
     # each path-bearing key of the recipe text and the recipe file that declared it (recipe.load.place):
     # a rebuild from the lock resolves an inherited relative path (setvars, patches) against that file
-    recipe_origins: tuple[tuple[str, str], ...] = ()
+    recipe_origins: tuple[tuple[str, str], ...] = field(default=(), metadata=meta(
+        key="recipe.origins", check=ENV, omit_default=True, dump=_origins_dump, load=_origins_load))
     # a partial build (`build --component NAME`): the components it built; the recipe text holds only them
-    recipe_partial: tuple[str, ...] = ()
-    native: tuple[WheelAudit, ...] = ()  # per wheel: its shared objects' DT_NEEDED and compiler stamps
-    host: dict[str, Any] = field(default_factory=dict)  # the box it was built on (target.hostfacts)
+    recipe_partial: tuple[str, ...] = field(default=(), metadata=meta(key="recipe.partial", check=STRS,
+                                                                        omit_default=True))
+    # per wheel: its shared objects' DT_NEEDED and compiler stamps
+    native: tuple[WheelAudit, ...] = field(default=(), metadata=meta(omit_default=True, dump=_audits_dump,
+                                                                      load=_audits_load))
+    # the box it was built on (target.hostfacts)
+    host: dict[str, Any] = field(default_factory=dict, metadata=meta(omit_default=True, load=dict))
 
     @property
     def wheels_dir(self) -> Path:
@@ -116,51 +170,15 @@ class Lock:
 
 
 def to_dict(lock: Lock) -> dict[str, Any]:
-    comps = []
-    for c in lock.components:
-        d = {
-            "name": c.name, "url": c.url, "ref": c.ref, "commit": c.commit, "describe": c.describe,
-            "subdir": c.subdir, "after": list(c.after), "dist": c.dist, "import": c.import_name,
-            "version": c.version, "install-args": list(c.install_args),
-            "patches": [patch_to_dict(p) for p in c.patches],
-            "env": dict(sorted(c.env.items())), "command": list(c.command), "cache-key": c.cache_key,
-            "build-seconds": round(c.build_seconds, 3),
-            "wheel": {"file": c.wheel.file, "sha256": c.wheel.sha256, "size": c.wheel.size},
-        }
-        if c.prebuilt:
-            d["prebuilt"] = dict(c.prebuilt)
-        if c.fetchcontent:
-            d["fetchcontent"] = [dict(f) for f in c.fetchcontent]
-        if c.built_against:
-            d["built-against"] = [to_table(b, kebab=True) for b in c.built_against]
-        if c.inputs:
-            d["inputs"] = to_data(c.inputs)
-        if c.jobs:
-            d["jobs"], d["jobs-source"] = c.jobs, c.jobs_source
-        if c.compiler_cache != CacheReport():
-            d["compiler-cache"] = to_table(c.compiler_cache, kebab=True)
-        if c.metrics != BuildMetrics():
-            d["metrics"] = to_table(c.metrics, kebab=True)
-        comps.append(d)
-    closure = {} if lock.closure is None else {
-        "resolve": lock.closure.settings(), "dependencies": to_data(lock.closure.dists, kebab=True)}
-    return {
-        "lock-version": LOCK_VERSION,
-        "tool-version": lock.tool_version,
-        "normalizations": list(lock.normalizations),
-        "describe-rule": lock.describe_rule,
-        "recipe": {"name": lock.recipe_name, "path": lock.recipe_path, "sha256": lock.recipe_sha256,
-                   "text": lock.recipe_text, **({"origins": dict(lock.recipe_origins)} if lock.recipe_origins else {}),
-                   **({"partial": list(lock.recipe_partial)} if lock.recipe_partial else {})},
-        "toolchain": to_data(lock.toolchain, kebab=True),
-        "target": to_data(lock.target, kebab=True),
-        "smoke": lock.smoke,
-        "components": comps,
-        **closure,
-        **({"base": to_table(lock.base, kebab=True)} if lock.base is not None else {}),
-        **({"native": to_data(lock.native)} if lock.native else {}),
-        **({"host": lock.host} if lock.host else {}),
-    }
+    """The lock as TOML data: its declared fields (above), `lock-version` first and the closure's `[resolve]`
+    and `[[dependencies]]` after the components."""
+    out: dict[str, Any] = {"lock-version": LOCK_VERSION}
+    for key, value in to_table(lock, kebab=True).items():
+        out[key] = value
+        if key == "components" and lock.closure is not None:
+            out["resolve"] = lock.closure.settings()
+            out["dependencies"] = to_data(lock.closure.dists, kebab=True)
+    return out
 
 
 def patch_to_dict(p: Patch) -> dict[str, str]:
@@ -265,73 +283,15 @@ def read_lock(path: Path) -> Lock:
         raise RecipeError([f"{path}: {p}" for p in problems],
                           hint="locks are written by `toolchain build` and must not be edited; rebuild it")
     try:
-        comps = []
-        for c in data["components"]:
-            comps.append(LockedComponent(
-                name=c["name"], url=c.get("url", ""), ref=c.get("ref", ""), commit=c.get("commit", ""),
-                describe=c.get("describe", ""), subdir=c.get("subdir", ""), after=tuple(c.get("after", ())),
-                dist=c.get("dist", ""), import_name=c.get("import", ""), version=c.get("version", ""),
-                install_args=tuple(c.get("install-args", ())),
-                patches=tuple(patch_from_dict(p) for p in c.get("patches", ())),
-                env=dict(c.get("env", {})), command=tuple(c.get("command", ())), cache_key=c["cache-key"],
-                build_seconds=float(c.get("build-seconds", 0.0)),
-                wheel=WheelRef(c["wheel"]["file"], c["wheel"]["sha256"], int(c["wheel"]["size"])),
-                fetchcontent=tuple(dict(f) for f in c.get("fetchcontent", ())),
-                built_against=tuple(from_data(BuiltAgainst, b, kebab=True) for b in c.get("built-against", ())),
-                compiler_cache=from_data(CacheReport, c.get("compiler-cache") or {}, kebab=True),
-                jobs=int(c.get("jobs", 0)), jobs_source=str(c.get("jobs-source", "")),
-                metrics=from_data(BuildMetrics, c.get("metrics") or {}, kebab=True),
-                prebuilt=dict(c.get("prebuilt", {})),
-                inputs=tuple(from_data(InputFile, i) for i in c.get("inputs", ())),
-            ))
-        r = data["recipe"]
-        return Lock(
-            recipe_name=r["name"], recipe_path=r.get("path", ""), recipe_sha256=r["sha256"],
-            recipe_text=r.get("text", ""), recipe_origins=tuple(sorted(dict(r.get("origins", {})).items())),
-            recipe_partial=tuple(r.get("partial", ())),
-            toolchain=from_data(ToolchainInfo, data.get("toolchain", {}), kebab=True),
-            target=from_data(TargetInfo, data.get("target", {}), kebab=True),
-            smoke=dict(data.get("smoke", {})), components=tuple(comps),
-            tool_version=data.get("tool-version", ""), normalizations=tuple(data.get("normalizations", ())),
-            describe_rule=data.get("describe-rule", ""),
-            path=path.resolve(),
-            closure=Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None,
-            base=_base_env(data["base"]) if "base" in data else None,
-            native=tuple(from_data(WheelAudit, a) for a in data.get("native", ())),
-            host=dict(data.get("host", {})),
-        )
+        closure = Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None
+        rest = {k: v for k, v in data.items() if k not in ("lock-version", "resolve", "dependencies")}
+        return from_data(Lock, rest, kebab=True, unknown_ok=True, given={"path": path.resolve(), "closure": closure})
     except (KeyError, TypeError, ValueError) as exc:
         what = exc if isinstance(exc, TypeError) else f"missing or wrong key {exc}"  # TypeError: core.serial names it
         raise RecipeError(f"{path}: malformed lock ({what})",
                           hint="locks are written by `toolchain build`; rebuild it") from None
 
 
-def _base_env(table: dict[str, Any]) -> BaseEnv:
-    from toolchain.target.baseenv import BaseEnv
-
-    return from_data(BaseEnv, table, kebab=True)
-
-
-# ---- what a well-formed lock holds (checked on read) ---------------------------------------------------
-
-_HEX64 = Regex(r"^[0-9a-f]{64}$")
-_COMMIT = Regex(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_HEX = Regex(r"^[0-9a-f]{8,64}$")
-Check = tuple[str, Callable[[Any], bool]]  # (what a value must be, the test)
-
-STR: Check = ("a string", lambda v: isinstance(v, str))
-NAME: Check = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
-SHA256: Check = ("a 64-hex sha256", lambda v: isinstance(v, str) and _HEX64.match(v) is not None)
-COMMIT: Check = ("a full commit id (40 or 64 hex)", lambda v: isinstance(v, str) and _COMMIT.match(v) is not None)
-HEX: Check = ("a hex digest", lambda v: isinstance(v, str) and _HEX.match(v) is not None)
-SIZE: Check = ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-SECONDS: Check = ("a non-negative number",
-                  lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0)
-STRS: Check = ("an array of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
-ARGV: Check = ("a non-empty array of strings",
-               lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, str) for x in v))
-ENV: Check = ("a table of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values()))
-TABLE: Check = ("a table", lambda v: isinstance(v, dict))
 
 
 # A wheel name of the plain form (one tag; a name without "__"), which packaging accepts whenever its version
@@ -362,24 +322,18 @@ def _wheel_file(v: Any) -> bool:
 WHEEL_FILE: Check = ("a wheel file name (no directory)", _wheel_file)
 
 # key: (required, check); nested tables and arrays of tables are checked by their own schema below
+_LOCK_SCHEMA = schema(Lock, kebab=True)
 RECIPE_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "name": (True, NAME), "path": (False, STR), "sha256": (True, SHA256), "text": (False, STR),
-    "partial": (False, STRS),
-    "origins": (False, ("a table of strings", lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in v.values())))}
-COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "name": (True, NAME), "url": (True, NAME), "ref": (False, STR), "commit": (True, COMMIT),
-    "describe": (False, STR), "subdir": (False, STR), "after": (False, STRS), "dist": (False, STR),
-    "import": (False, STR), "version": (False, STR), "install-args": (False, STRS), "env": (False, ENV),
-    "command": (True, ARGV), "cache-key": (True, HEX), "build-seconds": (False, SECONDS),
-    "wheel": (True, TABLE), "patches": (False, ("an array of tables", lambda v: isinstance(v, list))),
-    "fetchcontent": (False, ("an array of tables", lambda v: isinstance(v, list))), "prebuilt": (False, TABLE),
-    "inputs": (False, ("an array of tables", lambda v: isinstance(v, list)))}
+    k.removeprefix("recipe."): v for k, v in _LOCK_SCHEMA.items() if k.startswith("recipe.")}
+TOP_SCHEMA: dict[str, tuple[bool, Check]] = {k: v for k, v in _LOCK_SCHEMA.items() if not k.startswith("recipe.")}
+COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = schema(LockedComponent, kebab=True)
 # a prebuilt component is not built from a repository: it has no url, commit or command of its own
 PREBUILT_COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     **COMPONENT_SCHEMA, "url": (False, STR), "commit": (False, STR), "command": (False, STRS)}
 PREBUILT_SCHEMA: dict[str, tuple[bool, Check]] = {"url": (True, NAME), "sha256": (True, SHA256),
                                                   "requirement": (False, STR), "index": (False, STR)}
-WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {"file": (True, WHEEL_FILE), "sha256": (True, SHA256), "size": (True, SIZE)}
+# a lock names its wheels by file name alone: each a wheel's name
+WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {**schema(WheelRef), "file": (True, WHEEL_FILE)}
 PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
                                                "commit": (False, COMMIT),
                                                "applied-at": (False, ("root or subdir", lambda v: v in ("root", "subdir")))}
@@ -389,15 +343,11 @@ BASE_SCHEMA: dict[str, tuple[bool, Check]] = {
 BASE_DIST_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "version": (True, STR),
                                                    "record-sha256": (False, STR)}
 FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "url": (True, NAME), "commit": (True, COMMIT)}
-DIST_FILE: Check = ("a file name (no '/')", lambda v: isinstance(v, str) and bool(v) and "/" not in v and "\\" not in v
-                    and "\0" not in v and v not in (".", ".."))
-DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "name": (True, NAME), "version": (True, NAME), "file": (True, DIST_FILE), "url": (True, NAME),
-    "sha256": (True, SHA256), "size": (False, SIZE), "index": (False, STR), "required-by": (False, STRS)}
+DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = schema(LockedDist, kebab=True)
 RESOLVE_SCHEMA: dict[str, tuple[bool, Check]] = {
     "resolver": (False, STR), "indexes": (False, STRS), "find-links": (False, STRS), "index-strategy": (False, STR),
     "python-version": (False, STR), "platform": (False, STR), "notes": (False, STRS)}
-INPUT_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256)}
+INPUT_SCHEMA: dict[str, tuple[bool, Check]] = schema(InputFile)
 
 
 def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
@@ -436,7 +386,7 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
         out += _table_problems(data["base"], BASE_SCHEMA, "base")
         for j, item in enumerate(data["base"].get("dists", []) if isinstance(data["base"], dict) else []):
             out += _table_problems(item, BASE_DIST_SCHEMA, f"base.dists[{j}]")
-    for key, check in (("smoke", TABLE), ("normalizations", STRS), ("tool-version", STR)):
+    for key, (_, check) in TOP_SCHEMA.items():
         if key in data and not check[1](data[key]):
             out.append(f"{key}: must be {check[0]}, got {_shown(data[key])}")
     if "resolve" in data:
@@ -468,11 +418,11 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
             seen.add(name)
         if isinstance(c.get("wheel"), dict):
             out += _table_problems(c["wheel"], WHEEL_SCHEMA, f"{where}.wheel")
-        for key, schema in (("patches", PATCH_SCHEMA), ("fetchcontent", FETCHCONTENT_SCHEMA),
-                            ("inputs", INPUT_SCHEMA)):
+        for key, item_schema in (("patches", PATCH_SCHEMA), ("fetchcontent", FETCHCONTENT_SCHEMA),
+                                 ("inputs", INPUT_SCHEMA)):
             if isinstance(c.get(key), list):
                 for j, item in enumerate(c[key]):
-                    out += _table_problems(item, schema, f"{where}.{key}[{j}]")
+                    out += _table_problems(item, item_schema, f"{where}.{key}[{j}]")
     return out
 
 

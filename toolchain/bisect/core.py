@@ -173,19 +173,25 @@ class BisectState:
         return from_data(cls, {k: v for k, v in d.items() if k != "verdicts"}, given={"verdicts": verdicts})
 
 
+def _skipped_data(skipped: tuple[tuple[Candidate, str], ...]) -> Data:
+    return to_data([{**to_table(c), "reason": r} for c, r in skipped])
+
+
 @dataclass(frozen=True)
 class BisectResult:
     """A finished bisect: the first bad and last good candidates (or the range skips hide) and every step."""
     first_bad: Candidate | None                      # None when skips hide the boundary
     last_good: Candidate
     possible: tuple[Candidate, ...]                  # the first bad is one of these (just first_bad when found)
-    skipped: tuple[tuple[Candidate, str], ...]       # every skipped candidate and why
+    # every skipped candidate and why (written as the candidate's table with its `reason`)
+    skipped: tuple[tuple[Candidate, str], ...] = field(metadata=meta(dump=_skipped_data))
     steps: tuple[StepRecord, ...]
     good_build: BuildOutcome | None = None
     bad_build: BuildOutcome | None = None
-    builds_needed: int = 0       # builds this run waited for (steps and the two ends)
-    builds_speculative: int = 0  # builds started ahead that no step needed
-    builds_compiled: int = 0     # builds of this run that were not cache hits
+    # the build counts, written as one table `builds`
+    builds_needed: int = field(default=0, metadata=meta(key="builds.needed"))  # waited for (steps and ends)
+    builds_speculative: int = field(default=0, metadata=meta(key="builds.speculative"))  # started ahead, unused
+    builds_compiled: int = field(default=0, metadata=meta(key="builds.compiled"))  # not cache hits
     checks: tuple[StepRecord, ...] = ()  # the given ends' checks (`Bisector(check_ends=True)`)
 
     @property
@@ -194,21 +200,8 @@ class BisectResult:
         return self.first_bad is not None
 
     def to_dict(self) -> dict[str, Data]:
-        """The report's table: `found`, the fields (each skipped candidate with its reason), the build counts
-        as one table."""
-        return {
-            "found": self.found,
-            "first_bad": to_data(self.first_bad),
-            "last_good": to_data(self.last_good),
-            "possible": to_data(self.possible),
-            "skipped": [{**to_table(c), "reason": r} for c, r in self.skipped],
-            "steps": to_data(self.steps),
-            "checks": to_data(self.checks),
-            "good_build": to_data(self.good_build),
-            "bad_build": to_data(self.bad_build),
-            "builds": {"needed": self.builds_needed, "speculative": self.builds_speculative,
-                       "compiled": self.builds_compiled},
-        }
+        """The report's table: `found`, then the fields (the build counts as one table `builds`)."""
+        return {"found": self.found, **to_table(self)}
 
 
 class BisectHandler:

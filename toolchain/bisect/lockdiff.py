@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolchain.bisect.core import (
@@ -33,6 +33,7 @@ from toolchain.bisect.core import (
 )
 from toolchain.bisect.state import StateFile
 from toolchain.core import toml as tomlio
+from toolchain.core.serial import Data, meta, to_table
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock
 
@@ -53,14 +54,18 @@ ENV_FACTS = (("toolchain", "oneapi_version", "oneAPI version"), ("target", "pyth
              ("target", "image_digest", "image digest"), ("target", "platform", "platform"))
 
 
+def _present(value: Any) -> Any:
+    return None if value is MISSING else value
+
+
 @dataclass(frozen=True)
 class Difference:
     """One change between two locks (a commit, patch set, env value, setting ...) that can be applied alone."""
     kind: str                 # toolchain|target|build-env|component|commit|patches|env|command|setting|
                               # serve-env|serve-args|smoke
-    path: tuple[str, ...]     # where in the recipe table
-    good: Any                 # MISSING when the good side does not set it
-    bad: Any
+    path: tuple[str, ...] = field(metadata=meta(dump=".".join))  # where in the recipe table (written dotted)
+    good: Any = field(metadata=meta(dump=_present))  # MISSING when the good side does not set it (written null)
+    bad: Any = field(metadata=meta(dump=_present))
     component: str = ""
     option: str = ""          # serve-args: the option this difference adds, changes or removes
 
@@ -93,11 +98,9 @@ class Difference:
             table[self.path[-1]] = copy.deepcopy(self.bad)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "component": self.component, "path": ".".join(self.path),
-                "option": self.option, "label": self.label,
-                "good": None if self.good is MISSING else self.good,
-                "bad": None if self.bad is MISSING else self.bad}
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table: the fields and the `label` a person reads."""
+        return {**to_table(self), "label": self.label}
 
 
 def stack_data(lock: Lock) -> dict[str, Any]:
@@ -196,22 +199,27 @@ def option_groups(args: Sequence[str]) -> dict[str, list[str]]:
 
 # ---- the two phases -----------------------------------------------------------------------------------
 
+def _table(value: Difference | BisectResult | None) -> Data:
+    return None if value is None else value.to_dict()
+
+
+def _tables(values: tuple[Difference, ...]) -> Data:
+    return [d.to_dict() for d in values]
+
+
 @dataclass(frozen=True)
 class LockBisectResult:
     """A lock-to-lock bisect: the differences, which one turns good into bad, and the commit bisect within it."""
-    differences: tuple[Difference, ...]
+    differences: tuple[Difference, ...] = field(metadata=meta(dump=_tables))
     notes: tuple[str, ...]
-    changes: BisectResult                # phase 1: which change
-    culprit: Difference | None           # the change that turns good into bad
-    possible: tuple[Difference, ...]     # when skips hide it: one of these
-    commits: BisectResult | None         # phase 2, when the culprit is a commit change
+    changes: BisectResult = field(metadata=meta(dump=_table))  # phase 1: which change
+    culprit: Difference | None = field(metadata=meta(dump=_table))  # the change that turns good into bad
+    possible: tuple[Difference, ...] = field(metadata=meta(dump=_tables))  # when skips hide it: one of these
+    commits: BisectResult | None = field(metadata=meta(dump=_table))  # phase 2, when the culprit is a commit change
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"differences": [d.to_dict() for d in self.differences], "notes": list(self.notes),
-                "changes": self.changes.to_dict(),
-                "culprit": self.culprit.to_dict() if self.culprit else None,
-                "possible": [d.to_dict() for d in self.possible],
-                "commits": self.commits.to_dict() if self.commits else None}
+    def to_dict(self) -> dict[str, Any]:  # (Any: read back by key, nested)
+        """The report's table: each difference and result as its own `to_dict` writes it."""
+        return to_table(self)
 
 
 MakeBuilder = Callable[[str, Callable[[str], dict[str, Any]], str], Builder]

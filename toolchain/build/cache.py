@@ -18,9 +18,11 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from toolchain.core.checks import DIST_FILE, SHA256, SIZE
 from toolchain.core.fs import (
     DigestMismatch,
     atomic_copy_verified,
@@ -34,6 +36,7 @@ from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import record
 from toolchain.core.redact import redact_data
 from toolchain.core.regex import Regex
+from toolchain.core.serial import meta
 from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
@@ -54,9 +57,9 @@ WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names t
 class WheelRef:
     """A wheel as a lock names it: file name, sha256 and size."""
 
-    file: str
-    sha256: str
-    size: int
+    file: str = field(metadata=meta(check=DIST_FILE))  # (a lock asks more of it: a wheel's name)
+    sha256: str = field(metadata=meta(check=SHA256))
+    size: int = field(metadata=meta(check=SIZE))
 
 
 @record

@@ -4,16 +4,20 @@
 `field_name` is written `field-name`, as TOML files here spell keys), tuples and lists become lists, a Path its
 string, an Enum its value, a mapping a table; `from_data(cls, data)` is the way back for a dataclass whose
 fields are plain values, Enums, tuples, Paths, mappings or such dataclasses (an unknown key is an error naming
-it; a missing key takes the field's default).
+it; a missing key takes the field's `absent`, else its default).
 
 A field says how it differs from that with `field(..., metadata=meta(...))`: its key (`key="file"`), left out
 when it holds its default (`omit_default=True`) or always (`skip=True`: not part of the format), and converters
-each way (`dump=`, `load=`: a rounded float, a redacted URL). A format with rules of its own (the lock's
-layout, the bisect state's verdict table, a report with computed entries) stays hand-written and uses these
-for its parts."""
+each way (`dump=`, `load=`: a rounded float, a redacted URL). A format checked before it is read (the lock)
+declares there too what a value must be (`check=(what, test)`) and what a missing key reads as (`absent=`):
+`schema(cls)` gives the table of checks, and a field is required when it has neither a default nor `absent`.
+A key with a dot (`key="recipe.name"`) puts the value in that sub-table. So a format's writer, reader and
+schema come from one declaration; what is left by hand (the bisect state's verdict table, a report with
+computed entries, the lock's `[resolve]`) uses these for its parts."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
 import types
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar, Union
 
 T = TypeVar("T")
+Check = tuple[str, Callable[[Any], bool]]  # (what a value must be, the test)
 Data = Union[None, bool, int, float, str, list["Data"], dict[str, "Data"]]
 _META = "toolchain.serial"
 
@@ -30,22 +35,30 @@ _META = "toolchain.serial"
 class Meta:
     """How one field is written and read (see the module's docstring). A plain class, not a dataclass: this
     module is imported on the warm path, where a dataclass definition costs a millisecond."""
-    __slots__ = ("dump", "key", "load", "omit_default", "skip")
+    __slots__ = ("absent", "check", "dump", "key", "load", "omit_default", "skip")
 
     def __init__(self, key: str = "", omit_default: bool = False, skip: bool = False,
-                 dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None) -> None:
+                 dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
+                 check: Check | None = None, absent: object = dataclasses.MISSING) -> None:
         self.key, self.omit_default, self.skip, self.dump, self.load = key, omit_default, skip, dump, load
+        self.check, self.absent = check, absent
 
 
 def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
-         dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None) -> dict[str, Meta]:
+         dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
+         check: Check | None = None, absent: object = dataclasses.MISSING) -> dict[str, Meta]:
     """`dataclasses.field(metadata=meta(...))`."""
-    return {_META: Meta(key, omit_default, skip, dump, load)}
+    return {_META: Meta(key, omit_default, skip, dump, load, check, absent)}
 
 
 def rounded(digits: int) -> Callable[[Any], Data]:
     """A `dump` that rounds a float to `digits` (seconds and rates in reports and state files)."""
     return lambda value: round(float(value), digits)
+
+
+def empty_as_null(value: str) -> Data:
+    """A `dump` that writes an empty string as null (a report's "none")."""
+    return value or None
 
 
 class _Field:
@@ -100,33 +113,82 @@ def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
         value = getattr(obj, f.name)
         if f.meta.omit_default and value == f.default:
             continue
-        out[f.key] = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
+        data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
+        table, key = out, f.key
+        if "." in key:
+            parent, key = key.split(".", 1)
+            sub = table.setdefault(parent, {})
+            if not isinstance(sub, dict):
+                raise TypeError(f"{type(obj).__name__}: {parent} is both a value and a table")
+            table = sub
+        table[key] = data
     return out
 
 
+def schema(cls: type, *, kebab: bool = False) -> dict[str, tuple[bool, Check]]:
+    """key: (required, check) of each field of `cls` that declares a `check` (dotted keys as declared)."""
+    return {f.key: (f.default is dataclasses.MISSING and f.meta.absent is dataclasses.MISSING, f.meta.check)
+            for f in _fields(cls, kebab) if f.meta.check is not None and not f.meta.skip}
+
+
 def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
-              given: Mapping[str, object] | None = None) -> T:
+              given: Mapping[str, object] | None = None, unknown_ok: bool = False) -> T:
     """`cls(**data)` with keys as its fields name them, lists as tuples, strings as Paths and Enums, tables as
-    dataclasses and mappings where the field says so; a key the class does not have is an error naming it.
+    dataclasses and mappings where the field says so; a key the class does not have is an error naming it
+    (`unknown_ok`: left unread); a missing key takes the field's `absent`, else its default.
     `given`: field values by field name, as they are (those the format keeps apart from this table)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a dataclass")
-    fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
+    fields, parents, absent = _reading(cls, kebab)
+    if parents:  # a dotted key's value is in its sub-table
+        flat: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in parents and isinstance(value, Mapping):
+                flat.update((f"{key}.{k}", v) for k, v in value.items())
+            else:
+                flat[key] = value
+        data = flat
     unknown = sorted(set(data) - set(fields))
-    if unknown:
+    if unknown and unknown_ok:
+        data = {k: v for k, v in data.items() if k in fields}
+    elif unknown:
         raise TypeError(f"unknown key(s) for {cls.__name__}: {', '.join(unknown)}")
     hints = _hints(cls)
     kwargs: dict[str, Any] = dict(given or {})
+    for key, f in absent:
+        if key not in data and f.name not in kwargs:
+            kwargs[f.name] = copy.copy(f.meta.absent)
     for key, value in data.items():
         f = fields[key]
         kwargs[f.name] = f.meta.load(value) if f.meta.load is not None else _value(hints[f.name], value, kebab)
     return cls(**kwargs)
 
 
+def _reading(cls: type, kebab: bool) -> tuple[dict[str, _Field], frozenset[str], tuple[tuple[str, _Field], ...]]:
+    """(the fields read, by key; the sub-tables dotted keys name; the fields with an `absent`), once a class."""
+    cached = _READING.get((cls, kebab))
+    if cached is None:
+        fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
+        parents = frozenset(k.split(".", 1)[0] for k in fields if "." in k)
+        absent = tuple((k, f) for k, f in fields.items() if f.meta.absent is not dataclasses.MISSING)
+        cached = _READING[(cls, kebab)] = (fields, parents, absent)
+    return cached
+
+
+_READING: dict[tuple[type, bool], tuple[dict[str, _Field], frozenset[str], tuple[tuple[str, _Field], ...]]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS.get(cls)
     if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)
+        unknown: dict[str, Any] = {}
+        while hints is None:
+            try:
+                hints = _HINTS[cls] = typing.get_type_hints(cls, localns=unknown)
+            except NameError as exc:  # a type imported for type checking only: its field reads with `load=`
+                if not exc.name or exc.name in unknown:
+                    raise
+                unknown[exc.name] = object
     return hints
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
+from toolchain.core.checks import NAME, SHA256
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
 from toolchain.core.record import record
@@ -100,8 +101,8 @@ class InputFile:
     """A file a build reads from outside its source tree (a kernel configuration preset such as the one
     VLLM_CHUNK_PREFILL_CONFIG names): identified by its sha256, which is part of the cache key. `label`: the
     path as the recipe wrote it (`inputs`), or `env NAME` for an env value naming a file; `file`: where it is."""
-    label: str = field(metadata=meta(key="path"))
-    sha256: str
+    label: str = field(metadata=meta(key="path", check=NAME))
+    sha256: str = field(metadata=meta(check=SHA256))
     file: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
 
 

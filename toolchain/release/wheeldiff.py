@@ -16,10 +16,10 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc import run
+from toolchain.core.serial import Data, meta, to_table
 
 MAX_DIFF_LINES = 60
 MAX_OFFSETS = 4
@@ -40,9 +40,9 @@ class FileDiff:
 @dataclass(frozen=True)
 class WheelDiff:
     """Two builds of one wheel that differ: their files and hashes, and every entry that differs."""
-    key: str                       # canonical distribution name
-    file_a: str
-    file_b: str
+    key: str = field(metadata=meta(skip=True))  # canonical distribution name
+    file_a: str = field(metadata=meta(key="wheel"))
+    file_b: str = field(metadata=meta(key="wheel-b"))
     sha256_a: str
     sha256_b: str
     files: tuple[FileDiff, ...] = ()
@@ -57,12 +57,12 @@ class WheelDiff:
 @dataclass(frozen=True)
 class ReproReport:
     """A comparison of two sets of wheels: the identical ones, the differing ones and those without a counterpart."""
-    label_a: str
-    label_b: str
+    label_a: str = field(metadata=meta(key="a"))
+    label_b: str = field(metadata=meta(key="b"))
     identical: tuple[str, ...] = ()          # wheel files equal in both sets
     differing: tuple[WheelDiff, ...] = ()
-    only_a: tuple[str, ...] = ()              # wheel files without a counterpart
-    only_b: tuple[str, ...] = ()
+    only_a: tuple[str, ...] = field(default=(), metadata=meta(key="only-in-a"))  # wheel files without a counterpart
+    only_b: tuple[str, ...] = field(default=(), metadata=meta(key="only-in-b"))
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -70,15 +70,9 @@ class ReproReport:
         """Whether the two sets of wheels are identical (nothing differs, nothing lacks a counterpart)."""
         return not (self.differing or self.only_a or self.only_b)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reproducible": self.ok, "a": self.label_a, "b": self.label_b, "identical": list(self.identical),
-            "only-in-a": list(self.only_a), "only-in-b": list(self.only_b), "notes": list(self.notes),
-            "differing": [{"wheel": d.file_a, "wheel-b": d.file_b, "sha256-a": d.sha256_a,
-                           "sha256-b": d.sha256_b, "diffoscope": d.diffoscope,
-                           "files": [{"path": f.path, "change": f.change, "detail": f.detail} for f in d.files]}
-                          for d in self.differing],
-        }
+    def to_dict(self) -> dict[str, Data]:
+        """verify-repro's report (kebab-case keys, as its JSON has always had): `reproducible`, then the fields."""
+        return {"reproducible": self.ok, **to_table(self, kebab=True)}
 
 
 def wheel_key(path: Path | str) -> str:

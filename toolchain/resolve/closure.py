@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from toolchain.core.checks import DIST_FILE, NAME, SHA256, SIZE, STR, STRS
 from toolchain.core.record import record
 from toolchain.core.redact import redact_url
 from toolchain.core.serial import Data, from_data, meta, to_table
@@ -31,15 +32,17 @@ def _redact_urls(urls: Iterable[str]) -> Data:
 @record
 class LockedDist:
     """One resolved distribution: the exact file (a wheel, or an sdist when the index has no wheel)."""
-    name: str                         # canonical name
-    version: str
-    file: str                         # file name
-    url: str = field(metadata=meta(dump=redact_url))  # where the file is: https://... or file:///...
-    sha256: str
-    size: int = 0
+    name: str = field(metadata=meta(check=NAME))  # canonical name
+    version: str = field(metadata=meta(check=NAME))
+    file: str = field(metadata=meta(check=DIST_FILE))  # file name
+    # where the file is: https://... or file:///...
+    url: str = field(metadata=meta(dump=redact_url, check=NAME))
+    sha256: str = field(metadata=meta(check=SHA256))
+    size: int = field(default=0, metadata=meta(check=SIZE))
     # the index or find-links location it came from
-    index: str = field(default="", metadata=meta(dump=redact_url))
-    required_by: tuple[str, ...] = ()  # the distributions that asked for it (built ones included)
+    index: str = field(default="", metadata=meta(dump=redact_url, check=STR))
+    # the distributions that asked for it (built ones included)
+    required_by: tuple[str, ...] = field(default=(), metadata=meta(check=STRS))
 
     @property
     def is_wheel(self) -> bool:

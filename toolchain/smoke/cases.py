@@ -22,7 +22,7 @@ import jsonschema
 import requests
 
 from toolchain.core.names import did_you_mean
-from toolchain.core.serial import meta, rounded, to_data
+from toolchain.core.serial import Data, meta, rounded, to_data, to_table
 from toolchain.errors import UsageError
 from toolchain.smoke.rootcause import Excerpt, headline, render
 
@@ -154,6 +154,13 @@ class Client:
 
 # --------------------------------------------------------------------------------------------- results
 
+def root_cause_data(excerpts: Sequence[Excerpt]) -> Data:
+    """How report.json carries a root cause: one-line headline, the excerpt as text, and its parts."""
+    if not excerpts:
+        return None
+    return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": to_data(excerpts)}
+
+
 @dataclass(frozen=True)
 class CaseResult:
     """What one smoke case gave: its verdict, why, timings, metrics and the exchanges made."""
@@ -162,31 +169,22 @@ class CaseResult:
     required: bool
     verdict: str
     message: str
-    seconds: float
+    seconds: float = field(metadata=meta(dump=rounded(3)))
     exchanges: tuple[Exchange, ...] = ()
     category: str = ""   # why it failed: timeout, connection, http, protocol, output, restart, not-run
     metrics: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
-    excerpts: tuple[Excerpt, ...] = ()   # the root cause in the server log (set by the runner)
+    # the root cause in the server log (set by the runner)
+    excerpts: tuple[Excerpt, ...] = field(default=(), metadata=meta(key="root_cause", dump=root_cause_data))
 
     @property
     def passed(self) -> bool:
         """Whether the case's verdict is a pass."""
         return self.verdict == PASS
 
-    def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "kind": self.kind, "required": self.required, "verdict": self.verdict,
-                "message": self.message, "category": self.category, "seconds": round(self.seconds, 3),
-                "metrics": dict(self.metrics), "description": self.description,
-                "root_cause": root_cause_dict(self.excerpts),
-                "exchanges": to_data(self.exchanges)}
-
-
-def root_cause_dict(excerpts: Sequence[Excerpt]) -> dict[str, object] | None:
-    """How report.json carries a root cause: one-line headline, the excerpt as text, and its parts."""
-    if not excerpts:
-        return None
-    return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": to_data(excerpts)}
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table (its keys snake_case, as report.json's have always been)."""
+        return to_table(self)
 
 
 def not_run(spec: CaseSpec, reason: str, verdict: str = SKIP) -> CaseResult:

@@ -16,7 +16,7 @@ from typing import TypedDict
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from toolchain.core.serial import Data, meta
+from toolchain.core.serial import Data, meta, to_table
 from toolchain.errors import TestFailed, UsageError
 from toolchain.lock import Lock, wheel_name_version
 from toolchain.target import HostRuntime, Interpreter
@@ -104,9 +104,9 @@ class VersionCheck:
         except InvalidVersion:
             return self.installed == self.locked
 
-    def to_dict(self) -> dict[str, object]:
-        return {"component": self.component, "dist": self.dist, "locked": self.locked,
-                "installed": self.installed, "ok": self.ok}
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table: the fields, and whether the versions agree."""
+        return {**to_table(self), "ok": self.ok}
 
 
 def installed_versions(target: Interpreter, dists: Sequence[str], log: Path | None = None) -> dict[str, str | None]:

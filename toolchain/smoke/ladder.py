@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from toolchain.core.serial import to_table
+from toolchain.core.serial import Data, empty_as_null, meta, to_data, to_table
 from toolchain.errors import RecipeError
 
 
@@ -106,18 +106,22 @@ def apply(argv: Sequence[str], env: Mapping[str, str], step: LadderStep) -> tupl
     return apply_args(argv, step.args), new_env
 
 
+def _steps_data(steps: tuple[tuple[LadderStep, StepRun | None], ...]) -> Data:
+    """Each step's table with the run it made (None: not run) and its verdict."""
+    return to_data([{**to_table(s), "run": r.name if r else None,
+                     "verdict": ("pass" if r.passed else "fail") if r else "not run"} for s, r in steps])
+
+
 @dataclass(frozen=True)
 class LadderResult:
     """A ladder run: each step with its run (None when not reached) and the first step that broke."""
-    steps: tuple[tuple[LadderStep, StepRun | None], ...]
-    first_broken: str
+    steps: tuple[tuple[LadderStep, StepRun | None], ...] = field(metadata=meta(dump=_steps_data))
+    first_broken: str = field(metadata=meta(dump=empty_as_null))  # "" (written null): none broke
     how: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"first_broken": self.first_broken or None, "how": self.how,
-                "steps": [{**to_table(s), "run": r.name if r else None,
-                           "verdict": ("pass" if r.passed else "fail") if r else "not run"}
-                          for s, r in self.steps]}
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table (report.json's `ladder`)."""
+        return to_table(self)
 
 
 def run_ladder(argv: Sequence[str], env: Mapping[str, str], steps: Sequence[LadderStep],

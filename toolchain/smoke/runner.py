@@ -6,16 +6,16 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
 from toolchain.console import UI
 from toolchain.core.proc import Interrupted, display, exit_status, merge_env
 from toolchain.core.redact import redact_env
-from toolchain.core.serial import to_data
+from toolchain.core.serial import Data, empty_as_null, meta, rounded, to_table
 from toolchain.errors import UsageError
 from toolchain.smoke import cases as cases_mod
 from toolchain.smoke import rootcause
@@ -41,12 +41,15 @@ SERVER_SIDE = frozenset({"http", "connection", "timeout", "restart", "protocol"}
 @dataclass(frozen=True)
 class ServerDeath:
     """The server went away while the cases ran: which case was running, and since when it was failing."""
-    status: int                      # its exit status (< 0: the signal that ended it)
-    during: str                      # the case that was running when it exited
-    after: bool                      # it exited after `during` had finished, before the next one
-    failing_since: str               # the first case of the failures that ended with its exit
-    since_message: str
-    excerpts: tuple[Excerpt, ...]
+    status: int = field(metadata=meta(key="exit_code"))  # its exit status (< 0: the signal that ended it)
+    # the case that was running when it exited
+    during: str = field(metadata=meta(key="during_case"))
+    # it exited after `during` had finished, before the next one
+    after: bool = field(metadata=meta(key="after_case"))
+    # the first case of the failures that ended with its exit ("": none, written null)
+    failing_since: str = field(metadata=meta(dump=empty_as_null))
+    since_message: str = field(metadata=meta(skip=True))  # (in `message`)
+    excerpts: tuple[Excerpt, ...] = field(metadata=meta(key="root_cause", dump=cases_mod.root_cause_data))
 
     def message(self) -> str:
         """A line saying how the server ended and during or after which case."""
@@ -56,10 +59,17 @@ class ServerDeath:
             text += f" (failing since case {self.failing_since}: {self.since_message})"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"exit_code": self.status, "exit_status": exit_status(self.status), "during_case": self.during,
-                "after_case": self.after, "failing_since": self.failing_since or None, "message": self.message(),
-                "root_cause": cases_mod.root_cause_dict(self.excerpts)}
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table: the fields, how the server ended in words, and the message."""
+        return {**to_table(self), "exit_status": exit_status(self.status), "message": self.message()}
+
+
+def _own_table(value: Readiness | ServerDeath | None) -> Data:
+    return None if value is None else value.to_dict()
+
+
+def _own_tables(values: tuple[cases_mod.CaseResult, ...]) -> Data:
+    return [v.to_dict() for v in values]
 
 
 @dataclass(frozen=True)
@@ -68,18 +78,21 @@ class RunResult:
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str | None]    # what the run added to the environment (secrets redacted)
-    stripped: tuple[str, ...]        # oneAPI variables removed or changed
-    ready: Readiness
-    cases: tuple[cases_mod.CaseResult, ...]
+    # oneAPI variables removed or changed
+    stripped: tuple[str, ...] = field(metadata=meta(key="stripped_oneapi_vars"))
+    ready: Readiness = field(metadata=meta(dump=_own_table))
+    cases: tuple[cases_mod.CaseResult, ...] = field(metadata=meta(dump=_own_tables))
     findings: tuple[Finding, ...]
     events: tuple[str, ...]
-    log: Path
-    server_exit: int | None
+    log: Path = field(metadata=meta(key="server_log"))
+    server_exit: int | None = field(metadata=meta(key="server_exit_code"))
     crashed: bool
-    seconds: float
-    death: ServerDeath | None = None
-    cause: tuple[Excerpt, ...] = ()  # root cause of a start that never became ready
-    interrupted: str = ""            # the signal that stopped the run ("SIGTERM"), "" when it ran to the end
+    seconds: float = field(metadata=meta(dump=rounded(3)))
+    death: ServerDeath | None = field(default=None, metadata=meta(key="server_death", dump=_own_table))
+    # root cause of a start that never became ready (written as the run's `root_cause`)
+    cause: tuple[Excerpt, ...] = field(default=(), metadata=meta(skip=True))
+    # the signal that stopped the run ("SIGTERM"), "" (written null) when it ran to the end
+    interrupted: str = field(default="", metadata=meta(dump=empty_as_null))
 
     @property
     def oom(self) -> bool:
@@ -118,17 +131,11 @@ class RunResult:
             parts.append(f"triage: {self.findings[0].id} ({self.findings[0].title})")
         return "; ".join(parts) or "passed"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "argv": list(self.argv), "env": dict(self.env),
-                "stripped_oneapi_vars": list(self.stripped), "ready": self.ready.to_dict(),
-                "server_log": str(self.log), "server_exit_code": self.server_exit,
+    def to_dict(self) -> dict[str, Data]:
+        """report.json's run: the fields, and what is computed from them (passed, oom, the root cause)."""
+        return {**to_table(self), "passed": self.passed, "oom": self.oom,
                 "server_exit_status": None if self.server_exit is None else exit_status(self.server_exit),
-                "crashed": self.crashed, "oom": self.oom, "interrupted": self.interrupted or None,
-                "seconds": round(self.seconds, 3), "events": list(self.events),
-                "server_death": self.death.to_dict() if self.death else None,
-                "root_cause": cases_mod.root_cause_dict(self.root_cause),
-                "findings": to_data(self.findings), "cases": [c.to_dict() for c in self.cases]}
-
+                "root_cause": cases_mod.root_cause_data(self.root_cause)}
 
 class RunInterrupted(Interrupted):
     """A stop request arrived during a run; `result` holds what ran (the server is already stopped)."""

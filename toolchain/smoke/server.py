@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import requests
 
 from toolchain.core.proc import STOP_GRACE, Background, CommandFailed, display, exit_status, start
 from toolchain.core.redact import redact_text
+from toolchain.core.serial import Data, meta, rounded, to_table
 from toolchain.errors import UsageError
 
 # Variables setvars.sh (and the component vars.sh it calls) set; removed from the serve environment.
@@ -87,13 +87,13 @@ def ended(code: int) -> str:
 class Readiness:
     """Whether the server became ready, after how many seconds, or why not (and its exit code if it died)."""
     ok: bool
-    seconds: float
+    seconds: float = field(metadata=meta(dump=rounded(3)))
     reason: str = ""
     exit_code: int | None = None    # set when the process exited before it was ready (< 0: a signal)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "seconds": round(self.seconds, 3), "reason": self.reason, "exit_code": self.exit_code,
-                "exit_status": None if self.exit_code is None else exit_status(self.exit_code)}
+    def to_dict(self) -> dict[str, Data]:
+        """The report's table: the fields, and how the process ended, in words."""
+        return {**to_table(self), "exit_status": None if self.exit_code is None else exit_status(self.exit_code)}
 
 
 Launcher = Callable[[Sequence[str], Mapping[str, str]], "tuple[list[str], dict[str, str]]"]
