@@ -44,7 +44,7 @@ from toolchain.resolve.closure import DEPS_DIR, Closure
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
-from toolchain.target import make_runtime
+from toolchain.target import inherits_environment, make_runtime
 from toolchain.target.oneapi import ToolchainEnv
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
-    if recipe.target.runtime == "host":  # the build inherits this environment: its job counts checked first
+    if inherits_environment(recipe.target):  # the build inherits this environment: its job counts checked first
         check_job_environment(os.environ)
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     ours = check_out_dir(out)
@@ -412,7 +412,7 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
         providers = native.target_providers(runtime, recipe.target.python, dirs,
                                             lock.toolchain.oneapi_version if toolchain is not None else "",
                                             installed=lock.base is not None,  # (the image's stack)
-                                            memo_dir=cache_dir / "memo" if runtime.on_host else None)
+                                            memo_dir=cache_dir / "memo" if runtime.sees_host_paths else None)
     policy = policy_for(recipe.native)
     report = verdicts.check(audits, providers, policy, at="build")
     log = out / "logs" / "native.log"
