@@ -21,7 +21,7 @@ from toolchain.recipe.load import Recipe
 from toolchain.target.facts import ToolchainInfo
 
 if TYPE_CHECKING:
-    from toolchain.target.base import BuildRuntime
+    from toolchain.target.base import BuildRuntime, Place
 
 MARK = "\0__TOOLCHAIN_SETVARS__\0"
 SOURCE_SCRIPT = (
@@ -100,7 +100,7 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
     return ToolchainEnv(info, tuple(sorted(diff.items())), banner)
 
 
-def compiler_version(runtime: BuildRuntime, diff: Mapping[str, str | None]) -> tuple[str, str]:
+def compiler_version(runtime: Place, diff: Mapping[str, str | None]) -> tuple[str, str]:
     """(first banner line, version) from `icpx --version` in the sourced environment (else CMPLR_ROOT's)."""
     candidates = [["icpx", "--version"]]
     if diff.get("CMPLR_ROOT"):
