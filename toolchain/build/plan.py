@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from toolchain import __version__
 from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_memory
@@ -23,9 +23,11 @@ from toolchain.errors import ToolError
 from toolchain.recipe.model import Component, InputFile, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.patches import applied_at
-from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
+
+if TYPE_CHECKING:
+    from toolchain.target.base import BuildRuntime
 
 KEY_VERSION = "2"  # bump when the build procedure changes in a way that changes wheels (2: describe abbrev 12)
 
@@ -125,7 +127,7 @@ def component_inputs(comp: Component, env: Mapping[str, str | None]) -> tuple[In
     return tuple(found)
 
 
-def make_plan(recipe: Recipe, runtime: Runtime, *, log_dir: Path | None = None, memo_dir: Path | None = None,
+def make_plan(recipe: Recipe, runtime: BuildRuntime, *, log_dir: Path | None = None, memo_dir: Path | None = None,
               need_toolchain: bool = True) -> Plan:
     """`need_toolchain=False` (a plan to show, not to build): a toolchain that cannot be captured is
     recorded in `toolchain_missing` and the cache keys, which depend on it, are left empty."""
@@ -184,11 +186,11 @@ def prebuilt_plan(comp: Component, pinned: PrebuiltFile | None = None) -> Compon
     return ComponentPlan(comp, (), prebuilt_key(pinned.sha256) if pinned else "", None, pinned)
 
 
-def probe_resources(runtime: Runtime, python: str) -> Resources:
+def probe_resources(runtime: BuildRuntime, python: str) -> Resources:
     """Cores and available memory as the target sees them (a container's limits included). On the host they
     are this process's own (a child inherits its cgroup and CPU affinity): read here, the same way
     (`intarget.gather`), instead of starting an interpreter for every plan."""
-    if runtime.on_host:
+    if runtime.inherits_resources:
         from toolchain.build import intarget
 
         return Resources.from_json(json.dumps(intarget.gather()))
@@ -212,8 +214,8 @@ def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], 
     return decide_jobs(res, per_job, why, recipe_pin=pin, recipe_env=env, user_env=user_env)
 
 
-def probe_target(runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
     """What the target offers (python, platform, ...), taken from the memo while its identity is unchanged."""
+def probe_target(runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
     if ident is None:
         return runtime.probe()
     python = str(ident["python"])
@@ -235,7 +237,7 @@ class _SavedSetvars(TypedDict):
     banner: str
 
 
-def capture_toolchain(recipe: Recipe, runtime: Runtime, memo_dir: Path | None, ident: dict[str, object] | None,
+def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, object] | None,
                       log: Path | None = None) -> ToolchainEnv:
     """The oneAPI environment setvars gives in the target, taken from the memo while its identity is unchanged."""
     if not recipe.toolchain.enabled:

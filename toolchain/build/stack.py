@@ -32,13 +32,13 @@ from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
-from toolchain.target.base import Runtime
 
 if TYPE_CHECKING:
     from toolchain.build.remote import RemoteCache
     from toolchain.build.schedule import Budget
     from toolchain.console import UI
     from toolchain.recipe.model import Component
+    from toolchain.target.base import BuildRuntime
 
 
 @record
@@ -81,8 +81,8 @@ class BuiltComponent:
     built_at: float = 0.0  # when the build that made the wheel stored it (epoch seconds; 0: not recorded)
 
 
-def build_plan(plan: Plan, runtime: Runtime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
     """Build the plan's components (sources fetched at once first, cached wheels taken where they can be)."""
+def build_plan(plan: Plan, runtime: BuildRuntime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
     cache = WheelCache(options.cache_dir, warn=ui.warn)
     remote = open_remote(plan.recipe.cache, options.remote)
     trees = SourceTrees(options.cache_dir, mirrors)
@@ -195,7 +195,7 @@ def heartbeat_line(cp: ComponentPlan, log: Path, seconds: float, work: Path | No
     return ", ".join(parts)
 
 
-def build_budget(plan: Plan, options: BuildOptions, runtime: Runtime) -> Budget:
+def build_budget(plan: Plan, options: BuildOptions, runtime: BuildRuntime) -> Budget:
     """How many compiles may run at once (build/schedule.py): the target's cores and available memory, as
     probed for the plan, and at most `--builds-at-once`; one where the runtime has one place to build in
     (exec into a running container)."""
@@ -244,7 +244,7 @@ def ensure_sources(mirrors: Mirrors, plan: Plan, cp: ComponentPlan) -> None:
         mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
 
 
-def build_component(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mirrors, trees: SourceTrees,
+def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirrors: Mirrors, trees: SourceTrees,
                     cache: WheelCache, wheels_dir: Path, options: BuildOptions, ui: UI,
                     remote: RemoteCache | None = None, downloaded: bool | None = None,
                     cc: Callable[[], CompilerCache] | None = None) -> BuiltComponent:
@@ -358,7 +358,7 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
     return cc
 
 
-def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: Runtime, mirrors: Mirrors, trees: SourceTrees,
+def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirrors: Mirrors, trees: SourceTrees,
                       cache: WheelCache, options: BuildOptions, log: Path, ui: UI,
                       cc: CompilerCache) -> None:
     from toolchain.build.buildreqs import check_build_requires

@@ -96,7 +96,9 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
 def absent_image(spec: TargetSpec, ui: UI) -> ImageState | None:
     """The state of the recipe's container image when it is not here (None: the host, a running container, or
     the image is here). The registry is asked for its size; nothing is pulled."""
-    if spec.runtime == "host" or spec.container:
+    from toolchain.target import from_image
+
+    if not from_image(spec):
         return None
     from toolchain.target.container.presence import engine_of, image_state
 

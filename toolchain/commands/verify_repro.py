@@ -111,6 +111,7 @@ def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) ->
     {"ok": None} when it cannot run here (a container build's wheels are for the container's Python)."""
     from toolchain.errors import ToolError
     from toolchain.smoke import install
+    from toolchain.target import in_container
 
     lock = dataclasses.replace(rebuilt, closure=published.closure) if published is not None else rebuilt
     source = f"the closure of {published.path}" if published is not None else "its own closure"
@@ -118,7 +119,7 @@ def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) ->
         source = "no closure: the lock pins no dependencies, so its wheels alone"
     info: dict[str, Any] = {"ok": None, "closure": source, "files": 0,
                             "dependencies": len(lock.closure.dists) if lock.closure is not None else 0}
-    if (lock.target.runtime or "host") != "host":
+    if in_container(lock.target):
         info["skipped"] = (f"the wheels were built in a {lock.target.runtime} container for its Python; install "
                            f"them there (`toolchain smoke --lock LOCK` installs them the same way)")
         return info

@@ -45,7 +45,7 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
         providers = native.target_providers(runtime, recipe.target.python, dirs,
                                             lock.toolchain.oneapi_version if toolchain is not None else "",
                                             installed=lock.base is not None,  # (the image's stack)
-                                            memo_dir=cache_dir / "memo" if runtime.on_host else None)
+                                            memo_dir=cache_dir / "memo" if runtime.sees_host_paths else None)
     policy = policy_for(recipe.native)
     report = verdicts.check(audits, providers, policy, at="build")
     log = out / "logs" / "native.log"

@@ -36,7 +36,7 @@ from toolchain.recipe.model import Recipe
 from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
-from toolchain.target import make_runtime
+from toolchain.target import inherits_environment, make_runtime
 
 if TYPE_CHECKING:
     from toolchain.target.baseenv import BaseEnv
@@ -58,7 +58,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
     out = options.out_dir
     logs = out / "logs"
-    if recipe.target.runtime == "host":  # the build inherits this environment: its job counts checked first
+    if inherits_environment(recipe.target):  # the build inherits this environment: its job counts checked first
         check_job_environment(os.environ)
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     ours = check_out_dir(out)

@@ -14,7 +14,7 @@ from toolchain.console import UI
 if TYPE_CHECKING:
     from toolchain.build.plan import Plan
     from toolchain.recipe.model import Recipe, TargetSpec
-    from toolchain.target.base import Runtime
+    from toolchain.target.base import BuildRuntime
     from toolchain.target.doctor import Finding
     from toolchain.target.hostfacts import HostFacts
 
@@ -82,7 +82,9 @@ def _host_libraries(lock_path: Path, root: Path) -> list[Finding]:
 def _container_lines(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
     """doctor's last lines for a container target (the image, then the engine: one trivial container with the
     recipe's run-args) and whether the target can be entered: nothing is pulled. The host: none, and yes."""
-    if spec.runtime == "host":
+    from toolchain.target import in_container
+
+    if not in_container(spec):
         return [], True
     from toolchain.target.container.presence import container_findings
 
@@ -105,7 +107,7 @@ def _memory(facts: HostFacts) -> list[Finding]:
                                     f"{format_size(facts.memory_available)} available")] if facts.memory_total else []
 
 
-def _jobs(plan: Plan | None, runtime: Runtime, python: str) -> list[Finding]:
+def _jobs(plan: Plan | None, runtime: BuildRuntime, python: str) -> list[Finding]:
     """The compile jobs each compiled component gets here (the plan's decision), or, without a recipe, what
     a vllm-xpu-kernels build (8 GiB a job) would get."""
     from toolchain.build.jobs import KNOWN_PER_JOB, decide_jobs

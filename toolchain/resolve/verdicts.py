@@ -152,10 +152,10 @@ def check(audits: Sequence[WheelAudit], providers: Providers, policy: Policy, *,
         verdict, source = _verdict(so, provided, providers, policy, at)
         fatal = is_loaded and verdict in ("missing", "host-absent")
         near = _near(so, provided, providers) if verdict in ("missing", "host-absent") else ()
-        on_host = verdict in ("host", "host-absent")
-        shipper = (policy.host_package(so) if on_host else None) or policy.shipper(so)
+        from_host = verdict in ("host", "host-absent")
+        shipper = (policy.host_package(so) if from_host else None) or policy.shipper(so)
         ships = "" if shipper is None else shipper.by + (f" (apt install {shipper.debian})"
-                                                          if on_host and shipper.debian else "")
+                                                          if from_host and shipper.debian else "")
         needs.append(Need(so, verdict, fatal, files, wheels, source, near, ships))
     stamps = tuple(s for a in audits if a.role != "dependency" for s in [_stamp_mismatch(a, providers.oneapi_version)]
                    if s)

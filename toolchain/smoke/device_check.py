@@ -22,7 +22,8 @@ from toolchain.core.serial import Data, meta
 from toolchain.errors import UsageError
 
 if TYPE_CHECKING:
-    from toolchain.target import Interpreter, Runtime
+    from toolchain.target import Interpreter
+    from toolchain.target.base import Place
 
 TOOL_TIMEOUT = 20
 
@@ -84,7 +85,7 @@ def device_env(prof: DeviceProfile, tp: int, env: Mapping[str, str]) -> dict[str
     return out
 
 
-def xpu_smi_cards(runtime: Runtime | None = None) -> list[Card]:
+def xpu_smi_cards(runtime: Place | None = None) -> list[Card]:
     """Cards as `xpu-smi discovery -j` lists them in `runtime` (None: this machine); empty when xpu-smi is
     absent there or fails."""
     out = _tool_output(["xpu-smi", "discovery", "-j"], runtime)
@@ -102,7 +103,7 @@ def xpu_smi_cards(runtime: Runtime | None = None) -> list[Card]:
     return cards
 
 
-def tool_reports(runtime: Runtime | None = None) -> dict[str, str]:
+def tool_reports(runtime: Place | None = None) -> dict[str, str]:
     """What sycl-ls and xpu-smi print in `runtime` (None: this machine), for the report."""
     reports = {}
     for argv in (["sycl-ls"], ["xpu-smi", "discovery"]):
@@ -112,7 +113,7 @@ def tool_reports(runtime: Runtime | None = None) -> dict[str, str]:
     return reports
 
 
-def _tool_output(argv: list[str], runtime: Runtime | None) -> str:
+def _tool_output(argv: list[str], runtime: Place | None) -> str:
     """What the tool printed; "" when it is not installed, fails or hangs."""
     from toolchain.target import HostRuntime
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
 
@@ -39,7 +39,10 @@ from toolchain.smoke.ladder import LadderResult, run_ladder
 from toolchain.smoke.rootcause import render
 from toolchain.smoke.runner import RunInterrupted, RunResult, run_set
 from toolchain.smoke.triage import load_signatures
-from toolchain.target import HostRuntime, Interpreter, Runtime, Serving, make_runtime
+from toolchain.target import HostRuntime, Interpreter, Serving, in_container, make_runtime
+
+if TYPE_CHECKING:
+    from toolchain.target.base import ServeRuntime
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "config": {**to_table(config), "env": redact_env(dict(config.env))},
     }
     runs: list[RunResult] = []
-    made_venv = base_python is not None and runtime.on_host and bool(py.venv)
+    made_venv = base_python is not None and runtime.sees_host_paths and bool(py.venv)
     try:
         with interruptible():
             try:
@@ -128,11 +131,11 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
     with contextlib.ExitStack() as stack:
         rep["stage"] = "prepare"
         staged = _stage(lock, opts, py, base_python, out, ui)
-        if not runtime.on_host:
+        if runtime.named_in_messages:
             ui.step(f"opening the serving {runtime.describe()}")
         stack.enter_context(runtime)
         rep["target"] = runtime.report()
-        if not runtime.on_host:
+        if runtime.named_in_messages:
             ui.info(f"target: {rep['target']['name']}")
         rep["device"] = to_table(_check_devices(opts, config, runtime.interpreter(base_python) if base_python else py))
         ui.info(f"device: {rep['device']['message']}")
@@ -216,12 +219,12 @@ def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
     info["venv_state"] = f"removed: the venv {venv} (pass --keep-venv to keep it)"
 
 
-def require_a_server(lock: Lock | None, opts: SmokeOptions, smoke: SmokeSpec, runtime: Runtime) -> None:
+def require_a_server(lock: Lock | None, opts: SmokeOptions, smoke: SmokeSpec, runtime: ServeRuntime) -> None:
     """A lock whose wheels hold no vLLM, installed into a fresh venv and served with the default
     `{python} -m vllm ...`, cannot start: say so before anything is installed (the demo's lock is one)."""
     if lock is None or not lock.components or opts.serve_cmd or opts.no_install or smoke.serve_cmd:
         return
-    if not runtime.on_host:
+    if runtime.venvs_see_image_packages:
         return  # the image brings its own vLLM (the venv sees the image's packages)
     dists = {str(canonicalize_name(c.dist or wheel_name_version(c.wheel.file)[0])) for c in lock.components}
     if "vllm" in dists:
@@ -245,7 +248,7 @@ def _is_demo(lock: Lock) -> bool:
 def served(argv: Sequence[str], py: Interpreter, inst: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the serve command runs, and whether that is the environment whose versions were checked."""
     program = argv[0] if argv else ""
-    if py.runtime.on_host and program and "/" not in program:
+    if py.runtime.sees_host_paths and program and "/" not in program:
         program = shutil.which(program, path=py.runtime.serve_env(py).get("PATH") or os.environ.get("PATH")) or program
     checked = py.python if inst and inst.get("versions") else ""
     in_checked = bool(checked) and (os.path.abspath(program) == os.path.abspath(checked) or bool(
@@ -264,7 +267,7 @@ def _default_out(lock: Lock | None) -> Path:
 
 
 def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
-           ui: UI) -> tuple[Runtime, Interpreter, str | None]:
+           ui: UI) -> tuple[ServeRuntime, Interpreter, str | None]:
     """Where to serve from: the runtime (the lock's target, ready to serve), the interpreter that serves (a
     fresh venv's when the lock's wheels are installed) and the one to make that venv from (None: nothing to
     install)."""
@@ -272,9 +275,9 @@ def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
         host = HostRuntime()
         return host, host.interpreter(opts.python or sys.executable), None
     install_wheels = bool(lock.components) and not opts.no_install
-    runtime: Runtime = HostRuntime()
+    runtime: ServeRuntime = HostRuntime()
     base = opts.python or lock.target.python or sys.executable
-    if (lock.target.runtime or "host") != "host":
+    if in_container(lock.target):
         if opts.venv is not None:
             raise UsageError(f"--venv is a path on this machine, but {lock.path} was built in a "
                              f"{lock.target.runtime} container: the venv goes inside it",
@@ -343,7 +346,7 @@ def _prepare(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python
     if base_python is not None:
         info["unlocked"] = lock.closure is None and opts.allow_unlocked_deps
         ui.step(f"creating a fresh venv {py.venv} from {base_python}"
-                + ("" if py.runtime.on_host else f" in the {py.runtime.describe()}"))
+                + (f" in the {py.runtime.describe()}" if py.runtime.named_in_messages else ""))
         py = py.runtime.make_venv(base_python, py.venv, log)
         steps = install.install(lock, py, log, progress=lambda s: ui.step(
             f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()),

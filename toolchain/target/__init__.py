@@ -10,19 +10,20 @@ from typing import TYPE_CHECKING
 
 from toolchain.console import UI
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Runtime
 from toolchain.target.host import HostRuntime
 
 if TYPE_CHECKING:
+    from toolchain.target.base import Interpreter, Runtime
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
-    from toolchain.target.parts import Interpreter, Serving
+    from toolchain.target.facts import TargetInfo
+    from toolchain.target.parts import Serving
 
 __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Interpreter", "Runtime", "Serving",
-           "make_runtime"]
+           "from_image", "in_container", "inherits_environment", "make_runtime"]
 
 
 def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
-    if spec.runtime == "host":
+    if not in_container(spec):
         return HostRuntime(spec)
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 
@@ -31,12 +32,33 @@ def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | N
     return FreshContainerRuntime(spec, ui=ui, serving=serving)
 
 
+def inherits_environment(spec: TargetSpec) -> bool:
+    """True: a build of this target runs in this process's environment (the host): its job counts are
+    checked before anything starts."""
+    return spec.runtime == "host"
+
+
+def in_container(target: TargetSpec | TargetInfo) -> bool:
+    """True: the target (a recipe's, or the one a lock was built in) is a container (an image's, or a running
+    one), not this machine."""
+    return (target.runtime or "host") != "host"
+
+
+def from_image(spec: TargetSpec) -> bool:
+    """True: the target is a fresh container of the recipe's image (one may have to be pulled)."""
+    return in_container(spec) and not spec.container
+
+
 def __getattr__(name: str) -> object:
     if name in ("ExecContainerRuntime", "FreshContainerRuntime"):
         from toolchain.target import container
 
         return getattr(container, name)
-    if name in ("Interpreter", "Serving"):  # (smoke's: a build that compiles nothing creates neither class)
+    if name in ("Interpreter", "Runtime"):  # (smoke's: a build that compiles nothing creates neither class)
+        from toolchain.target import base
+
+        return getattr(base, name)
+    if name == "Serving":
         from toolchain.target import parts
 
         return getattr(parts, name)

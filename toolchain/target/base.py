@@ -1,60 +1,65 @@
-"""What every runtime shares: the `Runtime` protocol and how the probe's answer is read (the probe is
-toolchain/scripts/interpreter.py, run as a file in the target). What a runtime hands out (a `Workspace` one
-build runs in, an `Interpreter`, what it serves and brings in) is in target/parts.py."""
+"""What a runtime is, as small protocols, and the Python it hands out (`Interpreter`).
+
+- `Place`: where commands run (`run`, `script`, `base_env`, `describe`, `report`), a context manager whose
+  entry opens the place and whose exit leaves it as it was found, and the questions callers outside target/
+  ask of it instead of whether it is the host (`sees_host_paths`, `named_in_messages`);
+- `BuildRuntime`: what a build needs besides (`probe`, `workspace`, `toolchain_path`, ...);
+- `ServeRuntime`: what smoke's serving needs besides (copy in and out, a venv, serve and stop);
+- `Runtime`: both, as every strategy offers: `HostRuntime` (toolchain.target.host, this machine),
+  `FreshContainerRuntime` (a fresh container: one per build, one for a smoke's serving) and
+  `ExecContainerRuntime` (exec into a running container), both in toolchain.target.container;
+  `toolchain.target.make_runtime` picks one. A new place to run (a remote box) is one more class with
+  these members.
+
+A caller types its parameter with the smallest of them it needs. This module imports target/parts.py (what a
+build is handed: `Workspace`, `Extra`), never the other way round; the probe's answer is read in
+target/facts.py. The commands import it for types only: a command that makes no runtime creates no class of it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-from toolchain.core.proc import Completed
-from toolchain.target.facts import TargetInfo
+from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
-    from toolchain.target.parts import Extra, Interpreter, Workspace
+    from toolchain.core.proc import Completed
+    from toolchain.target.facts import TargetInfo
+    from toolchain.target.parts import Extra, Workspace
 
 
-class Runner(Protocol):
-    def __call__(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
-                 verbose: bool = False, capture: bool = False) -> Completed: ...
-
-
-class Runtime(Protocol):
-    """Where commands run, for builds and for smoke. Strategies: `HostRuntime` (toolchain.target.host, this
-    machine), `FreshContainerRuntime` (a fresh container: one per build, one for a smoke's serving) and
-    `ExecContainerRuntime` (exec into a running container), both in toolchain.target.container;
-    `toolchain.target.make_runtime` picks one. A new place to run (a remote box) is one more class with these
-    members: a context manager whose entry opens the place and whose exit leaves it as it was found.
-
-    - build: `run`, `probe`, `toolchain_path`, `workspace` (trees in, wheels out), `script` (a file of
-      toolchain/scripts where the target sees it);
-    - smoke: `visible_path` (a host directory named by `Serving.share`), `copy_in` / `copy_out`,
-      `make_venv` and `interpreter` (a Python there), `serve` (a long-running process: the host-side argv and
-      environment that start it; stopping that host process stops it, and whatever a killed one left behind
-      is stopped when the runtime exits)."""
+class Place(Protocol):
+    """Where commands run: what builds and smoke alike ask of a runtime."""
 
     kind: str  # "host", or the engine ("podman", "docker"): what the lock records as [target] runtime
-    workspaces_at_once: bool  # True: workspaces may be open in several threads at once (separate builds)
-    on_host: bool  # True: its paths are this machine's (a venv made there outlives the runtime)
+    sees_host_paths: bool  # True: its paths are this machine's (a venv made there outlives it; a file it
+    #                        names can be looked at here, a memo keyed by one is valid)
+    named_in_messages: bool  # True: a place apart (a container), named when it opens and where it runs
 
-    def __enter__(self) -> Runtime: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
     def describe(self) -> str: ...
     def report(self) -> dict[str, object]:
         """Where it ran, for a report (smoke's report.json `target`)."""
         ...
     def base_env(self) -> dict[str, str]: ...
-    def toolchain_path(self, setvars: str, recipe_dir: Path) -> str: ...
     def run(self, argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | None = None,
             log: Path | None = None, capture: bool = False, check: bool = True, timeout: float | None = None,
             verbose: bool = False) -> Completed: ...
-    def probe(self) -> TargetInfo: ...
     def script(self, name: str) -> str:
         """Where the target sees the package's script `name` (toolchain/scripts/NAME), to run as a file."""
         ...
+
+
+class BuildRuntime(Place, Protocol):
+    """What a build needs: the probe, the toolchain's path, and a workspace per build (trees in, wheels out)."""
+
+    workspaces_at_once: bool  # True: workspaces may be open in several threads at once (separate builds)
+    inherits_resources: bool  # True: its commands are this process's children (its cores and memory, read here)
+
+    def toolchain_path(self, setvars: str, recipe_dir: Path) -> str: ...
+    def probe(self) -> TargetInfo: ...
     def probe_watch(self) -> tuple[TargetInfo, list[str]]:
         """The probe, and the paths whose change would change its answer."""
         ...
@@ -63,6 +68,16 @@ class Runtime(Protocol):
         ...
     def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
                   extras: Sequence[Extra] = ()) -> AbstractContextManager[Workspace]: ...
+
+
+class ServeRuntime(Place, Protocol):
+    """What smoke's serving needs: `visible_path` (a host directory named by `Serving.share`), `copy_in` /
+    `copy_out`, `make_venv` and `interpreter` (a Python there), `serve` (a long-running process: the host-side
+    argv and environment that start it; stopping that host process stops it, and whatever a killed one left
+    behind is stopped when the runtime exits)."""
+
+    venvs_see_image_packages: bool  # True: a venv made there sees the image's packages (its own vLLM)
+
     def copy_in(self, host: Path, inside: str) -> None:
         """A host file or directory to `inside` in the target (the host: a copy)."""
         ...
@@ -93,12 +108,26 @@ class Runtime(Protocol):
         ...
 
 
-def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
-    data = json.loads(probe_stdout.strip().splitlines()[-1])
-    data.pop("executable", None)
-    data.pop("watch", None)
-    return TargetInfo(runtime=kind, python=python, **data, **extra)
+class Runtime(BuildRuntime, ServeRuntime, Protocol):
+    """A place that builds and serves: what every strategy offers (`make_runtime` returns one)."""
 
 
-def watch_dirs(probe_stdout: str) -> list[str]:
-    return list(json.loads(probe_stdout.strip().splitlines()[-1]).get("watch", []))
+@dataclass(frozen=True)
+class Interpreter:
+    """A Python in a runtime: a venv's (`venv` set) or a base interpreter."""
+    runtime: ServeRuntime = field(compare=False, repr=False)
+    python: str
+    venv: str = ""
+
+    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
+            timeout: float | None = None, check: bool = True, env: Mapping[str, str | None] | None = None) -> Completed:
+        """`argv` in the runtime with this interpreter's environment (and `env` over it: None removes)."""
+        return self.runtime.run(argv, env={**self.runtime.python_env(self), **(env or {})}, log=log, capture=capture,
+                                timeout=timeout, check=check)
+
+    def script(self, name: str) -> str:
+        """Where this interpreter sees the package's script `name` (`Place.script`)."""
+        return self.runtime.script(name)
+
+    def where(self) -> str:
+        return f"{self.python} in the {self.runtime.describe()}" if self.runtime.named_in_messages else self.python

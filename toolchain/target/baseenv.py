@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core.probe_memo import remembered
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError
-from toolchain.target.base import Runtime
 from toolchain.target.facts import TargetInfo
+
+if TYPE_CHECKING:
+    from toolchain.target.base import Place
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class BaseEnv:
         return next((d.version for d in self.dists if d.name == name), None)
 
 
-def read_base(runtime: Runtime, target: TargetInfo, image: str, python: str, memo_dir: Path | None = None) -> BaseEnv:
+def read_base(runtime: Place, target: TargetInfo, image: str, python: str, memo_dir: Path | None = None) -> BaseEnv:
     """What the image holds (run in a container of it: the runtime's one-off container); `target`: the
     runtime's probe (the image's digest, torch). An image is immutable under its digest: with `memo_dir` the
     answer is remembered by digest and interpreter, so a warm build starts no container for it (`toolchain

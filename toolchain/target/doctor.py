@@ -9,10 +9,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core.devices import PROFILES, Card, find_cards, profile_of
-from toolchain.target.base import Runtime
 from toolchain.target.hostfacts import HostFacts
+
+if TYPE_CHECKING:
+    from toolchain.target.base import Place
 
 OK, WARN, MISSING = "ok", "warn", "missing"
 PROBE_TIMEOUT = 300  # importing an XPU torch and opening Level Zero takes seconds, more on a cold disk
@@ -145,7 +148,7 @@ def oneapi_findings(facts: HostFacts, captured: str, setvars: str, why_missing: 
     return out
 
 
-def interpreter_findings(runtime: Runtime, python: str, facts: HostFacts, device: str = "") -> list[Finding]:
+def interpreter_findings(runtime: Place, python: str, facts: HostFacts, device: str = "") -> list[Finding]:
     """torch in the target interpreter: its version, XPU build, torch.xpu.is_available(), device count;
     the stack's versions; oneCCL (installed or in the interpreter)."""
     r = runtime.run([python, runtime.script("torch_xpu.py"), "torch", *STACK_DISTS], capture=True, check=False,

@@ -1,8 +1,10 @@
 """What a build ran on: the target (interpreter, platform, torch, image) and the toolchain (oneAPI), as
-probed. The plan carries them; the lock records them."""
+probed, and how the probe's answer is read (the probe is toolchain/scripts/interpreter.py, run as a file in
+the target). The plan carries them; the lock records them."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from toolchain.core.record import record
@@ -35,3 +37,16 @@ class TargetInfo:
 
     def fingerprint(self) -> dict[str, str]:
         return {k: v for k, v in asdict(self).items() if k != "container"}
+
+
+def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
+    """The probe's answer (toolchain/scripts/interpreter.py's last line, JSON) as a `TargetInfo`."""
+    data = json.loads(probe_stdout.strip().splitlines()[-1])
+    data.pop("executable", None)
+    data.pop("watch", None)
+    return TargetInfo(runtime=kind, python=python, **data, **extra)
+
+
+def watch_dirs(probe_stdout: str) -> list[str]:
+    """The directories whose change would change the probe's answer (its `watch`)."""
+    return list(json.loads(probe_stdout.strip().splitlines()[-1]).get("watch", []))

@@ -14,18 +14,18 @@ import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 from toolchain import scripts
 from toolchain.core.probe_memo import stat_key
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import target_info, watch_dirs
-from toolchain.target.facts import TargetInfo
+from toolchain.target.facts import TargetInfo, target_info, watch_dirs
 
 if TYPE_CHECKING:
-    from toolchain.target.parts import Extra, Interpreter, Workspace
+    from toolchain.target.base import Interpreter
+    from toolchain.target.parts import Extra, Workspace
 
 
 class HostRuntime:
@@ -33,12 +33,15 @@ class HostRuntime:
 
     kind = "host"
     workspaces_at_once = True  # each build its own tree and output directory
-    on_host = True
+    sees_host_paths = True
+    named_in_messages = False  # (this machine goes without saying)
+    inherits_resources = True  # its commands are this process's children
+    venvs_see_image_packages = False
 
     def __init__(self, spec: TargetSpec | None = None) -> None:
         self.spec = spec or TargetSpec()
 
-    def __enter__(self) -> HostRuntime:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -127,7 +130,7 @@ class HostRuntime:
         return str(host_dir)
 
     def interpreter(self, python: str, venv: str = "") -> Interpreter:
-        from toolchain.target.parts import Interpreter
+        from toolchain.target.base import Interpreter
 
         return Interpreter(self, python, venv)
 
@@ -136,7 +139,7 @@ class HostRuntime:
         run([base_python, "-m", "venv", "--clear", path], log=log, timeout=600,
             env=merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None}),
             hint=f"check that {base_python} can create virtual environments (python3-venv)")
-        from toolchain.target.parts import Interpreter
+        from toolchain.target.base import Interpreter
 
         return Interpreter(self, str(Path(path) / "bin" / "python"), path)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.proc import display
@@ -17,8 +18,10 @@ from toolchain.core.redact import is_secret, redact_text
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, RecipeError
 from toolchain.recipe.load import Recipe
-from toolchain.target.base import Runtime
 from toolchain.target.facts import ToolchainInfo
+
+if TYPE_CHECKING:
+    from toolchain.target.base import BuildRuntime, Place
 
 MARK = "\0__TOOLCHAIN_SETVARS__\0"
 SOURCE_SCRIPT = (
@@ -58,7 +61,7 @@ def _parse_env(blob: str) -> dict[str, str]:
     return out
 
 
-def capture(recipe: Recipe, runtime: Runtime, log: Path | None = None) -> ToolchainEnv:
+def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> ToolchainEnv:
     spec = recipe.toolchain
     if not spec.enabled:
         return NO_TOOLCHAIN
@@ -97,7 +100,7 @@ def capture(recipe: Recipe, runtime: Runtime, log: Path | None = None) -> Toolch
     return ToolchainEnv(info, tuple(sorted(diff.items())), banner)
 
 
-def compiler_version(runtime: Runtime, diff: Mapping[str, str | None]) -> tuple[str, str]:
+def compiler_version(runtime: Place, diff: Mapping[str, str | None]) -> tuple[str, str]:
     """(first banner line, version) from `icpx --version` in the sourced environment (else CMPLR_ROOT's)."""
     candidates = [["icpx", "--version"]]
     if diff.get("CMPLR_ROOT"):

@@ -1,41 +1,27 @@
-"""What a runtime hands out: the `Workspace` one build runs in, an `Interpreter` (a Python there), what smoke
-asks of a runtime it serves from (`Serving`) and what a build brings in besides its trees (`Extra`). Apart from
-target/base.py, which every command imports: a warm build that compiles nothing and a command that makes no
-runtime create none of these classes (a frozen dataclass costs about a millisecond to create at import)."""
+"""What a runtime is handed and hands out, as plain data: the `Workspace` one build runs in (and the `Runner`
+that runs its commands), what smoke asks of a runtime it serves from (`Serving`) and what a build brings in
+besides its trees (`Extra`). It names no runtime: target/base.py (the protocols) imports this module, not the
+other way round. A warm build that compiles nothing and a command that makes no runtime create none of these
+classes (a frozen dataclass costs about a millisecond to create at import)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from toolchain import scripts
 
 if TYPE_CHECKING:
     from toolchain.core.proc import Completed
-    from toolchain.target.base import Runner, Runtime
 
 
-@dataclass(frozen=True)
-class Interpreter:
-    """A Python in a runtime: a venv's (`venv` set) or a base interpreter."""
-    runtime: Runtime = field(compare=False, repr=False)
-    python: str
-    venv: str = ""
+class Runner(Protocol):
+    """How a `Workspace` runs a command where the build sees its trees."""
 
-    def run(self, argv: Sequence[str], *, log: Path | None = None, capture: bool = False,
-            timeout: float | None = None, check: bool = True, env: Mapping[str, str | None] | None = None) -> Completed:
-        """`argv` in the runtime with this interpreter's environment (and `env` over it: None removes)."""
-        return self.runtime.run(argv, env={**self.runtime.python_env(self), **(env or {})}, log=log, capture=capture,
-                                timeout=timeout, check=check)
-
-    def script(self, name: str) -> str:
-        """Where this interpreter sees the package's script `name` (`Runtime.script`)."""
-        return self.runtime.script(name)
-
-    def where(self) -> str:
-        return self.python if self.runtime.on_host else f"{self.python} in the {self.runtime.describe()}"
+    def __call__(self, argv: Sequence[str], *, env: Mapping[str, str | None], cwd: str, log: Path | None,
+                 verbose: bool = False, capture: bool = False) -> Completed: ...
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Self
 
 from toolchain import scripts
 from toolchain.console import UI
 from toolchain.core.proc import Completed, merge_env
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.base import Runner, target_info
+from toolchain.target.base import Interpreter
 from toolchain.target.container import serve
 from toolchain.target.container.engine import (
     ENGINES,
@@ -37,8 +38,8 @@ from toolchain.target.container.engine import (
     InterpreterMissing,
     NoSigint,
 )
-from toolchain.target.facts import TargetInfo
-from toolchain.target.parts import Extra, Interpreter, Serving, Workspace
+from toolchain.target.facts import TargetInfo, target_info
+from toolchain.target.parts import Extra, Runner, Serving, Workspace
 
 SRC, OUT, DEPS, SETVARS = f"{ROOT}/src", f"{ROOT}/out", f"{ROOT}/deps", f"{ROOT}/setvars"
 # A build's Extra tools and caches (target.parts.Extra): mounted at EXTRA/NAME (fresh), or copied there and
@@ -56,7 +57,10 @@ class ContainerRuntimeBase(abc.ABC):
     """A `Runtime` (toolchain.target.base) whose commands run in a podman or docker container."""
 
     workspaces_at_once = False  # (each kind says whether its builds can run side by side)
-    on_host = False
+    sees_host_paths = False
+    named_in_messages = True
+    inherits_resources = False  # (the container's own limits: probed there)
+    venvs_see_image_packages = True  # (make_venv: --system-site-packages)
 
     def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None, *,
                  serving: Serving | None = None) -> None:
@@ -102,7 +106,7 @@ class ContainerRuntimeBase(abc.ABC):
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
-    def __enter__(self) -> ContainerRuntimeBase:
+    def __enter__(self) -> Self:
         self.rootless = self.engine.check()
         stack = contextlib.ExitStack()
         try:
