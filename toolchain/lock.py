@@ -190,12 +190,14 @@ def patch_to_dict(p: Patch) -> dict[str, str]:
 
 
 def patch_from_dict(d: dict[str, Any]) -> Patch:
+    """A lock's patch table read back into a `Patch` (its sha256 is its identity)."""
     return Patch(d["path"], d["sha256"], url=d.get("url", ""), commit=d.get("commit", ""), applied=d.get("applied-at", ""))
 
 
 
 
 def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False) -> Path:
+    """Write `stack.lock.toml` and its PEP 751 `pylock.toml` into `out_dir`, each atomically; returns the lock's path."""
     path = out_dir / LOCK_NAME
     atomic_write_text(path, "# Written by toolchain; do not edit (hashes are verified).\n"
                       + tomlio.dumps(to_dict(lock)))

@@ -214,8 +214,8 @@ def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], 
     return decide_jobs(res, per_job, why, recipe_pin=pin, recipe_env=env, user_env=user_env)
 
 
-    """What the target offers (python, platform, ...), taken from the memo while its identity is unchanged."""
 def probe_target(runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
+    """What the target offers (python, platform, ...), taken from the memo while its identity is unchanged."""
     if ident is None:
         return runtime.probe()
     python = str(ident["python"])

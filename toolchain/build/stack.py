@@ -81,8 +81,8 @@ class BuiltComponent:
     built_at: float = 0.0  # when the build that made the wheel stored it (epoch seconds; 0: not recorded)
 
 
-    """Build the plan's components (sources fetched at once first, cached wheels taken where they can be)."""
 def build_plan(plan: Plan, runtime: BuildRuntime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
+    """Build the plan's components (sources fetched at once first, cached wheels taken where they can be)."""
     cache = WheelCache(options.cache_dir, warn=ui.warn)
     remote = open_remote(plan.recipe.cache, options.remote)
     trees = SourceTrees(options.cache_dir, mirrors)

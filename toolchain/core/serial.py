@@ -87,6 +87,7 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def to_data(obj: object, *, kebab: bool = False) -> Data:
+    """Any value as plain JSON/TOML data: dataclasses as tables, sequences as lists, mappings with string keys."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return to_table(obj, kebab=kebab)
     if isinstance(obj, (tuple, list)):

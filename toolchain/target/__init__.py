@@ -23,6 +23,7 @@ __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Inte
 
 
 def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
+    """The runtime a target spec names: the host, a fresh container per build, or exec into a running one."""
     if not in_container(spec):
         return HostRuntime(spec)
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime

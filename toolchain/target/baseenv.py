@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BaseDist:
+    """One distribution installed in a base image: its name, version and the sha256 of its RECORD."""
     name: str           # canonical name
     version: str
     record_sha256: str = ""  # sha256 of its .dist-info/RECORD ("" when it has none)

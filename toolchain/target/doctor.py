@@ -26,6 +26,7 @@ B70_TP2_KERNEL = (7, 1)  # vLLM #41663: B70 TP=2 general-protection faults, fixe
 
 @dataclass(frozen=True)
 class RenderNode:
+    """A DRM render node: its path as the host names it, whether this user may open it, and its group."""
     path: str          # /dev/dri/renderD128, as the host names it
     access: bool       # this user can open it read-write
     group: str         # the group that owns it (render, video)
@@ -48,6 +49,7 @@ def render_nodes(root: Path) -> list[RenderNode]:
 
 @dataclass(frozen=True)
 class Finding:
+    """One line of doctor's report: a topic, its status (ok, warn, missing), what was found and the fix."""
     topic: str
     status: str      # ok | warn | missing
     value: str
@@ -122,6 +124,7 @@ def _kernel(facts: HostFacts, cards: Sequence[Card]) -> Finding:
 
 
 def kernel_version(release: str) -> tuple[int, int]:
+    """The (major, minor) of a kernel release string such as 6.8.0-45-generic; (0, 0) when unreadable."""
     parts = ([*release.split("-", maxsplit=1)[0].split("."), "0", "0"])[:2]
     try:
         return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)

@@ -27,6 +27,7 @@ VERSION_DIR = Regex(r"^\d{4}\.\d+(\.\d+)*$")
 
 
 def host_root() -> Path:
+    """The folder read as `/`: $TOOLCHAIN_HOST_ROOT (a fake host in tests, a mounted box's image), else `/`."""
     return Path(os.environ.get(HOST_ROOT_ENV) or "/")
 
 
@@ -81,6 +82,7 @@ def runtime_versions(root: Path, memo_dir: Path | None = None) -> tuple[str, str
 
 
 def cards(root: Path) -> list[Card]:
+    """The Intel GPUs the host root's sysfs shows (the one card discovery, scripts/cards.py)."""
     return find_cards(root)
 
 
@@ -100,6 +102,7 @@ def firmware(root: Path) -> tuple[str, str]:
 
 
 def memory(root: Path) -> tuple[int, int]:
+    """Total and available memory in bytes, from the host root's /proc/meminfo ((0, 0) when unreadable)."""
     total = avail = 0
     for line in _read(root / "proc/meminfo").splitlines():
         key, _, value = line.partition(":")
@@ -116,10 +119,12 @@ Libs = tuple[tuple[str, ...], ...]
 
 
 def level_zero_loader(root: Path, status: bytes | None = None, libs: Libs | None = None) -> str:
+    """The Level Zero loader's version: from dpkg's status where a package has it, else from the library's file name."""
     return dpkg_version(root, LOADER_PACKAGES, status) or _library_version(root, "libze_loader.so.1.", libs)
 
 
 def compute_runtime(root: Path, status: bytes | None = None, libs: Libs | None = None) -> str:
+    """The Intel compute runtime's version (the Level Zero GPU driver): from dpkg's status, else the library's file name."""
     return dpkg_version(root, COMPUTE_RUNTIME_PACKAGES, status) or _library_version(root, "libze_intel_gpu.so.1.", libs)
 
 
@@ -165,6 +170,7 @@ def _library_version(root: Path, prefix: str, libs: Libs | None = None) -> str:
 
 
 def versions_in(folder: Path) -> tuple[str, ...]:
+    """The version-named folders in `folder` (oneAPI components install one per version), sorted; () when unreadable."""
     try:
         return tuple(sorted(p.name for p in folder.iterdir() if VERSION_DIR.match(p.name)))
     except OSError:

@@ -62,6 +62,7 @@ def _parse_env(blob: str) -> dict[str, str]:
 
 
 def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> ToolchainEnv:
+    """Source the recipe's setvars in the target and capture the oneAPI environment and compiler banner it gives."""
     spec = recipe.toolchain
     if not spec.enabled:
         return NO_TOOLCHAIN

@@ -61,6 +61,7 @@ KILL_PIDFILE = 'p=$(cat "$0" 2>/dev/null) && { kill -s "$1" -- "-$p" 2>/dev/null
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """How one engine (podman or docker) is called: its program, extra create and remove arguments."""
     name: str
     create_args: tuple[str, ...] = ()
     remove_args: tuple[str, ...] = ("rm", "--force")
@@ -90,10 +91,12 @@ class ContainerError(ToolError):
 
 
 class EngineNotFound(ContainerError):
+    """The recipe's container engine is not installed (its program is not on PATH)."""
     pass
 
 
 class EngineNotRunning(ContainerError):
+    """The engine is installed but does not answer (e.g. docker's daemon is not running)."""
     pass
 
 
@@ -106,14 +109,17 @@ class StartFailed(ContainerError):
 
 
 class ImageNotFound(ContainerError):
+    """The image a recipe names is not in the engine and cannot be pulled (a user error: exit 2)."""
     return_code = 2
 
 
 class ContainerNotRunning(ContainerError):
+    """The running container a recipe execs into is gone or stopped (exit 2)."""
     return_code = 2
 
 
 class InterpreterMissing(ContainerError):
+    """The recipe's target interpreter does not exist in the container (exit 2)."""
     return_code = 2
 
 
@@ -156,6 +162,7 @@ class NoSigint:
 
 @dataclass(frozen=True)
 class Image:
+    """An image as the engine has it: the name given, its local id, its repo digests and the reference started."""
     name: str                        # as the recipe (or the running container) names it
     id: str                          # the engine's local image id
     repo_digests: tuple[str, ...] = ()
@@ -172,6 +179,7 @@ class Image:
 
 @dataclass(frozen=True)
 class Mount:
+    """A bind mount of a host path into a container, read-only or not."""
     source: str
     destination: str
     readonly: bool = False

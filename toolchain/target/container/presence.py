@@ -40,6 +40,7 @@ class ImageState:
 
 
 def engine_of(spec: TargetSpec, ui: UI | None = None) -> Engine:
+    """The engine a container target spec names, with the recipe's engine arguments."""
     return Engine(ENGINES[spec.runtime], tuple(spec.engine_args), ui)
 
 

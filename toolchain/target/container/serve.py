@@ -41,6 +41,7 @@ BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
 
 
 def from_host(names: Sequence[str]) -> dict[str, str]:
+    """The variables of `names` this process has, to pass on into the container's server."""
     return {k: os.environ[k] for k in names if k in os.environ}
 
 
