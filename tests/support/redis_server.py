@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tests.support.registry import _die_with_parent, _free_port, start_retried, wait_until
+from tests.support.registry import ServedProcess, _die_with_parent, _free_port, start_retried, wait_until
 
 REDIS_EXE = "redis-server"
 START_TIMEOUT = 20.0
@@ -45,16 +45,12 @@ def redis_available() -> tuple[bool, str]:
 
 
 @dataclass
-class RedisServer:
+class RedisServer(ServedProcess):
     host: str
     port: int
     log: Path
     password: Optional[str] = None
     process: Optional[subprocess.Popen] = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -87,27 +83,6 @@ class RedisServer:
         if not answer.startswith(":"):
             raise RedisError(f"DBSIZE answered {answer!r}")
         return int(answer[1:])
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> None:
-        proc = self.process
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        proc.wait()
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 def _answers(store: RedisServer) -> bool:

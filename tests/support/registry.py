@@ -56,36 +56,26 @@ def registry_available(auth: bool = False) -> tuple[bool, str]:
     return True, "docker-registry is installed"
 
 
-@dataclass
-class Registry:
+class ServedProcess:
+    """What a test server started here has in common (the registry, Redis): where it listens, whether it is
+    alive, killing or stopping it (always reaped) and its log's tail. The dataclasses below give the fields."""
+
     host: str
     port: int
-    storage: Path
-    config: Path
     log: Path
-    username: Optional[str] = None
-    password: Optional[str] = None
-    process: Optional[subprocess.Popen] = field(default=None, repr=False)
+    process: Optional[subprocess.Popen]
 
     @property
     def address(self) -> str:
-        """host:port, as image references and `oras` want it."""
+        """host:port, as image references, `oras` and ccache want it."""
         return f"{self.host}:{self.port}"
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.address}"
-
-    @property
-    def auth(self) -> Optional[tuple[str, str]]:
-        """(username, password) for requests' ``auth=``, or None without auth."""
-        return (self.username, self.password) if self.username is not None and self.password is not None else None
-
     def alive(self) -> bool:
+        """The process is running."""
         return self.process is not None and self.process.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the registry now and reap it (no-op when it is gone)."""
+        """SIGKILL the server now and reap it (no-op when it is gone)."""
         proc = self.process
         if proc is None:
             return
@@ -109,10 +99,32 @@ class Registry:
         self.kill()
 
     def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the server's log ("" when unreadable)."""
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+@dataclass
+class Registry(ServedProcess):
+    host: str
+    port: int
+    storage: Path
+    config: Path
+    log: Path
+    username: Optional[str] = None
+    password: Optional[str] = None
+    process: Optional[subprocess.Popen] = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    @property
+    def auth(self) -> Optional[tuple[str, str]]:
+        """(username, password) for requests' ``auth=``, or None without auth."""
+        return (self.username, self.password) if self.username is not None and self.password is not None else None
 
 
 def _free_port(host: str) -> int:
