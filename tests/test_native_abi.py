@@ -211,7 +211,7 @@ def test_the_closures_file_list_is_read_by_range_requests_and_cached(tmp_path):
         dist = LockedDist("intel-sycl-rt", "2025.3.3", w.name, url, sha256_file(w))
         got = wheelfiles.libraries_of(dist, tmp_path / "cache", tmp_path / "deps", tmp_path / "log")
         with zipfile.ZipFile(w) as z:
-            assert got == tuple(sorted(n for n in z.namelist() if native.SO_NAME.search(n)))
+            assert got == tuple(sorted(n for n in z.namelist() if wheelfiles.SO_NAME.search(n)))
         assert any(n.endswith("/libsycl.so.8") for n in got)
         assert 0 < handler.sent < 1_000_000 < w.stat().st_size, handler.sent
         sent = handler.sent

@@ -25,6 +25,7 @@ from toolchain.core.fs import atomic_write_text
 from toolchain.core.serial import from_data, meta, to_data
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import LockedDist
+from toolchain.resolve.wheelfiles import SO_NAME
 
 if TYPE_CHECKING:
     from toolchain.core.proc import Completed
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 NATIVE_DIR = "native"  # under the cache directory
 AUDIT_VERSION = 2  # 2: RUNPATH/RPATH recorded
 ELF_MAGIC = b"\x7fELF"
-SO_NAME = re.compile(r"\.so(\.\d+)*$")
 INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
 
 

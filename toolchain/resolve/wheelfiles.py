@@ -21,9 +21,9 @@ from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
 from toolchain.errors import TransientError
 from toolchain.resolve.closure import LockedDist
-from toolchain.resolve.native import SO_NAME
 
 FILES_VERSION = 1
+SO_NAME = re.compile(r"\.so(\.\d+)*$")  # a shared object's file name (libx.so, libx.so.1.2)
 TAIL = 256 * 1024
 TIMEOUT = 60
 EOCD, EOCD64_LOCATOR = b"PK\x05\x06", b"PK\x06\x07"
