@@ -291,8 +291,8 @@ def test_a_store_that_fails_during_the_build_is_counted_and_warned_of_once(tmp_p
 
     ui = UI()
     runner_report = ccache.CacheReport("ccache", "4", 0, 1, remote_errors=report["remote_errors"])
-    first = cc.reported(runner_report, ui, "kernels@0123", "host")
-    cc.reported(runner_report, ui, "ark@4567", "host")
+    first = cc.reported(runner_report, ui, "kernels@0123", False)
+    cc.reported(runner_report, ui, "ark@4567", False)
     assert len(warned) == 1 and "failed" in warned[0] and "kernels@0123" in warned[0]
     assert (first.remote, first.remote_mode, first.remote_errors) == (f"redis://127.0.0.1:{port}", "read-only",
                                                                       report["remote_errors"])

@@ -105,14 +105,14 @@ class CompilerCache:
             self.warned.add(kind)
             ui.warn(message)
 
-    def extras(self, runtime_kind: str) -> list[Extra]:
+    def extras(self, in_container: bool) -> list[Extra]:
         """What a build must see of the compiler cache: its data directory, and its binary where the target runs it."""
         if not self.enabled:
             return []
         from toolchain.target.parts import Extra
 
         out = [Extra(DATA, self.data_dir, cache=True)]
-        if self.binary is not None and (runtime_kind == "host" or self.static):
+        if self.binary is not None and (not in_container or self.static):
             out.append(Extra(BINARY, self.binary))
         return out
 
@@ -131,13 +131,13 @@ class CompilerCache:
             "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache, **shared,
         }
 
-    def reported(self, report: CacheReport, ui: UI, what: str, runtime_kind: str) -> CacheReport:
+    def reported(self, report: CacheReport, ui: UI, what: str, in_container: bool) -> CacheReport:
         """The runner's report of one build with the store named, and the store's trouble warned of once."""
         if self.remote is None or report.launcher != "ccache":
             return report
         if report.remote_note:
             self.warn_once(ui, "unreachable", f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
-                               f"with the local cache alone{_CONTAINER_HINT if runtime_kind != 'host' else ''}")
+                               f"with the local cache alone{_CONTAINER_HINT if in_container else ''}")
         elif report.remote_errors:
             self.warn_once(ui, "errors", f"the shared compiler cache {self.remote.shown} failed {report.remote_errors} "
                                          f"request(s) while building {what} (ccache went on with the local cache; "

@@ -11,7 +11,7 @@ from toolchain.build.plan import make_plan, plan_to_dict, unprobed_plan
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
 from toolchain.console import UI, CommandResult, Grid
-from toolchain.target import make_runtime
+from toolchain.target import in_container, make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
@@ -65,7 +65,7 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
-        entry["argv"], entry["build-env"] = exact_command(plan, comp, recipe.target.runtime, cache, fact.epoch)
+        entry["argv"], entry["build-env"] = exact_command(plan, comp, in_container(recipe.target), cache, fact.epoch)
     oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
     table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python "
                       f"{plan.target.python_version or 'not probed'}, "
@@ -153,7 +153,7 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
     return Grid(title, ("component", "commit", "jobs", "describe, date, epoch", "patches", "devices"), tuple(rows))
 
 
-def exact_command(plan: Plan, cp: ComponentPlan, runtime_kind: str, cache: Path,
+def exact_command(plan: Plan, cp: ComponentPlan, container: bool, cache: Path,
                   epoch: str = "") -> tuple[list[str], dict[str, str | None]]:
     """The argv and the build env (over the target's base env) a build of `cp` runs. On the host the
     output directory is fresh per build: its random suffix shows as XXXXXXXX. `epoch`: the commit's
@@ -162,7 +162,6 @@ def exact_command(plan: Plan, cp: ComponentPlan, runtime_kind: str, cache: Path,
     from toolchain.sources.trees import SourceTrees
 
     comp = cp.component
-    container = runtime_kind != "host"
     key = SourceTrees.key(comp.commit, cp.patches, comp.subdir)
     src_root = "/toolchain/src" if container else str(cache / "trees" / key)
     src = f"{src_root}/{comp.subdir}" if comp.subdir else src_root
