@@ -161,13 +161,19 @@ def test_a_registry_is_reached_again_once_a_stop_in_the_same_process_is_over(reg
 
 
 def test_every_child_runs_in_a_process_group_and_a_cgroup_of_its_own(tmp_path):
-    show = [sys.executable, "-c", "import os; print(os.getsid(0), os.getpgid(0), os.getpid()); "
-                                  "print(open('/proc/self/cgroup').read())"]
+    # The tool moves a child into its cgroup right after it starts; on a busy machine the child may run a while
+    # before that, so where the tool makes cgroups the child waits (a bounded while) to be moved before it reports.
+    root = proc._find_cgroup_root()
+    wait = 60 if root is not None else 0
+    show = [sys.executable, "-c", "import os, sys, time; end = time.monotonic() + float(sys.argv[1])\n"
+                                  "while 'toolchain-' not in open('/proc/self/cgroup').read() and time.monotonic() < end:\n"
+                                  "    time.sleep(0.01)\n"
+                                  "print(os.getsid(0), os.getpgid(0), os.getpid()); "
+                                  "print(open('/proc/self/cgroup').read())", str(wait)]
     out = proc.run(show, capture=True).stdout.splitlines()
     sid, pgid, pid = map(int, out[0].split())
     assert sid == pgid == pid
     assert pgid != os.getpgid(0)
-    root = proc._find_cgroup_root()
     if root is not None:
         assert f"/toolchain-{os.getpid()}-{pid}" in "\n".join(out[1:])
         assert not (root / f"toolchain-{os.getpid()}-{pid}").exists(), "its cgroup was left behind"
