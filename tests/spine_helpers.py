@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ from typing import Any
 import tomlkit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shipped_demo_commit(component: str) -> str:
+    """The commit the shipped demo recipe pins for `component` (read from it, so a test never restates it)."""
+    demo = tomllib.loads((REPO_ROOT / "toolchain" / "shipped" / "recipes" / "demo.toml").read_text(encoding="utf-8"))
+    return str(demo["components"][component]["commit"])
 PACKAGES = Path(__file__).resolve().parent / "packages"
 BACKEND = PACKAGES / "_shared" / "tiny_backend.py"
 STANDIN = REPO_ROOT / "toolchain" / "demo_src" / "oneapi-standin"

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.spine_helpers import GitRepo
+from tests.spine_helpers import GitRepo, shipped_demo_commit
 from tests.support.realstack import read_toml, sha256_file
 
 pytestmark = pytest.mark.slow
 
-ARK_COMMIT = "4ed8b3ace9295c6f93ec84665179395f0712a35a"      # as the shipped demo.toml pins them
-ENGINE_COMMIT = "4545736bd5a811d9d8174ba46aed876112dbd274"
+ENGINE_COMMIT = shipped_demo_commit("engine")  # as the shipped demo.toml pins them
+ARK_COMMIT = shipped_demo_commit("ark")
 MY_DEMO = '''\
 description = "my demo: the shipped demo with my own patches"
 extends = "demo"
