@@ -411,7 +411,7 @@ def test_every_runtime_keeps_the_runtime_protocol(mode, engine, image, tmp_path,
     with runtime as rt:
         assert rt.describe() == {"host": "host", "fresh": f"{engine} container (image {image})",
                                  "exec": f"{engine} container {spec.container}"}[mode]
-        info, watch = rt.probe_watch()
+        info, watch = rt.probe_inputs()
         assert info == rt.probe()
         assert info.runtime == spec.runtime
         assert info.python_tag.startswith("cp")

@@ -308,9 +308,9 @@ def test_a_pyenv_shims_probe_is_remembered_until_what_chooses_its_interpreter_ch
     probes = []
 
     class Counting(HostRuntime):
-        def probe_watch(self):
+        def probe_inputs(self):
             probes.append(1)
-            return super().probe_watch()
+            return super().probe_inputs()
 
     def probe() -> object:
         runtime = Counting(TargetSpec(python=str(shim)))

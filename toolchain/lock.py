@@ -196,13 +196,31 @@ def patch_from_dict(d: dict[str, Any]) -> Patch:
 
 
 
+LOCK_HEADER = "# Written by toolchain; do not edit (hashes are verified).\n"
+
+
 def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False) -> Path:
     """Write `stack.lock.toml` and its PEP 751 `pylock.toml` into `out_dir`, each atomically; returns the lock's path."""
     path = out_dir / LOCK_NAME
-    atomic_write_text(path, "# Written by toolchain; do not edit (hashes are verified).\n"
-                      + tomlio.dumps(to_dict(lock)))
+    atomic_write_text(path, lock_text(lock))
     atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock, bundled_deps=bundled_deps))
     return path
+
+
+def lock_text(lock: Lock) -> str:
+    """`stack.lock.toml`'s text, exactly as `write_lock` writes it."""
+    return LOCK_HEADER + tomlio.dumps(to_dict(lock))
+
+
+def lock_file_says(path: Path, lock: Lock) -> bool:
+    """Whether the file at `path` holds exactly the text `write_lock` writes for `lock` (a regular file, read
+    without following a link or blocking on a FIFO)."""
+    from toolchain.core.fs import read_regular
+
+    try:
+        return read_regular(path) == lock_text(lock).encode("utf-8")
+    except OSError:
+        return False
 
 
 def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:

@@ -19,11 +19,12 @@ from toolchain.core.probe_memo import remembered
 from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
 from toolchain.core.serial import Data, from_data, to_table
-from toolchain.errors import ToolError
+from toolchain.core.proc import merge_env
+from toolchain.errors import RecipeError, ToolError
 from toolchain.recipe.model import Component, InputFile, Patch, Recipe
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.patches import applied_at
-from toolchain.target.facts import TargetInfo, ToolchainInfo
+from toolchain.target.facts import TargetInfo, ToolchainInfo, probe_dists, probe_inputs, sys_path_env
 from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
 
 if TYPE_CHECKING:
@@ -93,7 +94,8 @@ def component_env(recipe: Recipe, comp: Component) -> dict[str, str | None]:
 
 
 def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | None], target: TargetInfo,
-              toolchain: ToolchainInfo, inputs: tuple[InputFile, ...] | None = None) -> str:
+              toolchain: ToolchainInfo, inputs: tuple[InputFile, ...] | None = None,
+              against: tuple[tuple[str, str], ...] = ()) -> str:
     """Covers what changes the wheel: source (commit, subdir, patches, pre-fetched deps), command, build env
     and the toolchain fingerprint. Not the URL (a mirror serves the same commits) nor secret values."""
     material = {
@@ -107,7 +109,8 @@ def cache_key(comp: Component, patches: tuple[Patch, ...], env: dict[str, str | 
         "toolchain": [toolchain.oneapi_version, toolchain.cmplr_root, toolchain.env_diff_sha256],
     }
     if comp.built_against:  # (only then: the keys of every other component stay as they were)
-        material["built-against"] = list(comp.built_against)
+        versions = dict(against)  # the versions its build environment has (`built_against_versions`)
+        material["built-against"] = [[n, versions[n]] if n in versions else n for n in comp.built_against]
     inputs = component_inputs(comp, env) if inputs is None else inputs
     if inputs:  # (the same: only a component with input files gets a new key)
         material["inputs"] = [(i.label, i.sha256) for i in inputs]
@@ -154,7 +157,9 @@ def make_plan(recipe: Recipe, runtime: BuildRuntime, *, log_dir: Path | None = N
             continue
         env = component_env(recipe, comp)
         inputs = component_inputs(comp, env)
-        key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info, inputs)
+        against = () if missing else built_against_versions(
+            runtime, recipe.target.python, comp.built_against, {**tenv.as_dict(), **env}, memo_dir, ident)
+        key = "" if missing else cache_key(comp, comp.patches, env, target, tenv.info, inputs, against)
         comps.append(ComponentPlan(comp, tuple(env.items()), key,
                                    component_jobs(recipe, comp, env, resources, user_env), inputs=inputs))
     return Plan(recipe, target, tenv.info, tenv, tuple(comps), missing, resources=resources)
@@ -215,7 +220,8 @@ def component_jobs(recipe: Recipe, comp: Component, env: dict[str, str | None], 
 
 
 def probe_target(runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, object] | None) -> TargetInfo:
-    """What the target offers (python, platform, ...), taken from the memo while its identity is unchanged."""
+    """What the target offers (python, platform, ...), taken from the memo while its identity (the interpreter,
+    the variables that shape its sys.path) is unchanged and every input the probe reported is as it was."""
     if ident is None:
         return runtime.probe()
     python = str(ident["python"])
@@ -223,10 +229,35 @@ def probe_target(runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, 
     chooses = [str(p) for p in wrapper] if isinstance(wrapper, list) else []
 
     def compute() -> tuple[dict[str, Data], list[str]]:
-        info, watch = runtime.probe_watch()
-        return to_table(info), [*watch, python, *chooses]
+        info, inputs = runtime.probe_inputs()
+        return to_table(info), [*inputs, python, *chooses]
 
-    return from_data(TargetInfo, remembered(memo_dir, "probe", ident, compute))
+    identity = {**ident, "sys-path-env": sys_path_env(runtime.base_env())}
+    return from_data(TargetInfo, remembered(memo_dir, "probe", identity, compute))
+
+
+def built_against_versions(runtime: BuildRuntime, python: str, names: tuple[str, ...], env: Mapping[str, str | None],
+                           memo_dir: Path | None, ident: dict[str, object] | None) -> tuple[tuple[str, str], ...]:
+    """The version of each of `names` the component's build environment (`env` over the target's: setvars'
+    PYTHONPATH and the component's env included) has installed ("" for none): in the cache key, so a wheel
+    built against another torch is never served. Remembered while the environment is the same and every path
+    the probe read (sys.path, .pth files, each distribution's metadata) is unchanged."""
+    if not names:
+        return ()
+    full = sorted((k, v) for k, v in merge_env(runtime.base_env(), env).items() if k not in IGNORED)
+    identity = None if ident is None else {"target": ident, "names": list(names),
+                                           "env": sha256_bytes(json.dumps(full).encode())}
+
+    def compute() -> tuple[dict[str, str], list[str]]:
+        r = runtime.run([python, runtime.script("interpreter.py"), *names], env=env, capture=True, check=False)
+        if r.returncode != 0:
+            raise RecipeError(f"target.python: {python!r} does not run in the build environment "
+                              f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
+                              hint="check the PYTHON* variables setvars and the recipe's env set")
+        return probe_dists(r.stdout), [*probe_inputs(r.stdout), *([str(ident["python"])] if ident else [])]
+
+    found = remembered(memo_dir, "built-against", identity, compute)
+    return tuple((n, str(found.get(n, ""))) for n in names)
 
 
 class _SavedSetvars(TypedDict):
@@ -235,6 +266,7 @@ class _SavedSetvars(TypedDict):
     info: dict[str, Data]  # ToolchainInfo's fields
     diff: list[list[str | None]]  # [name, value or None (unset)]
     banner: str
+    sourced: list[str]  # every file setvars sourced
 
 
 def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, object] | None,
@@ -250,19 +282,23 @@ def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | No
 
     def compute() -> tuple[_SavedSetvars, list[str] | None]:
         t = capture(recipe, runtime, log=log)
+        # its inputs: setvars, every file it sourced (reported by the wrapped `source` and `.`), its folder and
+        # each folder in it (real setvars globs them: <component>/latest/env/vars.sh) and the compiler whose
+        # banner is the version (a file rewritten in place leaves its folder's stat as it was)
         root = Path(setvars).parent
-        watch: list[str] | None = [setvars, str(root)] + [str(p) for p in root.iterdir()] if root.is_dir() \
-            else [setvars]
-        if t.info.cmplr_root and watch is not None:  # icpx too: its banner is the version, and a file
-            # rewritten in place leaves its folder's stat as it was
-            watch += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin", f"{t.info.cmplr_root}/bin/icpx"]
+        inputs: list[str] | None = [setvars, *t.sourced, str(root)]
+        if root.is_dir() and inputs is not None:
+            inputs += [str(p) for p in root.iterdir()]
+        if t.info.cmplr_root and inputs is not None:
+            inputs += [t.info.cmplr_root, f"{t.info.cmplr_root}/bin", f"{t.info.cmplr_root}/bin/icpx"]
         if any(is_secret(k) for k, _ in t.diff):
-            watch = None  # setvars exported a secret: never write it to the cache
-        return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner}, watch
+            inputs = None  # setvars exported a secret: never write it to the cache
+        return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner,
+                "sourced": list(t.sourced)}, inputs
 
     saved = remembered(memo_dir, "setvars", identity, compute)
     return ToolchainEnv(from_data(ToolchainInfo, saved["info"]), tuple((str(k), v) for k, v in saved["diff"]),
-                        saved["banner"])
+                        saved["banner"], tuple(saved.get("sourced", ())))
 
 
 @record

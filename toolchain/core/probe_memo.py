@@ -1,11 +1,14 @@
-"""Remembered answers of slow probes (the target interpreter, the sourced oneAPI environment), valid while
-the files and directories they depend on are unchanged: one `stat` each, compared by `stat_key` (device,
-inode, size, mtime and ctime in ns, mode). The ctime is what a program cannot set back: a file rewritten in
-place with its size and mtime restored (`touch -d`, `os.utime`, disk rot repaired by a copy) has a new one.
+"""Remembered answers of slow probes (the target interpreter, the sourced oneAPI environment, the host's
+runtimes, ...). Like ccache's direct mode or ninja's depfiles, the probe itself reports every input it
+consulted (a file read, a folder listed, a path found absent), and the memo records that list with one
+`stat_key` each (device, inode, size, mtime and ctime in ns, mode); a lookup re-checks all of them, and a
+change to any of them runs the probe again. What is not a file (the environment variables that shape the
+answer) is part of the memo's identity. The ctime is what a program cannot set back: a file rewritten in place
+with its size and mtime restored (`touch -d`, `os.utime`, disk rot repaired by a copy) has a new one.
 
-A warm no-op build must not pay for starting interpreters and sourcing setvars again; a `pip install` into
-the target (the site-packages directory changes) or a new oneAPI version (its directory changes) makes the
-next build probe again."""
+A warm no-op build must not pay for starting interpreters and sourcing setvars again; what the probe read
+changed (a `pip install`, a .pth or METADATA edited, a file setvars sources rewritten) makes the next build
+probe again."""
 
 from __future__ import annotations
 
@@ -32,25 +35,26 @@ def stat_key(path: str | os.PathLike[str]) -> list[int] | None:
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
                compute: Callable[[], tuple[T, Iterable[str] | None]]) -> T:
-    """`compute()` returns (value, paths it depends on); the value must come back from JSON as it went in
-    (str, int, bool, lists and str-keyed dicts of those), since a remembered one is read from JSON.
-    Paths of None mean: use the value but do not remember it (e.g. it holds a secret). A remembered value is
-    taken only from a file of this user's that no one else can write (`_read`)."""
+    """`compute()` returns (value, every path it read the value from: its inputs); the value must come back
+    from JSON as it went in (str, int, bool, lists and str-keyed dicts of those), since a remembered one is
+    read from JSON. Inputs of None mean: use the value but do not remember it (e.g. it holds a secret). A
+    remembered value is taken only from a file of this user's that no one else can write (`_read`), and only
+    while every input it records has the stat_key it had when the value was computed."""
     if memo_dir is None or identity is None:
         return compute()[0]
     key = sha256_bytes(json.dumps([kind, identity], sort_keys=True).encode())[:24]
     path = Path(memo_dir) / f"{kind}-{key}.json"
     saved = _read(path)
     try:
-        if saved is not None and all(stat_key(p) == s for p, s in saved["watch"].items()):
+        if saved is not None and all(stat_key(p) == s for p, s in saved["inputs"].items()):
             found: T = saved["value"]  # written by the branch below from a value of the same T
             return found
     except (KeyError, TypeError, AttributeError):
         pass
-    value, watch = compute()
-    if watch is None:
+    value, inputs = compute()
+    if inputs is None:
         return value
-    atomic_write_text(path, json.dumps({"value": value, "watch": {p: stat_key(p) for p in sorted(set(watch))}}))
+    atomic_write_text(path, json.dumps({"value": value, "inputs": {p: stat_key(p) for p in sorted(set(inputs))}}))
     return value
 
 
@@ -74,4 +78,4 @@ def _read(path: Path) -> dict[str, Any] | None:
         saved = json.loads(read_regular(path, owned=True))
     except (OSError, ValueError):
         return None
-    return saved if isinstance(saved, dict) and isinstance(saved.get("watch"), dict) else None
+    return saved if isinstance(saved, dict) and isinstance(saved.get("inputs"), dict) else None

@@ -62,6 +62,41 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
     return verdicts.with_host_provides(audits, report)
 
 
+def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv | None, cache_dir: Path,
+                     ui: UI) -> tuple[WheelAudit, ...]:
+    """`audit_native` of `lock` (its native and host tables left out), remembered on the host like every probe:
+    its identity is what it audits (the lock's every other value: wheels and closure by sha256, the recipe's
+    [native], the toolchain) and the PATH its loader probe runs with; its inputs are every path the audit's
+    verdicts read besides those (the loader cache, the system library folders, setvars' library folders, the
+    shipped policy). A base image's or a container's audit is never remembered (their libraries are not here)."""
+    if lock.base is not None or recipe.target.runtime != "host":
+        return audit_native(lock, out, recipe, toolchain, cache_dir, ui)
+    import dataclasses
+    import json
+    import os
+
+    from toolchain.core.fs import sha256_bytes
+    from toolchain.core.probe_memo import remembered
+    from toolchain.core.serial import from_data, to_table
+    from toolchain.lock import to_dict
+
+    bare = to_dict(dataclasses.replace(lock, native=(), host={}))
+    identity = {"lock": sha256_bytes(json.dumps(bare, sort_keys=True, default=str).encode()),
+                "sourced": toolchain is not None, "path": os.environ.get("PATH", "")}
+
+    def compute() -> tuple[list[dict[str, object]], list[str]]:
+        from toolchain.resolve import native
+        from toolchain.resolve.policy import POLICY_FILE
+
+        audits = audit_native(lock, out, recipe, toolchain, cache_dir, ui)
+        dirs = native.library_dirs(toolchain.as_dict()) if toolchain is not None else []
+        return ([to_table(a) for a in audits],
+                [native.LOADER_CACHE, *native.SYSTEM_LIB_DIRS, *dirs, str(POLICY_FILE)])
+
+    found = remembered(cache_dir / "memo", "native-audit", identity, compute)
+    return tuple(from_data(WheelAudit, d) for d in found)
+
+
 def audit_closure(lock: Lock, cache_dir: Path, ui: UI) -> None:
     """Where the closure's files were fetched anyway (a bundle made --with-deps): their own shared objects are
     read and each soname they need gets a verdict (the lock's recorded policy); a missing one is a warning,

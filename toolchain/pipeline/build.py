@@ -19,8 +19,8 @@ from toolchain.core.fs import give_to_invoking_user
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
 from toolchain.errors import BuildError, TestFailed
-from toolchain.lock import LOCK_NAME, Lock, assemble_lock, read_lock, write_lock
-from toolchain.pipeline.audit import audit_native
+from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, read_lock, write_lock
+from toolchain.pipeline.audit import remembered_audit
 from toolchain.pipeline.outdir import (
     check_dir,
     check_out_dir,
@@ -124,25 +124,18 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                                          for b in built])
         for note in closure.notes:
             ui.warn(note)
-    elif closure is None and options.resolve:
-        closure = _recorded_closure(previous, plan, built)
-        if closure is not None:  # nothing it was resolved from changed: a warm no-op starts no resolver
-            for note in closure.notes:
-                ui.warn(note)
-        else:
-            from toolchain.resolve.run import resolve_built
+    elif closure is None and options.resolve:  # (never the out folder's lock's: that file is checked, not trusted)
+        from toolchain.resolve.run import resolve_built
 
-            closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
-                                                           b.built_against) for b in built], options.cache_dir, logs, ui)
+        closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
+                                                       b.built_against) for b in built], options.cache_dir, logs, ui)
     lock = assemble_lock(plan, built, closure, base)
-    if previous is not None and previous.host and dataclasses.replace(previous, native=(), host={}) == lock:
-        lock = previous  # nothing changed: the box and the native audit it records stand (a warm no-op);
-        # a lock of an older version (no [host]) is audited and written once
-    else:
-        from toolchain.target.hostfacts import gather
+    # the box and the native audit, as a cold build finds them: each a remembered probe re-checking its inputs
+    from toolchain.target.hostfacts import gather
 
-        lock = dataclasses.replace(lock, host=to_table(gather(memo_dir=options.cache_dir / "memo"), kebab=True),
-                                   native=audit_native(lock, out, recipe, plan.toolchain_env, options.cache_dir, ui))
+    lock = dataclasses.replace(lock, host=to_table(gather(memo_dir=options.cache_dir / "memo"), kebab=True))
+    lock = dataclasses.replace(lock, native=remembered_audit(lock, out, recipe, plan.toolchain_env,
+                                                             options.cache_dir, ui))
     if expect is not None:
         differences = rebuild_differences(expect, lock)
         if differences:
@@ -155,6 +148,10 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
     same = previous if previous is not None and previous == lock else None
+    if same is not None and not lock_file_says(path, lock):  # equal as read back, not as written: a comment,
+        # an unknown key or a value read leniently was edited (its mtime kept or not): the lock is written again
+        ui.warn(f"{path} is not the lock this build writes (edited or damaged): written again")
+        same = None
     pylock = pylock_sha256(out)
     if same is not None and not pylock_agrees(out, pylock):
         ui.warn(f"{out / 'pylock.toml'} does not agree with {path.name} (edited, damaged or missing): written "
@@ -239,11 +236,3 @@ def _standin_note(setvars: str) -> str:
             f"the real oneAPI: point [toolchain] setvars at /opt/intel/oneapi/setvars.sh")
 
 
-def _recorded_closure(previous: Lock | None, plan: Plan, built: list[BuiltComponent]) -> Closure | None:
-    """The closure `previous` records, when it was resolved from exactly what this build has: the same recipe
-    (its [resolve] table), target and built wheels (names, sha256, what they were built against) — the lock
-    this build would write with that closure is `previous` itself. `toolchain lock` resolves again on demand."""
-    if previous is None or previous.closure is None:
-        return None
-    bare = dataclasses.replace(previous, native=(), host={})
-    return previous.closure if assemble_lock(plan, built, previous.closure) == bare else None

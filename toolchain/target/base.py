@@ -60,8 +60,8 @@ class BuildRuntime(Place, Protocol):
 
     def toolchain_path(self, setvars: str, recipe_dir: Path) -> str: ...
     def probe(self) -> TargetInfo: ...
-    def probe_watch(self) -> tuple[TargetInfo, list[str]]:
-        """The probe, and the paths whose change would change its answer."""
+    def probe_inputs(self) -> tuple[TargetInfo, list[str]]:
+        """The probe, and every path it read its answer from (a remembered answer is valid while none changes)."""
         ...
     def identity(self) -> dict[str, object] | None:
         """What a remembered probe depends on; None: probe every time."""

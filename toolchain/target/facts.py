@@ -5,7 +5,9 @@ the target). The plan carries them; the lock records them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict
+from typing import Any
 
 from toolchain.core.record import record
 
@@ -39,14 +41,35 @@ class TargetInfo:
         return {k: v for k, v in asdict(self).items() if k != "container"}
 
 
+# The environment variables that shape an interpreter's sys.path (and so what it finds installed): part of the
+# identity of a remembered probe, beside the paths it reports having read (`probe_inputs`).
+SYS_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONSAFEPATH",
+                 "PYTHONPLATLIBDIR", "PYTHONEXECUTABLE", "VIRTUAL_ENV", "HOME")
+
+
+def sys_path_env(env: Mapping[str, str | None]) -> list[list[str]]:
+    """The values of SYS_PATH_VARS in `env` (set ones only), for a remembered probe's identity."""
+    return [[k, v] for k in sorted(set(SYS_PATH_VARS)) if (v := env.get(k)) is not None]
+
+
+def _answer(probe_stdout: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(probe_stdout.strip().splitlines()[-1])
+    return found
+
+
 def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
     """The probe's answer (toolchain/scripts/interpreter.py's last line, JSON) as a `TargetInfo`."""
-    data = json.loads(probe_stdout.strip().splitlines()[-1])
-    data.pop("executable", None)
-    data.pop("watch", None)
+    data = _answer(probe_stdout)
+    for reported in ("executable", "inputs", "dists", "watch"):
+        data.pop(reported, None)
     return TargetInfo(runtime=kind, python=python, **data, **extra)
 
 
-def watch_dirs(probe_stdout: str) -> list[str]:
-    """The directories whose change would change the probe's answer (its `watch`)."""
-    return list(json.loads(probe_stdout.strip().splitlines()[-1]).get("watch", []))
+def probe_inputs(probe_stdout: str) -> list[str]:
+    """Every path the probe read its answer from (its `inputs`: sys.path, .pth and metadata files)."""
+    return [str(p) for p in _answer(probe_stdout).get("inputs", [])]
+
+
+def probe_dists(probe_stdout: str) -> dict[str, str]:
+    """The versions of the distributions the probe was asked for ("" for one not installed)."""
+    return {str(k): str(v or "") for k, v in _answer(probe_stdout).get("dists", {}).items()}

@@ -21,7 +21,7 @@ from toolchain.core.probe_memo import stat_key
 from toolchain.core.proc import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
-from toolchain.target.facts import TargetInfo, target_info, watch_dirs
+from toolchain.target.facts import TargetInfo, probe_inputs, target_info
 
 if TYPE_CHECKING:
     from toolchain.target.base import Interpreter
@@ -67,16 +67,16 @@ class HostRuntime:
                    check=check, timeout=timeout, verbose=verbose)
 
     def probe(self) -> TargetInfo:
-        return self.probe_watch()[0]
+        return self.probe_inputs()[0]
 
-    def probe_watch(self) -> tuple[TargetInfo, list[str]]:
-        """The probe, and the directories whose change would change its answer (site-packages)."""
+    def probe_inputs(self) -> tuple[TargetInfo, list[str]]:
+        """The probe, and every path it read its answer from (sys.path, .pth and metadata files)."""
         r = self.run([self.spec.python, self.script("interpreter.py")], capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
                               hint="set [target] python to an interpreter that exists, e.g. \"python3\"")
-        return target_info(self.kind, self.spec.python, r.stdout), watch_dirs(r.stdout)
+        return target_info(self.kind, self.spec.python, r.stdout), probe_inputs(r.stdout)
 
     def script(self, name: str) -> str:
         """The package's own file, in place."""

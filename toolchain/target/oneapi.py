@@ -1,7 +1,9 @@
 """The toolchain environment: source oneAPI `setvars.sh` under bash inside the target and keep the difference.
 
-`bash -c` is used only around `source`, with the script path and its arguments passed as positional
-arguments, never formatted into the script text.
+`bash -c` is used only around `source` (toolchain/scripts/setvars.bash, whose text is the `-c` argument), with
+the script path and its arguments passed as positional arguments, never formatted into the script text. That
+script wraps `source` and `.` so every file sourced while setvars runs is reported (`ToolchainEnv.sourced`):
+the inputs a remembered capture re-checks.
 """
 
 from __future__ import annotations
@@ -24,15 +26,6 @@ if TYPE_CHECKING:
     from toolchain.target.base import BuildRuntime, Place
 
 MARK = "\0__TOOLCHAIN_SETVARS__\0"
-SOURCE_SCRIPT = (
-    'set +u\n'
-    'env -0\n'
-    'printf "\\0__TOOLCHAIN_SETVARS__\\0"\n'
-    'script="$1"; shift\n'
-    'source "$script" "$@" 1>&2 || { rc=$?; echo "setvars: $script exited with $rc" >&2; exit $rc; }\n'
-    'printf "\\0__TOOLCHAIN_SETVARS__\\0"\n'
-    'env -0\n'
-)
 IGNORED = frozenset({"_", "OLDPWD", "SHLVL", "PWD"})  # what a shell changes between two runs of one command
 VERSION_RE = Regex(r"Compiler\s+(\d{4}\.\d+(?:\.\d+)*)")
 
@@ -44,6 +37,7 @@ class ToolchainEnv:
     info: ToolchainInfo
     diff: tuple[tuple[str, str | None], ...]  # variables set (or, None, unset) by setvars
     banner: str = ""
+    sourced: tuple[str, ...] = ()  # every file setvars sourced (absolute, as the target sees it), in order
 
     def as_dict(self) -> dict[str, str | None]:
         return dict(self.diff)
@@ -73,7 +67,9 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
             f"{recipe.path.name}: toolchain.setvars: {setvars} does not exist in the {runtime.describe()}",
             hint="install the oneAPI Base Toolkit there, or set [toolchain] setvars to your setvars.sh "
                  "(or <version>/oneapi-vars.sh); use setvars = \"\" for a recipe without compiled kernels")
-    argv = ["bash", "-c", SOURCE_SCRIPT, "toolchain-setvars", setvars, *spec.setvars_args]
+    from toolchain import scripts
+
+    argv = ["bash", "-c", scripts.path("setvars.bash").read_text(), "toolchain-setvars", setvars, *spec.setvars_args]
     r = runtime.run(argv, capture=True, check=False)  # logged below, once the secrets setvars sets are known
     parts = r.stdout.split(MARK)
     known = {**os.environ, **runtime.base_env(), **(_parse_env(parts[2]) if len(parts) == 3 else {})}
@@ -81,7 +77,8 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "a", encoding="utf-8") as f:
-            f.write(f"$ {display(argv)}\n{output}# exit {r.returncode}\n")
+            shown = [*argv[:2], "<toolchain/scripts/setvars.bash>", *argv[3:]]
+            f.write(f"$ {display(shown)}\n{output}# exit {r.returncode}\n")
     if r.returncode != 0 or len(parts) != 3:
         raise BuildError(f"sourcing {setvars} {' '.join(spec.setvars_args)} failed (exit {r.returncode}) "
                          f"in the {runtime.describe()}:\n{output[-2000:]}",
@@ -98,7 +95,8 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
                                          for k, v in sorted(diff.items(), key=lambda kv: kv[0])).encode())
     info = ToolchainInfo(setvars=setvars, setvars_args=spec.setvars_args, oneapi_version=version,
                          cmplr_root=cmplr_root or "", env_diff_sha256=fingerprint)
-    return ToolchainEnv(info, tuple(sorted(diff.items())), banner)
+    sourced = tuple(dict.fromkeys(p for p in parts[1].split("\0") if p))
+    return ToolchainEnv(info, tuple(sorted(diff.items())), banner, sourced)
 
 
 def compiler_version(runtime: Place, diff: Mapping[str, str | None]) -> tuple[str, str]:

@@ -157,7 +157,7 @@ class ContainerRuntimeBase(abc.ABC):
         """Containers are probed every time (an image or a running container can change under the same name)."""
         return None
 
-    def probe_watch(self) -> tuple[TargetInfo, list[str]]:
+    def probe_inputs(self) -> tuple[TargetInfo, list[str]]:
         return self.probe(), []
 
     def probe(self) -> TargetInfo:
