@@ -199,10 +199,14 @@ def patch_from_dict(d: dict[str, Any]) -> Patch:
 LOCK_HEADER = "# Written by toolchain; do not edit (hashes are verified).\n"
 
 
-def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False) -> Path:
-    """Write `stack.lock.toml` and its PEP 751 `pylock.toml` into `out_dir`, each atomically; returns the lock's path."""
+def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False, memo_dir: Path | None = None) -> Path:
+    """Write `stack.lock.toml` and its PEP 751 `pylock.toml` into `out_dir`, each atomically; returns the lock's
+    path (`memo_dir`: the text's sha256 remembered there, for the next build's check of it, `lock_file_says`)."""
     path = out_dir / LOCK_NAME
-    atomic_write_text(path, lock_text(lock))
+    text = lock_text(lock)
+    atomic_write_text(path, text)
+    if memo_dir is not None:
+        _text_sha256(to_dict(lock), memo_dir, text)
     atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock, bundled_deps=bundled_deps))
     return path
 
@@ -212,15 +216,42 @@ def lock_text(lock: Lock) -> str:
     return LOCK_HEADER + tomlio.dumps(to_dict(lock))
 
 
-def lock_file_says(path: Path, lock: Lock) -> bool:
+def lock_file_says(path: Path, lock: Lock, memo_dir: Path | None = None) -> bool:
     """Whether the file at `path` holds exactly the text `write_lock` writes for `lock` (a regular file, read
-    without following a link or blocking on a FIFO)."""
-    from toolchain.core.fs import read_regular
+    without following a link or blocking on a FIFO): a lock edited in --out, whatever its mtime says, is not.
+    With `memo_dir`, the text's sha256 is remembered there by the data it writes (a warm build imports no TOML
+    writer)."""
+    from toolchain.core.fs import read_regular, sha256_bytes
 
     try:
-        return read_regular(path) == lock_text(lock).encode("utf-8")
+        found = read_regular(path)
     except OSError:
         return False
+    if memo_dir is None:
+        return found == lock_text(lock).encode("utf-8")
+    return sha256_bytes(found) == _text_sha256(to_dict(lock), memo_dir)
+
+
+def _text_sha256(data: dict[str, Any], memo_dir: Path, text: str | None = None) -> str:
+    """The sha256 of the lock text `data` is written as, remembered by `repr(data)` while the writer (tomli-w,
+    core/toml.py, this module) is the same file (`text`: the one just written)."""
+    import importlib.util
+
+    from toolchain.core.fs import sha256_bytes
+    from toolchain.core.probe_memo import remembered
+
+    spec = importlib.util.find_spec("tomli_w")
+    writer = [spec.origin, tomlio.__file__, __file__] if spec and spec.origin else None
+
+    def compute() -> tuple[str, list[str] | None]:
+        made = text if text is not None else LOCK_HEADER + tomlio.dumps(data)
+        return sha256_bytes(made.encode("utf-8")), writer
+
+    if text is not None:  # (just written: remember it, whatever an earlier record said)
+        from toolchain.core.probe_memo import forget
+
+        forget(memo_dir, "lock-text", {"data": sha256_bytes(repr(data).encode())})
+    return remembered(memo_dir, "lock-text", {"data": sha256_bytes(repr(data).encode())}, compute)
 
 
 def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:

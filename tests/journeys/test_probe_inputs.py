@@ -41,7 +41,7 @@ def differences(a: object, b: object, at: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted({*a, *b}) for d in differences(a.get(k), b.get(k), f"{at}.{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{at}[{i}]")]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{at}[{i}]")]
     return [] if a == b else [f"{at}: {a!r} != {b!r}"[:300]]
 
 
@@ -98,7 +98,7 @@ def test_the_built_against_package_renamed_in_the_torch_site_is_an_abi_mismatch_
     renamed = info.rename(site / "standin_torch-2.15.0+xpu.dist-info")
     metadata = renamed / "METADATA"
     metadata.write_text(metadata.read_text().replace("Version: 2.14.0+xpu", "Version: 2.15.0+xpu"))
-    warm, cold = warm_answers_as_cold(user, tmp_path, out)
+    warm, _ = warm_answers_as_cold(user, tmp_path, out)
     assert warm.returncode == 1 and "ABI" in warm.json()["error"], str(warm)
     assert "2.15.0" in warm.json()["error"], str(warm)
 

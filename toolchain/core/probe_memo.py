@@ -42,8 +42,7 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     while every input it records has the stat_key it had when the value was computed."""
     if memo_dir is None or identity is None:
         return compute()[0]
-    key = sha256_bytes(json.dumps([kind, identity], sort_keys=True).encode())[:24]
-    path = Path(memo_dir) / f"{kind}-{key}.json"
+    path = _path(memo_dir, kind, identity)
     saved = _read(path)
     try:
         if saved is not None and all(stat_key(p) == s for p, s in saved["inputs"].items()):
@@ -56,6 +55,16 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
         return value
     atomic_write_text(path, json.dumps({"value": value, "inputs": {p: stat_key(p) for p in sorted(set(inputs))}}))
     return value
+
+
+def forget(memo_dir: Path, kind: str, identity: dict[str, Any]) -> None:
+    """Drop what is remembered of `kind` for `identity` (the next lookup computes it)."""
+    _path(memo_dir, kind, identity).unlink(missing_ok=True)
+
+
+def _path(memo_dir: Path, kind: str, identity: dict[str, Any]) -> Path:
+    key = sha256_bytes(json.dumps([kind, identity], sort_keys=True).encode())[:24]
+    return Path(memo_dir) / f"{kind}-{key}.json"
 
 
 def file_sha256(memo_dir: Path | None, path: Path) -> str:

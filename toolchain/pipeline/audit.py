@@ -77,14 +77,14 @@ def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: Toolchain
 
     from toolchain.core.fs import sha256_bytes
     from toolchain.core.probe_memo import remembered
-    from toolchain.core.serial import from_data, to_table
+    from toolchain.core.serial import Data, from_data, to_table
     from toolchain.lock import to_dict
 
     bare = to_dict(dataclasses.replace(lock, native=(), host={}))
     identity = {"lock": sha256_bytes(json.dumps(bare, sort_keys=True, default=str).encode()),
                 "sourced": toolchain is not None, "path": os.environ.get("PATH", "")}
 
-    def compute() -> tuple[list[dict[str, object]], list[str]]:
+    def compute() -> tuple[list[dict[str, Data]], list[str]]:
         from toolchain.resolve import native
         from toolchain.resolve.policy import POLICY_FILE
 

@@ -148,8 +148,8 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
     same = previous if previous is not None and previous == lock else None
-    if same is not None and not lock_file_says(path, lock):  # equal as read back, not as written: a comment,
-        # an unknown key or a value read leniently was edited (its mtime kept or not): the lock is written again
+    if same is not None and not lock_file_says(path, lock, options.cache_dir / "memo"):  # equal as read back,
+        # not as written (a comment, an unknown key, a value read leniently edited, its mtime kept or not)
         ui.warn(f"{path} is not the lock this build writes (edited or damaged): written again")
         same = None
     pylock = pylock_sha256(out)
@@ -158,7 +158,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                 "again from it")
         same = None
     if same is None:
-        write_lock(lock, out)
+        write_lock(lock, out, memo_dir=options.cache_dir / "memo")
         pylock = pylock_sha256(out)
     keep = {b.wheel.file for b in built}
     for stale in ours - keep:
