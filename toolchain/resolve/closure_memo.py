@@ -5,8 +5,10 @@ The key is each built wheel's metadata (name, Requires-Dist, Requires-Python, an
 built wheel requires it; never the wheel's own hash, so a bisect step that changed no requirement reuses the
 previous closure), the recipe's [resolve] settings (with the file names in a local find-links folder), and
 the target's Python version and platform.
-An entry is the closure with every file's sha256 and when it was resolved; `toolchain lock --refresh` resolves
-again on purpose.
+An entry is the closure with every file's sha256 and when it was resolved, and the inputs the resolver read
+that the key does not name by content: each local find-links folder and every file in it, with its stat_key
+(core/probe_memo.py); an entry is taken only while all of them are unchanged (a wheel rewritten in place under
+the same name resolves again). `toolchain lock --refresh` resolves again on purpose.
 
 Cheap on purpose (a warm build takes this path): the metadata is read from the wheel's zip without the email
 parser, and nothing here imports packaging or the resolver.
@@ -18,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
@@ -30,7 +32,7 @@ from toolchain.target.facts import TargetInfo
 
 DEFAULT_MANYLINUX = "2_28"  # uv's x86_64-unknown-linux-gnu is manylinux_2_28 too
 MEMO_DIR = "closures"       # under the resolver's cache folder
-FORMAT = 1
+FORMAT = 2  # 2: the inputs with their stat_key
 
 
 def target_python(spec: ResolveSpec, target: TargetInfo) -> str:
@@ -76,6 +78,18 @@ def _local_files(link: str) -> list[str]:
         return []
 
 
+def local_inputs(spec: ResolveSpec) -> list[str]:
+    """What the resolver reads of the recipe's local find-links: each folder and every file in it."""
+    found = []
+    for link in spec.find_links:
+        if "://" in link:
+            continue
+        folder = expand_link(link)
+        found.append(folder)
+        found += [f"{folder}/{name}" for name in _local_files(link)]
+    return found
+
+
 def _required_names(built: Sequence[tuple[str, WheelMeta]]) -> set[str]:
     """The names the built wheels' Requires-Dist lines ask for (normalized)."""
     names = set()
@@ -119,10 +133,15 @@ class ClosureMemo:
         return self.dir / f"{key}.json"
 
     def get(self, key: str) -> Closure | None:
-        """The closure remembered for `key`, None for a miss (a missing, stale or unreadable file)."""
+        """The closure remembered for `key`, None for a miss (a missing, stale or unreadable file, or one of
+        the inputs it records changed)."""
+        from toolchain.core.probe_memo import stat_key
+
         try:
             data = json.loads(read_regular(self.path(key)).decode("utf-8"))  # (a FIFO there: a miss, no hang)
             if data.get("format") != FORMAT or data.get("key") != key:
+                return None
+            if not all(stat_key(p) == k for p, k in data["inputs"].items()):
                 return None
             closure = Closure.from_toml(data["resolve"], data["dependencies"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -131,9 +150,11 @@ class ClosureMemo:
             return None
         return closure
 
-    def put(self, key: str, closure: Closure) -> None:
-        """Remember the closure resolved for `key`, written atomically."""
+    def put(self, key: str, closure: Closure, inputs: Mapping[str, list[int] | None] | None = None) -> None:
+        """Remember the closure resolved for `key` with its inputs ({path: stat_key before it was resolved}),
+        written atomically."""
         self.dir.mkdir(parents=True, exist_ok=True)
         data = {"format": FORMAT, "key": key, "resolve": closure.settings(),
-                "dependencies": to_data(closure.dists, kebab=True)}
+                "dependencies": to_data(closure.dists, kebab=True),
+                "inputs": dict(sorted((inputs or {}).items()))}
         atomic_write_text(self.path(key), json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -9,10 +9,11 @@ from pathlib import Path
 from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.wheelmeta import wheel_meta
 from toolchain.console import UI
+from toolchain.core.probe_memo import stat_key
 from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
 from toolchain.resolve.closure import Closure, canonical_name
-from toolchain.resolve.closure_memo import ClosureMemo, closure_key
+from toolchain.resolve.closure_memo import ClosureMemo, closure_key, local_inputs
 from toolchain.resolve.torch_abi import Compiled, check_built_against
 from toolchain.target.facts import TargetInfo
 
@@ -32,6 +33,8 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
     metas = [(name, wheel_meta(wheel)) for name, wheel, _ in built]
     key = closure_key(spec, target, metas)
     closure = None if refresh else memo.get(key)
+    inputs = {p: stat_key(p) for p in local_inputs(spec)}  # (before the resolver reads them: a change while
+    # it runs is a change the next build sees)
     if closure is None:
         from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
 
@@ -47,7 +50,7 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
     check_built_against([Compiled(name, against) for name, _, against in built if against], closure,
                         {canonical_name(m.name): m.version for _, m in metas})
     if how.startswith("by"):  # only a closure that passed the check is kept
-        memo.put(key, closure)
+        memo.put(key, closure, inputs)
     for note in closure.notes:
         ui.warn(note)
     ui.info(f"  [green]✓[/] closure: {len(closure.dists)} dependenc{'y' if len(closure.dists) == 1 else 'ies'} "

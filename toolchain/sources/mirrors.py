@@ -162,8 +162,11 @@ class Mirrors:
             if r.returncode != 0 or len(words) != 3 or words[1] != "commit":
                 return None, None  # missing: not remembered (a fetch may bring it)
             body = rest[:-1] if rest.endswith("\n") else rest  # the content, then a newline
-            # the objects directory: a mirror removed and made again is asked again
-            return parse_commit(words[0], body), [str(mirror / "objects")]
+            # what git read the answer from beside the (immutable) object: the objects folder (a mirror removed
+            # and made again is asked again), and what can make a commit id read as another object (replace
+            # refs, loose or packed; grafts) or change how it is read (the mirror's config)
+            return parse_commit(words[0], body), [str(mirror / p) for p in (
+                "objects", "refs/replace", "packed-refs", "info/grafts", "config")]
 
         found = remembered(self.root / "meta", "commit", {"mirror": str(mirror), "commit": commit}, ask)
         if found is not None:
