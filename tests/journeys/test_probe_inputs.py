@@ -7,14 +7,19 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.journeys.test_warm_checks import build, built_then_warm, install_torch, my_recipe, rewrite_in_place
+from tests.journeys.test_warm_checks import (
+    build,
+    built_then_warm,
+    install_torch,
+    my_recipe,
+    rewrite_in_place,
+    target_venv,
+)
 from tests.spine_helpers import Result
 
 pytestmark = pytest.mark.slow
@@ -76,17 +81,6 @@ def standin(user, tmp_path: Path) -> Path:
     shutil.copytree(user.installed.package / "demo_src" / "oneapi-standin", oneapi)
     my_recipe(user, f'\n[toolchain]\nsetvars = "{oneapi / "setvars.sh"}"\n')
     return oneapi
-
-
-def target_venv(tmp_path: Path) -> tuple[Path, Path]:
-    """A venv for the target interpreter (seeing the suite's packages) and its site-packages."""
-    target = tmp_path / "home" / "target"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(target)],
-                   check=True, timeout=120)
-    python = target / "bin" / "python"
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True, timeout=60).stdout.strip())
-    return python, site
 
 
 def test_the_built_against_package_renamed_in_the_torch_site_is_an_abi_mismatch_warm_as_cold(user, tmp_path):

@@ -84,13 +84,19 @@ def install_torch(site: Path, version: str) -> None:
     (info / "RECORD").write_text("")
 
 
-def test_a_new_torch_in_the_target_interpreter_is_probed_again_rebuilt_and_locked(user, tmp_path):
+def target_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """~/target: a venv for the target interpreter (seeing the suite's packages), and its site-packages."""
     target = tmp_path / "home" / "target"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(target)],
                    check=True, timeout=120)
     python = target / "bin" / "python"
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True, timeout=60).stdout.strip())
+    return python, site
+
+
+def test_a_new_torch_in_the_target_interpreter_is_probed_again_rebuilt_and_locked(user, tmp_path):
+    python, site = target_venv(tmp_path)
     install_torch(site, "2.9.0")
     my_recipe(user, f'\n[target]\npython = "{python}"\n')
     out = tmp_path / "home" / "out"

@@ -29,35 +29,25 @@ __toolchain_where() {
       printf '%s\0' "$PWD/$name" ;;
   esac
 }
-source() {
-  [ $# -gt 0 ] && __toolchain_where "$1" >&9
-  if [ $# -eq 1 ]; then
+__toolchain_source() {  # BUILTIN FILE [ARGS...]: log FILE, then source it with the builtin
+  [ $# -gt 1 ] && __toolchain_where "$2" >&9
+  if [ $# -eq 2 ]; then  # no arguments: the caller's own (frame 2: this, the wrapper, its caller)
     local -a __toolchain_args=()
     local __toolchain_i
-    for ((__toolchain_i = BASH_ARGC[0] + BASH_ARGC[1] - 1; __toolchain_i >= BASH_ARGC[0]; __toolchain_i--)); do
+    for ((__toolchain_i = BASH_ARGC[0] + BASH_ARGC[1] + BASH_ARGC[2] - 1;
+          __toolchain_i >= BASH_ARGC[0] + BASH_ARGC[1]; __toolchain_i--)); do
       __toolchain_args+=("${BASH_ARGV[__toolchain_i]}")
     done
-    builtin source "$1" "${__toolchain_args[@]}"
+    builtin "$1" "$2" "${__toolchain_args[@]}"
     return
   fi
-  builtin source "$@"
+  builtin "$1" "${@:2}"
 }
-.() {
-  [ $# -gt 0 ] && __toolchain_where "$1" >&9
-  if [ $# -eq 1 ]; then
-    local -a __toolchain_args=()
-    local __toolchain_i
-    for ((__toolchain_i = BASH_ARGC[0] + BASH_ARGC[1] - 1; __toolchain_i >= BASH_ARGC[0]; __toolchain_i--)); do
-      __toolchain_args+=("${BASH_ARGV[__toolchain_i]}")
-    done
-    builtin . "$1" "${__toolchain_args[@]}"
-    return
-  fi
-  builtin . "$@"
-}
+source() { __toolchain_source source "$@"; }
+.() { __toolchain_source . "$@"; }
 script="$1"; shift
 builtin source "$script" "$@" 1>&2 || { rc=$?; echo "setvars: $script exited with $rc" >&2; exit $rc; }
 exec 9>&-
-unset -f source . __toolchain_where
+unset -f source . __toolchain_source __toolchain_where
 printf '\0__TOOLCHAIN_SETVARS__\0'
 env -0
