@@ -11,7 +11,7 @@ from toolchain.lock import Lock
 from toolchain.recipe.model import Recipe
 from toolchain.resolve.closure import DEPS_DIR
 from toolchain.resolve.native import WheelAudit
-from toolchain.target import make_runtime
+from toolchain.target import in_container, make_runtime
 from toolchain.target.oneapi import ToolchainEnv
 
 
@@ -69,7 +69,7 @@ def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: Toolchain
     [native], the toolchain) and the PATH its loader probe runs with; its inputs are every path the audit's
     verdicts read besides those (the loader cache, the system library folders, setvars' library folders, the
     shipped policy). A base image's or a container's audit is never remembered (their libraries are not here)."""
-    if lock.base is not None or recipe.target.runtime != "host":
+    if lock.base is not None or in_container(recipe.target):
         return audit_native(lock, out, recipe, toolchain, cache_dir, ui)
     import dataclasses
     import json
