@@ -224,13 +224,10 @@ def probe_target(runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, 
     the variables that shape its sys.path) is unchanged and every input the probe reported is as it was."""
     if ident is None:
         return runtime.probe()
-    python = str(ident["python"])
-    wrapper = ident.get("watch")  # what chooses the interpreter a wrapper (a pyenv shim) runs
-    chooses = [str(p) for p in wrapper] if isinstance(wrapper, list) else []
 
     def compute() -> tuple[dict[str, Data], list[str]]:
         info, inputs = runtime.probe_inputs()
-        return to_table(info), [*inputs, python, *chooses]
+        return to_table(info), [*inputs, *_interpreter_files(ident)]
 
     identity = {**ident, "sys-path-env": sys_path_env(runtime.base_env())}
     return from_data(TargetInfo, remembered(memo_dir, "probe", identity, compute))
@@ -254,10 +251,17 @@ def built_against_versions(runtime: BuildRuntime, python: str, names: tuple[str,
             raise RecipeError(f"target.python: {python!r} does not run in the build environment "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
                               hint="check the PYTHON* variables setvars and the recipe's env set")
-        return probe_dists(r.stdout), [*probe_inputs(r.stdout), *([str(ident["python"])] if ident else [])]
+        return probe_dists(r.stdout), [*probe_inputs(r.stdout), *(_interpreter_files(ident) if ident else [])]
 
     found = remembered(memo_dir, "built-against", identity, compute)
     return tuple((n, str(found.get(n, ""))) for n in names)
+
+
+def _interpreter_files(ident: dict[str, object]) -> list[str]:
+    """The files that choose the interpreter a probe ran: the interpreter, and what picks the one a wrapper (a
+    pyenv shim) runs (its identity's `watch`)."""
+    wrapper = ident.get("watch")
+    return [str(ident["python"]), *([str(p) for p in wrapper] if isinstance(wrapper, list) else [])]
 
 
 class _SavedSetvars(TypedDict):
