@@ -118,3 +118,24 @@ def test_the_demo_standin_sources_a_second_file_and_says_it_is_a_standin():
     sourced, _ = run_wrapper(standin, standin / "setvars.sh", "--force")
     assert sourced == [str(standin / "compiler" / "env" / "vars.sh")]
     assert "STAND-IN" in (standin / "compiler" / "env" / "vars.sh").read_text()
+
+
+def test_a_remembered_closure_is_a_miss_once_a_local_find_links_file_it_read_changes(tmp_path):
+    from toolchain.core.probe_memo import stat_key
+    from toolchain.recipe.model import ResolveSpec
+    from toolchain.resolve.closure import Closure
+    from toolchain.resolve.closure_memo import ClosureMemo, local_inputs
+
+    links = tmp_path / "wheelhouse"
+    links.mkdir()
+    wheel = links / "dep-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"one")
+    spec = ResolveSpec(indexes=(), find_links=(str(links), "https://example.invalid/links/"))
+    assert local_inputs(spec) == [str(links), str(wheel)]
+    memo = ClosureMemo(tmp_path / "resolve")
+    memo.put("k", Closure(), {p: stat_key(p) for p in local_inputs(spec)})
+    assert memo.get("k") == Closure()
+    st = wheel.stat()
+    wheel.write_bytes(b"two")  # rewritten in place under its name, its mtime put back
+    os.utime(wheel, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert memo.get("k") is None
