@@ -152,7 +152,7 @@ def test_a_file_setvars_sources_rewritten_is_sourced_again_warm_as_cold(user, tm
     assert tomllib.loads((out / "stack.lock.toml").read_text())["toolchain"]["env-diff-sha256"] != before
 
 
-@pytest.mark.parametrize("edit", ["host", "native", "comment"])
+@pytest.mark.parametrize("edit", ["host", "native", "dependency", "comment"])
 def test_the_out_lock_edited_with_its_mtime_restored_is_written_again_warm_as_cold(user, tmp_path, edit):
     my_recipe(user)
     out = tmp_path / "home" / "out"
@@ -164,6 +164,10 @@ def test_the_out_lock_edited_with_its_mtime_restored_is_written_again_warm_as_co
             'memory-total = ', 'memory-total = 1', 1)
     elif edit == "native":
         edited = text.replace("[[native]]\n", '[[native]]\n', 1).replace('role = "built"', 'role = "prebuilt"', 1)
+    elif edit == "dependency":  # the closure pins another file (a warm build used to take the out lock's closure)
+        head, _, deps = text.partition("[[dependencies]]\n")
+        deps = deps.replace('url = "file://', 'url = "https://evil.example/', 1)
+        edited = f"{head}[[dependencies]]\n{deps}"
     else:
         edited = "# planted\n" + text
     assert edited != text
@@ -172,3 +176,4 @@ def test_the_out_lock_edited_with_its_mtime_restored_is_written_again_warm_as_co
     warm, _ = warm_answers_as_cold(user, tmp_path, out)
     assert {c["source"] for c in warm.json()["components"]} == {"local-cache"}, str(warm)
     assert path.read_text() == text
+    assert "evil.example" not in warm.stdout + warm.stderr

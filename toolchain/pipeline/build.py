@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from toolchain.build.cache import WHEELS_DIR, shared_folder_warnings
 from toolchain.build.plan import Plan, make_plan
@@ -86,7 +86,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
                                  options.cache_dir / "memo")
         keep_files(plan, options.cache_dir)
         previous = previous_lock(out / LOCK_NAME)  # read once: the build writes no lock before _finish
-        plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect or previous)
+        plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
         before = wheel_names(out)
@@ -180,8 +180,9 @@ def keep_files(plan: Plan, cache_dir: Path) -> None:
 
 def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: Lock | None = None) -> Plan:
     """The plan with every prebuilt `dist==version` pinned to one file (URL and sha256) from the recipe's
-    [resolve] indexes and find-links. A lock that records the same requirement keeps its pin (a rebuild from
-    the lock takes exactly its file; a warm build asks no index); `toolchain lock` pins again."""
+    [resolve] indexes and find-links. A lock rebuilt from (`recorded`) keeps its pin (a rebuild from the lock
+    takes exactly its file); otherwise the pin is remembered in the cache like a resolved closure (a warm build
+    asks no index; the lock in --out is checked, never trusted); `toolchain lock` pins again."""
     import dataclasses
 
     from toolchain.build.plan import prebuilt_plan
@@ -199,13 +200,37 @@ def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: 
             pinned = PrebuiltFile(old.wheel.file, str(old.prebuilt["url"]), old.wheel.sha256, old.wheel.size,
                                   pre.requirement, str(old.prebuilt.get("index", "")))
         if pinned is None:
-            from toolchain.resolve.prebuilt_pin import pin_requirement
-
-            with ui.status(f"pinning the prebuilt {pre.requirement}"):
-                pinned = pin_requirement(pre.requirement, plan.recipe.resolve, plan.target,
-                                         Path(cache_dir) / "resolve", log_dir / "resolve.log", cp.name)
+            pinned = PrebuiltFile(**_remembered_pin(plan, cp.name, pre.requirement, cache_dir, log_dir, ui))
         comps.append(prebuilt_plan(cp.component, pinned))
     return dataclasses.replace(plan, components=tuple(comps))
+
+
+def _remembered_pin(plan: Plan, name: str, requirement: str, cache_dir: Path, log_dir: Path,
+                    ui: UI) -> dict[str, Any]:
+    """The file `requirement` pins (PrebuiltFile's fields), remembered by what it was pinned from (the
+    requirement, the recipe's [resolve], the target's Python and platform) with the local find-links it read
+    as inputs; a pin whose URL holds a credential is never remembered."""
+    from toolchain.core.probe_memo import remembered
+    from toolchain.core.redact import holds_secret
+    from toolchain.core.serial import to_table
+    from toolchain.resolve.closure_memo import local_inputs, target_platform, target_python
+
+    spec = plan.recipe.resolve
+    identity = {"requirement": requirement, "resolve": to_table(spec), "python": target_python(spec, plan.target),
+                "platform": target_platform(spec, plan.target)}
+
+    def compute() -> tuple[dict[str, Any], list[str] | None]:
+        from toolchain.resolve.prebuilt_pin import pin_requirement
+
+        inputs = local_inputs(spec)
+        with ui.status(f"pinning the prebuilt {requirement}"):
+            pf = pin_requirement(requirement, spec, plan.target, Path(cache_dir) / "resolve",
+                                 log_dir / "resolve.log", name)
+        found = {"file": pf.file, "url": pf.url, "sha256": pf.sha256, "size": pf.size,
+                 "requirement": pf.requirement, "index": pf.index}
+        return found, None if holds_secret(found) else inputs
+
+    return remembered(Path(cache_dir) / "memo", "prebuilt-pin", identity, compute)
 
 
 def check_job_environment(env: Mapping[str, str]) -> None:
