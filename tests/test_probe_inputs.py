@@ -51,7 +51,7 @@ def test_the_interpreter_probe_reports_sys_path_its_pth_files_and_the_metadata_i
 
     found = probe(tmp_path, "standin-torch", "absent-dist", env={"PYTHONPATH": str(other)})
     assert found["torch_version"] == "2.9.0" and found["torch_xpu"] == "20250301"
-    assert found["dists"] == {"standin-torch": "2.14.0+xpu", "absent-dist": ""}
+    assert found["dists"] == {"standin-torch": "2.14.0+xpu", "absent-dist": None}
     inputs = set(found["inputs"])
     assert {str(site), str(site / "__editable__.torch-2.9.0.pth"), str(develop), str(other)} <= inputs
     assert {str(egg / "PKG-INFO"), str(develop / "torch" / "version.py"), str(built_against / "METADATA")} <= inputs

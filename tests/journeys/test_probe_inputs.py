@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -177,3 +179,32 @@ def test_the_out_lock_edited_with_its_mtime_restored_is_written_again_warm_as_co
     assert {c["source"] for c in warm.json()["components"]} == {"local-cache"}, str(warm)
     assert path.read_text() == text
     assert "evil.example" not in warm.stdout + warm.stderr
+
+
+def test_a_build_requirement_gone_from_the_target_fails_warm_as_cold(user, tmp_path):
+    import importlib.util
+
+    specs = [importlib.util.find_spec(n) for n in ("pip", "setuptools", "wheel")]  # (found, not imported)
+    packages = [Path(str(spec.origin)).parent for spec in specs if spec is not None]
+    assert len(packages) == 3
+
+    target = tmp_path / "home" / "target"  # a venv that sees only the build requirements (folder `tools`, a .pth)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True, timeout=120)
+    (site,) = (target / "lib").glob("python*/site-packages")
+    tools = tmp_path / "home" / "tools"
+    for where in packages:
+        shutil.copytree(where, tools / where.name)
+        (info,) = where.parent.glob(f"{where.name}-*.dist-info")
+        shutil.copytree(info, tools / info.name)
+    for extra in ("_distutils_hack", "distutils-precedence.pth"):  # (setuptools' own distutils)
+        found = packages[1].parent / extra
+        (shutil.copytree if found.is_dir() else shutil.copy)(found, tools / extra)
+    (site / "tools.pth").write_text(f"import site; site.addsitedir({str(tools)!r})\n")
+    my_recipe(user, f'\n[target]\npython = "{target / "bin" / "python"}"\n')
+    out = tmp_path / "home" / "out"
+    built_then_warm(user, out)
+
+    (info,) = tools.glob("setuptools-*.dist-info")
+    info.rename(tools / "setuptools-gone")  # `pip uninstall setuptools` left its package behind
+    warm, _ = warm_answers_as_cold(user, tmp_path, out)
+    assert warm.returncode == 1 and "build requirements missing" in warm.json()["error"], str(warm)

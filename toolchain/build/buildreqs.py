@@ -54,6 +54,19 @@ def check_build_requires(ws: Workspace, python: str, src: str, what: str, log: P
     if not missing and key is not None:
         with _LOCK:
             _FOUND.add(key)
+    raise_missing(missing, what, python)
+
+
+def check_recorded_requires(reqs: list[str], versions: Mapping[str, str | None], python: str, what: str) -> None:
+    """The check `check_build_requires` makes, for a cached wheel's recorded build requirements, with the
+    versions a remembered probe found (`plan.installed_versions`): a warm build answers as a cold one would."""
+    from toolchain.scripts.build_requires import missing
+
+    raise_missing(missing(reqs, versions.get), what, python)
+
+
+def raise_missing(missing: list[str], what: str, python: str) -> None:
+    """BuildError naming the missing build requirements and the pip command that installs them (none: nothing)."""
     if missing:
         wants = missing  # for want of wheel: a setuptools that needs none (see CHECK)
         if any(re.match(r"\s*wheel\b", m, re.I) for m in missing):

@@ -300,7 +300,7 @@ _BUILT_AGAINST = _table_of({"name": _text, "version": _text, "cxx11-abi": _text}
 # the optional fields a build reads back from an entry (build/stack.py), each with the type it must have
 META_FIELDS: dict[str, Callable[[object], bool]] = {
     "build_seconds": _number, "stored": _number, "jobs": _count, "jobs_source": _text, "version": _text,
-    "describe": _text, "component": _text, "commit": _text, "normalizations": _texts,
+    "describe": _text, "component": _text, "commit": _text, "normalizations": _texts, "build_requires": _texts,
     "built_against": lambda v: isinstance(v, list) and all(
         _BUILT_AGAINST(d) and isinstance(d, dict) and "name" in d and "version" in d for d in v),
     "compiler_cache": _table_of({"launcher": _text, "version": _text, "hits": _count, "misses": _count,

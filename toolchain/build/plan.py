@@ -7,7 +7,7 @@ plan` also reads what the local mirrors say of each pinned commit (`source_facts
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -237,15 +237,23 @@ def built_against_versions(runtime: BuildRuntime, python: str, names: tuple[str,
                            memo_dir: Path | None, ident: dict[str, object] | None) -> tuple[tuple[str, str], ...]:
     """The version of each of `names` the component's build environment (`env` over the target's: setvars'
     PYTHONPATH and the component's env included) has installed ("" for none): in the cache key, so a wheel
-    built against another torch is never served. Remembered while the environment is the same and every path
-    the probe read (sys.path, .pth files, each distribution's metadata) is unchanged."""
+    built against another torch is never served."""
+    found = installed_versions(runtime, python, names, env, memo_dir, ident)
+    return tuple((n, found.get(n) or "") for n in names)
+
+
+def installed_versions(runtime: BuildRuntime, python: str, names: Sequence[str], env: Mapping[str, str | None],
+                       memo_dir: Path | None, ident: dict[str, object] | None) -> dict[str, str | None]:
+    """{name: version, None where not installed} as `python` finds them with `env` over the target's
+    environment (toolchain/scripts/interpreter.py NAME...). Remembered while that environment is the same and
+    every path the probe read (sys.path, .pth files, each distribution's metadata) is unchanged."""
     if not names:
-        return ()
+        return {}
     full = sorted((k, v) for k, v in merge_env(runtime.base_env(), env).items() if k not in IGNORED)
     identity = None if ident is None else {"target": ident, "names": list(names),
                                            "env": sha256_bytes(json.dumps(full).encode())}
 
-    def compute() -> tuple[dict[str, str], list[str]]:
+    def compute() -> tuple[dict[str, str | None], list[str]]:
         r = runtime.run([python, runtime.script("interpreter.py"), *names], env=env, capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {python!r} does not run in the build environment "
@@ -253,8 +261,7 @@ def built_against_versions(runtime: BuildRuntime, python: str, names: tuple[str,
                               hint="check the PYTHON* variables setvars and the recipe's env set")
         return probe_dists(r.stdout), [*probe_inputs(r.stdout), *(_interpreter_files(ident) if ident else [])]
 
-    found = remembered(memo_dir, "built-against", identity, compute)
-    return tuple((n, str(found.get(n, ""))) for n in names)
+    return remembered(memo_dir, "installed", identity, compute)
 
 
 def _interpreter_files(ident: dict[str, object]) -> list[str]:

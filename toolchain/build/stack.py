@@ -279,6 +279,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
                                      "could not be read back", hint="check the cache directory's disk")
                 source = "built"
     cached = source != "built"
+    if cached and entry.meta.get("build_requires"):
+        _check_recorded_requires(plan, cp, runtime, list(entry.meta["build_requires"]), options)
     describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
     if cached:
         _log_from_cache(log, entry, f"downloaded from {remote.settings.url}" if source == "remote-cache" and remote else "",
@@ -361,7 +363,7 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
 def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirrors: Mirrors, trees: SourceTrees,
                       cache: WheelCache, options: BuildOptions, log: Path, ui: UI,
                       cc: CompilerCache) -> None:
-    from toolchain.build.buildreqs import check_build_requires
+    from toolchain.build.buildreqs import check_build_requires, declared_requires
     from toolchain.build.built_against import probe_built_against
     from toolchain.build.frontend import backend_call, check_as_pip
     from toolchain.build.metrics import RUNNER, RUNNER_FILE, measured_argv, read_result
@@ -393,6 +395,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             argv = [_fill(a, python=python, src=src, out=ws.out) for a in comp.command]
             here = tree / comp.subdir if comp.subdir else tree
             check_build_requires(ws, python, src, what, log, tree=here, identity=runtime.identity())
+            requires = declared_requires(here)  # (recorded: a build served from the cache checks them again)
             call = backend_call(comp.command, here)  # pip's one build call, without pip (build/frontend.py)
             run_argv = call.argv(python, ws.extras[RUNNER], src, ws.out, argv) if call else argv
             _log_decisions(log, cc, cp)
@@ -428,11 +431,27 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             "version": version,
             "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
             "built_against": [to_table(b, kebab=True) for b in against],
+            **({"build_requires": requires} if requires else {}),
             "compiler_cache": to_table(report, kebab=True), "metrics": to_table(metrics, kebab=True),
             "jobs": cp.jobs.jobs if cp.jobs else 0, "jobs_source": cp.jobs.source if cp.jobs else "",
         }, log=log)
     finally:
         shutil.rmtree(out_tmp, ignore_errors=True)
+
+
+def _check_recorded_requires(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, reqs: list[str],
+                             options: BuildOptions) -> None:
+    """A wheel served from the cache: its recorded build requirements checked in the target interpreter as a
+    cold build checks them before compiling (the versions found by a remembered probe, whose inputs are the
+    interpreter's sys.path and each requirement's metadata), so a build requirement removed since is exit 1
+    warm as cold."""
+    from toolchain.build.buildreqs import check_recorded_requires
+    from toolchain.build.plan import installed_versions
+    from toolchain.scripts.build_requires import names
+
+    python = plan.recipe.target.python
+    found = installed_versions(runtime, python, names(reqs), {}, Path(options.cache_dir) / "memo", runtime.identity())
+    check_recorded_requires(reqs, found, python, f"{cp.name}@{cp.component.commit[:12]}")
 
 
 def _log_decisions(log: Path, cc: CompilerCache, cp: ComponentPlan) -> None:

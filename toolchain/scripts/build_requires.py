@@ -1,6 +1,8 @@
 """The build requirements a source tree declares (`build-system.requires` of its pyproject.toml) that the
 interpreter running this has not installed, one a line (none: nothing printed). Requirements with environment
-markers are not checked (too rare in build requirements to evaluate here).
+markers are not checked (too rare in build requirements to evaluate here). `missing()` is also the rule the
+package applies to the versions a remembered probe found (a warm build's check of a cached wheel's
+requirements, toolchain/build/buildreqs.py): importlib.metadata is imported only where this runs as a file.
 
     python build_requires.py SOURCE_DIR
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from importlib import metadata
+from collections.abc import Callable
 
 TABLE_RE = re.compile(r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]", re.S)
 NAME_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -26,27 +28,36 @@ def declared(text: str) -> list[str]:
     return [str(r) for r in reqs]
 
 
-def release(name: str) -> tuple[int, ...] | None:
-    try:
-        parts = re.findall(r"\d+", metadata.version(name))[:2]
-    except metadata.PackageNotFoundError:
-        return None
-    return tuple(int(p) for p in parts)
+def names(reqs: list[str]) -> list[str]:
+    """The distribution names `missing` reads a version of for `reqs`."""
+    found = [m.group(1) for r in reqs if ";" not in r and (m := NAME_RE.match(r))]
+    return [*found, "setuptools"] if any(n.lower() == "wheel" for n in found) else found
 
 
-def missing(reqs: list[str]) -> list[str]:
+def missing(reqs: list[str], version: Callable[[str], str | None]) -> list[str]:
+    """The requirements of `reqs` not installed, by `version(name)` (None: not installed)."""
     out = []
     for req in reqs:
         name = NAME_RE.match(req)
         if ";" in req or not name:
             continue
-        if name.group(1).lower() == "wheel" and (release("setuptools") or (0,)) >= (70, 1):
-            continue  # setuptools 70.1 builds wheels itself (bdist_wheel): the wheel package is not imported
-        try:
-            metadata.distribution(name.group(1))
-        except metadata.PackageNotFoundError:
+        if name.group(1).lower() == "wheel":
+            parts = re.findall(r"\d+", version("setuptools") or "")[:2]
+            if tuple(int(p) for p in parts) >= (70, 1):
+                continue  # setuptools 70.1 builds wheels itself (bdist_wheel): the wheel package is not imported
+        if version(name.group(1)) is None:
             out.append(req)
     return out
+
+
+def installed(name: str) -> str | None:
+    """The installed version of `name` in this interpreter (None: not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.distribution(name).version or ""
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def main(src: str) -> None:
@@ -55,7 +66,7 @@ def main(src: str) -> None:
         return
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    print("\n".join(missing(declared(text))))
+    print("\n".join(missing(declared(text), installed)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The target's interpreter, as a build records it: Python version and wheel tag, platform, pip, and the torch
 build (read from torch/version.py, not by importing torch: that takes seconds on an XPU build); with NAME
-arguments, the installed version of each distribution named (`dists`: "" for one not installed). Prints one
+arguments, the installed version of each distribution named (`dists`: null for one not installed). Prints one
 JSON object; `inputs` lists every path the answer was read from, so a remembered answer is valid while none of
 them changes: the sys.path this interpreter computed (PYTHONPATH, .pth files, the user site) and each of its
 entries, the site folders and the .pth files in them, pyvenv.cfg, and the metadata file (METADATA / PKG-INFO)
@@ -30,10 +30,15 @@ INPUTS: set[str] = set()  # every path the answer was read from
 
 def version(name: str) -> str:
     """The installed version of distribution `name` ("" if none); its metadata file is an input."""
+    return installed(name) or ""
+
+
+def installed(name: str) -> str | None:
+    """The installed version of distribution `name` (None: not installed); its metadata file is an input."""
     try:
         dist = metadata.distribution(name)
     except Exception:
-        return ""
+        return None
     where = getattr(dist, "_path", None)  # the .dist-info / .egg-info folder (a PathDistribution's)
     if where is not None:
         where = os.path.abspath(str(where))
@@ -82,7 +87,7 @@ def path_inputs() -> set[str]:
 def main(names: list[str]) -> None:
     impl = sys.implementation.name
     torch_version, torch_xpu = torch_build()
-    dists = {n: version(n) for n in names}
+    dists = {n: installed(n) for n in names}
     INPUTS.update(path_inputs())
     print(json.dumps({
         "python_version": "{}.{}.{}".format(*sys.version_info[:3]),

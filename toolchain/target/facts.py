@@ -70,6 +70,6 @@ def probe_inputs(probe_stdout: str) -> list[str]:
     return [str(p) for p in _answer(probe_stdout).get("inputs", [])]
 
 
-def probe_dists(probe_stdout: str) -> dict[str, str]:
-    """The versions of the distributions the probe was asked for ("" for one not installed)."""
-    return {str(k): str(v or "") for k, v in _answer(probe_stdout).get("dists", {}).items()}
+def probe_dists(probe_stdout: str) -> dict[str, str | None]:
+    """The versions of the distributions the probe was asked for (None for one not installed)."""
+    return {str(k): None if v is None else str(v) for k, v in _answer(probe_stdout).get("dists", {}).items()}
