@@ -11,6 +11,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -24,15 +25,16 @@ class NotRegular(OSError):
 
 def read_regular(path: Path, *, owned: bool = False) -> bytes:
     """The bytes of `path`, a regular file, opened without following a symbolic link and without blocking (a
-    FIFO planted in a cache would hang a plain open); `owned`: a file this user owns that no one else can
-    write, else NotRegular (a shared folder's file another user could have planted or may change)."""
+    FIFO planted in a cache would hang a plain open); `owned`: trusted by the cache's rule (core/trust.py:
+    owned by this user or root, writable by nobody else unless the cache is declared shared), else an OSError."""
+    if owned:
+        from toolchain.core.trust import read_trusted
+
+        return read_trusted(path)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegular(f"not a regular file: {path}")
-        if owned and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
-            raise NotRegular(f"not this user's own file: {path}")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read()
     finally:
@@ -104,17 +106,20 @@ class DigestMismatch(Exception):
         self.path, self.actual, self.expected = path, actual, expected
 
 
-def atomic_copy_verified(src: Path, dst: Path, sha256: str) -> None:
-    """Copy `src` to `dst` (temp then rename), hashing the bytes as they stream: when they do not hash to
-    `sha256`, `dst` is left as it was and DigestMismatch is raised. One read of `src`, no second pass."""
+def atomic_copy_verified(src: Path | BinaryIO, dst: Path, sha256: str) -> None:
+    """Copy `src` (a path, or a file opened for reading) to `dst` (temp then rename), hashing the bytes as they
+    stream: when they do not hash to `sha256`, `dst` is left as it was and DigestMismatch is raised. One read
+    of `src`, no second pass."""
     h = hashlib.sha256()
     with _replacing(dst) as tmp:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        with contextlib.ExitStack() as stack:
+            fin = stack.enter_context(open(src, "rb")) if isinstance(src, (str, os.PathLike)) else src
+            fout = stack.enter_context(open(tmp, "wb"))
             for block in iter(lambda: fin.read(1 << 20), b""):
                 h.update(block)
                 fout.write(block)
         if h.hexdigest() != sha256:
-            raise DigestMismatch(src, h.hexdigest(), sha256)
+            raise DigestMismatch(Path(str(getattr(src, "name", src))), h.hexdigest(), sha256)
 
 
 def publish_dir(tmp_dir: Path, final: Path) -> bool:

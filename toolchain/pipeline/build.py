@@ -18,6 +18,7 @@ from toolchain.core import blobs
 from toolchain.core.fs import give_to_invoking_user
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
+from toolchain.core.trust import declare_shared_group
 from toolchain.errors import BuildError, TestFailed
 from toolchain.lock import LOCK_NAME, Lock, assemble_lock, read_lock, write_lock
 from toolchain.pipeline.audit import audit_native
@@ -63,6 +64,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     ours = check_out_dir(out)
     check_dir(options.cache_dir, "cache directory")
+    declare_shared_group(recipe.cache.shared_group)
     for warning in shared_folder_warnings(options.cache_dir):
         ui.warn(warning)
     if remote is not None and options.use_cache:

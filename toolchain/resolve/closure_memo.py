@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
-from toolchain.core.fs import atomic_write_text, read_regular
+from toolchain.core.fs import atomic_write_text
 from toolchain.core.serial import to_data
+from toolchain.core.trust import read_trusted
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, canonical_name
 from toolchain.target.facts import TargetInfo
@@ -109,7 +110,7 @@ def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str
 
 class ClosureMemo:
     """Resolved closures by key, one JSON file each (written atomically: a kill or a concurrent run leaves a
-    whole entry or none). A damaged entry is a miss."""
+    whole entry or none). A damaged entry, or one the cache's trust rule refuses (core/trust.py), is a miss."""
 
     def __init__(self, resolve_cache: Path) -> None:
         self.dir = resolve_cache / MEMO_DIR
@@ -121,7 +122,7 @@ class ClosureMemo:
     def get(self, key: str) -> Closure | None:
         """The closure remembered for `key`, None for a miss (a missing, stale or unreadable file)."""
         try:
-            data = json.loads(read_regular(self.path(key)).decode("utf-8"))  # (a FIFO there: a miss, no hang)
+            data = json.loads(read_trusted(self.path(key)).decode("utf-8"))  # (a FIFO, another user's file: a miss)
             if data.get("format") != FORMAT or data.get("key") != key:
                 return None
             closure = Closure.from_toml(data["resolve"], data["dependencies"])
