@@ -25,6 +25,7 @@ from toolchain.pipeline.audit import audit_native
 from toolchain.pipeline.outdir import (
     check_dir,
     check_out_dir,
+    holding_out_dir,
     mark_out_dir,
     previous_lock,
     pylock_agrees,
@@ -40,6 +41,7 @@ from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import inherits_environment, make_runtime
 
 if TYPE_CHECKING:
+    from toolchain.build.remote import RemoteCache
     from toolchain.target.baseenv import BaseEnv
 
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
@@ -57,14 +59,21 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock |
 def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
                            closure: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
-    out = options.out_dir
-    logs = out / "logs"
     if inherits_environment(recipe.target):  # the build inherits this environment: its job counts checked first
         check_job_environment(os.environ)
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
-    ours = check_out_dir(out)
     check_dir(options.cache_dir, "cache directory")
     declare_shared_group(recipe.cache.shared_group)
+    with holding_out_dir(options.out_dir, options.cache_dir, ui):  # one build at a time writes into `out`
+        return _build_into(recipe, options, ui, remote, expect, closure)
+
+
+def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCache | None, expect: Lock | None,
+                closure: Closure | None) -> tuple[Lock, list[BuiltComponent]]:
+    """build_stack_components, holding the output folder's lock."""
+    out = options.out_dir
+    logs = out / "logs"
+    ours = check_out_dir(out)
     for warning in shared_folder_warnings(options.cache_dir):
         ui.warn(warning)
     if remote is not None and options.use_cache:
