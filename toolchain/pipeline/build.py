@@ -62,6 +62,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     if inherits_environment(recipe.target):  # the build inherits this environment: its job counts checked first
         check_job_environment(os.environ)
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
+    check_out_dir(options.out_dir)  # a folder that is not the tool's: refused before anything is written
     check_dir(options.cache_dir, "cache directory")
     declare_shared_group(recipe.cache.shared_group)
     with holding_out_dir(options.out_dir, options.cache_dir, ui):  # one build at a time writes into `out`
@@ -73,7 +74,7 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCac
     """build_stack_components, holding the output folder's lock."""
     out = options.out_dir
     logs = out / "logs"
-    ours = check_out_dir(out)
+    ours = check_out_dir(out)  # (again, holding the lock: what the last build into it left)
     for warning in shared_folder_warnings(options.cache_dir):
         ui.warn(warning)
     if remote is not None and options.use_cache:
