@@ -66,16 +66,21 @@ def as_nobody_write(dest: Path, data: bytes) -> None:
     assert dest.stat().st_uid == NOBODY
 
 
+def warmed(user, tmp_path: Path) -> tuple[Path, Path, dict[str, str], dict]:
+    """A cold build and a warm one of the user's demo recipe: the cache, the out folder, its wheels and its lock."""
+    home = tmp_path / "home"
+    cache, out = home / "cache", home / "out"
+    my_recipe(user)
+    built_then_warm(user, out)
+    return cache, out, wheels_of(out), tomllib.loads((out / "stack.lock.toml").read_text())
+
+
 def open_to_all(cache: Path) -> None:
     subprocess.run(["chmod", "-R", "o+w", str(cache)], check=True, timeout=60)
 
 
 def test_another_uid_swapping_a_wheel_and_its_entry_in_a_cache_others_can_write_changes_nothing(user, tmp_path):
-    home = tmp_path / "home"
-    cache, out = home / "cache", home / "out"
-    my_recipe(user)
-    built_then_warm(user, out)
-    real = wheels_of(out)
+    cache, out, real, _ = warmed(user, tmp_path)
     open_to_all(cache)
     meta_file = next(e for e in cache.glob("wheels/*/*/entry.json") if "demo_engine" in e.read_text())
     meta = json.loads(meta_file.read_text())
@@ -102,12 +107,7 @@ def test_another_uid_swapping_a_wheel_and_its_entry_in_a_cache_others_can_write_
 
 
 def test_native_and_closure_records_another_uid_planted_are_ignored(user, tmp_path):
-    home = tmp_path / "home"
-    cache, out = home / "cache", home / "out"
-    my_recipe(user)
-    built_then_warm(user, out)
-    real = wheels_of(out)
-    real_lock = tomllib.loads((out / "stack.lock.toml").read_text())
+    cache, _, real, real_lock = warmed(user, tmp_path)
     open_to_all(cache)
     natives = sorted(cache.glob("native/*.json"))
     closures = sorted(cache.glob("resolve/closures/*.json"))
@@ -140,12 +140,7 @@ def test_native_and_closure_records_another_uid_planted_are_ignored(user, tmp_pa
 
 
 def test_a_fifo_at_a_native_record_or_at_the_out_marker_is_no_hang(user, tmp_path):
-    home = tmp_path / "home"
-    cache, out = home / "cache", home / "out"
-    my_recipe(user)
-    built_then_warm(user, out)
-    real = wheels_of(out)
-    real_lock = tomllib.loads((out / "stack.lock.toml").read_text())
+    cache, out, real, real_lock = warmed(user, tmp_path)
     record = sorted(p for p in cache.glob("native/*.json") if not p.name.startswith("files-"))[0]
     record.unlink()
     os.mkfifo(record)

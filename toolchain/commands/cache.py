@@ -90,20 +90,15 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from toolchain.build.retention import parse_age, prune
+    from toolchain.build.retention import prune
 
     if args.remote is None:
         return _prune_local(args, ui)
     if args.keep_size is not None:
         raise UsageError("--keep-size is for the local cache (without --remote); the remote one keeps --keep N "
                          "entries per component")
-    if args.older_than is None and args.keep is None:
-        raise UsageError("say what to keep: --older-than AGE (e.g. 30d), --keep N (per component), or both",
-                         hint="toolchain cache prune --remote --older-than 30d --keep 3 --dry-run")
-    try:
-        older_than = parse_age(args.older_than) if args.older_than is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--older-than: {exc}") from None
+    older_than, _ = _rule(args.older_than, "--keep N (per component)", args.keep, int,
+                          "--remote --older-than 30d --keep 3")
     if args.keep is not None and args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give a number of entries per component, 0 or more")
     from toolchain.build.remote import Registry
@@ -128,24 +123,34 @@ def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, summary, (table,) if removed else ())
 
 
+def _rule(older_than: str | None, keep_flag: str, keep: Any, parse_keep: Callable[[Any], Any],
+          example: str) -> tuple[float | None, Any]:
+    """A prune's rule from its options: --older-than AGE in seconds and the keep option parsed (None: not given);
+    neither given, or one not understood: a usage error (exit 2) with an example."""
+    from toolchain.build.retention import parse_age
+
+    if older_than is None and keep is None:
+        raise UsageError(f"say what to keep: --older-than AGE (e.g. 30d), {keep_flag}, or both",
+                         hint=f"toolchain cache prune {example} --dry-run")
+    try:
+        return (parse_age(older_than) if older_than is not None else None,
+                parse_keep(keep) if keep is not None else None)
+    except ValueError as exc:
+        raise UsageError(f"--older-than / {keep_flag.split(maxsplit=1)[0]}: {exc}",
+                         hint=f"toolchain cache prune {example} --dry-run") from None
+
+
 def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     """`cache prune` without --remote: the local wheel cache's entries by age and total size."""
-    from toolchain.build.retention import parse_age, prune_local
+    from toolchain.build.retention import prune_local
     from toolchain.recipe.buildspec import parse_size
 
     if args.keep is not None or args.remote_insecure or args.recipe or args.component:
         raise UsageError("--keep, --component, --recipe and --remote-insecure go with --remote",
                          hint="the local cache keeps by age and size: toolchain cache prune --older-than 30d "
                               "--keep-size 20GiB --dry-run")
-    if args.older_than is None and args.keep_size is None:
-        raise UsageError("say what to keep: --older-than AGE (e.g. 30d), --keep-size SIZE (e.g. 20GiB), or both",
-                         hint="toolchain cache prune --older-than 30d --keep-size 20GiB --dry-run")
-    try:
-        older_than = parse_age(args.older_than) if args.older_than is not None else None
-        keep_size = parse_size(args.keep_size) if args.keep_size is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--older-than / --keep-size: {exc}",
-                         hint="an age like 30d, 12h, 2w; a size like 20GiB, 500M, 1048576") from None
+    older_than, keep_size = _rule(args.older_than, "--keep-size SIZE (e.g. 20GiB)", args.keep_size, parse_size,
+                                  "--older-than 30d --keep-size 20GiB")
     cache_dir = _cache_dir(args)
     done = prune_local(cache_dir, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run, warn=ui.warn)
     for link in done.refused:
