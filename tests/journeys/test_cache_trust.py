@@ -231,3 +231,33 @@ def test_output_errors_are_output_errors(user, tmp_path, extra):
     else:
         assert r2.returncode == 141 and "Traceback" not in r2.stdout, r2.stdout
     assert (out / "stack.lock.toml").read_text() == lock
+
+
+def test_a_cache_written_under_umask_002_is_served_warm(user, tmp_path):
+    """What the tool writes into its cache is 0644 whatever the umask: a group-writable entry of its own would
+    otherwise be refused by the rule and rebuilt at every build."""
+    my_recipe(user)
+    out = tmp_path / "home" / "out"
+    argv = [str(user.installed.toolchain), "build", "--recipe", "mine", "--out", str(out), "--json"]
+    for expected in ("built", "local-cache"):
+        r = subprocess.run(["bash", "-c", 'umask 002 && exec "$@"', "bash", *argv], cwd=user.cwd, env=user.env,
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        assert {c["source"] for c in json.loads(r.stdout)["components"]} == {expected}, r.stderr
+
+
+def test_a_cache_declared_shared_with_a_group_serves_what_that_group_can_write(user, tmp_path):
+    cache, out, real, _ = warmed(user, tmp_path)
+    my_recipe(user, '[cache]\nshared-group = "nogroup"\n')
+    build(user, out)  # (the recipe changed: its lock is written again)
+    subprocess.run(["chgrp", "-R", "nogroup", str(cache)], check=True, timeout=60)
+    subprocess.run(["chmod", "-R", "g+w", str(cache)], check=True, timeout=60)
+    r = build(user, out)
+    assert set(sources(r).values()) == {"local-cache"}, str(r)
+    assert "cache folder" not in r.stderr, r.stderr
+    assert wheels_of(out) == real
+    open_to_all(cache)  # writable by others too: nothing there is trusted, all rebuilt, the same wheels
+    r = build(user, out)
+    assert set(sources(r).values()) == {"built"}, str(r)
+    assert f"cache folder {cache}: it is writable by other users" in r.stderr, r.stderr
+    assert wheels_of(out) == real

@@ -188,6 +188,8 @@ class WheelCache:
             shutil.copyfile(wheel, tmp / wheel.name)
             if log is not None and log.is_file():
                 shutil.copyfile(log, tmp / "build.log")
+            for written in tmp.iterdir():  # 0644 whatever the umask (002 makes them group-writable: core/trust.py
+                os.chmod(written, 0o644)   # would refuse the entry at the next build, rebuilt every time)
             sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
             meta = dict(redact_data(meta), wheel=wheel.name, sha256=sha, size=size, stored=time.time())
             atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
