@@ -120,3 +120,16 @@ def test_one_warning_names_the_cache_folder_what_is_wrong_and_the_fix(folder: Pa
     assert shared_folder_warnings(folder)  # group-writable, and no group declared
     monkeypatch.setenv(trust.SHARED_GROUP_ENV, str(NOBODY))
     assert shared_folder_warnings(folder) == []  # writable by the declared group and nobody else
+
+
+def test_a_bisect_unbuildable_record_another_uid_wrote_is_not_remembered(folder: Path):
+    from toolchain.bisect.builder import Unbuildable
+
+    memo = folder / "bisect" / "unbuildable" / "abc.json"
+    Unbuildable("the patch does not apply").write(memo)
+    assert Unbuildable.read(memo) is not None and Unbuildable.read(memo).reason == "the patch does not apply"
+    os.chown(memo, NOBODY, NOBODY)  # (a record planted in a cache others can write: this commit is built again)
+    assert Unbuildable.read(memo) is None
+    memo.unlink()
+    os.mkfifo(memo)
+    assert Unbuildable.read(memo) is None
