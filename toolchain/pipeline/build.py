@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from toolchain.target.baseenv import BaseEnv
 
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
+_WARNED: set[str] = set()  # the cache folders this process has warned of (shared_folder_warnings)
 
 
 def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
@@ -75,8 +76,10 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCac
     out = options.out_dir
     logs = out / "logs"
     ours = check_out_dir(out)  # (again, holding the lock: what the last build into it left)
-    for warning in shared_folder_warnings(options.cache_dir):
-        ui.warn(warning)
+    if str(options.cache_dir) not in _WARNED:  # once per run (a bisect builds many times in one process)
+        _WARNED.add(str(options.cache_dir))
+        for warning in shared_folder_warnings(options.cache_dir):
+            ui.warn(warning)
     if remote is not None and options.use_cache:
         remote.warm_up()  # while the target is probed
     with make_runtime(recipe.target, ui) as runtime:
