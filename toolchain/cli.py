@@ -244,6 +244,8 @@ def _output_failed(streams: list[GuardedStream], code: int) -> int:
     """The run's exit code once its output is written: `code`, unless it is 0 and writing the output failed:
     then 141 when the reader left (a broken pipe, silent as `yes | head` is), else 1 with an ERROR line on
     stderr naming the stream and its error (the command itself finished: its files are written)."""
+    for guard in streams:
+        guard.flush()  # (what is still buffered: its failure counts too)
     failed = [g for g in streams if g.failed is not None]
     if not failed or code != 0:
         return code
