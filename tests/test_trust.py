@@ -127,7 +127,8 @@ def test_a_bisect_unbuildable_record_another_uid_wrote_is_not_remembered(folder:
 
     memo = folder / "bisect" / "unbuildable" / "abc.json"
     Unbuildable("the patch does not apply").write(memo)
-    assert Unbuildable.read(memo) is not None and Unbuildable.read(memo).reason == "the patch does not apply"
+    remembered = Unbuildable.read(memo)
+    assert remembered is not None and remembered.reason == "the patch does not apply"
     os.chown(memo, NOBODY, NOBODY)  # (a record planted in a cache others can write: this commit is built again)
     assert Unbuildable.read(memo) is None
     memo.unlink()

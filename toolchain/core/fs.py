@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import shutil
 import stat
@@ -23,22 +24,29 @@ class NotRegular(OSError):
     """A path that is not a regular file of its own (a FIFO, a device, a symbolic link) where one is read."""
 
 
-def read_regular(path: Path, *, owned: bool = False) -> bytes:
-    """The bytes of `path`, a regular file, opened without following a symbolic link and without blocking (a
-    FIFO planted in a cache would hang a plain open); `owned`: trusted by the cache's rule (core/trust.py:
-    owned by this user or root, writable by nobody else unless the cache is declared shared), else an OSError."""
-    if owned:
-        from toolchain.core.trust import read_trusted
-
-        return read_trusted(path)
+@contextlib.contextmanager
+def open_regular(path: Path) -> Iterator[tuple[io.BufferedReader, os.stat_result]]:
+    """`path` opened for reading with its stat, when it is a regular file: opened without following a final
+    symbolic link (ELOOP) and without blocking (a FIFO planted in a cache would hang a plain open), checked on
+    the opened descriptor (NotRegular); core/trust.py adds who may have written it."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegular(f"not a regular file: {path}")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    finally:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(f"{path} is not a regular file")
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+    with fh:
+        yield fh, st
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path`, a regular file (`open_regular`). What is read from the cache is read by
+    core/trust.py's `read_trusted`, which also asks who may have written it."""
+    with open_regular(path) as (fh, _):
+        return fh.read()
 
 
 def sha256_file(path: Path) -> str:

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from toolchain.core.fs import NotRegular, open_regular
+
 SHARED_GROUP_ENV = "TOOLCHAIN_CACHE_SHARED_GROUP"
 
 _declared: list[str] = []  # the recipe's [cache] shared-group for this run (declare_shared_group)
@@ -97,19 +99,16 @@ def problem(st: os.stat_result, *, folder: bool = False) -> str:
 
 @contextmanager
 def open_trusted(path: Path) -> Iterator[io.BufferedReader]:
-    """`path` opened for reading when the rule trusts it (checked on the opened descriptor), else Untrusted;
-    FileNotFoundError when absent."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    """`path` opened for reading when the rule trusts it (checked on the opened descriptor: `open_regular`),
+    else Untrusted; FileNotFoundError when absent."""
     try:
-        why = problem(os.fstat(fd))
-        if why:
-            raise Untrusted(f"{path} is not trusted: {why}")
-        fh = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    with fh:
-        yield fh
+        with open_regular(path) as (fh, st):
+            why = problem(st)
+            if why:
+                raise Untrusted(f"{path} is not trusted: {why}")
+            yield fh
+    except NotRegular as exc:
+        raise Untrusted(str(exc)) from None
 
 
 def read_trusted(path: Path) -> bytes:
