@@ -1,6 +1,6 @@
 """The one rule for what is read from the cache (wheel entries and their entry.json, native and closure
-records, remembered probes, kept file copies) and from the out folder's marker, like ssh's StrictModes and
-git's `safe.directory`. A file is trusted only when it is
+records, remembered probes, kept file copies, bisect's unbuildable records), like ssh's StrictModes and git's
+`safe.directory`. A file is trusted only when it is
 
 - a regular file, opened without following a final symbolic link and without blocking (a FIFO is a miss,
   never a hang; the checks below are made on the opened descriptor, so it cannot be swapped in between);
@@ -11,7 +11,9 @@ git's `safe.directory`. A file is trusted only when it is
 
 Anything else is `Untrusted` (an OSError): the caller treats it as a miss (re-probed, rebuilt, resolved again),
 never serves it. A cache other people can write to is shared through the OCI registry, where entries are
-verified by digest (build/remote.py), not through a folder.
+verified by digest (build/remote.py), not through a folder. The out folder's own files (its marker, pylock.toml)
+are opened the same safe way (`fs.open_regular`: no link, no FIFO), not asked who owns them: under sudo the
+out folder is handed to the user who ran it (`fs.give_to_invoking_user`).
 """
 
 from __future__ import annotations
