@@ -134,3 +134,23 @@ def test_a_bisect_unbuildable_record_another_uid_wrote_is_not_remembered(folder:
     memo.unlink()
     os.mkfifo(memo)
     assert Unbuildable.read(memo) is None
+
+
+def test_a_kept_file_copy_another_uid_owns_is_no_copy_and_is_kept_again(folder: Path, tmp_path: Path):
+    import hashlib
+
+    from toolchain.core import blobs
+
+    src = tmp_path / "0001-fix.patch"
+    src.write_bytes(b"--- a\n+++ b\n")
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    blobs.keep(folder, src, sha)
+    kept = blobs.blob_path(folder, sha)
+    assert blobs.find(folder, sha) == kept
+    os.chown(kept, NOBODY, NOBODY)
+    assert blobs.find(folder, sha) is None
+    blobs.keep(folder, src, sha)  # replaced by this user's copy
+    assert kept.stat().st_uid == os.geteuid() and blobs.find(folder, sha) == kept
+    kept.unlink()
+    os.mkfifo(kept)
+    assert blobs.find(folder, sha) is None
