@@ -6,6 +6,7 @@ error."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -120,7 +121,7 @@ def test_a_rule_that_is_not_understood_is_exit_2(tmp_path, args, says):
     cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
     r = cli("cache", "prune", "--remote", "oci://127.0.0.1:9/team", "--json", *args)
     assert r.returncode == 2 and says in r.stderr, str(r)
-    local = cli("cache", "prune", "--older-than", "30d")
+    local = cli("cache", "prune", "--keep", "3")  # (the local cache keeps by size: --keep-size)
     assert local.returncode == 2 and "--remote" in local.stderr, str(local)
 
 
@@ -147,3 +148,88 @@ def test_the_rule_keeps_undated_entries_and_a_manifest_another_kept_tag_names():
     assert not verdicts["d"].remove and "another, kept entry" in verdicts["d"].why
     keep0 = decide(entries, now, None, 0)
     assert [v.entry.key for v in keep0 if v.remove] == ["a", "c", "d"]  # --keep 0: all but the undated
+
+
+# ---- the local cache ----------------------------------------------------------------------------------------
+
+def local_entry(cache: Path, tmp: Path, key: str, component: str, days_ago: float, size: int) -> Path:
+    """One entry as a build stores it (WheelCache.put), its `stored` date set `days_ago`."""
+    from toolchain.build.cache import WheelCache
+
+    wheel = tmp / "made" / key / f"{component}-1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(b"w" * size)
+    entry = WheelCache(cache).put(key, wheel, {"component": component})
+    meta_file = entry.wheel.parent / "entry.json"
+    meta = json.loads(meta_file.read_text())
+    meta["stored"] = time.time() - days_ago * DAY
+    meta_file.write_text(json.dumps(meta))
+    return entry.wheel.parent
+
+
+@pytest.fixture
+def local(tmp_path):
+    """A local cache of three entries (40, 20 and 1 day old; 10, 20 and 30 kB) and a `cache prune` on it."""
+    cache = tmp_path / "home" / "cache"
+    made = {k: local_entry(cache, tmp_path, k, comp, age, size) for k, comp, age, size in
+            ((key(1), "kernels", 40, 10_000), (key(2), "engine", 20, 20_000), (key(3), "kernels", 1, 30_000))}
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+
+    def run(*args: object):
+        r = cli("cache", "prune", "--cache-dir", cache, "--json", *args)
+        assert r.returncode == 0, str(r)
+        return r.json()
+
+    return cache, made, run
+
+
+def test_local_prune_by_age_and_a_dry_run_that_changes_nothing(local):
+    cache, made, run = local
+    dry = run("--older-than", "30d", "--dry-run")
+    assert [r["key"] for r in dry["removed"]] == [key(1)] and dry["dry-run"] and dry["bytes-freed"] == 0
+    assert {r["key"] for r in dry["kept"]} == {key(2), key(3)}
+    assert all(p.is_dir() for p in made.values())
+    done = run("--older-than", "30d")
+    assert [r["key"] for r in done["removed"]] == [key(1)] and done["bytes-freed"] > 10_000
+    assert not made[key(1)].exists() and made[key(2)].is_dir() and made[key(3)].is_dir()
+    ls = Cli(cache.parent.parent, isolated_env(cache.parent))("cache", "ls", "--cache-dir", cache, "--json")
+    assert {e["key"] for e in ls.json()["entries"]} == {key(2), key(3)}
+
+
+def test_local_prune_keeps_the_newest_within_a_size_and_both_rules_combine(local):
+    _, made, run = local
+    both = run("--keep-size", "40kB", "--older-than", "30d", "--dry-run")  # 20d old, beyond 40 kB, but recent
+    assert [r["key"] for r in both["removed"]] == [key(1)]
+    size = run("--keep-size", "40kB")  # the 1-day-old (30 kB) fits; the 20-day-old would make it 50 kB
+    assert {r["key"] for r in size["removed"]} == {key(1), key(2)}
+    assert [r["key"] for r in size["kept"]] == [key(3)] and made[key(3)].is_dir()
+    assert not made[key(1)].exists() and not made[key(2)].exists()
+
+
+def test_local_prune_never_follows_a_symbolic_link_out_of_the_cache(local, tmp_path):
+    cache, made, run = local
+    outside = tmp_path / "outside"
+    old = local_entry(outside, tmp_path, key(9), "kernels", 400, 1000)  # an old entry in another cache
+    (cache / "wheels" / "zz").symlink_to(old.parent, target_is_directory=True)  # a fan-out folder: a link
+    (cache / "wheels" / key(1)[:2] / key(8)).symlink_to(old, target_is_directory=True)  # an entry: a link
+    done = run("--older-than", "1s")
+    assert {r["key"] for r in done["removed"]} == {key(1), key(2), key(3)}
+    assert set(done["links-not-followed"]) == {str(cache / "wheels" / "zz"), str(cache / "wheels" / key(1)[:2] / key(8))}
+    assert (old / "entry.json").is_file() and len(list(old.glob("*.whl"))) == 1  # nothing removed out there
+    # the wheels folder itself a link: nothing listed through it, nothing removed
+    for p in made.values():
+        assert not p.exists()
+    moved = tmp_path / "moved-wheels"
+    (cache / "wheels").rename(moved)
+    (cache / "wheels").symlink_to(outside / "wheels", target_is_directory=True)
+    again = run("--older-than", "1s")
+    assert again["removed"] == [] and again["links-not-followed"] == [str(cache / "wheels")]
+    assert (old / "entry.json").is_file()
+
+
+def test_local_prune_wants_a_rule(tmp_path):
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    for args, says in (((), "say what to keep"), (("--keep-size", "lots"), "is not a size"),
+                       (("--older-than", "1d", "--component", "x"), "go with --remote")):
+        r = cli("cache", "prune", "--json", *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, str(r)

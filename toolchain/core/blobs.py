@@ -9,9 +9,12 @@ checked again when taken out (a damaged copy is no copy).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 from pathlib import Path
 
-from toolchain.core.fs import DigestMismatch, atomic_copy_verified, sha256_file
+from toolchain.core import trust
+from toolchain.core.fs import DigestMismatch, atomic_copy_verified
 
 FILES_DIR = "files"
 
@@ -25,8 +28,9 @@ def keep(cache_dir: Path, src: Path, sha256: str) -> None:
     """Keep a copy of `src` (which must hash to `sha256`) unless one is kept already (a stat: a warm build
     writes nothing). A file that changed meanwhile or a cache that cannot be written keeps nothing."""
     dest = blob_path(cache_dir, sha256)
-    if dest.is_file():
-        return
+    with contextlib.suppress(OSError):
+        if not trust.problem(os.lstat(dest)):  # (one lstat: a copy the rule would refuse is replaced)
+            return
     with contextlib.suppress(DigestMismatch, OSError):
         atomic_copy_verified(src, dest, sha256)
 
@@ -37,6 +41,7 @@ def find(cache_dir: Path | None, sha256: str) -> Path | None:
         return None
     path = blob_path(cache_dir, sha256)
     try:
-        return path if path.is_file() and sha256_file(path) == sha256 else None
+        with trust.open_trusted(path) as fh:  # (core/trust.py: another user's copy, a FIFO, a link: none kept)
+            return path if hashlib.file_digest(fh, "sha256").hexdigest() == sha256 else None
     except OSError:
         return None

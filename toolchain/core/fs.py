@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -22,21 +24,29 @@ class NotRegular(OSError):
     """A path that is not a regular file of its own (a FIFO, a device, a symbolic link) where one is read."""
 
 
-def read_regular(path: Path, *, owned: bool = False) -> bytes:
-    """The bytes of `path`, a regular file, opened without following a symbolic link and without blocking (a
-    FIFO planted in a cache would hang a plain open); `owned`: a file this user owns that no one else can
-    write, else NotRegular (a shared folder's file another user could have planted or may change)."""
+@contextlib.contextmanager
+def open_regular(path: Path) -> Iterator[tuple[io.BufferedReader, os.stat_result]]:
+    """`path` opened for reading with its stat, when it is a regular file: opened without following a final
+    symbolic link (ELOOP) and without blocking (a FIFO planted in a cache would hang a plain open), checked on
+    the opened descriptor (NotRegular); core/trust.py adds who may have written it."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise NotRegular(f"not a regular file: {path}")
-        if owned and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
-            raise NotRegular(f"not this user's own file: {path}")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    finally:
+            raise NotRegular(f"{path} is not a regular file")
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+    with fh:
+        yield fh, st
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path`, a regular file (`open_regular`). What is read from the cache is read by
+    core/trust.py's `read_trusted`, which also asks who may have written it."""
+    with open_regular(path) as (fh, _):
+        return fh.read()
 
 
 def sha256_file(path: Path) -> str:
@@ -104,17 +114,20 @@ class DigestMismatch(Exception):
         self.path, self.actual, self.expected = path, actual, expected
 
 
-def atomic_copy_verified(src: Path, dst: Path, sha256: str) -> None:
-    """Copy `src` to `dst` (temp then rename), hashing the bytes as they stream: when they do not hash to
-    `sha256`, `dst` is left as it was and DigestMismatch is raised. One read of `src`, no second pass."""
+def atomic_copy_verified(src: Path | BinaryIO, dst: Path, sha256: str) -> None:
+    """Copy `src` (a path, or a file opened for reading) to `dst` (temp then rename), hashing the bytes as they
+    stream: when they do not hash to `sha256`, `dst` is left as it was and DigestMismatch is raised. One read
+    of `src`, no second pass."""
     h = hashlib.sha256()
     with _replacing(dst) as tmp:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        with contextlib.ExitStack() as stack:
+            fin = stack.enter_context(open(src, "rb")) if isinstance(src, (str, os.PathLike)) else src
+            fout = stack.enter_context(open(tmp, "wb"))
             for block in iter(lambda: fin.read(1 << 20), b""):
                 h.update(block)
                 fout.write(block)
         if h.hexdigest() != sha256:
-            raise DigestMismatch(src, h.hexdigest(), sha256)
+            raise DigestMismatch(Path(str(getattr(src, "name", src))), h.hexdigest(), sha256)
 
 
 def publish_dir(tmp_dir: Path, final: Path) -> bool:
@@ -132,12 +145,19 @@ def publish_dir(tmp_dir: Path, final: Path) -> bool:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
-    """An advisory lock (flock) that the kernel releases when the holder dies, even by kill -9."""
+def file_lock(path: Path, *, shared: bool = False, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+    """An advisory lock (flock) that the kernel releases when the holder dies, even by kill -9; `on_wait` is
+    called (to say so) when another holder makes this one wait."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, mode)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from toolchain.core.fs import atomic_write_text, read_regular, sha256_bytes, sha256_file
+from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
+from toolchain.core.trust import read_trusted
 
 T = TypeVar("T")
 
@@ -81,10 +82,10 @@ def file_sha256(memo_dir: Path | None, path: Path) -> str:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """A memo file this user wrote and no one else can change (`read_regular(owned=True)`): anything else in
-    a shared cache folder could have been planted, and is computed again (and replaced) instead of trusted."""
+    """A memo file the cache's trust rule trusts (core/trust.py `read_trusted`): anything else in a shared
+    cache folder could have been planted, and is computed again (and replaced) instead of trusted."""
     try:
-        saved = json.loads(read_regular(path, owned=True))
+        saved = json.loads(read_trusted(path))
     except (OSError, ValueError):
         return None
     return saved if isinstance(saved, dict) and isinstance(saved.get("inputs"), dict) else None

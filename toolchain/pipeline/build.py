@@ -18,12 +18,14 @@ from toolchain.core import blobs
 from toolchain.core.fs import give_to_invoking_user
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
+from toolchain.core.trust import declare_shared_group
 from toolchain.errors import BuildError, TestFailed
 from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, read_lock, write_lock
 from toolchain.pipeline.audit import remembered_audit
 from toolchain.pipeline.outdir import (
     check_dir,
     check_out_dir,
+    holding_out_dir,
     mark_out_dir,
     previous_lock,
     pylock_agrees,
@@ -39,9 +41,11 @@ from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import inherits_environment, make_runtime
 
 if TYPE_CHECKING:
+    from toolchain.build.remote import RemoteCache
     from toolchain.target.baseenv import BaseEnv
 
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
+_WARNED: set[str] = set()  # the cache folders this process has warned of (shared_folder_warnings)
 
 
 def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
@@ -56,15 +60,26 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock |
 def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
                            closure: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
-    out = options.out_dir
-    logs = out / "logs"
     if inherits_environment(recipe.target):  # the build inherits this environment: its job counts checked first
         check_job_environment(os.environ)
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
-    ours = check_out_dir(out)
+    check_out_dir(options.out_dir)  # a folder that is not the tool's: refused before anything is written
     check_dir(options.cache_dir, "cache directory")
-    for warning in shared_folder_warnings(options.cache_dir):
-        ui.warn(warning)
+    declare_shared_group(recipe.cache.shared_group)
+    with holding_out_dir(options.out_dir, options.cache_dir, ui):  # one build at a time writes into `out`
+        return _build_into(recipe, options, ui, remote, expect, closure)
+
+
+def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCache | None, expect: Lock | None,
+                closure: Closure | None) -> tuple[Lock, list[BuiltComponent]]:
+    """build_stack_components, holding the output folder's lock."""
+    out = options.out_dir
+    logs = out / "logs"
+    ours = check_out_dir(out)  # (again, holding the lock: what the last build into it left)
+    if str(options.cache_dir) not in _WARNED:  # once per run (a bisect builds many times in one process)
+        _WARNED.add(str(options.cache_dir))
+        for warning in shared_folder_warnings(options.cache_dir):
+            ui.warn(warning)
     if remote is not None and options.use_cache:
         remote.warm_up()  # while the target is probed
     with make_runtime(recipe.target, ui) as runtime:

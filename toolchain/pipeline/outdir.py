@@ -7,10 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolchain.build.cache import WHEELS_DIR
-from toolchain.core.fs import atomic_write_text, sha256_bytes
+from toolchain.console import UI
+from toolchain.core.fs import atomic_write_text, file_lock, read_regular, sha256_bytes
 from toolchain.errors import UsageError
 from toolchain.lock import LOCK_NAME, Lock, read_lock
 
@@ -38,7 +40,7 @@ def pylock_sha256(out: Path) -> str:
     from toolchain.lock import PYLOCK_NAME
 
     try:
-        return sha256_bytes((out / PYLOCK_NAME).read_bytes())
+        return sha256_bytes(read_regular(out / PYLOCK_NAME))  # (a FIFO there: "", written again)
     except OSError:
         return ""
 
@@ -52,10 +54,24 @@ def pylock_agrees(out: Path, pylock: str) -> bool:
 
 
 def _marker_text(out: Path) -> str:
+    """The marker's text, read without following a link or blocking (a FIFO there is no marker, never a hang):
+    "" when there is none that can be read."""
     try:
-        return (out / OUT_MARKER).read_text(encoding="utf-8")
+        return read_regular(out / OUT_MARKER).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return ""
+
+
+@contextlib.contextmanager
+def holding_out_dir(out: Path, cache_dir: Path, ui: UI) -> Iterator[None]:
+    """Held while a build writes into `out`: builds into one output folder (a full one and a `--component`
+    one at once) take turns, so the folder ends with one whole lock and exactly the wheels it names. The lock
+    file lives in the cache (`locks/out-<sha256 of out's real path>.lock`), not in `out`: a build refused
+    before it writes leaves no output folder behind."""
+    where = os.path.realpath(out)
+    path = cache_dir / "locks" / f"out-{sha256_bytes(where.encode())[:24]}.lock"
+    with file_lock(path, on_wait=lambda: ui.step(f"waiting for another build into {out} to finish")):
+        yield
 
 
 def _marker(text: str) -> dict[str, object]:
@@ -72,12 +88,9 @@ def check_out_dir(out: Path) -> set[str]:
     check_dir(out, "output directory")
     if not out.is_dir():
         return set()
-    marker = out / OUT_MARKER
-    if marker.is_file():
-        try:
-            return {str(w) for w in json.loads(marker.read_text(encoding="utf-8")).get("wheels", [])}
-        except (ValueError, AttributeError, UnicodeDecodeError, OSError):
-            return set()
+    if os.path.lexists(out / OUT_MARKER):  # (whatever it is: a FIFO there is read as no list, never waited on)
+        wheels = _marker(_marker_text(out)).get("wheels", [])
+        return {str(w) for w in wheels} if isinstance(wheels, list) else set()
     if (out / LOCK_NAME).is_file():  # written by a version of the tool before the marker
         try:
             return {c.wheel.file for c in read_lock(out / LOCK_NAME).components}

@@ -5,6 +5,8 @@
     push = true        # upload what this machine builds (CI does; users read by default)
     insecure = true    # this host speaks plain HTTP (an explicit opt-in, for this host only)
     timeout = 20       # seconds: a registry slower than this is skipped (one warning, a local build)
+    shared-group = "xpu-team"   # the local cache folder is shared with this group (a name or a gid): files
+                                # it can write are trusted too (core/trust.py; $TOOLCHAIN_CACHE_SHARED_GROUP)
 
 The URL never holds credentials: they come from the docker/podman auth files or the environment, so that a
 recipe (which a lock records) can be committed and shared.
@@ -27,6 +29,7 @@ DEFAULT_TIMEOUT = 20.0
 MAX_TIMEOUT = 3600.0  # an hour: a registry slower than that is no accelerator (and urllib3 refuses inf)
 # distribution's repository name grammar: path components of lower-case alphanumerics and separators
 _COMPONENT = Regex(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_GROUP = Regex(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\$?$")  # a group name (useradd's rules) or a gid
 _HOST = Regex(r"^[A-Za-z0-9.-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?$")
 
 
@@ -56,6 +59,7 @@ class CacheSpec:
     push: bool = field(default=False, metadata=key(bool))
     insecure: bool = field(default=False, metadata=key(bool))
     timeout: float = field(default=DEFAULT_TIMEOUT, metadata=key(object))  # an int or a float: checked below
+    shared_group: str = field(default="", metadata=key(str))  # the local cache's group (core/trust.py)
 
 
 CACHE_KEYS = keys_of(CacheSpec)
@@ -108,5 +112,10 @@ def cache_spec(table: Any, add_problem: Callable[[str, str], None]) -> CacheSpec
     if problem:
         add_problem("cache.timeout", problem)
         timeout = DEFAULT_TIMEOUT
+    group = table.get("shared-group", "")
+    if isinstance(group, str) and group and not _GROUP.match(group):
+        add_problem("cache.shared-group", f"must be a group name or a gid, got {group!r}")
+        group = ""
     return CacheSpec(remote=remote if isinstance(remote, str) else "",
-                     push=table.get("push") is True, insecure=table.get("insecure") is True, timeout=float(timeout))
+                     push=table.get("push") is True, insecure=table.get("insecure") is True, timeout=float(timeout),
+                     shared_group=group if isinstance(group, str) else "")

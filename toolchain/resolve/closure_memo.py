@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
-from toolchain.core.fs import atomic_write_text, read_regular
+from toolchain.core.fs import atomic_write_text
 from toolchain.core.serial import to_data
+from toolchain.core.trust import read_trusted
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, canonical_name
 from toolchain.target.facts import TargetInfo
@@ -123,7 +124,7 @@ def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str
 
 class ClosureMemo:
     """Resolved closures by key, one JSON file each (written atomically: a kill or a concurrent run leaves a
-    whole entry or none). A damaged entry is a miss."""
+    whole entry or none). A damaged entry, or one the cache's trust rule refuses (core/trust.py), is a miss."""
 
     def __init__(self, resolve_cache: Path) -> None:
         self.dir = resolve_cache / MEMO_DIR
@@ -138,7 +139,7 @@ class ClosureMemo:
         from toolchain.core.probe_memo import stat_key
 
         try:
-            data = json.loads(read_regular(self.path(key)).decode("utf-8"))  # (a FIFO there: a miss, no hang)
+            data = json.loads(read_trusted(self.path(key)).decode("utf-8"))  # (a FIFO, another user's file: a miss)
             if data.get("format") != FORMAT or data.get("key") != key:
                 return None
             if not all(stat_key(p) == k for p, k in data["inputs"].items()):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.serial import from_data, meta, to_data
+from toolchain.core.trust import read_json
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import LockedDist
 from toolchain.resolve.wheelfiles import SO_NAME
@@ -79,19 +80,26 @@ class Providers:
 def audit_wheel(path: Path, sha256: str, cache_dir: Path | None, *, dist: str = "", role: str = "") -> WheelAudit:
     """The wheel's shared objects, from the cache when this sha256 was read before."""
     cached = (cache_dir / NATIVE_DIR / f"{sha256}.json") if cache_dir is not None else None
-    if cached is not None:
-        try:
-            raw = json.loads(cached.read_text(encoding="utf-8"))
-            if raw.get("audit-version") == AUDIT_VERSION:
-                objects = tuple(from_data(SharedObject, o) for o in raw["objects"])
-                return WheelAudit(path.name, sha256, dist, role, objects)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    known = _cached_objects(cached) if cached is not None else None
+    if known is not None:
+        return WheelAudit(path.name, sha256, dist, role, known)
     objects = tuple(_read_wheel(path))
     if cached is not None:
         atomic_write_text(cached, json.dumps({"audit-version": AUDIT_VERSION, "wheel": path.name,
                                               "objects": to_data(objects)}, indent=1))
     return WheelAudit(path.name, sha256, dist, role, objects)
+
+
+def _cached_objects(cached: Path) -> tuple[SharedObject, ...] | None:
+    """The objects a native record remembers, when the cache's trust rule (core/trust.py) trusts it and it is
+    whole; None for a miss (the wheel is read again and the record replaced)."""
+    raw = read_json(cached)
+    try:
+        if isinstance(raw, dict) and raw.get("audit-version") == AUDIT_VERSION:
+            return tuple(from_data(SharedObject, o) for o in raw["objects"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
 
 
 def audit_wheels(built: Sequence[tuple[Path, str, str, str]], deps: Sequence[LockedDist], cache_dir: Path,
@@ -108,7 +116,7 @@ def audit_wheels(built: Sequence[tuple[Path, str, str, str]], deps: Sequence[Loc
 
         return audits + [WheelAudit(d.file, d.sha256, f"{d.name} {d.version}", "dependency",
                                     libraries=libraries_of(d, cache_dir, deps_dir, log)) for d in wheels]
-    todo = [d for d in wheels if not (cache_dir / NATIVE_DIR / f"{d.sha256}.json").is_file()
+    todo = [d for d in wheels if _cached_objects(cache_dir / NATIVE_DIR / f"{d.sha256}.json") is None
             and not (d.local_path() and Path(d.local_path()).is_file()) and not (deps_dir / d.file).is_file()]
     if todo:
         from toolchain.resolve.fetch import fetch_dists

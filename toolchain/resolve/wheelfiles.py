@@ -19,6 +19,7 @@ from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
+from toolchain.core.trust import read_json
 from toolchain.errors import TransientError
 from toolchain.resolve.closure import LockedDist
 
@@ -38,12 +39,9 @@ def libraries_of(dist: LockedDist, cache_dir: Path, deps_dir: Path, log: Path) -
     """The paths in `dist`'s wheel whose names are those of shared objects (`.so`, `.so.N`), from the cache,
     the local file, or the remote central directory."""
     cached = cached_path(cache_dir, dist.sha256)
-    try:
-        raw = json.loads(cached.read_text(encoding="utf-8"))
-        if raw.get("files-version") == FILES_VERSION:
-            return tuple(str(n) for n in raw["libraries"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    raw = read_json(cached)  # (trusted only as core/trust.py says: else listed again and replaced)
+    if isinstance(raw, dict) and raw.get("files-version") == FILES_VERSION and isinstance(raw.get("libraries"), list):
+        return tuple(str(n) for n in raw["libraries"])
     local = next((p for p in (Path(dist.local_path()) if dist.local_path() else None, deps_dir / dist.file)
                   if p is not None and p.is_file()), None)
     names = _names(zipfile.ZipFile(local)) if local is not None else _remote_names(dist, deps_dir, log)
