@@ -24,6 +24,7 @@ from toolchain.image.base import Interpreter, Replaced
 from toolchain.image.compat import check_wheels
 from toolchain.image.layer import LOCK_PATH, entries, stage, write_layer
 
+
 def _engine(engine: str, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([engine, *args], env=containers_env(), capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
@@ -114,49 +115,65 @@ def test_overlay_lock_image_replaces_the_base_distribution_reproducibly(stack_im
                   "ls -d /opt/stack/lib/python3.11/site-packages/demo_ark_lib-*.dist-info/*")
     gone = [p for p in old.split() if Path(p).name in ("REQUESTED", "direct_url.json")]
     assert gone, old
-    assert sorted("/" + w.replace(".wh.", "") for w in first["layer"]["whiteouts"]) == sorted(gone), first
+    whited = sorted("/" + w.replace(".wh.", "") for w in first["layer"]["whiteouts"])
+    assert set(gone) <= set(whited), (gone, whited)
+    # each whiteout names what the base holds (the old bytecode too); in the image none of them is left
+    _podman("run", "--rm", "--network=none", stack_image, "ls", "-d", *whited)
     run = _podman("run", "--rm", "--network=none", "localhost/i42-overlay:a", "sh", "-c",
-                  f"{STACK_PYTHON} -m pip check; {STACK_PYTHON} -c 'import demo_ark, demo_engine'; "
-                  f"ls /opt/stack/lib/python3.11/site-packages/demo_ark_lib-*.dist-info/")
-    assert "No broken requirements found." in run and "REQUESTED" not in run and "RECORD" in run, run
+                  f"ls /opt/stack/lib/python3.11/site-packages/demo_ark_lib-*.dist-info/; ls -d {' '.join(whited)}; "
+                  f"echo listed; {STACK_PYTHON} -m pip check; {STACK_PYTHON} -c 'import demo_ark, demo_engine'")
+    assert "No broken requirements found." in run and "RECORD" in run and "listed" in run, run
+    assert not [w for w in whited if w in run], run
     _podman("rmi", "localhost/i42-overlay:a")
 
 
 @pytest.mark.slow
 @pytest.mark.container
-def test_push_with_auth_sends_only_the_new_blobs_when_the_registry_has_the_base_and_lock_image_reads_it_back(
+def test_push_with_auth_then_over_a_base_the_registry_holds_only_the_new_blobs_travel_and_lock_image_reads_back(
         demo_build, test_base, auth_registry, tmp_path):
     lock = demo_build.out / "stack.lock.toml"
+    reg = auth_registry.address
+    login = ("--tls-verify=false", "--creds", f"{AUTH_USER}:{AUTH_PASSWORD}")
     creds = {"TOOLCHAIN_REGISTRY_USERNAME": AUTH_USER, "TOOLCHAIN_REGISTRY_PASSWORD": AUTH_PASSWORD}
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    cli = Cli(cwd, {**isolated_env(cwd), **containers_env(), **creds,
-                    "TOOLCHAIN_REMOTE_INSECURE": auth_registry.address})
-    common = ("--lock", lock, "--base", test_base, "--cache-dir", tmp_path / "cache", "--push", "--json")
-    r = cli("image", "--tag", f"{auth_registry.address}/stack/first:1", *common, timeout=1200)
+    cli = Cli(cwd, {**isolated_env(cwd), **containers_env(), **creds, "TOOLCHAIN_REMOTE_INSECURE": reg})
+    # an empty registry: everything goes up, the local base's layers too
+    r = cli("image", "--lock", lock, "--base", test_base, "--cache-dir", tmp_path / "cache", "--push", "--json",
+            "--tag", f"{reg}/stack/first:1", timeout=1200)
     assert r.returncode == 0, str(r)
     first = r.json()
-    everything = first["pushed"]["uploaded-bytes"]
-    assert everything > first["layer"]["size"] + 100_000_000, first  # the base went up too
-    again = cli("image", "--tag", f"{auth_registry.address}/stack/second:1", *common, timeout=1200)
-    assert again.returncode == 0, str(again)
-    second = again.json()
-    assert second["digest"] == first["digest"]
+    assert first["pushed"]["uploaded-bytes"] > first["layer"]["size"] + 100_000_000, first
+    # podman pulls it with the same digest; it runs
+    ref = f"{reg}/stack/first:1"
+    _engine("podman", "pull", *login, ref, timeout=900)
+    assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", ref).stdout.strip() == first["digest"]
+    assert _engine("podman", "run", "--rm", "--network=none", ref, "python3", "-c", "import demo_engine").returncode == 0
+    # over a base the registry holds (that image, named by digest there): its manifest and config are read from
+    # the registry, no layer of it comes down, and only the new layer and the config go up (the base's are mounted)
+    base = f"{reg}/stack/first@{first['digest']}"
+    r = cli("image", "--lock", lock, "--base", base, "--cache-dir", tmp_path / "cache2", "--push", "--json",
+            "--tag", f"{reg}/stack/second:1", timeout=1200)
+    assert r.returncode == 0, str(r)
+    second = r.json()
     manifest = json.loads(_get(auth_registry, "/v2/stack/second/manifests/1"))
-    config_size = manifest["config"]["size"]
-    assert second["pushed"]["uploaded-bytes"] == second["layer"]["size"] + config_size, (second, manifest)
-    # without credentials the registry refuses; with them, podman pulls the same digest
-    denied = Cli(cwd, {**isolated_env(cwd), **containers_env(), "TOOLCHAIN_REMOTE_INSECURE": auth_registry.address})
-    no = denied("lock", "--image", f"{auth_registry.address}/stack/second:1", "--json")
-    assert no.returncode != 0 and AUTH_PASSWORD not in no.stdout + no.stderr
-    back = cli("lock", "--image", f"{auth_registry.address}/stack/second:1", "--out", tmp_path / "back", "--json")
+    assert manifest["layers"][:-1] == json.loads(_get(auth_registry, "/v2/stack/first/manifests/1"))["layers"]
+    # (the same lock over its own image: the same layer again, which the registry holds too; only the config is new)
+    new = [d["size"] for d in manifest["layers"] if d["digest"] not in {x["digest"] for x in manifest["layers"][:-1]}]
+    assert second["layer"]["digest"] == first["layer"]["digest"] and not new
+    assert second["pushed"]["uploaded-bytes"] == manifest["config"]["size"], second
+    kept = sorted((tmp_path / "cache2" / "images" / "base").rglob("blobs/sha256/*"))
+    assert kept and all(f.stat().st_size < 100_000 for f in kept), kept  # its config only: no layer came down
+    # without credentials the registry refuses (and no password is shown); with them the lock comes back
+    denied = Cli(cwd, {**isolated_env(cwd), **containers_env(), "TOOLCHAIN_REMOTE_INSECURE": reg})
+    no = denied("lock", "--image", f"{reg}/stack/second:1", "--json")
+    assert no.returncode != 0 and AUTH_PASSWORD not in no.stdout + no.stderr, str(no)
+    back = cli("lock", "--image", f"{reg}/stack/second:1", "--out", tmp_path / "back", "--json")
     assert back.returncode == 0, str(back)
     assert (tmp_path / "back" / "stack.lock.toml").read_bytes() == lock.read_bytes()
-    assert back.json()["digest"] == first["digest"]
-    ref = f"{auth_registry.address}/stack/second:1"
-    _engine("podman", "pull", "--tls-verify=false", "--creds", f"{AUTH_USER}:{AUTH_PASSWORD}", ref, timeout=900)
-    assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", ref).stdout.strip() == first["digest"]
-    _engine("podman", "rmi", ref, check=False)
+    assert back.json()["digest"] == second["digest"]
+    assert back.json()["labels"]["org.opencontainers.image.base.digest"] == first["digest"]
+    _engine("podman", "rmi", ref, base, check=False)
 
 
 def _get(reg, path: str) -> bytes:

@@ -41,7 +41,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -330,10 +330,11 @@ class Registry:
                 f"--remote-insecure, [cache] insecure = true or {ENV_INSECURE}={self.where.host}")
 
     # -- reading -------------------------------------------------------------------------------------------
-    def manifest(self, ref: str) -> tuple[dict[str, Any], str] | None:
-        """(manifest, digest) of a tag or digest, or None when the registry does not hold it."""
+    def manifest(self, ref: str, accept: str = OCI_MANIFEST) -> tuple[dict[str, Any], str] | None:
+        """(manifest, digest) of a tag or digest, or None when the registry does not hold it (`accept`: the
+        media types asked for, comma-separated)."""
         r = self._request("GET", f"{self.base}/manifests/{ref}", what=f"looking up {ref[:16]}", ok=(200, 404),
-                          headers={"Accept": OCI_MANIFEST}, stream=True)
+                          headers={"Accept": accept}, stream=True)
         with contextlib.closing(r):
             if r.status_code == 404:
                 return None
@@ -475,13 +476,13 @@ class Registry:
                 raise RemoteError(f"{self.where.host}: {what} failed: {exc}") from None
         self._check(r.status_code, what, (200, 201, 202))
 
-    def push_image(self, tag: str, blobs: list[tuple[Path, dict[str, Any]]], manifest: bytes,
+    def push_image(self, tag: str, blobs: list[tuple[Callable[[], Path], dict[str, Any]]], manifest: bytes,
                    mount_from: str = "") -> int:
         """Push an image: each blob the repository lacks (a HEAD first) is mounted from the repository
-        `mount_from` of this registry when it holds it, else uploaded; then the manifest tagged `tag`. Returns the
-        bytes uploaded (blobs the registry had or mounted cost none)."""
-        sent = 0
-        for path, layer in blobs:
+        `mount_from` of this registry when it holds it, else uploaded (its file asked for only then); then the
+        manifest tagged `tag`. Returns the bytes uploaded (blobs the registry had or mounted cost none)."""
+        sent, uploaded = 0, []
+        for where, layer in blobs:
             digest = str(layer["digest"])
             if self._has_blob(digest):
                 continue
@@ -491,9 +492,11 @@ class Registry:
                 r.close()
                 if r.status_code == 201:
                     continue
+            path = where()
             self._upload(path, layer)
+            uploaded.append((path, layer))
             sent += int(layer["size"])
-        self._put_manifest(tag, manifest, blobs)
+        self._put_manifest(tag, manifest, uploaded)
         return sent
 
     def delete(self, digest: str) -> bool:

@@ -52,7 +52,10 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
 
     ref = parse_ref(args.tag)
     cache = options.cache_dir(args)
-    image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python)
+    listed = {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
+    base_host = (args.base or "").split("/", 1)[0].lower()
+    image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
+                       insecure=args.insecure or base_host in listed)
     data: dict[str, Any] = {"ok": True, "image": ref.name, "digest": image.digest, "config": image.config_digest,
                             "layer": {"digest": image.layer.digest, "size": image.layer.size,
                                       "diff-id": image.layer.diff_id, "entries": image.layer.entries,
@@ -65,7 +68,6 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
         with ui.status(f"loading {ref.name} into {args.load}"):
             data["loaded"] = {"engine": args.load, "name": load(image, args.load, ref, work)}
     if args.push:
-        listed = {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
         with ui.status(f"pushing {ref.name}"):
             pushed, sent = push(image, ref, work, insecure=args.insecure or ref.host in listed)
         data["pushed"] = {"name": pushed, "uploaded-bytes": sent}

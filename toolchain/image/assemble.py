@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import functools
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,14 @@ class Image:
         """The config's sha256 (the image id docker and podman show)."""
         return "sha256:" + sha256_bytes(self.config)
 
-    def blobs(self) -> list[tuple[str, int, Path | bytes]]:
-        """Every blob the image is made of, (digest, size, where), the base's layers first, the manifest last."""
-        out: list[tuple[str, int, Path | bytes]] = [
-            (str(d["digest"]), int(d["size"]), self.base.blob(str(d["digest"]))) for d in self.base.manifest["layers"]]
-        out.append((self.layer.digest, self.layer.size, self.layer.blob))
-        out.append((self.config_digest, len(self.config), self.config))
+    def blobs(self) -> list[tuple[str, int, Callable[[], Path | bytes]]]:
+        """Every blob the image is made of, (digest, size, its bytes or file when asked: a base read from a
+        registry downloads a layer then), the base's layers first, the config last."""
+        out: list[tuple[str, int, Callable[[], Path | bytes]]] = [
+            (str(d["digest"]), int(d["size"]), functools.partial(self.base.blob, str(d["digest"])))
+            for d in self.base.manifest["layers"]]
+        out.append((self.layer.digest, self.layer.size, lambda: self.layer.blob))
+        out.append((self.config_digest, len(self.config), lambda: self.config))
         return out
 
 
@@ -99,10 +102,11 @@ def write_layout(image: Image, dest: Path, ref: str, tag: str) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     blobs = tmp / "blobs" / "sha256"
     blobs.mkdir(parents=True)
-    for digest, _, where in [*image.blobs(), (image.digest, len(image.manifest), image.manifest)]:
+    for digest, _, source in [*image.blobs(), (image.digest, len(image.manifest), lambda: image.manifest)]:
         target = blobs / digest.split(":", 1)[1]
         if target.exists():
             continue
+        where = source()
         if isinstance(where, bytes):
             target.write_bytes(where)
             continue

@@ -8,12 +8,13 @@ import os
 import re
 import shutil
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 from toolchain.core.proc import run
 from toolchain.core.record import record
 from toolchain.errors import UsageError
-from toolchain.image.assemble import Image, write_layout
+from toolchain.image.assemble import Image, canonical_json, write_layout
 from toolchain.image.base import engine_env
 
 ENGINES = ("podman", "docker")
@@ -57,6 +58,11 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
         raise UsageError(f"--load {engine!r}: the engine is podman or docker")
     work.mkdir(parents=True, exist_ok=True)
     layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
+    if engine == "docker":  # docker's image store loads an archive by its manifest.json (docker save writes both)
+        layers = [f"blobs/sha256/{d.split(':', 1)[1]}" for d, _, _ in image.blobs()[:-1]]
+        (layout / "manifest.json").write_bytes(canonical_json([{
+            "Config": f"blobs/sha256/{image.config_digest.split(':', 1)[1]}", "RepoTags": [ref.name],
+            "Layers": layers}]))
     archive = work / f"image-{os.getpid()}.tar"
     try:
         with tarfile.open(archive, "w") as tar:
@@ -87,9 +93,16 @@ def push(image: Image, ref: Ref, work: Path, *, insecure: bool = False, timeout:
     work.mkdir(parents=True, exist_ok=True)
     config = work / f"config-{os.getpid()}.json"
     config.write_bytes(image.config)
+
+    def as_file(source: Callable[[], Path | bytes]) -> Callable[[], Path]:
+        def where() -> Path:
+            got = source()
+            return got if isinstance(got, Path) else config
+        return where
+
     try:
-        blobs = [(where if isinstance(where, Path) else config,
-                  {"mediaType": "application/octet-stream", "digest": digest, "size": size}) for digest, size, where in image.blobs()]
+        blobs = [(as_file(source), {"mediaType": "application/octet-stream", "digest": digest, "size": size})
+                 for digest, size, source in image.blobs()]
         sent = registry.push_image(ref.tag, blobs, image.manifest,
                                    mount_from=base.repository if base.host == ref.host else "")
     finally:

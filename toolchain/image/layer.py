@@ -139,7 +139,7 @@ def write_layer(items: Iterable[Entry], epoch: int, dest: Path) -> Layer:
     count, wh = 0, []
     with open(dest, "wb") as raw:
         packed = _Counted(raw)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=packed, compresslevel=GZIP_LEVEL, mtime=0) as gz:  # type: ignore[arg-type]
+        with gzip.GzipFile(filename="", mode="wb", fileobj=packed, compresslevel=GZIP_LEVEL, mtime=0) as gz:
             plain = _Counted(gz)
             with tarfile.open(fileobj=plain, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
                 for item in items:

@@ -63,8 +63,9 @@ def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int) -> dict[str, st
 
 
 def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = None, engine: str = "podman",
-               python: str | None = None) -> Image:
-    """The image of the lock over its base (`engine` reads the base: it holds it, or pulls it)."""
+               python: str | None = None, insecure: bool = False) -> Image:
+    """The image of the lock over its base (`engine` runs the base's interpreter: it holds it, or pulls it; a
+    base named on a registry is read from it, over plain HTTP when `insecure`)."""
     from toolchain.release.bundle import stack_epoch
 
     lock = read_lock(lock_path)
@@ -75,7 +76,7 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
     interp = read_interpreter(image, engine, python or lock.target.python, names, ui)
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
-    kept = keep_base(image, cache_dir, engine, ui)
+    kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
     lock_bytes = lock.path.read_bytes()
     epoch = stack_epoch(lock)
     work = cache_dir / "images" / "work" / f"{os.getpid()}-{os.urandom(4).hex()}"
