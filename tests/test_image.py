@@ -267,3 +267,28 @@ def test_image_refuses_an_unpinned_base_before_writing_anything(demo_build, tmp_
     assert r.returncode == 2, str(r)
     assert "not pinned by digest" in r.stderr and not (tmp_path / "oci").exists()
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_smoke_image_serves_from_the_image_as_it_is_and_records_its_digest(demo_build, test_base, tmp_path):
+    from tests.smoke.smoke_helpers import HERE, free_port
+
+    lock = demo_build.out / "stack.lock.toml"
+    made = _image(tmp_path, "a", lock, "--tag", "localhost/i42-smoke:1", "--base", test_base, "--load", "podman")
+    faults = "/toolchain-test/faults"
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("smoke", "--image", "localhost/i42-smoke:1", "--skip-device-check", "--ready-timeout", "120",
+            "--request-timeout", "120", "--port", free_port(), "--out", tmp_path / "report", "--json",
+            "--serve-cmd", f"{{python}} {faults}/fault_server.py --port {{port}} --mode healthy "
+                           "--served-model-name {model}",
+            f"--run-arg=--mount=type=bind,source={HERE},destination={faults},readonly", timeout=900)
+    assert r.returncode == 0, str(r)
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["image"]["digest"] == made["digest"], report["image"]
+    assert report["image"]["ref"] == f"localhost/i42-smoke@{made['digest']}"
+    # nothing was installed: the image's own interpreter served, and its versions are the lock's
+    assert not report["install"]["steps"] and report["install"]["python"] == "python3"
+    assert {v["dist"] for v in report["install"]["versions"] if v["ok"]} >= {"demo-engine", "demo-kernels"}, report["install"]
+    assert report["verdict"] == "pass"
+    _engine("podman", "rmi", "localhost/i42-smoke:1", check=False)
