@@ -292,3 +292,25 @@ def test_smoke_image_serves_from_the_image_as_it_is_and_records_its_digest(demo_
     assert {v["dist"] for v in report["install"]["versions"] if v["ok"]} >= {"demo-engine", "demo-kernels"}, report["install"]
     assert report["verdict"] == "pass"
     _engine("podman", "rmi", "localhost/i42-smoke:1", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_verify_repro_image_rebuilds_the_digest_and_names_the_first_differing_file(demo_build, test_base, tmp_path):
+    lock = demo_build.out / "stack.lock.toml"
+    made = _image(tmp_path, "a", lock, "--tag", "localhost/i42-vr:1", "--base", test_base, "--load", "podman")
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    same = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-vr:1", "--json", timeout=900)
+    assert same.returncode == 0, str(same)
+    assert same.json()["rebuilt"] == same.json()["given"] == made["digest"]
+    # the same wheels under a lock with one more line: another image, and the lock inside is what differs
+    other = tmp_path / "other"
+    shutil.copytree(demo_build.out, other)
+    (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# shipped\n")
+    _image(tmp_path, "b", other / "stack.lock.toml", "--tag", "localhost/i42-vr:2", "--base", test_base,
+           "--load", "podman")
+    differs = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-vr:2", "--json", timeout=900)
+    assert differs.returncode == 1, str(differs)
+    found = differs.json()
+    assert found["first-difference"].startswith(f"{LOCK_PATH}: size differs"), found
+    _engine("podman", "rmi", "localhost/i42-vr:1", "localhost/i42-vr:2", check=False)

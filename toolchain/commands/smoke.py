@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
