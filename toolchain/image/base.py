@@ -181,8 +181,23 @@ def _engine_manifest(image: str, digest: str, engine: str) -> bytes | None:
     return data if "sha256:" + sha256_bytes(data) == digest else None
 
 
-def read_interpreter(image: str, engine: str, python: str, names: list[str], ui: UI) -> Interpreter:
-    """The base's interpreter (`python` in a one-off container of `image`) and what it holds of `names`."""
+def read_interpreter(image: str, engine: str, python: str, names: list[str], ui: UI,
+                     memo_dir: Path | None = None) -> Interpreter:
+    """The base's interpreter (`python` in a one-off container of `image`) and what it holds of `names`. An image
+    is immutable under its digest: with `memo_dir` the answer is remembered by image, interpreter and names, so
+    a warm `toolchain image` starts no container."""
+    from toolchain.core.probe_memo import remembered
+
+    identity = {"image": image, "engine": engine, "python": python, "names": names}
+    data = remembered(memo_dir, "image-python", identity,
+                      lambda: (_probe(image, engine, python, names, ui), []))
+    replaced = tuple(Replaced(r["name"], r["version"], tuple(r["files"]), tuple(r["dirs"])) for r in data["replaced"])
+    return Interpreter(executable=data["executable"], python_version=data["python-version"],
+                       python_tag=data["python-tag"], soabi=data["soabi"], platform=data["platform"],
+                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced)
+
+
+def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> dict[str, Any]:
     from toolchain.recipe.model import TargetSpec
     from toolchain.target import make_runtime
 
@@ -191,15 +206,12 @@ def read_interpreter(image: str, engine: str, python: str, names: list[str], ui:
         done = runtime.run([python, runtime.script("image_python.py"), *names], capture=True, check=False,
                            timeout=300)
     try:
-        data = json.loads(done.stdout.strip().splitlines()[-1])
+        data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BuildError(f"cannot read the interpreter {python} of the base image {image} "
                          f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}",
                          hint="the base needs the lock's Python; pass --python PATH when it is not on PATH") from None
-    replaced = tuple(Replaced(r["name"], r["version"], tuple(r["files"]), tuple(r["dirs"])) for r in data["replaced"])
-    return Interpreter(executable=data["executable"], python_version=data["python-version"],
-                       python_tag=data["python-tag"], soabi=data["soabi"], platform=data["platform"],
-                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced)
+    return data
 
 
 def _from_registry(image: str, host: str, repository: str, digest: str, cache: Path, insecure: bool,

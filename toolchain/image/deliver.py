@@ -53,11 +53,21 @@ def to_oci_dir(image: Image, dest: Path, ref: Ref) -> Path:
 
 
 def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
-    """Load the image into `engine` (an OCI archive of its layout) and tag it `ref`; the name it has there."""
+    """Load the image into `engine` and tag it `ref`; the name it has there. podman copies it from the OCI layout
+    in place (`podman pull oci:DIR`: the base's layers it holds are not unpacked again); docker loads an archive
+    of the layout."""
     if engine not in ENGINES:
         raise UsageError(f"--load {engine!r}: the engine is podman or docker")
     work.mkdir(parents=True, exist_ok=True)
     layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
+    if engine == "podman":
+        try:
+            log = work / "load.log"
+            run([engine, "pull", "-q", f"oci:{layout}:{ref.tag}"], env=engine_env(), log=log, timeout=3600)
+            run([engine, "tag", image.config_digest[7:], ref.name], env=engine_env(), log=log, timeout=120)
+        finally:
+            shutil.rmtree(layout, ignore_errors=True)
+        return ref.name
     if engine == "docker":  # docker's image store loads an archive by its manifest.json (docker save writes both)
         layers = [f"blobs/sha256/{d.split(':', 1)[1]}" for d, _, _ in image.blobs()[:-1]]
         (layout / "manifest.json").write_bytes(canonical_json([{

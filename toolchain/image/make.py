@@ -74,7 +74,8 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     image = base_of(lock, base)
     wheels = lock_wheels(lock, cache_dir)
     names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
-    interp = read_interpreter(image, engine, python or lock.target.python, names, ui)
+    interp = read_interpreter(image, engine, python or lock.target.python, names, ui,
+                              memo_dir=cache_dir / "images" / "memo")
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
     kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
     lock_bytes = lock.path.read_bytes()
