@@ -314,3 +314,20 @@ def test_verify_repro_image_rebuilds_the_digest_and_names_the_first_differing_fi
     found = differs.json()
     assert found["first-difference"].startswith(f"{LOCK_PATH}: size differs"), found
     _engine("podman", "rmi", "localhost/i42-vr:1", "localhost/i42-vr:2", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_build_image_makes_the_same_image_as_toolchain_image_from_its_lock(test_base, tmp_path):
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("build", "--recipe", "demo", "--out", tmp_path / "out", "--cache-dir", tmp_path / "cache", "--json",
+            "--image", "localhost/i42-build:1", "--image-base", test_base, timeout=1200)
+    assert r.returncode == 0, str(r)
+    built = r.json()["image"]
+    assert built["loaded"] == {"engine": "podman", "name": "localhost/i42-build:1"}
+    again = _image(tmp_path, "again", tmp_path / "out" / "stack.lock.toml", "--tag", "localhost/i42-build:1",
+                   "--base", test_base)
+    assert again["digest"] == built["digest"]
+    assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/i42-build:1").stdout.strip() \
+        == built["digest"]
+    _engine("podman", "rmi", "localhost/i42-build:1", check=False)

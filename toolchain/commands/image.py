@@ -5,7 +5,6 @@ lock alone (toolchain/image/)."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +45,14 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dict[str, Any], int, str]:
     """Make the image of `lock` and deliver it where `args` say; (the --json document, exit code, summary)."""
-    from toolchain.build.remotespec import ENV_INSECURE
+    from toolchain.image.base import plain_http
     from toolchain.image.deliver import load, parse_ref, push, to_oci_dir
     from toolchain.image.make import make_image
 
     ref = parse_ref(args.tag)
     cache = options.cache_dir(args)
-    listed = {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
-    base_host = (args.base or "").split("/", 1)[0].lower()
     image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
-                       insecure=args.insecure or base_host in listed)
+                       insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]))
     data: dict[str, Any] = {"ok": True, "image": ref.name, "digest": image.digest, "config": image.config_digest,
                             "layer": {"digest": image.layer.digest, "size": image.layer.size,
                                       "diff-id": image.layer.diff_id, "entries": image.layer.entries,
@@ -69,7 +66,7 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
             data["loaded"] = {"engine": args.load, "name": load(image, args.load, ref, work)}
     if args.push:
         with ui.status(f"pushing {ref.name}"):
-            pushed, sent = push(image, ref, work, insecure=args.insecure or ref.host in listed)
+            pushed, sent = push(image, ref, work, insecure=args.insecure or plain_http(ref.host))
         data["pushed"] = {"name": pushed, "uploaded-bytes": sent}
     where = ", ".join(x for x in (data.get("oci-dir", ""), args.load or "", "pushed" if args.push else "") if x)
     return data, 0, f"[green]image:[/] {ref.name}@{image.digest}" + (f" ({where})" if where else "")

@@ -5,7 +5,6 @@ pylock.toml; the ABI check runs first (`--audit`: over the closure's own shared 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from toolchain.commands import options
@@ -59,16 +58,14 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 def from_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     """`toolchain lock --image REF`: the provenance an image carries, its lock written to --out when given."""
-    from toolchain.build.remotespec import ENV_INSECURE
     from toolchain.commands.recipes import Table
     from toolchain.core.fs import atomic_write_text
+    from toolchain.image.base import plain_http
     from toolchain.image.provenance import read_provenance
 
-    host = args.image.split("/", 1)[0].lower()
-    listed = {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
     with ui.status(f"reading the provenance of {args.image}"):
         found = read_provenance(args.image, options.cache_dir(args) / "images" / "work",
-                                insecure=args.insecure or host in listed)
+                                insecure=args.insecure or plain_http(args.image.split("/", 1)[0]))
     data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest,
             "labels": found.labels, "components": found.components, "lock-text": found.lock_text}
     if args.out:

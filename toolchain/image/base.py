@@ -68,18 +68,28 @@ class BaseImage:
         if not path.exists() and self.registry is not None:
             size = next(int(d["size"]) for d in self.manifest["layers"] if d["digest"] == digest)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            _registry(*self.registry).blob_to({"digest": digest, "size": size, "mediaType": "layer"}, tmp, size)
+            registry_for(*self.registry).blob_to({"digest": digest, "size": size, "mediaType": "layer"}, tmp, size)
             os.replace(tmp, path)
         return path
 
 
-def _registry(host: str, repository: str, insecure: bool) -> Registry:
+def registry_for(host: str, repository: str, insecure: bool = False, timeout: float = 60.0) -> Registry:
+    """The project's registry client (build/remote.py, its credentials) for one repository: the one place
+    the image package names it."""
     from toolchain.build.remote import Registry
     from toolchain.build.remotespec import RemoteSettings
     from toolchain.recipe.cachespec import RemoteURL
 
-    return Registry(RemoteSettings(RemoteURL(host, repository), insecure=insecure, timeout=60.0),
+    return Registry(RemoteSettings(RemoteURL(host, repository), insecure=insecure, timeout=timeout),
                     repository=repository)
+
+
+def plain_http(host: str) -> bool:
+    """Whether the registry `host` is opted in to plain HTTP by $TOOLCHAIN_REMOTE_INSECURE (comma-separated
+    hosts, as for the remote wheel cache)."""
+    from toolchain.build.remotespec import ENV_INSECURE
+
+    return host.lower() in {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -113,7 +123,7 @@ def keep_base(image: str, cache_dir: Path, engine: str, ui: UI, *, insecure: boo
     name, digest = pinned(image, "the base image")
     host, repository = split_name(name)
     if host and host != "localhost":
-        return _from_registry(image, host, repository, digest, cache_dir / "images" / "base", insecure, platform)
+        return _fromregistry_for(image, host, repository, digest, cache_dir / "images" / "base", insecure, platform)
     final = cache_dir / "images" / "base" / digest.split(":", 1)[1]
     if not (final / "index.json").is_file():
         tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
@@ -214,14 +224,14 @@ def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> di
     return data
 
 
-def _from_registry(image: str, host: str, repository: str, digest: str, cache: Path, insecure: bool,
+def _fromregistry_for(image: str, host: str, repository: str, digest: str, cache: Path, insecure: bool,
                    platform: str) -> BaseImage:
     """The base's manifest (the `platform` one of an index) and config from its registry, kept under `cache`."""
     layout = cache / digest.split(":", 1)[1]
     blobs = layout / "blobs" / "sha256"
     saved = layout / "manifest.json"
     if not saved.is_file():
-        registry = _registry(host, repository, insecure)
+        registry = registry_for(host, repository, insecure)
         got = registry.manifest(digest, accept=ACCEPT)
         if got is None or got[1] != digest:
             raise BuildError(f"the registry {host} holds no {repository}@{digest}",

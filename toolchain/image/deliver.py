@@ -15,7 +15,7 @@ from toolchain.core.proc import run
 from toolchain.core.record import record
 from toolchain.errors import UsageError
 from toolchain.image.assemble import Image, canonical_json, write_layout
-from toolchain.image.base import engine_env
+from toolchain.image.base import engine_env, registry_for
 
 ENGINES = ("podman", "docker")
 NAME = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
@@ -91,15 +91,10 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
 def push(image: Image, ref: Ref, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> tuple[str, int]:
     """Push the image to its registry as `ref` (a blob there already, or mounted from the base's repository on
     the same registry, is not sent); (the image's name by digest, the bytes uploaded)."""
-    from toolchain.build.remote import Registry
-    from toolchain.build.remotespec import RemoteSettings
-    from toolchain.recipe.cachespec import RemoteURL
-
     if not ref.host:
         raise UsageError(f"--push: {ref.name} names no registry", hint="tag it HOST[:PORT]/NAME[:TAG] to push it")
     base = parse_ref(image.base.name.split("@", 1)[0])
-    settings = RemoteSettings(RemoteURL(ref.host, ref.repository), insecure=insecure, timeout=timeout)
-    registry = Registry(settings, repository=ref.repository)
+    registry = registry_for(ref.host, ref.repository, insecure, timeout)
     work.mkdir(parents=True, exist_ok=True)
     config = work / f"config-{os.getpid()}.json"
     config.write_bytes(image.config)

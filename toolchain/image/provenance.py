@@ -18,7 +18,7 @@ from toolchain.core.proc import run
 from toolchain.core.record import record
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A
-from toolchain.image.base import engine_env
+from toolchain.image.base import engine_env, registry_for
 from toolchain.image.deliver import ENGINES, parse_ref
 from toolchain.image.layer import LOCK_PATH
 
@@ -71,16 +71,11 @@ def from_engine(ref: str, engine: str, work: Path) -> Provenance | None:
 
 def from_registry(ref: str, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> Provenance:
     """The provenance of `ref` in its registry (credentials as the remote cache finds them)."""
-    from toolchain.build.remote import Registry
-    from toolchain.build.remotespec import RemoteSettings
-    from toolchain.recipe.cachespec import RemoteURL
-
     r = parse_ref(ref)
     if not r.host:
         raise UsageError(f"{ref}: not held by a local engine, and it names no registry",
                          hint="name it HOST[:PORT]/NAME[:TAG], or load it into podman or docker")
-    registry = Registry(RemoteSettings(RemoteURL(r.host, r.repository), insecure=insecure, timeout=timeout),
-                        repository=r.repository)
+    registry = registry_for(r.host, r.repository, insecure, timeout)
     got = registry.manifest(r.tag)
     if got is None:
         raise UsageError(f"{r.name}: the registry holds no such image")

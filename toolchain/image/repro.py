@@ -13,7 +13,7 @@ from typing import Any
 
 from toolchain.console import UI
 from toolchain.core.proc import run
-from toolchain.image.base import engine_env
+from toolchain.image.base import engine_env, registry_for
 from toolchain.image.make import make_image
 from toolchain.image.provenance import Provenance, read_provenance
 
@@ -62,13 +62,10 @@ def _given_layer(ref: str, found: Provenance, dest: Path, engine: str, insecure:
         blobs = saved / "blobs" / "sha256"
         manifest = json.loads((blobs / index["manifests"][0]["digest"].split(":", 1)[1]).read_bytes())
         return blobs / str(manifest["layers"][-1]["digest"]).split(":", 1)[1]
-    from toolchain.build.remote import Registry
-    from toolchain.build.remotespec import RemoteSettings
     from toolchain.image.deliver import parse_ref
-    from toolchain.recipe.cachespec import RemoteURL
 
     r = parse_ref(ref)
-    registry = Registry(RemoteSettings(RemoteURL(r.host, r.repository), insecure=insecure), repository=r.repository)
+    registry = registry_for(r.host, r.repository, insecure)
     got = registry.manifest(r.tag)
     assert got is not None
     layer = dest / "given-layer.tar.gz"
