@@ -331,3 +331,32 @@ def test_build_image_makes_the_same_image_as_toolchain_image_from_its_lock(test_
     assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/i42-build:1").stdout.strip() \
         == built["digest"]
     _engine("podman", "rmi", "localhost/i42-build:1", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo_build, test_base, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_build.cache, cache, symlinks=True)
+    test = tmp_path / "word-count.py"
+    test.write_text("import glob, os, sys\n"
+                    "sys.path[:0] = glob.glob(os.path.join(os.environ['TOOLCHAIN_BISECT_WHEEL_DIR'], 'demo_engine-*.whl'))\n"
+                    "from demo_engine.text import word_count\n"
+                    "sys.exit(0 if word_count('two  words ') == 2 else 1)\n")
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "TOOLCHAIN_CACHE_DIR": str(cache)})
+    r = cli("bisect", "--recipe", "demo", "--component", "engine", "--good", "v0.3.1", "--bad", "v0.4.0",
+            "--test-cmd", f"python3 {test}", "--out", tmp_path / "bisect", "--json", "--keep-images",
+            "--image-base", test_base, timeout=1200)
+    assert r.returncode == 0, str(r)
+    doc = r.json()
+    bad = doc["result"]["first_bad"]["key"]
+    name = doc["images"]["bad"]
+    assert name.startswith(f"localhost/bisect-demo:bad-{bad[:12]}@sha256:"), doc["images"]
+    tag = name.split("@")[0]
+    run = _engine("podman", "run", "--rm", "--network=none", tag, "python3", "-c",
+                  "from demo_engine.text import word_count; print(word_count('two  words '))")
+    assert run.stdout.strip() != "2"  # the regression, runnable at once
+    good = _engine("podman", "run", "--rm", "--network=none", doc["images"]["good"].split("@")[0], "python3", "-c",
+                   "from demo_engine.text import word_count; print(word_count('two  words '))")
+    assert good.stdout.strip() == "2"
+    _engine("podman", "rmi", tag, doc["images"]["good"].split("@")[0], check=False)
