@@ -249,7 +249,9 @@ def _fromregistry_for(image: str, host: str, repository: str, digest: str, cache
             doc = one[0]
         blobs.mkdir(parents=True, exist_ok=True)
         config = blobs / doc["config"]["digest"].split(":", 1)[1]
-        registry.blob_to(doc["config"], config, 64 << 20)
+        tmp = config.with_name(f".{config.name}.{os.getpid()}.tmp")
+        registry.blob_to(doc["config"], tmp, 64 << 20)
+        os.replace(tmp, config)
         atomic_write_bytes(saved, json.dumps(doc).encode())
     manifest = json.loads(saved.read_bytes())
     config_doc = json.loads((blobs / manifest["config"]["digest"].split(":", 1)[1]).read_bytes())
