@@ -360,3 +360,23 @@ def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo
                    "from demo_engine.text import word_count; print(word_count('two  words '))")
     assert good.stdout.strip() == "2"
     _engine("podman", "rmi", tag, doc["images"]["good"].split("@")[0], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_recipes_image_base_is_the_base_of_its_locks_image_and_must_be_pinned(demo_build, test_base, tmp_path):
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "TOOLCHAIN_CACHE_DIR": str(demo_build.cache)})
+    (tmp_path / "recipes").mkdir()
+    loose = tmp_path / "recipes" / "loose.toml"
+    loose.write_text('extends = "demo"\n[image]\nbase = "debian:12"\n')
+    refused = cli("build", "--recipe", loose, "--out", tmp_path / "loose", "--json")
+    assert refused.returncode == 2 and "image.base" in refused.stdout and "pinned by digest" in refused.stdout, \
+        str(refused)
+    recipe = tmp_path / "recipes" / "imaged.toml"
+    recipe.write_text(f'extends = "demo"\n[image]\nbase = "{test_base}"\n')
+    built = cli("build", "--recipe", recipe, "--out", tmp_path / "out", "--json", timeout=1200)
+    assert built.returncode == 0, str(built)
+    made = _image(tmp_path, "a", tmp_path / "out" / "stack.lock.toml", "--tag", "localhost/i42-recipe-base:1")
+    name, digest = test_base.split("@")
+    assert made["labels"]["org.opencontainers.image.base.digest"] == digest
+    assert made["labels"]["org.opencontainers.image.base.name"] == name

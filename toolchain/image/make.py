@@ -21,15 +21,24 @@ from toolchain.lock import Lock, read_lock, verify_wheels
 
 
 def base_of(lock: Lock, given: str | None) -> str:
-    """The base image: the lock's own (an overlay lock), else --base; pinned by digest either way."""
+    """The base image: the lock's own (an overlay lock), else --base, else its recipe's `[image] base`; pinned
+    by digest either way."""
     if lock.base is not None:
         if given and given != lock.base.image:
             raise UsageError(f"--base {given} differs from the base the lock was built over ({lock.base.image})",
                              hint="an overlay lock's image is its base: leave --base out")
         return lock.base.image
     if not given:
-        raise UsageError(f"{lock.path}: the lock records no base image and no --base was given",
-                         hint="pass --base IMAGE@sha256:... (an image with the lock's Python)")
+        from toolchain.core import toml as tomlio
+
+        table = tomlio.loads(lock.recipe_text).get("image", {}) if lock.recipe_text.strip() else {}
+        given = str(table.get("base", "")) if isinstance(table, dict) else ""
+        if given:
+            pinned(given, f"{lock.path}: the recipe's [image] base")
+            return given
+    if not given:
+        raise UsageError(f"{lock.path}: the lock records no base image, its recipe no [image] base, and no "
+                         "--base was given", hint="pass --base IMAGE@sha256:... (an image with the lock's Python)")
     pinned(given, "--base")
     return given
 
