@@ -76,6 +76,9 @@ def test_demo_lock_image_is_reproducible_runs_in_podman_and_docker_and_carries_i
     # podman holds it under the same digest; it runs there as it is
     assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/i42-demo:a").stdout.strip() \
         == first["digest"]
+    names = json.loads(_engine("podman", "image", "inspect", "--format", "{{json .RepoTags}}",
+                               "localhost/i42-demo:a").stdout)
+    assert names == ["localhost/i42-demo:a"], names  # no name after the folder it was loaded from
     check = "python3 -m pip check && python3 -c 'import demo_engine, demo_kernels, demo_ark; print(demo_engine.__file__)'"
     for engine in ("podman", "docker"):
         out = _engine(engine, "run", "--rm", "--network=none", "localhost/i42-demo:a", "sh", "-c", check).stdout

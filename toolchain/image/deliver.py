@@ -4,6 +4,7 @@ credentials: blobs the registry holds are not sent again, a base in another repo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -64,7 +65,14 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
         try:
             log = work / "load.log"
             run([engine, "pull", "-q", f"oci:{layout}:{ref.tag}"], env=engine_env(), log=log, timeout=3600)
-            run([engine, "tag", image.config_digest[7:], ref.name], env=engine_env(), log=log, timeout=120)
+            ident = image.config_digest[7:]
+            run([engine, "tag", ident, ref.name], env=engine_env(), log=log, timeout=120)
+            # podman names an image pulled from a layout after the layout's folder: that name goes
+            names = run([engine, "image", "inspect", "--format", "{{json .RepoTags}}", ident], env=engine_env(),
+                        capture=True, timeout=120).stdout
+            for name in json.loads(names.strip() or "[]") or []:
+                if str(layout) in name:
+                    run([engine, "untag", ident, name], env=engine_env(), log=log, timeout=120)
         finally:
             shutil.rmtree(layout, ignore_errors=True)
         return ref.name
