@@ -50,6 +50,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.bench_build", *session.posargs, external=True)
     session.run("python", "-m", "benchmarks.bench_remote", external=True)  # P7: the remote wheel cache
     session.run("python", "-m", "benchmarks.bench_cost", external=True)
+    session.run("python", "-m", "benchmarks.bench_image", external=True)  # issue 42: from lock to image
 
 
 @nox.session(name="bench-cost", venv_backend="none")

@@ -46,6 +46,7 @@ COMMANDS = {
     "verify-repro": "toolchain.commands.verify_repro",
     "cache": "toolchain.commands.cache",
     "lock": "toolchain.commands.lock",
+    "image": "toolchain.commands.image",
     "doctor": "toolchain.commands.doctor",
 }
 

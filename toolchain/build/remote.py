@@ -41,7 +41,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -273,12 +273,13 @@ class Registry:
     """The registry calls one remote cache needs. Each raises RemoteError (Refused for a bad entry) with a
     message that names the registry and what to do, never a credential."""
 
-    def __init__(self, settings: RemoteSettings, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, settings: RemoteSettings, env: Mapping[str, str] | None = None, repository: str = "") -> None:
         self.settings, self.env = settings, env
         self.where = settings.where
-        self.credentials = find_credentials(self.where.host, self.where.repository, env)
+        self.repository = repository or self.where.repository  # another repository of that registry (an image's)
+        self.credentials = find_credentials(self.where.host, self.repository, env)
         self.transport = _Transport(settings, self.credentials)
-        self.base = f"{self.transport.prefix}://{self.where.host}/v2/{self.where.repository}"
+        self.base = f"{self.transport.prefix}://{self.where.host}/v2/{self.repository}"
         self._oras: Any = None
 
     # -- requests ------------------------------------------------------------------------------------------
@@ -329,10 +330,11 @@ class Registry:
                 f"--remote-insecure, [cache] insecure = true or {ENV_INSECURE}={self.where.host}")
 
     # -- reading -------------------------------------------------------------------------------------------
-    def manifest(self, ref: str) -> tuple[dict[str, Any], str] | None:
-        """(manifest, digest) of a tag or digest, or None when the registry does not hold it."""
+    def manifest(self, ref: str, accept: str = OCI_MANIFEST) -> tuple[dict[str, Any], str] | None:
+        """(manifest, digest) of a tag or digest, or None when the registry does not hold it (`accept`: the
+        media types asked for, comma-separated)."""
         r = self._request("GET", f"{self.base}/manifests/{ref}", what=f"looking up {ref[:16]}", ok=(200, 404),
-                          headers={"Accept": OCI_MANIFEST}, stream=True)
+                          headers={"Accept": accept}, stream=True)
         with contextlib.closing(r):
             if r.status_code == 404:
                 return None
@@ -468,11 +470,34 @@ class Registry:
             try:
                 if self._oras is None:
                     self._oras = _oras_class()(self.where.host, self.transport)
-                container = self._oras.get_container(f"{self.where.host}/{self.where.repository}")
+                container = self._oras.get_container(f"{self.where.host}/{self.repository}")
                 r = self._oras.upload_blob(str(path), container, layer)
             except ValueError as exc:  # oras: the registry gave no upload location
                 raise RemoteError(f"{self.where.host}: {what} failed: {exc}") from None
         self._check(r.status_code, what, (200, 201, 202))
+
+    def push_image(self, tag: str, blobs: list[tuple[Callable[[], Path], dict[str, Any]]], manifest: bytes,
+                   mount_from: str = "") -> int:
+        """Push an image: each blob the repository lacks (a HEAD first) is mounted from the repository
+        `mount_from` of this registry when it holds it, else uploaded (its file asked for only then); then the
+        manifest tagged `tag`. Returns the bytes uploaded (blobs the registry had or mounted cost none)."""
+        sent, uploaded = 0, []
+        for where, layer in blobs:
+            digest = str(layer["digest"])
+            if self._has_blob(digest):
+                continue
+            if mount_from:
+                r = self._request("POST", f"{self.base}/blobs/uploads/?mount={digest}&from={mount_from}",
+                                  what=f"mounting blob {digest[7:23]}", ok=(201, 202))
+                r.close()
+                if r.status_code == 201:
+                    continue
+            path = where()
+            self._upload(path, layer)
+            uploaded.append((path, layer))
+            sent += int(layer["size"])
+        self._put_manifest(tag, manifest, uploaded)
+        return sent
 
     def delete(self, digest: str) -> bool:
         """Delete the manifest `digest` (every tag naming it goes with it); False when it was already gone. The

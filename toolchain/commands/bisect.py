@@ -67,6 +67,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--retry-unbuildable", action="store_true",
                    help="build again the candidates remembered as unbuildable (with --resume too: those this "
                         "bisect skipped for a failed build)")
+    p.add_argument("--keep-images", action="store_true",
+                   help="turn the last good and the first bad build into images (`toolchain image`), loaded into "
+                        "--image-load as localhost/bisect-RECIPE:good-SHA and :bad-SHA, so the commit named runs at once")
+    p.add_argument("--image-base", metavar="IMAGE@sha256:DIGEST",
+                   help="with --keep-images: the base for locks that record none (an overlay's base is its own)")
+    p.add_argument("--image-load", choices=("podman", "docker"), default="podman",
+                   help="with --keep-images: the engine the images go into (default podman)")
     p.add_argument("--resume", action="store_true", help="continue the bisect saved in the state file")
     p.add_argument("--state", type=Path, help=f"state file (default: OUT/{STATE_NAME})")
     shared.add(p, "out", help={"out": f"where builds, logs and results go (default: ./{DEFAULT_OUT})"})
@@ -85,7 +92,32 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     options = None if args.resume else new_options(args)
     outcome = run_bisect(ui, args.state or default_state(args.out), options, jobs=args.jobs,
                          retry_unbuildable=args.retry_unbuildable)
-    return CommandResult(outcome.data, 0 if outcome.ok else 1, escape(outcome.summary), outcome.tables)
+    summary = outcome.summary
+    if args.keep_images:
+        images = keep_images(outcome.data.get("locks", {}), args, ui)
+        outcome.data["images"] = images
+        summary += "".join(f"\n{end} image: {name}" for end, name in images.items())
+    return CommandResult(outcome.data, 0 if outcome.ok else 1, escape(summary), outcome.tables)
+
+
+def keep_images(locks: dict[str, str], args: argparse.Namespace, ui: UI) -> dict[str, str]:
+    """The image of each published end lock ("good", "bad"), loaded and tagged by the end and its commit."""
+    import re
+
+    from toolchain.commands.image import image_and_deliver
+    from toolchain.lock import read_lock
+
+    images = {}
+    for end, path in sorted(locks.items()):
+        lock = read_lock(Path(path))
+        changed = next((c for c in lock.components if c.name == args.component), None) if args.component else None
+        mark = (changed.commit[:12] if changed is not None and changed.commit else lock.recipe_sha256[:12])
+        tag = f"localhost/bisect-{re.sub(r'[^a-z0-9]+', '-', lock.recipe_name.lower()).strip('-')}:{end}-{mark}"
+        made = argparse.Namespace(tag=tag, base=args.image_base, python=None, engine="podman", load=args.image_load,
+                                  push=False, insecure=False, oci_dir=None, cache_dir=args.cache_dir)
+        data, _, _ = image_and_deliver(Path(path), made, ui)
+        images[end] = f"{tag}@{data['digest']}"
+    return images
 
 
 def new_options(args: argparse.Namespace) -> BisectOptions:

@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help=f"also write a reproducible bundle (wheels, locks, SBOM, tarball) into OUT/{BUNDLES_DIR}/")
     p.add_argument("--with-deps", action="store_true",
                    help="with --bundle: put the locked dependency files into the bundle (installs air-gapped)")
+    p.add_argument("--image", metavar="NAME[:TAG]",
+                   help="then make the lock's image (`toolchain image`) and load it into --image-load (podman)")
+    p.add_argument("--image-base", metavar="IMAGE@sha256:DIGEST",
+                   help="with --image: the base for a lock that records none (an overlay's base is its own)")
+    p.add_argument("--image-load", choices=("podman", "docker"), default="podman",
+                   help="with --image: the engine to load it into (default podman)")
     p.set_defaults(handler=handle)
 
 
@@ -107,9 +113,18 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
             from toolchain.pipeline.audit import audit_closure
 
             audit_closure(lock, options.cache_dir(args), ui)
+    image = ""
+    if args.image:
+        from toolchain.commands.image import image_and_deliver
+
+        assert lock.path is not None
+        made = argparse.Namespace(tag=args.image, base=args.image_base, python=None, engine="podman",
+                                  load=args.image_load, push=False, insecure=False, oci_dir=None,
+                                  cache_dir=args.cache_dir)
+        data["image"], _, image = image_and_deliver(lock.path, made, ui)
     tables = (summary_grid(f"{recipe.name}: {lock.path}", lock, built),)
     summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
-        f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "")
+        f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "") + (f"\n{image}" if image else "")
     return CommandResult(data, 0, summary, tables)
 
 

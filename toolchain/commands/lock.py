@@ -17,7 +17,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Resolve the runtime closure of the wheels a lock records with the [resolve] "
                                    "indexes of its recorded recipe, check it against what each compiled component "
                                    "was built against, and rewrite stack.lock.toml and pylock.toml.")
-    p.add_argument("--lock", type=Path, required=True, metavar="LOCK", help="the stack.lock.toml to re-resolve")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--lock", type=Path, metavar="LOCK", help="the stack.lock.toml to re-resolve")
+    what.add_argument("--image", metavar="REF",
+                      help="instead: read back the lock and provenance an image made by `toolchain image` carries "
+                           "(from podman or docker when one holds REF, else from its registry); --out DIR writes "
+                           "the lock there")
+    p.add_argument("--out", type=Path, metavar="DIR", help="with --image: write the image's stack.lock.toml here")
+    p.add_argument("--insecure", action="store_true", help="with --image: the registry speaks plain HTTP")
     p.add_argument("--refresh", action="store_true",
                    help="resolve again from the indexes even when the closure for these wheels' requirements and "
                         "this [resolve] is kept in the cache (without it, the kept closure is used offline)")
@@ -30,6 +37,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    if args.image:
+        return from_image(args, ui)
     from toolchain.commands.build import closure_summary
     from toolchain.commands.recipes import Table
 
@@ -45,3 +54,28 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         table.add_row(d.name, d.version, d.sha256[:16], d.index or d.url)
     when = f" (closure resolved {lock.closure.resolved_at})" if lock.closure.resolved_at else ""
     return CommandResult(data, 0, f"[green]lock:[/] {lock.path}{when}", (table,))
+
+
+def from_image(args: argparse.Namespace, ui: UI) -> CommandResult:
+    """`toolchain lock --image REF`: the provenance an image carries, its lock written to --out when given."""
+    from toolchain.commands.recipes import Table
+    from toolchain.core.fs import atomic_write_text
+    from toolchain.image.base import plain_http
+    from toolchain.image.provenance import read_provenance
+
+    with ui.status(f"reading the provenance of {args.image}"):
+        found = read_provenance(args.image, options.cache_dir(args) / "images" / "work",
+                                insecure=args.insecure or plain_http(args.image.split("/", 1)[0]))
+    data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest,
+            "labels": found.labels, "components": found.components, "lock-text": found.lock_text}
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.out / "stack.lock.toml", found.lock_text)
+        data["lock"] = str(args.out / "stack.lock.toml")
+    table = Table(title=f"{args.image}: {found.labels.get('vnd.xpu-toolchain.recipe', '?')}")
+    for col in ("component", "commit"):
+        table.add_column(col, overflow="fold")
+    for name, commit in found.components.items():
+        table.add_row(name, commit)
+    return CommandResult(data, 0, f"[green]lock:[/] {data.get('lock', found.where)} (image {found.digest})",
+                         (table,))

@@ -10,7 +10,10 @@ process group and write a partial report (exit 128 + the signal's number).
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
@@ -21,7 +24,7 @@ from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.core.devices import PROFILES
 from toolchain.errors import UsageError
-from toolchain.lock import read_lock
+from toolchain.lock import Lock, read_lock
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
 from toolchain.smoke.config import SmokeOptions
 from toolchain.smoke.session import SmokeInterrupted, SmokeOutcome, run_smoke
@@ -31,7 +34,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("smoke", help="install a lock's wheels, serve, run the regression set",
                        description=__doc__)
     p.add_argument("--lock", type=Path, help="stack.lock.toml (or its directory) written by `toolchain build`")
+    p.add_argument("--image", metavar="REF",
+                   help="instead of --lock: serve from this image (made by `toolchain image`) as it is, nothing "
+                        "installed; its lock is read from it, its versions are checked, the report records its digest")
+    p.add_argument("--image-engine", choices=("podman", "docker"), default="podman",
+                   help="the engine that runs --image (default podman)")
+    p.add_argument("--run-arg", action="append", default=[], metavar="ARG", dest="run_args",
+                   help="with --image: an argument for the engine's `run` (a mount, a device); repeatable")
     options.add(p, "out", help={"out": "report directory (default: <lock dir>/smoke/<time>)"})
+    options.add(p, "cache-dir")
     add_options(p)
     p.set_defaults(handler=handle)
 
@@ -89,12 +100,39 @@ def parse_options(argv: Sequence[str]) -> SmokeOptions:
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
-    lock = read_lock(args.lock) if args.lock else None
+    opts, out = options_from(args), args.out
+    lock: Lock | None = None
+    if args.image:
+        if args.lock:
+            raise UsageError("give --lock or --image, not both", hint="--image reads the lock the image carries")
+        lock, opts = _image_lock(args, opts, ui)
+        out = out or Path("smoke-reports") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    else:
+        lock = read_lock(args.lock) if args.lock else None
     try:
-        outcome = run_smoke(lock, out_dir=args.out, ui=ui, options=options_from(args))
+        outcome = run_smoke(lock, out_dir=out, ui=ui, options=opts)
     except SmokeInterrupted as stopped:  # the server is stopped; report the partial run
         outcome = stopped.outcome
     return _result(outcome)
+
+
+def _image_lock(args: argparse.Namespace, opts: SmokeOptions, ui: UI) -> tuple[Lock, SmokeOptions]:
+    """The lock an image carries (checked against its label) and the options that serve from that image, named
+    by digest when the engine knows it."""
+    from toolchain.core.fs import atomic_write_text
+    from toolchain.image.provenance import from_engine
+    from toolchain.target.container.engine import image_repo
+
+    work = options.cache_dir(args) / "images" / "work" / f"smoke-{os.getpid()}"
+    with ui.status(f"reading the lock {args.image} carries"):
+        found = from_engine(args.image, args.image_engine, work)
+    if found is None:
+        raise UsageError(f"{args.image_engine} holds no image {args.image}",
+                         hint=f"pull or load it first (`toolchain image ... --load {args.image_engine}`)")
+    atomic_write_text(work / "stack.lock.toml", found.lock_text)
+    image = f"{image_repo(args.image)}@{found.digest}" if found.digest.startswith("sha256:") else args.image
+    return read_lock(work / "stack.lock.toml"), replace(opts, image=image, image_engine=args.image_engine,
+                                                        run_args=tuple(args.run_args))
 
 
 def _result(outcome: SmokeOutcome) -> CommandResult:

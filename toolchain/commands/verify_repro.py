@@ -67,12 +67,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "cache-dir": "take sources from this cache directory's mirror (default: the build cache, as for "
                      "`toolchain build`); source trees and wheels are always made afresh per build"})
     p.add_argument("--keep", action="store_true", help="keep the build directories even when reproducible")
+    p.add_argument("--image", metavar="REF",
+                   help="with --lock: make the image of the lock again in a fresh cache and compare its digest with "
+                        "REF (made by `toolchain image`; read from podman or docker, else its registry); a difference "
+                        "names the first differing file of the layer (and diffoscope's report where installed)")
+    p.add_argument("--insecure", action="store_true", help="with --image: its registry speaks plain HTTP")
     p.add_argument("--no-diffoscope", action="store_true",
                    help="use the built-in per-file comparison even when diffoscope is installed")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    if args.image:
+        return _verify_image(args, ui)
     published = read_lock(args.lock) if args.lock else None
     work = _work_dir(args.work_dir, Path(args.lock).resolve().parent.name if args.lock else Path(args.recipe).stem,
                      options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
@@ -103,6 +110,26 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     summary = format_report(report) + "\n" + _install_summary(installed) + (
         f"\nbuilds kept in {work}" if kept else "\nthe builds were removed (--keep keeps them)")
     return CommandResult(data=data, exit_code=0 if ok else 1, summary=summary)
+
+
+def _verify_image(args: argparse.Namespace, ui: UI) -> CommandResult:
+    """`--lock LOCK --image REF`: the image made again from the lock, in a fresh cache, against REF."""
+    from toolchain.errors import UsageError
+    from toolchain.image.repro import verify_image
+
+    if not args.lock:
+        raise UsageError("--image needs --lock LOCK: the lock (with its wheels beside it) the image is made again from")
+    work = _work_dir(args.work_dir, "image", options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
+    found = verify_image(args.lock, args.image, work, ui, insecure=args.insecure,
+                         use_diffoscope=False if args.no_diffoscope else None)
+    if found["ok"] and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = (f"[green]reproducible:[/] {args.image} is {found['given']}, rebuilt from {args.lock}" if found["ok"]
+               else f"[red]NOT reproducible:[/] {args.image} is {found['given']}, rebuilt {found['rebuilt']}\n"
+                    f"first difference: {found['first-difference']}"
+                    + (f"\ndiffoscope: {found['diffoscope']}" if found.get("diffoscope") else ""))
+    return CommandResult(data={**found, "mode": "image", "work-dir": str(work)}, exit_code=0 if found["ok"] else 1,
+                         summary=summary)
 
 
 def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) -> dict[str, Any]:

@@ -267,6 +267,8 @@ class Recipe:
     cache: CacheSpec = field(default=CacheSpec(), metadata=key(dict))  # [cache]: the remote wheel cache (recipe/cachespec.py)
     build: BuildSpec = field(default=BuildSpec(), metadata=key(dict))  # [build]: compiler cache, jobs, memory per job (recipe/buildspec.py)
     native: NativeSpec = field(default=NativeSpec(), metadata=key(dict))  # [native]: additions to the native audit's policy (resolve/policy.py)
+    # [image] base = "name@sha256:...": the base `toolchain image` installs a lock without [target] base over
+    image_base: str = field(default="", metadata=key(dict, "image"))
     # where each recipe file of the `extends` chain was found (this recipe's first); () for a lock's recipe
     found: tuple[Found, ...] = field(default=(), compare=False, hash=False)
     # a partial build (`build --component`): the components it builds, the others left out of `data`

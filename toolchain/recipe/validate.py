@@ -171,6 +171,7 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     cache = cache_spec(data.get("cache"), pr.add)
     resolve = _resolve(data.get("resolve", {}), pr, path)
     native = _native(data.get("native", {}), pr)
+    image_base = _image_base(data.get("image", {}), pr)
     if target.base:  # rebuilt over the image: installed with --force-reinstall --no-deps, as the direct fix does
         for c in components:
             if not {"--no-deps", "--force-reinstall"} <= set(c.install_args):
@@ -188,7 +189,7 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
                   demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache,
-                  resolve=resolve, build=build, native=native)
+                  resolve=resolve, build=build, native=native, image_base=image_base)
 
 
 def _null_bytes(value: Any, where: str) -> Iterator[str]:
@@ -206,6 +207,19 @@ def _null_bytes(value: Any, where: str) -> Iterator[str]:
     elif isinstance(value, list):
         for i, v in enumerate(value):
             yield from _null_bytes(v, f"{where}[{i}]")
+
+
+def _image_base(table: Any, pr: _Problems) -> str:
+    """`[image] base`: the image `toolchain image` puts a lock over when its target has no base (pinned)."""
+    if not isinstance(table, dict):
+        return ""
+    pr.check_keys(table, {"base": str}, "image.")
+    base = table.get("base", "")
+    if isinstance(base, str) and base and not PINNED_IMAGE.match(base):
+        pr.add("image.base", f"must be pinned by digest (name@sha256:<64 hex>), got {base!r}; "
+                             "`podman image inspect --format '{{.Digest}}' NAME` shows it")
+        return ""
+    return base if isinstance(base, str) else ""
 
 
 def _target(t: Any, pr: _Problems) -> TargetSpec:

@@ -33,7 +33,6 @@ from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
 from toolchain.errors import TestFailed
 from toolchain.lock import Lock
 from toolchain.release import BUNDLES_DIR  # noqa: F401 - the constant's old home
-from toolchain.release.sbom import SBOM_NAME, sbom_json
 
 SUMS_NAME = "SHA256SUMS"
 INSTALL_NAME = "INSTALL.txt"
@@ -54,6 +53,8 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
     is copied into `inputs/<component>/`, checked against its sha256. A patch or input file found in none of
     them is taken from `cache_dir`'s copies by sha256 (`core.blobs`: a lock rebuilt after its folder moved).
     """
+    from toolchain.release.sbom import SBOM_NAME, sbom_json  # (cyclonedx: imported when a bundle is written)
+
     lockmod.verify_wheels(lock)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

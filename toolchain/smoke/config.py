@@ -49,6 +49,9 @@ class SmokeOptions:
     venv: Path | None = None
     keep_venv: bool = False
     allow_unlocked_deps: bool = False  # a lock without a closure: its dependencies from the index, unpinned
+    image: str = ""                    # serve from this image (NAME@sha256:..., made by `toolchain image`) as it is
+    image_engine: str = "podman"
+    run_args: tuple[str, ...] = ()     # the engine's run arguments for that image's container
 
 
 def _case_names(specs: Sequence[cases_mod.CaseSpec]) -> Data:

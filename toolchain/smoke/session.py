@@ -90,6 +90,8 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "tool": "toolchain smoke", "tool_version": __version__, "host": to_table(gather(), kebab=True),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "lock": str(lock.path) if lock else None, "recipe": lock.recipe_name if lock else None, "out": str(out),
+        **({"image": {"ref": opts.image, "digest": opts.image.rpartition("@")[2], "engine": opts.image_engine}}
+           if opts.image else {}),
         "config": {**to_table(config), "env": redact_env(dict(config.env))},
     }
     runs: list[RunResult] = []
@@ -222,7 +224,7 @@ def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
 def require_a_server(lock: Lock | None, opts: SmokeOptions, smoke: SmokeSpec, runtime: ServeRuntime) -> None:
     """A lock whose wheels hold no vLLM, installed into a fresh venv and served with the default
     `{python} -m vllm ...`, cannot start: say so before anything is installed (the demo's lock is one)."""
-    if lock is None or not lock.components or opts.serve_cmd or opts.no_install or smoke.serve_cmd:
+    if lock is None or not lock.components or opts.serve_cmd or opts.no_install or opts.image or smoke.serve_cmd:
         return
     if runtime.venvs_see_image_packages:
         return  # the image brings its own vLLM (the venv sees the image's packages)
@@ -274,6 +276,11 @@ def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
     if lock is None:
         host = HostRuntime()
         return host, host.interpreter(opts.python or sys.executable), None
+    if opts.image:  # the image as it is: its container serves, its interpreter already holds the lock
+        spec = TargetSpec(runtime=opts.image_engine, python=opts.python or lock.target.python, image=opts.image,
+                          run_args=opts.run_args)
+        served_from = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke), None, ""))
+        return served_from, served_from.interpreter(spec.python), None
     install_wheels = bool(lock.components) and not opts.no_install
     runtime: ServeRuntime = HostRuntime()
     base = opts.python or lock.target.python or sys.executable

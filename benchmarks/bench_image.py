@@ -1,0 +1,151 @@
+"""From lock to image (issue 42), measured side by side in one run (`nox -s bench`). Needs podman and Debian's
+`docker-registry` (a real registry on 127.0.0.1, started and stopped here); the base is the tests' Debian
+bookworm image (tests/support/debian_image.py), made once.
+
+1. The demo lock (built first) turned into an image over the test base and loaded into podman:
+   `toolchain image --load podman`, warm (the base already read into the cache) and cold (a new cache: the base
+   saved once), against `podman build --no-cache` of the equivalent Dockerfile (FROM base, COPY wheels,
+   RUN pip install --force-reinstall --no-deps ...), each the median of --rounds.   goal: warm <= 10%
+2. Pushing to a registry that already holds the base (and an earlier image of the stack): the bytes sent
+   against the new layer + config, and against the whole image.                     goal: only those travel
+
+    python -m benchmarks.bench_image [--rounds 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEELHOUSE = ROOT / "toolchain" / "demo_src" / "wheelhouse"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    if not env.get("CONTAINERS_CONF") and Path("/etc/containers/toolchain-tests.conf").is_file():
+        env["CONTAINERS_CONF"] = "/etc/containers/toolchain-tests.conf"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run(argv: list[str], *, cwd: Path = ROOT, timeout: float = 1800) -> str:
+    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_image: {' '.join(argv)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def _timed(argv: list[str], cwd: Path = ROOT) -> tuple[float, str]:
+    started = time.perf_counter()
+    out = _run(argv, cwd=cwd)
+    return time.perf_counter() - started, out
+
+
+def _base() -> str:
+    """The Debian test image pinned by digest (made once by the tests' helper)."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.update({k: v for k, v in _env().items() if k == "CONTAINERS_CONF"})
+    from tests.support.debian_image import ensure_image
+
+    name = ensure_image("podman")
+    digest = _run(["podman", "image", "inspect", "--format", "{{.Digest}}", name]).strip()
+    return f"{name.rsplit(':', 1)[0]}@{digest}"
+
+
+def image(lock: Path, cache: Path, tag: str, base: str, *extra: str) -> tuple[float, dict[str, Any]]:
+    """`toolchain image` timed; its --json document."""
+    seconds, out = _timed([sys.executable, "-m", "toolchain", "image", "--lock", str(lock), "--tag", tag,
+                           "--base", base, "--cache-dir", str(cache), "--json", *extra])
+    return seconds, dict(json.loads(out))
+
+
+def podman_build(lock: Path, base: str, ctx: Path, tag: str) -> float:
+    """`podman build --no-cache` of FROM base + COPY wheels + RUN pip install --force-reinstall --no-deps."""
+    shutil.rmtree(ctx, ignore_errors=True)
+    (ctx / "wheels").mkdir(parents=True)
+    closure = [d for d in json.loads(_run([sys.executable, "-c", (
+        "import json,sys,tomllib; d=tomllib.load(open(sys.argv[1],'rb')); "
+        "print(json.dumps([x['file'] for x in d.get('dependencies', [])]))"), str(lock)]))]
+    for wheel in [*(WHEELHOUSE / f for f in closure), *sorted((lock.parent / "wheels").glob("*.whl"))]:
+        shutil.copyfile(wheel, ctx / "wheels" / wheel.name)
+    (ctx / "Containerfile").write_text(
+        f"FROM {base}\nCOPY wheels /wheels\nRUN python3 -m pip install --no-index --no-cache-dir --force-reinstall "
+        "--no-deps --break-system-packages /wheels/*.whl\n")
+    seconds, _ = _timed(["podman", "build", "--no-cache", "-q", "--network=none", "-t", tag, str(ctx)])
+    return seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = _base()
+    results: dict[str, Any] = {"base": base}
+    with tempfile.TemporaryDirectory(prefix="bench-image-") as tmp_name:
+        tmp = Path(tmp_name)
+        _run([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(tmp / "build-cache"),
+              "--out", str(tmp / "out"), "--json"])
+        lock = tmp / "out" / "stack.lock.toml"
+        cold = [image(lock, tmp / f"cold-{i}", "localhost/bench-image:1", base, "--load", "podman")[0]
+                for i in range(args.rounds)]
+        warm = [image(lock, tmp / "cold-0", "localhost/bench-image:1", base, "--load", "podman")[0]
+                for _ in range(args.rounds)]
+        built = [podman_build(lock, base, tmp / "ctx", "localhost/bench-image-dockerfile:1") for _ in range(args.rounds)]
+        results["image"] = {"warm-s": statistics.median(warm), "cold-s": statistics.median(cold),
+                            "podman-build-s": statistics.median(built)}
+        results["image"]["warm-ratio"] = results["image"]["warm-s"] / results["image"]["podman-build-s"]
+        results["image"]["cold-ratio"] = results["image"]["cold-s"] / results["image"]["podman-build-s"]
+        results["push"] = _push(lock, tmp, base)
+        _run(["podman", "rmi", "-f", "localhost/bench-image:1", "localhost/bench-image-dockerfile:1"])
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    r, p = results["image"], results["push"]
+    print(f"image of the demo lock over {base.split('@')[0]}, loaded into podman (median of {args.rounds}):")
+    print(f"  toolchain image, warm cache   {r['warm-s']:7.2f} s   {r['warm-ratio']:6.1%} of podman build  (goal <= 10%)")
+    print(f"  toolchain image, new cache    {r['cold-s']:7.2f} s   {r['cold-ratio']:6.1%} of podman build  (the base saved once)")
+    print(f"  podman build --no-cache       {r['podman-build-s']:7.2f} s")
+    print("push to a registry that holds the base and the stack's earlier image:")
+    print(f"  first push (empty registry)   {p['first-bytes']:>12,} bytes")
+    print(f"  next push                     {p['next-bytes']:>12,} bytes  (new layer {p['layer-bytes']:,} + config "
+          f"{p['config-bytes']:,} = {p['layer-bytes'] + p['config-bytes']:,}; the whole image {p['image-bytes']:,})")
+
+
+def _push(lock: Path, tmp: Path, base: str) -> dict[str, int]:
+    """Push the stack's image, then the image of a changed lock (one more line: a new layer) to the same
+    repository; the bytes each sends."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.registry import registry_available, run_registry
+
+    ok, reason = registry_available()
+    if not ok:
+        raise SystemExit(f"bench_image: {reason}")
+    other = tmp / "other"
+    shutil.copytree(lock.parent, other)
+    (other / lock.name).write_text(lock.read_text() + "# a new release of the same stack\n")
+    with run_registry(tmp / "registry") as reg:
+        os.environ["TOOLCHAIN_REMOTE_INSECURE"] = reg.address
+        _, first = image(lock, tmp / "cold-0", f"{reg.address}/team/stack:1", base, "--push")
+        _, second = image(other / lock.name, tmp / "cold-0", f"{reg.address}/team/stack:2", base, "--push")
+        import requests
+
+        manifest = requests.get(f"{reg.url}/v2/team/stack/manifests/2", timeout=30,
+                                headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}).json()
+    return {"first-bytes": first["pushed"]["uploaded-bytes"], "next-bytes": second["pushed"]["uploaded-bytes"],
+            "layer-bytes": second["layer"]["size"], "config-bytes": manifest["config"]["size"],
+            "image-bytes": sum(d["size"] for d in manifest["layers"]) + manifest["config"]["size"]}
+
+
+if __name__ == "__main__":
+    main()

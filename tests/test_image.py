@@ -1,0 +1,385 @@
+"""`toolchain image`: a lock turned into an OCI image (its base by digest + one layer), reproducibly, run in real
+podman and docker, pushed to and read back from the real registry with auth; and `toolchain lock --image`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
+from tests.support.debian_image import containers_env
+from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
+from tests.test_overlay import STACK_PYTHON, _podman, stack_image  # noqa: F401  (the overlay's base image fixture)
+from toolchain.core import toml as tomlio
+from toolchain.errors import UsageError
+from toolchain.image.base import Interpreter, Replaced
+from toolchain.image.compat import check_wheels
+from toolchain.image.layer import LOCK_PATH, entries, stage, write_layer
+
+
+def _engine(engine: str, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([engine, *args], env=containers_env(), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    assert not check or done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def _image(tmp: Path, name: str, lock: Path, *args: object) -> dict:
+    """`toolchain image` run from a folder of its own with a cache of its own: the --json document."""
+    cwd = tmp / f"cwd-{name}"
+    cwd.mkdir(parents=True)
+    cli = Cli(cwd, {**isolated_env(cwd), **containers_env()})
+    r = cli("image", "--lock", lock, "--cache-dir", tmp / f"cache-{name}", "--json", *args, timeout=1200)
+    assert r.returncode == 0, str(r)
+    return dict(r.json())
+
+
+def _layer_names(oci: Path, digest: str) -> list[str]:
+    with gzip.open(oci / "blobs" / "sha256" / digest.split(":", 1)[1]) as gz, tarfile.open(fileobj=gz) as tar:
+        members = tar.getmembers()
+    assert all(m.uid == 0 and m.gid == 0 and m.mtime == members[0].mtime for m in members)
+    return [m.name for m in members]
+
+
+@pytest.fixture(scope="session")
+def test_base(podman_image) -> str:  # noqa: F811
+    """The Debian test image pinned by digest."""
+    digest = _engine("podman", "image", "inspect", "--format", "{{.Digest}}", podman_image).stdout.strip()
+    return f"{podman_image.rsplit(':', 1)[0]}@{digest}"
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_demo_lock_image_is_reproducible_runs_in_podman_and_docker_and_carries_its_lock(demo_build, test_base,
+                                                                                         tmp_path):
+    lock = demo_build.out / "stack.lock.toml"
+    first = _image(tmp_path, "a", lock, "--tag", "localhost/i42-demo:a", "--base", test_base,
+                   "--oci-dir", tmp_path / "oci-a", "--load", "podman")
+    second = _image(tmp_path, "b", lock, "--tag", "localhost/i42-demo:a", "--base", test_base,
+                    "--oci-dir", tmp_path / "oci-b", "--load", "docker")
+    assert first["digest"] == second["digest"] and first["layer"] == second["layer"], (first, second)
+    assert (tmp_path / "oci-a" / "index.json").read_bytes() == (tmp_path / "oci-b" / "index.json").read_bytes()
+    names = _layer_names(tmp_path / "oci-a", first["layer"]["digest"])
+    assert names == sorted(names, key=lambda n: n.split("/")) and LOCK_PATH in names
+    assert not [n for n in names if n.endswith(".pyc")], names
+    labels = first["labels"]
+    assert labels["vnd.xpu-toolchain.recipe"] == "demo"
+    assert labels["vnd.xpu-toolchain.commit.engine"] == tomlio.load_file(lock)["components"][0]["commit"]
+    # podman holds it under the same digest; it runs there as it is
+    assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/i42-demo:a").stdout.strip() \
+        == first["digest"]
+    names = json.loads(_engine("podman", "image", "inspect", "--format", "{{json .RepoTags}}",
+                               "localhost/i42-demo:a").stdout)
+    assert names == ["localhost/i42-demo:a"], names  # no name after the folder it was loaded from
+    check = "python3 -m pip check && python3 -c 'import demo_engine, demo_kernels, demo_ark; print(demo_engine.__file__)'"
+    for engine in ("podman", "docker"):
+        out = _engine(engine, "run", "--rm", "--network=none", "localhost/i42-demo:a", "sh", "-c", check).stdout
+        assert "No broken requirements found." in out and "/usr/local/lib/python3.11/dist-packages/" in out, out
+    # the lock comes back out of the image, byte for byte
+    back = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = back.ok("lock", "--image", "localhost/i42-demo:a", "--out", tmp_path / "back", "--json")
+    assert (tmp_path / "back" / "stack.lock.toml").read_bytes() == lock.read_bytes()
+    assert r.json()["components"]["engine"] == labels["vnd.xpu-toolchain.commit.engine"]
+    _engine("podman", "rmi", "localhost/i42-demo:a", check=False)
+    _engine("docker", "rmi", "localhost/i42-demo:a", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_overlay_lock_image_replaces_the_base_distribution_reproducibly(stack_image, tmp_path):  # noqa: F811
+    from tests.support.closure import demo_variant
+
+    recipes = tmp_path / "recipes"
+    recipe = demo_variant(recipes, "overlay", {"indexes": ["http://127.0.0.1:9/simple"]},
+                          target={"runtime": "podman", "base": stack_image, "python": STACK_PYTHON})
+    data = tomlio.load_file(recipe)
+    ark = dict(data["components"]["ark"], **{"built-against": ["standin-torch"]})
+    data["components"] = {"ark": {k: v for k, v in ark.items() if k != "after"}}
+    recipe.write_text(tomlio.dumps(data))
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    cli.ok("build", "--recipe", recipe, "--out", tmp_path / "out", "--cache-dir", tmp_path / "cache", "--json",
+           timeout=1200)
+    lock = tmp_path / "out" / "stack.lock.toml"
+    first = _image(tmp_path, "a", lock, "--tag", "localhost/i42-overlay:a", "--load", "podman")
+    second = _image(tmp_path, "b", lock, "--tag", "localhost/i42-overlay:b")
+    assert first["digest"] == second["digest"], (first, second)
+    assert first["base"] == stack_image.split("@")[0]
+    # what pip installed into the base's venv beside the old ARK's files (its REQUESTED, direct_url.json)
+    # is whited out: --force-reinstall uninstalls it first
+    old = _podman("run", "--rm", "--network=none", stack_image, "sh", "-c",
+                  "ls -d /opt/stack/lib/python3.11/site-packages/demo_ark_lib-*.dist-info/*")
+    gone = [p for p in old.split() if Path(p).name in ("REQUESTED", "direct_url.json")]
+    assert gone, old
+    whited = sorted("/" + w.replace(".wh.", "") for w in first["layer"]["whiteouts"])
+    assert set(gone) <= set(whited), (gone, whited)
+    # each whiteout names what the base holds (the old bytecode too); in the image none of them is left
+    _podman("run", "--rm", "--network=none", stack_image, "ls", "-d", *whited)
+    run = _podman("run", "--rm", "--network=none", "localhost/i42-overlay:a", "sh", "-c",
+                  f"ls /opt/stack/lib/python3.11/site-packages/demo_ark_lib-*.dist-info/; ls -d {' '.join(whited)}; "
+                  f"echo listed; {STACK_PYTHON} -m pip check; {STACK_PYTHON} -c 'import demo_ark, demo_engine'")
+    assert "No broken requirements found." in run and "RECORD" in run and "listed" in run, run
+    assert not [w for w in whited if w in run], run
+    _podman("rmi", "localhost/i42-overlay:a")
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_push_with_auth_then_over_a_base_the_registry_holds_only_the_new_blobs_travel_and_lock_image_reads_back(
+        demo_build, test_base, auth_registry, tmp_path):
+    lock = demo_build.out / "stack.lock.toml"
+    reg = auth_registry.address
+    login = ("--tls-verify=false", "--creds", f"{AUTH_USER}:{AUTH_PASSWORD}")
+    creds = {"TOOLCHAIN_REGISTRY_USERNAME": AUTH_USER, "TOOLCHAIN_REGISTRY_PASSWORD": AUTH_PASSWORD}
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    cli = Cli(cwd, {**isolated_env(cwd), **containers_env(), **creds, "TOOLCHAIN_REMOTE_INSECURE": reg})
+    # an empty registry: everything goes up, the local base's layers too
+    r = cli("image", "--lock", lock, "--base", test_base, "--cache-dir", tmp_path / "cache", "--push", "--json",
+            "--tag", f"{reg}/stack/first:1", timeout=1200)
+    assert r.returncode == 0, str(r)
+    first = r.json()
+    assert first["pushed"]["uploaded-bytes"] > first["layer"]["size"] + 100_000_000, first
+    # podman pulls it with the same digest; it runs
+    ref = f"{reg}/stack/first:1"
+    _engine("podman", "pull", *login, ref, timeout=900)
+    assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", ref).stdout.strip() == first["digest"]
+    assert _engine("podman", "run", "--rm", "--network=none", ref, "python3", "-c", "import demo_engine").returncode == 0
+    # over a base the registry holds (that image, named by digest there): its manifest and config are read from
+    # the registry, no layer of it comes down, and only the new layer and the config go up (the base's are mounted)
+    base = f"{reg}/stack/first@{first['digest']}"
+    r = cli("image", "--lock", lock, "--base", base, "--cache-dir", tmp_path / "cache2", "--push", "--json",
+            "--tag", f"{reg}/stack/second:1", timeout=1200)
+    assert r.returncode == 0, str(r)
+    second = r.json()
+    manifest = json.loads(_get(auth_registry, "/v2/stack/second/manifests/1"))
+    assert manifest["layers"][:-1] == json.loads(_get(auth_registry, "/v2/stack/first/manifests/1"))["layers"]
+    # (the same lock over its own image: the same layer again, which the registry holds too; only the config is new)
+    new = [d["size"] for d in manifest["layers"] if d["digest"] not in {x["digest"] for x in manifest["layers"][:-1]}]
+    assert second["layer"]["digest"] == first["layer"]["digest"] and not new
+    assert second["pushed"]["uploaded-bytes"] == manifest["config"]["size"], second
+    kept = sorted((tmp_path / "cache2" / "images" / "base").rglob("blobs/sha256/*"))
+    assert kept and all(f.stat().st_size < 100_000 for f in kept), kept  # its config only: no layer came down
+    # without credentials the registry refuses (and no password is shown); with them the lock comes back
+    denied = Cli(cwd, {**isolated_env(cwd), **containers_env(), "TOOLCHAIN_REMOTE_INSECURE": reg})
+    no = denied("lock", "--image", f"{reg}/stack/second:1", "--json")
+    assert no.returncode != 0 and AUTH_PASSWORD not in no.stdout + no.stderr, str(no)
+    back = cli("lock", "--image", f"{reg}/stack/second:1", "--out", tmp_path / "back", "--json")
+    assert back.returncode == 0, str(back)
+    assert (tmp_path / "back" / "stack.lock.toml").read_bytes() == lock.read_bytes()
+    assert back.json()["digest"] == second["digest"]
+    assert back.json()["labels"]["org.opencontainers.image.base.digest"] == first["digest"]
+    _engine("podman", "rmi", ref, base, check=False)
+
+
+def _get(reg, path: str) -> bytes:
+    import requests
+
+    r = requests.get(f"{reg.url}{path}", auth=reg.auth, timeout=30,
+                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    assert r.status_code == 200, r.text
+    return r.content
+
+
+# ---- the layer itself, without an engine ----------------------------------------------------------------
+
+def _wheel(folder: Path, name: str, version: str, files: dict[str, str], tag: str = "py3-none-any",
+           scripts: str = "") -> Path:
+    """A real wheel, written as a build backend writes one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{version}-{tag}.whl"
+    info = f"{name}-{version}.dist-info"
+    body = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+            f"{info}/WHEEL": f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: {tag}\n"}
+    if scripts:
+        body[f"{info}/entry_points.txt"] = f"[console_scripts]\n{scripts}\n"
+    import base64
+    import hashlib
+
+    record = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(t.encode())}" for p, t in body.items()]
+    body[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for p, t in body.items():
+            zf.writestr(p, t)
+    return path
+
+
+INTERP = Interpreter(executable="/opt/venv/bin/python", python_version="3.11.2", python_tag="cp311",
+                     soabi="cpython-311-x86_64-linux-gnu", platform="linux_x86_64", glibc="2.36",
+                     scheme={"purelib": "/opt/venv/lib/python3.11/site-packages",
+                             "platlib": "/opt/venv/lib/python3.11/site-packages", "scripts": "/opt/venv/bin",
+                             "data": "/opt/venv", "include": "/opt/venv/include"})
+
+
+def test_layer_points_console_scripts_at_the_image_interpreter_and_whites_out_what_the_old_version_left(tmp_path):
+    site = "opt/venv/lib/python3.11/site-packages"
+    wheel = _wheel(tmp_path / "w", "tool", "2.0", {"tool/__init__.py": "def main():\n    print('hi')\n"},
+                   scripts="tool = tool:main")
+    interp = Interpreter(**{**{f: getattr(INTERP, f) for f in ("executable", "python_version", "python_tag", "soabi",
+                                                                 "platform", "glibc", "scheme")},
+                            "replaced": (Replaced("tool", "1.0", files=(
+                                f"/{site}/tool/__init__.py", f"/{site}/tool/old.py",
+                                f"/{site}/tool/__pycache__/old.cpython-311.pyc",
+                                f"/{site}/tool-1.0.dist-info/RECORD", f"/{site}/tool-1.0.dist-info/METADATA",
+                                "/opt/venv/bin/tool", "/opt/venv/bin/tool-legacy"),
+                                dirs=(f"/{site}/tool-1.0.dist-info", f"/{site}/tool/__pycache__")),)})
+    stage([wheel], interp, tmp_path / "root")
+    script = (tmp_path / "root" / "opt/venv/bin/tool").read_text()
+    assert script.startswith("#!/opt/venv/bin/python\n"), script
+    items = entries(tmp_path / "root", interp, b"lock = 1\n")
+    paths = [e.path for e in items]
+    assert paths == sorted(paths, key=lambda p: p.split("/"))
+    whiteouts = sorted(e.path for e in items if e.kind == "whiteout")
+    assert whiteouts == sorted([f"{site}/.wh.tool-1.0.dist-info", f"{site}/tool/.wh.__pycache__",
+                                f"{site}/tool/.wh.old.py", "opt/venv/bin/.wh.tool-legacy"]), whiteouts
+    assert "opt/venv/bin" not in paths and f"{site}" not in paths  # the base's folders stay as they are
+    a = write_layer(items, 1_700_000_000, tmp_path / "a.tar.gz")
+    b = write_layer(entries(tmp_path / "root", interp, b"lock = 1\n"), 1_700_000_000, tmp_path / "b.tar.gz")
+    assert (a.digest, a.diff_id) == (b.digest, b.diff_id)
+    assert (tmp_path / "a.tar.gz").read_bytes()[4:8] == b"\0\0\0\0"  # gzip mtime 0
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        tool = tar.getmember("opt/venv/bin/tool")
+    assert tool.mode == 0o755 and tool.mtime == 1_700_000_000 and tool.uid == 0
+
+
+def test_a_base_whose_interpreter_cannot_take_the_wheels_is_refused_naming_both_sides(tmp_path):
+    compiled = _wheel(tmp_path, "fast", "1.0", {"fast/__init__.py": ""}, tag="cp312-cp312-manylinux_2_39_x86_64")
+    pure = _wheel(tmp_path, "slow", "1.0", {"slow/__init__.py": ""})
+    fine = _wheel(tmp_path, "ok", "1.0", {"ok/__init__.py": ""}, tag="cp311-cp311-manylinux_2_28_x86_64")
+    check_wheels([pure, fine], INTERP, "cp311", "linux_x86_64", "base@sha256:" + "0" * 64)
+    with pytest.raises(UsageError) as err:
+        check_wheels([compiled, pure], INTERP, "cp312", "linux_x86_64", "base@sha256:" + "0" * 64)
+    text = str(err.value)
+    assert err.value.return_code == 2
+    assert "fast-1.0-cp312-cp312-manylinux_2_39_x86_64.whl" in text and "slow" not in text
+    assert "cp312" in text and "Python 3.11.2 (cp311" in text and "glibc 2.36" in text, text
+
+
+def test_image_refuses_an_unpinned_base_before_writing_anything(demo_build, tmp_path):
+    cli = Cli(tmp_path, isolated_env(tmp_path))
+    r = cli("image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/x:1", "--base", "debian:12",
+            "--oci-dir", tmp_path / "oci", "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 2, str(r)
+    assert "not pinned by digest" in r.stderr and not (tmp_path / "oci").exists()
+    shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_smoke_image_serves_from_the_image_as_it_is_and_records_its_digest(demo_build, test_base, tmp_path):
+    from tests.smoke.smoke_helpers import HERE, free_port
+
+    lock = demo_build.out / "stack.lock.toml"
+    made = _image(tmp_path, "a", lock, "--tag", "localhost/i42-smoke:1", "--base", test_base, "--load", "podman")
+    faults = "/toolchain-test/faults"
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("smoke", "--image", "localhost/i42-smoke:1", "--skip-device-check", "--ready-timeout", "120",
+            "--request-timeout", "120", "--port", free_port(), "--out", tmp_path / "report", "--json",
+            "--serve-cmd", f"{{python}} {faults}/fault_server.py --port {{port}} --mode healthy "
+                           "--served-model-name {model}",
+            f"--run-arg=--mount=type=bind,source={HERE},destination={faults},readonly", timeout=900)
+    assert r.returncode == 0, str(r)
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["image"]["digest"] == made["digest"], report["image"]
+    assert report["image"]["ref"] == f"localhost/i42-smoke@{made['digest']}"
+    # nothing was installed: the image's own interpreter served, and its versions are the lock's
+    assert not report["install"]["steps"] and report["install"]["python"] == "python3"
+    assert {v["dist"] for v in report["install"]["versions"] if v["ok"]} >= {"demo-engine", "demo-kernels"}, report["install"]
+    assert report["verdict"] == "pass"
+    _engine("podman", "rmi", "localhost/i42-smoke:1", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_verify_repro_image_rebuilds_the_digest_and_names_the_first_differing_file(demo_build, test_base, tmp_path):
+    lock = demo_build.out / "stack.lock.toml"
+    made = _image(tmp_path, "a", lock, "--tag", "localhost/i42-vr:1", "--base", test_base, "--load", "podman")
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    same = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-vr:1", "--json", timeout=900)
+    assert same.returncode == 0, str(same)
+    assert same.json()["rebuilt"] == same.json()["given"] == made["digest"]
+    # the same wheels under a lock with one more line: another image, and the lock inside is what differs
+    other = tmp_path / "other"
+    shutil.copytree(demo_build.out, other)
+    (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# shipped\n")
+    _image(tmp_path, "b", other / "stack.lock.toml", "--tag", "localhost/i42-vr:2", "--base", test_base,
+           "--load", "podman")
+    differs = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-vr:2", "--json", timeout=900)
+    assert differs.returncode == 1, str(differs)
+    found = differs.json()
+    assert found["first-difference"].startswith(f"{LOCK_PATH}: size differs"), found
+    _engine("podman", "rmi", "localhost/i42-vr:1", "localhost/i42-vr:2", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_build_image_makes_the_same_image_as_toolchain_image_from_its_lock(test_base, tmp_path):
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("build", "--recipe", "demo", "--out", tmp_path / "out", "--cache-dir", tmp_path / "cache", "--json",
+            "--image", "localhost/i42-build:1", "--image-base", test_base, timeout=1200)
+    assert r.returncode == 0, str(r)
+    built = r.json()["image"]
+    assert built["loaded"] == {"engine": "podman", "name": "localhost/i42-build:1"}
+    again = _image(tmp_path, "again", tmp_path / "out" / "stack.lock.toml", "--tag", "localhost/i42-build:1",
+                   "--base", test_base)
+    assert again["digest"] == built["digest"]
+    assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/i42-build:1").stdout.strip() \
+        == built["digest"]
+    _engine("podman", "rmi", "localhost/i42-build:1", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo_build, test_base, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_build.cache, cache, symlinks=True)
+    test = tmp_path / "word-count.py"
+    test.write_text("import glob, os, sys\n"
+                    "sys.path[:0] = glob.glob(os.path.join(os.environ['TOOLCHAIN_BISECT_WHEEL_DIR'], 'demo_engine-*.whl'))\n"
+                    "from demo_engine.text import word_count\n"
+                    "sys.exit(0 if word_count('two  words ') == 2 else 1)\n")
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "TOOLCHAIN_CACHE_DIR": str(cache)})
+    r = cli("bisect", "--recipe", "demo", "--component", "engine", "--good", "v0.3.1", "--bad", "v0.4.0",
+            "--test-cmd", f"python3 {test}", "--out", tmp_path / "bisect", "--json", "--keep-images",
+            "--image-base", test_base, timeout=1200)
+    assert r.returncode == 0, str(r)
+    doc = r.json()
+    bad = doc["result"]["first_bad"]["key"]
+    name = doc["images"]["bad"]
+    assert name.startswith(f"localhost/bisect-demo:bad-{bad[:12]}@sha256:"), doc["images"]
+    tag = name.split("@")[0]
+    run = _engine("podman", "run", "--rm", "--network=none", tag, "python3", "-c",
+                  "from demo_engine.text import word_count; print(word_count('two  words '))")
+    assert run.stdout.strip() != "2"  # the regression, runnable at once
+    good = _engine("podman", "run", "--rm", "--network=none", doc["images"]["good"].split("@")[0], "python3", "-c",
+                   "from demo_engine.text import word_count; print(word_count('two  words '))")
+    assert good.stdout.strip() == "2"
+    _engine("podman", "rmi", tag, doc["images"]["good"].split("@")[0], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_recipes_image_base_is_the_base_of_its_locks_image_and_must_be_pinned(demo_build, test_base, tmp_path):
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "TOOLCHAIN_CACHE_DIR": str(demo_build.cache)})
+    (tmp_path / "recipes").mkdir()
+    loose = tmp_path / "recipes" / "loose.toml"
+    loose.write_text('extends = "demo"\n[image]\nbase = "debian:12"\n')
+    refused = cli("build", "--recipe", loose, "--out", tmp_path / "loose", "--json")
+    assert refused.returncode == 2 and "image.base" in refused.stdout and "pinned by digest" in refused.stdout, \
+        str(refused)
+    recipe = tmp_path / "recipes" / "imaged.toml"
+    recipe.write_text(f'extends = "demo"\n[image]\nbase = "{test_base}"\n')
+    built = cli("build", "--recipe", recipe, "--out", tmp_path / "out", "--json", timeout=1200)
+    assert built.returncode == 0, str(built)
+    made = _image(tmp_path, "a", tmp_path / "out" / "stack.lock.toml", "--tag", "localhost/i42-recipe-base:1")
+    name, digest = test_base.split("@")
+    assert made["labels"]["org.opencontainers.image.base.digest"] == digest
+    assert made["labels"]["org.opencontainers.image.base.name"] == name

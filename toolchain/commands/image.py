@@ -1,0 +1,72 @@
+"""`toolchain image --lock LOCK --tag NAME[:TAG] [--base IMAGE@DIGEST] [--load podman|docker] [--push]
+[--oci-dir DIR]`: an OCI image of the lock's base plus one layer with the lock's wheels, reproducible from the
+lock alone (toolchain/image/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from toolchain.commands import options
+from toolchain.console import UI, CommandResult
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("image", help="turn a lock into a runnable, reproducible OCI image",
+                       description="An OCI image of the lock's base image (pinned by digest) plus ONE layer that "
+                                   "installs the lock's wheels and closure as `pip install --force-reinstall "
+                                   "--no-deps` would into the base's interpreter; the same lock and base give the "
+                                   "same digest anywhere. The lock is inside at /usr/share/toolchain/stack.lock.toml.")
+    p.add_argument("--lock", type=Path, required=True, metavar="LOCK", help="the stack.lock.toml to install")
+    add_image_options(p)
+    options.add(p, "cache-dir")
+    p.set_defaults(handler=handle)
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    """The options `image` and `build --image` share (every one but --lock)."""
+    p.add_argument("--tag", required=p.prog.endswith("image"), metavar="NAME[:TAG]",
+                   help="the image's name (HOST[:PORT]/NAME[:TAG] to --push)")
+    p.add_argument("--base", metavar="IMAGE@sha256:DIGEST",
+                   help="the base image for a lock that records none (an overlay lock's base is its own)")
+    p.add_argument("--python", metavar="PATH", help="the base's interpreter (default: the lock's [target] python)")
+    p.add_argument("--engine", choices=("podman", "docker"), default="podman",
+                   help="the engine that reads the base image (default podman)")
+    p.add_argument("--load", choices=("podman", "docker"), help="load the image into this local engine")
+    p.add_argument("--push", action="store_true", help="push the image to the registry its tag names")
+    p.add_argument("--insecure", action="store_true", help="the registry speaks plain HTTP (a trusted private one)")
+    p.add_argument("--oci-dir", type=Path, metavar="DIR", help="write the image as an OCI image layout here")
+
+
+def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    return CommandResult(*image_and_deliver(args.lock, args, ui))
+
+
+def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dict[str, Any], int, str]:
+    """Make the image of `lock` and deliver it where `args` say; (the --json document, exit code, summary)."""
+    from toolchain.image.base import plain_http
+    from toolchain.image.deliver import load, parse_ref, push, to_oci_dir
+    from toolchain.image.make import make_image
+
+    ref = parse_ref(args.tag)
+    cache = options.cache_dir(args)
+    image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
+                       insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]))
+    data: dict[str, Any] = {"ok": True, "image": ref.name, "digest": image.digest, "config": image.config_digest,
+                            "layer": {"digest": image.layer.digest, "size": image.layer.size,
+                                      "diff-id": image.layer.diff_id, "entries": image.layer.entries,
+                                      "whiteouts": list(image.layer.whiteouts)},
+                            "base": image.base.name, "labels": image.labels}
+    work = cache / "images" / "work"
+    if args.oci_dir:
+        data["oci-dir"] = str(to_oci_dir(image, args.oci_dir, ref))
+    if args.load:
+        with ui.status(f"loading {ref.name} into {args.load}"):
+            data["loaded"] = {"engine": args.load, "name": load(image, args.load, ref, work)}
+    if args.push:
+        with ui.status(f"pushing {ref.name}"):
+            pushed, sent = push(image, ref, work, insecure=args.insecure or plain_http(ref.host))
+        data["pushed"] = {"name": pushed, "uploaded-bytes": sent}
+    where = ", ".join(x for x in (data.get("oci-dir", ""), args.load or "", "pushed" if args.push else "") if x)
+    return data, 0, f"[green]image:[/] {ref.name}@{image.digest}" + (f" ({where})" if where else "")

@@ -1,0 +1,125 @@
+"""The image around the layer: its config (the base's, with the layer's diff_id, labels, `created` at the
+epoch and one history entry), its manifest (the base's layers by digest, then the layer; annotations) and an
+OCI image layout on disk holding them. JSON is written with sorted keys and no spaces: the digests are a pure
+function of the base, the layer and the labels."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import functools
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from toolchain.core.fs import atomic_write_bytes, sha256_bytes
+from toolchain.core.record import record
+from toolchain.image.base import BaseImage
+from toolchain.image.layer import Layer
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER_GZ = "application/vnd.oci.image.layer.v1.tar+gzip"
+# Docker's media types name the same bytes as OCI's: the manifest is written with OCI's
+TO_OCI = {"application/vnd.docker.image.rootfs.diff.tar.gzip": OCI_LAYER_GZ,
+          "application/vnd.docker.image.rootfs.diff.tar": "application/vnd.oci.image.layer.v1.tar",
+          "application/vnd.docker.container.image.v1+json": OCI_CONFIG}
+A = "vnd.xpu-toolchain."   # our labels: A + "lock.sha256", "recipe", "commit.<component>", ...
+REF_NAME = "org.opencontainers.image.ref.name"
+
+
+def canonical_json(doc: Any) -> bytes:
+    """`doc` as the bytes whose sha256 is its digest: sorted keys, no spaces."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def rfc3339(epoch: int) -> str:
+    """The epoch as OCI's `created` (UTC, seconds)."""
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@record
+class Image:
+    """An assembled image: its config and manifest bytes and digests, the layer, and the base."""
+    base: BaseImage
+    layer: Layer
+    config: bytes
+    manifest: bytes
+    labels: dict[str, str]
+
+    @property
+    def digest(self) -> str:
+        """The image's digest: its manifest's sha256."""
+        return "sha256:" + sha256_bytes(self.manifest)
+
+    @property
+    def config_digest(self) -> str:
+        """The config's sha256 (the image id docker and podman show)."""
+        return "sha256:" + sha256_bytes(self.config)
+
+    def blobs(self) -> list[tuple[str, int, Callable[[], Path | bytes]]]:
+        """Every blob the image is made of, (digest, size, its bytes or file when asked: a base read from a
+        registry downloads a layer then), the base's layers first, the config last."""
+        out: list[tuple[str, int, Callable[[], Path | bytes]]] = [
+            (str(d["digest"]), int(d["size"]), functools.partial(self.base.blob, str(d["digest"])))
+            for d in self.base.manifest["layers"]]
+        out.append((self.layer.digest, self.layer.size, lambda: self.layer.blob))
+        out.append((self.config_digest, len(self.config), lambda: self.config))
+        return out
+
+
+def assemble(base: BaseImage, layer: Layer, labels: Mapping[str, str], epoch: int, created_by: str) -> Image:
+    """Config and manifest of the base plus `layer`, labelled."""
+    config = copy.deepcopy(base.config)
+    created = rfc3339(epoch)
+    config["created"] = created
+    inner = config.setdefault("config", {}) or {}
+    config["config"] = inner
+    inner["Labels"] = {**(inner.get("Labels") or {}), **labels}
+    config.setdefault("rootfs", {"type": "layers", "diff_ids": []})
+    config["rootfs"]["diff_ids"] = [*config["rootfs"].get("diff_ids", []), layer.diff_id]
+    config["history"] = [*(config.get("history") or []),
+                         {"created": created, "created_by": created_by, "comment": "xpu-toolchain image"}]
+    config_bytes = canonical_json(config)
+    layers = [{"mediaType": TO_OCI.get(d["mediaType"], d["mediaType"]), "digest": d["digest"], "size": d["size"]}
+              for d in base.manifest["layers"]]
+    layers.append({"mediaType": OCI_LAYER_GZ, "digest": layer.digest, "size": layer.size})
+    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + sha256_bytes(config_bytes),
+                           "size": len(config_bytes)},
+                "layers": layers, "annotations": dict(labels)}
+    return Image(base=base, layer=layer, config=config_bytes, manifest=canonical_json(manifest), labels=dict(labels))
+
+
+def write_layout(image: Image, dest: Path, ref: str, tag: str) -> Path:
+    """An OCI image layout at `dest` (made afresh): every blob (the base's linked from the cache where the
+    file system allows), the manifest, and index.json naming it `ref` (containerd) and `tag`."""
+    tmp = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    blobs = tmp / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    for digest, _, source in [*image.blobs(), (image.digest, len(image.manifest), lambda: image.manifest)]:
+        target = blobs / digest.split(":", 1)[1]
+        if target.exists():
+            continue
+        where = source()
+        if isinstance(where, bytes):
+            target.write_bytes(where)
+            continue
+        try:
+            os.link(where, target)
+        except OSError:
+            shutil.copyfile(where, target)
+    (tmp / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+             "manifests": [{"mediaType": OCI_MANIFEST, "digest": image.digest, "size": len(image.manifest),
+                            "annotations": {REF_NAME: tag, "io.containerd.image.name": ref}}]}
+    atomic_write_bytes(tmp / "index.json", canonical_json(index))
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return dest

@@ -1,0 +1,259 @@
+"""The base image: its manifest, config and blobs as an OCI layout kept in the cache by digest (`podman save
+--uncompressed --format oci-dir`: the manifest the engine holds, whose sha256 IS the pinned digest, checked),
+and its interpreter's facts, read in a container of it (toolchain/scripts/image_python.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from toolchain.console import UI
+from toolchain.core.fs import atomic_write_bytes, publish_dir, sha256_bytes, sha256_file
+from toolchain.core.proc import run
+from toolchain.core.record import record
+from toolchain.errors import BuildError, UsageError
+
+if TYPE_CHECKING:
+    from toolchain.build.remote import Registry
+
+ACCEPT = ", ".join(("application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
+                   "application/vnd.docker.distribution.manifest.v2+json",
+                   "application/vnd.docker.distribution.manifest.list.v2+json"))
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+PINNED = re.compile(r"^(?P<name>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
+
+
+@record
+class Replaced:
+    """A distribution the base holds inside the install scheme that the layer installs again: what pip's
+    uninstall would remove (files, and the folders it leaves empty), absolute paths in the image."""
+    name: str
+    version: str
+    files: tuple[str, ...] = ()
+    dirs: tuple[str, ...] = ()
+
+
+@record
+class Interpreter:
+    """The base image's interpreter as read inside it."""
+    executable: str
+    python_version: str
+    python_tag: str          # cp311
+    soabi: str               # cpython-311-x86_64-linux-gnu
+    platform: str            # linux_x86_64
+    glibc: str               # 2.36 ("" for another C library)
+    scheme: dict[str, str]   # purelib, platlib, scripts, data, include: folders with links resolved
+    replaced: tuple[Replaced, ...] = ()
+
+
+@record
+class BaseImage:
+    """A base image pinned by digest, kept as an OCI layout (`layout`): its manifest and config. Read from a
+    registry (`registry`: host, repository, plain HTTP), its layers are downloaded when a delivery needs them."""
+    name: str                # as given, NAME@sha256:...
+    digest: str
+    layout: Path
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+    registry: tuple[str, str, bool] | None = None
+
+    def blob(self, digest: str) -> Path:
+        """Where the layout keeps the blob `digest` (downloaded first from the base's registry when absent)."""
+        path = self.layout / "blobs" / "sha256" / digest.split(":", 1)[1]
+        if not path.exists() and self.registry is not None:
+            size = next(int(d["size"]) for d in self.manifest["layers"] if d["digest"] == digest)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            registry_for(*self.registry).blob_to({"digest": digest, "size": size, "mediaType": "layer"}, tmp, size)
+            os.replace(tmp, path)
+        return path
+
+
+def registry_for(host: str, repository: str, insecure: bool = False, timeout: float = 60.0) -> Registry:
+    """The project's registry client (build/remote.py, its credentials) for one repository: the one place
+    the image package names it."""
+    from toolchain.build.remote import Registry
+    from toolchain.build.remotespec import RemoteSettings
+    from toolchain.recipe.cachespec import RemoteURL
+
+    return Registry(RemoteSettings(RemoteURL(host, repository), insecure=insecure, timeout=timeout),
+                    repository=repository)
+
+
+def plain_http(host: str) -> bool:
+    """Whether the registry `host` is opted in to plain HTTP by $TOOLCHAIN_REMOTE_INSECURE (comma-separated
+    hosts, as for the remote wheel cache)."""
+    from toolchain.build.remotespec import ENV_INSECURE
+
+    return host.lower() in {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """(registry host, repository) of an image name; host "" when it names none (a local name)."""
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return "", name
+
+
+def pinned(image: str, origin: str) -> tuple[str, str]:
+    """(name, digest) of `NAME@sha256:<64 hex>`; UsageError (exit 2) for an image not pinned by digest."""
+    m = PINNED.match(image.strip())
+    if not m:
+        raise UsageError(f"{origin}: {image!r} is not pinned by digest",
+                         hint="name the base as NAME@sha256:<64 hex> (`podman image inspect --format "
+                              "'{{.Digest}}' NAME` shows it)")
+    return m["name"], m["digest"]
+
+
+def engine_env() -> dict[str, str]:
+    """The environment the engine commands run with (this one: CONTAINERS_CONF, DOCKER_HOST pass through)."""
+    return dict(os.environ)
+
+
+def keep_base(image: str, cache_dir: Path, engine: str, ui: UI, *, insecure: bool = False,
+              platform: str = "linux_x86_64") -> BaseImage:
+    """The base as an OCI layout under `<cache>/images/base/<digest>`: a base named on a registry is read from
+    it (the manifest of `platform` when the digest names an index; layers downloaded when needed), a local one
+    saved once from `engine`; BuildError when what the engine holds is not that digest."""
+    name, digest = pinned(image, "the base image")
+    host, repository = split_name(name)
+    if host and host != "localhost":
+        return _fromregistry_for(image, host, repository, digest, cache_dir / "images" / "base", insecure, platform)
+    final = cache_dir / "images" / "base" / digest.split(":", 1)[1]
+    if not (final / "index.json").is_file():
+        tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        log = cache_dir / "images" / "logs" / f"{final.name[:16]}.log"
+        have = run([engine, "image", "inspect", image], env=engine_env(), capture=True, check=False, timeout=120)
+        if have.returncode != 0:
+            with ui.status(f"pulling the base image {image}"):
+                run([engine, "pull", image], env=engine_env(), log=log, timeout=3600,
+                    hint=f"the base image must be pullable by {engine}, or loaded into it")
+        with ui.status(f"reading the base image {image}"):
+            run([engine, "save", "--uncompressed", "--format", "oci-dir", "-o", str(tmp), image], env=engine_env(),
+                log=log, timeout=3600)
+        _check_saved(tmp, image, digest, engine)
+        publish_dir(tmp, final)
+    index = json.loads((final / "index.json").read_text())
+    mdigest = index["manifests"][0]["digest"]
+    layout = final
+    manifest = json.loads((layout / "blobs" / "sha256" / mdigest.split(":", 1)[1]).read_bytes())
+    config = json.loads((layout / "blobs" / "sha256" / manifest["config"]["digest"].split(":", 1)[1]).read_bytes())
+    return BaseImage(name=name, digest=digest, layout=layout, manifest=manifest, config=config)
+
+
+def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
+    """The saved layout holds the pinned manifest, or is made to: an engine keeps every manifest an image had
+    (pulled, pushed) and `save` writes its latest; podman keeps each under its digest in its image store, taken
+    when its sha256 is the pinned digest and its config and layers are the saved ones. BuildError otherwise."""
+    index = json.loads((layout / "index.json").read_text())
+    saved = index["manifests"][0]["digest"]
+    blobs = layout / "blobs" / "sha256"
+    if saved == digest and "sha256:" + sha256_file(blobs / saved.split(":", 1)[1]) == digest:
+        return
+    kept = _engine_manifest(image, digest, engine)
+    if kept is not None:
+        doc = json.loads(kept)
+        named = [doc["config"]["digest"], *(d["digest"] for d in doc["layers"])]
+        if all((blobs / d.split(":", 1)[1]).is_file() for d in named):
+            atomic_write_bytes(blobs / digest.split(":", 1)[1], kept)
+            index["manifests"][0] = {**index["manifests"][0], "digest": digest, "size": len(kept)}
+            atomic_write_bytes(layout / "index.json", json.dumps(index).encode())
+            return
+    shutil.rmtree(layout, ignore_errors=True)
+    raise BuildError(f"{engine} saves {image} with manifest {saved}, not the pinned {digest}",
+                     hint="pull the image by that digest again (`podman pull NAME@DIGEST`), or pin the digest the "
+                          "engine holds")
+
+
+def _engine_manifest(image: str, digest: str, engine: str) -> bytes | None:
+    """The manifest `digest` of `image` as podman's image store keeps it, when it does and it is that digest."""
+    if engine != "podman":
+        return None
+    root = run([engine, "info", "--format", "{{.Store.GraphRoot}} {{.Store.GraphDriverName}}"], env=engine_env(),
+               capture=True, check=False, timeout=120).stdout.split()
+    ident = run([engine, "image", "inspect", "--format", "{{.Id}}", image], env=engine_env(), capture=True,
+                check=False, timeout=120).stdout.strip()
+    if len(root) != 2 or not re.fullmatch(r"[0-9a-f]{64}", ident):
+        return None
+    key = base64.b64encode(f"manifest-{digest}".encode()).decode()
+    path = Path(root[0]) / f"{root[1]}-images" / ident / f"={key}"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return data if "sha256:" + sha256_bytes(data) == digest else None
+
+
+def read_interpreter(image: str, engine: str, python: str, names: list[str], ui: UI,
+                     memo_dir: Path | None = None) -> Interpreter:
+    """The base's interpreter (`python` in a one-off container of `image`) and what it holds of `names`. An image
+    is immutable under its digest: with `memo_dir` the answer is remembered by image, interpreter and names, so
+    a warm `toolchain image` starts no container."""
+    from toolchain.core.probe_memo import remembered
+
+    identity = {"image": image, "engine": engine, "python": python, "names": names}
+    data = remembered(memo_dir, "image-python", identity,
+                      lambda: (_probe(image, engine, python, names, ui), []))
+    replaced = tuple(Replaced(r["name"], r["version"], tuple(r["files"]), tuple(r["dirs"])) for r in data["replaced"])
+    return Interpreter(executable=data["executable"], python_version=data["python-version"],
+                       python_tag=data["python-tag"], soabi=data["soabi"], platform=data["platform"],
+                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced)
+
+
+def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> dict[str, Any]:
+    from toolchain.recipe.model import TargetSpec
+    from toolchain.target import make_runtime
+
+    spec = TargetSpec(runtime=engine, image=image, python=python)
+    with make_runtime(spec, ui) as runtime, ui.status(f"reading the interpreter of {image}"):
+        done = runtime.run([python, runtime.script("image_python.py"), *names], capture=True, check=False,
+                           timeout=300)
+    try:
+        data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BuildError(f"cannot read the interpreter {python} of the base image {image} "
+                         f"(exit {done.returncode}): {(done.stderr or done.stdout).strip()[-300:]}",
+                         hint="the base needs the lock's Python; pass --python PATH when it is not on PATH") from None
+    return data
+
+
+def _fromregistry_for(image: str, host: str, repository: str, digest: str, cache: Path, insecure: bool,
+                   platform: str) -> BaseImage:
+    """The base's manifest (the `platform` one of an index) and config from its registry, kept under `cache`."""
+    layout = cache / digest.split(":", 1)[1]
+    blobs = layout / "blobs" / "sha256"
+    saved = layout / "manifest.json"
+    if not saved.is_file():
+        registry = registry_for(host, repository, insecure)
+        got = registry.manifest(digest, accept=ACCEPT)
+        if got is None or got[1] != digest:
+            raise BuildError(f"the registry {host} holds no {repository}@{digest}",
+                             hint="check the base image's name and digest")
+        doc = got[0]
+        if "manifests" in doc:  # an index: the manifest of the lock's platform
+            arch = ARCH.get(platform.split("_", 1)[-1], platform.split("_", 1)[-1])
+            child = next((m for m in doc["manifests"] if (m.get("platform") or {}).get("os") == "linux"
+                          and (m.get("platform") or {}).get("architecture") == arch), None)
+            if child is None:
+                raise UsageError(f"the base {image} has no linux/{arch} image (the lock's platform {platform})")
+            one = registry.manifest(child["digest"], accept=ACCEPT)
+            if one is None:
+                raise BuildError(f"the registry {host} lists {child['digest']} in {image} but does not serve it")
+            doc = one[0]
+        blobs.mkdir(parents=True, exist_ok=True)
+        config = blobs / doc["config"]["digest"].split(":", 1)[1]
+        tmp = config.with_name(f".{config.name}.{os.getpid()}.tmp")
+        registry.blob_to(doc["config"], tmp, 64 << 20)
+        os.replace(tmp, config)
+        atomic_write_bytes(saved, json.dumps(doc).encode())
+    manifest = json.loads(saved.read_bytes())
+    config_doc = json.loads((blobs / manifest["config"]["digest"].split(":", 1)[1]).read_bytes())
+    return BaseImage(name=image.split("@", 1)[0], digest=digest, layout=layout, manifest=manifest, config=config_doc,
+                     registry=(host, repository, insecure))

@@ -1,0 +1,123 @@
+"""Where an image goes: an OCI image layout on disk (--oci-dir), the local engine (--load podman|docker: an
+OCI archive it loads, then tagged), or a registry (--push, with the remote wheel cache's client and
+credentials: blobs the registry holds are not sent again, a base in another repository of it is mounted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+from toolchain.core.proc import run
+from toolchain.core.record import record
+from toolchain.errors import UsageError
+from toolchain.image.assemble import Image, canonical_json, write_layout
+from toolchain.image.base import engine_env, registry_for
+
+ENGINES = ("podman", "docker")
+NAME = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+@record
+class Ref:
+    """An image reference NAME[:TAG]: the registry host (when its first part names one), repository, tag."""
+    host: str
+    repository: str
+    tag: str
+
+    @property
+    def name(self) -> str:
+        """HOST/REPOSITORY:TAG (without a host: the repository as given)."""
+        return f"{self.host}/{self.repository}:{self.tag}" if self.host else f"{self.repository}:{self.tag}"
+
+
+def parse_ref(ref: str) -> Ref:
+    """`[HOST[:PORT]/]NAME[:TAG]` (no digest: a tag is what is written); UsageError otherwise."""
+    text = ref.strip()
+    name, tag = text.rsplit(":", 1) if ":" in text.rsplit("/", 1)[-1] else (text, "latest")
+    if not NAME.match(name) or not TAG.match(tag):
+        raise UsageError(f"{ref!r} is not an image name [HOST[:PORT]/]NAME[:TAG] (lower-case name, no digest)",
+                         hint="e.g. --tag localhost/my-stack:b70 or --tag registry.lan:5000/team/stack:1")
+    first, _, rest = name.partition("/")
+    host = first if rest and ("." in first or ":" in first or first == "localhost") else ""
+    return Ref(host, rest if host else name, tag)
+
+
+def to_oci_dir(image: Image, dest: Path, ref: Ref) -> Path:
+    """The image as an OCI image layout at `dest` (replaced when there)."""
+    return write_layout(image, dest.resolve(), ref.name, ref.tag)
+
+
+def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
+    """Load the image into `engine` and tag it `ref`; the name it has there. podman copies it from the OCI layout
+    in place (`podman pull oci:DIR`: the base's layers it holds are not unpacked again); docker loads an archive
+    of the layout."""
+    if engine not in ENGINES:
+        raise UsageError(f"--load {engine!r}: the engine is podman or docker")
+    work.mkdir(parents=True, exist_ok=True)
+    layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
+    if engine == "podman":
+        try:
+            log = work / "load.log"
+            run([engine, "pull", "-q", f"oci:{layout}:{ref.tag}"], env=engine_env(), log=log, timeout=3600)
+            ident = image.config_digest[7:]
+            run([engine, "tag", ident, ref.name], env=engine_env(), log=log, timeout=120)
+            # podman names an image pulled from a layout after the layout's folder: that name goes
+            names = run([engine, "image", "inspect", "--format", "{{json .RepoTags}}", ident], env=engine_env(),
+                        capture=True, timeout=120).stdout
+            for name in json.loads(names.strip() or "[]") or []:
+                if str(layout) in name:
+                    run([engine, "untag", ident, name], env=engine_env(), log=log, timeout=120)
+        finally:
+            shutil.rmtree(layout, ignore_errors=True)
+        return ref.name
+    if engine == "docker":  # docker's image store loads an archive by its manifest.json (docker save writes both)
+        layers = [f"blobs/sha256/{d.split(':', 1)[1]}" for d, _, _ in image.blobs()[:-1]]
+        (layout / "manifest.json").write_bytes(canonical_json([{
+            "Config": f"blobs/sha256/{image.config_digest.split(':', 1)[1]}", "RepoTags": [ref.name],
+            "Layers": layers}]))
+    archive = work / f"image-{os.getpid()}.tar"
+    try:
+        with tarfile.open(archive, "w") as tar:
+            for path in sorted(layout.rglob("*")):
+                tar.add(path, arcname=path.relative_to(layout).as_posix(), recursive=False)
+        log = work / "load.log"
+        run([engine, "load", "-i", str(archive)], env=engine_env(), log=log, timeout=3600)
+        run([engine, "tag", image.config_digest if engine == "docker" else image.config_digest[7:], ref.name],
+            env=engine_env(), log=log, timeout=120)
+    finally:
+        archive.unlink(missing_ok=True)
+        shutil.rmtree(layout, ignore_errors=True)
+    return ref.name
+
+
+def push(image: Image, ref: Ref, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> tuple[str, int]:
+    """Push the image to its registry as `ref` (a blob there already, or mounted from the base's repository on
+    the same registry, is not sent); (the image's name by digest, the bytes uploaded)."""
+    if not ref.host:
+        raise UsageError(f"--push: {ref.name} names no registry", hint="tag it HOST[:PORT]/NAME[:TAG] to push it")
+    base = parse_ref(image.base.name.split("@", 1)[0])
+    registry = registry_for(ref.host, ref.repository, insecure, timeout)
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / f"config-{os.getpid()}.json"
+    config.write_bytes(image.config)
+
+    def as_file(source: Callable[[], Path | bytes]) -> Callable[[], Path]:
+        def where() -> Path:
+            got = source()
+            return got if isinstance(got, Path) else config
+        return where
+
+    try:
+        blobs = [(as_file(source), {"mediaType": "application/octet-stream", "digest": digest, "size": size})
+                 for digest, size, source in image.blobs()]
+        sent = registry.push_image(ref.tag, blobs, image.manifest,
+                                   mount_from=base.repository if base.host == ref.host else "")
+    finally:
+        config.unlink(missing_ok=True)
+    return f"{ref.host}/{ref.repository}@{image.digest}", sent

@@ -1,0 +1,170 @@
+"""The one layer: each wheel written by pypa `installer` into the base interpreter's scheme under a staging
+folder (no bytecode: the host's interpreter compiles nothing for the image), the lock at LOCK_PATH, and a
+whiteout (`.wh.NAME`) for each file or emptied folder of a replaced distribution that the new files do not
+cover (pip's `--force-reinstall` uninstalls it first). The tar is assembled by hand: entries sorted, owner
+0:0, every mtime the lock's epoch, modes 0644/0755, gzip without a name or a timestamp."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tarfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from toolchain.core.record import record
+from toolchain.image.base import Interpreter
+
+LOCK_PATH = "usr/share/toolchain/stack.lock.toml"  # the lock inside the image (`toolchain lock --image` reads it)
+WHITEOUT = ".wh."
+GZIP_LEVEL = 6
+
+
+@record
+class Entry:
+    """One tar entry: `path` relative to / ('/'-separated), its kind ('dir', 'file', 'whiteout'), and for a
+    file where its bytes are (a staging file, or `data`)."""
+    path: str
+    kind: str
+    source: Path | None = None
+    data: bytes = b""
+    executable: bool = False
+
+
+@record
+class Layer:
+    """The written layer: the gzip blob, its digest and size, and the digest of the uncompressed tar."""
+    blob: Path
+    digest: str
+    size: int
+    diff_id: str
+    entries: int
+    whiteouts: tuple[str, ...] = ()
+
+
+def stage(wheels: Sequence[Path], interp: Interpreter, staging: Path) -> None:
+    """Install every wheel, in order, into the interpreter's scheme under `staging` (a later wheel's file
+    replaces an earlier one's, as a later pip install would)."""
+    from installer import install
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+
+    scheme = {k: interp.scheme[k] for k in ("purelib", "platlib", "scripts", "data")}
+    for wheel in wheels:
+        name = wheel.name.split("-", 1)[0]
+        scheme["headers"] = f"{interp.scheme['include']}/{name}"
+        dest = SchemeDictionaryDestination(scheme, interp.executable, "posix", bytecode_optimization_levels=(),
+                                           destdir=str(staging), overwrite_existing=True)
+        with WheelFile.open(wheel) as source:
+            install(source, dest, additional_metadata={"INSTALLER": b"toolchain\n"})
+
+
+def _under(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def entries(staging: Path, interp: Interpreter, lock_bytes: bytes) -> list[Entry]:
+    """What the layer holds, sorted: the staged files and the folders below the scheme's roots, the lock, and
+    the whiteouts of what a replaced distribution leaves behind."""
+    roots = sorted({v.strip("/") for v in interp.scheme.values()})
+    out: dict[str, Entry] = {}
+    for top, dirs, files in os.walk(staging):
+        for name in [*dirs, *files]:
+            full = Path(top) / name
+            rel = full.relative_to(staging).as_posix()
+            if not any(_under(rel, r) for r in roots):
+                continue
+            if full.is_dir() and not full.is_symlink():
+                if not any(rel == r or _under(r, rel) for r in roots):  # the scheme's folders are the base's
+                    out[rel] = Entry(rel, "dir")
+            else:
+                out[rel] = Entry(rel, "file", source=full, executable=os.access(full, os.X_OK))
+    lock_dir = LOCK_PATH.rsplit("/", 1)[0]
+    out[lock_dir] = Entry(lock_dir, "dir")
+    out[LOCK_PATH] = Entry(LOCK_PATH, "file", data=lock_bytes)
+    for path in whiteouts(interp, set(out)):
+        parent, _, name = path.rpartition("/")
+        wh = f"{parent}/{WHITEOUT}{name}"
+        out[wh] = Entry(wh, "whiteout")
+    return [out[k] for k in sorted(out, key=lambda p: p.split("/"))]
+
+
+def whiteouts(interp: Interpreter, written: set[str]) -> list[str]:
+    """The paths (relative to /) a replaced distribution's uninstall removes that the layer does not write: a
+    whole emptied folder where the layer writes nothing into it, else its files one by one."""
+    gone_dirs: list[str] = []
+    out: list[str] = []
+    for rep in interp.replaced:
+        dirs = sorted((d.strip("/") for d in rep.dirs), key=len)
+        for d in dirs:
+            if any(_under(d, g) for g in gone_dirs):
+                continue
+            if d not in written and not any(_under(w, d) for w in written):
+                gone_dirs.append(d)
+                out.append(d)
+        for f in rep.files:
+            rel = f.strip("/")
+            if rel not in written and not any(_under(rel, g) for g in gone_dirs):
+                out.append(rel)
+    return sorted(set(out))
+
+
+class _Counted:
+    """A write-through sink that hashes and counts what passes."""
+
+    def __init__(self, sink: BinaryIO | _Counted | gzip.GzipFile) -> None:
+        self.sink, self.sha, self.size = sink, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        """Hash, count and pass on `data`."""
+        self.sha.update(data)
+        self.size += len(data)
+        self.sink.write(data)
+        return len(data)
+
+    def tell(self) -> int:
+        """Bytes passed so far (tarfile asks where it starts)."""
+        return self.size
+
+    def flush(self) -> None:
+        """Nothing is buffered here."""
+
+
+def write_layer(items: Iterable[Entry], epoch: int, dest: Path) -> Layer:
+    """The tar.gz of `items` at `dest` (its digest, size and diff_id): a pure function of the entries' paths,
+    kinds, modes and bytes, and of `epoch`."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    count, wh = 0, []
+    with open(dest, "wb") as raw:
+        packed = _Counted(raw)
+        with gzip.GzipFile(filename="", mode="wb", fileobj=packed, compresslevel=GZIP_LEVEL, mtime=0) as gz:
+            plain = _Counted(gz)
+            with tarfile.open(fileobj=plain, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
+                for item in items:
+                    info = tarfile.TarInfo(item.path)
+                    info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+                    count += 1
+                    if item.kind == "dir":
+                        info.type, info.mode = tarfile.DIRTYPE, 0o755
+                        tar.addfile(info)
+                        continue
+                    info.mode = 0o755 if item.executable else 0o644
+                    if item.kind == "whiteout":
+                        wh.append(item.path)
+                        tar.addfile(info)
+                        continue
+                    if item.source is not None:
+                        info.size = item.source.stat().st_size
+                        with open(item.source, "rb") as f:
+                            tar.addfile(info, f)
+                    else:
+                        info.size = len(item.data)
+                        import io
+
+                        tar.addfile(info, io.BytesIO(item.data))
+        raw.flush()
+        os.fsync(raw.fileno())
+    return Layer(blob=dest, digest="sha256:" + packed.sha.hexdigest(), size=packed.size,
+                 diff_id="sha256:" + plain.sha.hexdigest(), entries=count, whiteouts=tuple(wh))

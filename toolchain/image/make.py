@@ -1,0 +1,105 @@
+"""`toolchain image` in one call: a lock (and its base) in, an assembled image out, kept in the cache under its
+digest; the base's interpreter is checked against the wheels before anything is written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from toolchain import __version__
+from toolchain.console import UI
+from toolchain.core.fs import sha256_bytes
+from toolchain.errors import UsageError
+from toolchain.image.assemble import A, Image, assemble, rfc3339
+from toolchain.image.base import keep_base, pinned, read_interpreter
+from toolchain.image.compat import check_wheels
+from toolchain.image.layer import LOCK_PATH, entries, stage, write_layer
+from toolchain.lock import Lock, read_lock, verify_wheels
+
+
+def base_of(lock: Lock, given: str | None) -> str:
+    """The base image: the lock's own (an overlay lock), else --base, else its recipe's `[image] base`; pinned
+    by digest either way."""
+    if lock.base is not None:
+        if given and given != lock.base.image:
+            raise UsageError(f"--base {given} differs from the base the lock was built over ({lock.base.image})",
+                             hint="an overlay lock's image is its base: leave --base out")
+        return lock.base.image
+    if not given:
+        from toolchain.core import toml as tomlio
+
+        table = tomlio.loads(lock.recipe_text).get("image", {}) if lock.recipe_text.strip() else {}
+        given = str(table.get("base", "")) if isinstance(table, dict) else ""
+        if given:
+            pinned(given, f"{lock.path}: the recipe's [image] base")
+            return given
+    if not given:
+        raise UsageError(f"{lock.path}: the lock records no base image, its recipe no [image] base, and no "
+                         "--base was given", hint="pass --base IMAGE@sha256:... (an image with the lock's Python)")
+    pinned(given, "--base")
+    return given
+
+
+def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
+    """The wheels to install, in install order: the closure's (fetched with their locked sha256; none for an
+    overlay, whose base is its closure), then the components' in lock order."""
+    from toolchain.resolve.fetch import fetch_dists
+
+    assert lock.path is not None
+    dists = lock.closure.dists if lock.closure is not None else ()
+    sdists = [d.file for d in dists if not d.is_wheel]
+    if sdists:
+        raise UsageError(f"{lock.path}: the closure locks source distributions ({', '.join(sdists)}): an image "
+                         "layer installs wheels only", hint="lock wheels for them (build them into a wheelhouse)")
+    fetched = fetch_dists(dists, cache_dir / "images" / "deps", cache_dir / "images" / "logs" / "fetch.log") \
+        if dists else {}
+    return [*(fetched[d.name] for d in dists), *(lock.wheel_path(c) for c in lock.components)]
+
+
+def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int) -> dict[str, str]:
+    """The image's labels (config) and annotations (manifest): provenance a registry or `inspect` shows."""
+    name, digest = pinned(base, "the base image")
+    out = {"org.opencontainers.image.created": rfc3339(epoch), "org.opencontainers.image.base.name": name,
+           "org.opencontainers.image.base.digest": digest, "org.opencontainers.image.title": lock.recipe_name,
+           A + "recipe": lock.recipe_name, A + "lock.sha256": sha256_bytes(lock_bytes),
+           A + "lock.path": "/" + LOCK_PATH, A + "tool-version": __version__}
+    for c in lock.components:
+        out[A + f"commit.{c.name}"] = c.commit or c.wheel.sha256
+    return out
+
+
+def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = None, engine: str = "podman",
+               python: str | None = None, insecure: bool = False) -> Image:
+    """The image of the lock over its base (`engine` runs the base's interpreter: it holds it, or pulls it; a
+    base named on a registry is read from it, over plain HTTP when `insecure`)."""
+    from toolchain.release.bundle import stack_epoch
+
+    lock = read_lock(lock_path)
+    verify_wheels(lock)
+    assert lock.path is not None
+    image = base_of(lock, base)
+    wheels = lock_wheels(lock, cache_dir)
+    names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
+    interp = read_interpreter(image, engine, python or lock.target.python, names, ui,
+                              memo_dir=cache_dir / "images" / "memo")
+    check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
+    kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
+    lock_bytes = lock.path.read_bytes()
+    epoch = stack_epoch(lock)
+    work = cache_dir / "images" / "work" / f"{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        with ui.status(f"writing the layer of {len(wheels)} wheels"):
+            stage(wheels, interp, work / "root")
+            layer = write_layer(entries(work / "root", interp, lock_bytes), epoch, work / "layer.tar.gz")
+        final = cache_dir / "images" / "layers" / layer.digest.split(":", 1)[1]
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(layer.blob, final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    from dataclasses import replace
+
+    created_by = f"toolchain image (xpu-toolchain {__version__}): {lock.recipe_name}, {len(wheels)} wheels"
+    return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch), epoch, created_by)
