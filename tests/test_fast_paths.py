@@ -18,7 +18,7 @@ from toolchain.build import buildreqs
 from toolchain.build.buildreqs import check_build_requires, declared_requires
 from toolchain.core import toml as tomlio
 from toolchain.core.git import git
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.errors import BuildError
 from toolchain.lock import wheel_name_version
 from toolchain.sources import mirrors as mirrors_mod

@@ -48,9 +48,10 @@ def test_parallel_pulls_with_credentials_never_turn_the_remote_off(auth_registry
     """8 pulls at once through one client (as a build's prefetch and bisect's threads share it), 50 times, each
     time a fresh client whose first requests all meet the registry's 401 together: a thread whose 401 came
     back after another stored the Authorization used to take it as final and turn the team cache off."""
-    from toolchain.build.cache import WheelCache
     from toolchain.build.remote import A, RemoteCache
     from toolchain.build.remotespec import RemoteSettings
+
+    from toolchain.build.cache import WheelCache
     from toolchain.recipe.cachespec import parse_remote_url
 
     monkeypatch.setenv("TOOLCHAIN_REGISTRY_USERNAME", AUTH_USER)
@@ -144,7 +145,8 @@ def test_a_mirror_that_lost_its_refs_is_fetched_again(ws, tiny_repo):
 
 
 def test_a_nul_byte_on_its_way_to_a_process_is_a_usage_error_naming_it(tmp_path):
-    from toolchain.core.proc import run, start
+    from toolchain.core.proc.background import start
+    from toolchain.core.proc.runner import run
 
     with pytest.raises(UsageError, match="environment variable TINY_FLAVOR holds a NUL byte"):
         run([sys.executable, "-c", "pass"], env={"TINY_FLAVOR": "a\x00b"})

@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
-from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
+from toolchain.core.proc.children import CHILDREN
+from toolchain.core.proc.signals import STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
 EXIT_CODES = """\

@@ -693,9 +693,10 @@ def test_hostile_registry_answers_are_one_warning_and_a_local_build(base, fake_r
     """Each answer to one lookup: exactly one warning naming the registry, no entry in the local cache,
     nothing left under the work directory, the registry's password nowhere; then a real build against the
     same hostile registry compiles locally and gives the reference wheel."""
-    from toolchain.build.cache import WheelCache
     from toolchain.build.remote import RemoteCache
     from toolchain.build.remotespec import RemoteSettings
+
+    from toolchain.build.cache import WheelCache
     from toolchain.console import UI
     from toolchain.recipe.cachespec import parse_remote_url
 

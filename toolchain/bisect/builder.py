@@ -19,7 +19,7 @@ from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
-from toolchain.core.proc import STOPPING
+from toolchain.core.proc.signals import STOPPING
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline.build import build_stack_components

@@ -25,7 +25,7 @@ from toolchain.build.prebuilt_wheels import take_prebuilt
 from toolchain.build.remoteopen import open_remote
 from toolchain.build.remotespec import RemoteRequest
 from toolchain.core.fs import write_if_changed
-from toolchain.core.proc import CommandFailed, merge_env
+from toolchain.core.proc.runner import CommandFailed, merge_env
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.core.serial import from_data, to_table

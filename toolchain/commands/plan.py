@@ -39,7 +39,7 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     "not captured: <why>", and each commit as the local mirror has it (describe, date, SOURCE_DATE_EPOCH)."""
     from toolchain.build import ccache
     from toolchain.build.plan import source_facts
-    from toolchain.core.proc import display
+    from toolchain.core.proc.runner import display
     from toolchain.sources.mirrors import Mirrors, parse_rewrites
     from toolchain.sources.rewrites import recipe_rewrites
 

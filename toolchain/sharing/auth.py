@@ -99,7 +99,7 @@ def _from_helpers(doc: dict[str, Any], host: str, source: str) -> Credentials | 
     helper = (helpers.get(host) if isinstance(helpers, dict) else None) or doc.get("credsStore")
     if not isinstance(helper, str) or not helper:
         return None
-    from toolchain.core.proc import run
+    from toolchain.core.proc.runner import run
     from toolchain.errors import ToolError
 
     program = f"docker-credential-{helper}"

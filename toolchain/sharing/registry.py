@@ -47,11 +47,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urljoin
 
-from toolchain import __version__
-from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
 from toolchain.build.regauth import Credentials, find_credentials
 from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
-from toolchain.core.proc import STOPPING, on_stop
+
+from toolchain import __version__
+from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
+from toolchain.core.proc.signals import STOPPING, on_stop
 from toolchain.core.redact import redact_url
 from toolchain.core.serial import Data
 from toolchain.errors import ToolError

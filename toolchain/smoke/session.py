@@ -25,7 +25,7 @@ from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text
-from toolchain.core.proc import Interrupted, interruptible
+from toolchain.core.proc.signals import Interrupted, interruptible
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import to_data, to_table
 from toolchain.errors import ToolError, UsageError

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
-    from toolchain.core.proc import Completed
+    from toolchain.core.proc.runner import Completed
     from toolchain.target.facts import TargetInfo
     from toolchain.target.parts import Extra, Workspace
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Self
 
 from toolchain import scripts
 from toolchain.core.probe_memo import stat_key
-from toolchain.core.proc import Completed, merge_env, run
+from toolchain.core.proc.runner import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.facts import TargetInfo, target_info, watch_dirs

@@ -21,7 +21,7 @@ from typing import Self
 
 from toolchain import scripts
 from toolchain.console import UI
-from toolchain.core.proc import Completed, merge_env
+from toolchain.core.proc.runner import Completed, merge_env
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.base import Interpreter
 from toolchain.target.container import serve
