@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import requests
-from toolchain.build.remote import CREATED, MT_META, MT_WHEEL, A, Registry
-from toolchain.build.remotespec import RemoteSettings
-from toolchain.build.retention import Dated, created_at, decide, parse_age
 
 from tests.spine_helpers import Cli, isolated_env
 from tests.support.registry import registry_available, run_registry
 from tests.support.registry_fixtures import require
 from toolchain.recipe.cachespec import parse_remote_url
+from toolchain.sharing.registry import CREATED, MT_META, MT_WHEEL, A, Registry
+from toolchain.sharing.retention import Dated, created_at, decide, parse_age
+from toolchain.sharing.settings import RemoteSettings
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 DAY = 86400.0

@@ -48,11 +48,11 @@ def test_parallel_pulls_with_credentials_never_turn_the_remote_off(auth_registry
     """8 pulls at once through one client (as a build's prefetch and bisect's threads share it), 50 times, each
     time a fresh client whose first requests all meet the registry's 401 together: a thread whose 401 came
     back after another stored the Authorization used to take it as final and turn the team cache off."""
-    from toolchain.build.remote import A, RemoteCache
-    from toolchain.build.remotespec import RemoteSettings
-
     from toolchain.build.cache import WheelCache
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.recipe.cachespec import parse_remote_url
+    from toolchain.sharing.registry import A
+    from toolchain.sharing.settings import RemoteSettings
 
     monkeypatch.setenv("TOOLCHAIN_REGISTRY_USERNAME", AUTH_USER)
     monkeypatch.setenv("TOOLCHAIN_REGISTRY_PASSWORD", AUTH_PASSWORD)

@@ -139,10 +139,9 @@ def test_a_registry_is_reached_again_once_a_stop_in_the_same_process_is_over(reg
     """A stop drops the pending registry requests and refuses new ones while it lasts; once it is over (the
     `interruptible` block left; test_bisect_command: `cli.main` returned 130), a later call in the same process (a library caller,
     the next test) reaches the registry again. It used to be refused for the rest of the process."""
-    from toolchain.build.remote import Registry, RemoteError
-    from toolchain.build.remotespec import RemoteSettings
-
     from toolchain.recipe.cachespec import parse_remote_url
+    from toolchain.sharing.registry import Registry, RemoteError
+    from toolchain.sharing.settings import RemoteSettings
 
     def lookup() -> object:
         settings = RemoteSettings(parse_remote_url(f"oci://{registry.address}/team"), insecure=True, timeout=10)

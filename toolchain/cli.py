@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         _report(ui, problem)
         return problem.return_code
     finally:  # the stop it noted is over: a later call in this process (a library caller, a test) is not
-        STOPPING.clear()  # stopping, and talks to a registry again (build/remote.py refuses while it is set)
+        STOPPING.clear()  # stopping, and talks to a registry again (sharing/transport.py refuses while it is set)
 
 
 def _build_parser_frozen(first: str | None) -> argparse.ArgumentParser:

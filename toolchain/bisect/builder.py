@@ -84,7 +84,7 @@ class SpineBuilder:
             return BuildOutcome(False, log=out / "logs", reason=first_line(err), tail=tail)
         if self.retry_unbuildable:
             memo.unlink(missing_ok=True)
-        sources = {b.source for b in built}  # the remote cache (build/remote.py) serves every step and build ahead
+        sources = {b.source for b in built}  # the remote cache (build/remotecache.py) serves every step and build ahead
         source = ("compiled" if "built" in sources else "prebuilt" if "prebuilt" in sources
                   else "downloaded" if "remote-cache" in sources else "cached")
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),

@@ -23,18 +23,18 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.prebuilt_wheels import take_prebuilt
 from toolchain.build.remoteopen import open_remote
-from toolchain.build.remotespec import RemoteRequest
 from toolchain.core.fs import write_if_changed
 from toolchain.core.proc.runner import CommandFailed, merge_env
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
+from toolchain.sharing.settings import RemoteRequest
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
 
 if TYPE_CHECKING:
-    from toolchain.build.remote import RemoteCache
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.build.schedule import Budget
     from toolchain.console import UI
     from toolchain.recipe.model import Component
@@ -52,7 +52,7 @@ class BuildOptions:
     fresh_sources: bool = False  # True: prepare source trees again instead of reusing them
     deterministic: bool = True
     verbose: bool = False
-    remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remote.py)
+    remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remotecache.py)
     resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
     compiler_cache: bool = True  # False: --no-compiler-cache
     compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
@@ -318,7 +318,7 @@ def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Pa
 
 
 def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:
-    from toolchain.build.remote import entry_annotations  # (the client is imported only with a remote)
+    from toolchain.build.remotecache import entry_annotations  # (the client is imported only with a remote)
 
     return entry_annotations(plan, cp, entry)
 

@@ -68,7 +68,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
         rows = local_entries(_cache_dir(args), args.component or "", ui.warn)
         where = str(_cache_dir(args))
     else:
-        from toolchain.build.remote import Registry
+        from toolchain.sharing.registry import Registry
 
         settings = _settings(args)
         with ui.status(f"reading {settings.url}"):
@@ -84,7 +84,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from toolchain.build.retention import parse_age, prune
+    from toolchain.sharing.retention import parse_age, prune
 
     if args.remote is None:
         raise UsageError("cache prune works on the remote wheel cache: pass --remote [URL]",
@@ -98,7 +98,7 @@ def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
         raise UsageError(f"--older-than: {exc}") from None
     if args.keep is not None and args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give a number of entries per component, 0 or more")
-    from toolchain.build.remote import Registry
+    from toolchain.sharing.registry import Registry
 
     settings = _settings(args, "prune")
     done = prune(Registry(settings), component=args.component or "", older_than=older_than, keep=args.keep,
@@ -121,8 +121,8 @@ def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def _settings(args: argparse.Namespace, verb: str = "list") -> Any:
-    from toolchain.build.remotespec import RemoteRequest, resolve_settings
     from toolchain.recipe.cachespec import CacheSpec
+    from toolchain.sharing.settings import RemoteRequest, resolve_settings
 
     spec = CacheSpec()
     if args.recipe:

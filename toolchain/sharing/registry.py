@@ -1,67 +1,41 @@
-"""The remote wheel cache: entries of the local wheel cache (build/cache.py) as OCI artifacts on a registry.
+"""The one OCI registry client: the remote wheel cache's entries (sharing), its retention, and base images'
+manifests (target/container/presence.py) all speak to registries through it.
 
 One entry is one artifact in `<namespace>/wheels`, tagged by its cache key: an OCI image manifest with
 `artifactType` ARTIFACT_TYPE, the empty config and one layer per part (the wheel, the entry's metadata, the
 build log), annotated with the component, commit, describe, patches, toolchain and target, so that
 `toolchain cache ls --remote` can say what a registry holds without downloading wheels.
 
-Reading: a local miss asks the registry for the key. A hit downloads every part into a temporary directory
-under the cache (each blob checked against its digest and size while it streams), checks the wheel's sha256
-against the entry's metadata and the manifest, and only then puts it into the local cache, which publishes
-by rename: a local entry is whole or absent, whatever happens to the registry or to this process.
-Pushing: only when asked (`--push`, `[cache] push = true`); the manifest goes last, so a tag never names a
-half-uploaded entry, and a key the registry already holds is not pushed again.
-
-The registry is an accelerator, never a dependency. Every request is bounded (connect and read timeouts) and
-tried once; the first failure (down, slow, credentials refused, a plain-HTTP host not opted in) prints ONE
-warning and turns the remote off for the rest of the process, and the build goes on locally. An entry that
-fails verification is refused (a warning naming it) and built locally.
-
-Pushes use the `oras` client (oras-py) for the blob-upload protocol (HEAD, POST, PUT; layer descriptors)
-over our transport (`_Transport`, replacing oras's `Registry.do_request`): as shipped, oras retries a failed
-request 5 times sleeping 3 + 5 + 11 + 29 + 83 s (a dead registry would stall a build for over two minutes),
-sets no timeout, and picks basic or token auth up front (a token client against an htpasswd registry fails
-with an unrelated MissingSchema error). Ours answers the registry's challenge (Basic, or a Bearer token from
-the realm it names) with credentials from build/regauth.py. Reads (manifests, tags, blobs) speak the
-distribution HTTP API through the same transport directly: oras's pull writes straight to the destination
-and checks no digest, its manifest GET logs every 404 (every cache miss), and importing oras costs about a
-second that a build served from the cache should not pay.
+Reads (manifests, tags, blobs) speak the distribution HTTP API through the transport (sharing/transport.py)
+directly: oras's pull writes straight to the destination and checks no digest, its manifest GET logs every 404
+(every cache miss), and importing oras costs about a second that a build served from the cache should not pay.
+Pushes go through oras's blob-upload protocol over the same transport. An image's manifest (`image_manifest`)
+is read anonymously: a registry's bearer-token challenge is answered without credentials (public images, as
+docker.io serves them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
 import re
-import shutil
-import socket
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
-from toolchain.build.regauth import Credentials, find_credentials
-from toolchain.build.remotespec import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
-
-from toolchain import __version__
-from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
-from toolchain.core.proc.signals import STOPPING, on_stop
-from toolchain.core.redact import redact_url
-from toolchain.core.serial import Data
 from toolchain.errors import ToolError
+from toolchain.sharing.auth import find_credentials
+from toolchain.sharing.settings import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
+from toolchain.sharing.transport import Transport, oras_class
 
 if TYPE_CHECKING:
     import requests
-
-    from toolchain.build.plan import ComponentPlan, Plan
-    from toolchain.console import UI
 
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -74,12 +48,11 @@ EMPTY = b"{}"
 TITLE = "org.opencontainers.image.title"
 CREATED = "org.opencontainers.image.created"
 A = "vnd.xpu-toolchain."  # our annotations: A + "component", "commit", ...
-PREFETCH_JOBS = 4  # downloads at once
 BLOB_UNKNOWN_RETRIES = 4  # manifest PUTs retried (0.1, 0.2, 0.4, 0.8 s apart) while another writer relinks a blob
-MAX_MANIFEST, MAX_META, MAX_LOG = 4 << 20, 4 << 20, 256 << 20
+MAX_MANIFEST = 4 << 20
 MAX_TAG_PAGES = 1000  # tag list pages followed (`Link: next`) before the listing is called endless
 MAX_ANNOTATION = 64 << 10  # characters of one annotation value shown (a registry may send anything)
-WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
+
 
 
 class RemoteError(ToolError):
@@ -95,154 +68,6 @@ class Refused(RemoteError):
 class DeletesRefused(RemoteError):
     """The registry does not delete manifests (distribution answers 405 UNSUPPORTED unless delete is enabled)."""
 
-
-# ---- the transport: one bounded try per request, the registry's auth challenge answered ----------------------
-
-_OPEN_SOCKETS: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # the transport's connections
-
-
-def drop_requests() -> None:
-    """Cut every connection the transport has open (a request waiting for an answer fails at once instead
-    of waiting out its timeout): what a stop signal does (proc.on_stop). New requests are refused while
-    `STOPPING` is set; it is cleared when the stop is over, so a later command in this process (a library
-    caller, a test) talks to the registry again."""
-    for sock in list(_OPEN_SOCKETS):
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
-on_stop(drop_requests)
-
-
-@functools.cache
-def _adapter_class() -> type:
-    """A requests adapter whose connections are noted in _OPEN_SOCKETS once connected."""
-    from requests.adapters import HTTPAdapter
-    from urllib3.connection import HTTPConnection, HTTPSConnection
-    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-
-    class Conn(HTTPConnection):
-        def connect(self) -> None:
-            super().connect()
-            _OPEN_SOCKETS.add(self.sock)
-
-    class SConn(HTTPSConnection):
-        def connect(self) -> None:
-            super().connect()
-            _OPEN_SOCKETS.add(self.sock)
-
-    class Pool(HTTPConnectionPool):
-        ConnectionCls = Conn
-
-    class SPool(HTTPSConnectionPool):
-        ConnectionCls = SConn
-
-    class Adapter(HTTPAdapter):
-        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-            super().init_poolmanager(*args, **kwargs)
-            self.poolmanager.pool_classes_by_scheme = {"http": Pool, "https": SPool}
-
-    return Adapter
-
-class _Transport:
-    """requests with timeouts and no retries; answers a 401 once, with Basic credentials or a Bearer token
-    from the realm the registry names (as distribution's token auth and GHCR/Harbor do). requests drops the
-    Authorization header when a blob download is redirected to another host (object storage)."""
-
-    def __init__(self, settings: RemoteSettings, credentials: Credentials | None) -> None:
-        import http.cookiejar
-
-        import requests
-
-        self.session = requests.Session()
-        for scheme in ("http://", "https://"):
-            self.session.mount(scheme, _adapter_class()())
-        self.session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-        self.prefix = "http" if settings.insecure else "https"
-        self.timeout = (settings.timeout, settings.timeout)
-        self.credentials = credentials
-        self.authorization: str | None = None
-
-    def request(self, url: str, method: str = "GET", data: Any = None, headers: Mapping[str, str] | None = None,
-                json: dict[str, Data] | None = None, stream: bool = False) -> requests.Response:
-        if STOPPING.is_set():
-            import requests
-
-            raise requests.exceptions.ConnectionError("the request was dropped: the tool is stopping")
-        sent = dict(headers or {})
-        used = self.authorization  # what THIS request carries: threads share the transport
-        if used:
-            sent["Authorization"] = used
-        response = self.session.request(method, url, data=data, json=json, headers=sent, stream=stream,
-                                        timeout=self.timeout)
-        if response.status_code != 401:
-            return response
-        latest = self.authorization
-        if latest and latest != used:  # another thread answered the challenge while this request was out
-            answer: str | None = latest
-        else:
-            answer = self._answer(str(response.headers.get("WWW-Authenticate", "")))
-        if answer is None or answer == used:  # the credentials this request carried were refused: final
-            return response
-        response.close()
-        self.authorization = sent["Authorization"] = answer
-        return self.session.request(method, url, data=data, json=json, headers=sent, stream=stream,
-                                    timeout=self.timeout)
-
-    def _answer(self, challenge: str) -> str | None:
-        import requests
-
-        scheme, _, params = challenge.partition(" ")
-        if scheme.lower() == "basic":
-            if self.credentials is None:
-                return None
-            return requests.auth._basic_auth_str(self.credentials.username, self.credentials.password)
-        if scheme.lower() != "bearer":
-            return None
-        fields = dict(re.findall(r'(\w+)="([^"]*)"', params))
-        if not fields.get("realm"):
-            return None
-        creds = (self.credentials.username, self.credentials.password) if self.credentials else None
-        query = {k: v for k, v in fields.items() if k in ("service", "scope")}
-        r = self.session.get(fields["realm"], params=query, auth=creds, timeout=self.timeout)
-        if r.status_code != 200:
-            return None
-        try:
-            doc = r.json()
-        except ValueError:
-            return None
-        token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
-        if not isinstance(token, str) or not _TOKEN.match(token):  # a list, a number, a header-breaking string
-            return None
-        return f"Bearer {token}"
-
-
-_TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{1,16384}$")  # RFC 6750 b64token, bounded
-
-
-@functools.cache
-def _oras_class() -> type:
-    """oras's registry client (imported when pushing: it costs a second at start-up) over our transport."""
-    import oras.provider
-
-    class OrasRegistry(oras.provider.Registry):  # type: ignore[misc]  # oras ships no type information
-        def __init__(self, host: str, transport: _Transport) -> None:
-            super().__init__(hostname=host, insecure=transport.prefix == "http", auth_backend="basic")
-            self.auth = _NoConfigFiles()  # credentials come from regauth (oras would read docker's file itself)
-            self.transport = transport
-
-        def do_request(self, url: str, method: str = "GET", data: Any = None, headers: Mapping[str, str] | None = None,
-                       json: dict[str, Data] | None = None, stream: bool = False) -> requests.Response:
-            return self.transport.request(url, method, data=data, headers=headers, json=json, stream=stream)
-
-    return OrasRegistry
-
-
-class _NoConfigFiles:
-    """Stands in for oras's auth backend: its config-file reading is regauth's job here."""
-
-    def load_configs(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 @dataclass(frozen=True)
@@ -278,7 +103,8 @@ class Registry:
         self.settings, self.env = settings, env
         self.where = settings.where
         self.credentials = find_credentials(self.where.host, self.where.repository, env)
-        self.transport = _Transport(settings, self.credentials)
+        self.transport = Transport(insecure=settings.insecure, timeout=settings.timeout,
+                                   credentials=self.credentials)
         self.base = f"{self.transport.prefix}://{self.where.host}/v2/{self.where.repository}"
         self._oras: Any = None
 
@@ -343,12 +169,9 @@ class Registry:
         if said and said != digest:
             raise Refused(f"manifest {ref} has digest {digest}, the registry says {said}")
         try:
-            doc = json.loads(body)
-        except ValueError:
-            raise Refused(f"manifest {ref} is not JSON") from None
-        if not isinstance(doc, dict):
-            raise Refused(f"manifest {ref} is not a JSON object")
-        return doc, digest
+            return _json_object(body), digest
+        except ValueError as exc:
+            raise Refused(f"manifest {ref} {exc}") from None
 
     def exists(self, tag: str) -> bool:
         """Whether the registry holds a manifest tagged `tag` (a HEAD request)."""
@@ -468,7 +291,7 @@ class Registry:
         with self._talking(what):
             try:
                 if self._oras is None:
-                    self._oras = _oras_class()(self.where.host, self.transport)
+                    self._oras = oras_class()(self.where.host, self.transport)
                 container = self._oras.get_container(f"{self.where.host}/{self.where.repository}")
                 r = self._oras.upload_blob(str(path), container, layer)
             except ValueError as exc:  # oras: the registry gave no upload location
@@ -529,6 +352,17 @@ def _error_codes(body: str) -> str:
     return ", ".join(codes) if codes else (body.strip()[:200] or "no reason given")
 
 
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A manifest's JSON object; ValueError saying what it is instead ("is not JSON", "is not a JSON object")."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise ValueError("is not JSON") from None
+    if not isinstance(doc, dict):
+        raise ValueError("is not a JSON object")
+    return doc
+
+
 def _read_limited(r: requests.Response, limit: int, what: str, error: type[RemoteError] = Refused) -> bytes:
     data = b""
     for chunk in r.iter_content(1 << 16):
@@ -567,242 +401,62 @@ def _reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-# ---- the remote cache a build uses ---------------------------------------------------------------------------
+# ---- an image's manifest: what a base image's pull would download ---------------------------------------------
 
-class RemoteCache:
-    """The remote behind one process's builds (shared by bisect's threads: `shared()`). Never raises: a
-    problem is one warning, after which the remote is off (reads and pushes, or pushes only when just the
-    push was refused); a refused entry is a warning that names it."""
-
-    _shared: ClassVar[dict[RemoteSettings, RemoteCache]] = {}
-    _shared_lock = threading.Lock()
-
-    def __init__(self, settings: RemoteSettings) -> None:
-        self.settings = settings
-        self._registry_made: Registry | None = None
-        self._lock = threading.Lock()
-        self.off: str | None = None          # why reads (and pushes) stopped
-        self.push_off: str | None = None     # why pushes stopped
-        self.warnings: list[str] = []
-        self.pushed: list[str] = []
-        self.downloaded: list[str] = []
-
-    @classmethod
-    def shared(cls, settings: RemoteSettings) -> RemoteCache:
-        """The one RemoteCache of these settings in this process (made on first use)."""
-        with cls._shared_lock:
-            if settings not in cls._shared:
-                cls._shared[settings] = cls(settings)
-            return cls._shared[settings]
-
-    @property
-    def push_enabled(self) -> bool:
-        """Whether this machine pushes what it builds (asked to, and pushing has not been turned off by a failure)."""
-        return self.settings.push and self.off is None and self.push_off is None
-
-    def warm_up(self) -> None:
-        """Make the client (imports requests, reads the auth files) in the background while the build plans:
-        a build whose wheels all come from the registry should not wait for that at its first download."""
-        def make() -> None:
-            with contextlib.suppress(Exception):  # any problem shows, once, at the first real request
-                self._registry()
-
-        if self.off is None and self._registry_made is None:
-            threading.Thread(target=make, name="remote-cache-warm-up", daemon=True).start()
-
-    def _registry(self) -> Registry:
-        """One client for the process's threads (a requests Session's connection pool is thread-safe)."""
-        with self._lock:
-            if self._registry_made is None:
-                self._registry_made = Registry(self.settings)
-            return self._registry_made
-
-    def _warn(self, ui: UI, message: str) -> None:
-        self.warnings.append(message)
-        ui.warn(message)
-
-    def _turn_off(self, ui: UI, err: RemoteError, *, push_only: bool = False) -> None:
-        with self._lock:
-            if self.off is not None or (push_only and self.push_off is not None):
-                return
-            if push_only:
-                self.push_off = str(err)
-                what = "not pushing to it"
-            else:
-                self.off = str(err)
-                what = "building locally without it"
-        tip = f" ({err.hint})" if err.hint else ""
-        self._warn(ui, f"remote cache {self.settings.url}: {err}; {what} for the rest of this run{tip}")
-
-    def fetch(self, key: str, name: str, cache: WheelCache, work: Path, ui: UI) -> CacheEntry | None:
-        """The entry for `key` from the registry, verified and put into the local cache; None on a miss,
-        a refused entry or a registry problem (the caller builds)."""
-        if self.off is not None:
-            return None
-        tmp = work / f"{key}-remote-{os.urandom(4).hex()}"  # under the build's stale-leftover sweep
-        try:
-            reg = self._registry()
-            got = reg.manifest(key)
-            if got is None:
-                return None
-            manifest, digest = got
-            ui.step(f"downloading {name} ({key[:12]}) from {self.settings.url}")
-            tmp.mkdir(parents=True)
-            entry = _install(reg, key, manifest, digest, cache, tmp)
-            self.downloaded.append(key)
-            return entry
-        except Refused as err:
-            self._warn(ui, f"remote cache {self.settings.url}: refused the entry for {name} ({key}): {err}; "
-                           f"building it locally")
-            return None
-        except RemoteError as err:
-            self._turn_off(ui, err)
-            return None
-        except _NONSENSE as exc:  # an answer no check above foresaw: the remote is off, never a traceback
-            self._turn_off(ui, RemoteError(f"answered something this client cannot use while fetching {name} "
-                                           f"({type(exc).__name__})"))
-            return None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-    def push(self, entry: CacheEntry, annotations: dict[str, str], name: str, work: Path, ui: UI) -> bool:
-        """Upload a local entry unless the registry holds its key; True when pushed."""
-        if not self.push_enabled:
-            return False
-        files = [(entry.wheel, MT_WHEEL), (entry.wheel.parent / "entry.json", MT_META)]
-        if (entry.wheel.parent / "build.log").is_file():
-            files.append((entry.wheel.parent / "build.log", MT_LOG))
-        try:
-            reg = self._registry()
-            if reg.exists(entry.key):
-                return False
-            ui.step(f"pushing {name} ({entry.key[:12]}) to {self.settings.url}")
-            reg.push(entry.key, files, annotations, work)
-        except RemoteError as err:
-            refused = "credentials" in str(err) or "HTTP 403" in str(err) or "HTTP 401" in str(err)
-            self._turn_off(ui, err, push_only=refused)
-            return False
-        self.pushed.append(entry.key)
-        return True
-
-    def prefetch(self, wanted: list[tuple[str, str]], cache: WheelCache, work: Path, ui: UI) -> dict[str, bool]:
-        """Look up and download several (key, name) at once (a build's local misses, before its first
-        component builds: wheels download side by side). key -> True (now in the local cache) or False (the
-        registry has no usable entry). Each key is fetched holding its build lock, like a build."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        if self.off is not None or not wanted:
-            return {}
-
-        def one(item: tuple[str, str]) -> bool | None:
-            key, name = item
-            with cache.building(key):
-                if cache.get(key) is not None:
-                    return None  # another builder put it there meanwhile
-                return self.fetch(key, name, cache, work, ui) is not None
-
-        with ThreadPoolExecutor(max_workers=min(PREFETCH_JOBS, len(wanted))) as pool:
-            found = dict(zip((k for k, _ in wanted), pool.map(one, wanted), strict=False))
-        return {k: v for k, v in found.items() if v is not None and (v or self.off is None)}
-
-    def summary(self) -> dict[str, Any]:
-        """What the remote cache did in this build, for the JSON report: downloads, pushes, warnings."""
-        return {"url": self.settings.url, "push": self.settings.push, "off": self.off, "push-off": self.push_off,
-                "downloaded": list(self.downloaded), "pushed": list(self.pushed), "warnings": list(self.warnings)}
+IMAGE_TIMEOUT = 20.0
+IMAGE_ACCEPT = ", ".join(("application/vnd.oci.image.index.v1+json",
+                          "application/vnd.docker.distribution.manifest.list.v2+json",
+                          "application/vnd.oci.image.manifest.v1+json",
+                          "application/vnd.docker.distribution.manifest.v2+json"))
+LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 
 
-def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cache: WheelCache,
-             tmp: Path) -> CacheEntry:
-    """Download, verify, then put into the local cache (atomic there). Raises Refused for a bad entry."""
-    if manifest.get("artifactType") != ARTIFACT_TYPE:
-        raise Refused(f"the artifact tagged {key} is not a toolchain cache entry (artifactType "
-                      f"{_shown(manifest.get('artifactType'))})")
-    annotations = manifest.get("annotations") or {}
-    if not isinstance(annotations, dict):
-        raise Refused(f"its annotations are a {type(annotations).__name__}, not an object")
-    if annotations.get(A + "cache-key") != key:
-        raise Refused(f"the artifact tagged {key} says it is the entry of {_shown(annotations.get(A + 'cache-key'))}")
-    listed = manifest.get("layers") or []
-    if not isinstance(listed, list):
-        raise Refused(f"its layers are a {type(listed).__name__}, not a list")
-    layers: dict[str, dict[str, Any]] = {}
-    for layer in listed:
-        if isinstance(layer, dict) and layer.get("mediaType") in (MT_WHEEL, MT_META, MT_LOG):
-            if layer["mediaType"] in layers:
-                raise Refused(f"two {layer['mediaType']} layers")
-            layers[layer["mediaType"]] = layer
-    if MT_WHEEL not in layers or MT_META not in layers:
-        raise Refused("the artifact lacks its wheel or its metadata layer")
-    reg.blob_to(layers[MT_META], tmp / "entry.json", MAX_META)
+class RegistryUnanswered(Exception):
+    """The registry could not be asked, or did not give a manifest: why, in a line."""
+
+
+def split_image(image: str) -> tuple[str, str, str]:
+    """(registry host, repository, tag or digest) of an image reference; docker.io's short names as docker
+    reads them (`ubuntu` → registry-1.docker.io, library/ubuntu)."""
+    name, ref = (image.split("@", 1) if "@" in image else
+                 image.rsplit(":", 1) if ":" in image.rsplit("/", 1)[-1] else (image, "latest"))
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        host, repo = first, rest
+    else:
+        host, repo = "docker.io", name
+    if host == "docker.io":
+        host = "registry-1.docker.io"
+        repo = repo if "/" in repo else f"library/{repo}"
+    return host, repo, ref
+
+
+def image_manifest(image: str) -> dict[str, Any]:
+    """The manifest (or index) the registry gives for `image`, asked anonymously. Loopback registries are spoken
+    to over http (a test or local registry), every other over https; proxies as the environment says."""
+    import requests
+
+    host, repo, ref = split_image(image)
+    insecure = host.split(":")[0] in LOOPBACK or host.startswith("[::1]")
+    transport = Transport(insecure=insecure, timeout=IMAGE_TIMEOUT, credentials=None)
+    url = f"{transport.prefix}://{host}/v2/{repo}/manifests/{ref}"
     try:
-        meta = json.loads((tmp / "entry.json").read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise Refused("its metadata is not JSON") from None
-    if not isinstance(meta, dict):
-        raise Refused("its metadata is not a JSON object")
-    problem = meta_problem(meta)
-    if problem:
-        raise Refused(f"its metadata {problem}")
-    name, sha, size = meta.get("wheel"), meta.get("sha256"), meta.get("size")
-    wheel_annotations = layers[MT_WHEEL].get("annotations") or {}
-    title = wheel_annotations.get(TITLE) if isinstance(wheel_annotations, dict) else None
-    if not isinstance(name, str) or not WHEEL_NAME.match(name) or title != name:
-        raise Refused(f"its metadata names the wheel {_shown(name)}, the layer {_shown(title)}")
-    if layers[MT_WHEEL].get("digest") != f"sha256:{sha}" or layers[MT_WHEEL].get("size") != size \
-            or annotations.get(A + "wheel.sha256") != sha:
-        raise Refused(f"the wheel layer ({_shown(layers[MT_WHEEL].get('digest'))}) is not the wheel its metadata "
-                      f"records (sha256:{sha}, {size} bytes)")
-    wheel = tmp / name
-    reg.blob_to(layers[MT_WHEEL], wheel, layers[MT_WHEEL]["size"])  # checks the bytes against sha256 `sha` as they stream
-    log = None
-    if MT_LOG in layers:
-        log = tmp / "build.log"
-        try:
-            reg.blob_to(layers[MT_LOG], log, MAX_LOG)
-        except Refused:
-            log = None  # a bad log costs the log, not the wheel
-    kept = {k: v for k, v in meta.items() if k not in ("wheel", "sha256", "size", "stored", "remote")}
-    kept["remote"] = {"url": reg.settings.url, "digest": digest, "downloaded": time.time()}
-    entry = cache.put(key, wheel, kept, log=log)
-    if entry.sha256 != sha:  # put re-hashes its own copy: a disk that changed it is caught too
-        cache.evict(key)
-        raise Refused(f"the local copy of {name} has sha256 {entry.sha256}, the entry records {sha}")
-    return entry
+        r = transport.request(url, headers={"Accept": IMAGE_ACCEPT}, stream=True)
+        with contextlib.closing(r):
+            if r.status_code != 200:
+                raise RegistryUnanswered(f"{host} answered HTTP {r.status_code} for {repo}")
+            body = _read_limited(r, MAX_MANIFEST, f"{host}: the manifest of {repo}")
+    except requests.exceptions.RequestException as exc:
+        raise RegistryUnanswered(f"{host} cannot be reached (offline?): {_reason(exc)}") from None
+    except RemoteError:
+        raise RegistryUnanswered(f"{host} gave no manifest for {repo}") from None
+    finally:
+        transport.session.close()
+    try:
+        return _json_object(body)
+    except ValueError:
+        raise RegistryUnanswered(f"{host} gave no manifest for {repo}") from None
 
 
-def _shown(value: object) -> str:
-    """A value from the registry, for a message: repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-# what a registry's unforeseen answer raises in this client's parsing (never a ToolError, never an OSError)
-_NONSENSE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, UnicodeError)
-
-
-def entry_annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:
-    """What `cache ls --remote` shows without downloading: manifest annotations (strings)."""
-    comp = cp.component
-    tc = plan.toolchain
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.meta.get("stored") or time.time()))
-    return {
-        CREATED: created,
-        A + "cache-key": cp.cache_key,
-        A + "component": comp.name,
-        A + "url": redact_url(comp.url),
-        A + "commit": comp.commit,
-        A + "describe": str(entry.meta.get("describe") or ""),
-        A + "subdir": comp.subdir,
-        A + "patches": ",".join(p.sha256 for p in cp.patches),
-        A + "wheel": entry.wheel.name,
-        A + "wheel.sha256": entry.sha256,
-        A + "wheel.size": str(entry.size),
-        A + "toolchain": json.dumps({"oneapi-version": tc.oneapi_version, "cmplr-root": tc.cmplr_root,
-                                     "env-sha256": tc.env_diff_sha256}, sort_keys=True),
-        A + "target": json.dumps(plan.target.fingerprint(), sort_keys=True),
-        A + "tool-version": __version__,
-    }
-
-
-__all__ = ["ARTIFACT_TYPE", "MT_LOG", "MT_META", "MT_WHEEL", "DeletesRefused", "Registry", "RemoteCache", "RemoteError",
-           "entry_annotations"]
+__all__ = ["ARTIFACT_TYPE", "MT_LOG", "MT_META", "MT_WHEEL", "DeletesRefused", "Registry", "RegistryUnanswered",
+           "RemoteError", "image_manifest", "split_image"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from toolchain.build.remote import Registry, RemoteEntry
+    from toolchain.sharing.registry import Registry, RemoteEntry
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -108,7 +108,7 @@ def prune(registry: Registry, *, component: str, older_than: float | None, keep:
           status: Callable[[str], AbstractContextManager[None]]) -> Pruned:
     """Apply the rule to the registry's entries: one DELETE per manifest that goes (none in a dry run).
     RemoteError: the registry failed or refused (after some deletes: the message says how many)."""
-    from toolchain.build.remote import CREATED, A, RemoteError
+    from toolchain.sharing.registry import CREATED, A, RemoteError
 
     with status(f"reading {registry.settings.url}"):
         entries = registry.entries(component)

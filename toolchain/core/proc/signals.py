@@ -77,7 +77,7 @@ _ON_STOP: list[Callable[[], None]] = []
 
 def on_stop(callback: Callable[[], None]) -> None:
     """Call `callback` (no waiting in it) when a stop signal reaches the tool: a network client drops its
-    pending requests there (build/remote.py), so nothing waits out a timeout."""
+    pending requests there (sharing/transport.py), so nothing waits out a timeout."""
     _ON_STOP.append(callback)
 
 
