@@ -35,7 +35,7 @@ from toolchain.core.fs import (
 from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import record
 from toolchain.core.redact import redact_data
-from toolchain.core.regex import Regex
+from toolchain.core.regex import SHA256_HEX
 from toolchain.core.serial import meta
 from toolchain.errors import BuildError
 
@@ -257,7 +257,7 @@ def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
         return "entry.json is not an object", None
     checks = {
         "wheel": lambda v: isinstance(v, str) and v.endswith(".whl") and "/" not in v and v not in (".", ".."),
-        "sha256": lambda v: isinstance(v, str) and _HEX64.match(v) is not None,
+        "sha256": lambda v: isinstance(v, str) and SHA256_HEX.match(v) is not None,
         "size": _count,
     }
     bad = [k for k, ok in checks.items() if not ok(meta.get(k))]
@@ -269,7 +269,6 @@ def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
     return "", meta
 
 
-_HEX64 = Regex(r"^[0-9a-f]{64}$")
 
 
 def _count(v: object) -> bool:

@@ -10,17 +10,17 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 from dataclasses import field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
+from toolchain.core.checks import NAME, SHA256, STR
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text
-from toolchain.core.regex import Regex
+from toolchain.core.regex import SHA256_HEX, Regex
 from toolchain.core.serial import meta, to_table
 from toolchain.errors import BuildError, TransientError
 
@@ -33,13 +33,13 @@ class PrebuiltFile:
     """One pinned wheel file: where it is, its sha256, and what pinned it (the recipe's requirement and the
     index that served it, or the recipe's own URL)."""
     file: str = field(metadata=meta(skip=True))  # a lock and the cache keep it beside this table
-    url: str = field(metadata=meta(dump=redact_text))
-    sha256: str
+    url: str = field(metadata=meta(dump=redact_text, check=NAME))
+    sha256: str = field(metadata=meta(check=SHA256))
     size: int = field(default=0, metadata=meta(skip=True))
     # "vllm-xpu-kernels==0.1.16.2" ("": the recipe named the URL)
-    requirement: str = field(default="", metadata=meta(omit_default=True))
+    requirement: str = field(default="", metadata=meta(omit_default=True, check=STR))
     # the index or find-links location that served it
-    index: str = field(default="", metadata=meta(omit_default=True, dump=redact_text))
+    index: str = field(default="", metadata=meta(omit_default=True, dump=redact_text, check=STR))
 
 
 def prebuilt_key(sha256: str) -> str:
@@ -188,5 +188,5 @@ def _index_files(index: str, dist: str, what: str) -> list[tuple[str, str, str]]
     except (requests.RequestException, OSError, ValueError) as exc:
         raise TransientError(f"{what}: cannot read prebuilt-index {redact_text(page)}: {redact_text(str(exc))}",
                              kind="network", hint="check the network and run again") from None
-    return [(pkg.filename, pkg.url, sha if re.fullmatch(r"[0-9a-f]{64}", sha := pkg.digests.get("sha256", "")) else "")
+    return [(pkg.filename, pkg.url, sha if SHA256_HEX.match(sha := pkg.digests.get("sha256", "")) else "")
             for pkg in project.packages if pkg.package_type == "wheel"]

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
+from toolchain.core.regex import SHA256
 from toolchain.errors import ToolError
 from toolchain.sharing.auth import find_credentials
 from toolchain.sharing.settings import ENV_INSECURE, ENV_TIMEOUT, RemoteSettings
@@ -213,7 +214,7 @@ class Registry:
     def blob_to(self, layer: Mapping[str, Any], dest: Path, limit: int) -> None:
         """Stream a blob into `dest`, checking its size and digest; Refused (and `dest` removed) if wrong."""
         digest, size = str(layer.get("digest", "")), layer.get("size")
-        if not re.match(r"^sha256:[0-9a-f]{64}$", digest) or not isinstance(size, int) or not 0 <= size <= limit:
+        if not re.match(rf"^sha256:{SHA256}$", digest) or not isinstance(size, int) or not 0 <= size <= limit:
             raise Refused(f"layer {layer.get('mediaType')} has a bad descriptor (digest {digest!r}, size {size!r})")
         r = self._request("GET", f"{self.base}/blobs/{digest}", what=f"downloading {dest.name}", stream=True)
         h, n = hashlib.sha256(), 0
