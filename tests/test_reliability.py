@@ -49,6 +49,7 @@ def test_parallel_pulls_with_credentials_never_turn_the_remote_off(auth_registry
     time a fresh client whose first requests all meet the registry's 401 together: a thread whose 401 came
     back after another stored the Authorization used to take it as final and turn the team cache off."""
     from toolchain.build.cache import WheelCache
+    from toolchain.build.entry import EntryMeta
     from toolchain.build.remotecache import RemoteCache
     from toolchain.recipe.cachespec import parse_remote_url
     from toolchain.sharing.registry import A
@@ -63,7 +64,7 @@ def test_parallel_pulls_with_credentials_never_turn_the_remote_off(auth_registry
     pusher = RemoteCache(settings)
     for i in range(PULLS):
         key = f"{i:032x}"
-        entry = source.put(key, _wheel(tmp_path / f"tiny-1.0.{i}-py3-none-any.whl", i), {"component": "tiny"})
+        entry = source.put(key, _wheel(tmp_path / f"tiny-1.0.{i}-py3-none-any.whl", i), EntryMeta(component="tiny"))
         assert pusher.push(entry, {A + "cache-key": key, A + "wheel.sha256": entry.sha256}, f"tiny{i}",
                            tmp_path / "work", _Quiet()), pusher.warnings
         keys.append((key, entry.sha256))

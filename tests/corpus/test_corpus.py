@@ -412,7 +412,7 @@ def test_malformed_cache_entries_are_skipped_by_cache_ls_and_evicted_then_rebuil
         cases.append((name, json.dumps(meta).encode()))
     for name, raw in META_RAW:
         if name == "nan":
-            raw = good.replace(b'"build_seconds": ', b'"build_seconds": NaN, "x": ')
+            raw = good.replace(b'"build-seconds": ', b'"build-seconds": NaN, "x": ')  # (entry.json's key: build/entry.py)
         cases.append((name, raw))
     for name, raw in cases:
         if not entry.is_dir():  # evicted by the case before: put the good entry back

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
+from toolchain.build.entry import EntryMeta
 from toolchain.core.checks import NAME, SHA256, STR
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.record import record
@@ -70,7 +71,7 @@ def take_prebuilt(pf: PrebuiltFile, cache: WheelCache, dest_dir: Path, work: Pat
             if got != pf.sha256:
                 raise BuildError(f"{what}: refused the prebuilt wheel {pf.file} from {redact_text(pf.url)}: it has "
                                  f"sha256 {got}, the pin says {pf.sha256}", hint=_mismatch_hint(pf, got))
-            cache.put(key, wheel, {"component": what, "prebuilt": to_table(pf), "build_seconds": 0.0}, log=log)
+            cache.put(key, wheel, EntryMeta(component=what, prebuilt=to_table(pf)), log=log)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         entry = cache.take(key, dest_dir)

@@ -17,6 +17,7 @@ fails verification is refused (a warning naming it) and built locally.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from toolchain import __version__
-from toolchain.build.cache import CacheEntry, WheelCache, meta_problem
+from toolchain.build.cache import CacheEntry, WheelCache
+from toolchain.build.entry import entry_problem, read_entry
 from toolchain.core.redact import redact_url
 from toolchain.sharing.registry import (
     ARTIFACT_TYPE,
@@ -223,7 +225,7 @@ def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cac
         raise Refused("its metadata is not JSON") from None
     if not isinstance(meta, dict):
         raise Refused("its metadata is not a JSON object")
-    problem = meta_problem(meta)
+    problem = entry_problem(meta, whole=False)
     if problem:
         raise Refused(f"its metadata {problem}")
     name, sha, size = meta.get("wheel"), meta.get("sha256"), meta.get("size")
@@ -244,9 +246,9 @@ def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cac
             reg.blob_to(layers[MT_LOG], log, MAX_LOG)
         except Refused:
             log = None  # a bad log costs the log, not the wheel
-    kept = {k: v for k, v in meta.items() if k not in ("wheel", "sha256", "size", "stored", "remote")}
-    kept["remote"] = {"url": reg.settings.url, "digest": digest, "downloaded": time.time()}
-    entry = cache.put(key, wheel, kept, log=log)
+    kept = dataclasses.replace(read_entry(meta), remote={"url": reg.settings.url, "digest": digest,
+                                                         "downloaded": time.time()})
+    entry = cache.put(key, wheel, kept, log=log)  # (put writes its own wheel, sha256, size and stored)
     if entry.sha256 != sha:  # put re-hashes its own copy: a disk that changed it is caught too
         cache.evict(key)
         raise Refused(f"the local copy of {name} has sha256 {entry.sha256}, the entry records {sha}")
@@ -267,14 +269,14 @@ def entry_annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[
     """What `cache ls --remote` shows without downloading: manifest annotations (strings)."""
     comp = cp.component
     tc = plan.toolchain
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.meta.get("stored") or time.time()))
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(entry.meta.stored or time.time()))
     return {
         CREATED: created,
         A + "cache-key": cp.cache_key,
         A + "component": comp.name,
         A + "url": redact_url(comp.url),
         A + "commit": comp.commit,
-        A + "describe": str(entry.meta.get("describe") or ""),
+        A + "describe": entry.meta.describe,
         A + "subdir": comp.subdir,
         A + "patches": ",".join(p.sha256 for p in cp.patches),
         A + "wheel": entry.wheel.name,

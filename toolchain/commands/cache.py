@@ -156,14 +156,13 @@ def local_entries(cache_dir: Path, component: str = "", warn: Callable[[str], No
                 warn(f"skipping the wheel cache entry {meta_file.parent}: {problem} (the next build that needs "
                      "it evicts and rebuilds it)")
             continue
-        if component and meta.get("component") != component:
+        if component and meta.component != component:
             continue
-        stored = meta.get("stored")
-        rows.append({"key": meta_file.parent.name, "component": meta.get("component", ""),
-                     "commit": meta.get("commit", ""), "describe": meta.get("describe", ""),
-                     "wheel": meta.get("wheel", ""), "sha256": meta.get("sha256", ""), "size": meta.get("size", 0),
+        stored = meta.stored
+        rows.append({"key": meta_file.parent.name, "component": meta.component, "commit": meta.commit,
+                     "describe": meta.describe, "wheel": meta.wheel, "sha256": meta.sha256, "size": meta.size,
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stored)) if stored else "",
-                     "from": "remote" if meta.get("remote") else "built"})
+                     "from": "remote" if meta.remote else "built"})
     return sorted(rows, key=lambda r: (r["created"], r["key"]))
 
 
