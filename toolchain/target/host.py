@@ -50,6 +50,16 @@ class HostRuntime:
     def describe(self) -> str:
         return "host"
 
+    def said(self, template: str) -> str:
+        """Nothing: this machine goes without saying (`Place.said`)."""
+        return ""
+
+    def which(self, program: str, py: Interpreter) -> str:
+        """`program` looked up on the PATH its server sees, else as given (`ServeRuntime.which`)."""
+        if not program or "/" in program:
+            return program
+        return shutil.which(program, path=self.serve_env(py).get("PATH") or os.environ.get("PATH")) or program
+
     def report(self) -> dict[str, object]:
         return {"runtime": self.kind, "mode": "host", "name": self.describe()}
 

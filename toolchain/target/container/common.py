@@ -80,6 +80,14 @@ class ContainerRuntimeBase(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str: ...
 
+    def said(self, template: str) -> str:
+        """`template` naming this container (`Place.said`)."""
+        return template.replace("{where}", self.describe())
+
+    def which(self, program: str, py: Interpreter) -> str:
+        """`program` as given: its PATH is the container's, not looked at from here (`ServeRuntime.which`)."""
+        return program
+
     @abc.abstractmethod
     def _open(self, stack: contextlib.ExitStack) -> None:
         """Check the image or container (sets `image`); what must happen at exit goes on `stack`."""
