@@ -114,7 +114,7 @@ def test_the_graph_is_read_from_the_source():
     edges = graph()
     assert "toolchain.core.proc.runner" in edges["toolchain.target.base"]  # a plain import
     assert "toolchain.target.base" in edges["toolchain.build.plan"]  # `from toolchain.target.base import Runtime`
-    assert "toolchain.target.container.presence" in edges["toolchain.pipeline.checkup"]  # inside a function
+    assert "toolchain.target.container.presence" in edges["toolchain.target"]  # inside a function
     assert "toolchain.scripts" in edges["toolchain.target.parts"]  # `from toolchain import scripts`
 
 

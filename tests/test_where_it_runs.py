@@ -18,11 +18,10 @@ LEFT = {
     "build/ccache.py": 2,           # `in_container` parameter read: the compiler cache's binary and its warning
     "build/plan.py": 1,             # inherits_resources: the jobs budget read from this machine
     "build/stack.py": 3,            # workspaces_at_once; sees_host_paths for ccache's extras and its report
-    "commands/plan.py": 4,          # in_container / from_image of the recipe's target (no runtime is made)
+    "commands/plan.py": 2,          # in_container of the recipe's target: plan's exact command
     "commands/verify_repro.py": 2,  # in_container of a lock's target
     "pipeline/audit.py": 1,         # sees_host_paths: the native audit's memo
     "pipeline/build.py": 2,         # inherits_environment: job counts checked first
-    "pipeline/checkup.py": 2,       # in_container: doctor's findings
     "smoke/session.py": 4,          # venvs_see_image_packages, sees_host_paths (the fresh venv), in_container
 }
 
