@@ -71,7 +71,7 @@ from toolchain.bisect.candidates import git_candidates
 from toolchain.bisect.core import Bisector
 from toolchain.bisect.session import DEFAULT_JOBS
 from toolchain.bisect.testers import CommandTester
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 
 KERN = "benchkern"
 ANSWER = 42
@@ -386,7 +386,7 @@ class BuildCommandClock:
     def __enter__(self) -> BuildCommandClock:
         from toolchain.target import host
 
-        self._host, self._real = host, run  # what host calls (core.proc's)
+        self._host, self._real = host, run  # what host calls (core.proc.runner's)
 
         from toolchain.build.metrics import RUNNER_FILE
 

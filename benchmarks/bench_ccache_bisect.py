@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.synthetic import Synthetic, changes_at, make_synthetic, recipe_text
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 
 TEST_PY = """\
 import os, sys, tempfile, zipfile

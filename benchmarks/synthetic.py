@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 
 SETUP_PY = '''\
 import os

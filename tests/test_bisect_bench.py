@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench_bisect import make_kernel_repo, run_benchmark
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 
 
 def git(repo: Path, *args: str) -> str:

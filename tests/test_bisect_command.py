@@ -20,7 +20,8 @@ from toolchain.build.cache import WheelRef
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_file
-from toolchain.core.proc import STOPPING, run
+from toolchain.core.proc.runner import run
+from toolchain.core.proc.signals import STOPPING
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import (

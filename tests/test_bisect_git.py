@@ -17,7 +17,7 @@ from toolchain.bisect.core import (
     Verdict,
 )
 from toolchain.bisect.testers import CommandTester
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.errors import SourceError, UsageError
 
 

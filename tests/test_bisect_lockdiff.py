@@ -28,7 +28,7 @@ from toolchain.bisect.state import StateFile
 from toolchain.build.cache import WheelRef
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import sha256_file
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock, LockedComponent, read_lock, write_lock
 from toolchain.recipe import load as recipes

@@ -16,10 +16,10 @@ import requests
 from tests.spine_helpers import Cli, isolated_env
 from tests.support.registry import registry_available, run_registry
 from tests.support.registry_fixtures import require
-from toolchain.build.remote import CREATED, MT_META, MT_WHEEL, A, Registry
-from toolchain.build.remotespec import RemoteSettings
-from toolchain.build.retention import Dated, created_at, decide, parse_age
 from toolchain.recipe.cachespec import parse_remote_url
+from toolchain.sharing.registry import CREATED, MT_META, MT_WHEEL, A, Registry
+from toolchain.sharing.retention import Dated, created_at, decide, parse_age
+from toolchain.sharing.settings import RemoteSettings
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 DAY = 86400.0
@@ -155,11 +155,12 @@ def test_the_rule_keeps_undated_entries_and_a_manifest_another_kept_tag_names():
 def local_entry(cache: Path, tmp: Path, key: str, component: str, days_ago: float, size: int) -> Path:
     """One entry as a build stores it (WheelCache.put), its `stored` date set `days_ago`."""
     from toolchain.build.cache import WheelCache
+    from toolchain.build.entry import EntryMeta
 
     wheel = tmp / "made" / key / f"{component}-1.0-py3-none-any.whl"
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"w" * size)
-    entry = WheelCache(cache).put(key, wheel, {"component": component})
+    entry = WheelCache(cache).put(key, wheel, EntryMeta(component=component))
     meta_file = entry.wheel.parent / "entry.json"
     meta = json.loads(meta_file.read_text())
     meta["stored"] = time.time() - days_ago * DAY

@@ -199,8 +199,8 @@ def test_every_toolchain_command_parses(workflow):
 # ---- the fleet side: a team registry as the shared wheel cache (issue 12) --------------------------------------
 
 def test_build_job_pushes_to_the_team_registry_with_credentials_from_secrets(workflow):
-    from toolchain.build.regauth import ENV_PASSWORD, ENV_USERNAME
-    from toolchain.build.remotespec import ENV_REMOTE
+    from toolchain.sharing.auth import ENV_PASSWORD, ENV_USERNAME
+    from toolchain.sharing.settings import ENV_REMOTE
 
     assert workflow["env"][ENV_REMOTE] == "${{ vars.TOOLCHAIN_REMOTE_CACHE }}"
     build = workflow["jobs"]["build"]

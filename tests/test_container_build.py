@@ -26,8 +26,8 @@ from toolchain.build.plan import make_plan
 from toolchain.build.stack import BuildOptions
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
-from toolchain.core.proc import CommandFailed, CommandTimeout
-from toolchain.core.proc import run as proc_run
+from toolchain.core.proc.runner import CommandFailed, CommandTimeout
+from toolchain.core.proc.runner import run as proc_run
 from toolchain.errors import BuildError
 from toolchain.lock import verify_wheels
 from toolchain.pipeline.build import build_stack
@@ -271,11 +271,11 @@ def test_a_run_killed_with_sigkill_leaves_nothing_once_the_next_run_starts(engin
     """SIGKILL cannot be caught: the killed run's build container and its build step (an engine client in a
     process group and cgroup of its own) outlive it. The next run that starts a container removes that
     container (its owner label names a process that has ended) and ends what runs in the dead run's cgroups."""
-    from toolchain.core import proc as procs
+    from toolchain.core.proc import cgroups
 
     path = write_recipe(tmp_path, "hangs", {**one_component(["sleep", "300"]),
                                             "target": {"runtime": engine, "image": image}}, extends_demo=False)
-    root = procs._find_cgroup_root()  # (before the kill: looking for it removes what a killed tool left)
+    root = cgroups._find_cgroup_root()  # (before the kill: looking for it removes what a killed tool left)
     tool = cli(path, tmp_path, "killed")
     log = tmp_path / "out-killed" / "logs" / "probe.log"
     try:
@@ -322,7 +322,7 @@ def test_env_values_stay_off_the_engine_command_line(engine, image, tmp_path, mo
     import toolchain.target.container.engine as engine_calls
 
     seen = []
-    real_run = proc_run  # what the engine calls (core.proc's)
+    real_run = proc_run  # what the engine calls (core.proc.runner's)
 
     def spy(argv, **kw):
         seen.append(list(argv))

@@ -18,7 +18,7 @@ from toolchain.build import buildreqs
 from toolchain.build.buildreqs import check_build_requires, declared_requires
 from toolchain.core import toml as tomlio
 from toolchain.core.git import git
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.errors import BuildError
 from toolchain.lock import wheel_name_version
 from toolchain.sources import mirrors as mirrors_mod
@@ -236,10 +236,10 @@ def test_wheel_name_version_refuses_what_is_not_a_wheel_name(bad):
 NOT_ON_THE_WARM_PATH = ("tomlkit", "tomli_w", "packaging.utils", "packaging.tags", "packaging.requirements", "rich",
                         "jsonschema", "requests", "cyclonedx", "uv", "importlib.metadata", "toolchain.target.container",
                         "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib",
-                        "toolchain.build.regauth", "elftools",  # (hostfacts: the box is read again, issue 39)
+                        "toolchain.sharing.auth", "elftools",  # (hostfacts: the box is read again, issue 39)
                         "concurrent.futures", "logging",  # (thread pools: only where components compile at once)
                         "urllib.request", "http.client", "ssl", "html.parser")  # (downloads: only a prebuilt's)
-NOT_IMPORTED_WITHOUT_A_REMOTE = {"toolchain.build.remote"}  # the client (build/remotespec.py decides without it)
+NOT_IMPORTED_WITHOUT_A_REMOTE = {"toolchain.build.remotecache", "toolchain.sharing.registry", "toolchain.sharing.transport"}  # the client (sharing/settings.py decides without it)
 
 # The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.
 AUDITED = """

@@ -49,9 +49,11 @@ def test_parallel_pulls_with_credentials_never_turn_the_remote_off(auth_registry
     time a fresh client whose first requests all meet the registry's 401 together: a thread whose 401 came
     back after another stored the Authorization used to take it as final and turn the team cache off."""
     from toolchain.build.cache import WheelCache
-    from toolchain.build.remote import A, RemoteCache
-    from toolchain.build.remotespec import RemoteSettings
+    from toolchain.build.entry import EntryMeta
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.recipe.cachespec import parse_remote_url
+    from toolchain.sharing.registry import A
+    from toolchain.sharing.settings import RemoteSettings
 
     monkeypatch.setenv("TOOLCHAIN_REGISTRY_USERNAME", AUTH_USER)
     monkeypatch.setenv("TOOLCHAIN_REGISTRY_PASSWORD", AUTH_PASSWORD)
@@ -62,7 +64,7 @@ def test_parallel_pulls_with_credentials_never_turn_the_remote_off(auth_registry
     pusher = RemoteCache(settings)
     for i in range(PULLS):
         key = f"{i:032x}"
-        entry = source.put(key, _wheel(tmp_path / f"tiny-1.0.{i}-py3-none-any.whl", i), {"component": "tiny"})
+        entry = source.put(key, _wheel(tmp_path / f"tiny-1.0.{i}-py3-none-any.whl", i), EntryMeta(component="tiny"))
         assert pusher.push(entry, {A + "cache-key": key, A + "wheel.sha256": entry.sha256}, f"tiny{i}",
                            tmp_path / "work", _Quiet()), pusher.warnings
         keys.append((key, entry.sha256))
@@ -144,7 +146,8 @@ def test_a_mirror_that_lost_its_refs_is_fetched_again(ws, tiny_repo):
 
 
 def test_a_nul_byte_on_its_way_to_a_process_is_a_usage_error_naming_it(tmp_path):
-    from toolchain.core.proc import run, start
+    from toolchain.core.proc.background import start
+    from toolchain.core.proc.runner import run
 
     with pytest.raises(UsageError, match="environment variable TINY_FLAVOR holds a NUL byte"):
         run([sys.executable, "-c", "pass"], env={"TINY_FLAVOR": "a\x00b"})

@@ -22,11 +22,11 @@ import requests
 from tests.spine_helpers import Cli, GitRepo, Workspace, component, isolated_env, recipe_data
 from tests.support.cutproxy import CutProxy
 from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
-from toolchain.build.regauth import Credentials, find_credentials
-from toolchain.build.remote import ARTIFACT_TYPE, MT_LOG, MT_META, MT_WHEEL
-from toolchain.build.remotespec import RemoteRequest, resolve_settings
 from toolchain.errors import UsageError
 from toolchain.recipe.cachespec import CacheSpec
+from toolchain.sharing.auth import Credentials, find_credentials
+from toolchain.sharing.registry import ARTIFACT_TYPE, MT_LOG, MT_META, MT_WHEEL
+from toolchain.sharing.settings import RemoteRequest, resolve_settings
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 T = 30

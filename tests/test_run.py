@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from toolchain.core.proc import CommandFailed, CommandTimeout, merge_env, run
+from toolchain.core.proc.runner import CommandFailed, CommandTimeout, merge_env, run
 from toolchain.core.redact import MASK
 from toolchain.errors import BuildError
 

@@ -28,9 +28,10 @@ from tests.support.debian_image import containers_env
 from tests.support.http_store import serve_http_store
 from tests.support.redis_fixtures import STORE_PASSWORD, auth_redis_store, redis_store  # noqa: F401  (fixtures)
 from toolchain import console
-from toolchain.build import ccache, ccremote, intarget
+from toolchain.build import ccache, intarget
 from toolchain.errors import UsageError
 from toolchain.recipe.buildspec import BuildSpec
+from toolchain.sharing import compilerstore as ccremote
 
 TUS = 4
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import component, live_in_group, recipe_data
-from toolchain.core import proc
+from toolchain.core.proc import cgroups, children, runner, signals
 
 STEP = """\
 import os, signal, subprocess, sys, time
@@ -55,7 +55,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_signal_to_the_tool_alone_stops_every_child_after_the_grace(ws, make_repo, sig):
-    """SIGKILL follows SIGTERM after proc.KILL_GRACE (3 s): the tool ends a few seconds after the signal (4 to 5 s
+    """SIGKILL follows SIGTERM after children.KILL_GRACE (3 s): the tool ends a few seconds after the signal (4 to 5 s
     measured with both cores busy), not after the step's 300 s; the bound leaves room for a busy machine."""
     repo = make_repo("stepper", "tiny")
     repo.commit("the step", {"step.py": STEP})
@@ -76,13 +76,13 @@ def test_a_stop_signal_to_the_tool_alone_stops_every_child_after_the_grace(ws, m
         code, sent, ended = (ws.root / "result").read_text().split()
         stderr = (ws.root / "stderr").read_text()
         assert int(code) == 128 + sig, stderr
-        assert float(ended) - float(sent) < proc.KILL_GRACE + 27, stderr
+        assert float(ended) - float(sent) < children.KILL_GRACE + 27, stderr
         assert "Traceback" not in stderr
         step, child, escaped = pids
         assert not _alive(step) and not _alive(child), stderr  # the step ignored SIGTERM: SIGKILL came
         assert live_in_group(parent.pid) == []
         assert live_in_group(step) == []
-        if proc._find_cgroup_root() is not None:
+        if cgroups._find_cgroup_root() is not None:
             assert not _alive(escaped), "a grandchild that left the process group outlived the tool"
     finally:
         for pid in pids:
@@ -139,23 +139,23 @@ def test_a_registry_is_reached_again_once_a_stop_in_the_same_process_is_over(reg
     """A stop drops the pending registry requests and refuses new ones while it lasts; once it is over (the
     `interruptible` block left; test_bisect_command: `cli.main` returned 130), a later call in the same process (a library caller,
     the next test) reaches the registry again. It used to be refused for the rest of the process."""
-    from toolchain.build.remote import Registry, RemoteError
-    from toolchain.build.remotespec import RemoteSettings
     from toolchain.recipe.cachespec import parse_remote_url
+    from toolchain.sharing.registry import Registry, RemoteError
+    from toolchain.sharing.settings import RemoteSettings
 
     def lookup() -> object:
         settings = RemoteSettings(parse_remote_url(f"oci://{registry.address}/team"), insecure=True, timeout=10)
         return Registry(settings).manifest("0" * 64)
 
     def stopped() -> None:
-        with proc.interruptible():
+        with signals.interruptible():
             os.kill(os.getpid(), signal.SIGTERM)
             with pytest.raises(RemoteError, match="dropped: the tool is stopping"):
                 lookup()  # while the stop lasts
             time.sleep(5)  # (the signal is handled before this ends)
 
     assert lookup() is None  # the registry answers: it does not hold that tag
-    with pytest.raises(proc.Interrupted):
+    with pytest.raises(signals.Interrupted):
         stopped()
     assert lookup() is None
 
@@ -163,31 +163,31 @@ def test_a_registry_is_reached_again_once_a_stop_in_the_same_process_is_over(reg
 def test_every_child_runs_in_a_process_group_and_a_cgroup_of_its_own(tmp_path):
     # The tool moves a child into its cgroup right after it starts; on a busy machine the child may run a while
     # before that, so where the tool makes cgroups the child waits (a bounded while) to be moved before it reports.
-    root = proc._find_cgroup_root()
+    root = cgroups._find_cgroup_root()
     wait = 60 if root is not None else 0
     show = [sys.executable, "-c", "import os, sys, time; end = time.monotonic() + float(sys.argv[1])\n"
                                   "while 'toolchain-' not in open('/proc/self/cgroup').read() and time.monotonic() < end:\n"
                                   "    time.sleep(0.01)\n"
                                   "print(os.getsid(0), os.getpgid(0), os.getpid()); "
                                   "print(open('/proc/self/cgroup').read())", str(wait)]
-    out = proc.run(show, capture=True).stdout.splitlines()
+    out = runner.run(show, capture=True).stdout.splitlines()
     sid, pgid, pid = map(int, out[0].split())
     assert sid == pgid == pid
     assert pgid != os.getpgid(0)
     if root is not None:
         assert f"/toolchain-{os.getpid()}-{pid}" in "\n".join(out[1:])
         assert not (root / f"toolchain-{os.getpid()}-{pid}").exists(), "its cgroup was left behind"
-    assert proc.CHILDREN.live() == []
+    assert children.CHILDREN.live() == []
 
 
 # A tool that leaves a daemon (a sleep long enough to outlast any delay of a busy machine: it is still running when
 # its parent ends), says how many cgroups it noted as lingering, waits for the daemon's end, and exits.
 LEAVES_A_DAEMON = """\
 import os, sys, time
-from toolchain.core import proc
+from toolchain.core.proc import cgroups, children, runner, signals
 leave = "import subprocess as s; print(s.Popen(['sleep', '2'], start_new_session=True, stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL).pid)"
-daemon = int(proc.run([sys.executable, "-c", leave], capture=True).stdout)
-print(os.getpid(), len(proc._LINGERING), flush=True)
+daemon = int(runner.run([sys.executable, "-c", leave], capture=True).stdout)
+print(os.getpid(), len(cgroups._LINGERING), flush=True)
 
 def running():
     try:
@@ -206,22 +206,22 @@ def test_a_cgroup_still_holding_a_process_is_removed_once_that_process_ended():
     container runs (and an exec's conmon a moment after the exec ends): such a cgroup cannot be removed when
     its command ends. It is removed at the next child's start once empty, and at the tool's exit; before, the
     cgroups of every podman call stayed for as long as the tool ran (217 after one test session)."""
-    root = proc._find_cgroup_root()
+    root = cgroups._find_cgroup_root()
     if root is None:
         pytest.skip("no cgroup v2 can be made here")
     leave = [sys.executable, "-c", "import subprocess as s; print(s.Popen(['sleep', '2'], start_new_session=True, "
                                    "stdin=s.DEVNULL, stdout=s.DEVNULL, stderr=s.DEVNULL).pid)"]
-    result = proc.run(leave, capture=True)
+    result = runner.run(leave, capture=True)
     started = time.monotonic()
     daemon = int(result.stdout.split()[0])
     left = [p for p in root.glob(f"toolchain-{os.getpid()}-*") if str(daemon) in (p / "cgroup.procs").read_text()]
-    assert len(left) == 1 and left[0] in proc._LINGERING  # the daemon holds it
-    proc.run(["true"])
+    assert len(left) == 1 and left[0] in cgroups._LINGERING  # the daemon holds it
+    runner.run(["true"])
     assert left[0].exists()  # still held
     while Path(f"/proc/{daemon}").exists() and time.monotonic() < started + 30:
         time.sleep(0.05)
-    proc.run(["true"])
-    assert not left[0].exists() and left[0] not in proc._LINGERING
+    runner.run(["true"])
+    assert not left[0].exists() and left[0] not in cgroups._LINGERING
 
     tool = subprocess.run([sys.executable, "-c", LEAVES_A_DAEMON], capture_output=True, text=True, timeout=120)
     assert tool.returncode == 0, tool.stderr
@@ -231,12 +231,12 @@ def test_a_cgroup_still_holding_a_process_is_removed_once_that_process_ended():
 
 
 def test_cgroups_left_by_a_killed_tool_are_removed_nested_ones_too():
-    root = proc._find_cgroup_root()
+    root = cgroups._find_cgroup_root()
     if root is None:
         pytest.skip("no cgroup v2 can be made here")
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()  # a pid no process has now
     stale = root / f"toolchain-{gone}-1"
     (stale / "toolchain-1-2").mkdir(parents=True)  # what a tool run by the killed tool made under it
-    proc._find_cgroup_root()
+    cgroups._find_cgroup_root()
     assert not stale.exists()

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.tinywheels import PURE, make_repo, pip_wheel, require_wheel_backend
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH, normalize_wheel, zip_date_time
-from toolchain.core.proc import merge_env
+from toolchain.core.proc.runner import merge_env
 from toolchain.errors import BuildError
 
 EPOCH = 1700000000

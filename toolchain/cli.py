@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 from toolchain import __version__
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, GuardedStream
-from toolchain.core.proc import CHILDREN, STOPPING, Interrupted, stop_requested
+from toolchain.core.proc.children import CHILDREN
+from toolchain.core.proc.signals import STOPPING, Interrupted, stop_requested
 from toolchain.errors import ToolError, UsageError
 
 EXIT_CODES = """\
@@ -161,7 +162,7 @@ def _main(args_list: list[str]) -> int:
         _report(ui, problem)
         return problem.return_code
     finally:  # the stop it noted is over: a later call in this process (a library caller, a test) is not
-        STOPPING.clear()  # stopping, and talks to a registry again (build/remote.py refuses while it is set)
+        STOPPING.clear()  # stopping, and talks to a registry again (sharing/transport.py refuses while it is set)
 
 
 def _build_parser_frozen(first: str | None) -> argparse.ArgumentParser:

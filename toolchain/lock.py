@@ -5,8 +5,9 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
-from dataclasses import field, fields, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from toolchain.core.regex import Regex
 from toolchain.core.serial import Check, Data, from_data, meta, rounded, schema, to_data, to_table
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
-from toolchain.recipe.model import InputFile, Patch
+from toolchain.recipe.model import FetchContentDep, InputFile, Patch
 from toolchain.resolve.closure import Closure, LockedDist, canonical_name, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
@@ -40,14 +41,6 @@ LOCK_NAME = "stack.lock.toml"
 PYLOCK_NAME = "pylock.toml"
 LOCK_VERSION = 1
 
-
-
-def _patches_dump(patches: tuple[Patch, ...]) -> Data:
-    return to_data([patch_to_dict(p) for p in patches])
-
-
-def _patches_load(tables: list[dict[str, Any]]) -> tuple[Patch, ...]:
-    return tuple(patch_from_dict(t) for t in tables)
 
 
 def _sorted_env(env: dict[str, str]) -> Data:
@@ -99,14 +92,15 @@ class LockedComponent:
     import_name: str = field(metadata=meta(key="import", check=STR, absent=""))
     version: str = field(metadata=meta(check=STR, absent=""))
     install_args: tuple[str, ...] = field(metadata=meta(check=STRS, absent=()))
-    patches: tuple[Patch, ...] = field(metadata=meta(check=TABLES, absent=(), dump=_patches_dump, load=_patches_load))
+    patches: tuple[Patch, ...] = field(metadata=meta(check=TABLES, absent=()))  # each as `Patch` declares it
     env: dict[str, str] = field(metadata=meta(check=ENV, absent={}, dump=_sorted_env))
     command: tuple[str, ...] = field(metadata=meta(check=ARGV))
     cache_key: str = field(metadata=meta(check=HEX))
     build_seconds: float = field(metadata=meta(check=SECONDS, absent=0.0, dump=rounded(3)))
     wheel: WheelRef = field(metadata=meta(check=TABLE))
-    # a prebuilt component (never compiled): {url, sha256, requirement?, index?}; url and commit are then ""
+    # a prebuilt component (never compiled): a `PrebuiltFile`'s table; url and commit are then ""
     prebuilt: dict[str, Any] = field(default_factory=dict, metadata=meta(check=TABLE, omit_default=True, load=dict))
+    # each a `FetchContentDep`'s table (name, url, commit)
     fetchcontent: tuple[dict[str, str], ...] = field(default=(), metadata=meta(check=TABLES, omit_default=True))
     # e.g. torch 2.14.0+xpu, C++11 ABI 1 (toolchain.build.built_against)
     built_against: tuple[BuiltAgainst, ...] = field(default=(), metadata=meta(omit_default=True))
@@ -181,19 +175,12 @@ def to_dict(lock: Lock) -> dict[str, Any]:
     return out
 
 
-def patch_to_dict(p: Patch) -> dict[str, str]:
-    """A patch as a lock records it: its path (relative to patches/) and sha256; a remote one also its
-    repository and commit."""
-    d = {"path": p.path, "url": p.url, "commit": p.commit, "sha256": p.sha256} if p.remote \
-        else {"path": p.path, "sha256": p.sha256}
-    return {**d, "applied-at": p.applied} if p.applied else d
 
 
-def patch_from_dict(d: dict[str, Any]) -> Patch:
-    """A lock's patch table read back into a `Patch` (its sha256 is its identity)."""
-    return Patch(d["path"], d["sha256"], url=d.get("url", ""), commit=d.get("commit", ""), applied=d.get("applied-at", ""))
 
-
+def fetchcontent_table(dep: FetchContentDep) -> dict[str, str]:
+    """A FetchContent dependency as a lock records it: the table `FetchContentDep` declares (credentials masked)."""
+    return {k: str(v) for k, v in to_table(dep).items()}
 
 
 LOCK_HEADER = "# Written by toolchain; do not edit (hashes are verified).\n"
@@ -381,24 +368,28 @@ COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = schema(LockedComponent, kebab=
 # a prebuilt component is not built from a repository: it has no url, commit or command of its own
 PREBUILT_COMPONENT_SCHEMA: dict[str, tuple[bool, Check]] = {
     **COMPONENT_SCHEMA, "url": (False, STR), "commit": (False, STR), "command": (False, STRS)}
-PREBUILT_SCHEMA: dict[str, tuple[bool, Check]] = {"url": (True, NAME), "sha256": (True, SHA256),
-                                                  "requirement": (False, STR), "index": (False, STR)}
 # a lock names its wheels by file name alone: each a wheel's name
 WHEEL_SCHEMA: dict[str, tuple[bool, Check]] = {**schema(WheelRef), "file": (True, WHEEL_FILE)}
-PATCH_SCHEMA: dict[str, tuple[bool, Check]] = {"path": (True, NAME), "sha256": (True, SHA256), "url": (False, STR),
-                                               "commit": (False, COMMIT),
-                                               "applied-at": (False, ("root or subdir", lambda v: v in ("root", "subdir")))}
-BASE_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "image": (True, NAME), "digest": (False, STR), "python-version": (False, STR), "torch-version": (False, STR),
-    "torch-xpu": (False, STR), "dists": (True, ("an array of tables", lambda v: isinstance(v, list)))}
-BASE_DIST_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "version": (True, STR),
-                                                   "record-sha256": (False, STR)}
-FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = {"name": (True, NAME), "url": (True, NAME), "commit": (True, COMMIT)}
+PATCH_SCHEMA: dict[str, tuple[bool, Check]] = schema(Patch, kebab=True)
+FETCHCONTENT_SCHEMA: dict[str, tuple[bool, Check]] = schema(FetchContentDep)
 DEPENDENCY_SCHEMA: dict[str, tuple[bool, Check]] = schema(LockedDist, kebab=True)
-RESOLVE_SCHEMA: dict[str, tuple[bool, Check]] = {
-    "resolver": (False, STR), "indexes": (False, STRS), "find-links": (False, STRS), "index-strategy": (False, STR),
-    "python-version": (False, STR), "platform": (False, STR), "notes": (False, STRS)}
+RESOLVE_SCHEMA: dict[str, tuple[bool, Check]] = schema(Closure, kebab=True)
+TOOLCHAIN_SCHEMA: dict[str, tuple[bool, Check]] = schema(ToolchainInfo, kebab=True)
+TARGET_SCHEMA: dict[str, tuple[bool, Check]] = schema(TargetInfo, kebab=True)
 INPUT_SCHEMA: dict[str, tuple[bool, Check]] = schema(InputFile)
+
+
+@functools.cache
+def _lazy_schemas() -> dict[str, dict[str, tuple[bool, Check]]]:
+    """The schemas of tables only some locks hold, from the types that declare them (imported when a lock is
+    checked, not with this module): `prebuilt`, `base` and `base.dists[]`."""
+    from toolchain.build.prebuilt_wheels import PrebuiltFile
+    from toolchain.target.baseenv import BaseDist, BaseEnv
+
+    base = schema(BaseEnv, kebab=True)
+    # the dists default to none in the type, but a lock's [base] always lists them
+    return {"prebuilt": schema(PrebuiltFile), "base": {**base, "dists": (True, base["dists"][1])},
+            "base-dist": schema(BaseDist, kebab=True)}
 
 
 def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
@@ -414,29 +405,28 @@ def _table_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: st
     return out
 
 
-def _info_problems(value: Any, cls: type, where: str) -> list[str]:
-    """[toolchain] / [target]: the keys of `cls` (kebab-case), strings (arrays of strings for tuples)."""
+def _info_problems(value: Any, schema: dict[str, tuple[bool, Check]], where: str) -> list[str]:
+    """[toolchain] / [target]: only the keys their type declares, each holding what it declares."""
     if not isinstance(value, dict):
         return [f"{where}: must be a table, got {_shown(value)}"]
-    kinds = {f.name.replace("_", "-"): f.type for f in fields(cls)}
     out = []
     for key, v in value.items():
-        if key not in kinds:
-            out.append(f"{where}.{key}: not a key of a lock's [{where}] (known: {', '.join(kinds)})")
-        elif not (STRS if "tuple" in str(kinds[key]) else STR)[1](v):
-            out.append(f"{where}.{key}: must be {(STRS if 'tuple' in str(kinds[key]) else STR)[0]}, got {_shown(v)}")
+        if key not in schema:
+            out.append(f"{where}.{key}: not a key of a lock's [{where}] (known: {', '.join(schema)})")
+        else:
+            out += _table_problems({key: v}, {key: schema[key]}, where)
     return out
 
 
 def lock_data_problems(data: dict[str, Any]) -> list[str]:
     """Every malformed value of a parsed lock, each naming its key (empty: well-formed)."""
     out = _table_problems(data.get("recipe"), RECIPE_SCHEMA, "recipe")
-    out += _info_problems(data.get("toolchain", {}), ToolchainInfo, "toolchain")
-    out += _info_problems(data.get("target", {}), TargetInfo, "target")
+    out += _info_problems(data.get("toolchain", {}), TOOLCHAIN_SCHEMA, "toolchain")
+    out += _info_problems(data.get("target", {}), TARGET_SCHEMA, "target")
     if "base" in data:
-        out += _table_problems(data["base"], BASE_SCHEMA, "base")
+        out += _table_problems(data["base"], _lazy_schemas()["base"], "base")
         for j, item in enumerate(data["base"].get("dists", []) if isinstance(data["base"], dict) else []):
-            out += _table_problems(item, BASE_DIST_SCHEMA, f"base.dists[{j}]")
+            out += _table_problems(item, _lazy_schemas()["base-dist"], f"base.dists[{j}]")
     for key, (_, check) in TOP_SCHEMA.items():
         if key in data and not check[1](data[key]):
             out.append(f"{key}: must be {check[0]}, got {_shown(data[key])}")
@@ -459,7 +449,7 @@ def lock_data_problems(data: dict[str, Any]) -> list[str]:
         prebuilt = isinstance(c, dict) and "prebuilt" in c
         problems = _table_problems(c, PREBUILT_COMPONENT_SCHEMA if prebuilt else COMPONENT_SCHEMA, where)
         if prebuilt and isinstance(c.get("prebuilt"), dict):
-            problems += _table_problems(c["prebuilt"], PREBUILT_SCHEMA, f"{where}.prebuilt")
+            problems += _table_problems(c["prebuilt"], _lazy_schemas()["prebuilt"], f"{where}.prebuilt")
         out += problems
         if problems and not isinstance(c, dict):
             continue
@@ -529,8 +519,7 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
             patches=tuple(replace(p, url=redact_text(p.url), applied=applied_at(p, c.subdir)) for p in b.plan.patches),
             env=locked_env(b.plan.env), command=tuple(redact_argv(c.command)), cache_key=b.plan.cache_key,
             build_seconds=b.seconds, wheel=b.wheel,
-            fetchcontent=tuple({"name": d.name, "url": redact_text(d.url), "commit": d.commit}
-                               for d in c.fetchcontent),
+            fetchcontent=tuple(fetchcontent_table(d) for d in c.fetchcontent),
             built_against=b.built_against, compiler_cache=b.compiler_cache, jobs=b.jobs,
             jobs_source=b.jobs_source, metrics=b.metrics,
             prebuilt=to_table(b.plan.prebuilt) if b.plan.prebuilt is not None else {},

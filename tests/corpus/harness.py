@@ -61,7 +61,7 @@ def _environment(env: Mapping[str, str | None], cwd: Path) -> Iterator[None]:
 
 def run_cli(argv: list[object], *, cwd: Path, env: Mapping[str, str | None] = {}) -> Outcome:
     """`toolchain ARGV` in this process; an escaping exception is printed as the traceback it would be."""
-    from toolchain.build.remote import RemoteCache
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.cli import main
 
     RemoteCache._shared.clear()  # each case meets the registry afresh, as a new process would

@@ -412,7 +412,7 @@ def test_malformed_cache_entries_are_skipped_by_cache_ls_and_evicted_then_rebuil
         cases.append((name, json.dumps(meta).encode()))
     for name, raw in META_RAW:
         if name == "nan":
-            raw = good.replace(b'"build_seconds": ', b'"build_seconds": NaN, "x": ')
+            raw = good.replace(b'"build-seconds": ', b'"build-seconds": NaN, "x": ')  # (entry.json's key: build/entry.py)
         cases.append((name, raw))
     for name, raw in cases:
         if not entry.is_dir():  # evicted by the case before: put the good entry back
@@ -575,7 +575,7 @@ KEY = "ab" * 16
 
 
 def _manifest(**over: Any) -> dict[str, Any]:
-    from toolchain.build.remote import ARTIFACT_TYPE, MT_META, MT_WHEEL
+    from toolchain.sharing.registry import ARTIFACT_TYPE, MT_META, MT_WHEEL
 
     doc = {"schemaVersion": 2, "artifactType": ARTIFACT_TYPE,
            "annotations": {"vnd.xpu-toolchain.cache-key": KEY, "vnd.xpu-toolchain.wheel.sha256": "c" * 64},
@@ -589,7 +589,7 @@ def _manifest(**over: Any) -> dict[str, Any]:
 def _blob_manifest(meta: bytes, wheel: bytes = b"PK\x05\x06" + b"\x00" * 18, **meta_over: Any
                    ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """A manifest whose blobs are served: its metadata `meta` (bytes as given) and a wheel."""
-    from toolchain.build.remote import MT_META, MT_WHEEL
+    from toolchain.sharing.registry import MT_META, MT_WHEEL
 
     wsha, msha = hashlib.sha256(wheel).hexdigest(), hashlib.sha256(meta).hexdigest()
     doc = _manifest(annotations={"vnd.xpu-toolchain.cache-key": KEY, "vnd.xpu-toolchain.wheel.sha256": wsha},
@@ -630,7 +630,7 @@ def _fetch_cases(reg: FakeRegistry) -> list[tuple[str, Callable[[], None]]]:
             reg.route("GET", "/token", token_answer)
         return script
 
-    from toolchain.build.remote import MT_META, MT_WHEEL
+    from toolchain.sharing.registry import MT_META, MT_WHEEL
     return [
         ("manifest-not-json", raw(200, b"{nope")),
         ("manifest-list", manifest([1, 2])),
@@ -694,10 +694,10 @@ def test_hostile_registry_answers_are_one_warning_and_a_local_build(base, fake_r
     nothing left under the work directory, the registry's password nowhere; then a real build against the
     same hostile registry compiles locally and gives the reference wheel."""
     from toolchain.build.cache import WheelCache
-    from toolchain.build.remote import RemoteCache
-    from toolchain.build.remotespec import RemoteSettings
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.console import UI
     from toolchain.recipe.cachespec import parse_remote_url
+    from toolchain.sharing.settings import RemoteSettings
 
     reg = fake_registry
     settings = RemoteSettings(parse_remote_url(reg.url), insecure=True, timeout=5)
@@ -767,7 +767,7 @@ def test_hostile_tag_lists_and_listings_are_one_error_line(base, fake_registry, 
 
 
 def test_a_credential_helper_answering_nonsense_gives_no_credentials(tmp_path):
-    from toolchain.build.regauth import find_credentials
+    from toolchain.sharing.auth import find_credentials
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

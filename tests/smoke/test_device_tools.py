@@ -1,4 +1,4 @@
-"""The device tools (xpu-smi, sycl-ls) run through toolchain.core.proc: stand-in programs on PATH that
+"""The device tools (xpu-smi, sycl-ls) run through toolchain.core.proc.runner: stand-in programs on PATH that
 answer, fail, hang or are absent. No XPU here: the programs are labelled shell scripts, never real tools."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import requests
 from tests.smoke.smoke_helpers import free_port
 from tests.support.container_fixtures import podman_image  # noqa: F401  (the module names test_container_smoke uses)
 from tests.test_container_build import engine_run, remove, tool_containers
-from toolchain.core.proc import merge_env
+from toolchain.core.proc.runner import merge_env
 from toolchain.recipe.load import TargetSpec
 from toolchain.smoke.server import Server, ServeSpec
 from toolchain.target import HostRuntime, Runtime, Serving, make_runtime

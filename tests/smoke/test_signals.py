@@ -16,7 +16,7 @@ import pytest
 
 from tests.smoke.smoke_helpers import fault_cmd, free_port
 from tests.spine_helpers import live_in_group, wait_for_text
-from toolchain.core import proc
+from toolchain.core.proc import background, signals
 
 DEADLINE = 60.0
 
@@ -88,7 +88,7 @@ def test_background_stop_escalates_to_the_whole_group(tmp_path):
     pids = tmp_path / "pids.json"
     log = tmp_path / "server.log"
     port = free_port()
-    server = proc.start([sys.executable, str(Path(__file__).parent / "fault_server.py"), "--port", str(port),
+    server = background.start([sys.executable, str(Path(__file__).parent / "fault_server.py"), "--port", str(port),
                          "--children", "2", "--stubborn-children", "--pid-file", str(pids)], log=log)
     with server:
         wait_for(log, "engine worker ready", 2)
@@ -103,24 +103,24 @@ def test_background_stop_escalates_to_the_whole_group(tmp_path):
     assert live_in_group(server.pid) == []
     assert "INFO: Shutting down" in log.read_text()
     assert log.read_text().endswith("# exit code 0\n")
-    assert proc.exit_status(-11) == "signal SIGSEGV (11)"
-    assert proc.exit_status(3) == "exit code 3"
+    assert background.exit_status(-11) == "signal SIGSEGV (11)"
+    assert background.exit_status(3) == "exit code 3"
 
 
 def test_interruptible_leaves_ignored_signals_alone():
     old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        with proc.interruptible():
+        with signals.interruptible():
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN       # nohup stays nohup
             assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None)
-            with pytest.raises(proc.Interrupted) as stopped:  # noqa: PT012 (the signal arrives during the sleep)
+            with pytest.raises(signals.Interrupted) as stopped:  # noqa: PT012 (the signal arrives during the sleep)
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(5)
         assert stopped.value.signum == signal.SIGTERM
         assert stopped.value.exit_code == 143
         # the stop is over: a later command of this process is not taken for one the signal reached (bisect's
         # tester read a test killed by its own timeout as the stop, and raised KeyboardInterrupt in pytest)
-        assert not proc.STOPPING.is_set()
+        assert not signals.STOPPING.is_set()
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, old)

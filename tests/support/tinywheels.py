@@ -27,7 +27,7 @@ from toolchain.build.cache import WHEELS_DIR, WheelRef
 from toolchain.build.determinism import commit_epoch, deterministic_env
 from toolchain.build.wheelnorm import normalize_wheel
 from toolchain.core.fs import sha256_file
-from toolchain.core.proc import merge_env, run
+from toolchain.core.proc.runner import merge_env, run
 from toolchain.recipe.model import Patch
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 

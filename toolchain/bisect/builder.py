@@ -19,7 +19,7 @@ from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
-from toolchain.core.proc import STOPPING
+from toolchain.core.proc.signals import STOPPING
 from toolchain.core.serial import from_data, to_table
 from toolchain.core.trust import read_json
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
@@ -85,7 +85,7 @@ class SpineBuilder:
             return BuildOutcome(False, log=out / "logs", reason=first_line(err), tail=tail)
         if self.retry_unbuildable:
             memo.unlink(missing_ok=True)
-        sources = {b.source for b in built}  # the remote cache (build/remote.py) serves every step and build ahead
+        sources = {b.source for b in built}  # the remote cache (build/remotecache.py) serves every step and build ahead
         source = ("compiled" if "built" in sources else "prebuilt" if "prebuilt" in sources
                   else "downloaded" if "remote-cache" in sources else "cached")
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),

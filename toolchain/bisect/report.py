@@ -30,7 +30,7 @@ from toolchain.bisect.lockdiff import LockBisectResult
 from toolchain.bisect.testers import CONTRACT
 from toolchain.console import UI
 from toolchain.core.fs import atomic_copy, atomic_write_text
-from toolchain.core.proc import display
+from toolchain.core.proc.runner import display
 from toolchain.lock import LOCK_NAME, PYLOCK_NAME, read_lock
 
 RESULT_NAME = "result.json"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from toolchain.bisect.core import BuildOutcome, Candidate, TestOutcome, Verdict, first_line
 from toolchain.console import UI
-from toolchain.core.proc import STOPPING, CommandTimeout, display, run
+from toolchain.core.proc.runner import CommandTimeout, display, run
+from toolchain.core.proc.signals import STOPPING
 from toolchain.errors import ToolError, UsageError
 from toolchain.lock import read_lock
 from toolchain.smoke import SmokeOptions, SmokeOutcome, run_smoke

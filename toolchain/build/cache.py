@@ -11,8 +11,8 @@ Recorded metadata (entry.json) is redacted like a lock.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-import math
 import os
 import shutil
 import stat
@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import field
 from pathlib import Path
-from typing import Any
 
+from toolchain.build.entry import EntryMeta, entry_json, entry_problem, read_entry
 from toolchain.core.checks import DIST_FILE, SHA256, SIZE
 from toolchain.core.fs import (
     DigestMismatch,
@@ -33,8 +33,6 @@ from toolchain.core.fs import (
 )
 from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import record
-from toolchain.core.redact import redact_data
-from toolchain.core.regex import Regex
 from toolchain.core.serial import meta
 from toolchain.core.trust import Untrusted, open_trusted, read_trusted
 from toolchain.errors import BuildError
@@ -70,7 +68,7 @@ class CacheEntry:
     wheel: Path
     sha256: str
     size: int
-    meta: dict[str, Any]
+    meta: EntryMeta
 
 
 Warn = Callable[[str], None]
@@ -105,16 +103,16 @@ class WheelCache:
         if meta is None:
             self._drop(key, problem)
             return None
-        wheel = d / meta["wheel"]
+        wheel = d / meta.wheel
         try:
             size = wheel.stat().st_size
         except OSError:
-            self._drop(key, f"its wheel {meta['wheel']} is missing")
+            self._drop(key, f"its wheel {meta.wheel} is missing")
             return None
-        if size != meta["size"]:
-            self._drop(key, f"its wheel {meta['wheel']} has {size} bytes, entry.json records {meta['size']}")
+        if size != meta.size:
+            self._drop(key, f"its wheel {meta.wheel} has {size} bytes, entry.json records {meta.size}")
             return None
-        return CacheEntry(key, wheel, meta["sha256"], meta["size"], meta)
+        return CacheEntry(key, wheel, meta.sha256, meta.size, meta)
 
     def take(self, key: str, dest_dir: Path) -> CacheEntry | None:
         """The entry of `key` with its wheel in `dest_dir`, checked against the recorded sha256 on the way
@@ -178,7 +176,7 @@ class WheelCache:
                     shutil.rmtree(stale, ignore_errors=True)
             yield
 
-    def put(self, key: str, wheel: Path, meta: dict[str, Any], log: Path | None = None) -> CacheEntry:
+    def put(self, key: str, wheel: Path, meta: EntryMeta, log: Path | None = None) -> CacheEntry:
         """Store a built wheel (called holding `building(key)`). An existing entry of the key is replaced:
         what was just built wins over what was stored before (`--no-cache` repairs an entry)."""
         final = self._dir(key)
@@ -191,8 +189,10 @@ class WheelCache:
             for written in tmp.iterdir():  # 0644 whatever the umask (002 makes them group-writable: core/trust.py
                 os.chmod(written, 0o644)   # would refuse the entry at the next build, rebuilt every time)
             sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
-            meta = dict(redact_data(meta), wheel=wheel.name, sha256=sha, size=size, stored=time.time())
-            atomic_write_text(tmp / "entry.json", json.dumps(meta, indent=2, sort_keys=True))
+            meta = dataclasses.replace(meta, wheel=wheel.name, sha256=sha, size=size, stored=time.time())
+            text = entry_json(meta)
+            meta = read_entry(json.loads(text))  # what a later `get` reads back: secrets masked
+            atomic_write_text(tmp / "entry.json", text)
             if (final.exists() or final.is_symlink()) and not self.evict(key):
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise BuildError(f"cannot replace the wheel cache entry {final}: the way to it is a symbolic "
@@ -262,78 +262,20 @@ def shared_folder_warnings(cache_dir: Path) -> list[str]:
 UNTRUSTED = "entry.json is not trusted (core/trust.py)"
 
 
-def read_meta(meta_file: Path) -> tuple[str, dict[str, Any] | None]:
+def read_meta(meta_file: Path) -> tuple[str, EntryMeta | None]:
     """entry.json, or why it cannot be used."""
     try:
-        meta = json.loads(read_trusted(meta_file).decode("utf-8"))
+        data = json.loads(read_trusted(meta_file).decode("utf-8"))
     except FileNotFoundError:
         return "entry.json is missing", None
     except Untrusted:
         return UNTRUSTED, None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return f"entry.json is unreadable: {exc}", None
-    if not isinstance(meta, dict):
+    if not isinstance(data, dict):
         return "entry.json is not an object", None
-    checks = {
-        "wheel": lambda v: isinstance(v, str) and v.endswith(".whl") and "/" not in v and v not in (".", ".."),
-        "sha256": lambda v: isinstance(v, str) and _HEX64.match(v) is not None,
-        "size": _count,
-    }
-    bad = [k for k, ok in checks.items() if not ok(meta.get(k))]
-    if bad:
-        return f"entry.json has no valid {', '.join(bad)}", None
-    problem = meta_problem(meta)
+    problem = entry_problem(data)
     if problem:
         return f"entry.json {problem}", None
-    return "", meta
-
-
-_HEX64 = Regex(r"^[0-9a-f]{64}$")
-
-
-def _count(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-
-
-def _text(v: object) -> bool:
-    return isinstance(v, str)
-
-
-def _texts(v: object) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
-def _table_of(fields: dict[str, Callable[[object], bool]], optional: bool = True) -> Callable[[object], bool]:
-    def ok(v: object) -> bool:
-        if v is None and optional:
-            return True
-        return isinstance(v, dict) and all(k not in v or check(v[k]) for k, check in fields.items())
-    return ok
-
-
-_BUILT_AGAINST = _table_of({"name": _text, "version": _text, "cxx11-abi": _text}, optional=False)
-# the optional fields a build reads back from an entry (build/stack.py), each with the type it must have
-META_FIELDS: dict[str, Callable[[object], bool]] = {
-    "build_seconds": _number, "stored": _number, "jobs": _count, "jobs_source": _text, "version": _text,
-    "describe": _text, "component": _text, "commit": _text, "normalizations": _texts, "build_requires": _texts,
-    "built_against": lambda v: isinstance(v, list) and all(
-        _BUILT_AGAINST(d) and isinstance(d, dict) and "name" in d and "version" in d for d in v),
-    "compiler_cache": _table_of({"launcher": _text, "version": _text, "hits": _count, "misses": _count,
-                                 "note": _text, "local-hits": _count, "remote-hits": _count, "remote": _text,
-                                 "remote-mode": _text, "remote-errors": _count, "remote-note": _text}),
-    "metrics": _table_of({"wall-seconds": _number, "cpu-seconds": _number, "peak-memory-bytes": _count,
-                          "peak-memory-source": _text, "peak-sampled-bytes": _count}),
-    "remote": _table_of({}),
-}
-
-
-def meta_problem(meta: dict[str, Any]) -> str:
-    """Why an entry's metadata cannot be used ("" when it can): an optional field of the wrong type (a
-    `build_seconds` of "fast") would otherwise fail every build served from the entry."""
-    bad = [k for k, ok in META_FIELDS.items() if k in meta and not ok(meta[k])]
-    return f"has a malformed {', '.join(bad)}" if bad else ""
+    return "", read_entry(data)
 

@@ -15,7 +15,7 @@ copied in); with a host ccache that is not the static one, the container's own `
 the cache directory lives in that container (a running container cannot gain a mount).
 
 A shared compiler cache (ccache's remote storage, set by $TOOLCHAIN_COMPILER_CACHE_REMOTE or the recipe's
-`[build] compiler-cache-remote`) comes on top of the local one: toolchain.build.ccremote.
+`[build] compiler-cache-remote`) comes on top of the local one: toolchain.sharing.compilerstore.
 
 The cache never changes an output: the wheel cache key does not depend on it and `verify-repro` holds with a
 warm cache. A cache directory that is not writable or is full gives an uncached build with a warning.
@@ -37,7 +37,7 @@ from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
 
 if TYPE_CHECKING:
-    from toolchain.build.ccremote import RemoteStore
+    from toolchain.sharing.compilerstore import RemoteStore
     from toolchain.target.parts import Extra
 
 DATA_DIR = "ccache"
@@ -191,7 +191,7 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
         if ui is not None:
             ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";", maxsplit=1)[0] + ")")
         return CompilerCache(False, False, None, False, data, "off (no ccache found)")
-    from toolchain.build.ccremote import resolve, unusable
+    from toolchain.sharing.compilerstore import resolve, unusable
 
     store = resolve(spec)
     why = f"ccache ({binary}{', static' if static else ''}), cache {data}"

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from toolchain.core.git import git
-from toolchain.core.proc import CommandFailed
+from toolchain.core.proc.runner import CommandFailed
 from toolchain.errors import SourceError
 
 PREFIX_ROOT = "/usr/src"

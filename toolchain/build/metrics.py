@@ -16,7 +16,7 @@ from pathlib import Path
 
 from toolchain.build.ccache import CacheReport
 from toolchain.core.record import record
-from toolchain.core.serial import meta, rounded
+from toolchain.core.serial import from_data, meta, rounded
 
 RUNNER = "build-runner"            # the Extra name of the in-target script
 RESULT = ".toolchain-build.json"   # written by the runner into the output directory
@@ -101,11 +101,7 @@ def read_result(out_dir: Path) -> RunResult | None:
     cgroup, sampled = int(m.get("peak_cgroup_bytes", 0)), int(m.get("peak_sampled_bytes", 0))
     metrics = BuildMetrics(float(m.get("wall_seconds", 0.0)), float(m.get("cpu_seconds", 0.0)),
                            cgroup or sampled, "cgroup" if cgroup else f"{m.get('sampled', 'rss')}-sampler", sampled)
-    cache = CacheReport(str(c.get("launcher", "none")), str(c.get("version", "")), int(c.get("hits", 0)),
-                        int(c.get("misses", 0)), str(c.get("note", "")), local_hits=int(c.get("local_hits", 0)),
-                        remote_hits=int(c.get("remote_hits", 0)), remote_errors=int(c.get("remote_errors", 0)),
-                        remote_note=str(c.get("remote_note", "")))
-    return RunResult(metrics, cache)
+    return RunResult(metrics, from_data(CacheReport, c))  # the keys intarget.py writes: CacheReport's field names
 
 
 __all__ = ["BuildMetrics", "LiveReading", "RunResult", "measured_argv", "read_live", "read_result"]

@@ -16,7 +16,7 @@ from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_m
 from toolchain.build.prebuilt_wheels import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.probe_memo import remembered
-from toolchain.core.proc import merge_env
+from toolchain.core.proc.runner import merge_env
 from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
 from toolchain.core.serial import Data, from_data, to_table

@@ -10,17 +10,18 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 from dataclasses import field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from toolchain.build.cache import CacheEntry, WheelCache
+from toolchain.build.entry import EntryMeta
+from toolchain.core.checks import NAME, SHA256, STR
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text
-from toolchain.core.regex import Regex
+from toolchain.core.regex import SHA256_HEX, Regex
 from toolchain.core.serial import meta, to_table
 from toolchain.errors import BuildError, TransientError
 
@@ -33,13 +34,13 @@ class PrebuiltFile:
     """One pinned wheel file: where it is, its sha256, and what pinned it (the recipe's requirement and the
     index that served it, or the recipe's own URL)."""
     file: str = field(metadata=meta(skip=True))  # a lock and the cache keep it beside this table
-    url: str = field(metadata=meta(dump=redact_text))
-    sha256: str
+    url: str = field(metadata=meta(dump=redact_text, check=NAME))
+    sha256: str = field(metadata=meta(check=SHA256))
     size: int = field(default=0, metadata=meta(skip=True))
     # "vllm-xpu-kernels==0.1.16.2" ("": the recipe named the URL)
-    requirement: str = field(default="", metadata=meta(omit_default=True))
+    requirement: str = field(default="", metadata=meta(omit_default=True, check=STR))
     # the index or find-links location that served it
-    index: str = field(default="", metadata=meta(omit_default=True, dump=redact_text))
+    index: str = field(default="", metadata=meta(omit_default=True, dump=redact_text, check=STR))
 
 
 def prebuilt_key(sha256: str) -> str:
@@ -70,7 +71,7 @@ def take_prebuilt(pf: PrebuiltFile, cache: WheelCache, dest_dir: Path, work: Pat
             if got != pf.sha256:
                 raise BuildError(f"{what}: refused the prebuilt wheel {pf.file} from {redact_text(pf.url)}: it has "
                                  f"sha256 {got}, the pin says {pf.sha256}", hint=_mismatch_hint(pf, got))
-            cache.put(key, wheel, {"component": what, "prebuilt": to_table(pf), "build_seconds": 0.0}, log=log)
+            cache.put(key, wheel, EntryMeta(component=what, prebuilt=to_table(pf)), log=log)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         entry = cache.take(key, dest_dir)
@@ -188,5 +189,5 @@ def _index_files(index: str, dist: str, what: str) -> list[tuple[str, str, str]]
     except (requests.RequestException, OSError, ValueError) as exc:
         raise TransientError(f"{what}: cannot read prebuilt-index {redact_text(page)}: {redact_text(str(exc))}",
                              kind="network", hint="check the network and run again") from None
-    return [(pkg.filename, pkg.url, sha if re.fullmatch(r"[0-9a-f]{64}", sha := pkg.digests.get("sha256", "")) else "")
+    return [(pkg.filename, pkg.url, sha if SHA256_HEX.match(sha := pkg.digests.get("sha256", "")) else "")
             for pkg in project.packages if pkg.package_type == "wheel"]

@@ -19,22 +19,22 @@ from toolchain.build import ccache
 from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.cache import WHEELS_DIR, CacheEntry, WheelCache, WheelRef
 from toolchain.build.ccache import CacheReport, CompilerCache
+from toolchain.build.entry import EntryMeta
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.prebuilt_wheels import take_prebuilt
 from toolchain.build.remoteopen import open_remote
-from toolchain.build.remotespec import RemoteRequest
 from toolchain.core.fs import write_if_changed
-from toolchain.core.proc import CommandFailed, merge_env
+from toolchain.core.proc.runner import CommandFailed, merge_env
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_env, redact_text
-from toolchain.core.serial import from_data, to_table
 from toolchain.errors import BuildError, ToolError
+from toolchain.sharing.settings import RemoteRequest
 from toolchain.sources.mirrors import Mirrors, Rewrite
 from toolchain.sources.trees import SourceTrees
 
 if TYPE_CHECKING:
-    from toolchain.build.remote import RemoteCache
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.build.schedule import Budget
     from toolchain.console import UI
     from toolchain.recipe.model import Component
@@ -52,7 +52,7 @@ class BuildOptions:
     fresh_sources: bool = False  # True: prepare source trees again instead of reusing them
     deterministic: bool = True
     verbose: bool = False
-    remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remote.py)
+    remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remotecache.py)
     resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
     compiler_cache: bool = True  # False: --no-compiler-cache
     compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
@@ -279,9 +279,9 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
                                      "could not be read back", hint="check the cache directory's disk")
                 source = "built"
     cached = source != "built"
-    if cached and entry.meta.get("build_requires"):
-        _check_recorded_requires(plan, cp, runtime, list(entry.meta["build_requires"]), options)
-    describe = entry.meta.get("describe") or mirrors.describe(comp.url, comp.commit)
+    if cached and entry.meta.build_requires:
+        _check_recorded_requires(plan, cp, runtime, list(entry.meta.build_requires), options)
+    describe = entry.meta.describe or mirrors.describe(comp.url, comp.commit)
     if cached:
         _log_from_cache(log, entry, f"downloaded from {remote.settings.url}" if source == "remote-cache" and remote else "",
                         header=header)
@@ -293,13 +293,9 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
         entry, _annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
     meta = entry.meta
     return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
-                          float(meta.get("build_seconds", 0.0)), cached, log,
-                          tuple(meta.get("normalizations", ())), source, pushed,
-                          tuple(from_data(BuiltAgainst, d, kebab=True) for d in meta.get("built_against", ())),
-                          from_data(CacheReport, meta.get("compiler_cache") or {}, kebab=True),
-                          from_data(BuildMetrics, meta.get("metrics") or {}, kebab=True),
-                          int(meta.get("jobs", 0)), str(meta.get("jobs_source", "")), str(meta.get("version", "")),
-                          float(meta.get("stored") or 0.0))
+                          meta.build_seconds, cached, log, meta.normalizations, source, pushed,
+                          meta.built_against, meta.compiler_cache, meta.metrics, meta.jobs, meta.jobs_source,
+                          meta.version, meta.stored)
 
 
 def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Path, work: Path, log: Path,
@@ -320,7 +316,7 @@ def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Pa
 
 
 def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:
-    from toolchain.build.remote import entry_annotations  # (the client is imported only with a remote)
+    from toolchain.build.remotecache import entry_annotations  # (the client is imported only with a remote)
 
     return entry_annotations(plan, cp, entry)
 
@@ -331,7 +327,7 @@ def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "", header: str 
     written whole, and only when it differs from what is there (a warm no-op writes nothing);
     without, it is appended to the log this run started."""
     built = entry.wheel.parent / "build.log"
-    text = (f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.get('build_seconds', 0):.1f}s"
+    text = (f"# wheel cache hit: {entry.wheel.name} (built in {entry.meta.build_seconds:.1f}s"
             f"{'; ' + origin if origin else ''})\n")
     try:
         with open(built, "rb") as src:
@@ -426,15 +422,12 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
         if call:
             check_as_pip(wheel, plan.target.python_version, what, log)
         normalizations = _normalize(wheel, epoch) if options.deterministic else []
-        cache.put(cp.cache_key, wheel, {
-            "component": comp.name, "commit": comp.commit, "describe": mirrors.describe(comp.url, comp.commit), "build_seconds": round(time.monotonic() - started, 3),
-            "version": version,
-            "normalizations": normalizations, "env": redact_env(dict(cp.env)), "command": list(comp.command),
-            "built_against": [to_table(b, kebab=True) for b in against],
-            **({"build_requires": requires} if requires else {}),
-            "compiler_cache": to_table(report, kebab=True), "metrics": to_table(metrics, kebab=True),
-            "jobs": cp.jobs.jobs if cp.jobs else 0, "jobs_source": cp.jobs.source if cp.jobs else "",
-        }, log=log)
+        cache.put(cp.cache_key, wheel, EntryMeta(
+            component=comp.name, commit=comp.commit, describe=mirrors.describe(comp.url, comp.commit),
+            build_seconds=round(time.monotonic() - started, 3), version=version,
+            normalizations=tuple(normalizations), env=redact_env(dict(cp.env)), command=tuple(comp.command),
+            built_against=tuple(against), build_requires=tuple(requires or ()), compiler_cache=report, metrics=metrics,
+            jobs=cp.jobs.jobs if cp.jobs else 0, jobs_source=cp.jobs.source if cp.jobs else ""), log=log)
     finally:
         shutil.rmtree(out_tmp, ignore_errors=True)
 

@@ -11,7 +11,7 @@ the registry needs deletes enabled, and frees the blobs when its garbage collect
 each component's N newest, `--older-than 30d` removes, of the rest, what was stored before 30 days ago (both:
 what is older and not among the N newest). `--dry-run` lists what would go and deletes nothing. A registry
 that refuses deletes (HTTP 405) is exit 1 with what to change; a rule that is not understood is exit 2.
-Without --remote, `prune` evicts local entries (build/retention.py `prune_local`): `--keep-size 20GiB` keeps the
+Without --remote, `prune` evicts local entries (sharing/retention.py `prune_local`): `--keep-size 20GiB` keeps the
 newest up to that total, `--older-than` as above; a symbolic link in the cache is named and never followed.
 """
 
@@ -74,7 +74,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
         rows = local_entries(_cache_dir(args), args.component or "", ui.warn)
         where = str(_cache_dir(args))
     else:
-        from toolchain.build.remote import Registry
+        from toolchain.sharing.registry import Registry
 
         settings = _settings(args)
         with ui.status(f"reading {settings.url}"):
@@ -90,7 +90,7 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
-    from toolchain.build.retention import prune
+    from toolchain.sharing.retention import prune
 
     if args.remote is None:
         return _prune_local(args, ui)
@@ -101,7 +101,7 @@ def cmd_prune(args: argparse.Namespace, ui: UI) -> CommandResult:
                           "--remote --older-than 30d --keep 3")
     if args.keep is not None and args.keep < 0:
         raise UsageError(f"--keep {args.keep}: give a number of entries per component, 0 or more")
-    from toolchain.build.remote import Registry
+    from toolchain.sharing.registry import Registry
 
     settings = _settings(args, "prune")
     done = prune(Registry(settings), component=args.component or "", older_than=older_than, keep=args.keep,
@@ -127,7 +127,7 @@ def _rule(older_than: str | None, keep_flag: str, keep: Any, parse_keep: Callabl
           example: str) -> tuple[float | None, Any]:
     """A prune's rule from its options: --older-than AGE in seconds and the keep option parsed (None: not given);
     neither given, or one not understood: a usage error (exit 2) with an example."""
-    from toolchain.build.retention import parse_age
+    from toolchain.sharing.retention import parse_age
 
     if older_than is None and keep is None:
         raise UsageError(f"say what to keep: --older-than AGE (e.g. 30d), {keep_flag}, or both",
@@ -142,7 +142,7 @@ def _rule(older_than: str | None, keep_flag: str, keep: Any, parse_keep: Callabl
 
 def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     """`cache prune` without --remote: the local wheel cache's entries by age and total size."""
-    from toolchain.build.retention import prune_local
+    from toolchain.build.localprune import prune_local
     from toolchain.recipe.buildspec import parse_size
 
     if args.keep is not None or args.remote_insecure or args.recipe or args.component:
@@ -175,8 +175,8 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 
 def _settings(args: argparse.Namespace, verb: str = "list") -> Any:
-    from toolchain.build.remotespec import RemoteRequest, resolve_settings
     from toolchain.recipe.cachespec import CacheSpec
+    from toolchain.sharing.settings import RemoteRequest, resolve_settings
 
     spec = CacheSpec()
     if args.recipe:
@@ -210,14 +210,13 @@ def local_entries(cache_dir: Path, component: str = "", warn: Callable[[str], No
                 warn(f"skipping the wheel cache entry {meta_file.parent}: {problem} (the next build that needs "
                      "it evicts and rebuilds it)")
             continue
-        if component and meta.get("component") != component:
+        if component and meta.component != component:
             continue
-        stored = meta.get("stored")
-        rows.append({"key": meta_file.parent.name, "component": meta.get("component", ""),
-                     "commit": meta.get("commit", ""), "describe": meta.get("describe", ""),
-                     "wheel": meta.get("wheel", ""), "sha256": meta.get("sha256", ""), "size": meta.get("size", 0),
+        stored = meta.stored
+        rows.append({"key": meta_file.parent.name, "component": meta.component, "commit": meta.commit,
+                     "describe": meta.describe, "wheel": meta.wheel, "sha256": meta.sha256, "size": meta.size,
                      "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stored)) if stored else "",
-                     "from": "remote" if meta.get("remote") else "built"})
+                     "from": "remote" if meta.remote else "built"})
     return sorted(rows, key=lambda r: (r["created"], r["key"]))
 
 

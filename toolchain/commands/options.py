@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from toolchain.core.record import record
 
 if TYPE_CHECKING:
-    from toolchain.build.remotespec import RemoteRequest
     from toolchain.recipe.load import Recipe
+    from toolchain.sharing.settings import RemoteRequest
 
 DEFAULT_RECIPE = "demo"
 COMMAND_SUFFIX = "@command"  # where a global option given after the command is parsed to, before the merge
@@ -98,7 +98,7 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
            {"action": "append", "default": [], "metavar": "FROM=TO"}),
     Option("out", ("--out",), "output directory", {"type": Path, "metavar": "DIR"},
            finalize=_existing_dir_or_new),
-    # the remote wheel cache on an OCI registry (build/remote.py)
+    # the remote wheel cache on an OCI registry (build/remotecache.py)
     Option("remote_cache", ("--remote-cache",),
            "oci://HOST[:PORT]/NAMESPACE: look wheels up there before building (default: $TOOLCHAIN_REMOTE_CACHE, "
            "else the recipe's [cache] remote; `none` turns it off)", {"metavar": "URL"}),
@@ -174,8 +174,8 @@ def option_strings(parsers: Iterable[argparse.ArgumentParser]) -> list[str]:
 # ---- what the build commands share -------------------------------------------------------------------------
 
 def remote_request(args: argparse.Namespace) -> RemoteRequest:
-    """--remote-cache, --push and --remote-insecure as the build stage takes them (build/remote.py)."""
-    from toolchain.build.remotespec import RemoteRequest
+    """--remote-cache, --push and --remote-insecure as the build stage takes them (build/remotecache.py)."""
+    from toolchain.sharing.settings import RemoteRequest
 
     return RemoteRequest(url=getattr(args, "remote_cache", None), push=True if getattr(args, "push", None) else None,
                          insecure=getattr(args, "remote_insecure", False))

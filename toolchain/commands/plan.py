@@ -11,12 +11,11 @@ from toolchain.build.plan import make_plan, plan_to_dict, unprobed_plan
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
 from toolchain.console import UI, CommandResult, Grid
-from toolchain.target import in_container, make_runtime
+from toolchain.target import absent_image, in_container, make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
-    from toolchain.recipe.model import Swap, TargetSpec
-    from toolchain.target.container.presence import ImageState
+    from toolchain.recipe.model import Swap
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +38,7 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     "not captured: <why>", and each commit as the local mirror has it (describe, date, SOURCE_DATE_EPOCH)."""
     from toolchain.build import ccache
     from toolchain.build.plan import source_facts
-    from toolchain.core.proc import display
+    from toolchain.core.proc.runner import display
     from toolchain.sources.mirrors import Mirrors, parse_rewrites
     from toolchain.sources.rewrites import recipe_rewrites
 
@@ -91,21 +90,6 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
             if cp.jobs.warning:
                 ui.warn(f"{cp.name}: {cp.jobs.warning}")
     return CommandResult(data, 0, "\n".join(lines), (table,))
-
-
-def absent_image(spec: TargetSpec, ui: UI) -> ImageState | None:
-    """The state of the recipe's container image when it is not here (None: the host, a running container, or
-    the image is here). The registry is asked for its size; nothing is pulled."""
-    from toolchain.target import from_image
-
-    if not from_image(spec):
-        return None
-    from toolchain.target.container.presence import engine_of, image_state
-
-    engine = engine_of(spec, ui)
-    engine.check()  # (not installed, not answering: the same error a build gives)
-    state = image_state(spec, engine)
-    return state if state is not None and not state.present else None
 
 
 def swap_line(swap: Swap) -> str:

@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-from toolchain.core.regex import Regex
+from toolchain.core.regex import COMMIT_ID, SHA256_HEX, Regex
 from toolchain.core.serial import Check
 
-_HEX64 = Regex(r"^[0-9a-f]{64}$")
-_COMMIT = Regex(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _HEX = Regex(r"^[0-9a-f]{8,64}$")
 
 STR: Check = ("a string", lambda v: isinstance(v, str))
 NAME: Check = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))
-SHA256: Check = ("a 64-hex sha256", lambda v: isinstance(v, str) and _HEX64.match(v) is not None)
-COMMIT: Check = ("a full commit id (40 or 64 hex)", lambda v: isinstance(v, str) and _COMMIT.match(v) is not None)
+SHA256: Check = ("a 64-hex sha256", lambda v: isinstance(v, str) and SHA256_HEX.match(v) is not None)
+COMMIT: Check = ("a full commit id (40 or 64 hex)", lambda v: isinstance(v, str) and COMMIT_ID.match(v) is not None)
 HEX: Check = ("a hex digest", lambda v: isinstance(v, str) and _HEX.match(v) is not None)
 SIZE: Check = ("a non-negative integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 SECONDS: Check = ("a non-negative number",

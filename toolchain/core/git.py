@@ -1,4 +1,4 @@
-"""The one way to run git: an argv list through `core.proc.run`, with one environment for every call.
+"""The one way to run git: an argv list through `core.proc.runner.run`, with one environment for every call.
 
 Every call gets: no prompts (a missing credential fails at once instead of waiting on a terminal), the C
 locale (messages parsed or shown are the same everywhere), and a few settings that a user's git config must
@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from toolchain.core.proc import CommandFailed, Completed, run
+from toolchain.core.proc.runner import CommandFailed, Completed, run
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C"}
 SAFE_CONFIG = (("log.showSignature", "false"), ("commit.gpgsign", "false"), ("tag.gpgsign", "false"),

@@ -11,7 +11,7 @@ records, remembered probes, kept file copies, bisect's unbuildable records), lik
 
 Anything else is `Untrusted` (an OSError): the caller treats it as a miss (re-probed, rebuilt, resolved again),
 never serves it. A cache other people can write to is shared through the OCI registry, where entries are
-verified by digest (build/remote.py), not through a folder. The out folder's own files (its marker, pylock.toml)
+verified by digest (sharing/registry.py), not through a folder. The out folder's own files (its marker, pylock.toml)
 are opened the same safe way (`fs.open_regular`: no link, no FIFO), not asked who owns them: under sudo the
 out folder is handed to the user who ran it (`fs.give_to_invoking_user`).
 """

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_bytes, publish_dir, sha256_bytes, sha256_file
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.core.record import record
 from toolchain.errors import BuildError, UsageError
 
 if TYPE_CHECKING:
-    from toolchain.build.remote import Registry
+    from toolchain.sharing.registry import Registry
 
 ACCEPT = ", ".join(("application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
                    "application/vnd.docker.distribution.manifest.v2+json",
@@ -74,11 +74,11 @@ class BaseImage:
 
 
 def registry_for(host: str, repository: str, insecure: bool = False, timeout: float = 60.0) -> Registry:
-    """The project's registry client (build/remote.py, its credentials) for one repository: the one place
+    """The project's registry client (sharing/registry.py, its credentials) for one repository: the one place
     the image package names it."""
-    from toolchain.build.remote import Registry
-    from toolchain.build.remotespec import RemoteSettings
     from toolchain.recipe.cachespec import RemoteURL
+    from toolchain.sharing.registry import Registry
+    from toolchain.sharing.settings import RemoteSettings
 
     return Registry(RemoteSettings(RemoteURL(host, repository), insecure=insecure, timeout=timeout),
                     repository=repository)
@@ -87,7 +87,7 @@ def registry_for(host: str, repository: str, insecure: bool = False, timeout: fl
 def plain_http(host: str) -> bool:
     """Whether the registry `host` is opted in to plain HTTP by $TOOLCHAIN_REMOTE_INSECURE (comma-separated
     hosts, as for the remote wheel cache)."""
-    from toolchain.build.remotespec import ENV_INSECURE
+    from toolchain.sharing.settings import ENV_INSECURE
 
     return host.lower() in {h.strip().lower() for h in os.environ.get(ENV_INSECURE, "").split(",") if h.strip()}
 

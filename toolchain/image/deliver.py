@@ -12,7 +12,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.core.record import record
 from toolchain.errors import UsageError
 from toolchain.image.assemble import Image, canonical_json, write_layout

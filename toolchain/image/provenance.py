@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.core.record import record
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A

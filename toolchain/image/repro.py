@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.console import UI
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.image.base import engine_env, registry_for
 from toolchain.image.make import make_image
 from toolchain.image.provenance import Provenance, read_provenance

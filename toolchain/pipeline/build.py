@@ -41,7 +41,7 @@ from toolchain.sources.rewrites import recipe_rewrites
 from toolchain.target import inherits_environment, make_runtime
 
 if TYPE_CHECKING:
-    from toolchain.build.remote import RemoteCache
+    from toolchain.build.remotecache import RemoteCache
     from toolchain.target.baseenv import BaseEnv
 
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"

@@ -37,7 +37,7 @@ def check_box(recipe: Recipe | None, lock_path: Path | None, ui: UI) -> Checkup:
     host libraries `lock_path`'s lock expects of the run host when given. Pulls nothing; raises only for a
     lock that cannot be read."""
     from toolchain.recipe.load import TargetSpec
-    from toolchain.target import make_runtime
+    from toolchain.target import entry_findings, make_runtime
     from toolchain.target.doctor import host_findings, interpreter_findings, oneapi_findings
     from toolchain.target.hostfacts import gather, host_root
 
@@ -48,7 +48,7 @@ def check_box(recipe: Recipe | None, lock_path: Path | None, ui: UI) -> Checkup:
         else ("", 1)
     findings = host_findings(facts, root, device, tp)
     lib_lines = _host_libraries(lock_path, root) if lock_path is not None else []
-    engine_lines, enter = _container_lines(spec, ui)
+    engine_lines, enter = entry_findings(spec, ui)
     if not enter:  # the target cannot be entered without a pull or a working engine: the host's facts alone
         findings += _host_only(facts)
         return Checkup(root, recipe, spec, facts, (*findings, *lib_lines, *engine_lines))
@@ -77,19 +77,6 @@ def _host_libraries(lock_path: Path, root: Path) -> list[Finding]:
 
     lock = read_lock(lock_path)
     return host_library_findings(lock.native, root, policy_of_recipe_text(lock.recipe_text), lock.recipe_name)
-
-
-def _container_lines(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
-    """doctor's last lines for a container target (the image, then the engine: one trivial container with the
-    recipe's run-args) and whether the target can be entered: nothing is pulled. The host: none, and yes."""
-    from toolchain.target import in_container
-
-    if not in_container(spec):
-        return [], True
-    from toolchain.target.container.presence import container_findings
-
-    with ui.status(f"trying {spec.runtime} with the recipe's run-args"):
-        return container_findings(spec, ui)
 
 
 def _host_only(facts: HostFacts) -> list[Finding]:

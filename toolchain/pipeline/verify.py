@@ -10,7 +10,7 @@ from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
 from toolchain.errors import RecipeError
-from toolchain.lock import Lock, LockedComponent, locked_env, wheel_problems
+from toolchain.lock import Lock, LockedComponent, fetchcontent_table, locked_env, wheel_problems
 from toolchain.recipe.load import default_recipes_dir, load_recipe_text, origins_from_record, patches_dirs_of
 from toolchain.recipe.model import Prebuilt, Recipe, Recorded
 from toolchain.recipe.validate import MissingFiles
@@ -135,7 +135,7 @@ def component_problems(lock: Lock, recipe: Recipe) -> list[str]:
             "command": redact_argv(comp.command), "install-args": redact_argv(comp.install_args),
             "after": list(comp.after), "env": locked_env(component_env(recipe, comp).items()),
             "patches": [redact_text(p.label) for p in comp.patches],
-            "fetchcontent": [{"name": d.name, "url": redact_text(d.url), "commit": d.commit} for d in comp.fetchcontent],
+            "fetchcontent": [fetchcontent_table(d) for d in comp.fetchcontent],
         }
         in_lock = {
             "url": locked.url, "commit": locked.commit, "subdir": locked.subdir, "command": list(locked.command),

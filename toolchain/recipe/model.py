@@ -14,18 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core import toml as tomlio
-from toolchain.core.checks import NAME, SHA256
+from toolchain.core.checks import COMMIT, NAME, SHA256, STR
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
 from toolchain.core.record import record
-from toolchain.core.serial import meta
+from toolchain.core.redact import redact_text
+from toolchain.core.regex import SHA256_HEX, URL_CREDENTIALS
+from toolchain.core.serial import Check, meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
 from toolchain.recipe.keys import key
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as a recipe pins it
-HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256
 # what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
 # (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
 PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref", "drop")
@@ -67,6 +68,9 @@ class Swap:
     dropped: tuple[str, ...]
 
 
+APPLIED_AT: Check = ("root or subdir", lambda v: v in ("root", "subdir"))
+
+
 @record
 class Patch:
     """One patch, identified by its sha256 (part of the cache key of every build that applies it).
@@ -75,15 +79,19 @@ class Patch:
     Remote: `path` inside repository `url` at `commit`, pinned by `sha256` (an integrator's patch, such as
     intel/llm-scaler's vLLM patch, used without copying it here). A lock records `label` and `sha256` (and
     `url`/`commit` of a remote patch) and reads back into this type, with `file` unset; `file` does not take
-    part in equality."""
-    path: str = field(metadata=key(str))
-    sha256: str = field(metadata=key(str))
-    url: str = field(default="", metadata=key(str))
-    commit: str = field(default="", metadata=key(str))
-    file: Path | None = field(default=None, compare=False)
+    part in equality.
+
+    Each field is the one declaration of its key: in a recipe's pinned patch table (`key`), and in a lock's
+    `patches` (`meta`: field order is the lock's key order, so `url` and `commit` are keyword-only)."""
+    path: str = field(metadata={**key(str), **meta(check=NAME)})
+    url: str = field(default="", kw_only=True, metadata={**key(str), **meta(check=STR, omit_default=True)})
+    commit: str = field(default="", kw_only=True, metadata={**key(str), **meta(check=COMMIT, omit_default=True)})
+    sha256: str = field(metadata={**key(str), **meta(check=SHA256)})
+    file: Path | None = field(default=None, compare=False, metadata=meta(skip=True))
     # for a component built from a subdir: "root" when the patch's paths start at the repository root,
     # "subdir" when inside the subdir (sources.patches.applies_at); recorded in the lock, not its identity
-    applied: str = field(default="", compare=False)
+    applied: str = field(default="", compare=False, metadata=meta(key="applied-at", check=APPLIED_AT,
+                                                                  omit_default=True))
 
     @property
     def remote(self) -> bool:
@@ -118,11 +126,13 @@ class Recorded:
 
 @record
 class FetchContentDep:
-    """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake."""
-    name: str = field(metadata=key(str))
-    url: str = field(metadata=key(str))
-    commit: str = field(metadata=key(str))
-    env: str = field(default="", metadata=key(str))  # pass the checkout path in this env var instead of -DFETCHCONTENT_SOURCE_DIR_<NAME>
+    """A CMake FetchContent dependency pre-fetched at a pinned commit and handed to CMake. Its fields declare
+    its recipe keys (`key`) and its lock table (`meta`: name, url with credentials masked, commit)."""
+    name: str = field(metadata={**key(str), **meta(check=NAME)})
+    url: str = field(metadata={**key(str), **meta(check=NAME, dump=redact_text)})
+    commit: str = field(metadata={**key(str), **meta(check=COMMIT)})
+    # pass the checkout path in this env var instead of -DFETCHCONTENT_SOURCE_DIR_<NAME> (not in a lock)
+    env: str = field(default="", metadata={**key(str), **meta(skip=True)})
 
     @property
     def cmake_var(self) -> str:
@@ -333,10 +343,10 @@ class Recipe:
         dist, install-args, ...). The URL and sha256 are checked as the recipe check does."""
         comp = self.component(component)
         where = f"{self.path.name}: components.{component}.prebuilt"
-        if not url.endswith(".whl") or re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
+        if not url.endswith(".whl") or URL_CREDENTIALS.match(url):
             raise RecipeError(f"{where}.url: {url!r} is not the URL of one wheel file without credentials",
                               hint="an index's wheel URL carries no password: put credentials in ~/.netrc")
-        if not HEX64.match(sha256):
+        if not SHA256_HEX.match(sha256):
             raise RecipeError(f"{where}.sha256: {sha256!r} is not a 64-hex sha256")
         table = {k: v for k, v in self._table(component).items() if k in PREBUILT_KEYS}
         table["prebuilt"] = {"url": url, "sha256": sha256}

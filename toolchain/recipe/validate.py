@@ -18,7 +18,7 @@ from toolchain.core.devices import PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
 from toolchain.core.redact import is_secret, redact_url
-from toolchain.core.regex import Regex
+from toolchain.core.regex import SHA256, SHA256_HEX, URL_CREDENTIALS, Regex
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
@@ -29,7 +29,6 @@ from toolchain.recipe.model import (
     DEFAULT_INSTALL_ARGS,
     DEFAULT_SETVARS,
     HEX40,
-    HEX64,
     INDEX_STRATEGIES,
     PREBUILT_KEYS,
     Component,
@@ -60,7 +59,7 @@ SONAME_PATTERN = re.compile(r"^[A-Za-z0-9_.+*?\[\]-]+$")
 RESOLVE_KEYS = keys_of(ResolveSpec)
 TOOLCHAIN_KEYS = keys_of(ToolchainSpec)
 TARGET_KEYS = keys_of(TargetSpec)
-PINNED_IMAGE = Regex(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
+PINNED_IMAGE = Regex(rf"^[^\s@]+@sha256:{SHA256}$")
 COMPONENT_KEYS = keys_of(Component, extend_patches=list, drop=bool)
 FETCH_KEYS = keys_of(FetchContentDep)
 SMOKE_KEYS = keys_of(SmokeSpec)
@@ -361,10 +360,10 @@ def _prebuilt_component(name: str, c: dict[str, Any], pr: _Problems, where: str)
         url, sha = value.get("url"), value.get("sha256")
         if not isinstance(url, str) or not url.endswith(".whl"):
             pr.add(f"{where}.prebuilt.url", f"must be the URL of one wheel file (…/name-version-tags.whl), got {url!r}")
-        elif re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", url):
+        elif URL_CREDENTIALS.match(url):
             pr.add(f"{where}.prebuilt.url", "a URL with credentials would be recorded in the lock; "
                                             "put them in ~/.netrc instead")
-        if not isinstance(sha, str) or not HEX64.match(sha):
+        if not isinstance(sha, str) or not SHA256_HEX.match(sha):
             pr.add(f"{where}.prebuilt.sha256", "missing or not the 64-hex sha256 of the wheel: the file is "
                                                "refused unless it hashes as the recipe says")
         prebuilt = Prebuilt(url=url if isinstance(url, str) else "", sha256=sha if isinstance(sha, str) else "")
@@ -385,7 +384,7 @@ def _prebuilt_index(c: dict[str, Any], pr: _Problems, where: str) -> str:
     index = c.get("prebuilt-index", "")
     if not isinstance(index, str) or not index:
         return ""
-    if re.match(r"^[a-z+]+://[^/@]*:[^/@]*@", index):
+    if URL_CREDENTIALS.match(index):
         pr.add(f"{where}.prebuilt-index", "a URL with credentials would be recorded in the lock; "
                                           "put them in ~/.netrc instead")
     return index
@@ -441,7 +440,7 @@ def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin,
 
 
 PATCH_KEYS = keys_of(Patch)
-REMOTE_PATCH_KEYS = ("url", "commit", "path", "sha256")  # as a problem names them
+REMOTE_PATCH_KEYS = tuple(PATCH_KEYS)  # a pinned patch table needs every one
 
 
 def _patches(items: Any, pr: _Problems, where: str, origin: Origin, kept: _Kept | None = None, *,
@@ -508,7 +507,7 @@ def _remote_patch(p: dict[str, Any], origin: Origin, pr: _Problems, where: str) 
     if not HEX40.match(p["commit"]):
         pr.add(f"{where}.commit", f"must be a 40-hex commit id, got {p['commit']!r}", file=origin.file)
         ok = False
-    if not HEX64.match(p["sha256"]):
+    if not SHA256_HEX.match(p["sha256"]):
         pr.add(f"{where}.sha256", "must be the 64-hex sha256 of the patch file", file=origin.file)
         ok = False
     path = PurePosixPath(p["path"])
@@ -651,8 +650,6 @@ def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> t
     return names
 
 
-# userinfo in a URL, in any letter case: user:password@, token@, __token__:pypi-...@
-_USERINFO = Regex(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")
 # uv's --python-platform names: x86_64-manylinux_2_28, aarch64-unknown-linux-gnu, linux, wasm32-pyodide2024
 _PLATFORM = Regex(r"^[a-z0-9_.]+(?:-[a-z0-9_.]+){0,3}$")
 
@@ -685,12 +682,12 @@ def _resolve(r: Any, pr: _Problems, path: Path) -> ResolveSpec:
     for url in indexes:
         if "://" not in url:
             pr.add("resolve.indexes", f"{url!r} is not a URL (a PEP 503 simple index, e.g. {DEFAULT_INDEX})")
-        elif _USERINFO.match(url):
+        elif URL_CREDENTIALS.match(url):
             pr.add("resolve.indexes", f"{redact_url(url)}: a URL with credentials would be recorded in the lock "
                                       f"and shown in logs; put them in ~/.netrc or a keyring instead")
     links = []
     for link in pr.str_list(r, "find-links", "resolve.find-links"):
-        if _USERINFO.match(link):
+        if URL_CREDENTIALS.match(link):
             pr.add("resolve.find-links", f"{redact_url(link)}: a URL with credentials would be recorded in the lock "
                                          f"and shown in logs; put them in ~/.netrc or a keyring instead")
             continue

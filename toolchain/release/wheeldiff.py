@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolchain.core.fs import sha256_file
-from toolchain.core.proc import run
+from toolchain.core.proc.runner import run
 from toolchain.core.serial import Data, meta, to_table
 
 MAX_DIFF_LINES = 60

@@ -59,17 +59,18 @@ class LockedDist:
 class Closure:
     """How the closure was resolved and what it holds (install order does not matter: all --no-deps). Every
     setting may be missing from a lock's `[resolve]` (lock.RESOLVE_SCHEMA): each has its default."""
-    resolver: str = ""                # e.g. "uv 0.13.9"
-    indexes: tuple[str, ...] = field(default=(), metadata=meta(dump=_redact_urls))
-    find_links: tuple[str, ...] = field(default=(), metadata=meta(dump=_redact_urls))
-    index_strategy: str = ""
-    python_version: str = ""
-    platform: str = ""
+    resolver: str = field(default="", metadata=meta(check=STR))  # e.g. "uv 0.13.9"
+    indexes: tuple[str, ...] = field(default=(), metadata=meta(dump=_redact_urls, check=STRS))
+    find_links: tuple[str, ...] = field(default=(), metadata=meta(dump=_redact_urls, check=STRS))
+    index_strategy: str = field(default="", metadata=meta(check=STR))
+    python_version: str = field(default="", metadata=meta(check=STR))
+    platform: str = field(default="", metadata=meta(check=STR))
     # written apart from the settings: the lock's [[dependencies]], a memo entry's "dependencies"
     dists: tuple[LockedDist, ...] = field(default=(), metadata=meta(skip=True))
-    notes: tuple[str, ...] = ()       # requirements on built distributions the built version does not meet
+    # requirements on built distributions the built version does not meet
+    notes: tuple[str, ...] = field(default=(), metadata=meta(check=STRS))
     # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving
-    resolved_at: str = field(default="", metadata=meta(omit_default=True))
+    resolved_at: str = field(default="", metadata=meta(omit_default=True, check=STR))
 
     def dist(self, name: str) -> LockedDist | None:
         """The locked distribution `name` (compared canonically), None when the closure has none."""

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
 from toolchain.core.fs import atomic_write_text
+from toolchain.core.regex import SHA256_HEX
 from toolchain.core.serial import to_data
 from toolchain.core.trust import read_trusted
 from toolchain.recipe.model import ResolveSpec
@@ -147,7 +148,7 @@ class ClosureMemo:
             closure = Closure.from_toml(data["resolve"], data["dependencies"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        if not all(re.fullmatch(r"[0-9a-f]{64}", d.sha256) for d in closure.dists):
+        if not all(SHA256_HEX.match(d.sha256) for d in closure.dists):
             return None
         return closure
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from toolchain.core.fs import atomic_write_text, sha256_file
-from toolchain.core.proc import CommandFailed, merge_env, run
+from toolchain.core.proc.runner import CommandFailed, merge_env, run
 from toolchain.errors import TestFailed, TransientError
 from toolchain.resolve.closure import LockedDist
 from toolchain.resolve.failure import classify, host_of, raise_classified

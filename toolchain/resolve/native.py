@@ -29,7 +29,7 @@ from toolchain.resolve.closure import LockedDist
 from toolchain.resolve.wheelfiles import SO_NAME
 
 if TYPE_CHECKING:
-    from toolchain.core.proc import Completed
+    from toolchain.core.proc.runner import Completed
 
 NATIVE_DIR = "native"  # under the cache directory
 AUDIT_VERSION = 2  # 2: RUNPATH/RPATH recorded

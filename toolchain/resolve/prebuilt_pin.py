@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolchain.build.prebuilt_wheels import PrebuiltFile
-from toolchain.core.proc import CommandFailed
+from toolchain.core.proc.runner import CommandFailed
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve import uvpin
 from toolchain.resolve.closure_memo import target_platform, target_python

@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from toolchain.core import toml as tomlio
-from toolchain.core.proc import CommandFailed, CommandTimeout, merge_env, run
+from toolchain.core.proc.runner import CommandFailed, CommandTimeout, merge_env, run
 from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from toolchain.core import devices as facts
 from toolchain.core.devices import PROFILES, Card, DeviceProfile, cards_from
-from toolchain.core.proc import CommandTimeout
+from toolchain.core.proc.runner import CommandTimeout
 from toolchain.core.serial import Data, meta
 from toolchain.errors import UsageError
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 from rich.markup import escape
 
 from toolchain.console import UI
-from toolchain.core.proc import Interrupted, display, exit_status, merge_env
+from toolchain.core.proc.background import exit_status
+from toolchain.core.proc.runner import display, merge_env
+from toolchain.core.proc.signals import Interrupted
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import Data, empty_as_null, meta, rounded, to_table
 from toolchain.errors import UsageError

@@ -4,7 +4,7 @@ The torch XPU wheels carry their own SYCL runtime; a sourced oneAPI beside it gi
 undefined-symbol errors (UPSTREAM.md). So the serve environment drops what setvars.sh adds: its variables
 and the oneAPI entries of path lists. The server runs in its own process group so that stopping it also
 stops the engine processes it spawned; its output reaches server.log through secret redaction. It runs
-through `core.proc.start()`, the background half of the one way to run a process.
+through `core.proc.background.start()`, the background half of the one way to run a process.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import requests
 
-from toolchain.core.proc import STOP_GRACE, Background, CommandFailed, display, exit_status, start
+from toolchain.core.proc.background import STOP_GRACE, Background, exit_status, start
+from toolchain.core.proc.runner import CommandFailed, display
 from toolchain.core.redact import redact_text
 from toolchain.core.serial import Data, meta, rounded, to_table
 from toolchain.errors import UsageError
@@ -101,7 +102,7 @@ Launcher = Callable[[Sequence[str], Mapping[str, str]], "tuple[list[str], dict[s
 
 class Server:
     """One server process (restartable). `launch` turns (argv, env) into what runs here (host: itself).
-    The process runs through `core.proc.start`: a process group of its own, output to the log."""
+    The process runs through `core.proc.background.start`: a process group of its own, output to the log."""
 
     def __init__(self, spec: ServeSpec, launch: Launcher | None = None) -> None:
         self.spec = spec

@@ -25,7 +25,7 @@ from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text
-from toolchain.core.proc import Interrupted, interruptible
+from toolchain.core.proc.signals import Interrupted, interruptible
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import to_data, to_table
 from toolchain.errors import ToolError, UsageError
@@ -133,12 +133,12 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
     with contextlib.ExitStack() as stack:
         rep["stage"] = "prepare"
         staged = _stage(lock, opts, py, base_python, out, ui)
-        if runtime.named_in_messages:
-            ui.step(f"opening the serving {runtime.describe()}")
+        if opening := runtime.said("opening the serving {where}"):
+            ui.step(opening)
         stack.enter_context(runtime)
         rep["target"] = runtime.report()
-        if runtime.named_in_messages:
-            ui.info(f"target: {rep['target']['name']}")
+        if named := runtime.said(f"target: {rep['target']['name']}"):
+            ui.info(named)
         rep["device"] = to_table(_check_devices(opts, config, runtime.interpreter(base_python) if base_python else py))
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
@@ -250,8 +250,7 @@ def _is_demo(lock: Lock) -> bool:
 def served(argv: Sequence[str], py: Interpreter, inst: Mapping[str, Any] | None) -> dict[str, Any]:
     """What the serve command runs, and whether that is the environment whose versions were checked."""
     program = argv[0] if argv else ""
-    if py.runtime.sees_host_paths and program and "/" not in program:
-        program = shutil.which(program, path=py.runtime.serve_env(py).get("PATH") or os.environ.get("PATH")) or program
+    program = py.runtime.which(program, py)
     checked = py.python if inst and inst.get("versions") else ""
     in_checked = bool(checked) and (os.path.abspath(program) == os.path.abspath(checked) or bool(
         py.venv and os.path.abspath(program).startswith(os.path.abspath(py.venv) + os.sep)))
@@ -353,7 +352,7 @@ def _prepare(lock: Lock | None, opts: SmokeOptions, py: Interpreter, base_python
     if base_python is not None:
         info["unlocked"] = lock.closure is None and opts.allow_unlocked_deps
         ui.step(f"creating a fresh venv {py.venv} from {base_python}"
-                + (f" in the {py.runtime.describe()}" if py.runtime.named_in_messages else ""))
+                + py.runtime.said(" in the {where}"))
         py = py.runtime.make_venv(base_python, py.venv, log)
         steps = install.install(lock, py, log, progress=lambda s: ui.step(
             f"installing {s.component}: {s.wheel.name} {' '.join(s.args)}".rstrip()),

@@ -24,7 +24,7 @@ from toolchain.console import UI
 from toolchain.core.fs import file_lock, sha256_bytes
 from toolchain.core.git import commit_id, git
 from toolchain.core.probe_memo import remembered
-from toolchain.core.proc import CommandFailed
+from toolchain.core.proc.runner import CommandFailed
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text, without_credentials
 from toolchain.errors import BuildError, SourceError, UsageError

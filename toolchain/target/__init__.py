@@ -15,11 +15,13 @@ from toolchain.target.host import HostRuntime
 if TYPE_CHECKING:
     from toolchain.target.base import Interpreter, Runtime
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
+    from toolchain.target.container.presence import ImageState
+    from toolchain.target.doctor import Finding
     from toolchain.target.facts import TargetInfo
     from toolchain.target.parts import Serving
 
 __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Interpreter", "Runtime", "Serving",
-           "from_image", "in_container", "inherits_environment", "make_runtime"]
+           "absent_image", "entry_findings", "from_image", "in_container", "inherits_environment", "make_runtime"]
 
 
 def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
@@ -48,6 +50,30 @@ def in_container(target: TargetSpec | TargetInfo) -> bool:
 def from_image(spec: TargetSpec) -> bool:
     """True: the target is a fresh container of the recipe's image (one may have to be pulled)."""
     return in_container(spec) and not spec.container
+
+
+def absent_image(spec: TargetSpec, ui: UI) -> ImageState | None:
+    """The state of the recipe's container image when it is not here (None: the host, a running container, or
+    the image is here). The registry is asked for its size; nothing is pulled."""
+    if not from_image(spec):
+        return None
+    from toolchain.target.container.presence import engine_of, image_state
+
+    engine = engine_of(spec, ui)
+    engine.check()  # (not installed, not answering: the same error a build gives)
+    state = image_state(spec, engine)
+    return state if state is not None and not state.present else None
+
+
+def entry_findings(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
+    """doctor's last lines for the target (a container: the image, then the engine, one trivial container with
+    the recipe's run-args) and whether it can be entered: nothing is pulled. The host: none, and yes."""
+    if not in_container(spec):
+        return [], True
+    from toolchain.target.container.presence import container_findings
+
+    with ui.status(f"trying {spec.runtime} with the recipe's run-args"):
+        return container_findings(spec, ui)
 
 
 def __getattr__(name: str) -> object:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Self
 
 if TYPE_CHECKING:
-    from toolchain.core.proc import Completed
+    from toolchain.core.proc.runner import Completed
     from toolchain.target.facts import TargetInfo
     from toolchain.target.parts import Extra, Workspace
 
@@ -40,6 +40,10 @@ class Place(Protocol):
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
     def describe(self) -> str: ...
+    def said(self, template: str) -> str:
+        """`template` with `{where}` replaced as messages name this place (a container: "podman container NAME"),
+        or "" where it goes without saying (this machine): callers print what it says, never ask which."""
+        ...
     def report(self) -> dict[str, object]:
         """Where it ran, for a report (smoke's report.json `target`)."""
         ...
@@ -102,6 +106,10 @@ class ServeRuntime(Place, Protocol):
     def serve_env(self, py: Interpreter) -> dict[str, str | None]:
         """Layered over this process's environment for a server that runs `py`'s environment."""
         ...
+    def which(self, program: str, py: Interpreter) -> str:
+        """The file `program` (a bare name) names on the PATH `py`'s server sees, as far as it can be looked up
+        from here (this machine: its path; a container: the name as given)."""
+        ...
     def serve(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
         """(argv, env) of the process to start on this machine that runs `argv` with the complete
         environment `env` in the target, stops it when signalled, and exits with its exit code."""
@@ -130,4 +138,4 @@ class Interpreter:
         return self.runtime.script(name)
 
     def where(self) -> str:
-        return f"{self.python} in the {self.runtime.describe()}" if self.runtime.named_in_messages else self.python
+        return self.python + self.runtime.said(" in the {where}")

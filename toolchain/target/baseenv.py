@@ -7,12 +7,13 @@ torch build. The lock records it; `toolchain lock` reads it again."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain.core.checks import NAME, STR, TABLES
 from toolchain.core.probe_memo import remembered
-from toolchain.core.serial import from_data, to_table
+from toolchain.core.serial import from_data, meta, to_table
 from toolchain.errors import BuildError
 from toolchain.target.facts import TargetInfo
 
@@ -23,20 +24,22 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class BaseDist:
     """One distribution installed in a base image: its name, version and the sha256 of its RECORD."""
-    name: str           # canonical name
-    version: str
-    record_sha256: str = ""  # sha256 of its .dist-info/RECORD ("" when it has none)
+    name: str = field(metadata=meta(check=NAME))  # canonical name
+    version: str = field(metadata=meta(check=STR))
+    # sha256 of its .dist-info/RECORD ("" when it has none)
+    record_sha256: str = field(default="", metadata=meta(check=STR))
 
 
 @dataclass(frozen=True)
 class BaseEnv:
     """What the base image holds, as read inside it."""
-    image: str                        # as the recipe names it (pinned by digest)
-    digest: str = ""                  # the digest of the image that was read
-    python_version: str = ""
-    torch_version: str = ""
-    torch_xpu: str = ""
-    dists: tuple[BaseDist, ...] = ()
+    image: str = field(metadata=meta(check=NAME))  # as the recipe names it (pinned by digest)
+    digest: str = field(default="", metadata=meta(check=STR))  # the digest of the image that was read
+    python_version: str = field(default="", metadata=meta(check=STR))
+    torch_version: str = field(default="", metadata=meta(check=STR))
+    torch_xpu: str = field(default="", metadata=meta(check=STR))
+    # a lock's [base] must list them (`lock.BASE_SCHEMA` makes this key required)
+    dists: tuple[BaseDist, ...] = field(default=(), metadata=meta(check=TABLES))
 
     def version(self, name: str) -> str | None:
         return next((d.version for d in self.dists if d.name == name), None)

@@ -6,36 +6,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, field
 from typing import Any
 
+from toolchain.core.checks import STR, STRS
 from toolchain.core.record import record
+from toolchain.core.serial import meta
 
 
 @record
 class ToolchainInfo:
-    """The oneAPI environment a stack was built with (all empty for a recipe without a toolchain)."""
-    setvars: str = ""
-    setvars_args: tuple[str, ...] = ()
-    oneapi_version: str = ""
-    cmplr_root: str = ""
-    env_diff_sha256: str = ""
+    """The oneAPI environment a stack was built with (all empty for a recipe without a toolchain). Each field
+    declares its key in a lock's [toolchain] (kebab-case) and the value it must hold there (`check`)."""
+    setvars: str = field(default="", metadata=meta(check=STR))
+    setvars_args: tuple[str, ...] = field(default=(), metadata=meta(check=STRS))
+    oneapi_version: str = field(default="", metadata=meta(check=STR))
+    cmplr_root: str = field(default="", metadata=meta(check=STR))
+    env_diff_sha256: str = field(default="", metadata=meta(check=STR))
 
 
 @record
 class TargetInfo:
-    """Where the wheels were built, as probed inside the target (host or container)."""
-    runtime: str = "host"
-    python: str = "python3"
-    python_version: str = ""
-    python_tag: str = ""  # e.g. cp311
-    platform: str = ""  # e.g. linux_x86_64
-    pip_version: str = ""
-    torch_version: str = ""
-    torch_xpu: str = ""
-    image: str = ""
-    image_digest: str = ""
-    container: str = ""
+    """Where the wheels were built, as probed inside the target (host or container); declared as a lock's
+    [target] as ToolchainInfo is."""
+    runtime: str = field(default="host", metadata=meta(check=STR))
+    python: str = field(default="python3", metadata=meta(check=STR))
+    python_version: str = field(default="", metadata=meta(check=STR))
+    python_tag: str = field(default="", metadata=meta(check=STR))  # e.g. cp311
+    platform: str = field(default="", metadata=meta(check=STR))  # e.g. linux_x86_64
+    pip_version: str = field(default="", metadata=meta(check=STR))
+    torch_version: str = field(default="", metadata=meta(check=STR))
+    torch_xpu: str = field(default="", metadata=meta(check=STR))
+    image: str = field(default="", metadata=meta(check=STR))
+    image_digest: str = field(default="", metadata=meta(check=STR))
+    container: str = field(default="", metadata=meta(check=STR))
 
     def fingerprint(self) -> dict[str, str]:
         return {k: v for k, v in asdict(self).items() if k != "container"}

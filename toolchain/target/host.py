@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Self
 
 from toolchain import scripts
 from toolchain.core.probe_memo import stat_key
-from toolchain.core.proc import Completed, merge_env, run
+from toolchain.core.proc.runner import Completed, merge_env, run
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.facts import TargetInfo, probe_inputs, target_info
@@ -49,6 +49,16 @@ class HostRuntime:
 
     def describe(self) -> str:
         return "host"
+
+    def said(self, template: str) -> str:
+        """Nothing: this machine goes without saying (`Place.said`)."""
+        return ""
+
+    def which(self, program: str, py: Interpreter) -> str:
+        """`program` looked up on the PATH its server sees, else as given (`ServeRuntime.which`)."""
+        if not program or "/" in program:
+            return program
+        return shutil.which(program, path=self.serve_env(py).get("PATH") or os.environ.get("PATH")) or program
 
     def report(self) -> dict[str, object]:
         return {"runtime": self.kind, "mode": "host", "name": self.describe()}

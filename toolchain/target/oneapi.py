@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.proc import display
+from toolchain.core.proc.runner import display
 from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_text
 from toolchain.core.regex import Regex

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from toolchain import scripts
 
 if TYPE_CHECKING:
-    from toolchain.core.proc import Completed
+    from toolchain.core.proc.runner import Completed
 
 
 class Runner(Protocol):

@@ -21,7 +21,7 @@ from typing import Self
 
 from toolchain import scripts
 from toolchain.console import UI
-from toolchain.core.proc import Completed, merge_env
+from toolchain.core.proc.runner import Completed, merge_env
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.base import Interpreter
 from toolchain.target.container import serve
@@ -79,6 +79,14 @@ class ContainerRuntimeBase(abc.ABC):
 
     @abc.abstractmethod
     def describe(self) -> str: ...
+
+    def said(self, template: str) -> str:
+        """`template` naming this container (`Place.said`)."""
+        return template.replace("{where}", self.describe())
+
+    def which(self, program: str, py: Interpreter) -> str:
+        """`program` as given: its PATH is the container's, not looked at from here (`ServeRuntime.which`)."""
+        return program
 
     @abc.abstractmethod
     def _open(self, stack: contextlib.ExitStack) -> None:

@@ -7,7 +7,7 @@ to have one, both context managers:
 - `Engine.started(role, image, mounts, run_args)`: a fresh container that sleeps until it is removed. It
   carries the label `toolchain=1` (and `toolchain.pid=<pid>`, `toolchain.role=ROLE`) and is removed on
   success, failure and Ctrl-C, unless TOOLCHAIN_KEEP_CONTAINERS=1. A SIGKILL cannot be caught: the label
-  `toolchain.owner` (proc.owner_token) lets the next run that starts a container remove what a killed run left.
+  `toolchain.owner` (core.proc.owner.owner_token) lets the next run that starts a container remove what a killed run left.
 - `Engine.borrowed(name)`: a running container that is not the tool's. One process at a time uses its
   `/toolchain`; what the tool brought in there is removed at the end and the container keeps running. A
   command run in it writes its process id under `/toolchain/run`, so that Ctrl-C or a timeout can kill it
@@ -36,7 +36,8 @@ from typing import Any, Union
 
 from toolchain.console import UI
 from toolchain.core.fs import file_lock, give_to_invoking_user
-from toolchain.core.proc import CommandFailed, CommandTimeout, Completed, merge_env, owner_gone, owner_token, run
+from toolchain.core.proc.owner import owner_gone, owner_token
+from toolchain.core.proc.runner import CommandFailed, CommandTimeout, Completed, merge_env, run
 from toolchain.core.redact import is_secret
 from toolchain.errors import ToolError
 

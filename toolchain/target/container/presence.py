@@ -59,17 +59,17 @@ def image_state(spec: TargetSpec, engine: Engine) -> ImageState | None:
 def registry_size(image: str) -> tuple[int, str]:
     """(compressed bytes of the image's layers, "") from the registry's manifest (a manifest list: this
     machine's platform's), or (0, why) when the registry cannot be asked or does not say."""
-    from toolchain.target.container.registry import RegistryUnanswered, manifest
+    from toolchain.sharing.registry import RegistryUnanswered, image_manifest
 
     try:
-        data = manifest(image)
+        data = image_manifest(image)
         if "manifests" in data:
             arch = ARCH.get(platform.machine(), platform.machine())
             mine = [m for m in data.get("manifests", []) if isinstance(m, dict)
                     and m.get("platform", {}).get("architecture") == arch and m.get("platform", {}).get("os") == "linux"]
             if not mine:
                 return 0, f"the registry lists no linux/{arch} image"
-            data = manifest(f"{image_repo(image)}@{mine[0].get('digest', '')}")
+            data = image_manifest(f"{image_repo(image)}@{mine[0].get('digest', '')}")
     except RegistryUnanswered as exc:
         return 0, f"the registry could not be asked: {exc}"
     layers = data.get("layers")

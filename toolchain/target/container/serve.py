@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from toolchain.core.proc import CommandTimeout, run
+from toolchain.core.proc.runner import CommandTimeout, run
 from toolchain.target.container.engine import KILL_PIDFILE, image_repo
 
 PKG_ROOT = str(Path(__file__).resolve().parents[3])  # the directory holding this `toolchain` package

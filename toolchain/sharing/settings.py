@@ -1,4 +1,4 @@
-"""Which remote wheel cache a build uses, decided without importing the client (build/remote.py): a build
+"""Which remote wheel cache a build uses, decided without importing the client (sharing/registry.py, build/remotecache.py): a build
 with no remote, the common case, never pays for it (`remoteopen.open_remote` imports it only for a remote).
 
 --remote-cache, else $TOOLCHAIN_REMOTE_CACHE, else the recipe's `[cache] remote`; `none` turns it off."""

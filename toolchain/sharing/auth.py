@@ -34,6 +34,11 @@ class Credentials:
     def __str__(self) -> str:
         return f"user {self.username!r} (from {self.source})"
 
+    def basic_authorization(self) -> str:
+        """The `Authorization` header's value for HTTP Basic auth (RFC 7617), encoded as requests encodes it."""
+        pair = f"{self.username}:{self.password}".encode("latin1")
+        return "Basic " + base64.b64encode(pair).decode("ascii")
+
 
 def auth_files(env: Mapping[str, str]) -> list[Path]:
     """The container auth files to look in, in the order podman and docker read them."""
@@ -99,7 +104,7 @@ def _from_helpers(doc: dict[str, Any], host: str, source: str) -> Credentials | 
     helper = (helpers.get(host) if isinstance(helpers, dict) else None) or doc.get("credsStore")
     if not isinstance(helper, str) or not helper:
         return None
-    from toolchain.core.proc import run
+    from toolchain.core.proc.runner import run
     from toolchain.errors import ToolError
 
     program = f"docker-credential-{helper}"

@@ -1,5 +1,5 @@
-"""Which entries of the wheel cache a retention rule removes: the remote one (`toolchain cache prune --remote`)
-and the local one (`toolchain cache prune --older-than AGE --keep-size SIZE`, `prune_local`).
+"""Which entries of the remote wheel cache a retention rule removes (`toolchain cache prune --remote`); the local
+cache's rule is build/localprune.py, which shares the age parsing and wording.
 
     --keep N          each component keeps its N newest entries, whatever their age
     --older-than AGE  of the rest, what was stored before now - AGE goes (AGE: 30d, 12h, 2w, 90m, 3600s)
@@ -12,17 +12,15 @@ manifests: two tags naming one manifest are removed together, or (one of them ke
 from __future__ import annotations
 
 import calendar
-import os
 import re
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from toolchain.build.remote import Registry, RemoteEntry
+    from toolchain.sharing.registry import Registry, RemoteEntry
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -89,9 +87,9 @@ def decide(entries: Sequence[Dated], now: float, older_than: float | None, keep:
         elif keep is not None and rank[e.key] < keep:
             verdicts.append(Verdict(e, False, f"among the {keep} newest of {e.component or 'its component'}"))
         elif older_than is not None and when >= now - older_than:
-            verdicts.append(Verdict(e, False, f"stored {_ago(now - when)} ago: within {_ago(older_than)}"))
+            verdicts.append(Verdict(e, False, f"stored {age_text(now - when)} ago: within {age_text(older_than)}"))
         else:
-            why = [f"stored {_ago(now - when)} ago"] if older_than is not None else []
+            why = [f"stored {age_text(now - when)} ago"] if older_than is not None else []
             why += [f"not among the {keep} newest"] if keep is not None else []
             verdicts.append(Verdict(e, True, ", ".join(why)))
     kept_digests = {v.entry.digest for v in verdicts if not v.remove}
@@ -111,7 +109,7 @@ def prune(registry: Registry, *, component: str, older_than: float | None, keep:
           status: Callable[[str], AbstractContextManager[None]]) -> Pruned:
     """Apply the rule to the registry's entries: one DELETE per manifest that goes (none in a dry run).
     RemoteError: the registry failed or refused (after some deletes: the message says how many)."""
-    from toolchain.build.remote import CREATED, A, RemoteError
+    from toolchain.sharing.registry import CREATED, A, RemoteError
 
     with status(f"reading {registry.settings.url}"):
         entries = registry.entries(component)
@@ -130,116 +128,17 @@ def prune(registry: Registry, *, component: str, older_than: float | None, keep:
     return Pruned(tuple(entries), tuple(verdicts), len(digests))
 
 
-@dataclass(frozen=True)
-class LocalEntry:
-    """One entry of the local wheel cache as the local rule sees it: its folder, bytes and when stored."""
-    path: Path
-    key: str
-    component: str
-    wheel: str
-    size: int
-    stored: float  # entry.json's `stored`, else the folder's mtime (an entry whose entry.json is not trusted)
-
-
-@dataclass(frozen=True)
-class LocalPruned:
-    """What a prune of the local cache saw and did."""
-    verdicts: tuple[tuple[LocalEntry, bool, str], ...]  # (entry, removed, why), newest first
-    refused: tuple[str, ...]   # symbolic links met on the way: not followed, nothing removed through them
-    freed: int                 # bytes removed (0 in a dry run)
-
-
-def local_entries(cache_dir: Path) -> tuple[list[LocalEntry], list[str]]:
-    """The local wheel cache's entries, newest first, found without following a symbolic link (a link met
-    is named in the second list, and nothing under it is looked at)."""
-    from toolchain.build.cache import WHEELS_DIR, read_meta
-
-    root = Path(cache_dir) / WHEELS_DIR
-    links: list[str] = []
-    found: list[LocalEntry] = []
-    if root.is_symlink():
-        return [], [str(root)]
-    for fan in _folders(root, links):
-        if len(fan.name) != 2:
-            continue  # locks/ and what else lives beside the fan-out folders
-        for entry in _folders(fan, links):
-            if entry.name.startswith("."):  # a write or an eviction under way
-                continue
-            _, meta = read_meta(entry / "entry.json")
-            size = 0
-            with os.scandir(entry) as it:
-                for f in it:
-                    if f.is_file(follow_symlinks=False):
-                        size += f.stat(follow_symlinks=False).st_size
-            stored = meta.get("stored") if meta is not None else None
-            if not isinstance(stored, (int, float)) or isinstance(stored, bool):
-                stored = os.lstat(entry).st_mtime
-            found.append(LocalEntry(entry, entry.name, str((meta or {}).get("component", "")),
-                                    str((meta or {}).get("wheel", "")), size, float(stored)))
-    return sorted(found, key=lambda e: (e.stored, e.key), reverse=True), links
-
-
-def _folders(parent: Path, links: list[str]) -> list[Path]:
-    """The real folders in `parent` (a symbolic link is added to `links`, never entered)."""
-    out = []
-    try:
-        with os.scandir(parent) as it:
-            for e in it:
-                if e.is_symlink():
-                    links.append(e.path)
-                elif e.is_dir(follow_symlinks=False):
-                    out.append(Path(e.path))
-    except OSError:
-        pass
-    return sorted(out)
-
-
-def decide_local(entries: Sequence[LocalEntry], now: float, older_than: float | None,
-                 keep_size: int | None) -> list[tuple[LocalEntry, bool, str]]:
-    """(entry, remove, why) for each of `entries` (newest first). `keep_size`: the newest entries are kept while
-    their total stays within it; `older_than`: what was stored before now - AGE goes. Both: an entry goes when
-    it is older than AGE and beyond the size kept, as `--keep N` and `--older-than` combine remotely."""
-    out, total = [], 0
-    for e in entries:
-        total += e.size
-        within = keep_size is not None and total <= keep_size
-        recent = older_than is not None and e.stored >= now - older_than
-        if within:
-            out.append((e, False, f"among the newest {_bytes(keep_size or 0)}"))
-        elif recent:
-            out.append((e, False, f"stored {_ago(now - e.stored)} ago: within {_ago(older_than or 0)}"))
-        else:
-            why = [f"stored {_ago(now - e.stored)} ago"] if older_than is not None else []
-            why += [f"beyond the newest {_bytes(keep_size)}"] if keep_size is not None else []
-            out.append((e, True, ", ".join(why)))
-    return out
-
-
-def prune_local(cache_dir: Path, *, older_than: float | None, keep_size: int | None, dry_run: bool,
-                warn: Callable[[str], None]) -> LocalPruned:
-    """Apply the local rule to the wheel cache under `cache_dir`: each entry that goes is evicted (renamed out
-    of the way, then deleted: `WheelCache.evict`, which deletes nothing reached through a symbolic link)."""
-    from toolchain.build.cache import WheelCache
-
-    entries, links = local_entries(cache_dir)
-    verdicts = decide_local(entries, time.time(), older_than, keep_size)
-    cache, freed = WheelCache(cache_dir, warn), 0
-    for entry, remove, _ in verdicts:
-        if remove and not dry_run and cache.evict(entry.key):
-            freed += entry.size
-    return LocalPruned(tuple(verdicts), tuple(links), freed)
-
-
-def _bytes(n: int) -> str:
+def size_text(n: int) -> str:
+    """A byte count as a prune report words it (kB, MB, GB)."""
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
-def _ago(seconds: float) -> str:
+def age_text(seconds: float) -> str:
+    """An age in seconds as a prune report words it (30s, 5m, 2.5h, 3d)."""
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}".replace(".0" + unit, unit)
     return f"{max(seconds, 0):.0f}s"
 
 
-__all__ = ["Dated", "LocalEntry", "LocalPruned", "Pruned", "Verdict", "created_at", "decide", "decide_local",
-           "local_entries", "parse_age", "prune", "prune_local"]
+__all__ = ["Dated", "Pruned", "Verdict", "age_text", "created_at", "decide", "parse_age", "prune", "size_text"]
