@@ -417,6 +417,39 @@ class BuildCommandClock:
         setattr(self._host, "run", self._real)  # noqa: B010
 
 
+class SubprocessClock:
+    """Each subprocess the tool runs (core/proc.py's one way, `_popen`) with its wall time, in order: where a
+    step's time goes outside this process."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[str, float]] = []
+
+    def __enter__(self) -> SubprocessClock:
+        from toolchain.core import proc
+
+        self._proc, self._real = proc, proc._popen
+
+        def timed(argv: list[str], *args: Any, **kw: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return self._real(argv, *args, **kw)
+            finally:
+                self.times.append((" ".join(Path(a).name if "/" in a else a for a in argv[:4]),
+                                   time.perf_counter() - started))
+
+        setattr(proc, "_popen", timed)  # noqa: B010 (run looks it up at each call)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(self._proc, "_popen", self._real)  # noqa: B010
+
+    def lines(self, total: float) -> list[str]:
+        """One line per subprocess, then the rest (the tool's own Python) of `total` seconds."""
+        spent = sum(t for _, t in self.times)
+        return [f"{t:7.3f} s  {argv}" for argv, t in self.times] + \
+            [f"{total - spent:7.3f} s  in the tool's own process (of {total:.3f} s)"]
+
+
 def _timed(fn: Any) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), _cpu()
     fn()
@@ -736,9 +769,14 @@ def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 
     tool_s, raw = samples["tool"], samples["raw"]
     overhead = Sample([t - b[0] for t, b in zip(tool_s.wall, clock.times, strict=False)],
                       [t - b[1] for t, b in zip(tool_s.cpu, clock.times, strict=False)])
+    with SubprocessClock() as subs:
+        started = time.perf_counter()
+        assert builder.build(next(picks)).ok
+        one_step = subs.lines(time.perf_counter() - started)
     outcome, profile = profile_call(lambda: builder.build(next(picks)))
     figures.update(real_step_tool=tool_s.as_dict(), real_step_raw=raw.as_dict(),
-                   real_step_overhead=overhead.as_dict(), real_step_profile=profile)
+                   real_step_overhead=overhead.as_dict(), real_step_subprocesses=one_step,
+                   real_step_profile=profile)
     checks.update({"real_step_builds": bool(getattr(outcome, "ok", False)),
                    "real_step_overhead_within_0.3s": overhead.median <= 0.3})
     return {"ok": all(checks.values()), "figures": figures, "checks": checks}
