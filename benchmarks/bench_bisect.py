@@ -743,7 +743,7 @@ def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 
         cold = work / f"cold{r}"
         tester = CommandTester([sys.executable, str(test)], cold / "test-logs")
         started = time.monotonic()
-        result = Bisector(cands, real_builder(cold, mirror), tester, jobs=DEFAULT_JOBS).run()
+        result = Bisector(cands, real_builder(cold, mirror), tester, jobs=DEFAULT_JOBS, check_ends=True).run()
         t_tool.append(time.monotonic() - started)
         found.append(result.first_bad is not None and result.first_bad.key == REAL_FIRST_BAD)
         builds.append(result.builds_compiled)
