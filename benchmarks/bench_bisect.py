@@ -751,7 +751,12 @@ def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 
             git_first_bad, git_steps, seconds = real_git_bisect_run(mirror, work, test)
             t_git.append(seconds)
     figures: dict[str, Any] = {"real_commits": len(cands) - 1, "real_steps": len(result.steps),
-                               "real_tool_seconds": [round(t, 2) for t in t_tool], "real_builds_compiled": builds}
+                               "real_tool_seconds": [round(t, 2) for t in t_tool], "real_builds_compiled": builds,
+                               "real_last_bisect": [  # where the last bisect's wall time went, step by step
+                                   f"{r.endpoint or f'step {r.number}':>8} {r.key[:12]} waited for its build "
+                                   f"{r.build_seconds:5.2f} s{' (built ahead)' if r.prefetched else ''}, "
+                                   f"test {r.test_seconds:4.2f} s: {r.verdict.value}"
+                                   for r in (*result.checks, *result.steps)]}
     checks: dict[str, bool] = {"real_found": all(found)}
     if baseline:
         tool, git = statistics.median(t_tool), statistics.median(t_git)
