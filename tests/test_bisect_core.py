@@ -471,3 +471,45 @@ def test_state_file_errors(tmp_path: Path):
 
 def test_steps_left():
     assert [steps_left(n) for n in (0, 1, 2, 3, 4, 7, 8, 200)] == [0, 1, 2, 2, 3, 3, 4, 8]
+
+
+def test_the_ends_and_the_first_midpoint_build_together_and_builds_ahead_run_nicer():
+    """With --jobs 3 the two checked ends and the first midpoint are in flight at once (each build below waits
+    until all three started: a bisect that built them one after another would time out and fail); the
+    midpoint, which no step awaits yet, runs at AHEAD_NICE more than the bisect (its thread, so its processes),
+    the ends at the bisect's own priority; later builds ahead are niced too, a step's own build never."""
+    from toolchain.bisect.core import AHEAD_NICE
+
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    nice: dict[str, int] = {}
+    together: list[bool] = []
+    first = Bisector(cands(17), Builds(), Verdicts(5)).next_index()
+    assert first is not None
+    trio = {"c000", "c016", f"c{first:03d}"}
+
+    def during(key: str) -> None:
+        nice[key] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        if key in trio:
+            together.append(builder.wait_for(trio, timeout=20))
+
+    builder = Builds(during=during, cores=1.0)
+    events = Events()
+    result = Bisector(cands(17), builder, Verdicts(5), events, jobs=3, idle=lambda: 2.0, check_ends=True).run()
+    assert key(result.first_bad) == "c005"
+    assert together == [True, True, True]
+    assert set(builder.calls[:3]) == trio
+    assert nice["c000"] == nice["c016"] == base
+    assert nice[f"c{first:03d}"] == min(19, base + AHEAD_NICE)
+    ahead = {k for kind, k in events.seen if kind == "prefetch"} & nice.keys() - {"c016"}  # started, not cancelled
+    awaited_here = set(builder.calls) - ahead - {"c016"}
+    assert ahead and all(nice[k] == min(19, base + AHEAD_NICE) for k in ahead)
+    assert all(nice[k] == base for k in awaited_here)
+
+
+def test_jobs_1_builds_no_midpoint_beside_the_ends():
+    """--jobs 1: the ends one after the other, nothing ahead, every build at the bisect's priority."""
+    builder = Builds(cores=1.0)
+    events = Events()
+    result = Bisector(cands(17), builder, Verdicts(5), events, jobs=1, check_ends=True).run()
+    assert key(result.first_bad) == "c005"
+    assert builder.most_at_once == 1 and not [e for e in events.seen if e[0] == "prefetch"]

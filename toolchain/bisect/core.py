@@ -26,10 +26,13 @@ Where candidates come from: `bisect.candidates` (a component's first-parent comm
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import math
+import os
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,6 +45,7 @@ from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_ta
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
+AHEAD_NICE = 10  # how much nicer than the bisect a build ahead runs (its thread, so its processes): never the awaited one's rival
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -343,7 +347,10 @@ class Bisector:
         todo = [(name, c) for name, c in (("good", cands[0]), ("bad", cands[-1])) if name not in done]
         bad_key = cands[-1].key
         if self._pool is not None and len(todo) == 2 and self._known(bad_key) is None and bad_key not in self._futures:
-            self._start(cands[-1])  # the bad end builds beside the good one
+            self._start(cands[-1], ahead=False)  # the bad end builds beside the good one (awaited next)
+            mid = self.next_index()
+            if mid is not None and self.jobs >= 3 and self._known(cands[mid].key) is None:
+                self._start(cands[mid])  # the first midpoint beside them, niced: the ends cost no wall time
         for name, cand in todo:
             record = replace(self._try(cand), endpoint=name)
             expected = Verdict.GOOD if name == "good" else Verdict.BAD
@@ -419,10 +426,13 @@ class Bisector:
     def _running(self) -> int:
         return sum(1 for f in self._futures.values() if not f.done())
 
-    def _start(self, cand: Candidate) -> None:
+    def _start(self, cand: Candidate, *, ahead: bool = True) -> None:
+        """Build `cand` in a pool thread; `ahead` (a build no step waits for yet): at AHEAD_NICE, so that it
+        never takes a core from the build or test being waited for (children inherit a thread's nice value)."""
         assert self._pool is not None
         self.handler.prefetching(cand)
-        self._futures[cand.key] = self._pool.submit(self.builder.build, cand.key)
+        self._futures[cand.key] = self._pool.submit(_at_nice, AHEAD_NICE if ahead else 0, self.builder.build,
+                                                    cand.key)
 
     def _measure(self, *outcomes: BuildOutcome) -> None:
         """W, once a compiled build tells how many cores one keeps busy (CPU / wall seconds, rounded, at least
@@ -500,6 +510,20 @@ class EndpointError(UsageError):
                                     f"exits 0 on good, 1 on {other.replace('good', 'bad')})")
                               + "; --no-check-endpoints skips this check if you know better")
         self.endpoint, self.candidate, self.record = name, cand, record
+
+
+def _at_nice(increment: int, build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
+    """`build(key)` in this (pool) thread at the bisect's nice value + `increment` (Linux: nice is per thread
+    and a child starts with its thread's), the thread's own value restored after where allowed."""
+    tid = threading.get_native_id()
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    with contextlib.suppress(OSError):  # no per-thread priority here: the build runs at the bisect's
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, base + increment))
+    try:
+        return build(key)
+    finally:
+        with contextlib.suppress(OSError):  # a pool thread is reused for an awaited build
+            os.setpriority(os.PRIO_PROCESS, tid, base)
 
 
 def resumable(error: BaseException) -> bool:

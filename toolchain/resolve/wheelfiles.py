@@ -13,9 +13,11 @@ import io
 import json
 import re
 import struct
+import threading
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
@@ -56,27 +58,39 @@ def _names(z: zipfile.ZipFile) -> list[str]:
         return [i.filename for i in z.infolist() if not i.is_dir()]
 
 
+_HTTP = threading.local()  # one session per thread: an audit of 70 wheels makes one TLS setup per host, not 70
+
+
+def _session() -> Any:
+    """This thread's HTTP session (kept alive: its connections and TLS context are reused)."""
+    import requests
+
+    if getattr(_HTTP, "session", None) is None:
+        _HTTP.session = requests.Session()
+    return _HTTP.session
+
+
 def _remote_names(dist: LockedDist, deps_dir: Path, log: Path) -> list[str]:
     import requests
 
     where = redact_url(dist.url)
     try:
-        with requests.Session() as http:
-            first = http.get(dist.url, headers={"Range": f"bytes=-{TAIL}"}, timeout=TIMEOUT, stream=True)
-            if first.status_code == 200:  # no ranges served: the whole file, fetched as locked files are
-                first.close()
-                return _fetched_names(dist, deps_dir, log)
-            first.raise_for_status()
-            tail = first.content
-            total = _total(first.headers.get("Content-Range", ""), len(tail))
-            start = total - len(tail)
-            need = _directory_start(tail, start)
-            if need < start:
-                more = http.get(dist.url, headers={"Range": f"bytes={need}-{start - 1}"}, timeout=TIMEOUT)
-                more.raise_for_status()
-                if more.status_code != 206 or len(more.content) != start - need:
-                    raise ValueError(f"asked for bytes {need}-{start - 1}, got {len(more.content)} bytes")
-                tail, start = more.content + tail, need
+        http = _session()
+        first = http.get(dist.url, headers={"Range": f"bytes=-{TAIL}"}, timeout=TIMEOUT, stream=True)
+        if first.status_code == 200:  # no ranges served: the whole file, fetched as locked files are
+            first.close()
+            return _fetched_names(dist, deps_dir, log)
+        first.raise_for_status()
+        tail = first.content
+        total = _total(first.headers.get("Content-Range", ""), len(tail))
+        start = total - len(tail)
+        need = _directory_start(tail, start)
+        if need < start:
+            more = http.get(dist.url, headers={"Range": f"bytes={need}-{start - 1}"}, timeout=TIMEOUT)
+            more.raise_for_status()
+            if more.status_code != 206 or len(more.content) != start - need:
+                raise ValueError(f"asked for bytes {need}-{start - 1}, got {len(more.content)} bytes")
+            tail, start = more.content + tail, need
     except requests.RequestException as exc:
         raise TransientError(f"reading the file list of {dist.file} from {where} failed: {exc}", kind="network",
                              hint="check the network and run the same command again") from None
