@@ -418,14 +418,14 @@ class BuildCommandClock:
 
 
 class SubprocessClock:
-    """Each subprocess the tool runs (core/proc.py's one way, `_popen`) with its wall time, in order: where a
+    """Each subprocess the tool runs (core/proc/runner.py's one way, `_popen`) with its wall time, in order: where a
     step's time goes outside this process."""
 
     def __init__(self) -> None:
         self.times: list[tuple[str, float]] = []
 
     def __enter__(self) -> SubprocessClock:
-        from toolchain.core import proc
+        from toolchain.core.proc import runner as proc
 
         self._proc, self._real = proc, proc._popen
 
