@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import tomlkit
@@ -123,8 +124,10 @@ def test_plan_json_is_the_exact_resolved_plan_and_matches_the_build(demo_build, 
     assert plan["toolchain"]["oneapi-version"] == "2025.2.0"
     assert plan["toolchain"]["env"]["CMPLR_ROOT"]
     for p, c in zip(plan["components"], lock["components"], strict=False):
-        assert (p["name"], p["commit"], p["cache-key"], p["patches"]) == (
+        assert (p["name"], p["commit"], p["cache-key"], [{k: v for k, v in x.items() if k != "found-in"}
+                                                          for x in p["patches"]]) == (
             c["name"], c["commit"], c["cache-key"], c["patches"])  # plan keys are the keys the build used
+        assert all(Path(x["found-in"], x["path"]).is_file() for x in p["patches"])  # the folder each was found in
         assert p["command"] == c["command"]
         assert p["env"] == c["env"]
     assert plan["components"][1]["fetchcontent"][0]["name"] == "demoheaders"
