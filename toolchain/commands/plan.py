@@ -124,8 +124,13 @@ def swap_line(swap: Swap) -> str:
     from rich.markup import escape
 
     what = "for a prebuilt" if swap.to == "prebuilt" else "back to a build from source"
-    return (f"[bold]{escape(swap.component)}[/] swapped {what} by {escape(swap.file.name)}: the inherited "
+    line = (f"[bold]{escape(swap.component)}[/] swapped {what} by {escape(swap.file.name)}: the inherited "
             f"{escape(', '.join(swap.dropped) or 'nothing')} dropped (after, dist and import kept)")
+    if swap.to == "source":
+        line += (f"; restored as they were before {escape(swap.restored_from)} swapped them out: "
+                 f"{escape(', '.join(swap.restored))} (url and commit: {escape(swap.file.name)}'s)" if swap.restored
+                 else "; nothing to restore: every key of the build comes from " + escape(swap.file.name))
+    return line
 
 
 def _prebuilt_line(pre: dict[str, Any]) -> str:
