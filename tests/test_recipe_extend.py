@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.errors import RecipeError
 from toolchain.commands.plan import swap_line
+from toolchain.errors import RecipeError
 from toolchain.recipe.load import load_recipe, only_components, recorded_origins
 
 COMPONENT = 'url = "file:///nowhere/{name}.git"\ncommit = "{commit}"\n'
