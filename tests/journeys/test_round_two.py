@@ -210,7 +210,8 @@ def test_plan_and_doctor_of_an_absent_base_image_pull_nothing(user, podman_image
     assert line["status"] == "warn" and line["value"].startswith(f"target.base: not present: a build pulls {B70_BASE}")
     text = user.ok("doctor", "--recipe", "b70-direct-fix", env={**OFFLINE, "COLUMNS": "400"}).stdout
     assert "container engine" in text.splitlines()[-2] and "image" in text.splitlines()[-3], text
-    assert _podman_images() == before  # nothing pulled
+    trial = "toolchain-doctor-trial"  # (doctor's own tiny image, made here offline: issue 40)
+    assert [i for i in _podman_images() if trial not in i] == [i for i in before if trial not in i]  # nothing pulled
 
 
 @pytest.mark.container
