@@ -122,3 +122,12 @@ def test_prebuilt_swaps_an_inherited_component_and_url_swaps_it_back(base, tmp_p
                     f'prebuilt = "team-engine==1.0"\n', {})
     with pytest.raises(RecipeError, match="engine.subdir: a prebuilt component is never compiled"):
         load_recipe(str(both))
+
+
+def test_a_recipe_error_points_at_what_a_wheel_install_has(tmp_path):
+    """Issue 40: a wheel has no docs/DESIGN.md; the hint names the README's section and the shipped recipes."""
+    bad = _project(tmp_path / "me", "bad", '[components.engine]\nurl = 3\n', {})
+    with pytest.raises(RecipeError) as err:
+        load_recipe(str(bad))
+    hint = err.value.hint or ""
+    assert "DESIGN.md" not in hint and "README's Recipes section" in hint and "toolchain recipes" in hint, hint
