@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import tomlkit
@@ -96,6 +97,24 @@ def test_recipes_from_another_directory_including_a_broken_one(ws):
     assert [x["name"] for x in r.json()["recipes"] if x["found-in"] == "$TOOLCHAIN_RECIPES_DIR"] == ["alpha", "broken"]
 
 
+def test_recipes_lists_the_users_first_then_the_shipped_ones(ws):
+    """As the README says (issue 40): a user's recipe named after every shipped one still comes first."""
+    ws.recipe("zz-mine", 'description = "mine"\n')
+    rows = ws.cli("recipes", "--recipes-dir", ws.recipes, "--json").json()["recipes"]
+    where = [x["found-in"] for x in rows]
+    assert where[0] == "--recipes-dir" and rows[0]["name"] == "zz-mine" and len(set(where)) == 2
+    assert where == sorted(where, key=lambda w: w != "--recipes-dir")  # no user's recipe after a shipped one
+    human = ws.cli("recipes", "--recipes-dir", ws.recipes).stdout
+    assert human.index("zz-mine") < human.index("ark-latest")
+
+
+def test_cache_commands_offer_no_patches_dir(cli):
+    """`cache ls` and `cache prune` read a recipe's [cache] only: --patches-dir would do nothing (issue 40)."""
+    for action in ("ls", "prune"):
+        r = cli.ok("cache", action, "--help")
+        assert "--recipes-dir" in r.stdout and "--patches-dir" not in r.stdout, action
+
+
 def test_plan_json_is_the_exact_resolved_plan_and_matches_the_build(demo_build, cli, tmp_path):
     r = cli("plan", "--recipe", "demo", "--json")  # in an empty directory, with the cache dir set inside it
     assert r.returncode == 0, str(r)
@@ -105,8 +124,10 @@ def test_plan_json_is_the_exact_resolved_plan_and_matches_the_build(demo_build, 
     assert plan["toolchain"]["oneapi-version"] == "2025.2.0"
     assert plan["toolchain"]["env"]["CMPLR_ROOT"]
     for p, c in zip(plan["components"], lock["components"], strict=False):
-        assert (p["name"], p["commit"], p["cache-key"], p["patches"]) == (
+        assert (p["name"], p["commit"], p["cache-key"], [{k: v for k, v in x.items() if k != "found-in"}
+                                                          for x in p["patches"]]) == (
             c["name"], c["commit"], c["cache-key"], c["patches"])  # plan keys are the keys the build used
+        assert all(Path(x["found-in"], x["path"]).is_file() for x in p["patches"])  # the folder each was found in
         assert p["command"] == c["command"]
         assert p["env"] == c["env"]
     assert plan["components"][1]["fetchcontent"][0]["name"] == "demoheaders"

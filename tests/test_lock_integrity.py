@@ -114,7 +114,8 @@ EVERY_TABLE_TEXT = (  # how core.serial writes the lock's dataclass tables: rena
     'built-against = [\n    { name = "torch", version = "2.9.0+xpu", cxx11-abi = "1" },\n'
     '    { name = "oneccl", version = "2021.15", cxx11-abi = "" },\n]\n',
     '[components.compiler-cache]\nlauncher = "none"\nversion = ""\nhits = 0\nmisses = 0\nnote = "no ccache on PATH"\n',
-    '[components.compiler-cache]\nlauncher = "ccache"\nversion = "4.10"\nhits = 3\nmisses = 1\n\n',
+    '[components.compiler-cache]\nlauncher = "ccache"\nversion = "4.10"\nhits = 3\nmisses = 1\n'
+    'local-hits = 0\nremote-hits = 0\n\n',  # written even when 0, as the README lists them (issue 40)
     '[components.metrics]\nwall-seconds = 12.5\ncpu-seconds = 30.25\npeak-memory-bytes = 2147483648\n'
     'peak-memory-source = "cgroup"\npeak-sampled-bytes = 1073741824\n',
     '[[components.inputs]]\npath = "configs/chunk.json"\n',

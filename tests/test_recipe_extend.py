@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from toolchain.commands.plan import swap_line
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import load_recipe, only_components, recorded_origins
 
@@ -97,10 +98,36 @@ def test_prebuilt_swaps_an_inherited_component_and_url_swaps_it_back(base, tmp_p
     r = load_recipe(str(back))
     engine = r.component("engine")
     assert engine.prebuilt is None and engine.commit == "f" * 40 and engine.url == "file:///nowhere/engine.git"
-    assert (engine.dist, engine.import_name, engine.patches) == ("team-engine", "team_engine", ())
+    assert (engine.dist, engine.import_name) == ("team-engine", "team_engine")
     assert [(s.component, s.to) for s in r.swaps] == [("engine", "prebuilt"), ("engine", "source")]
+    # issue 40: the swap back restores what the swap for a prebuilt removed, from the recipe that had it (two
+    # levels up), each path resolving against the recipe that declared it; url and commit are the swapper's own
+    assert [p.file for p in engine.patches] == [base.parent.parent / "patches" / "engine" / "0001-base.patch"]
+    assert (engine.subdir, dict(engine.env), [f.name for f in engine.fetchcontent], engine.built_against) == \
+        ("py", {"X": "1"}, ["dep"], ("torch",))
+    swap = r.swaps[1]
+    assert {"patches", "subdir", "env", "fetchcontent", "built-against"} <= set(swap.restored)
+    assert not {"url", "commit", "ref"} & set(swap.restored) and swap.restored_from == "mine.toml"
+    assert {k: v for k, v in recorded_origins(r).items() if k.startswith("components.engine.")} == \
+        {"components.engine.patches": str(base)}  # the lock records where the restored patch came from
+    line = swap_line(swap)
+    assert "restored" in line and "fetchcontent" in line and "mine.toml" in line and "back.toml" in line
+    # a key the swapping recipe writes wins over the restored one
+    own = _project(tmp_path / "me", "own", 'extends = "mine"\n[components.engine]\n'
+                   f'url = "file:///nowhere/engine.git"\ncommit = "{"f" * 40}"\npatches = []\nsubdir = ""\n', {})
+    engine = load_recipe(str(own)).component("engine")
+    assert (engine.patches, engine.subdir, engine.built_against) == ((), "", ("torch",))
     # a prebuilt written beside a build key of the same table is still refused: that key is the user's own
     both = _project(tmp_path / "me", "both", f'extends = "{base}"\n[components.engine]\nsubdir = "x"\n'
                     f'prebuilt = "team-engine==1.0"\n', {})
     with pytest.raises(RecipeError, match="engine.subdir: a prebuilt component is never compiled"):
         load_recipe(str(both))
+
+
+def test_a_recipe_error_points_at_what_a_wheel_install_has(tmp_path):
+    """Issue 40: a wheel has no docs/DESIGN.md; the hint names the README's section and the shipped recipes."""
+    bad = _project(tmp_path / "me", "bad", '[components.engine]\nurl = 3\n', {})
+    with pytest.raises(RecipeError) as err:
+        load_recipe(str(bad))
+    hint = err.value.hint or ""
+    assert "DESIGN.md" not in hint and "README's Recipes section" in hint and "toolchain recipes" in hint, hint

@@ -29,6 +29,7 @@ from tests.support.http_store import serve_http_store
 from tests.support.redis_fixtures import STORE_PASSWORD, auth_redis_store, redis_store  # noqa: F401  (fixtures)
 from toolchain import console
 from toolchain.build import ccache, intarget
+from toolchain.core import serial
 from toolchain.errors import UsageError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.sharing import compilerstore as ccremote
@@ -154,7 +155,9 @@ def test_an_unreachable_store_is_one_warning_and_a_good_build(redis_store, synth
     assert "shared compiler cache redis://127.0.0.1:" in w and "cannot connect" in w and "local cache alone" in w
     (c,) = r.json()["components"]
     assert c["source"] == "built" and c["compiler-cache"]["misses"] == TUS + 1
-    assert "remote" not in c["compiler-cache"]  # no store was used: none is recorded
+    # no store was used, and the lock says which one and why (no password)
+    assert c["compiler-cache"]["remote"].startswith("redis://127.0.0.1:")
+    assert "cannot connect" in c["compiler-cache"]["remote-note"] and c["compiler-cache"]["local-hits"] == 0
     assert STORE_PASSWORD not in r.stdout + r.stderr
     assert files_holding(tmp_path / "m", STORE_PASSWORD.encode()) == []
 
@@ -368,3 +371,8 @@ def test_a_store_found_unreachable_is_not_asked_again_in_this_process(tmp_path, 
         cc = ccache.choose(BuildSpec(), tmp_path, ui=UI(), reach=True)
         assert cc.enabled and cc.remote is None and "unreachable" in cc.why
     assert len(checks) == 1 and len(warned) == 1 and "cannot connect" in warned[0]
+    # each build's report keeps a trace of the store that was never used, and warns no more
+    shown = cc.reported(ccache.CacheReport("ccache", "4.14", 0, 3), UI(), "demo", False)
+    assert shown.remote.startswith("redis://127.0.0.1:") and "cannot connect" in shown.remote_note
+    assert len(warned) == 1
+    assert serial.to_table(shown, kebab=True)["local-hits"] == 0  # written even when 0

@@ -63,8 +63,8 @@ class CacheReport:
     misses: int = 0
     note: str = field(default="", metadata=meta(omit_default=True))  # why the build was uncached, when it was
     # the hits by where they were found, and the shared store (its URL without credentials) when there was one
-    local_hits: int = field(default=0, metadata=meta(omit_default=True))
-    remote_hits: int = field(default=0, metadata=meta(omit_default=True))
+    local_hits: int = 0   # written even when 0: the README lists the keys
+    remote_hits: int = 0
     remote: str = field(default="", metadata=meta(omit_default=True))
     remote_mode: str = field(default="", metadata=meta(omit_default=True))    # "read-only" | "read-write"
     remote_errors: int = field(default=0, metadata=meta(omit_default=True))   # ccache's failed store requests
@@ -98,6 +98,8 @@ class CompilerCache:
     why: str                 # one line for `plan` and the log
     remote: RemoteStore | None = None  # the shared store the builds read (and, read-write, fill)
     warned: set[str] = field(default_factory=set, compare=False, repr=False)  # warnings given: each once a build
+    # a store that could not be used from the start: (its URL as shown, why); the lock records it per component
+    unreached: tuple[str, str] | None = None
 
     def warn_once(self, ui: UI, kind: str, message: str) -> None:
         """`message`, unless a warning of this `kind` was given in this build."""
@@ -133,8 +135,13 @@ class CompilerCache:
 
     def reported(self, report: CacheReport, ui: UI, what: str, in_container: bool) -> CacheReport:
         """The runner's report of one build with the store named, and the store's trouble warned of once."""
-        if self.remote is None or report.launcher != "ccache":
+        if report.launcher != "ccache":
             return report
+        if self.remote is None:
+            if self.unreached is None:
+                return report
+            shown, why = self.unreached
+            return dataclasses.replace(report, remote=shown, remote_note=f"unreachable from the start: {why}")
         if report.remote_note:
             self.warn_once(ui, "unreachable", f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
                                f"with the local cache alone{_CONTAINER_HINT if in_container else ''}")
@@ -202,7 +209,8 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
                 ui.warn(f"the shared compiler cache {store.shown} ({store.origin}) cannot be used: {problem}; "
                         "compiling with the local cache alone")
             return CompilerCache(True, spec.cache_required, binary, static, data,
-                                 f"{why}; shared cache {store.shown} unreachable ({problem})")
+                                 f"{why}; shared cache {store.shown} unreachable ({problem})",
+                                 unreached=(store.shown, problem))
     if store is not None:
         why += f"; shared cache {store.describe()}"
     return CompilerCache(True, spec.cache_required, binary, static, data, why, store)

@@ -352,7 +352,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:  # the JSON document; `toolchain
     return {
         "recipe": {"name": plan.recipe.name, "path": str(plan.recipe.path), "sha256": plan.recipe.sha256,
                    "found": [to_table(f) for f in plan.recipe.found],
-                   "swapped": [to_table(s) for s in plan.recipe.swaps]},
+                   "swapped": [to_table(s, kebab=True) for s in plan.recipe.swaps]},
         "target": plan.target.fingerprint(),
         "toolchain": toolchain,
         "tool-version": __version__,

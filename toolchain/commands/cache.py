@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ls.add_argument("--remote", nargs="?", const="", default=None, metavar="URL",
                     help="list the remote cache: oci://HOST[:PORT]/NAMESPACE (default: $TOOLCHAIN_REMOTE_CACHE, "
                          "else the [cache] remote of --recipe)")
-    options.add_recipe(ls, help={"recipe": "the recipe whose [cache] remote to list (with --remote and no URL)"})
+    options.add_recipe(ls, patches=False, help={"recipe": "the recipe whose [cache] remote to list (with --remote and no URL)"})
     options.add(ls, "remote-insecure", "cache-dir")
     ls.add_argument("--component", help="only this component's entries")
     ls.set_defaults(handler=cmd_ls)
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     prune.add_argument("--remote", nargs="?", const="", default=None, metavar="URL",
                        help="the remote cache to prune: oci://HOST[:PORT]/NAMESPACE (default: $TOOLCHAIN_REMOTE_CACHE, "
                             "else the [cache] remote of --recipe); without it the local cache (--cache-dir) is pruned")
-    options.add_recipe(prune, help={"recipe": "the recipe whose [cache] remote to prune (with --remote and no URL)"})
+    options.add_recipe(prune, patches=False, help={"recipe": "the recipe whose [cache] remote to prune (with --remote and no URL)"})
     options.add(prune, "remote-insecure", "cache-dir")
     prune.add_argument("--older-than", metavar="AGE", help="remove entries stored before now - AGE (30d, 12h, 2w)")
     prune.add_argument("--keep", type=int, metavar="N", help="keep the N newest entries of each component (remote)")

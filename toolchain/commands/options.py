@@ -127,12 +127,16 @@ FIND_RECIPES = ("recipes-dir", "patches-dir")
 
 
 def add_recipe(parser: argparse.ArgumentParser, recipe_group: argparse._ActionsContainer | None = None, *,
-               recipe: bool = True, help: Mapping[str, str] | None = None) -> None:
+               recipe: bool = True, patches: bool = True, help: Mapping[str, str] | None = None) -> None:
     """--recipe (into `recipe_group` when given: a mutually exclusive group, say) and the options that find
-    recipes; `recipe=False` for a command that reads its recipe from a lock."""
+    recipes; `recipe=False` for a command that reads its recipe from a lock, `patches=False` for one that
+    reads no patch (it takes no --patches-dir; the recipe is read with the recorded folders)."""
     if recipe:
         add(recipe_group if recipe_group is not None else parser, "recipe", help=help)
-    add(parser, *FIND_RECIPES, help=help)
+    add(parser, *(FIND_RECIPES if patches else tuple(n for n in FIND_RECIPES if n != "patches-dir")), help=help)
+    if not patches:
+        o = SHARED["patches-dir"]
+        parser.set_defaults(**{o.dest: o.kwargs.get("default")})
 
 
 def add_global(parser: argparse.ArgumentParser, *, command: bool) -> None:

@@ -61,6 +61,11 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     for comp, entry in zip(plan.components, data["components"], strict=False):
         if comp.is_prebuilt:
             continue
+        # where each patch and input file was found (the folder searched that had it), and the inputs' sha256
+        for patch, shown in zip(comp.patches, entry["patches"], strict=False):
+            shown["found-in"] = str(_root(patch.file, patch.path)) if patch.file is not None else patch.url
+        entry["inputs"] = [{"path": i.label, "sha256": i.sha256, "found-in": str(i.file) if i.file else ""}
+                           for i in comp.inputs]
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
@@ -92,13 +97,24 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, "\n".join(lines), (table,))
 
 
+def _root(file: Path, label: str) -> Path:
+    """The patches folder a patch was found in: its file without the path the recipe wrote."""
+    parts = len(Path(label).parts)
+    return file.parents[parts - 1] if file.parts[-parts:] == Path(label).parts else file.parent
+
+
 def swap_line(swap: Swap) -> str:
     """How `plan` notes an inherited component an extending recipe swapped."""
     from rich.markup import escape
 
     what = "for a prebuilt" if swap.to == "prebuilt" else "back to a build from source"
-    return (f"[bold]{escape(swap.component)}[/] swapped {what} by {escape(swap.file.name)}: the inherited "
+    line = (f"[bold]{escape(swap.component)}[/] swapped {what} by {escape(swap.file.name)}: the inherited "
             f"{escape(', '.join(swap.dropped) or 'nothing')} dropped (after, dist and import kept)")
+    if swap.to == "source":
+        line += (f"; restored as they were before {escape(swap.restored_from)} swapped them out: "
+                 f"{escape(', '.join(swap.restored))} (url and commit: {escape(swap.file.name)}'s)" if swap.restored
+                 else "; nothing to restore: every key of the build comes from " + escape(swap.file.name))
+    return line
 
 
 def _prebuilt_line(pre: dict[str, Any]) -> str:
@@ -124,17 +140,20 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
     for c in components:
         if "prebuilt" in c:
             pre = c["prebuilt"]
-            rows.append((c["name"], "prebuilt", "-", pre.get("requirement") or pre.get("file", ""), "-", "-"))
+            rows.append((c["name"], "prebuilt", "-", "wheel: " + (pre.get("requirement") or pre.get("file", "")),
+                         "-", "-"))
             continue
-        source = (f"{c['describe']}\n{c['date']}\n{c['source-date-epoch']}" if c["describe"]
+        source = (f"{c['describe']}\n{c['date']}\nepoch {c['source-date-epoch']}" if c["describe"]
                   else "not fetched yet")
         jobs = c.get("jobs", {})
+        files = [f"{p['path']} {p['sha256'][:12]}" + (f" (at the {p['applied-at']})" if p.get("applied-at") else "")
+                 + (f"\n  in {p['found-in']}" if p.get("found-in") else "") for p in c["patches"]]
+        files += [f"input {i['path']} {i['sha256'][:12]}" + (f"\n  at {i['found-in']}" if i["found-in"] else "")
+                  for i in c.get("inputs", ())]
         rows.append((c["name"], c["commit"][:12], f"{jobs['jobs']} ({jobs.get('source', '')})" if jobs else "-",
-                     source, "\n".join(f"{p['path']} {p['sha256'][:12]}"
-                                          + (f" (at the {p['applied-at']})" if p.get("applied-at") else "")
-                                          for p in c["patches"]) or "-",
-                     device_env(c.get("env") or {}) or "-"))
-    return Grid(title, ("component", "commit", "jobs", "describe, date, epoch", "patches", "devices"), tuple(rows))
+                     source, "\n".join(files) or "-", device_env(c.get("env") or {}) or "-"))
+    # the source column: a built component's commit (describe, date, SOURCE_DATE_EPOCH), or a prebuilt's wheel
+    return Grid(title, ("component", "commit", "jobs", "source", "patches, inputs", "devices"), tuple(rows))
 
 
 def exact_command(plan: Plan, cp: ComponentPlan, container: bool, cache: Path,

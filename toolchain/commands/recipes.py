@@ -29,7 +29,8 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.recipes_dir is not None and not args.recipes_dir.is_dir():
         raise UsageError(f"--recipes-dir {args.recipes_dir}: not a directory",
                          hint="pass the directory that holds the recipes (NAME.toml)")
-    rows = sorted(list_recipes(args.recipes_dir))  # by name: `stack` before `stack-b60`
+    # yours first, then the shipped ones (the order the recipes are searched in); by name within each folder
+    rows = list_recipes(args.recipes_dir)
     # a recipe's text, shown as written (plain text: no markup, no emoji); the description wraps at spaces
     table = Grid("recipes", ("name", "found in", "description"), tuple((n, w, d) for n, d, w in rows), prose=True)
     return CommandResult({"recipes": [{"name": n, "description": d, "found-in": w} for n, d, w in rows]}, 0, "",

@@ -251,6 +251,7 @@ def _resolve_extends(path: Path, recipes_dir: Path | None, patches_of: Callable[
 
 
 SWAP_KEEPS = ("after", "dist", "import")  # what an inherited component keeps when it is swapped
+SWAP_BACK_GIVES = ("url", "commit", "ref")  # what a swap back gives anew (the rest of a source build is restored)
 
 
 def _swap(base: dict[str, Any], own: dict[str, Any], file: Path, origins: dict[str, Origin],
@@ -274,9 +275,20 @@ def _swap(base: dict[str, Any], own: dict[str, Any], file: Path, origins: dict[s
         else:
             continue
         out[name] = {k: v for k, v in old.items() if k in SWAP_KEEPS}
-        swaps.append(Swap(name, to, file, tuple(k for k in old if k not in SWAP_KEEPS)))
-        for key in [k for k in origins if k.startswith(f"components.{name}.")]:
-            del origins[key]
+        mine = {k: origins.pop(k) for k in [k for k in origins if k.startswith(f"components.{name}.")]}
+        dropped = tuple(k for k in old if k not in SWAP_KEEPS)
+        if to == "prebuilt":
+            swaps.append(Swap(name, to, file, dropped, removed=dict(old), removed_origins=mine))
+            continue
+        # back to a build from source: the keys the nearest swap for a prebuilt removed come back (fetchcontent,
+        # built-against, inputs, patches, command, ...), with their origins; the recipe gives url and commit anew
+        before = next((s for s in reversed(swaps) if s.component == name and s.to == "prebuilt"), None)
+        back = {k: v for k, v in before.removed.items() if k not in (*SWAP_KEEPS, *SWAP_BACK_GIVES)} if before else {}
+        out[name].update(back)
+        for key, o in (before.removed_origins.items() if before else ()):
+            if key.split(".")[2] in back:
+                origins[key] = o
+        swaps.append(Swap(name, to, file, dropped, tuple(back), before.file.name if before and back else ""))
     return {**base, "components": out}
 
 

@@ -61,11 +61,19 @@ class Found:
 class Swap:
     """An inherited component an extending recipe swapped: for a released wheel (`prebuilt` written over a
     component built from source) or back to a build from source (`url` written over an inherited prebuilt).
-    The inherited keys in `dropped` went; `after`, `dist` and `import` stayed (`recipe.load.SWAP_KEEPS`)."""
+    The inherited keys in `dropped` went; `after`, `dist` and `import` stayed (`recipe.load.SWAP_KEEPS`). A swap
+    back restores the keys the nearest swap for a prebuilt removed (`restored`, as they were before `restored_from`
+    swapped them out), but url, commit and ref, which the swapping recipe gives anew."""
     component: str
     to: str        # "prebuilt" | "source"
     file: Path     # the recipe file that swapped it
     dropped: tuple[str, ...]
+    restored: tuple[str, ...] = ()
+    restored_from: str = field(default="", metadata=meta(omit_default=True))  # the file that swapped them out
+    # a swap for a prebuilt: the component's table and its keys' origins as they were (what a swap back restores)
+    removed: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False, metadata=meta(skip=True))
+    removed_origins: Mapping[str, Origin] = field(default_factory=dict, compare=False, repr=False,
+                                                  metadata=meta(skip=True))
 
 
 APPLIED_AT: Check = ("root or subdir", lambda v: v in ("root", "subdir"))

@@ -183,7 +183,9 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
                                           "patches (searched first; the recorded folders stay searched); a file is "
                                           "taken by its sha256 from the cache of the machine that built the lock")
     if pr.items:
-        raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); see docs/DESIGN.md for the format")
+        raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); the format: the README's Recipes section "
+                                     "(the package's description), and the shipped recipes as examples "
+                                     "(`toolchain recipes` says where each is)")
     kept = tuple((k, o) for k, o in declared.items() if o != own)
     return Recipe(name=name, path=path, description=str(data.get("description", "")), toolchain=toolchain,
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,

@@ -425,9 +425,17 @@ class Container:
 
 # podman applies default ulimits (containers.conf [containers] default_ulimits) that a host without systemd (a
 # container, a CI runner, WSL) may not let it raise: runc then fails with "error setting rlimit type N"
-RLIMIT_FIX = ("give podman a containers.conf with `[containers] default_ulimits = []` (on a host without systemd "
-              "also `[engine] runtime = \"runc\"` and `cgroup_manager = \"cgroupfs\"`) and point CONTAINERS_CONF at "
-              "it, as the README's Troubleshooting says (the tests use /etc/containers/toolchain-tests.conf)")
+RLIMIT_SETTING = ("`[containers] default_ulimits = []` (on a host without systemd also `[engine] runtime = \"runc\"` "
+                  "and `cgroup_manager = \"cgroupfs\"`)")
+
+
+def rlimit_fix() -> str:
+    """The fix for podman's default ulimits, naming the containers.conf files this user's podman reads."""
+    named = os.environ.get("CONTAINERS_CONF", "")
+    where = (f"in {named} (the file CONTAINERS_CONF names)" if named else
+             "in /etc/containers/containers.conf (every user) or ~/.config/containers/containers.conf (yours), "
+             "or in a file of your own that CONTAINERS_CONF points at")
+    return f"set {RLIMIT_SETTING} {where}, as the README's Troubleshooting says"
 
 
 def start_failure(engine: str, said: str, argv: Sequence[str]) -> tuple[str, str]:
@@ -436,7 +444,7 @@ def start_failure(engine: str, said: str, argv: Sequence[str]) -> tuple[str, str
     lines = said.strip().splitlines()
     last = lines[-1] if lines else "no message"
     if engine == "podman" and "rlimit" in said:
-        return (f"podman's default ulimits cannot be applied here ({last[-300:]})", RLIMIT_FIX)
+        return (f"podman's default ulimits cannot be applied here ({last[-300:]})", rlimit_fix())
     return last[-300:], "check [target] run-args and engine-args; the command was: " + shlex.join(argv)
 
 

@@ -6,8 +6,8 @@ the fix (`engine.start_failure`, the same words a build's error uses).
 
 from __future__ import annotations
 
-import json
 import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from toolchain.console import UI
@@ -100,33 +100,63 @@ def container_findings(spec: TargetSpec, ui: UI | None = None) -> tuple[list[Fin
     trial = _trial_image(engine, spec, state)
     if trial is None:
         return [*findings, Finding("container engine", WARN, f"{engine.name} answers; starting a container was not "
-                                                              "tried: no image here to start one from")], False
-    try:
-        with engine.started("doctor", trial, (), spec.run_args):
-            pass
-    except StartFailed as err:
-        return [*findings, Finding("container engine", MISSING,
-                                   f"{engine.name} cannot start a container from {trial.name} with the recipe's "
-                                   f"run-args: {err.cause}", err.hint or "")], False
-    except ContainerError as err:
-        return [*findings, Finding("container engine", MISSING, str(err), err.hint or "")], False
+                                                              "tried: no image here to start one from, and none "
+                                                              "could be made here")], False
     shown = "" if state is not None and state.present else f" (from {trial.name}: the recipe's image is not here)"
-    return [*findings, Finding("container engine", OK, f"{engine.name} starts a container with the recipe's "
-                                                       f"run-args{shown}")], state is None or state.present
+    failed = _start(engine, trial, spec.run_args)
+    if failed is None:
+        return [*findings, Finding("container engine", OK, f"{engine.name} starts a container with the recipe's "
+                                                           f"run-args{shown}")], state is None or state.present
+    if not spec.run_args or isinstance(failed, str):
+        return [*findings, _engine_failed(engine, trial, failed, " with the recipe's run-args")], False
+    # the same start without the run-args tells the recipe's run-args apart from the engine's own trouble
+    bare = _start(engine, trial, ())
+    args = " ".join(spec.run_args)
+    if bare is None:
+        return [*findings, Finding("run-args", MISSING, f"[target] run-args ({args}): {failed.cause}",
+                                   _run_args_fix(failed.cause)),
+                Finding("container engine", OK, f"{engine.name} starts a container without the recipe's "
+                                                 f"run-args{shown}")], False
+    if isinstance(bare, str) or bare.cause == failed.cause:  # the engine's own trouble, whatever the run-args
+        return [*findings, _engine_failed(engine, trial, bare, " even without the recipe's run-args")], False
+    return [*findings, Finding("run-args", WARN, f"[target] run-args ({args}): {failed.cause}",
+                               _run_args_fix(failed.cause) + "; tried again once the engine below starts containers"),
+            _engine_failed(engine, trial, bare, " even without the recipe's run-args")], False
+
+
+def _start(engine: Engine, image: Image, run_args: Sequence[str]) -> StartFailed | str | None:
+    """None when a trivial container starts from `image` with `run_args`; else why (StartFailed, or the
+    engine's error as text)."""
+    try:
+        with engine.started("doctor", image, (), run_args):
+            return None
+    except StartFailed as err:
+        return err
+    except ContainerError as err:
+        return f"{err}" + (f" ({err.hint})" if err.hint else "")
+
+
+def _engine_failed(engine: Engine, image: Image, failed: StartFailed | str, how: str) -> Finding:
+    """The engine's finding for a start that failed."""
+    if isinstance(failed, str):
+        return Finding("container engine", MISSING, failed)
+    return Finding("container engine", MISSING, f"{engine.name} cannot start a container from {image.name}{how}: "
+                                                f"{failed.cause}", failed.hint or "")
+
+
+def _run_args_fix(cause: str) -> str:
+    """What to do about run-args the engine refused: a GPU's device on a box without one, or else the args."""
+    if "/dev/dri" in cause:
+        return ("this box has no /dev/dri (no GPU driver loaded): builds need no card, so drop --device /dev/dri "
+                "from [target] run-args in a recipe of your own (extends = the recipe), or load the xe driver")
+    return "check [target] run-args (each is passed to the engine's run as written)"
 
 
 def _trial_image(engine: Engine, spec: TargetSpec, state: ImageState | None) -> Image | None:
-    """The recipe's image when it is here, else any image the engine has (only the engine is tried)."""
+    """The recipe's image when it is here, else a tiny image made here offline (container/trial.py): never
+    whatever image the engine happens to hold."""
     if state is not None and state.present:
         return engine.inspect_image(spec.image)
-    r = engine.query("images", "--format", "{{.ID}}")
-    ids = r.stdout.split() if r.returncode == 0 else []
-    found = engine.inspect_image(ids[0]) if ids else None
-    if found is None:
-        return None
-    names = engine.query("image", "inspect", "--format", "{{json .RepoTags}}", ids[0])
-    try:
-        tags = json.loads(names.stdout) if names.returncode == 0 else []
-    except ValueError:
-        tags = []
-    return Image(tags[0] if tags else ids[0], found.id, found.repo_digests, ref=ids[0])
+    from toolchain.target.container.trial import trial_image
+
+    return trial_image(engine)
