@@ -20,7 +20,6 @@ LEFT = {
     "build/stack.py": 3,            # workspaces_at_once; sees_host_paths for ccache's extras and its report
     "commands/plan.py": 2,          # in_container of the recipe's target: plan's exact command
     "commands/verify_repro.py": 2,  # in_container of a lock's target
-    "pipeline/audit.py": 1,         # sees_host_paths: the native audit's memo
     "pipeline/build.py": 2,         # inherits_environment: job counts checked first
     "smoke/session.py": 4,          # venvs_see_image_packages, sees_host_paths (the fresh venv), in_container
 }

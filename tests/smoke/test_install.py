@@ -36,11 +36,12 @@ def _project(root: Path, name: str, version: str, requires: list[str]) -> Path:
 def _isolation_args() -> list[str]:
     """Build without isolation when this interpreter's setuptools can make wheels by itself (>= 70.1, no
     `wheel` package needed); otherwise let pip fetch setuptools into an isolated build environment."""
-    try:
-        import setuptools
-        from packaging.version import Version
-        return ["--no-build-isolation"] if Version(setuptools.__version__) >= Version("70.1") else []
-    except ImportError:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+    try:  # (its metadata, not an import: setuptools' distutils shim stands aside in a process that looked up pip)
+        return ["--no-build-isolation"] if Version(version("setuptools")) >= Version("70.1") else []
+    except PackageNotFoundError:
         return []
 
 

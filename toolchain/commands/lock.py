@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.image:
-        return from_image(args, ui)
+        return lock_of_image(args, ui)
     from toolchain.commands.build import closure_summary
     from toolchain.commands.recipes import Table
 
@@ -56,7 +56,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, f"[green]lock:[/] {lock.path}{when}", (table,))
 
 
-def from_image(args: argparse.Namespace, ui: UI) -> CommandResult:
+def lock_of_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     """`toolchain lock --image REF`: the provenance an image carries, its lock written to --out when given."""
     from toolchain.commands.recipes import Table
     from toolchain.core.fs import atomic_write_text

@@ -11,7 +11,7 @@ from toolchain.lock import Lock
 from toolchain.recipe.model import Recipe
 from toolchain.resolve.closure import DEPS_DIR
 from toolchain.resolve.native import WheelAudit
-from toolchain.target import in_container, make_runtime
+from toolchain.target import make_runtime, memo_dir
 from toolchain.target.oneapi import ToolchainEnv
 
 
@@ -45,7 +45,7 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
         providers = native.target_providers(runtime, recipe.target.python, dirs,
                                             lock.toolchain.oneapi_version if toolchain is not None else "",
                                             installed=lock.base is not None,  # (the image's stack)
-                                            memo_dir=cache_dir / "memo" if runtime.sees_host_paths else None)
+                                            memo_dir=memo_dir(recipe.target, cache_dir))
     policy = policy_for(recipe.native)
     report = verdicts.check(audits, providers, policy, at="build")
     log = out / "logs" / "native.log"
@@ -69,7 +69,8 @@ def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: Toolchain
     [native], the toolchain) and the PATH its loader probe runs with; its inputs are every path the audit's
     verdicts read besides those (the loader cache, the system library folders, setvars' library folders, the
     shipped policy). A base image's or a container's audit is never remembered (their libraries are not here)."""
-    if lock.base is not None or in_container(recipe.target):
+    memos = memo_dir(recipe.target, cache_dir)
+    if lock.base is not None or memos is None:
         return audit_native(lock, out, recipe, toolchain, cache_dir, ui)
     import dataclasses
     import json
@@ -93,7 +94,7 @@ def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: Toolchain
         return ([to_table(a) for a in audits],
                 [native.LOADER_CACHE, *native.SYSTEM_LIB_DIRS, *dirs, str(POLICY_FILE)])
 
-    found = remembered(cache_dir / "memo", "native-audit", identity, compute)
+    found = remembered(memos, "native-audit", identity, compute)
     return tuple(from_data(WheelAudit, d) for d in found)
 
 

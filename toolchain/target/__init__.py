@@ -6,6 +6,7 @@ The container runtimes are imported when a recipe asks for one: a host build doe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
     from toolchain.target.parts import Serving
 
 __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Interpreter", "Runtime", "Serving",
-           "absent_image", "entry_findings", "from_image", "in_container", "inherits_environment", "make_runtime"]
+           "absent_image", "entry_findings", "from_image", "in_container", "inherits_environment", "make_runtime",
+           "memo_dir"]
 
 
 def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
@@ -45,6 +47,12 @@ def in_container(target: TargetSpec | TargetInfo) -> bool:
     """True: the target (a recipe's, or the one a lock was built in) is a container (an image's, or a running
     one), not this machine."""
     return (target.runtime or "host") != "host"
+
+
+def memo_dir(spec: TargetSpec, cache_dir: Path) -> Path | None:
+    """Where a probe of this target may be remembered (core/probe_memo.py): the cache's memo folder for the host,
+    whose files a stat re-checks; None for a container (what it reads is not this machine's files)."""
+    return None if in_container(spec) else Path(cache_dir) / "memo"
 
 
 def from_image(spec: TargetSpec) -> bool:
