@@ -5,6 +5,7 @@ demo built once per session. The helpers they use live in tests/spine_helpers.py
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -17,6 +18,26 @@ from tests.support.registry_fixtures import auth_registry, registry  # noqa: F40
 for _name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
               "GIT_PREFIX", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES"):
     os.environ.pop(_name, None)
+
+# The stop signals the tests send, at their default disposition whatever the suite inherited: started from a
+# background job (`nohup bash tests/run.sh &`, some CI runners) SIGINT and SIGHUP arrive ignored, and SIG_IGN
+# passes through exec to every tool the tests start, which then never sees the signal a test sends. A handled
+# signal is reset to its default in a child at exec; SIGINT keeps Python's own handler here (KeyboardInterrupt).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def default_stop_signals() -> list[signal.Signals]:
+    """Reset each stop signal this process ignores (xdist's workers run it too); the ones it reset."""
+    reset = []
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+            reset.append(sig)
+    return reset
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    default_stop_signals()
 
 
 @pytest.fixture
