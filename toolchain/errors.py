@@ -38,9 +38,11 @@ class RecipeError(ToolError):
 
     return_code = 2
 
+    heading = "invalid recipe"  # what failed, above a list of problems
+
     def __init__(self, problems: list[str] | str, *, hint: str | None = None) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        head = "invalid recipe" if len(self.problems) > 1 else self.problems[0]
+        head = self.heading if len(self.problems) > 1 else self.problems[0]
         body = "\n".join(f"  - {p}" for p in self.problems) if len(self.problems) > 1 else ""
         super().__init__(f"{head}:\n{body}" if body else head, hint=hint)
 

@@ -6,6 +6,7 @@ of a bundle whose lock pins a closure.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -93,7 +94,17 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
     assert str(tmp_path / "other-home" / "cache" / "files") in err  # and the cache
     assert "demo/0001-engine-reject-empty-prompt.patch" not in err  # the shipped patch is where it always was
     assert "--patches-dir" in hint and "bundle" in hint
+    assert err.startswith("a locked file is missing") and "invalid recipe" not in err, err  # (issue 40)
     assert not (home / "replayed-bare").exists()
+
+    # the bundle unpacked somewhere else rebuilds with an empty cache from any current folder: its patches/
+    # (the root's and ARK's) and inputs/ are found by their recorded names and sha256 (issue 40)
+    unpacked = home / "unpacked" / bundle.name
+    shutil.copytree(bundle, unpacked)
+    fresh = make_user(home / "somewhere", tmp_path / "fresh-home")
+    rebuilt = fresh.ok("build", "--from-lock", unpacked / "stack.lock.toml", "--out", home / "rb", "--json").json()
+    assert [(c["name"], c["sha256"]) for c in rebuilt["components"]] == wheels
+    fresh.ok("verify-repro", "--lock", unpacked / "stack.lock.toml")
 
     # --patches-dir adds the moved folder's patches: the shipped demo patch is still found, the input too
     # is named (it is no patch) until the user restores it where the recipe said
@@ -101,7 +112,7 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
              "--json")
     assert r.returncode == 2, str(r)
     err = r.json()["error"]
-    assert "patch" not in err.replace("--patches-dir", ""), err
+    assert not re.search(r"\bpatch \S+ \(sha256", err), err  # no patch is missing (the folders looked in are named)
     assert "input configs/preset.txt" in err
     (me / "recipes" / "configs").mkdir(parents=True)
     shutil.copy(moved / "recipes" / "configs" / "preset.txt", me / "recipes" / "configs" / "preset.txt")

@@ -67,11 +67,17 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
 
     Local patches are looked up in `patches_dir` first when given (a bundle's patches/, --patches-dir), then
     beside the recipe file that declared them, beside the recipes/ the lock names and beside the project's
-    recipes; a patch or input file found in none of them is taken from `cache_dir` by the sha256 the lock
-    records (the build kept it there), else MissingFiles names each with every place looked."""
+    recipes; a patch or input file found in none of them is looked for under its recorded name, with the
+    sha256 the lock records, in `patches_dir` and in the lock's own folder as a bundle lays it out (patches/,
+    inputs/<component>/; whatever the current folder), then taken from `cache_dir` by that sha256 (every build
+    keeps the files it read there), else MissingFiles names each with every place looked."""
     recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
+    bundle = Path(lock.path).resolve().parent if lock.path is not None else None
     own = (recipes_dir.parent / "patches",) if recipes_dir else patches_dirs_of(recorded)
     first = [patches_dir] if patches_dir else []
+    # where a recorded file is looked for by its name and sha256 before the cache: --patches-dir, then the
+    # lock's folder as a bundle lays it out (patches/, inputs/<component>/)
+    search = tuple(dict.fromkeys([*first, *([bundle / "patches", bundle] if bundle is not None else [])]))
     dirs = list(dict.fromkeys([*first, *own, (recipes_dir or default_recipes_dir()).parent / "patches"]))
     # each inherited key resolves against the file that declared it, as the build did (a lock written before
     # locks recorded them: against the recorded recipe's directory)
@@ -80,7 +86,7 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
     hashes.update({(c.name, i.label): i.sha256 for c in lock.components for i in c.inputs})
     try:
         recipe = load_recipe_text(lock.recipe_text, lock.recipe_name, recorded, dirs,
-                                  origins=origins, recorded=Recorded(hashes, cache_dir))
+                                  origins=origins, recorded=Recorded(hashes, cache_dir, search))
     except MissingFiles as err:
         raise MissingFiles([f"{lock.path}: {p}" for p in err.problems], hint=err.hint) from None
     except RecipeError as err:

@@ -127,9 +127,12 @@ class Recorded:
     """What a lock records of the local files its recipe names: the sha256 of each patch and input file by
     (component, label), and the cache that keeps copies by sha256 (`core.blobs`). A recipe read back from a
     lock takes a file from the cache by its hash when nothing is left at the recorded place (the folder
-    moved); a file still there is what the recipe names (a changed one is refused by its hash)."""
+    moved); a file still there is what the recipe names (a changed one is refused by its hash). Before the
+    cache, `search`: folders where a file of that hash may be under its recorded name (a bundle's folder, its
+    patches/ and inputs/<component>/, each --patches-dir), whatever the current folder."""
     sha256: Mapping[tuple[str, str], str]
     cache_dir: Path | None = None
+    search: tuple[Path, ...] = ()
 
 
 @record

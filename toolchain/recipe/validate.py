@@ -69,6 +69,13 @@ class MissingFiles(RecipeError):
     """A recipe read back from a lock names local files (patches, inputs) that are neither where the lock
     records them nor kept in the cache: the recipe text is fine, the files have to be supplied."""
 
+    heading = "a locked file is missing"
+
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None) -> None:
+        listed = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__(listed if len(listed) > 1 else [f"{self.heading}: {listed[0]}"], hint=hint)
+        self.problems = listed
+
 
 class _Problems:
     def __init__(self, path: Path) -> None:
@@ -178,10 +185,11 @@ def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
                                                             "over the image with --force-reinstall --no-deps; "
                                                             "remove install-args (or include both)")
     if pr.items and pr.missing == len(pr.items):
-        raise MissingFiles(pr.items, hint="supply them: rebuild from the lock's bundle (`build --bundle` writes its "
-                                          "patches/ and inputs/ beside the lock), or pass --patches-dir DIR with the "
-                                          "patches (searched first; the recorded folders stay searched); a file is "
-                                          "taken by its sha256 from the cache of the machine that built the lock")
+        raise MissingFiles(pr.items, hint="supply them: rebuild from the lock's bundle, from any folder (`toolchain "
+                                          "build --from-lock BUNDLE/stack.lock.toml`: its patches/ and inputs/ are "
+                                          "searched), or pass --patches-dir DIR holding them (patches and inputs "
+                                          "alike); a file is also taken by its sha256 from your cache (--cache-dir), "
+                                          "where every build keeps the files it read")
     if pr.items:
         raise RecipeError(pr.items, hint=f"fix {path} (each line names the key); the format: the README's Recipes section "
                                      "(the package's description), and the shipped recipes as examples "
@@ -407,14 +415,25 @@ class _Kept:
             pr.add(where, f"{what} {label} is not in " + ", ".join(map(str, looked)) + ", and the lock records "
                           "no sha256 for it", file=origin.file)
             return None
-        kept = blobs.find(self.recorded.cache_dir, sha)
+        searched = self.candidates(label)
+        kept = next((c for c in searched if c.is_file() and sha256_file(c) == sha), None) \
+            or blobs.find(self.recorded.cache_dir, sha)
         if kept is not None:
             return kept
-        places = [*map(str, looked), f"the cache ({blobs.blob_path(self.recorded.cache_dir, sha)})"
+        places = [*map(str, dict.fromkeys([*looked, *searched])),
+                  f"the cache ({blobs.blob_path(self.recorded.cache_dir, sha)})"
                   if self.recorded.cache_dir is not None else "no cache"]
         pr.add(where, f"{what} {label} (sha256 {sha}) is missing: looked in " + ", ".join(places), file=origin.file)
         pr.missing += 1
         return None
+
+    def candidates(self, label: str) -> list[Path]:
+        """Where a file recorded as `label` may be in the search folders: under its recorded path, and by its
+        name in the folder of this component's inputs (a bundle's inputs/<component>/)."""
+        name = Path(label).name
+        dirs = self.recorded.search if self.recorded is not None else ()
+        found = [d / label for d in dirs] + [d / "inputs" / self.component / name for d in dirs]
+        return list(dict.fromkeys(found))
 
     @property
     def active(self) -> bool:
