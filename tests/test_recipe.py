@@ -364,8 +364,9 @@ def test_a_user_recipe_in_another_directory_inherits_patches_and_setvars_from_th
     assert r.returncode == 0, str(r)
     data = r.json()
     (engine,) = data["components"]
-    assert engine["patches"] == [{"path": "engine/0001-a.patch",
-                                  "sha256": sha256_file(project / "patches/engine/0001-a.patch")}]
+    assert engine["patches"] == [{"path": "engine/0001-a.patch",  # found in the declaring recipe's patches/
+                                  "sha256": sha256_file(project / "patches/engine/0001-a.patch"),
+                                  "found-in": str(project / "patches")}]
     assert data["toolchain"]["setvars"] == str(project / "oneapi" / "setvars.sh")  # not beside mine.toml
     assert data["toolchain"]["oneapi-version"] == "2025.2.0"
     assert engine["env"]["MAX_JOBS"] == "1"

@@ -306,6 +306,9 @@ def test_verify_repro_of_a_bundle_whose_lock_pins_a_closure(user, tmp_path):
     assert "pins no closure" not in r.stdout + r.stderr, str(r)
     assert "reproducible: 3 wheel(s) identical" in r.stdout, str(r)
     assert f"the closure of {bundle / 'stack.lock.toml'}" in r.stdout, str(r)  # the install check took the pins
+    assert "warning" not in r.stdout + r.stderr, str(r)  # verify-repro's own scratch caches draw none (issue 40)
+    r = user.at(bundle.parent).ok("verify-repro", "--recipe", "demo")
+    assert "warning" not in r.stdout + r.stderr, str(r)
 
 
 def test_recipes_wraps_descriptions_at_spaces_in_80_columns(user):

@@ -57,6 +57,8 @@ class BuildOptions:
     compiler_cache: bool = True  # False: --no-compiler-cache
     compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
     builds_at_once: int = 0      # compiles at once, at most (0: as the target's cores and memory allow)
+    cache_warnings: bool = True  # False: the cache is the tool's own scratch (verify-repro's, whose git link and
+                                 # umask it made); the command checks the user's cache instead
 
 
 @record

@@ -84,6 +84,10 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     work = _work_dir(args.work_dir, Path(args.lock).resolve().parent.name if args.lock else Path(args.recipe).stem,
                      options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
     mirror = _shared_mirror(args.cache_dir)
+    from toolchain.build.cache import shared_folder_warnings
+
+    for warning in shared_folder_warnings(options.resolve_cache_dir(args.cache_dir)):  # the user's cache, once
+        ui.warn(warning)
     diffoscope = False if args.no_diffoscope else None
     built: list[Lock] = []
 
@@ -299,7 +303,7 @@ def _options(out_dir: Path, cache_dir: Path, args: argparse.Namespace, *, resolv
     shared = (args.cache_dir or default_cache_dir()).resolve() / DATA_DIR
     return BuildOptions(out_dir=out_dir, cache_dir=cache_dir, rewrites=parse_rewrites(args.mirror),
                         use_cache=False, fresh_sources=True, verbose=args.verbose, compiler_cache_dir=shared,
-                        resolve=resolve)
+                        resolve=resolve, cache_warnings=False)  # (its scratch; handle() checks the user's cache)
 
 
 def _build_recipe(recipe: str, out_dir: Path, cache_dir: Path, args: argparse.Namespace, ui: UI) -> Lock:

@@ -76,7 +76,7 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCac
     out = options.out_dir
     logs = out / "logs"
     ours = check_out_dir(out)  # (again, holding the lock: what the last build into it left)
-    if str(options.cache_dir) not in _WARNED:  # once per run (a bisect builds many times in one process)
+    if options.cache_warnings and str(options.cache_dir) not in _WARNED:  # once per run (a bisect builds many times in one process)
         _WARNED.add(str(options.cache_dir))
         for warning in shared_folder_warnings(options.cache_dir):
             ui.warn(warning)
