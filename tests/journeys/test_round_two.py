@@ -114,6 +114,10 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
     err = r.json()["error"]
     assert not re.search(r"\bpatch \S+ \(sha256", err), err  # no patch is missing (the folders looked in are named)
     assert "input configs/preset.txt" in err
+    # --patches-dir is repeatable and supplies input files too (by their recorded name and sha256): issue 40
+    both = bare.ok("build", "--from-lock", lock, "--out", home / "replayed-two-dirs", "--patches-dir",
+                   moved / "patches", "--patches-dir", moved / "recipes", "--json").json()
+    assert [(c["name"], c["sha256"]) for c in both["components"]] == wheels
     (me / "recipes" / "configs").mkdir(parents=True)
     shutil.copy(moved / "recipes" / "configs" / "preset.txt", me / "recipes" / "configs" / "preset.txt")
     again = bare.ok("build", "--from-lock", lock, "--out", home / "replayed-bare", "--patches-dir",

@@ -54,7 +54,7 @@ class BisectOptions:
     rewrites: tuple[Rewrite, ...] = ()
     jobs: int = DEFAULT_JOBS
     recipes_dir: Path | None = None       # --recipes-dir / --patches-dir: find the recipe (or the lock's)
-    patches_dir: Path | None = None
+    patches_dir: tuple[Path, ...] = ()  # --patches-dir, in the order given
     check_endpoints: bool = True          # build and test the given ends first (False: --no-check-endpoints)
     resolve: bool = True                  # False: --no-resolve (the steps' locks pin no runtime closure)
 

@@ -133,7 +133,7 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
         smoke=smoke_command.parse_options(shlex.split(args.smoke_args)) if args.test == "smoke" else None,
         cache_dir=args.cache_dir.resolve() if args.cache_dir else None, rewrites=parse_rewrites(args.mirror),
         recipes_dir=args.recipes_dir.resolve() if args.recipes_dir else None,
-        patches_dir=args.patches_dir.resolve() if args.patches_dir else None,
+        patches_dir=tuple(d.resolve() for d in args.patches_dir or ()),
         check_endpoints=not args.no_check_endpoints, resolve=not args.no_resolve)
     by_commit = [f"--{n}" for n in ("recipe", "component", "good", "bad") if getattr(args, n)]
     if args.good_lock or args.bad_lock:

@@ -89,8 +89,9 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
            "the shipped recipes (default: $TOOLCHAIN_RECIPES_DIR, else ./recipes)", {"type": Path, "metavar": "DIR"}),
     Option("patches_dir", ("--patches-dir",),
            "a folder of patches searched first (then patches/ beside the recipe, else beside its recipes/, and "
-           "the folders inherited patches come from: none is removed); with --from-lock, where patches moved to",
-           {"type": Path, "metavar": "DIR"}),
+           "the folders inherited patches come from: none is removed); with --from-lock, where patches and input "
+           "files moved to (searched by their recorded names and sha256). Repeatable: searched in the order given",
+           {"type": Path, "metavar": "DIR", "action": "append"}),
     Option("cache_dir", ("--cache-dir",),
            "mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)",
            {"type": Path, "metavar": "DIR"}, finalize=resolve_cache_dir),

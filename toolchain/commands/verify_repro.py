@@ -318,7 +318,7 @@ def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args: argparse.Nam
     from toolchain.pipeline.verify import recipe_from_lock
 
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
-    patches_dir = args.patches_dir or (bundled if bundled and bundled.is_dir() else None)
+    patches_dir = args.patches_dir or ([bundled] if bundled and bundled.is_dir() else None)
     recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir, cache_dir)
     # the published closure is what is checked (check_install, and the native audit of the rebuilt lock):
     # resolving again would ask today's index

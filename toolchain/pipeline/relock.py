@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.console import UI
@@ -13,7 +14,7 @@ from toolchain.pipeline.verify import recipe_from_lock
 from toolchain.target import make_runtime
 
 
-def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | None, recipes_dir: Path | None, ui: UI, *,
+def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | Sequence[Path] | None, recipes_dir: Path | None, ui: UI, *,
            refresh: bool = False, audit: bool = False) -> Lock:
     """`toolchain lock`: the closure of an existing lock's built wheels with the recipe's [resolve] (the kept
     one, or resolved again when `refresh`), written into the lock in place; the ABI check runs before anything

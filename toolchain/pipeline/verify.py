@@ -4,6 +4,7 @@ from a lock recorded differently."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.plan import component_env
@@ -11,7 +12,13 @@ from toolchain.core.fs import sha256_bytes
 from toolchain.core.redact import redact_argv, redact_text
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock, LockedComponent, fetchcontent_table, locked_env, wheel_problems
-from toolchain.recipe.load import default_recipes_dir, load_recipe_text, origins_from_record, patches_dirs_of
+from toolchain.recipe.load import (
+    default_recipes_dir,
+    given_dirs,
+    load_recipe_text,
+    origins_from_record,
+    patches_dirs_of,
+)
 from toolchain.recipe.model import Prebuilt, Recipe, Recorded
 from toolchain.recipe.validate import MissingFiles
 from toolchain.resolve.closure import Closure
@@ -58,7 +65,7 @@ def closure_differences(expected: Closure, rebuilt: Closure) -> list[str]:
     return out
 
 
-def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | None,
+def recipe_from_lock(lock: Lock, patches_dir: Path | Sequence[Path] | None, recipes_dir: Path | None,
                      cache_dir: Path | None = None) -> Recipe:
     """The lock's recorded recipe, after checking that the lock's parts agree: the recipe text hashes as
     recorded, every component is the one the recipe text describes (and no other), every patch still hashes
@@ -74,7 +81,7 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | None, recipes_dir: Path | N
     recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
     bundle = Path(lock.path).resolve().parent if lock.path is not None else None
     own = (recipes_dir.parent / "patches",) if recipes_dir else patches_dirs_of(recorded)
-    first = [patches_dir] if patches_dir else []
+    first = list(given_dirs(patches_dir))
     # where a recorded file is looked for by its name and sha256 before the cache: --patches-dir, then the
     # lock's folder as a bundle lays it out (patches/, inputs/<component>/)
     search = tuple(dict.fromkeys([*first, *([bundle / "patches", bundle] if bundle is not None else [])]))

@@ -190,17 +190,25 @@ def _depth(value: Any) -> int:
 
 # ---- loading ------------------------------------------------------------------------------------------
 
-def load_recipe(name_or_path: str, recipes_dir: Path | None = None, patches_dir: Path | None = None, *,
-                pinned: bool = True) -> Recipe:
+def given_dirs(given: Path | Sequence[Path] | None) -> tuple[Path, ...]:
+    """`--patches-dir` as folders in the order given (it is repeatable): none, one or several."""
+    if given is None:
+        return ()
+    return (Path(given),) if isinstance(given, (str, Path)) else tuple(Path(d) for d in given)
+
+
+def load_recipe(name_or_path: str, recipes_dir: Path | None = None,
+                patches_dir: Path | Sequence[Path] | None = None, *, pinned: bool = True) -> Recipe:
     """`pinned=False` (for `toolchain update`) accepts components whose `commit` is not set yet.
-    `patches_dir` is searched first for the patches of the recipe and of the recipes beside it (their own
-    patches/ folders stay searched after it)."""
+    `patches_dir` (one folder or several, in order) is searched first for the patches of the recipe and of
+    the recipes beside it (their own patches/ folders stay searched after it)."""
     top = find_recipe(name_or_path, recipes_dir)
     path = top.file
+    first = given_dirs(patches_dir)
 
     def patches_of(recipe_file: Path) -> tuple[Path, ...]:
-        if patches_dir is not None and recipe_file.parent == path.parent:
-            return tuple(dict.fromkeys([Path(patches_dir), *patches_dirs_of(recipe_file)]))
+        if first and recipe_file.parent == path.parent:
+            return tuple(dict.fromkeys([*first, *patches_dirs_of(recipe_file)]))
         return patches_dirs_of(recipe_file)
 
     found = [top]
@@ -430,9 +438,39 @@ def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:
     return with_data(recipe, _merge(recipe.data, changes))
 
 
-__all__ = ["DEFAULT_COMMAND", "MAX_RECIPE_BYTES", "RECIPES_ENV", "SMOKE_KEYS", "Component", "FetchContentDep",
-           "Found", "Origin", "Patch", "Recipe", "SmokeSpec", "TargetSpec", "ToolchainSpec", "default_recipes_dir",
-           "did_you_mean", "find_recipe", "from_data", "from_place", "list_recipes", "load_recipe",
-           "load_recipe_text", "only_components", "origins_from_record", "parse_recipe_text", "patches_dirs_of", "place",
-           "read_recipe_file", "recipe_path", "recorded_origins", "search_dirs", "shipped_recipes_dir",
-           "with_changes", "with_data"]
+__all__ = [
+    "DEFAULT_COMMAND",
+    "MAX_RECIPE_BYTES",
+    "RECIPES_ENV",
+    "SMOKE_KEYS",
+    "Component",
+    "FetchContentDep",
+    "Found",
+    "Origin",
+    "Patch",
+    "Recipe",
+    "SmokeSpec",
+    "TargetSpec",
+    "ToolchainSpec",
+    "default_recipes_dir",
+    "did_you_mean",
+    "find_recipe",
+    "from_data",
+    "from_place",
+    "given_dirs",
+    "list_recipes",
+    "load_recipe",
+    "load_recipe_text",
+    "only_components",
+    "origins_from_record",
+    "parse_recipe_text",
+    "patches_dirs_of",
+    "place",
+    "read_recipe_file",
+    "recipe_path",
+    "recorded_origins",
+    "search_dirs",
+    "shipped_recipes_dir",
+    "with_changes",
+    "with_data",
+]
