@@ -80,6 +80,8 @@ def test_the_folder_moves_and_its_lock_replays(user, make_user, tmp_path):
     assert sha256_file(bundle / "patches" / "engine" / "0001-user-note.patch") == sha256_file(
         moved / "patches" / "engine" / "0001-user-note.patch")
     assert (bundle / "inputs" / "engine" / "preset.txt").read_text() == "variant = 'small'\n"
+    # verify-repro of the moved folder's lock on the machine that built it: the same lookup, the same cache
+    elsewhere.ok("verify-repro", "--lock", lock)
 
     # without the cache (another cache dir): each missing file named, with its sha256 and where it looked
     bare = make_user(home / "elsewhere", tmp_path / "other-home")

@@ -319,7 +319,9 @@ def _rebuild_lock(lock: Lock, out_dir: Path, cache_dir: Path, args: argparse.Nam
 
     bundled = lock.path.parent / PATCHES_DIR if lock.path else None  # a bundle carries its patches
     patches_dir = args.patches_dir or ([bundled] if bundled and bundled.is_dir() else None)
-    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir, cache_dir)
+    # a file the lock names is looked up as `build --from-lock` does, in the user's cache too (where every build
+    # keeps the files it read): the scratch cache builds, it keeps nothing yet
+    recipe = recipe_from_lock(lock, patches_dir, args.recipes_dir, options.resolve_cache_dir(args.cache_dir))
     # the published closure is what is checked (check_install, and the native audit of the rebuilt lock):
     # resolving again would ask today's index
     return build_stack(recipe, _options(out_dir, cache_dir, args, resolve=False), ui, closure=_closure_here(lock))
