@@ -99,8 +99,10 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
         assert comps[name]["commit"] == s.commit_of(name) == locked[name]["commit"]
         assert comps[name]["cache-key"] == locked[name]["cache-key"]  # the plan predicts the build
         assert comps[name]["url"] == s.repo_of(name).url
-    assert comps["engine"]["patches"] == [{"path": ENGINE_PATCH, "sha256": sha256_file(s.patch_file(ENGINE_PATCH))}]
+    assert comps["engine"]["patches"] == [{"path": ENGINE_PATCH, "sha256": sha256_file(s.patch_file(ENGINE_PATCH)),
+                                           "found-in": str(s.patch_file(ENGINE_PATCH))[:-len(ENGINE_PATCH) - 1]}]
     assert comps["ark"]["patches"] == [{"path": ARK_PATCH, "sha256": sha256_file(s.patch_file(ARK_PATCH)),
+                                       "found-in": str(s.patch_file(ARK_PATCH))[:-len(ARK_PATCH) - 1],
                                        "applied-at": "subdir"}]  # ARK in a subdirectory: which form applied
     assert comps["kernels"]["patches"] == []
     assert comps["ark"]["subdir"] == "ext/ark"

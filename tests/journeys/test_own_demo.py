@@ -92,6 +92,7 @@ def test_own_recipe_folder_on_the_shipped_demo_from_a_wheel_install(user, tmp_pa
     assert [p["path"] for p in comps["engine"]["patches"]] == ["demo/0001-engine-reject-empty-prompt.patch",
                                                                "engine/0001-user-note.patch"]  # 4
     assert comps["ark"]["patches"] == [{"path": "ark/0001-ark-hello.patch", "applied-at": "root",
+                                        "found-in": str(mine / "patches"),
                                         "sha256": sha256_file(mine / "patches" / "ark" / "0001-ark-hello.patch")}]
 
     # build, then a warm rebuild: everything from the cache

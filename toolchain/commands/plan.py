@@ -4,6 +4,7 @@ exact commands, cache keys); builds nothing."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,18 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, "\n".join(lines), (table,))
 
 
+def _shown(place: str) -> str:
+    """A folder as the table shows it: relative to the current folder where that is shorter (as git shows
+    paths; the table stays within the terminal), else as given (a URL, an absolute path); --json keeps it whole."""
+    if "://" in place:
+        return place
+    try:
+        rel = os.path.relpath(place)
+    except ValueError:
+        return place
+    return rel if len(rel) < len(place) else place
+
+
 def _root(file: Path, label: str) -> Path:
     """The patches folder a patch was found in: its file without the path the recipe wrote."""
     parts = len(Path(label).parts)
@@ -147,8 +160,8 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
                   else "not fetched yet")
         jobs = c.get("jobs", {})
         files = [f"{p['path']} {p['sha256'][:12]}" + (f" (at the {p['applied-at']})" if p.get("applied-at") else "")
-                 + (f"\n  in {p['found-in']}" if p.get("found-in") else "") for p in c["patches"]]
-        files += [f"input {i['path']} {i['sha256'][:12]}" + (f"\n  at {i['found-in']}" if i["found-in"] else "")
+                 + (f"\n  in {_shown(p['found-in'])}" if p.get("found-in") else "") for p in c["patches"]]
+        files += [f"input {i['path']} {i['sha256'][:12]}" + (f"\n  at {_shown(i['found-in'])}" if i["found-in"] else "")
                   for i in c.get("inputs", ())]
         rows.append((c["name"], c["commit"][:12], f"{jobs['jobs']} ({jobs.get('source', '')})" if jobs else "-",
                      source, "\n".join(files) or "-", device_env(c.get("env") or {}) or "-"))

@@ -126,7 +126,7 @@ def list_recipes(recipes_dir: Path | None = None) -> list[tuple[str, str, str]]:
     with why."""
     out, names = [], set()
     for rdir, why in search_dirs(recipes_dir):
-        for p in sorted(rdir.glob("*.toml")):
+        for p in sorted(rdir.glob("*.toml"), key=lambda p: p.stem):  # by name: stack before stack-b60
             if p.stem in names:
                 continue
             names.add(p.stem)
