@@ -309,3 +309,57 @@ def test_resolve_settings_are_checked_before_anything_is_built(warm, table, key,
     if secret:
         assert secret not in r.stdout + r.stderr
     assert not (out / "stack.lock.toml").exists()
+
+
+def _wheel_requiring(dest: Path, name: str, requires: str) -> Path:
+    """A real (minimal) wheel of `name` 1.0 that requires `requires`, as a build would leave it."""
+    import zipfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / f"{name}-1.0-py3-none-any.whl"
+    info = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{name}/__init__.py", "")
+        zf.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: {requires}\n")
+        zf.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{info}/RECORD", "")
+    return wheel
+
+
+def test_builds_resolving_the_same_key_at_once_run_the_resolver_once(tmp_path):
+    """The ends and the first midpoint of a bisect build at once, mostly with the same requirements: one of
+    them resolves (uv, the index asked), the others wait for it and take the closure it kept (no resolve.log
+    of theirs, the same closure). An index answering each request 0.2 s late keeps them overlapping."""
+    import dataclasses
+    import threading
+
+    from toolchain.console import UI
+    from toolchain.recipe.load import load_recipe
+    from toolchain.resolve.run import resolve_built
+
+    simple_index(wheelhouse(tmp_path / "wheels"), tmp_path / "index")
+    wheel = _wheel_requiring(tmp_path / "built", "needs_tomli", "tomli")
+    target = TargetInfo(python_version="3.11.7", platform="linux_x86_64")
+    with CountingIndex(tmp_path / "index", latency=0.2) as index:
+        recipe = dataclasses.replace(load_recipe(str(REPO / "recipes" / "demo.toml")),
+                                     resolve=ResolveSpec(indexes=(f"{index.url}/simple",)))
+        closures: dict[int, object] = {}
+
+        def resolve(i: int) -> None:
+            closures[i] = resolve_built(recipe, target, [("app", wheel, ())], tmp_path / "cache",
+                                        tmp_path / f"logs-{i}", UI(quiet=True))
+
+        threads = [threading.Thread(target=resolve, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        asked = index.count()
+    assert len(closures) == 3 and len({repr(c) for c in closures.values()}) == 1, closures
+    assert [d.name for d in next(iter(closures.values())).dists] == ["tomli"]  # type: ignore[attr-defined]
+    assert sum((tmp_path / f"logs-{i}" / "resolve.log").exists() for i in range(3)) == 1
+    # the one resolution asked the index as a resolution alone does (a fresh cache, one thread)
+    with CountingIndex(tmp_path / "index") as alone:
+        resolve_built(dataclasses.replace(recipe, resolve=ResolveSpec(indexes=(f"{alone.url}/simple",))), target,
+                      [("app", wheel, ())], tmp_path / "cache-alone", tmp_path / "logs-alone", UI(quiet=True))
+        assert asked == alone.count() > 0

@@ -174,6 +174,23 @@ def test_a_checkout_shares_the_mirror_objects_and_keeps_tags(tmp_path, make_repo
         assert (tree / "NEWS").read_text() == "2\n"
 
 
+
+def test_a_mirror_on_this_machine_is_cloned_by_its_path_and_fetched_by_its_url(tmp_path, make_repo):
+    """A rewrite to a folder here (file://) is cloned as git clones a path: its packs linked (same file
+    system) or copied, not packed anew through the file:// transport (3 s of pack-objects for auto-round's
+    history); the mirror keeps the URL as origin, and a later commit comes by a fetch from it."""
+    repo = make_repo("tiny", "tiny")
+    subprocess.run(["git", "-C", str(repo.path), "repack", "-a", "-d", "-q"], check=True, timeout=60)
+    (pack,) = (repo.path / ".git" / "objects" / "pack").glob("*.pack")
+    upstream = "https://git.example.invalid/team/tiny"
+    mirrors = Mirrors(tmp_path / "cache", rewrites=(Rewrite(upstream, repo.url),))
+    mirror = mirrors.ensure(upstream, repo.head())
+    assert (mirror / "objects" / "pack" / pack.name).stat().st_ino == pack.stat().st_ino  # linked, not re-packed
+    assert mirror_git(tmp_path / "cache", upstream, "config", "remote.origin.url") == repo.url
+    later = repo.commit("later", {"NEWS": "later\n"})
+    assert Mirrors(tmp_path / "cache", rewrites=(Rewrite(upstream, repo.url),)).ensure(upstream, later) == mirror
+    assert mirror_git(tmp_path / "cache", upstream, "cat-file", "-t", later) == "commit"
+
 def test_a_prepared_tree_is_reused_after_a_build_and_prepared_again_when_its_tracked_state_moved(tmp_path,
                                                                                                 make_repo):
     from toolchain.sources.trees import SourceTrees

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.built_against import BuiltAgainst
-from toolchain.build.wheelmeta import wheel_meta
+from toolchain.build.wheelmeta import WheelMeta, wheel_meta
 from toolchain.console import UI
+from toolchain.core.fs import file_lock
 from toolchain.core.probe_memo import stat_key
 from toolchain.core.redact import redact_text
 from toolchain.recipe.load import Recipe
@@ -33,9 +34,16 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
     metas = [(name, wheel_meta(wheel)) for name, wheel, _ in built]
     key = closure_key(spec, target, metas)
     closure = None if refresh else memo.get(key)
-    inputs = {p: stat_key(p) for p in local_inputs(spec)}  # (before the resolver reads them: a change while
-    # it runs is a change the next build sees)
-    if closure is None:
+    if closure is not None:
+        return _checked(closure, built, metas, ui, how=_kept(closure))
+    # one resolution of a key at a time (the ends and the first midpoint of a bisect build at once, mostly
+    # with the same requirements): the others wait, then take what it kept
+    with file_lock(memo.path(key).with_suffix(".lock")):
+        closure = None if refresh else memo.get(key)
+        if closure is not None:
+            return _checked(closure, built, metas, ui, how=_kept(closure))
+        inputs = {p: stat_key(p) for p in local_inputs(spec)}  # (before the resolver reads them: a change while
+        # it runs is a change the next build sees)
         from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
 
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -43,14 +51,21 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
         with ui.status(f"resolving the runtime closure ({where})"):
             closure = resolve_closure(spec, target, [BuiltWheel(name, wheel) for name, wheel, _ in built],
                                       resolve_cache, log_dir / "resolve.log", ui, refresh=refresh)
-        how = f"by {closure.resolver} in {time.monotonic() - started:.2f}s"
-    else:
-        how = (f"as resolved {closure.resolved_at or 'before'} by {closure.resolver} (kept: nothing it depends on "
-               f"changed; `toolchain lock --refresh` resolves again)")
+        _checked(closure, built, metas, ui, how=f"by {closure.resolver} in {time.monotonic() - started:.2f}s")
+        memo.put(key, closure, inputs)  # only a closure that passed the check is kept
+        return closure
+
+
+def _kept(closure: Closure) -> str:
+    return (f"as resolved {closure.resolved_at or 'before'} by {closure.resolver} (kept: nothing it depends on "
+            "changed; `toolchain lock --refresh` resolves again)")
+
+
+def _checked(closure: Closure, built: Sequence[tuple[str, Path, tuple[BuiltAgainst, ...]]],
+             metas: Sequence[tuple[str, WheelMeta]], ui: UI, *, how: str) -> Closure:
+    """`closure`, once what each compiled component was built against is checked against it (ABIMismatch)."""
     check_built_against([Compiled(name, against) for name, _, against in built if against], closure,
                         {canonical_name(m.name): m.version for _, m in metas})
-    if how.startswith("by"):  # only a closure that passed the check is kept
-        memo.put(key, closure, inputs)
     for note in closure.notes:
         ui.warn(note)
     ui.info(f"  [green]✓[/] closure: {len(closure.dists)} dependenc{'y' if len(closure.dists) == 1 else 'ies'} "

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import threading
+import urllib.parse
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -67,6 +68,18 @@ def as_url(target: str) -> str:
         return target
     path = os.path.abspath(target)
     return "file://" + path + ("/" if target.endswith("/") else "")
+
+
+def local_path(url: str) -> str | None:
+    """The folder a `file://` URL names on this machine, when it is one (git's local clone takes a path, never
+    a URL); None for anything else."""
+    if not url.startswith("file://"):
+        return None
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.netloc not in ("", "localhost") or parsed.query or parsed.fragment:
+        return None
+    path = urllib.parse.unquote(parsed.path)
+    return path if os.path.isdir(path) else None
 
 
 def rewrite_url(url: str, rewrites: Sequence[Rewrite]) -> str:
@@ -236,12 +249,16 @@ class Mirrors:
     def _cloned(self, mirror: Path, source: str, log: Path | None) -> Path:
         """A new mirror beside `mirror`, whole: one `git clone --bare` (branches to refs/heads, every tag, the
         URL as origin, gc.auto=0) into a temporary directory, which only a finished clone leaves; three
-        processes fewer than making an empty one and fetching into it."""
+        processes fewer than making an empty one and fetching into it. A mirror on this machine is cloned by
+        its path (`local_path`): git then links or copies its objects instead of packing them anew through
+        the file:// transport (auto-round's 50 MB history: 0.06 s instead of 3 s of pack-objects)."""
         tmp = mirror.with_name(f".tmp-{mirror.name}-{os.getpid()}-{os.urandom(4).hex()}")
         tmp.parent.mkdir(parents=True, exist_ok=True)
         try:
-            git(["clone", "--bare", "--progress", "--config", "gc.auto=0", source, str(tmp)], log=log,
-                capture=False)
+            git(["clone", "--bare", "--progress", "--config", "gc.auto=0", local_path(source) or source, str(tmp)],
+                log=log, capture=False)
+            if local_path(source):
+                git(["config", "remote.origin.url", source], git_dir=tmp)  # later fetches name the URL as given
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
