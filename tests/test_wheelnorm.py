@@ -157,3 +157,46 @@ def test_bad_wheels_are_refused_and_left_untouched(tmp_path, content, message):
         normalize_wheel(path, EPOCH)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_a_kept_compression_gives_the_bytes_compressing_gives(wheel, tmp_path):
+    """A file that did not change since the last wheel normalized in this process is written from the deflate
+    bytes kept for its content (a bisect's next step compresses only what changed): the wheel is byte for
+    byte the one a process that kept nothing writes, a changed file included; a large wheel written through
+    a file (not in memory) is the same too."""
+    from toolchain.build import wheelnorm
+
+    scramble(wheel, tmp_path / "cold.whl", seed=2)
+    wheelnorm.DEFLATED_MEMO.clear()
+    normalize_wheel(tmp_path / "cold.whl", EPOCH)
+    cold = (tmp_path / "cold.whl").read_bytes()
+
+    # the next commit's wheel: one file changed, the rest as they were
+    changed = tmp_path / "next.whl"
+    with zipfile.ZipFile(wheel) as zin, zipfile.ZipFile(changed, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            zout.writestr(info, data + b"# changed\n" if info.filename == "pure/__init__.py" else data)
+    fresh = tmp_path / "fresh.whl"
+    fresh.write_bytes(changed.read_bytes())
+    wheelnorm.DEFLATED_MEMO.clear()
+    normalize_wheel(fresh, EPOCH)  # nothing kept: every file compressed
+
+    scramble(wheel, tmp_path / "warm.whl", seed=1)
+    before = wheelnorm.DEFLATED_MEMO.replayed
+    normalize_wheel(tmp_path / "warm.whl", EPOCH)
+    assert wheelnorm.DEFLATED_MEMO.replayed > before  # written from what the normalization above kept
+    assert (tmp_path / "warm.whl").read_bytes() == cold
+    normalize_wheel(changed, EPOCH)
+    assert changed.read_bytes() == fresh.read_bytes()
+
+    large = tmp_path / "large.whl"
+    scramble(wheel, large, seed=3)
+    wheelnorm.IN_MEMORY_LIMIT, limit = 0, wheelnorm.IN_MEMORY_LIMIT
+    try:
+        assert normalize_wheel(large, EPOCH)
+    finally:
+        wheelnorm.IN_MEMORY_LIMIT = limit
+    assert large.read_bytes() == cold
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(  # no temporary file left
+        ["cold.whl", "fresh.whl", "large.whl", "next.whl", "warm.whl", wheel.name])

@@ -15,6 +15,7 @@ a wheel that is already normal is left untouched, so normalizing twice gives ide
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import csv
 import hashlib
@@ -22,18 +23,21 @@ import io
 import os
 import stat
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
-from toolchain.core.fs import sha256_file
+from toolchain.core.fs import atomic_write_bytes, sha256_file
 from toolchain.errors import BuildError
 
 NORMALIZATIONS = ("entry-order", "timestamps", "permissions", "record", "zip-layout")
 ZIP_MIN_EPOCH = 315532800  # 1980-01-01T00:00:00Z, the earliest time a zip entry can carry
 ZIP_MAX_EPOCH = 4354819198  # 2107-12-31T23:59:58Z, the latest
 _BLOCK = 1 << 20
+IN_MEMORY_LIMIT = 256 << 20  # a wheel up to this size is normalized in memory, a larger one through a file
 
 
 DateTime = tuple[int, int, int, int, int, int]  # what zipfile.ZipInfo stores
@@ -60,24 +64,45 @@ def normalize_wheel(path: Path, epoch: int | None = None) -> list[str]:
     path = Path(path)
     date_time = zip_date_time(source_date_epoch() if epoch is None else epoch)
     try:
-        with zipfile.ZipFile(path) as zin, _scratch_file(path) as tmp:
+        with zipfile.ZipFile(path) as zin:
             infos = zin.infolist()
             record_name = _record_name(path, infos)
             ordered = sorted((i for i in infos if i.filename != record_name),
                              key=lambda i: _sort_key(i.filename, record_name))
             old_record = zin.read(record_name)
-            new_record = _write_normalized(zin, ordered, record_name, date_time, tmp)
-            if sha256_file(tmp) == sha256_file(path):
-                return []
-            applied = _differences(infos, ordered, record_name, date_time, old_record, new_record)
-            os.chmod(tmp, 0o644)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            return applied or ["zip-layout"]
+            # written in memory when the wheel is not large (one write of the whole file, no seek and write
+            # of each entry's header to the file), else to a temporary file beside it
+            in_memory = path.stat().st_size <= IN_MEMORY_LIMIT
+            with (contextlib.nullcontext(None) if in_memory else _scratch_file(path)) as scratch:
+                out: IO[bytes]
+                with (io.BytesIO() if scratch is None else open(scratch, "w+b")) as out:
+                    new_record = _write_normalized(zin, ordered, record_name, date_time, out)
+                    if _same_bytes(out, path):
+                        return []
+                    applied = _differences(infos, ordered, record_name, date_time, old_record, new_record)
+                    if isinstance(out, io.BytesIO):
+                        atomic_write_bytes(path, out.getvalue(), mode=0o644)
+                        return applied or ["zip-layout"]
+                    out.flush()
+                    os.fchmod(out.fileno(), 0o644)
+                    os.fsync(out.fileno())
+                assert scratch is not None
+                os.replace(scratch, path)
+                return applied or ["zip-layout"]
     except zipfile.BadZipFile as exc:
         raise BuildError(f"{path}: not a valid wheel (zip) file: {exc}",
                          hint="the build backend wrote a broken archive; check the build log") from None
+
+
+def _same_bytes(out: IO[bytes], path: Path) -> bool:
+    """Whether what was written to `out` is byte for byte the file at `path`."""
+    if out.tell() != path.stat().st_size:
+        return False
+    digest = hashlib.sha256()
+    out.seek(0)
+    for block in iter(lambda: out.read(_BLOCK), b""):
+        digest.update(block)
+    return digest.hexdigest() == sha256_file(path)
 
 
 def _record_name(path: Path, infos: list[zipfile.ZipInfo]) -> str:
@@ -114,22 +139,114 @@ def _normal_info(name: str, mode: int, date_time: DateTime) -> zipfile.ZipInfo:
 
 
 def _write_normalized(zin: zipfile.ZipFile, ordered: list[zipfile.ZipInfo], record_name: str,
-                      date_time: DateTime, dest: Path) -> bytes:
+                      date_time: DateTime, dest: IO[bytes]) -> bytes:
     rows: list[tuple[str, str, str]] = []
     with zipfile.ZipFile(dest, "w") as zout:
         for info in ordered:
             new = _normal_info(info.filename, _mode(info), date_time)
-            digest = hashlib.sha256()
-            with zin.open(info) as src, zout.open(new, "w", force_zip64=info.file_size > 0x7FFF0000) as dst:
-                for block in iter(lambda: src.read(_BLOCK), b""):
-                    digest.update(block)
-                    dst.write(block)
+            if info.file_size <= DEFLATED_MEMO.largest and new.compress_type == zipfile.ZIP_DEFLATED:
+                data = zin.read(info)
+                digest = hashlib.sha256(data).digest()
+                with zout.open(new, "w") as dst:
+                    DEFLATED_MEMO.write(dst, data, digest)
+            else:
+                sha = hashlib.sha256()
+                with zin.open(info) as src, zout.open(new, "w", force_zip64=info.file_size > 0x7FFF0000) as dst:
+                    for block in iter(lambda: src.read(_BLOCK), b""):
+                        sha.update(block)
+                        dst.write(block)
+                digest = sha.digest()
             if not info.is_dir():
-                rows.append((info.filename, _record_hash(digest.digest()), str(info.file_size)))
+                rows.append((info.filename, _record_hash(digest), str(info.file_size)))
         rows.append((record_name, "", ""))
         record = _record_bytes(rows)
         zout.writestr(_normal_info(record_name, stat.S_IFREG | 0o644, date_time), record)
     return record
+
+
+class DeflatedMemo:
+    """What zipfile's deflate wrote for an entry's bytes, kept in this process by their sha256 (at most
+    `budget` bytes of it, the oldest dropped first): normalizing the wheel of the next commit (a bisect's next
+    step, a rebuild) writes the same bytes for every file that did not change without compressing it again.
+    The bytes are what the same compressor made of the same content, recorded as it wrote them: a replayed
+    entry is byte for byte a compressed one. An entry is always read and hashed; only the compression is
+    skipped. Where zipfile's writer is not the one this was made for (no `_compressor`), nothing is kept."""
+
+    def __init__(self, budget: int = 64 << 20, largest: int = 8 << 20) -> None:
+        self.budget, self.largest = budget, largest
+        self._kept: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.replayed = 0  # entries written from what was kept (for tests and benchmarks)
+
+    def write(self, dst: IO[bytes], data: bytes, digest: bytes) -> None:
+        """Write `data` (sha256 `digest`) to a zipfile entry open for writing with deflate."""
+        inner = getattr(dst, "_compressor", None)
+        if inner is None or not hasattr(inner, "compress"):
+            dst.write(data)
+            return
+        with self._lock:
+            kept = self._kept.get(digest)
+            if kept is not None:
+                self._kept.move_to_end(digest)
+                self.replayed += 1
+        if kept is not None:
+            dst._compressor = _Replay(kept)  # type: ignore[attr-defined]
+            dst.write(data)  # (the CRC and size of the content, as ever)
+            return
+        recording = _Recording(inner)
+        dst._compressor = recording  # type: ignore[attr-defined]
+        dst.write(data)
+        dst.close()  # (flushes the compressor: the entry's last bytes)
+        self._keep(digest, b"".join(recording.out))
+
+    def clear(self) -> None:
+        """Forget everything kept."""
+        with self._lock:
+            self._kept.clear()
+            self._size = 0
+
+    def _keep(self, digest: bytes, compressed: bytes) -> None:
+        with self._lock:
+            if digest in self._kept or len(compressed) > self.budget:
+                return
+            self._kept[digest] = compressed
+            self._size += len(compressed)
+            while self._size > self.budget:
+                self._size -= len(self._kept.popitem(last=False)[1])
+
+
+class _Recording:
+    """A compressor that keeps what the one it wraps gives."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.out = inner, list[bytes]()
+
+    def compress(self, data: bytes) -> bytes:
+        chunk: bytes = self.inner.compress(data)
+        self.out.append(chunk)
+        return chunk
+
+    def flush(self) -> bytes:
+        chunk: bytes = self.inner.flush()
+        self.out.append(chunk)
+        return chunk
+
+
+class _Replay:
+    """A compressor that gives, at its flush, what a recorded one gave for the same content."""
+
+    def __init__(self, compressed: bytes) -> None:
+        self.compressed = compressed
+
+    def compress(self, data: bytes) -> bytes:
+        return b""
+
+    def flush(self) -> bytes:
+        return self.compressed
+
+
+DEFLATED_MEMO = DeflatedMemo()
 
 
 def _record_hash(digest: bytes) -> str:
