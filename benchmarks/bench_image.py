@@ -30,8 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 WHEELHOUSE = ROOT / "toolchain" / "demo_src" / "wheelhouse"
 
 
+PYCACHE = Path(tempfile.gettempdir()) / "bench-image-pycache"
+
+
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    """The tool runs as an installed one does: its byte code written once and read (benchmarks/measure.py)."""
+    from benchmarks.measure import installed_like_env
+
+    env = installed_like_env(PYCACHE)
     if not env.get("CONTAINERS_CONF") and Path("/etc/containers/toolchain-tests.conf").is_file():
         env["CONTAINERS_CONF"] = "/etc/containers/toolchain-tests.conf"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))

@@ -159,3 +159,20 @@ def test_secrets_are_masked_in_the_log_the_command_line_and_the_tail(tmp_path):
 def test_verbose_streams_the_output_to_stderr(capfd, tmp_path):
     run([PY, "-c", "print('streamed line')"], log=tmp_path / "v.log", verbose=True)
     assert "streamed line" in capfd.readouterr().err
+
+
+def test_exited_within_is_told_by_the_kernel_reaps_and_keeps_the_deadline():
+    """A command's end is seen as it happens (a pidfd, not CPython's sleeping wait loop), the process is reaped
+    with its status, and a deadline still stops the wait."""
+    import subprocess
+
+    from toolchain.core.proc.runner import exited_within
+
+    done = subprocess.Popen([PY, "-c", "raise SystemExit(3)"])
+    assert exited_within(done, 30) is True and done.returncode == 3
+    slow = subprocess.Popen([PY, "-c", "import time; time.sleep(30)"])
+    try:
+        assert exited_within(slow, 0.2) is False and slow.returncode is None
+    finally:
+        slow.kill()
+    assert exited_within(slow, None) is True and slow.returncode == -9

@@ -4,7 +4,6 @@ credentials: blobs the registry holds are not sent again, a base in another repo
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -63,16 +62,16 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
     layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
     if engine == "podman":
         try:
-            log = work / "load.log"
-            run([engine, "pull", "-q", f"oci:{layout}:{ref.tag}"], env=engine_env(), log=log, timeout=3600)
+            # three podman processes: load the layout folder (the base's layers it holds are not read again),
+            # tag it, and drop the name podman gave it after the folder (it says which)
+            loaded = run([engine, "load", "-q", "-i", str(layout)], env=engine_env(), capture=True,
+                         timeout=3600).stdout
             ident = image.config_digest[7:]
-            run([engine, "tag", ident, ref.name], env=engine_env(), log=log, timeout=120)
-            # podman names an image pulled from a layout after the layout's folder: that name goes
-            names = run([engine, "image", "inspect", "--format", "{{json .RepoTags}}", ident], env=engine_env(),
-                        capture=True, timeout=120).stdout
-            for name in json.loads(names.strip() or "[]") or []:
-                if str(layout) in name:
-                    run([engine, "untag", ident, name], env=engine_env(), log=log, timeout=120)
+            run([engine, "tag", ident, ref.name], env=engine_env(), capture=True, timeout=120)
+            for name in re.findall(r"^Loaded image\(?s?\)?: (.+)$", loaded, re.M):
+                for one in name.split(","):
+                    if str(layout).lower() in one and one.strip() != ref.name:
+                        run([engine, "untag", ident, one.strip()], env=engine_env(), capture=True, timeout=120)
         finally:
             shutil.rmtree(layout, ignore_errors=True)
         return ref.name

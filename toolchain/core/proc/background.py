@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import subprocess  # imported when a command runs: a warm no-op build runs none
 
 from toolchain.core.proc.children import CHILDREN, POLL, Child, group_alive
-from toolchain.core.proc.runner import CommandFailed, checked_argv, display, merge_env, no_null_bytes
+from toolchain.core.proc.runner import CommandFailed, checked_argv, display, exited_within, merge_env, no_null_bytes
 from toolchain.core.redact import redact_text
 
 STOP_GRACE = 10.0      # Background.stop(): seconds after SIGINT before SIGTERM (half that again before SIGKILL)
@@ -79,12 +79,9 @@ class Background:
     def wait(self, timeout: float | None = None) -> int | None:
         """The exit status, waiting up to `timeout` seconds; None while still running. Once it exited, its
         last output is in the log (unless a process it left behind still holds the output open)."""
-        import subprocess
-
-        try:
-            code = self._proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        if not exited_within(self._proc, timeout):
             return None
+        code = self._proc.returncode
         self._noted(code)
         self._pump.join(_DRAIN_SECONDS)
         return code
