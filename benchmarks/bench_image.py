@@ -69,7 +69,9 @@ def _base() -> str:
 
 
 def image(lock: Path, cache: Path, tag: str, base: str, *extra: str) -> tuple[float, dict[str, Any]]:
-    """`toolchain image` timed; its --json document."""
+    """`toolchain image` timed; its --json document. The image is removed from podman first (not timed), so that
+    each round stores it anew, as `podman build --no-cache` does."""
+    subprocess.run(["podman", "rmi", "-f", tag], env=_env(), capture_output=True, timeout=300)
     seconds, out = _timed([sys.executable, "-m", "toolchain", "image", "--lock", str(lock), "--tag", tag,
                            "--base", base, "--cache-dir", str(cache), "--json", *extra])
     return seconds, dict(json.loads(out))

@@ -219,6 +219,42 @@ INTERP = Interpreter(executable="/opt/venv/bin/python", python_version="3.11.2",
                              "data": "/opt/venv", "include": "/opt/venv/include"})
 
 
+@pytest.mark.slow
+@pytest.mark.container
+def test_the_images_console_scripts_run_in_podman_and_docker(demo_build, test_base, tmp_path):
+    """A component whose wheel has a console script (a prebuilt one here, beside the demo's built ones): in the
+    image the script is on PATH, points at the image's interpreter and runs, in real podman and docker."""
+    import hashlib
+
+    from tests.support.closure import warm_builds
+
+    wheel = _wheel(tmp_path / "w", "democli", "1.0",
+                   {"democli/__init__.py": "import sys\n\ndef main():\n    print('democli runs on', sys.executable)\n"},
+                   scripts="democli = democli:main")
+    root, _cli, build = warm_builds(demo_build.cache, tmp_path / "warm")
+    (root / "recipes").mkdir()
+    recipe = root / "recipes" / "with-cli.toml"
+    recipe.write_text(f'extends = "demo"\n\n[components.democli]\nprebuilt = {{ url = "{wheel.as_uri()}", '
+                      f'sha256 = "{hashlib.sha256(wheel.read_bytes()).hexdigest()}" }}\n')
+    r, out = build(recipe, "out")
+    assert r.returncode == 0, str(r)
+    made = _image(tmp_path, "cli", out / "stack.lock.toml", "--tag", "localhost/i42-cli:1", "--base", test_base,
+                  "--load", "podman")
+    assert made["digest"].startswith("sha256:")
+    _image(tmp_path, "cli-docker", out / "stack.lock.toml", "--tag", "localhost/i42-cli:1", "--base", test_base,
+           "--load", "docker")
+    try:
+        for engine in ("podman", "docker"):
+            ran = _engine(engine, "run", "--rm", "--network=none", "localhost/i42-cli:1", "sh", "-c",
+                          "command -v democli && head -n 1 \"$(command -v democli)\" && democli").stdout.split("\n")
+            assert ran[0] == "/usr/local/bin/democli", (engine, ran)
+            assert ran[1] == "#!/usr/bin/python3", (engine, ran)
+            assert ran[2] == "democli runs on /usr/bin/python3", (engine, ran)
+    finally:
+        _engine("podman", "rmi", "localhost/i42-cli:1", check=False)
+        _engine("docker", "rmi", "localhost/i42-cli:1", check=False)
+
+
 def test_layer_points_console_scripts_at_the_image_interpreter_and_whites_out_what_the_old_version_left(tmp_path):
     site = "opt/venv/lib/python3.11/site-packages"
     wheel = _wheel(tmp_path / "w", "tool", "2.0", {"tool/__init__.py": "def main():\n    print('hi')\n"},
