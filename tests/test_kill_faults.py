@@ -58,10 +58,11 @@ def _describe_repo(path: Path, blob_bytes: int, payload_bytes: int = 0) -> GitRe
     return repo
 
 
-def _workspace(root: Path, repo: GitRepo) -> Workspace:
+def _workspace(root: Path, repo: GitRepo, url: str = "") -> Workspace:
+    """A workspace whose recipe builds `repo` (from `url` when given) with a local patch."""
     ws = Workspace(root)
     ws.patch("tiny/p.patch", repo.make_patch({"tiny/patched.py": "PATCHED = True\n"}))
-    ws.recipe("r", recipe_data({"tiny": component(repo, patches=["tiny/p.patch"])}))
+    ws.recipe("r", recipe_data({"tiny": {**component(repo, patches=["tiny/p.patch"]), **({"url": url} if url else {})}}))
     return ws
 
 
@@ -108,7 +109,7 @@ def _exists(pattern: str) -> Callable[[subprocess.Popen, Path], bool]:
 
 # phase: (seen when, longest random delay after it is seen, seconds)
 PHASES: dict[str, tuple[Callable[[subprocess.Popen, Path], bool], float]] = {
-    "fetch": (_running("git", "fetch"), 0.2),                       # the mirror's fetch is under way
+    "fetch": (_running("git", "127.0.0.1"), 0.2),                   # git talking to the server: a clone or fetch
     "checkout": (_exists("trees/.tmp-*"), 0.08),                    # a tree being cloned and checked out
     "patch": (_exists("trees/.tmp-*/describe_backend.py"), 0.04),   # checked out: the series is applied next
     "build": (_running("pip", "wheel"), 0.8),                       # the build backend at work
@@ -153,14 +154,24 @@ def _assert_cache_sound(cache: Path) -> None:
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments_of_every_phase_then_the_next_build_is_a_clean_one(tmp_path):
+    """The repository is fetched over HTTP from 127.0.0.1, as from a real remote (a folder on this machine is
+    cloned by its path, too quickly to be caught at it)."""
+    from tests.test_sources import _dumb_http, serve_bare
+
     repo = _describe_repo(tmp_path / "repos" / "tiny", blob_bytes=2 << 20, payload_bytes=512 << 10)
-    ws = _workspace(tmp_path / "ws", repo)
+    with _dumb_http(tmp_path / "served") as port:
+        serve_bare(repo, tmp_path / "served")
+        _sigkill_every_phase(tmp_path, repo, f"http://127.0.0.1:{port}/{repo.path.name}.git")
+
+
+def _sigkill_every_phase(tmp_path: Path, repo: GitRepo, url: str) -> None:
+    ws = _workspace(tmp_path / "ws", repo, url)
     clean = _wheels(ws.build("r", "clean", cache=tmp_path / "clean-cache"))
     assert list(clean) == [f"tiny-1.0.0.post2+g{repo.head()[:12]}-py3-none-any.whl"]  # describe reached the build
     rng = random.Random(SEED)
     kills: dict[str, int] = {p: 0 for p in PHASES}
     outcomes = []
-    for round_ in range(6):
+    for round_ in range(9):  # (until 20 kills, 4 of them in a fetch)
         cache = tmp_path / f"cache-{round_}"  # each round starts cold, so every phase is run (and killed)
         flags: list[str] = []
         for phase in PHASES:

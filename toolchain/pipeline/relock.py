@@ -23,6 +23,7 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | Sequence[Path] 
     from toolchain.pipeline.outdir import holding_out_dir
     from toolchain.resolve.run import resolve_built
 
+    read_lock(lock_path)  # (a missing or broken lock: said before anything, the folder's lock included, is written)
     # the lock's folder is a build's output folder: a build writing it, or another `toolchain lock`, takes turns
     with holding_out_dir(Path(lock_path).parent, cache_dir, ui):
         lock = read_lock(lock_path)

@@ -11,7 +11,9 @@ from toolchain.build.wheelmeta import WheelMeta, wheel_meta
 from toolchain.console import UI
 from toolchain.core.fs import file_lock
 from toolchain.core.probe_memo import stat_key
+from toolchain.core.proc.signals import STOPPING
 from toolchain.core.redact import redact_text
+from toolchain.errors import TransientError
 from toolchain.recipe.load import Recipe
 from toolchain.resolve.closure import Closure, canonical_name
 from toolchain.resolve.closure_memo import ClosureMemo, closure_key, local_inputs
@@ -42,6 +44,9 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
         closure = None if refresh else memo.get(key)
         if closure is not None:
             return _checked(closure, built, metas, ui, how=_kept(closure))
+        if STOPPING.is_set():  # the one it waited for was stopped by a stop signal: none starts after it
+            raise TransientError("resolving the closure was stopped", kind="interrupted",
+                                 hint="run the command again (a bisect: resume it)")
         inputs = {p: stat_key(p) for p in local_inputs(spec)}  # (before the resolver reads them: a change while
         # it runs is a change the next build sees)
         from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
