@@ -161,7 +161,7 @@ def root_cause_data(excerpts: Sequence[Excerpt]) -> Data:
     return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": to_data(excerpts)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaseResult:
     """What one smoke case gave: its verdict, why, timings, metrics and the exchanges made."""
     name: str
@@ -189,7 +189,8 @@ class CaseResult:
 
 def not_run(spec: CaseSpec, reason: str, verdict: str = SKIP) -> CaseResult:
     """The result of a case that did not run (skipped, or the server was not ready), with why."""
-    return CaseResult(spec.name, spec.kind, spec.required, verdict, reason, 0.0, category="not-run",
+    return CaseResult(name=spec.name, kind=spec.kind, required=spec.required, verdict=verdict, message=reason,
+                      seconds=0.0, category="not-run",
                       description=spec.description)
 
 
@@ -228,8 +229,9 @@ def run_case(spec: CaseSpec, ctx: CaseContext) -> CaseResult:
         verdict, category = PASS, ""
     except _Failed as failed:
         verdict, category, message = failed.verdict, failed.category, str(failed)
-    return CaseResult(spec.name, spec.kind, spec.required, verdict, message, time.monotonic() - started,
-                      tuple(exchanges), category, metrics, spec.description)
+    return CaseResult(name=spec.name, kind=spec.kind, required=spec.required, verdict=verdict, message=message,
+                      seconds=time.monotonic() - started,
+                      exchanges=tuple(exchanges), category=category, metrics=metrics, description=spec.description)
 
 
 def _models(ctx: CaseContext, exchanges: list[Exchange], metrics: dict[str, object]) -> list[str]:
