@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.bisect.commitwheels import with_commit_wheel
-from toolchain.bisect.core import BuildOutcome, first_line
+from toolchain.bisect.core import BuildOutcome, BuildSource, first_line
 from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
 from toolchain.console import UI
@@ -86,8 +86,9 @@ class SpineBuilder:
         if self.retry_unbuildable:
             memo.unlink(missing_ok=True)
         sources = {b.source for b in built}  # the remote cache (build/remotecache.py) serves every step and build ahead
-        source = ("compiled" if WheelSource.BUILT in sources else "prebuilt" if WheelSource.PREBUILT in sources
-                  else "downloaded" if WheelSource.REMOTE_CACHE in sources else "cached")
+        source: BuildSource = ("compiled" if WheelSource.BUILT in sources
+                               else "prebuilt" if WheelSource.PREBUILT in sources
+                               else "downloaded" if WheelSource.REMOTE_CACHE in sources else "cached")
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),
                             log=out / "logs", cached=source != "compiled", source=source, cores=busy_cores(built))
 
