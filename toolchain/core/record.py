@@ -46,9 +46,13 @@ def _delattr(self: Any, name: str) -> None:
 
 
 @overload
-def record(cls: type[T], /) -> type[T]: ...
+def record(cls: type[T], /) -> type[T]:
+    """`@record`: the class made a record."""
+
+
 @overload
-def record(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]: ...
+def record(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
+    """`@record(kw_only=True)`: the decorator making a record whose fields are all passed by name."""
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
