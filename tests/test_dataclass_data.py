@@ -15,7 +15,7 @@ from toolchain.bisect.session import BisectOptions
 from toolchain.core import toml as tomlio
 from toolchain.core.serial import from_data, meta, rounded, schema, to_data, to_table
 from toolchain.resolve.closure import Closure, LockedDist
-from toolchain.smoke import SmokeOptions
+from toolchain.smoke.config import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 

@@ -28,7 +28,7 @@ from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline.verify import recipe_from_lock
 from toolchain.recipe.load import load_recipe
-from toolchain.smoke import SmokeOptions
+from toolchain.smoke.config import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 
 DEFAULT_OUT = Path("bisect-out")
