@@ -14,8 +14,9 @@ resolver's (packaging's requirement and tag machinery).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from toolchain.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from toolchain.resolve.closure import Closure, LockedDist
@@ -25,9 +26,4 @@ if TYPE_CHECKING:
 __all__ = ["BuiltWheel", "Closure", "LockedDist", "check_built_against", "resolve_closure"]
 _LAZY = {"check_built_against": "torch_abi", "Closure": "closure", "LockedDist": "closure", "BuiltWheel": "uvpin",
          "resolve_closure": "uvpin"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -12,8 +12,9 @@ first use (`_LAZY`: name -> module), so that importing one module (`triage`, say
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from toolchain.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from toolchain.smoke.config import SmokeOptions
@@ -21,9 +22,4 @@ if TYPE_CHECKING:
 
 __all__ = ["SmokeOptions", "SmokeOutcome", "run_smoke"]
 _LAZY = {"SmokeOptions": "config", "SmokeOutcome": "session", "run_smoke": "session"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

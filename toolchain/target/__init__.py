@@ -7,11 +7,11 @@ the names imported on first use, and from which module; tests/test_public_names.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
+from toolchain.core.lazy import lazy_exports
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.host import HostRuntime
 
@@ -89,9 +89,4 @@ def entry_findings(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
 # (Interpreter, Runtime: smoke's; a build that compiles nothing creates neither class)
 _LAZY = {"ExecContainerRuntime": "container", "FreshContainerRuntime": "container", "Interpreter": "base",
          "Runtime": "base", "Serving": "parts"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)
