@@ -107,7 +107,7 @@ def resolve(names: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | N
 
 # --------------------------------------------------------------------------------------------- HTTP
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exchange:
     """One HTTP request a case made to the server and the answer it got."""
     method: str
@@ -144,12 +144,14 @@ class Client:
         started = time.monotonic()
         try:
             r = self.session.request(method, url, json=body, timeout=self.timeout)
-            return Exchange(method, url, body, r.status_code, r.text, time.monotonic() - started)
+            return Exchange(method=method, url=url, request=body, status=r.status_code, response=r.text,
+                            seconds=time.monotonic() - started)
         except requests.Timeout:
             error = f"timeout: no answer within {self.timeout:g}s"
         except requests.RequestException as exc:
             error = f"connection: {type(exc).__name__}: {exc}"
-        return Exchange(method, url, body, None, "", time.monotonic() - started, error)
+        return Exchange(method=method, url=url, request=body, status=None, response="",
+                        seconds=time.monotonic() - started, error=error)
 
 
 # --------------------------------------------------------------------------------------------- results
