@@ -19,6 +19,7 @@ from toolchain.bisect.testers import CommandTester, TestCannotRun
 from toolchain.build.cache import WheelRef
 from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import component_env
+from toolchain.build.stack import WheelSource
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc.runner import run
 from toolchain.core.proc.signals import STOPPING
@@ -196,7 +197,7 @@ def fake_spine(monkeypatch, calls: list):
 
     def build_stack_components(recipe, options, ui):  # every component compiled (BuiltComponent.source)
         lock = build_stack(recipe, options, ui)
-        return lock, [types.SimpleNamespace(source="built", metrics=BuildMetrics()) for _ in lock.components]
+        return lock, [types.SimpleNamespace(source=WheelSource.BUILT, metrics=BuildMetrics()) for _ in lock.components]
 
     monkeypatch.setattr("toolchain.bisect.builder.build_stack_components", build_stack_components)
     monkeypatch.setattr("toolchain.bisect.candidates.Mirrors", Mirrors)

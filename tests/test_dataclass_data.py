@@ -15,7 +15,7 @@ from toolchain.bisect.session import BisectOptions
 from toolchain.core import toml as tomlio
 from toolchain.core.serial import from_data, meta, rounded, schema, to_data, to_table
 from toolchain.resolve.closure import Closure, LockedDist
-from toolchain.smoke import SmokeOptions
+from toolchain.smoke.config import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
@@ -105,8 +105,8 @@ def test_a_locks_resolve_table_may_leave_out_every_setting_as_its_schema_allows(
     closure = Closure.from_toml({}, [{"name": "numpy", "version": "2.1.0", "file": "numpy-2.1.0.tar.gz",
                                       "url": "https://example.invalid/numpy-2.1.0.tar.gz", "sha256": "6" * 64}])
     assert closure.resolver == "" and closure.indexes == () and closure.resolved_at == ""
-    assert closure.dists == (LockedDist("numpy", "2.1.0", "numpy-2.1.0.tar.gz",
-                                        "https://example.invalid/numpy-2.1.0.tar.gz", "6" * 64),)
+    assert closure.dists == (LockedDist(name="numpy", version="2.1.0", file="numpy-2.1.0.tar.gz",
+                                        url="https://example.invalid/numpy-2.1.0.tar.gz", sha256="6" * 64),)
     with pytest.raises(TypeError, match="unknown key.*for Closure: dists"):  # the dists are not a setting
         Closure.from_toml({"dists": []}, [])
 

@@ -65,7 +65,8 @@ def test_the_audit_records_needed_sonames_and_compiler_stamps(audited):
 
 def _closure_dist(name: str) -> LockedDist:
     w = wheel(name)
-    return LockedDist("intel-sycl-rt", w.name.split("-")[1], w.name, w.as_uri(), sha256_file(w))
+    return LockedDist(name="intel-sycl-rt", version=w.name.split("-")[1], file=w.name, url=w.as_uri(),
+                      sha256=sha256_file(w))
 
 
 def _check(audits, providers=None):
@@ -208,7 +209,7 @@ def test_the_closures_file_list_is_read_by_range_requests_and_cached(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/{w.name}"
-        dist = LockedDist("intel-sycl-rt", "2025.3.3", w.name, url, sha256_file(w))
+        dist = LockedDist(name="intel-sycl-rt", version="2025.3.3", file=w.name, url=url, sha256=sha256_file(w))
         got = wheelfiles.libraries_of(dist, tmp_path / "cache", tmp_path / "deps", tmp_path / "log")
         with zipfile.ZipFile(w) as z:
             assert got == tuple(sorted(n for n in z.namelist() if wheelfiles.SO_NAME.search(n)))
@@ -325,7 +326,8 @@ def test_a_cached_audit_never_imports_the_elf_reader(audited):
 def test_closure_wheels_are_read_from_their_file_urls(audited, tmp_path):
     cache, a = audited
     w = wheel("sycl8")
-    dist = LockedDist("intel-sycl-rt", w.name.split("-")[1], w.name, w.as_uri(), a["sycl8"].sha256)
+    dist = LockedDist(name="intel-sycl-rt", version=w.name.split("-")[1], file=w.name, url=w.as_uri(),
+                      sha256=a["sycl8"].sha256)
     (got,) = native.audit_wheels([], [dist], cache, tmp_path / "deps", tmp_path / "fetch.log")
     assert got.objects == a["sycl8"].objects and got.role == "dependency"
     assert not (tmp_path / "deps").exists()  # nothing fetched: the file was at hand

@@ -254,7 +254,7 @@ def test_a_locked_fetch_reads_no_pip_configuration(tmp_path, monkeypatch):
     """torch 2.15.0 pinned by the lock (a stand-in wheel): pip with the conflicting configuration refuses it
     (shown first, so the configuration really conflicts); the locked fetch takes it."""
     w = write_wheel(tmp_path / "index", "torch", "2.15.0", {"torch/__init__.py": b""})
-    dist = LockedDist("torch", "2.15.0", w.name, w.as_uri(), sha256_file(w))
+    dist = LockedDist(name="torch", version="2.15.0", file=w.name, url=w.as_uri(), sha256=sha256_file(w))
     env = _conflicting_config(tmp_path)
     reqs = tmp_path / "reqs.txt"
     reqs.write_text(f"torch @ {w.as_uri()} --hash=sha256:{dist.sha256}\n")

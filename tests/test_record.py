@@ -73,3 +73,15 @@ def test_a_record_goes_through_pickle():
     assert back == ref and hash(back) == hash(ref)
     with pytest.raises(FrozenInstanceError):
         back.size = 4
+
+
+def test_a_keyword_only_record_takes_its_fields_by_name_alone():
+    Kw = _body(record(kw_only=True))
+    a = Kw(name="a", size=1)
+    assert a == Kw(size=1, name="a") == dataclasses.replace(a)
+    assert hash(a) == hash(Kw(name="a", size=1))
+    assert repr(a).endswith("Item(name='a', size=1, tags=(), note='')")
+    with pytest.raises(TypeError):
+        Kw("a", 1)
+    with pytest.raises(FrozenInstanceError):
+        a.size = 2

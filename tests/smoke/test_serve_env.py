@@ -15,8 +15,10 @@ from toolchain import scripts
 from toolchain.core.devices import Card, cards_from, find_cards
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
-from toolchain.smoke import SmokeOptions, device_check, run_smoke
+from toolchain.smoke import device_check
+from toolchain.smoke.config import SmokeOptions
 from toolchain.smoke.server import strip_oneapi
+from toolchain.smoke.session import run_smoke
 
 ONEAPI = "/opt/intel/oneapi"
 

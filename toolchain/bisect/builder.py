@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.bisect.commitwheels import with_commit_wheel
-from toolchain.bisect.core import BuildOutcome, first_line
+from toolchain.bisect.core import BuildOutcome, BuildSource, first_line
 from toolchain.bisect.overlay_step import only_the_bisected
-from toolchain.build.stack import BuildOptions, BuiltComponent
+from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
@@ -86,8 +86,9 @@ class SpineBuilder:
         if self.retry_unbuildable:
             memo.unlink(missing_ok=True)
         sources = {b.source for b in built}  # the remote cache (build/remotecache.py) serves every step and build ahead
-        source = ("compiled" if "built" in sources else "prebuilt" if "prebuilt" in sources
-                  else "downloaded" if "remote-cache" in sources else "cached")
+        source: BuildSource = ("compiled" if WheelSource.BUILT in sources
+                               else "prebuilt" if WheelSource.PREBUILT in sources
+                               else "downloaded" if WheelSource.REMOTE_CACHE in sources else "cached")
         return BuildOutcome(True, lock_path=lock.path, wheels=tuple(lock.wheel_path(c) for c in lock.components),
                             log=out / "logs", cached=source != "compiled", source=source, cores=busy_cores(built))
 
@@ -168,7 +169,7 @@ def error_tail(err: BaseException, n: int = 20) -> str:
 def busy_cores(built: Sequence[BuiltComponent]) -> float:
     """How many cores the build kept busy (what the bisect spreads its builds by): its busiest compiled
     component's CPU / wall seconds; 0 when nothing was compiled or measured."""
-    measured = [b.metrics for b in built if b.source == "built"]
+    measured = [b.metrics for b in built if b.source is WheelSource.BUILT]
     return max((m.cpu_seconds / m.wall_seconds for m in measured if m.wall_seconds > 0), default=0.0)
 
 

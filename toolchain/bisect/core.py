@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from toolchain.core.cpu import idle_cores
 from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
@@ -71,6 +71,11 @@ class Candidate:
         return self.key[:12]
 
 
+# where a candidate's wheels came from: "compiled" | "prebuilt" (a per-commit wheel) | "downloaded" (the remote
+# cache) | "cached" ("": not known, as a state file of an older version, or a failed build)
+BuildSource = Literal["", "compiled", "prebuilt", "downloaded", "cached"]
+
+
 @dataclass(frozen=True)
 class BuildOutcome:
     """What building one candidate gave: success, the lock and wheels written, the log, and why it failed."""
@@ -80,7 +85,7 @@ class BuildOutcome:
     log: Path | None = None
     reason: str = ""        # why the build failed (one line)
     cached: bool = False    # nothing was compiled: every wheel came from the cache
-    source: str = ""        # "compiled" | "prebuilt" (a per-commit wheel) | "downloaded" (the remote cache) | "cached"
+    source: BuildSource = ""
     # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
     cores: float = field(default=0.0, metadata=meta(dump=rounded(2)))
     tail: str = ""          # a failed build: the error's last lines
@@ -119,7 +124,7 @@ class StepRecord:
     build_failed: bool = False
     prefetched: bool = False    # its build had started ahead (during an earlier test, or spread)
     cached: bool = False
-    source: str = ""            # its build's wheels: "compiled" | "downloaded" | "cached" (BuildOutcome.source)
+    source: BuildSource = ""    # its build's wheels (BuildOutcome.source)
     build_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))  # time this step waited for its build
     test_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
     lock: str = ""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from toolchain.bisect.builder import SpineBuilder, table_recipes
 from toolchain.bisect.candidates import component_candidates
@@ -28,7 +28,7 @@ from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline.verify import recipe_from_lock
 from toolchain.recipe.load import load_recipe
-from toolchain.smoke import SmokeOptions
+from toolchain.smoke.config import SmokeOptions
 from toolchain.sources.mirrors import Rewrite
 
 DEFAULT_OUT = Path("bisect-out")
@@ -39,7 +39,7 @@ DEFAULT_JOBS = 3  # at most: builds spread over the range on idle cores, or (bui
 @dataclass(frozen=True)
 class BisectOptions:
     """What a bisect needs to start or resume (saved in the state file as `context`). Paths are absolute."""
-    mode: str                             # "commits" | "locks"
+    mode: Literal["commits", "locks"]
     out: Path
     test_cmd: tuple[str, ...] = ()        # a command with `git bisect run` semantics, or
     smoke: SmokeOptions | None = None     # the smoke stage with these options

@@ -15,7 +15,8 @@ from toolchain.core.proc.runner import CommandTimeout, display, run
 from toolchain.core.proc.signals import STOPPING
 from toolchain.errors import ToolError, UsageError
 from toolchain.lock import read_lock
-from toolchain.smoke import SmokeOptions, SmokeOutcome, run_smoke
+from toolchain.smoke.config import SmokeOptions
+from toolchain.smoke.session import SmokeOutcome, run_smoke
 
 ENV_WHEELS, ENV_LOCK, ENV_COMMIT = "TOOLCHAIN_BISECT_WHEELS", "TOOLCHAIN_BISECT_LOCK", "TOOLCHAIN_BISECT_COMMIT"
 ENV_WHEEL_DIR = "TOOLCHAIN_BISECT_WHEEL_DIR"

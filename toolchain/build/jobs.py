@@ -114,7 +114,7 @@ def resources_from(files: Mapping[str, str], cpus: int) -> Resources:
     return Resources(max(1, cpus), memory, why)
 
 
-@record
+@record(kw_only=True)
 class JobsDecision:
     """How many compile jobs a component gets, and why."""
 
@@ -166,14 +166,16 @@ def decide_jobs(res: Resources, per_job: int, per_job_source: str, *, recipe_pin
             pinned = user
     if not source:
         which = "memory" if by_memory < res.cpus else "cores"
-        return JobsDecision(sized, per_job, per_job_source, which, f"{sized} jobs: {basis}")
+        return JobsDecision(jobs=sized, per_job=per_job, per_job_source=per_job_source, source=which,
+                            why=f"{sized} jobs: {basis}")
     warning = ""
     if jobs * per_job > res.memory:
         warning = (f"{jobs} jobs pinned by the {source} need about {format_size(jobs * per_job)}, but only "
                    f"{format_size(res.memory)} is available ({res.why_memory}): the build may swap or be killed; "
                    f"{sized} would fit")
-    return JobsDecision(jobs, per_job, per_job_source, source, f"{jobs} jobs pinned by the {source} ({basis})",
-                        warning, pinned)
+    return JobsDecision(jobs=jobs, per_job=per_job, per_job_source=per_job_source, source=source,
+                        why=f"{jobs} jobs pinned by the {source} ({basis})",
+                        warning=warning, pinned=pinned)
 
 
 def job_count(text: str, where: str, user: bool = False) -> int:

@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,7 +62,16 @@ class BuildOptions:
                                  # umask it made); the command checks the user's cache instead
 
 
-@record
+class WheelSource(StrEnum):
+    """Where a built component's wheel came from (the value is the word `build --json` shows)."""
+
+    BUILT = "built"                # compiled by this build
+    LOCAL_CACHE = "local-cache"    # the local wheel cache
+    REMOTE_CACHE = "remote-cache"  # downloaded from the remote cache
+    PREBUILT = "prebuilt"          # the recipe's pinned prebuilt wheel (never compiled)
+
+
+@record(kw_only=True)
 class BuiltComponent:
     """One component's wheel after a build, and where it came from."""
 
@@ -69,10 +79,9 @@ class BuiltComponent:
     describe: str
     wheel: WheelRef
     seconds: float
-    cached: bool                 # nothing was compiled for it (source is not "built")
     log: Path
     normalizations: tuple[str, ...] = ()
-    source: str = "built"        # "built" | "local-cache" | "remote-cache" | "prebuilt": where the wheel came from
+    source: WheelSource = WheelSource.BUILT  # where the wheel came from
     pushed: bool = False         # uploaded to the remote cache by this build
     built_against: tuple[BuiltAgainst, ...] = ()  # what the build environment had of `built-against`
     compiler_cache: CacheReport = CacheReport()  # what the build that made the wheel cost (its cache entry)
@@ -81,6 +90,11 @@ class BuiltComponent:
     jobs_source: str = ""
     version: str = ""  # the wheel's (normalized), as the cache entry recorded it ("": read the file name)
     built_at: float = 0.0  # when the build that made the wheel stored it (epoch seconds; 0: not recorded)
+
+    @property
+    def cached(self) -> bool:
+        """Nothing was compiled for it: the wheel came from a cache or is a prebuilt."""
+        return self.source is not WheelSource.BUILT
 
 
 def build_plan(plan: Plan, runtime: BuildRuntime, mirrors: Mirrors, options: BuildOptions, ui: UI) -> list[BuiltComponent]:
@@ -130,7 +144,7 @@ def build_plan(plan: Plan, runtime: BuildRuntime, mirrors: Mirrors, options: Bui
                 err.blame(cp.name)  # which component failed
                 _github_group(ui, f"{cp.name}: FAILED", options.out_dir / "logs" / f"{cp.name}.log", 60)
                 raise
-            _github_group(ui, f"{cp.name}: {result.source} {result.wheel.file}", result.log, 20)
+            _github_group(ui, f"{cp.name}: {result.source.value} {result.wheel.file}", result.log, 20)
             return result
 
         def show(cp: ComponentPlan, start: bool) -> None:
@@ -260,7 +274,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
     started = time.monotonic()
     # take(): the cached wheel, copied into wheels_dir only if it hashes as recorded (else evicted: a miss)
     entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
-    source = "remote-cache" if downloaded and entry is not None else "local-cache"
+    source = WheelSource.REMOTE_CACHE if downloaded and entry is not None else WheelSource.LOCAL_CACHE
     if entry is None:
         log.write_text(header)  # (the build appends to it; a cache hit writes its log whole, below)
         header = ""
@@ -270,7 +284,7 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
                 if remote.fetch(cp.cache_key, f"{comp.name}@{comp.commit[:12]}", cache,
                                 Path(options.cache_dir) / "work", ui) is not None:
                     entry = cache.take(cp.cache_key, wheels_dir)  # served like any local entry
-                source = "remote-cache"
+                source = WheelSource.REMOTE_CACHE
             if entry is None:
                 ensure_sources(mirrors, plan, cp)  # (fetched by build_plan: asks the mirror, fetches nothing)
                 _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
@@ -279,25 +293,27 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
                 if entry is None:
                     raise BuildError(f"{comp.name}: the wheel just stored in the cache under {cp.cache_key} "
                                      "could not be read back", hint="check the cache directory's disk")
-                source = "built"
-    cached = source != "built"
+                source = WheelSource.BUILT
+    cached = source is not WheelSource.BUILT
     if cached and entry.meta.build_requires:
         _check_recorded_requires(plan, cp, runtime, list(entry.meta.build_requires), options)
     describe = entry.meta.describe or mirrors.describe(comp.url, comp.commit)
     if cached:
-        _log_from_cache(log, entry, f"downloaded from {remote.settings.url}" if source == "remote-cache" and remote else "",
+        _log_from_cache(log, entry,
+            f"downloaded from {remote.settings.url}" if source is WheelSource.REMOTE_CACHE and remote else "",
                         header=header)
-        how = "downloaded" if source == "remote-cache" else "cached"
+        how = "downloaded" if source is WheelSource.REMOTE_CACHE else "cached"
         ui.info(f"  [green]✓[/] {comp.name}: {how} {entry.wheel.name}")
     else:
         ui.info(f"  [green]✓[/] {comp.name}: built {entry.wheel.name} in {time.monotonic() - started:.1f}s")
-    pushed = source != "remote-cache" and remote is not None and remote.push(
+    pushed = source is not WheelSource.REMOTE_CACHE and remote is not None and remote.push(
         entry, _annotations(plan, cp, entry), f"{comp.name}@{comp.commit[:12]}", Path(options.cache_dir) / "work", ui)
     meta = entry.meta
-    return BuiltComponent(cp, describe, WheelRef(entry.wheel.name, entry.sha256, entry.size),
-                          meta.build_seconds, cached, log, meta.normalizations, source, pushed,
-                          meta.built_against, meta.compiler_cache, meta.metrics, meta.jobs, meta.jobs_source,
-                          meta.version, meta.stored)
+    return BuiltComponent(plan=cp, describe=describe, wheel=WheelRef(entry.wheel.name, entry.sha256, entry.size),
+                          seconds=meta.build_seconds, log=log, normalizations=meta.normalizations, source=source,
+                          pushed=pushed, built_against=meta.built_against, compiler_cache=meta.compiler_cache,
+                          metrics=meta.metrics, jobs=meta.jobs, jobs_source=meta.jobs_source, version=meta.version,
+                          built_at=meta.stored)
 
 
 def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Path, work: Path, log: Path,
@@ -313,8 +329,8 @@ def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Pa
     with open(log, "a", encoding="utf-8") as f:
         f.write(f"# {'downloaded and checked' if fetched else 'from the wheel cache'}: nothing was compiled\n")
     ui.info(f"  [green]✓[/] {cp.name}: prebuilt {entry.wheel.name} ({'downloaded' if fetched else 'cached'})")
-    return BuiltComponent(cp, "", WheelRef(entry.wheel.name, entry.sha256, entry.size), 0.0, True, log,
-                          source="prebuilt")
+    return BuiltComponent(plan=cp, describe="", wheel=WheelRef(entry.wheel.name, entry.sha256, entry.size),
+                          seconds=0.0, log=log, source=WheelSource.PREBUILT)
 
 
 def _annotations(plan: Plan, cp: ComponentPlan, entry: CacheEntry) -> dict[str, str]:

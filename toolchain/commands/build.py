@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.build.remoteopen import open_remote
-from toolchain.build.stack import BuildOptions, BuiltComponent
+from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, Grid, literal
 from toolchain.core.serial import to_data, to_table
@@ -20,8 +20,8 @@ from toolchain.recipe.load import Recipe, only_components
 from toolchain.release import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
 
-SOURCES = {"built": "compiled", "local-cache": "cached", "remote-cache": "downloaded",
-           "prebuilt": "prebuilt (never compiled)"}  # BuiltComponent.source
+SOURCES = {WheelSource.BUILT: "compiled", WheelSource.LOCAL_CACHE: "cached", WheelSource.REMOTE_CACHE: "downloaded",
+           WheelSource.PREBUILT: "prebuilt (never compiled)"}  # the summary's words for BuiltComponent.source
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -93,7 +93,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if lock.recipe_partial:
         data["partial"] = list(lock.recipe_partial)
     for entry, b in zip(data["components"], built, strict=False):
-        entry["source"], entry["pushed"] = b.source, b.pushed
+        entry["source"], entry["pushed"] = b.source.value, b.pushed
     if remote is not None:
         data["remote"] = remote.summary()
         why = remote.push_off or remote.off
@@ -139,7 +139,7 @@ def summary_grid(title: str, lock: Lock, built: list[BuiltComponent]) -> Grid:
 def provenance(b: BuiltComponent) -> str:
     """"compiled", or "cached (built in 41 min on 2026-11-30)" / "downloaded (...)" for a wheel from a cache."""
     how = SOURCES[b.source]
-    if b.source == "built":
+    if b.source is WheelSource.BUILT:
         return how
     when = f" on {time.strftime('%Y-%m-%d', time.gmtime(b.built_at))}" if b.built_at else ""
     return f"{how} (built in {duration(b.seconds)}{when})" if b.seconds else how

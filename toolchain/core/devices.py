@@ -23,7 +23,7 @@ BMG_G21_IDS = frozenset({0xE202, 0xE209, 0xE20B, 0xE20C, 0xE20D, 0xE210, 0xE211,
 BMG_G31_IDS = frozenset({0xE220, 0xE221, 0xE222, 0xE223})
 
 
-@record
+@record(kw_only=True)
 class DeviceProfile:
     """A supported card: its names, PCI ids and the architecture to build for."""
 
@@ -42,8 +42,10 @@ class DeviceProfile:
 
 
 PROFILES = {
-    "b60": DeviceProfile("b60", "Intel Arc Pro B60", "BMG-G21", BMG_G21_IDS, 1, "intel_gpu_bmg_g21", "bmg-g21-a0"),
-    "b70": DeviceProfile("b70", "Intel Arc Pro B70", "BMG-G31", BMG_G31_IDS, 2, "intel_gpu_bmg_g31", "bmg-g31-a0"),
+    "b60": DeviceProfile(name="b60", product="Intel Arc Pro B60", die="BMG-G21", pci_ids=BMG_G21_IDS, max_cards=1,
+                         ark_target="intel_gpu_bmg_g21", aot_device="bmg-g21-a0"),
+    "b70": DeviceProfile(name="b70", product="Intel Arc Pro B70", die="BMG-G31", pci_ids=BMG_G31_IDS, max_cards=2,
+                         ark_target="intel_gpu_bmg_g31", aot_device="bmg-g31-a0"),
 }
 DEFAULT_DEVICE = "b70"
 

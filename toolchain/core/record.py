@@ -12,8 +12,9 @@ a frozen dataclass: `dataclass_transform(frozen_default=True)`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import FrozenInstanceError, dataclass, field, fields
-from typing import Any, TypeVar, cast, dataclass_transform
+from typing import Any, TypeVar, cast, dataclass_transform, overload
 
 T = TypeVar("T")
 
@@ -44,10 +45,29 @@ def _delattr(self: Any, name: str) -> None:
     raise FrozenInstanceError(f"cannot delete field {name!r}")
 
 
+@overload
+def record(cls: type[T], /) -> type[T]:
+    """`@record`: the class made a record."""
+
+
+@overload
+def record(*, kw_only: bool = False) -> Callable[[type[T]], type[T]]:
+    """`@record(kw_only=True)`: the decorator making a record whose fields are all passed by name."""
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
-def record(cls: type[T]) -> type[T]:
-    """`@dataclass(frozen=True)` as far as anyone can tell, with only `__init__` generated (see the module)."""
-    made = dataclass(eq=False, repr=False)(cls)  # frozen by the shared __setattr__ below
+def record(cls: type[T] | None = None, /, *, kw_only: bool = False) -> type[T] | Callable[[type[T]], type[T]]:
+    """`@dataclass(frozen=True)` as far as anyone can tell, with only `__init__` generated (see the module).
+
+    `@record(kw_only=True)`: every field is passed by name (a wide record, whose positional order no caller
+    should have to count)."""
+    if cls is None:
+        return lambda c: _make(c, kw_only)
+    return _make(cls, kw_only)
+
+
+def _make(cls: type[T], kw_only: bool) -> type[T]:
+    made = dataclass(eq=False, repr=False, kw_only=kw_only)(cls)  # frozen by the shared __setattr__ below
     every = fields(cast("Any", made))
     shared: dict[str, object] = {
         "__record_fields__": frozenset(f.name for f in every),

@@ -37,7 +37,7 @@ class FileDiff:
     detail: str = ""     # the content diff or what differs in the metadata
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WheelDiff:
     """Two builds of one wheel that differ: their files and hashes, and every entry that differs."""
     key: str = field(metadata=meta(skip=True))  # canonical distribution name
@@ -54,7 +54,7 @@ class WheelDiff:
         return [f.path for f in self.files]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReproReport:
     """A comparison of two sets of wheels: the identical ones, the differing ones and those without a counterpart."""
     label_a: str = field(metadata=meta(key="a"))
@@ -102,9 +102,9 @@ def compare_wheel_sets(a: Iterable[Path], b: Iterable[Path], *, label_a: str = "
             identical.append(by_a[key].name)
         else:
             differing.append(diff)
-    return ReproReport(label_a, label_b, tuple(identical), tuple(differing),
-                       tuple(sorted(by_a[k].name for k in by_a.keys() - by_b.keys())),
-                       tuple(sorted(by_b[k].name for k in by_b.keys() - by_a.keys())))
+    return ReproReport(label_a=label_a, label_b=label_b, identical=tuple(identical), differing=tuple(differing),
+                       only_a=tuple(sorted(by_a[k].name for k in by_a.keys() - by_b.keys())),
+                       only_b=tuple(sorted(by_b[k].name for k in by_b.keys() - by_a.keys())))
 
 
 def compare_with_hashes(expected: Mapping[str, str], rebuilt: Iterable[Path], *, label_a: str, label_b: str,
@@ -130,12 +130,13 @@ def compare_with_hashes(expected: Mapping[str, str], rebuilt: Iterable[Path], *,
             continue
         if sha_b != expected[file_a]:
             notes.append(f"{file_a}: the recorded wheel is not at hand, so only its hash was compared")
-        differing.append(WheelDiff(key, file_a, path_b.name, expected[file_a], sha_b,
-                                   tuple(_name_diff(file_a, path_b.name))))
-    return ReproReport(label_a, label_b, tuple(identical), tuple(differing),
-                       tuple(sorted(expected_by_key[k] for k in expected_by_key.keys() - by_key.keys())),
-                       tuple(sorted(by_key[k].name for k in by_key.keys() - expected_by_key.keys())),
-                       tuple(notes))
+        differing.append(WheelDiff(key=key, file_a=file_a, file_b=path_b.name, sha256_a=expected[file_a],
+                                   sha256_b=sha_b,
+                                   files=tuple(_name_diff(file_a, path_b.name))))
+    return ReproReport(label_a=label_a, label_b=label_b, identical=tuple(identical), differing=tuple(differing),
+                       only_a=tuple(sorted(expected_by_key[k] for k in expected_by_key.keys() - by_key.keys())),
+                       only_b=tuple(sorted(by_key[k].name for k in by_key.keys() - expected_by_key.keys())),
+                       notes=tuple(notes))
 
 
 def compare_wheels(a: Path, b: Path, *, use_diffoscope: bool | None = None) -> WheelDiff | None:
@@ -145,7 +146,8 @@ def compare_wheels(a: Path, b: Path, *, use_diffoscope: bool | None = None) -> W
         return None
     files = _name_diff(a.name, b.name) + (_entry_diffs(a, b) if sha_a != sha_b else [])
     report = run_diffoscope(a, b) if sha_a != sha_b and _want_diffoscope(use_diffoscope) else ""
-    return WheelDiff(wheel_key(a), a.name, b.name, sha_a, sha_b, tuple(files), report)
+    return WheelDiff(key=wheel_key(a), file_a=a.name, file_b=b.name, sha256_a=sha_a, sha256_b=sha_b,
+                     files=tuple(files), diffoscope=report)
 
 
 def _name_diff(name_a: str, name_b: str) -> list[FileDiff]:

@@ -4,17 +4,19 @@ them and every install installs exactly them. The built wheels are taken as give
 
 closure.py  the data (`Closure`, `LockedDist`) and its TOML form
 uvpin.py    running the kept resolver (`uv pip compile`) and picking the exact file for the target
-abi.py      the check that the closure's torch (and any other `built-against` distribution) is the build the
+torch_abi.py  the check that the closure's torch (and any other `built-against` distribution) is the build the
             compiled wheels were built against
 
-Names are imported from their modules on first use: the lock reads `closure.py` on every build, a warm
-no-op must not pay for the resolver's (packaging's requirement and tag machinery).
+Names are imported from their modules on first use (`_LAZY`: name -> module; tests/test_public_names.py
+resolves every one): the lock reads `closure.py` on every build, a warm no-op must not pay for the
+resolver's (packaging's requirement and tag machinery).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from toolchain.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from toolchain.resolve.closure import Closure, LockedDist
@@ -22,11 +24,6 @@ if TYPE_CHECKING:
     from toolchain.resolve.uvpin import BuiltWheel, resolve_closure
 
 __all__ = ["BuiltWheel", "Closure", "LockedDist", "check_built_against", "resolve_closure"]
-_HOME = {"check_built_against": "abi", "Closure": "closure", "LockedDist": "closure", "BuiltWheel": "uvpin",
+_LAZY = {"check_built_against": "torch_abi", "Closure": "closure", "LockedDist": "closure", "BuiltWheel": "uvpin",
          "resolve_closure": "uvpin"}
-
-
-def __getattr__(name: str) -> object:
-    if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

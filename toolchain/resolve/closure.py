@@ -29,7 +29,7 @@ def _redact_urls(urls: Iterable[str]) -> Data:
     return [redact_url(u) for u in urls]
 
 
-@record
+@record(kw_only=True)
 class LockedDist:
     """One resolved distribution: the exact file (a wheel, or an sdist when the index has no wheel)."""
     name: str = field(metadata=meta(check=NAME))  # canonical name
@@ -55,7 +55,7 @@ class LockedDist:
         return unquote(parsed.path) if parsed.scheme == "file" else ""
 
 
-@record
+@record(kw_only=True)
 class Closure:
     """How the closure was resolved and what it holds (install order does not matter: all --no-deps). Every
     setting may be missing from a lock's `[resolve]` (lock.RESOLVE_SCHEMA): each has its default."""

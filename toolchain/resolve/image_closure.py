@@ -49,7 +49,8 @@ def overlay_closure(base: BaseEnv, built: Sequence[tuple[str, Path, tuple[BuiltA
                            hint="nothing is resolved from an index over a base: rebuild at a commit that fits the "
                                 "image, patch the requirement, or pick an image that holds it")
     check_built_against([Compiled(name, against) for name, _, against in built if against],
-                        Closure("", (), (), "", python, "", ()), {**image, **versions})
+                        Closure(resolver="", indexes=(), find_links=(), index_strategy="", python_version=python,
+                                platform="", dists=()), {**image, **versions})
     return Closure(resolver=f"the base image {base.image}", indexes=(), find_links=(), index_strategy="",
                    python_version=python, platform="", dists=(), notes=tuple(notes))
 

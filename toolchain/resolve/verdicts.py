@@ -35,7 +35,7 @@ Verdict = Literal["provided", "host", "host-absent", "missing", "ignored"]
 At = Literal["build", "run"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Need:
     """One soname the stack's shared objects need, where it comes from, and whether its absence is fatal."""
     soname: str
@@ -156,7 +156,8 @@ def check(audits: Sequence[WheelAudit], providers: Providers, policy: Policy, *,
         shipper = (policy.host_package(so) if from_host else None) or policy.shipper(so)
         ships = "" if shipper is None else shipper.by + (f" (apt install {shipper.debian})"
                                                           if from_host and shipper.debian else "")
-        needs.append(Need(so, verdict, fatal, files, wheels, source, near, ships))
+        needs.append(Need(soname=so, verdict=verdict, fatal=fatal, files=files, wheels=wheels, source=source,
+                          near=near, ships=ships))
     stamps = tuple(s for a in audits if a.role != "dependency" for s in [_stamp_mismatch(a, providers.oneapi_version)]
                    if s)
     return NativeReport(tuple(needs), stamps)

@@ -107,7 +107,7 @@ def resolve(names: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | N
 
 # --------------------------------------------------------------------------------------------- HTTP
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Exchange:
     """One HTTP request a case made to the server and the answer it got."""
     method: str
@@ -144,12 +144,14 @@ class Client:
         started = time.monotonic()
         try:
             r = self.session.request(method, url, json=body, timeout=self.timeout)
-            return Exchange(method, url, body, r.status_code, r.text, time.monotonic() - started)
+            return Exchange(method=method, url=url, request=body, status=r.status_code, response=r.text,
+                            seconds=time.monotonic() - started)
         except requests.Timeout:
             error = f"timeout: no answer within {self.timeout:g}s"
         except requests.RequestException as exc:
             error = f"connection: {type(exc).__name__}: {exc}"
-        return Exchange(method, url, body, None, "", time.monotonic() - started, error)
+        return Exchange(method=method, url=url, request=body, status=None, response="",
+                        seconds=time.monotonic() - started, error=error)
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -161,7 +163,7 @@ def root_cause_data(excerpts: Sequence[Excerpt]) -> Data:
     return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": to_data(excerpts)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CaseResult:
     """What one smoke case gave: its verdict, why, timings, metrics and the exchanges made."""
     name: str
@@ -189,7 +191,8 @@ class CaseResult:
 
 def not_run(spec: CaseSpec, reason: str, verdict: str = SKIP) -> CaseResult:
     """The result of a case that did not run (skipped, or the server was not ready), with why."""
-    return CaseResult(spec.name, spec.kind, spec.required, verdict, reason, 0.0, category="not-run",
+    return CaseResult(name=spec.name, kind=spec.kind, required=spec.required, verdict=verdict, message=reason,
+                      seconds=0.0, category="not-run",
                       description=spec.description)
 
 
@@ -228,8 +231,9 @@ def run_case(spec: CaseSpec, ctx: CaseContext) -> CaseResult:
         verdict, category = PASS, ""
     except _Failed as failed:
         verdict, category, message = failed.verdict, failed.category, str(failed)
-    return CaseResult(spec.name, spec.kind, spec.required, verdict, message, time.monotonic() - started,
-                      tuple(exchanges), category, metrics, spec.description)
+    return CaseResult(name=spec.name, kind=spec.kind, required=spec.required, verdict=verdict, message=message,
+                      seconds=time.monotonic() - started,
+                      exchanges=tuple(exchanges), category=category, metrics=metrics, description=spec.description)
 
 
 def _models(ctx: CaseContext, exchanges: list[Exchange], metrics: dict[str, object]) -> list[str]:

@@ -32,7 +32,7 @@ def _describe_cards(cards: Sequence[Card]) -> Data:
     return [c.describe() for c in cards]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DeviceCheck:
     """The outcome of checking that the requested cards are present: which were found and the affinity mask."""
     device: str
@@ -131,7 +131,8 @@ def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str
     need = max(wanted) + 1 if wanted else tp
 
     def result(ok: bool, message: str) -> DeviceCheck:
-        return DeviceCheck(device, len(wanted), mask, tuple(cards), ok, message, tools=tools or {})
+        return DeviceCheck(device=device, cards_needed=len(wanted), affinity_mask=mask, cards=tuple(cards), ok=ok,
+                           message=message, tools=tools or {})
 
     found = "; ".join(c.describe() for c in cards) or "none"
     if not cards:
@@ -154,7 +155,8 @@ def check(device: str, tp: int, mask: str, cards: list[Card], tools: Mapping[str
 
 def skipped(device: str, tp: int, mask: str) -> DeviceCheck:
     """The device check result when --skip-device-check turned the check off."""
-    return DeviceCheck(device, tp, mask, (), True, "device check skipped (--skip-device-check)", skipped=True)
+    return DeviceCheck(device=device, cards_needed=tp, affinity_mask=mask, cards=(), ok=True,
+                       message="device check skipped (--skip-device-check)", skipped=True)
 
 
 class DeviceMismatch(UsageError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
@@ -47,7 +48,7 @@ class Excerpt:
     source: str                      # the log's name ("server.log")
     process: str
     line: int                        # where the block starts in that log (1-based)
-    kind: str                        # "traceback", "error" or "tail"
+    kind: Literal["traceback", "error", "tail"]
     causes: tuple[str, ...]          # the exception / error lines themselves, first cause first
     lines: tuple[str, ...]
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from toolchain.target.base import ServeRuntime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SmokeOutcome:
     """A smoke test's result: passed, exit code, a one-line summary, and the report written."""
     passed: bool
@@ -122,8 +122,9 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         summary = f"every required case passed ({len(runs)} run(s))"
     else:
         summary = f"ladder breaks at {ladder.first_broken}: {ladder.how}" if ladder else runs[0].how()
-    return SmokeOutcome(passed, 0 if passed else 1, summary, rep, paths, tuple(runs), ladder,
-                        render(cause) if cause else "")
+    return SmokeOutcome(passed=passed, exit_code=0 if passed else 1, summary=summary, report=rep, paths=paths,
+                        runs=tuple(runs), ladder=ladder,
+                        root_cause=render(cause) if cause else "")
 
 
 def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Interpreter,
@@ -206,7 +207,8 @@ def _interrupted(stop: Interrupted, rep: dict[str, Any], runs: list[RunResult], 
                "stage": stage, "running": running or None, "cases_run": len(ran)},
                seconds=round(time.monotonic() - started, 3), runs=[r.to_dict() for r in runs])
     paths = report.write_all(out, rep)
-    return SmokeOutcome(False, stop.exit_code, summary, rep, paths, tuple(runs), None, "", stop.signame)
+    return SmokeOutcome(passed=False, exit_code=stop.exit_code, summary=summary, report=rep, paths=paths,
+                        runs=tuple(runs), ladder=None, root_cause="", interrupted=stop.signame)
 
 
 def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
@@ -317,7 +319,8 @@ def spec_from_lock(lock: Lock, python: str = "") -> TargetSpec:
 def _check_devices(opts: SmokeOptions, config: SmokeConfig, target: Interpreter) -> device_check.DeviceCheck:
     mask = config.env.get("ZE_AFFINITY_MASK", "")
     if not config.device:
-        return device_check.DeviceCheck("", config.tensor_parallel_size, mask, (), True, "no device requested", True)
+        return device_check.DeviceCheck(device="", cards_needed=config.tensor_parallel_size, affinity_mask=mask,
+                                        cards=(), ok=True, message="no device requested", skipped=True)
     if opts.skip_device_check:
         return device_check.skipped(config.device, config.tensor_parallel_size, mask)
     return device_check.check_in(target, config.device, config.tensor_parallel_size, mask)

@@ -31,7 +31,7 @@ class Fix:
         return f"{self.kind}: {what} ({self.text})" if what else f"{self.kind}: {self.text}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Signature:
     """A known failure: the log patterns that identify it, and the logs they are searched in."""
     id: str
@@ -101,8 +101,10 @@ def load_signatures(path: Path | None = None) -> tuple[Signature, ...]:
                 problems.append(f"{where}: extract {raw['extract']!r}: {exc}")
             if extract is not None and "line" not in extract.groupindex:
                 problems.append(f"{where}: extract needs a (?P<line>...) group")
-        sigs.append(Signature(raw["id"], raw["title"], tuple(patterns), sources, raw["diagnosis"], tuple(fixes),
-                              tuple(raw.get("marks", ())), bool(raw.get("fallback", False)), extract))
+        sigs.append(Signature(id=raw["id"], title=raw["title"], patterns=tuple(patterns), sources=sources,
+                              diagnosis=raw["diagnosis"], fixes=tuple(fixes),
+                              marks=tuple(raw.get("marks", ())), fallback=bool(raw.get("fallback", False)),
+                                  extract=extract))
     if problems:
         raise RecipeError(problems)
     return tuple(sigs)

@@ -2,7 +2,8 @@
 strategy of the `Runtime` protocol (toolchain.target.base) that a recipe's `[target]` names; `serving` makes
 it ready to serve (smoke).
 
-The container runtimes are imported when a recipe asks for one: a host build does not pay for them."""
+The container runtimes are imported when a recipe asks for one: a host build does not pay for them (`_LAZY`:
+the names imported on first use, and from which module; tests/test_public_names.py resolves every one)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
+from toolchain.core.lazy import lazy_exports
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.host import HostRuntime
 
@@ -84,17 +86,7 @@ def entry_findings(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
         return container_findings(spec, ui)
 
 
-def __getattr__(name: str) -> object:
-    if name in ("ExecContainerRuntime", "FreshContainerRuntime"):
-        from toolchain.target import container
-
-        return getattr(container, name)
-    if name in ("Interpreter", "Runtime"):  # (smoke's: a build that compiles nothing creates neither class)
-        from toolchain.target import base
-
-        return getattr(base, name)
-    if name == "Serving":
-        from toolchain.target import parts
-
-        return getattr(parts, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# (Interpreter, Runtime: smoke's; a build that compiles nothing creates neither class)
+_LAZY = {"ExecContainerRuntime": "container", "FreshContainerRuntime": "container", "Interpreter": "base",
+         "Runtime": "base", "Serving": "parts"}
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -25,7 +25,7 @@ class ToolchainInfo:
     env_diff_sha256: str = field(default="", metadata=meta(check=STR))
 
 
-@record
+@record(kw_only=True)
 class TargetInfo:
     """Where the wheels were built, as probed inside the target (host or container); declared as a lock's
     [target] as ToolchainInfo is."""
