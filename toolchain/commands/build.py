@@ -105,7 +105,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.bundle:
         from toolchain.release.bundle import write_bundle
 
-        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.patch_dirs,
+        bundle = write_bundle(lock, build.out_dir / BUNDLES_DIR, patches_dir=recipe.all_patches_dirs,
                               with_deps=args.with_deps, cache_dir=build.cache_dir,
                               input_dirs=list(dict.fromkeys([recipe.path.parent, *(o.dir for _, o in recipe.origins)])))
         data["bundle"] = str(bundle)

@@ -33,6 +33,7 @@ PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit"
 DEFAULT_COMMAND = ("{python}", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "{src}", "-w", "{out}")
 DEFAULT_INSTALL_ARGS = ("--no-deps", "--force-reinstall")
 DEFAULT_SETVARS = "/opt/intel/oneapi/setvars.sh"
+DEFAULT_VERSION_ENV = "SETUPTOOLS_SCM_PRETEND_VERSION"  # the variable a build reads its version from (setuptools-scm)
 
 
 @record
@@ -177,7 +178,7 @@ class Component:
     patches: tuple[Patch, ...] = field(default=(), metadata=key(list))
     after: tuple[str, ...] = field(default=(), metadata=key(list))
     version: str = field(default="", metadata=key(str))
-    version_env: str = field(default="SETUPTOOLS_SCM_PRETEND_VERSION", metadata=key(str))
+    version_env: str = field(default=DEFAULT_VERSION_ENV, metadata=key(str))
     dist: str = field(default="", metadata=key(str))
     import_name: str = field(default="", metadata=key(str, "import"))
     install_args: tuple[str, ...] = field(default=DEFAULT_INSTALL_ARGS, metadata=key(list))
@@ -317,11 +318,6 @@ class Recipe:
         return {k: v for k, v in self.data.items() if k != "extends"}
 
     @property
-    def patches_dir(self) -> Path:
-        """This recipe's own patches/ directory (keys it inherits may use another: see `patch_dirs`)."""
-        return self.patches_dirs[0]
-
-    @property
     def own_origin(self) -> Origin:
         """This recipe file as the origin of the keys it declares itself."""
         return Origin(self.path, self.patches_dirs)
@@ -331,8 +327,9 @@ class Recipe:
         return dict(self.origins).get(key, self.own_origin)
 
     @property
-    def patch_dirs(self) -> tuple[Path, ...]:
-        """Every patches/ directory the recipe's patches come from (its own first)."""
+    def all_patches_dirs(self) -> tuple[Path, ...]:
+        """Every patches/ directory the recipe's patches come from: its own (`patches_dirs`) first, then those of
+        the recipes it extends."""
         dirs = [*self.own_origin.patches_dirs, *(d for _, o in self.origins for d in o.patches_dirs)]
         return tuple(dict.fromkeys(dirs))
 

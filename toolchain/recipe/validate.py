@@ -28,6 +28,7 @@ from toolchain.recipe.model import (
     DEFAULT_INDEX,
     DEFAULT_INSTALL_ARGS,
     DEFAULT_SETVARS,
+    DEFAULT_VERSION_ENV,
     HEX40,
     INDEX_STRATEGIES,
     PREBUILT_KEYS,
@@ -321,7 +322,7 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
                 if ph not in PLACEHOLDERS:
                     pr.add(f"{where}.command", f"unknown placeholder {{{ph}}}{did_you_mean(ph, list(PLACEHOLDERS))}; "
                                                f"known: {', '.join('{'+p+'}' for p in PLACEHOLDERS)}")
-        venv = c.get("version-env", "SETUPTOOLS_SCM_PRETEND_VERSION")
+        venv = c.get("version-env", DEFAULT_VERSION_ENV)
         if isinstance(venv, str) and not ENV_NAME.match(venv):
             pr.add(f"{where}.version-env", "not a valid environment variable name")
         fetch = _fetchcontent(c.get("fetchcontent", []), pr, where)
@@ -334,7 +335,7 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             subdir=subdir.strip("/") if isinstance(subdir, str) else "", patches=patches,
             after=pr.str_list(c, "after", f"{where}.after"),
             version=_str(c, "version"),
-            version_env=venv if isinstance(venv, str) else "SETUPTOOLS_SCM_PRETEND_VERSION",
+            version_env=venv if isinstance(venv, str) else DEFAULT_VERSION_ENV,
             dist=_str(c, "dist", name),
             import_name=_str(c, "import"),
             install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c

@@ -46,7 +46,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
     """Write the bundle of `lock` (whose wheels must match their recorded hashes) into `out_dir`.
 
     Returns the bundle directory; the tarball is `tarball_path(<returned dir>)`. `patches_dir` (the
-    recipes' patches/ directory, or several: `Recipe.patch_dirs`) copies the patch series into the bundle and
+    recipes' patches/ directory, or several: `Recipe.all_patches_dirs`) copies the patch series into the bundle and
     embeds it in the SBOM. `with_deps`: the locked dependency files go into `wheels/deps/` (checked against
     their sha256), so the bundle installs with no network. `input_dirs`: where the recipe's relative
     `inputs` are (the folders of the recipes that declared them); every input file (kernel configuration)
