@@ -94,6 +94,44 @@ def test_demo_lock_image_is_reproducible_runs_in_podman_and_docker_and_carries_i
 
 @pytest.mark.slow
 @pytest.mark.container
+def test_podman_without_the_base_is_given_the_whole_layout_and_names_the_image_alone(demo_build, test_base, tmp_path):
+    """podman is first offered the image without its base's layers (one process, named by the archive); a podman
+    whose storage lacks the base refuses that, stores nothing, and is given the whole layout: the same digest,
+    one name, and it runs."""
+    lock = demo_build.out / "stack.lock.toml"
+    first = _image(tmp_path, "a", lock, "--tag", "localhost/i42-thin:1", "--base", test_base, "--load", "podman")
+    storage = tmp_path / "storage.conf"
+    storage.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{tmp_path / "graph"}"\n'
+                       f'runroot = "{tmp_path / "run"}"\n')
+    empty = {**containers_env(), "CONTAINERS_STORAGE_CONF": str(storage)}
+
+    def in_empty(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["podman", *args], env=empty, capture_output=True, text=True, timeout=600,
+                              stdin=subprocess.DEVNULL)
+
+    try:
+        assert in_empty("image", "exists", test_base.split("@")[0]).returncode == 1  # the base is not there
+        cwd = tmp_path / "cwd-empty"
+        cwd.mkdir()
+        r = Cli(cwd, {**isolated_env(cwd), **empty})("image", "--lock", lock, "--cache-dir", tmp_path / "cache-a",
+                                                     "--tag", "localhost/i42-thin:1", "--base", test_base,
+                                                     "--load", "podman", "--json", timeout=1200)
+        assert r.returncode == 0, str(r)
+        assert r.json()["digest"] == first["digest"]
+        tags = in_empty("image", "inspect", "--format", "{{json .RepoTags}}", "localhost/i42-thin:1")
+        assert json.loads(tags.stdout) == ["localhost/i42-thin:1"], tags.stdout + tags.stderr
+        listed = in_empty("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+        assert listed == ["localhost/i42-thin:1"], listed  # nothing named after a folder, no base name
+        ran = in_empty("run", "--rm", "--network=none", "localhost/i42-thin:1", "python3", "-c",
+                       "import demo_engine; print('runs')")
+        assert ran.stdout.strip() == "runs", ran.stdout + ran.stderr
+    finally:
+        in_empty("system", "reset", "--force")
+        _engine("podman", "rmi", "localhost/i42-thin:1", check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
 def test_overlay_lock_image_replaces_the_base_distribution_reproducibly(stack_image, tmp_path):  # noqa: F811
     from tests.support.closure import demo_variant
 

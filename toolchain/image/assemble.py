@@ -8,9 +8,11 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import functools
+import io
 import json
 import os
 import shutil
+import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ TO_OCI = {"application/vnd.docker.image.rootfs.diff.tar.gzip": OCI_LAYER_GZ,
           "application/vnd.docker.container.image.v1+json": OCI_CONFIG}
 A = "vnd.xpu-toolchain."   # our labels: A + "lock.sha256", "recipe", "commit.<component>", ...
 REF_NAME = "org.opencontainers.image.ref.name"
+LAYOUT_VERSION = b'{"imageLayoutVersion":"1.0.0"}'
 
 
 def canonical_json(doc: Any) -> bytes:
@@ -95,6 +98,15 @@ def assemble(base: BaseImage, layer: Layer, labels: Mapping[str, str], epoch: in
     return Image(base=base, layer=layer, config=config_bytes, manifest=canonical_json(manifest), labels=dict(labels))
 
 
+def layout_index(image: Image, ref: str, tag: str) -> bytes:
+    """index.json of an OCI image layout holding `image`, naming it `ref` (containerd's annotation, which podman
+    also reads from an OCI archive) and `tag`."""
+    return canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX,
+                           "manifests": [{"mediaType": OCI_MANIFEST, "digest": image.digest,
+                                          "size": len(image.manifest),
+                                          "annotations": {REF_NAME: tag, "io.containerd.image.name": ref}}]})
+
+
 def write_layout(image: Image, dest: Path, ref: str, tag: str) -> Path:
     """An OCI image layout at `dest` (made afresh): every blob (the base's linked from the cache where the
     file system allows), the manifest, and index.json naming it `ref` (containerd) and `tag`."""
@@ -114,12 +126,30 @@ def write_layout(image: Image, dest: Path, ref: str, tag: str) -> Path:
             os.link(where, target)
         except OSError:
             shutil.copyfile(where, target)
-    (tmp / "oci-layout").write_bytes(canonical_json({"imageLayoutVersion": "1.0.0"}))
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
-             "manifests": [{"mediaType": OCI_MANIFEST, "digest": image.digest, "size": len(image.manifest),
-                            "annotations": {REF_NAME: tag, "io.containerd.image.name": ref}}]}
-    atomic_write_bytes(tmp / "index.json", canonical_json(index))
+    (tmp / "oci-layout").write_bytes(LAYOUT_VERSION)
+    atomic_write_bytes(tmp / "index.json", layout_index(image, ref, tag))
     if dest.exists():
         shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return dest
+
+
+def write_thin_archive(image: Image, dest: Path, ref: str) -> Path:
+    """An OCI archive (a tar of the layout) of what the image adds to its base: the layer, config, manifest and
+    index, without the base's layers. An engine that already holds the base reuses those by digest; one that
+    does not fails to load it (the caller falls back to the whole layout)."""
+    members = [("oci-layout", LAYOUT_VERSION), ("index.json", layout_index(image, ref, ref.rsplit(":", 1)[-1])),
+               (f"blobs/sha256/{image.digest[7:]}", image.manifest),
+               (f"blobs/sha256/{image.config_digest[7:]}", image.config)]
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(f"blobs/sha256/{image.layer.digest[7:]}")
+        info.size, info.mode = image.layer.size, 0o644
+        with image.layer.blob.open("rb") as layer:
+            tar.addfile(info, layer)
     os.replace(tmp, dest)
     return dest

@@ -14,7 +14,7 @@ from pathlib import Path
 from toolchain.core.proc.runner import run
 from toolchain.core.record import record
 from toolchain.errors import UsageError
-from toolchain.image.assemble import Image, canonical_json, write_layout
+from toolchain.image.assemble import Image, canonical_json, write_layout, write_thin_archive
 from toolchain.image.base import engine_env, registry_for
 
 ENGINES = ("podman", "docker")
@@ -53,12 +53,14 @@ def to_oci_dir(image: Image, dest: Path, ref: Ref) -> Path:
 
 
 def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
-    """Load the image into `engine` and tag it `ref`; the name it has there. podman copies it from the OCI layout
-    in place (`podman pull oci:DIR`: the base's layers it holds are not unpacked again); docker loads an archive
-    of the layout."""
+    """Load the image into `engine` and tag it `ref`; the name it has there. podman is first given an OCI archive
+    of what the image adds (one process: it names the image from the archive and reuses the base's layers it
+    holds); without the base, it loads the whole OCI layout folder. docker loads an archive of the layout."""
     if engine not in ENGINES:
         raise UsageError(f"--load {engine!r}: the engine is podman or docker")
     work.mkdir(parents=True, exist_ok=True)
+    if engine == "podman" and _podman_thin(image, ref, work):
+        return ref.name
     layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
     if engine == "podman":
         try:
@@ -93,6 +95,18 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
         archive.unlink(missing_ok=True)
         shutil.rmtree(layout, ignore_errors=True)
     return ref.name
+
+
+def _podman_thin(image: Image, ref: Ref, work: Path) -> bool:
+    """Load an OCI archive of the image without its base's layers into podman, named `ref` by the archive's
+    index; whether podman took it (it refuses when it lacks a base layer: nothing is stored then)."""
+    archive = write_thin_archive(image, work / f"thin-{os.getpid()}.tar", ref.name)
+    try:
+        done = run(["podman", "load", "-q", "-i", str(archive)], env=engine_env(), capture=True, check=False,
+                   timeout=3600)
+    finally:
+        archive.unlink(missing_ok=True)
+    return done.returncode == 0 and ref.name in done.stdout
 
 
 def push(image: Image, ref: Ref, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> tuple[str, int]:
