@@ -507,3 +507,46 @@ def test_image_digest_choice():
     assert image_digest("other", "cafe", digests) == "sha256:aaa"
     assert image_digest("local:dev", "cafe", []) == "id:sha256:cafe"
     assert image_digest("local:dev", "sha256:cafe", []) == "id:sha256:cafe"
+
+
+def test_each_runtime_does_what_callers_ask_instead_of_saying_where_it_is(engine, image, tmp_path, running,
+                                                                          no_leftovers):
+    """The acts that replaced the where-questions (issue 43 item 2), in real containers beside the host: the
+    resources query answered where builds run (the host in-process, a container from its own files), the paths
+    a workspace shows, how many builds at once, which program is carried in, where a venv goes and who removes
+    it."""
+    from toolchain.build.intarget import gather
+    from toolchain.build.metrics import RUNNER_FILE
+    from toolchain.errors import UsageError
+
+    host = HostRuntime(TargetSpec(python=sys.executable))
+    fresh_rt = FreshContainerRuntime(TargetSpec(runtime=engine, image=image))
+    exec_rt = ExecContainerRuntime(TargetSpec(runtime=engine, container=running))
+    here = json.loads(host.query(sys.executable, RUNNER_FILE, "resources").stdout)
+    assert here["files"].keys() == gather()["files"].keys()
+    with fresh_rt:
+        there = fresh_rt.query("python3", RUNNER_FILE, "resources")
+        assert there.returncode == 0, there.stderr
+        assert "proc/meminfo" in json.loads(there.stdout)["files"]
+        assert fresh_rt.query("python3", RUNNER_FILE, "nope").returncode != 0
+    assert host.query(sys.executable, RUNNER_FILE, "nope").returncode == 1
+    assert (host.builds_at_once(4), fresh_rt.builds_at_once(4), exec_rt.builds_at_once(4)) == (4, 4, 1)
+    deps = {"cutlass": tmp_path / "d"}
+    assert host.workspace_paths(tmp_path / "s", tmp_path / "o", deps) == (
+        str(tmp_path / "s"), str(tmp_path / "o"), {"cutlass": str(tmp_path / "d")})
+    assert fresh_rt.workspace_paths(tmp_path / "s", tmp_path / "o", deps) == (
+        "/toolchain/src", "/toolchain/out", {"cutlass": "/toolchain/deps/cutlass"})
+    ccache_bin = Path(shutil.which("ls") or "/bin/ls")
+    assert host.carried("ccache", ccache_bin, static=False) is not None
+    assert fresh_rt.carried("ccache", ccache_bin, static=False) is None
+    assert fresh_rt.carried("ccache", ccache_bin, static=True) is not None
+    assert (host.inherited_env() is os.environ, dict(fresh_rt.inherited_env())) == (True, {})
+    assert host.venv_at(tmp_path / "v") == str(tmp_path / "v")
+    with pytest.raises(UsageError, match="made inside it"):
+        exec_rt.venv_at(tmp_path / "v")
+    (tmp_path / "v").mkdir()
+    assert (host.leave(str(tmp_path / "v"), keep=True), (tmp_path / "v").is_dir()) == ("kept", True)
+    assert (host.leave(str(tmp_path / "v"), keep=False), (tmp_path / "v").exists()) == ("removed", False)
+    assert host.leave(str(tmp_path / "v"), keep=False) == ""
+    assert fresh_rt.leave("/toolchain/smoke/venv", keep=False) == ""
+    assert (host.provides("vllm"), fresh_rt.provides("vllm")) == (False, True)

@@ -158,8 +158,8 @@ def _asks_if_host(node: ast.AST) -> bool:
 
 
 def test_only_the_target_asks_whether_a_runtime_is_the_host():
-    """Outside toolchain/target/ a runtime is asked what the branch needs (`sees_host_paths`, ...), never
-    whether it is the host. toolchain/recipe/ reads the recipe's `runtime` key itself: it validates the
+    """Outside toolchain/target/ a runtime is asked to act (tests/test_where_it_runs.py), never whether it is
+    the host. toolchain/recipe/ reads the recipe's `runtime` key itself: it validates the
     value, below the target layer."""
     found = []
     for name, (path, _) in modules().items():

@@ -33,6 +33,7 @@ from toolchain.core import serial
 from toolchain.errors import UsageError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.sharing import compilerstore as ccremote
+from toolchain.target.host import HostRuntime
 
 TUS = 4
 
@@ -297,8 +298,8 @@ def test_a_store_that_fails_during_the_build_is_counted_and_warned_of_once(tmp_p
 
     ui = UI()
     runner_report = ccache.CacheReport("ccache", "4", 0, 1, remote_errors=report["remote_errors"])
-    first = cc.reported(runner_report, ui, "kernels@0123", False)
-    cc.reported(runner_report, ui, "ark@4567", False)
+    first = cc.reported(runner_report, ui, "kernels@0123", HostRuntime())
+    cc.reported(runner_report, ui, "ark@4567", HostRuntime())
     assert len(warned) == 1 and "failed" in warned[0] and "kernels@0123" in warned[0]
     assert (first.remote, first.remote_mode, first.remote_errors) == (f"redis://127.0.0.1:{port}", "read-only",
                                                                       report["remote_errors"])
@@ -374,7 +375,7 @@ def test_a_store_found_unreachable_is_not_asked_again_in_this_process(tmp_path, 
         assert cc.enabled and cc.remote is None and "unreachable" in cc.why
     assert len(checks) == 1 and len(warned) == 1 and "cannot connect" in warned[0]
     # each build's report keeps a trace of the store that was never used, and warns no more
-    shown = cc.reported(ccache.CacheReport("ccache", "4.14", 0, 3), UI(), "demo", False)
+    shown = cc.reported(ccache.CacheReport("ccache", "4.14", 0, 3), UI(), "demo", HostRuntime())
     assert shown.remote.startswith("redis://127.0.0.1:") and "cannot connect" in shown.remote_note
     assert len(warned) == 1
     assert serial.to_table(shown, kebab=True)["local-hits"] == 0  # written even when 0

@@ -12,17 +12,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "toolchain"
 # the five capability booleans of a runtime, and the spec-level questions of target/__init__.py
 ASKING = frozenset({"sees_host_paths", "named_in_messages", "workspaces_at_once", "inherits_resources",
-                    "venvs_see_image_packages", "in_container", "from_image", "inherits_environment"})
-# what is left to turn into the runtime doing the thing (issue 43 item 2): module -> uses
-LEFT = {
-    "build/ccache.py": 2,           # `in_container` parameter read: the compiler cache's binary and its warning
-    "build/plan.py": 1,             # inherits_resources: the jobs budget read from this machine
-    "build/stack.py": 3,            # workspaces_at_once; sees_host_paths for ccache's extras and its report
-    "commands/plan.py": 2,          # in_container of the recipe's target: plan's exact command
-    "commands/verify_repro.py": 2,  # in_container of a lock's target
-    "pipeline/build.py": 2,         # inherits_environment: job counts checked first
-    "smoke/session.py": 4,          # venvs_see_image_packages, sees_host_paths (the fresh venv), in_container
-}
+                    "venvs_see_image_packages", "in_container", "from_image", "inherits_environment", "is_host",
+                    "on_host"})
+# what is left to turn into the runtime doing the thing (issue 43 item 2): module -> uses (none is left)
+LEFT: dict[str, int] = {}
 
 
 def _uses(source: str) -> int:

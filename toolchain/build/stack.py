@@ -218,10 +218,10 @@ def build_budget(plan: Plan, options: BuildOptions, runtime: BuildRuntime) -> Bu
     from toolchain.build.schedule import Budget
 
     res = plan.resources
-    if res is None or not runtime.workspaces_at_once:
+    if res is None:
         return Budget(1, 0)
     at_once = min(res.cpus, options.builds_at_once) if options.builds_at_once else res.cpus
-    return Budget(max(1, at_once), res.memory)
+    return Budget(max(1, runtime.builds_at_once(at_once)), res.memory)
 
 
 def reserved_memory(cp: ComponentPlan) -> int:
@@ -398,7 +398,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                                                            log=log)) for d in comp.fetchcontent}
             from toolchain.target.parts import Extra
 
-            extras = [*cc.extras(not runtime.sees_host_paths), Extra(RUNNER, RUNNER_FILE)]
+            extras = [*cc.extras(runtime), Extra(RUNNER, RUNNER_FILE)]
             ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps, extras))
             src = f"{ws.src}/{comp.subdir}".rstrip("/") if comp.subdir else ws.src
             epoch = mirrors.commit_info(comp.url, comp.commit)["epoch"]
@@ -431,7 +431,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         result = read_result(out_tmp)
-        report = cc.reported(result.cache, ui, what, not runtime.sees_host_paths) if result else CacheReport()
+        report = cc.reported(result.cache, ui, what, runtime) if result else CacheReport()
         metrics = result.metrics if result else BuildMetrics()
         _log_result(log, report, metrics)
         if cc.enabled and report.note:

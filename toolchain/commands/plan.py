@@ -12,11 +12,12 @@ from toolchain.build.plan import make_plan, plan_to_dict, unprobed_plan
 from toolchain.commands import options
 from toolchain.commands.options import cache_dir, recipe_from_args
 from toolchain.console import UI, CommandResult, Grid
-from toolchain.target import absent_image, in_container, make_runtime
+from toolchain.target import absent_image, make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.plan import ComponentPlan, Plan
     from toolchain.recipe.model import Swap
+    from toolchain.target.base import BuildRuntime
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -47,10 +48,11 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     cache = cache_dir(args)
     cc = ccache.choose(recipe.build, cache, disabled=args.no_compiler_cache, ui=ui)
     image = absent_image(recipe.target, ui)
+    runtime = make_runtime(recipe.target, ui)  # (it names the build's paths: entered only to probe)
     if image is not None:  # the target is entered only where nothing has to be pulled
         plan = unprobed_plan(recipe, f"the image {image.key} names is not here, and plan pulls nothing")
     else:
-        with make_runtime(recipe.target, ui) as runtime:
+        with runtime:
             plan = make_plan(recipe, runtime, need_toolchain=False)
     facts = source_facts(recipe, Mirrors(cache), lambda: Mirrors(
         cache, recipe_rewrites(recipe, cache) + parse_rewrites(args.mirror), ui=ui))
@@ -70,7 +72,7 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
         fact = facts[comp.name]
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
-        entry["argv"], entry["build-env"] = exact_command(plan, comp, in_container(recipe.target), cache, fact.epoch)
+        entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime, cache, fact.epoch)
     oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
     table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python "
                       f"{plan.target.python_version or 'not probed'}, "
@@ -169,21 +171,21 @@ def plan_grid(title: str, components: list[dict[str, Any]]) -> Grid:
     return Grid(title, ("component", "commit", "jobs", "source", "patches, inputs", "devices"), tuple(rows))
 
 
-def exact_command(plan: Plan, cp: ComponentPlan, container: bool, cache: Path,
+def exact_command(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, cache: Path,
                   epoch: str = "") -> tuple[list[str], dict[str, str | None]]:
-    """The argv and the build env (over the target's base env) a build of `cp` runs. On the host the
-    output directory is fresh per build: its random suffix shows as XXXXXXXX. `epoch`: the commit's
-    committer date (SOURCE_DATE_EPOCH), "" when the mirror does not have the commit yet."""
+    """The argv and the build env (over the target's base env) a build of `cp` runs, with the paths the
+    runtime's workspace shows the build. On the host the output directory is fresh per build: its random
+    suffix shows as XXXXXXXX. `epoch`: the commit's committer date (SOURCE_DATE_EPOCH), "" when the mirror does
+    not have the commit yet."""
     from toolchain.build.stack import _fill, build_env
     from toolchain.sources.trees import SourceTrees
 
     comp = cp.component
     key = SourceTrees.key(comp.commit, cp.patches, comp.subdir)
-    src_root = "/toolchain/src" if container else str(cache / "trees" / key)
+    src_root, out, deps = runtime.workspace_paths(
+        cache / "trees" / key, cache / "work" / f"{cp.cache_key or 'KEY'}-XXXXXXXX",
+        {d.name: cache / "trees" / SourceTrees.key(d.commit, (), "") for d in comp.fetchcontent})
     src = f"{src_root}/{comp.subdir}" if comp.subdir else src_root
-    out = "/toolchain/out" if container else str(cache / "work" / f"{cp.cache_key or 'KEY'}-XXXXXXXX")
-    deps = {d.name: (f"/toolchain/deps/{d.name}" if container else str(cache / "trees" / SourceTrees.key(d.commit, (), "")))
-            for d in comp.fetchcontent}
     env = build_env(plan, cp, src, deps, epoch or "0", True)
     if "SOURCE_DATE_EPOCH" in env and not epoch:
         env["SOURCE_DATE_EPOCH"] = f"(the committer date of {comp.commit[:12]}: not fetched yet)"

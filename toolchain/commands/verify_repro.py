@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -138,11 +137,13 @@ def _verify_image(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) -> dict[str, Any]:
     """Install `rebuilt`'s wheels and the closure of `published` (or `rebuilt`'s own) together into a fresh
-    venv, exactly as smoke does (`toolchain.smoke.install`: hashes required, no index, `pip check`).
-    {"ok": None} when it cannot run here (a container build's wheels are for the container's Python)."""
-    from toolchain.errors import ToolError
+    venv at `where`, exactly as smoke does (`toolchain.smoke.install`: hashes required, no index, `pip check`).
+    {"ok": None} when the lock's target cannot have its venv in that folder of this machine (a container build's
+    wheels are for the container's Python)."""
+    from toolchain.errors import ToolError, UsageError
     from toolchain.smoke import install
-    from toolchain.target import in_container
+    from toolchain.smoke.session import spec_from_lock
+    from toolchain.target import make_runtime
 
     lock = dataclasses.replace(rebuilt, closure=published.closure) if published is not None else rebuilt
     source = f"the closure of {published.path}" if published is not None else "its own closure"
@@ -150,7 +151,11 @@ def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) ->
         source = "no closure: the lock pins no dependencies, so its wheels alone"
     info: dict[str, Any] = {"ok": None, "closure": source, "files": 0,
                             "dependencies": len(lock.closure.dists) if lock.closure is not None else 0}
-    if in_container(lock.target):
+    spec = spec_from_lock(lock)
+    runtime = make_runtime(spec, ui)
+    try:
+        venv = runtime.venv_at(where / "venv")
+    except UsageError:
         info["skipped"] = (f"the wheels were built in a {lock.target.runtime} container for its Python; install "
                            f"them there (`toolchain smoke --lock LOCK` installs them the same way)")
         return info
@@ -163,10 +168,11 @@ def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) ->
     ui.step(f"installing the {'rebuilt' if published is not None else 'built'} wheels and {source} into a fresh "
             f"venv (sha256 required, no index)")
     try:
-        env = install.create_venv(lock.target.python or sys.executable, where / "venv", log)
-        steps = install.install(lock, env, log)
-        environment = install.environment(lock, env, log)
-        install.require_environment(environment, env.python)
+        with runtime:
+            env = runtime.make_venv(spec.python, venv, log)
+            steps = install.install(lock, env, log)
+            environment = install.environment(lock, env, log)
+            install.require_environment(environment, env.python)
     except ToolError as err:
         info.update(ok=False, error=str(err), hint=err.hint or "")
         return info

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,10 +37,11 @@ from toolchain.recipe.model import Recipe
 from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
 from toolchain.sources.rewrites import recipe_rewrites
-from toolchain.target import inherits_environment, make_runtime
+from toolchain.target import make_runtime
 
 if TYPE_CHECKING:
     from toolchain.build.remotecache import RemoteCache
+    from toolchain.target.base import Runtime
     from toolchain.target.baseenv import BaseEnv
 
 STANDIN_VAR = "TOOLCHAIN_ONEAPI_STANDIN"
@@ -60,18 +60,18 @@ def build_stack(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock |
 def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, expect: Lock | None = None,
                            closure: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack, also returning each component's build result (where its wheel came from: `source`)."""
-    if inherits_environment(recipe.target):  # the build inherits this environment: its job counts checked first
-        check_job_environment(os.environ)
+    runtime = make_runtime(recipe.target, ui)  # (entered once the out folder is held)
+    check_job_environment(runtime.inherited_env())  # the job counts a build inherits from here: checked first
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     check_out_dir(options.out_dir)  # a folder that is not the tool's: refused before anything is written
     check_dir(options.cache_dir, "cache directory")
     declare_shared_group(recipe.cache.shared_group)
     with holding_out_dir(options.out_dir, options.cache_dir, ui):  # one build at a time writes into `out`
-        return _build_into(recipe, options, ui, remote, expect, closure)
+        return _build_into(recipe, options, ui, runtime, remote, expect, closure)
 
 
-def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCache | None, expect: Lock | None,
-                closure: Closure | None) -> tuple[Lock, list[BuiltComponent]]:
+def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, runtime: Runtime, remote: RemoteCache | None,
+                expect: Lock | None, closure: Closure | None) -> tuple[Lock, list[BuiltComponent]]:
     """build_stack_components, holding the output folder's lock."""
     out = options.out_dir
     logs = out / "logs"
@@ -82,7 +82,7 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, remote: RemoteCac
             ui.warn(warning)
     if remote is not None and options.use_cache:
         remote.warm_up()  # while the target is probed
-    with make_runtime(recipe.target, ui) as runtime:
+    with runtime:
         try:
             with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
                 plan = make_plan(recipe, runtime, log_dir=logs, memo_dir=options.cache_dir / "memo")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +38,7 @@ from toolchain.smoke.ladder import LadderResult, run_ladder
 from toolchain.smoke.rootcause import render
 from toolchain.smoke.runner import RunInterrupted, RunResult, run_set
 from toolchain.smoke.triage import load_signatures
-from toolchain.target import HostRuntime, Interpreter, Serving, in_container, make_runtime
+from toolchain.target import HostRuntime, Interpreter, Serving, make_runtime, target_spec
 
 if TYPE_CHECKING:
     from toolchain.target.base import ServeRuntime
@@ -95,23 +94,23 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
         "config": {**to_table(config), "env": redact_env(dict(config.env))},
     }
     runs: list[RunResult] = []
-    made_venv = base_python is not None and runtime.sees_host_paths and bool(py.venv)
+    made_venv = base_python is not None and bool(py.venv)
     try:
         with interruptible():
             try:
                 ladder = _smoke(lock, opts, config, py, base_python, out, ui, rep, runs)
             except KeyboardInterrupt as exc:
                 stop = Interrupted.of(exc)
-                _end_venv(made_venv, py.venv, opts.keep_venv, rep)
+                _end_venv(made_venv, runtime, py.venv, opts.keep_venv, rep)
                 raise SmokeInterrupted(stop.signum, _interrupted(stop, rep, runs, out, started)) from None
             except ToolError as err:
-                _end_venv(made_venv, py.venv, opts.keep_venv, rep)
+                _end_venv(made_venv, runtime, py.venv, opts.keep_venv, rep)
                 rep.update(verdict="fail", exit_code=err.return_code, error=str(err),
                            seconds=time.monotonic() - started)
                 report.write_all(out, rep)
                 raise
     finally:
-        _end_venv(made_venv, py.venv, opts.keep_venv, rep)
+        _end_venv(made_venv, runtime, py.venv, opts.keep_venv, rep)
     passed = not ladder.first_broken if ladder else runs[0].passed
     rep.update(verdict="pass" if passed else "fail", exit_code=0 if passed else 1,
                seconds=round(time.monotonic() - started, 3), runs=[r.to_dict() for r in runs],
@@ -211,16 +210,16 @@ def _interrupted(stop: Interrupted, rep: dict[str, Any], runs: list[RunResult], 
                         runs=tuple(runs), ladder=None, root_cause="", interrupted=stop.signame)
 
 
-def _end_venv(made: bool, venv: str, keep: bool, rep: dict[str, Any]) -> None:
-    """Remove the fresh venv smoke made (gigabytes for a real stack) unless asked to keep it."""
-    if not made or not os.path.isdir(venv) or "venv_state" in rep.get("install", {}):
+def _end_venv(made: bool, runtime: ServeRuntime, venv: str, keep: bool, rep: dict[str, Any]) -> None:
+    """Remove the fresh venv smoke made (gigabytes for a real stack) unless asked to keep it (a container's goes
+    with the container)."""
+    if not made or "venv_state" in rep.get("install", {}):
         return
-    info = rep.setdefault("install", {})
-    if keep:
-        info["venv_state"] = f"kept: the venv is at {venv} (--keep-venv)"
-        return
-    shutil.rmtree(venv, ignore_errors=True)
-    info["venv_state"] = f"removed: the venv {venv} (pass --keep-venv to keep it)"
+    state = runtime.leave(venv, keep)
+    if state == "kept":
+        rep.setdefault("install", {})["venv_state"] = f"kept: the venv is at {venv} (--keep-venv)"
+    elif state == "removed":
+        rep.setdefault("install", {})["venv_state"] = f"removed: the venv {venv} (pass --keep-venv to keep it)"
 
 
 def require_a_server(lock: Lock | None, opts: SmokeOptions, smoke: SmokeSpec, runtime: ServeRuntime) -> None:
@@ -228,7 +227,7 @@ def require_a_server(lock: Lock | None, opts: SmokeOptions, smoke: SmokeSpec, ru
     `{python} -m vllm ...`, cannot start: say so before anything is installed (the demo's lock is one)."""
     if lock is None or not lock.components or opts.serve_cmd or opts.no_install or opts.image or smoke.serve_cmd:
         return
-    if runtime.venvs_see_image_packages:
+    if runtime.provides("vllm"):
         return  # the image brings its own vLLM (the venv sees the image's packages)
     dists = {str(canonicalize_name(c.dist or wheel_name_version(c.wheel.file)[0])) for c in lock.components}
     if "vllm" in dists:
@@ -283,37 +282,20 @@ def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
         served_from = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke), None, ""))
         return served_from, served_from.interpreter(spec.python), None
     install_wheels = bool(lock.components) and not opts.no_install
-    runtime: ServeRuntime = HostRuntime()
-    base = opts.python or lock.target.python or sys.executable
-    if in_container(lock.target):
-        if opts.venv is not None:
-            raise UsageError(f"--venv is a path on this machine, but {lock.path} was built in a "
-                             f"{lock.target.runtime} container: the venv goes inside it",
-                             hint="drop --venv")
-        spec = spec_from_lock(lock, opts.python)
-        runtime = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke),
-                                                         lock.wheels_dir if install_wheels else None,
-                                                         lock.target.image_digest))
-        base = spec.python
+    spec = spec_from_lock(lock, opts.python)
+    runtime = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke),
+                                                     lock.wheels_dir if install_wheels else None,
+                                                     lock.target.image_digest))
+    venv = runtime.venv_at(opts.venv) if opts.venv is not None else f"{runtime.scratch(out)}/venv"
     if not install_wheels:
-        return runtime, runtime.interpreter(base), None
-    venv = str(opts.venv.resolve()) if opts.venv is not None else f"{runtime.scratch(out)}/venv"
-    return runtime, runtime.interpreter(f"{venv}/bin/python", venv), base
+        return runtime, runtime.interpreter(spec.python), None
+    return runtime, runtime.interpreter(f"{venv}/bin/python", venv), spec.python
 
 
 def spec_from_lock(lock: Lock, python: str = "") -> TargetSpec:
-    """The lock's target plus the recipe's run-args and engine-args (kept in the lock's recipe text). Exec
-    mode names the container as the recipe did (the lock records its id)."""
-    t = lock.target
+    """The lock's target with the recipe's run-args and engine-args (kept in the lock's recipe text)."""
     recipe = tomlio.loads(lock.recipe_text).get("target", {}) if lock.recipe_text.strip() else {}
-    container = str(recipe.get("container") or t.container)
-    if not t.image and not container:
-        raise UsageError(f"{lock.path}: [target] runtime is {t.runtime!r} but the lock names neither an image "
-                         f"nor a container", hint="rebuild the lock, or serve with --no-install --python PATH")
-    return TargetSpec(runtime=t.runtime, python=python or t.python, image="" if container else t.image,
-                      container=container,
-                      run_args=tuple(str(a) for a in recipe.get("run-args", ())),
-                      engine_args=tuple(str(a) for a in recipe.get("engine-args", ())))
+    return target_spec(lock.target, recipe, python, str(lock.path))
 
 
 def _check_devices(opts: SmokeOptions, config: SmokeConfig, target: Interpreter) -> device_check.DeviceCheck:

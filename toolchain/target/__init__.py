@@ -7,11 +7,14 @@ the names imported on first use, and from which module; tests/test_public_names.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
 from toolchain.core.lazy import lazy_exports
+from toolchain.errors import UsageError
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.host import HostRuntime
 
@@ -24,8 +27,7 @@ if TYPE_CHECKING:
     from toolchain.target.parts import Serving
 
 __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Interpreter", "Runtime", "Serving",
-           "absent_image", "entry_findings", "from_image", "in_container", "inherits_environment", "make_runtime",
-           "memo_dir"]
+           "absent_image", "entry_findings", "make_runtime", "memo_dir", "target_spec"]
 
 
 def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
@@ -39,10 +41,24 @@ def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | N
     return FreshContainerRuntime(spec, ui=ui, serving=serving)
 
 
-def inherits_environment(spec: TargetSpec) -> bool:
-    """True: a build of this target runs in this process's environment (the host): its job counts are
-    checked before anything starts."""
-    return spec.runtime == "host"
+def target_spec(target: TargetInfo, recipe_target: Mapping[str, object], python: str, where: str) -> TargetSpec:
+    """The target a lock (at `where`) was built in, to run its stack there again: the runtime and interpreter it
+    records (`python` instead, when given; this machine's own Python for a host lock that names none), the image
+    or the running container (exec mode names it as the recipe did), and the recipe's run-args and engine-args
+    (`recipe_target`: the [target] table of the recipe text the lock keeps)."""
+    if not in_container(target):
+        return TargetSpec(runtime="host", python=python or target.python or sys.executable)
+    container = str(recipe_target.get("container") or target.container)
+    if not target.image and not container:
+        raise UsageError(f"{where}: [target] runtime is {target.runtime!r} but the lock names neither an image "
+                         f"nor a container", hint="rebuild the lock, or serve with --no-install --python PATH")
+    return TargetSpec(runtime=target.runtime, python=python or target.python, image="" if container else target.image,
+                      container=container, run_args=_strings(recipe_target.get("run-args")),
+                      engine_args=_strings(recipe_target.get("engine-args")))
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return tuple(str(a) for a in value) if isinstance(value, list | tuple) else ()
 
 
 def in_container(target: TargetSpec | TargetInfo) -> bool:

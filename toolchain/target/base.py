@@ -1,8 +1,9 @@
 """What a runtime is, as small protocols, and the Python it hands out (`Interpreter`).
 
-- `Place`: where commands run (`run`, `script`, `base_env`, `describe`, `report`), a context manager whose
-  entry opens the place and whose exit leaves it as it was found, and the questions callers outside target/
-  ask of it instead of whether it is the host (`sees_host_paths`, `named_in_messages`);
+- `Place`: where commands run (`run`, `query`, `script`, `base_env`, `describe`, `said`, `report`), a context
+  manager whose entry opens the place and whose exit leaves it as it was found. Callers never ask where it is:
+  they ask it to act (run, copy in and out, carry a program in, leave a folder) or to name itself in a
+  message, and each runtime does that as its place needs (tests/test_where_it_runs.py keeps it so);
 - `BuildRuntime`: what a build needs besides (`probe`, `workspace`, `toolchain_path`, ...);
 - `ServeRuntime`: what smoke's serving needs besides (copy in and out, a venv, serve and stop);
 - `Runtime`: both, as every strategy offers: `HostRuntime` (toolchain.target.host, this machine),
@@ -21,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Self
+from typing import TYPE_CHECKING, Literal, Protocol, Self
 
 if TYPE_CHECKING:
     from toolchain.core.proc.runner import Completed
@@ -33,9 +34,6 @@ class Place(Protocol):
     """Where commands run: what builds and smoke alike ask of a runtime."""
 
     kind: str  # "host", or the engine ("podman", "docker"): what the lock records as [target] runtime
-    sees_host_paths: bool  # True: its paths are this machine's (a venv made there outlives it; a file it
-    #                        names can be looked at here, a memo keyed by one is valid)
-    named_in_messages: bool  # True: a place apart (a container), named when it opens and where it runs
 
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> None: ...
@@ -54,14 +52,35 @@ class Place(Protocol):
     def script(self, name: str) -> str:
         """Where the target sees the package's script `name` (toolchain/scripts/NAME), to run as a file."""
         ...
+    def query(self, python: str, script: Path, *args: str) -> Completed:
+        """`python -c SOURCE ARGS` of the stdlib-only script file `script` where this place's commands run, its
+        output captured (never raising on its exit code). The host, whose commands are this process's children
+        (its cgroup, CPU affinity and files), answers in this process from the script's `answer(args)`: no
+        interpreter is started."""
+        ...
+    def inherited_env(self) -> Mapping[str, str]:
+        """What of this process's environment its commands inherit (the host: all of it; a container: none,
+        its image's environment is its own)."""
+        ...
 
 
 class BuildRuntime(Place, Protocol):
     """What a build needs: the probe, the toolchain's path, and a workspace per build (trees in, wheels out)."""
 
-    workspaces_at_once: bool  # True: workspaces may be open in several threads at once (separate builds)
-    inherits_resources: bool  # True: its commands are this process's children (its cores and memory, read here)
-
+    def builds_at_once(self, wanted: int) -> int:
+        """How many of `wanted` builds may have a workspace open at once here (exec into one running
+        container: one, its trees go to fixed paths; a fresh container each, or the host: all)."""
+        ...
+    def workspace_paths(self, src: Path, out: Path,
+                        deps: Mapping[str, Path]) -> tuple[str, str, dict[str, str]]:
+        """Where a workspace of these folders of this machine shows them to the build (src, out, deps), without
+        opening one: `toolchain plan`'s exact command."""
+        ...
+    def carried(self, name: str, program: Path, *, static: bool) -> Extra | None:
+        """The program of this machine at `program` as an `Extra` a workspace brings in, where it can run
+        there (a container: only a `static` one, a dynamically linked program needs this machine's libraries);
+        None: the build looks for it on the target's PATH."""
+        ...
     def toolchain_path(self, setvars: str, recipe_dir: Path) -> str: ...
     def probe(self) -> TargetInfo: ...
     def probe_inputs(self) -> tuple[TargetInfo, list[str]]:
@@ -80,8 +99,19 @@ class ServeRuntime(Place, Protocol):
     argv and environment that start it; stopping that host process stops it, and whatever a killed one left
     behind is stopped when the runtime exits)."""
 
-    venvs_see_image_packages: bool  # True: a venv made there sees the image's packages (its own vLLM)
-
+    def provides(self, dist: str) -> bool:
+        """Whether a venv made here may import `dist` without it being installed into it: a container's venv
+        sees its image's packages (an image brings its own vLLM; not looked at before the venv is made), the
+        host's fresh venv holds only what is installed into it."""
+        ...
+    def venv_at(self, host: Path) -> str:
+        """A venv at this folder of this machine (`--venv`), as this place names it; UsageError where the place
+        cannot use one there (a container makes its venv inside it)."""
+        ...
+    def leave(self, path: str, keep: bool) -> Literal["kept", "removed", ""]:
+        """A folder a run made at `path` here, when the run ends: "kept" (`keep`), "removed" now, or "" where it
+        goes with the place itself (a container's) or is not there."""
+        ...
     def copy_in(self, host: Path, inside: str) -> None:
         """A host file or directory to `inside` in the target (the host: a copy)."""
         ...

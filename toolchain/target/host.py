@@ -9,12 +9,16 @@ wheels back.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
+import json
 import os
 import re
 import shutil
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from toolchain import scripts
 from toolchain.core.probe_memo import stat_key
@@ -32,11 +36,6 @@ class HostRuntime:
     """Builds on this machine with the recipe's interpreter."""
 
     kind = "host"
-    workspaces_at_once = True  # each build its own tree and output directory
-    sees_host_paths = True
-    named_in_messages = False  # (this machine goes without saying)
-    inherits_resources = True  # its commands are this process's children
-    venvs_see_image_packages = False
 
     def __init__(self, spec: TargetSpec | None = None) -> None:
         self.spec = spec or TargetSpec()
@@ -62,6 +61,32 @@ class HostRuntime:
 
     def report(self) -> dict[str, object]:
         return {"runtime": self.kind, "mode": "host", "name": self.describe()}
+
+    def query(self, python: str, script: Path, *args: str) -> Completed:
+        """The script's `answer(args)` computed in this process (`Place.query`): its commands are this process's
+        children, with its cgroup, CPU affinity and files."""
+        argv = (python, str(script), *args)
+        try:
+            answer = _script_module(script).answer(list(args))
+        except Exception as exc:  # (what the script would have printed on stderr, exiting 1)
+            return Completed(argv, 1, "", f"{type(exc).__name__}: {exc}", 0.0, None)
+        return Completed(argv, 0, json.dumps(answer), "", 0.0, None)
+
+    def inherited_env(self) -> Mapping[str, str]:
+        return os.environ
+
+    # ---- builds ------------------------------------------------------------------------------------------
+
+    def builds_at_once(self, wanted: int) -> int:
+        return wanted  # each build its own tree and output directory
+
+    def workspace_paths(self, src: Path, out: Path, deps: Mapping[str, Path]) -> tuple[str, str, dict[str, str]]:
+        return str(src), str(out), {k: str(v) for k, v in deps.items()}
+
+    def carried(self, name: str, program: Path, *, static: bool) -> Extra | None:
+        from toolchain.target.parts import Extra
+
+        return Extra(name, program)  # (this machine's own libraries are there)
 
     def base_env(self) -> dict[str, str]:
         return dict(os.environ)
@@ -120,8 +145,7 @@ class HostRuntime:
 
         from toolchain.target.parts import Workspace
 
-        yield Workspace(str(src), str(out), {k: str(v) for k, v in deps.items()}, runner,
-                        {e.name: str(e.host) for e in extras})
+        yield Workspace(*self.workspace_paths(src, out, deps), runner, {e.name: str(e.host) for e in extras})
 
     # ---- smoke: files, interpreters, servers ---------------------------------------------------------------
 
@@ -135,6 +159,20 @@ class HostRuntime:
 
     def visible_path(self, host: Path) -> str:
         return str(host)
+
+    def provides(self, dist: str) -> bool:
+        return False  # (a fresh venv of this machine: what is installed into it)
+
+    def venv_at(self, host: Path) -> str:
+        return str(host.resolve())
+
+    def leave(self, path: str, keep: bool) -> Literal["kept", "removed", ""]:
+        if not os.path.isdir(path):
+            return ""
+        if keep:
+            return "kept"
+        shutil.rmtree(path, ignore_errors=True)
+        return "removed"
 
     def scratch(self, host_dir: Path) -> str:
         return str(host_dir)
@@ -192,3 +230,14 @@ def _copy(src: Path, dst: Path) -> None:
     else:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
+
+
+@functools.cache
+def _script_module(script: Path) -> types.ModuleType:
+    """The stdlib-only script file loaded as a module of its own, once (`HostRuntime.query`)."""
+    spec = importlib.util.spec_from_file_location(f"_toolchain_query_{script.stem}", script)
+    assert spec is not None, script
+    assert spec.loader is not None, script
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from toolchain import scripts
 from toolchain.console import UI
@@ -57,10 +57,6 @@ class ContainerRuntimeBase(abc.ABC):
     """A `Runtime` (toolchain.target.base) whose commands run in a podman or docker container."""
 
     workspaces_at_once = False  # (each kind says whether its builds can run side by side)
-    sees_host_paths = False
-    named_in_messages = True
-    inherits_resources = False  # (the container's own limits: probed there)
-    venvs_see_image_packages = True  # (make_venv: --system-site-packages)
 
     def __init__(self, spec: TargetSpec, ui: UI | None = None, config: EngineConfig | None = None, *,
                  serving: Serving | None = None) -> None:
@@ -83,6 +79,34 @@ class ContainerRuntimeBase(abc.ABC):
     def said(self, template: str) -> str:
         """`template` naming this container (`Place.said`)."""
         return template.replace("{where}", self.describe())
+
+    def query(self, python: str, script: Path, *args: str) -> Completed:
+        """The script run in the container (`Place.query`): its own limits and files."""
+        return self.run([python, "-c", script.read_text(encoding="utf-8"), *args], capture=True, check=False)
+
+    def inherited_env(self) -> Mapping[str, str]:
+        return {}  # (the image's environment is the build's: base_env)
+
+    def builds_at_once(self, wanted: int) -> int:
+        return wanted if self.workspaces_at_once else 1
+
+    def workspace_paths(self, src: Path, out: Path, deps: Mapping[str, Path]) -> tuple[str, str, dict[str, str]]:
+        return SRC, OUT, {name: f"{DEPS}/{name}" for name in deps}
+
+    def carried(self, name: str, program: Path, *, static: bool) -> Extra | None:
+        return Extra(name, program) if static else None  # (a dynamically linked one needs this machine's libraries)
+
+    def provides(self, dist: str) -> bool:
+        return True  # (make_venv: --system-site-packages; the image's own packages, looked at once it is made)
+
+    def venv_at(self, host: Path) -> str:
+        from toolchain.errors import UsageError
+
+        raise UsageError(f"--venv {host} is a path on this machine, but the stack serves in the {self.describe()}: "
+                         f"its venv is made inside it", hint="drop --venv")
+
+    def leave(self, path: str, keep: bool) -> Literal["kept", "removed", ""]:
+        return ""  # (it goes with the container)
 
     def which(self, program: str, py: Interpreter) -> str:
         """`program` as given: its PATH is the container's, not looked at from here (`ServeRuntime.which`)."""

@@ -118,7 +118,7 @@ class ExecContainerRuntime(ContainerRuntimeBase):
         directory kept in the container (KEPT/NAME), for the next build there (a running container cannot
         gain a mount)."""
         container = self._target()
-        inside = {name: f"{DEPS}/{name}" for name in deps}
+        _, _, inside = self.workspace_paths(src, out, deps)
         try:
             container.call(["sh", "-c", 'rm -rf "$0" "$@" && mkdir -p "$@"', SRC, OUT, DEPS, GIT], user="0",
                            capture=True)

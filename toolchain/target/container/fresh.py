@@ -23,7 +23,6 @@ from toolchain.console import UI
 from toolchain.core.fs import invoking_user
 from toolchain.recipe.load import TargetSpec
 from toolchain.target.container.common import (
-    DEPS,
     EXTRA,
     OUT,
     SCRIPTS,
@@ -109,7 +108,7 @@ class FreshContainerRuntime(ContainerRuntimeBase):
     @contextlib.contextmanager
     def workspace(self, src: Path, out: Path, deps: Mapping[str, Path],
                   extras: Sequence[Extra] = ()) -> Iterator[Workspace]:
-        inside = {name: f"{DEPS}/{name}" for name in deps}
+        _, _, inside = self.workspace_paths(src, out, deps)
         mounts = [Mount(str(src), SRC), Mount(str(out), OUT)]
         mounts += [Mount(str(path), inside[n]) for n, path in deps.items()]
         mounts += [Mount(str(e.host), f"{EXTRA}/{e.name}", readonly=not e.cache) for e in extras]
