@@ -88,3 +88,25 @@ def test_a_bisect_step_validates_no_recipe_again(tmp_path, monkeypatch):
     assert "prebuilt-index" not in step.data["components"]["kernels"]
     assert with_data(step, step.data) == step  # what the step's lock records reads back as the same recipe
     assert len(checks) == 1  # (that read-back is the one check, made here by the test)
+
+
+def test_the_table_follows_the_component_by_the_keys_the_model_declares():
+    """`edited_table`: a changed field is written under the key the model declares for it (`import` for
+    import_name), one back at its default is removed, the others stay as written and where they were; a value
+    no edit writes (a patch) is refused rather than written wrongly."""
+    import dataclasses
+
+    from toolchain.recipe.model import Patch, edited_table
+
+    recipe = load_recipe("demo")
+    comp = recipe.components[0]
+    before = dict(recipe.data["components"][comp.name])
+    changed = dataclasses.replace(comp, import_name="demo_x", install_args=("--no-deps",), version="9.1")
+    table = edited_table(before, comp, changed)
+    assert (table["import"], table["install-args"], table["version"]) == ("demo_x", ["--no-deps"], "9.1")
+    assert list(table)[:len(before)] == list(before) and all(table[k] == v for k, v in before.items()
+                                                             if k not in ("import", "install-args", "version"))
+    back = edited_table(table, changed, dataclasses.replace(changed, version=""))
+    assert "version" not in back and back["import"] == "demo_x"
+    with pytest.raises(TypeError, match="patches: a typed edit writes no tuple"):
+        edited_table(before, comp, dataclasses.replace(comp, patches=(Patch("x.patch", sha256="0" * 64),)))

@@ -35,11 +35,17 @@ def keys_of(cls: type, **extra: type) -> dict[str, type]:
     `extra` (keyword names with `_` for `-`), the keys that fill no field of `cls`."""
     out: dict[str, type] = {}
     for f in dataclasses.fields(cls):
-        k = f.metadata.get(_KEY)
-        if isinstance(k, Key):
-            out[k.name or f.name.replace("_", "-")] = k.type
+        name = key_of(f)
+        if name is not None:
+            out[name] = f.metadata[_KEY].type
     out.update({name.replace("_", "-"): t for name, t in extra.items()})
     return out
 
 
-__all__ = ["Key", "key", "keys_of"]
+def key_of(f: dataclasses.Field[Any]) -> str | None:
+    """The recipe key a field is filled from (None: a field no key fills)."""
+    k = f.metadata.get(_KEY)
+    return (k.name or f.name.replace("_", "-")) if isinstance(k, Key) else None
+
+
+__all__ = ["Key", "key", "key_of", "keys_of"]

@@ -24,7 +24,7 @@ from toolchain.core.serial import Check, meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
-from toolchain.recipe.keys import key
+from toolchain.recipe.keys import key, key_of
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as a recipe pins it
 # what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
@@ -334,6 +334,7 @@ class Recipe:
         return tuple(dict.fromkeys(dirs))
 
     # ---- typed edits: a derived recipe, as the recipe check would read its table, checked where it changes --
+    # (each edit makes the new Component; `_with` writes the table from it)
 
     def with_commit(self, component: str, commit: str, ref: str | None = None) -> Recipe:
         """This recipe with `component` pinned at `commit` (and `ref`, when given): what bisect builds at a step.
@@ -342,8 +343,7 @@ class Recipe:
         if not HEX40.match(commit):
             raise RecipeError(f"{self.path.name}: components.{component}.commit: {commit!r} is not a full 40-hex "
                               f"commit id", hint="pass the commit as git names it (git rev-parse)")
-        table = {**self._table(component), "commit": commit, **({"ref": ref} if ref else {})}
-        return self._with(dataclasses.replace(comp, commit=commit, ref=ref or comp.ref), table)
+        return self._with(dataclasses.replace(comp, commit=commit, ref=ref or comp.ref))
 
     def with_prebuilt_wheel(self, component: str, url: str, sha256: str) -> Recipe:
         """This recipe with `component` taken as the released wheel at `url` (sha256 `sha256`) instead of
@@ -356,28 +356,25 @@ class Recipe:
                               hint="an index's wheel URL carries no password: put credentials in ~/.netrc")
         if not SHA256_HEX.match(sha256):
             raise RecipeError(f"{where}.sha256: {sha256!r} is not a 64-hex sha256")
-        table = {k: v for k, v in self._table(component).items() if k in PREBUILT_KEYS}
-        table["prebuilt"] = {"url": url, "sha256": sha256}
         return self._with(Component(name=comp.name, url="", commit=comp.commit, ref=comp.ref, after=comp.after,
                                     dist=comp.dist or comp.name, import_name=comp.import_name,
                                     install_args=comp.install_args, command=(),
-                                    prebuilt=Prebuilt(url=url, sha256=sha256)), table)
+                                    prebuilt=Prebuilt(url=url, sha256=sha256)))
 
     def with_only(self, component: str) -> Recipe:
         """This recipe with `component` as its only component (its `after` dropped: nothing else is built)."""
-        comp = self.component(component)
-        table = {k: v for k, v in self._table(component).items() if k != "after"}
-        return self._with(dataclasses.replace(comp, after=()), table, only=True)
+        return self._with(dataclasses.replace(self.component(component), after=()), only=True)
 
     def _table(self, component: str) -> dict[str, Any]:
         tables = self.data.get("components")
         table = tables.get(component) if isinstance(tables, dict) else None
         return dict(table) if isinstance(table, dict) else {}
 
-    def _with(self, comp: Component, table: dict[str, Any], *, only: bool = False) -> Recipe:
-        """A copy with `comp` in place of its namesake (alone, with `only`) and `table` as its resolved table."""
+    def _with(self, comp: Component, *, only: bool = False) -> Recipe:
+        """A copy with `comp` in place of its namesake (alone, with `only`). The component is the one fact an edit
+        changes: its resolved table (what the lock records) follows from it (`edited_table`)."""
         tables = {} if only else dict(self.data.get("components") or {})
-        tables[comp.name] = table
+        tables[comp.name] = edited_table(self._table(comp.name), self.component(comp.name), comp)
         components = (comp,) if only else tuple(comp if c.name == comp.name else c for c in self.components)
         return dataclasses.replace(self, components=components, data={**self.data, "components": tables})
 
@@ -388,3 +385,32 @@ class Recipe:
                 return c
         raise RecipeError(f"{self.path}: no component {name!r}" + did_you_mean(name, [c.name for c in self.components]),
                           hint=f"components of {self.name}: {', '.join(c.name for c in self.components)}")
+
+
+def edited_table(table: Mapping[str, Any], before: Component, after: Component) -> dict[str, Any]:
+    """A component's resolved table after a typed edit from `before` to `after`, as the recipe check reads it
+    back into `after`: each key whose field changed is written from `after` under the key the model declares
+    (`recipe.keys`), or removed where the field went back to its default; every other key stays as written, in
+    its place. A prebuilt component's table keeps only what a prebuilt may say (`PREBUILT_KEYS`)."""
+    out = dict(table)
+    for f in dataclasses.fields(Component):
+        name = key_of(f)
+        old, new = getattr(before, f.name), getattr(after, f.name)
+        if name is None or old == new:
+            continue
+        if new == f.default:
+            out.pop(name, None)
+        else:
+            out[name] = _as_toml(new, name)
+    return {k: v for k, v in out.items() if k in PREBUILT_KEYS} if after.prebuilt is not None else out
+
+
+def _as_toml(value: object, name: str) -> object:
+    """A field's value as its recipe key writes it (the values typed edits write)."""
+    if isinstance(value, Prebuilt):
+        return {"url": value.url, "sha256": value.sha256} if value.url else value.requirement
+    if isinstance(value, str | int | float):
+        return value
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise TypeError(f"{name}: a typed edit writes no {type(value).__name__} into a recipe table")

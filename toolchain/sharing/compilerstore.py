@@ -28,6 +28,7 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from toolchain.core.redact import without_credentials
 from toolchain.errors import UsageError
@@ -43,13 +44,16 @@ CONNECT_MS, OPERATION_MS = 500, 5000
 OURS = ("read-only", "connect-timeout", "operation-timeout")  # the attributes this module sets
 
 
+StoreMode = Literal["read-only", "read-write"]
+
+
 @dataclass(frozen=True)
 class RemoteStore:
     """One build's shared compiler cache. `url` may hold credentials: never show it; `shown` is for people,
     logs and locks."""
     url: str
     where: StoreURL
-    mode: str      # "read-only" | "read-write"
+    mode: StoreMode
     origin: str    # what set it, for messages: "$TOOLCHAIN_COMPILER_CACHE_REMOTE" or "[build] compiler-cache-remote"
     mode_origin: str
 
@@ -99,9 +103,11 @@ def resolve(spec: BuildSpec, env: Mapping[str, str] | None = None) -> RemoteStor
                          hint="write it as redis://HOST:PORT or http://HOST:PORT/PATH (a password: "
                               "redis://:PASSWORD@HOST:PORT, in the environment only), or `none`") from None
     given = dict(where.attributes).get("read-only")
+    mode: StoreMode
     if env.get(ENV_MODE):
-        mode, mode_origin = env[ENV_MODE].strip().lower(), f"${ENV_MODE}"
-        if mode not in MODES:
+        asked, mode_origin = env[ENV_MODE].strip().lower(), f"${ENV_MODE}"
+        mode = "read-write" if asked == "read-write" else "read-only"
+        if asked not in MODES:
             raise UsageError(f"${ENV_MODE}={env[ENV_MODE]!r}: use read-only or read-write",
                              hint="read-write for the CI runners that fill the shared cache, read-only elsewhere")
     elif given is not None:

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from toolchain.core.devices import PROFILES, Card, find_cards, profile_of
 from toolchain.target.hostfacts import HostFacts
@@ -17,7 +17,6 @@ from toolchain.target.hostfacts import HostFacts
 if TYPE_CHECKING:
     from toolchain.target.base import Place
 
-OK, WARN, MISSING = "ok", "warn", "missing"
 PROBE_TIMEOUT = 300  # importing an XPU torch and opening Level Zero takes seconds, more on a cold disk
 STACK_DISTS = ("vllm", "vllm-xpu-kernels", "auto-round-lib", "oneccl", "oneccl-bind-pt", "intel-sycl-rt")
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
@@ -47,11 +46,17 @@ def render_nodes(root: Path) -> list[RenderNode]:
     return out
 
 
+Status = Literal["ok", "warn", "missing"]
+OK: Status = "ok"
+WARN: Status = "warn"
+MISSING: Status = "missing"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One line of doctor's report: a topic, its status (ok, warn, missing), what was found and the fix."""
     topic: str
-    status: str      # ok | warn | missing
+    status: Status
     value: str
     fix: str = ""
 
