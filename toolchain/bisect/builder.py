@@ -9,7 +9,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
+from toolchain.core.record import record
 from toolchain.core.serial import from_data, to_table
 from toolchain.core.trust import read_json
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
@@ -111,7 +111,7 @@ class UpstreamBroken(BuildError):
     final = True
 
 
-@dataclass(frozen=True)
+@record
 class Unbuildable:
     """A candidate's recipe remembered as unbuildable: why (the error's first line), where its build's logs
     were, the error's last lines and when (`<cache>/bisect/unbuildable/<recipe digest>.json`)."""

@@ -36,11 +36,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from toolchain.core.cpu import idle_cores
+from toolchain.core.record import record
 from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 
@@ -56,7 +57,7 @@ class Verdict(enum.Enum):
     SKIP = "skip"
 
 
-@dataclass(frozen=True)
+@record
 class Candidate:
     """One point of the range bisected: a commit (or a lock difference) with what a report shows of it."""
     key: str            # a commit sha (or, for lock-to-lock, a difference id)
@@ -76,7 +77,7 @@ class Candidate:
 BuildSource = Literal["", "compiled", "prebuilt", "downloaded", "cached"]
 
 
-@dataclass(frozen=True)
+@record
 class BuildOutcome:
     """What building one candidate gave: success, the lock and wheels written, the log, and why it failed."""
     ok: bool
@@ -91,7 +92,7 @@ class BuildOutcome:
     tail: str = ""          # a failed build: the error's last lines
 
 
-@dataclass(frozen=True)
+@record
 class TestOutcome:
     """What testing one built candidate gave: its verdict, why, the log and the test output's last lines."""
     __test__ = False  # not a pytest class
@@ -114,7 +115,7 @@ class Tester(Protocol):
         """Test one built candidate."""
 
 
-@dataclass(frozen=True)
+@record
 class StepRecord:
     """One step of a bisect as the state file and report keep it: candidate, verdict, reason and timings."""
     number: int
@@ -134,7 +135,7 @@ class StepRecord:
     endpoint: str = ""          # "good" | "bad": the check of a given end before bisecting (not a step)
 
 
-@dataclass(frozen=True)
+@record
 class BisectState:
     """A bisect in progress: the candidates, the verdicts so far, the steps and builds; saved after each step."""
     candidates: tuple[Candidate, ...]
@@ -186,7 +187,7 @@ def _skipped_data(skipped: tuple[tuple[Candidate, str], ...]) -> Data:
     return to_data([{**to_table(c), "reason": r} for c, r in skipped])
 
 
-@dataclass(frozen=True)
+@record
 class BisectResult:
     """A finished bisect: the first bad and last good candidates (or the range skips hide) and every step."""
     first_bad: Candidate | None                      # None when skips hide the boundary

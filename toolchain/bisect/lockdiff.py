@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from toolchain.bisect.core import (
@@ -33,6 +33,7 @@ from toolchain.bisect.core import (
 )
 from toolchain.bisect.state import StateFile
 from toolchain.core import toml as tomlio
+from toolchain.core.record import record
 from toolchain.core.serial import Data, meta, to_table
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock
@@ -58,7 +59,7 @@ def _present(value: Any) -> Any:
     return None if value is MISSING else value
 
 
-@dataclass(frozen=True)
+@record
 class Difference:
     """One change between two locks (a commit, patch set, env value, setting ...) that can be applied alone."""
     kind: str                 # toolchain|target|build-env|component|commit|patches|env|command|setting|
@@ -207,7 +208,7 @@ def _tables(values: tuple[Difference, ...]) -> Data:
     return [d.to_dict() for d in values]
 
 
-@dataclass(frozen=True)
+@record
 class LockBisectResult:
     """A lock-to-lock bisect: the differences, which one turns good into bad, and the commit bisect within it."""
     differences: tuple[Difference, ...] = field(metadata=meta(dump=_tables))

@@ -8,7 +8,6 @@ import json
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from toolchain.bisect.testers import CONTRACT
 from toolchain.console import UI
 from toolchain.core.fs import atomic_copy, atomic_write_text
 from toolchain.core.proc.runner import display
+from toolchain.core.record import record
 from toolchain.lock import LOCK_NAME, PYLOCK_NAME, read_lock
 
 RESULT_NAME = "result.json"
@@ -121,7 +121,7 @@ class PhaseHandler(BisectHandler):
 
 # ---- the result ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record
 class BisectOutcome:
     """A finished bisect: what `--json` prints (`data`), what a person reads (`summary`, plain text, and
     `tables`); `ok` when the first bad candidate was found."""

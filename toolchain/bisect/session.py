@@ -10,7 +10,7 @@ locks: the differences between them, then, when the culprit is a commit change, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
 from toolchain.build.cache import default_cache_dir
 from toolchain.console import UI
+from toolchain.core.record import record
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
@@ -36,7 +37,7 @@ DEFAULT_JOBS = 3  # at most: builds spread over the range on idle cores, or (bui
                  # step's and, while its test runs, both possible next midpoints (bisect/core.py)
 
 
-@dataclass(frozen=True)
+@record
 class BisectOptions:
     """What a bisect needs to start or resume (saved in the state file as `context`). Paths are absolute."""
     mode: Literal["commits", "locks"]

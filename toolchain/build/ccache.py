@@ -27,11 +27,12 @@ import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
+from toolchain.core.record import record
 from toolchain.core.serial import meta
 from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
@@ -55,7 +56,7 @@ class CompilerCacheMissing(ToolError):
     return_code = 2
 
 
-@dataclass(frozen=True)
+@record
 class CacheReport:
     """What one build's compiler cache did: recorded per component in the lock and the build log."""
     launcher: str = "none"   # "ccache" | "none"
@@ -88,7 +89,7 @@ class CacheReport:
 
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class CompilerCache:
     """The decision for one `toolchain build`: whether builds go through ccache, with which binary, where."""
     enabled: bool

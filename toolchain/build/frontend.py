@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
+from toolchain.core.record import record
 from toolchain.errors import BuildError
 from toolchain.recipe.model import DEFAULT_COMMAND
 
 LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # pip's backend for a [build-system] without build-backend
 
 
-@dataclass(frozen=True)
+@record
 class BackendCall:
     """The build backend pip would call for a source tree: `backend` ("module:object"), and its
     `backend-path` folders relative to the tree."""

@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.core.record import record
 from toolchain.sharing.retention import age_text, size_text
 
 
-@dataclass(frozen=True)
+@record
 class LocalEntry:
     """One entry of the local wheel cache as the local rule sees it: its folder, bytes and when stored."""
     path: Path
@@ -24,7 +24,7 @@ class LocalEntry:
     stored: float  # entry.json's `stored`, else the folder's mtime (an entry whose entry.json is not trusted)
 
 
-@dataclass(frozen=True)
+@record
 class LocalPruned:
     """What a prune of the local cache saw and did."""
     verdicts: tuple[tuple[LocalEntry, bool, str], ...]  # (entry, removed, why), newest first

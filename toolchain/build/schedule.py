@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
+
+from toolchain.core.record import record
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -30,7 +31,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-@dataclass(frozen=True)
+@record
 class Budget:
     """What builds running at once may add up to."""
     at_once: int      # builds (at least 1)

@@ -5,11 +5,12 @@ closure's key, resolve/closure_memo.py; the checks pip makes of a wheel it built
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from toolchain.core.record import record
 
-@dataclass(frozen=True)
+
+@record
 class WheelMeta:
     """What a built wheel says of itself and asks of the closure (its METADATA)."""
     name: str

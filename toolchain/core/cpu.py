@@ -8,10 +8,11 @@ import os
 import resource
 import threading
 import time
-from dataclasses import dataclass
+
+from toolchain.core.record import record
 
 
-@dataclass(frozen=True)
+@record
 class _Reading:
     at: float           # time.monotonic()
     stat: list[int]     # /proc/stat's first line (jiffies per state, all cores)

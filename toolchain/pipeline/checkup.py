@@ -5,11 +5,11 @@ the compile jobs the plan gives, a lock's host libraries, and for a container ta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
+from toolchain.core.record import record
 
 if TYPE_CHECKING:
     from toolchain.build.plan import Plan
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from toolchain.target.hostfacts import HostFacts
 
 
-@dataclass(frozen=True)
+@record
 class Checkup:
     """What doctor found: the root it read as `/`, the recipe and target it read for, the host's facts and
     one finding a line (the host, oneAPI, the interpreter, memory, jobs, then the lock's libraries, then the

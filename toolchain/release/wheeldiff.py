@@ -14,11 +14,12 @@ import re
 import shutil
 import zipfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc.runner import run
+from toolchain.core.record import record
 from toolchain.core.serial import Data, meta, to_table
 
 MAX_DIFF_LINES = 60
@@ -29,7 +30,7 @@ DIFFOSCOPE_TIMEOUT = 600
 _STRINGS = re.compile(rb"[\x20-\x7e]{6,}")
 
 
-@dataclass(frozen=True)
+@record
 class FileDiff:
     """One entry that differs between two builds of a wheel, and how."""
     path: str            # entry inside the wheel
@@ -37,7 +38,7 @@ class FileDiff:
     detail: str = ""     # the content diff or what differs in the metadata
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class WheelDiff:
     """Two builds of one wheel that differ: their files and hashes, and every entry that differs."""
     key: str = field(metadata=meta(skip=True))  # canonical distribution name
@@ -54,7 +55,7 @@ class WheelDiff:
         return [f.path for f in self.files]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class ReproReport:
     """A comparison of two sets of wheels: the identical ones, the differing ones and those without a counterpart."""
     label_a: str = field(metadata=meta(key="a"))

@@ -7,9 +7,9 @@ cause naming the host (never its credentials) and its own TIP; network and disk-
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError, TransientError
 
@@ -40,7 +40,7 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()`<>]+")
 _PATH = re.compile(r"[`'\"](/[^`'\"]+)[`'\"]")
 
 
-@dataclass(frozen=True)
+@record
 class Failure:
     """A classified failure: `kind` is network, auth, disk-full or hash; `cause` one line; `host` (or path)."""
     kind: str

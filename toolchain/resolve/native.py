@@ -17,11 +17,12 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toolchain.core.fs import atomic_write_text
+from toolchain.core.record import record
 from toolchain.core.serial import from_data, meta, to_data
 from toolchain.core.trust import read_json
 from toolchain.errors import BuildError
@@ -37,7 +38,7 @@ ELF_MAGIC = b"\x7fELF"
 INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
 
 
-@dataclass(frozen=True)
+@record
 class SharedObject:
     """One ELF shared object inside a wheel: its path, soname, needed libraries and compiler stamps."""
     # inside the wheel: vllm_xpu_kernels/_xpu_C.abi3.so
@@ -48,7 +49,7 @@ class SharedObject:
     runpath: tuple[str, ...] = field(default=(), metadata=meta(omit_default=True))  # DT_RUNPATH, else DT_RPATH
 
 
-@dataclass(frozen=True)
+@record
 class WheelAudit:
     """The shared objects of one wheel (none for a pure-Python wheel)."""
     wheel: str                     # file name
@@ -67,7 +68,7 @@ class WheelAudit:
                 | {PurePosixPath(p).name for p in self.libraries})
 
 
-@dataclass(frozen=True)
+@record
 class Providers:
     """Where a target finds libraries besides the closure: setvars' library path and the loader's."""
     oneapi_version: str = ""

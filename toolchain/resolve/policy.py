@@ -8,17 +8,17 @@ from __future__ import annotations
 import functools
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from toolchain.core.record import record
 from toolchain.recipe.model import NativeSpec
 
 POLICY_FILE = Path(__file__).resolve().parents[1] / "data" / "native-policy.toml"
 RECIPE_GROUP = "the recipe's [native] host-provides"
 
 
-@dataclass(frozen=True)
+@record
 class HostGroup:
     """A group of sonames the run host provides (the GPU driver, the base system, ...)."""
     name: str                  # gpu-driver | base-system | fabric | recipe
@@ -26,7 +26,7 @@ class HostGroup:
     sonames: tuple[str, ...]   # patterns
 
 
-@dataclass(frozen=True)
+@record
 class Shipper:
     """Who ships the sonames matching `sonames`."""
     sonames: tuple[str, ...]
@@ -48,7 +48,7 @@ class Shipper:
         return f"on the run host: apt install {self.debian}" if self.debian else ""
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     """The native audit's policy: what the host provides, which wheels ship which libraries, what is ignored."""
     host: tuple[HostGroup, ...]

@@ -7,9 +7,9 @@ served."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from toolchain.build.built_against import BuiltAgainst
+from toolchain.core.record import record
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import Closure, canonical_name
 
@@ -18,7 +18,7 @@ class ABIMismatch(BuildError):
     """The closure's build of a distribution differs from the one a compiled component was built against."""
 
 
-@dataclass(frozen=True)
+@record
 class Compiled:
     """A component and what its build environment had (from the build, or as a lock records it)."""
     component: str

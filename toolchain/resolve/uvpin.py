@@ -19,7 +19,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -30,6 +29,7 @@ from packaging.version import Version
 
 from toolchain.core import toml as tomlio
 from toolchain.core.proc.runner import CommandFailed, CommandTimeout, merge_env, run
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text
 from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec
@@ -49,7 +49,7 @@ class ResolveError(BuildError):
     """The closure cannot be resolved (exit 1): names the requirement and the component that asked for it."""
 
 
-@dataclass(frozen=True)
+@record
 class BuiltWheel:
     """A wheel the tool built (taken as given): its component, distribution name and file."""
     component: str

@@ -19,10 +19,11 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from toolchain.core.record import record
 from toolchain.errors import BuildError
 from toolchain.resolve.native import INTEL_COMPILER, Providers, SharedObject, WheelAudit
 from toolchain.resolve.policy import Policy, example_list
@@ -35,7 +36,7 @@ Verdict = Literal["provided", "host", "host-absent", "missing", "ignored"]
 At = Literal["build", "run"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Need:
     """One soname the stack's shared objects need, where it comes from, and whether its absence is fatal."""
     soname: str
@@ -65,7 +66,7 @@ _VERDICT_WORDS = {"provided": "provided", "host": "expected from the run host", 
                   "expected from the run host, absent here", "missing": "missing", "ignored": "ignored"}
 
 
-@dataclass(frozen=True)
+@record
 class NativeReport:
     """The native audit of a stack: every needed soname with its verdict, and unexpected compiler stamps."""
     needs: tuple[Need, ...] = ()

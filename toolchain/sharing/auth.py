@@ -16,15 +16,17 @@ import binascii
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from toolchain.core.record import record
 
 ENV_USERNAME, ENV_PASSWORD = "TOOLCHAIN_REGISTRY_USERNAME", "TOOLCHAIN_REGISTRY_PASSWORD"
 HELPER_TIMEOUT = 10.0
 
 
-@dataclass(frozen=True)
+@record
 class Credentials:
     """A registry user name and password, and where they were found (the password never in a repr)."""
     username: str

@@ -27,9 +27,9 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
+from toolchain.core.record import record
 from toolchain.core.redact import without_credentials
 from toolchain.errors import UsageError
 from toolchain.recipe.buildspec import BuildSpec, StoreURL, parse_store_url
@@ -47,7 +47,7 @@ OURS = ("read-only", "connect-timeout", "operation-timeout")  # the attributes t
 StoreMode = Literal["read-only", "read-write"]
 
 
-@dataclass(frozen=True)
+@record
 class RemoteStore:
     """One build's shared compiler cache. `url` may hold credentials: never show it; `shown` is for people,
     logs and locks."""

@@ -24,11 +24,11 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
+from toolchain.core.record import record
 from toolchain.core.regex import SHA256
 from toolchain.errors import ToolError
 from toolchain.sharing.auth import find_credentials
@@ -55,7 +55,6 @@ MAX_TAG_PAGES = 1000  # tag list pages followed (`Link: next`) before the listin
 MAX_ANNOTATION = 64 << 10  # characters of one annotation value shown (a registry may send anything)
 
 
-
 class RemoteError(ToolError):
     """The registry could not be used (unreachable, slow, refused, answered nonsense)."""
 
@@ -70,8 +69,7 @@ class DeletesRefused(RemoteError):
     """The registry does not delete manifests (distribution answers 405 UNSUPPORTED unless delete is enabled)."""
 
 
-
-@dataclass(frozen=True)
+@record
 class RemoteEntry:
     """One wheel kept in the remote cache: its cache key, manifest digest and annotations."""
     key: str

@@ -16,8 +16,9 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from toolchain.core.record import record
 
 if TYPE_CHECKING:
     from toolchain.sharing.registry import Registry, RemoteEntry
@@ -51,7 +52,7 @@ def created_at(stamp: str) -> float | None:
     return float(seconds)
 
 
-@dataclass(frozen=True)
+@record
 class Dated:
     """One entry as the rule sees it."""
     key: str
@@ -60,7 +61,7 @@ class Dated:
     created: str
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     """Whether one remote cache entry is kept or removed by the retention rules, and why."""
     entry: Dated
@@ -97,7 +98,7 @@ def decide(entries: Sequence[Dated], now: float, older_than: float | None, keep:
             v.entry.digest in kept_digests else v for v in verdicts]
 
 
-@dataclass(frozen=True)
+@record
 class Pruned:
     """What a prune of the remote cache saw and did: the entries, a verdict for each, and how many went."""
     entries: tuple[RemoteEntry, ...]   # what the registry held (of the component asked for)

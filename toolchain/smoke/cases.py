@@ -22,6 +22,7 @@ import jsonschema
 import requests
 
 from toolchain.core.names import did_you_mean
+from toolchain.core.record import record
 from toolchain.core.serial import Data, meta, rounded, to_data, to_table
 from toolchain.errors import UsageError
 from toolchain.smoke.rootcause import Excerpt, headline, render
@@ -64,7 +65,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 DEFAULT_CASES = ("models", "first", "math", "qa", "image", "image-json", "repeat")
 
 
-@dataclass(frozen=True)
+@record
 class CaseSpec:
     """One smoke case to run: its name, kind, whether it must pass, and its parameters."""
     name: str
@@ -107,7 +108,7 @@ def resolve(names: Sequence[str], overrides: Mapping[str, Mapping[str, Any]] | N
 
 # --------------------------------------------------------------------------------------------- HTTP
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Exchange:
     """One HTTP request a case made to the server and the answer it got."""
     method: str
@@ -163,7 +164,7 @@ def root_cause_data(excerpts: Sequence[Excerpt]) -> Data:
     return {"headline": headline(excerpts), "text": render(excerpts), "excerpts": to_data(excerpts)}
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class CaseResult:
     """What one smoke case gave: its verdict, why, timings, metrics and the exchanges made."""
     name: str

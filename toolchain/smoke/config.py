@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from toolchain.core.record import record
 from toolchain.core.serial import Data, meta
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.model import SmokeSpec
@@ -30,7 +31,7 @@ DEFAULT_READY_TIMEOUT = 1800.0
 DEFAULT_REQUEST_TIMEOUT = 600.0
 
 
-@dataclass(frozen=True)
+@record
 class SmokeOptions:
     """What the command line can change; every field left empty comes from the lock's [smoke]."""
     device: str = ""
@@ -58,7 +59,7 @@ def _case_names(specs: Sequence[cases_mod.CaseSpec]) -> Data:
     return [c.name for c in specs]
 
 
-@dataclass(frozen=True)
+@record
 class SmokeConfig:
     """Everything one smoke run needs: how to start the server, where it listens, the cases and the ladder."""
     serve_argv: tuple[str, ...]

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from toolchain.core import devices as facts
 from toolchain.core.devices import PROFILES, Card, DeviceProfile, cards_from
 from toolchain.core.proc.runner import CommandTimeout
+from toolchain.core.record import record
 from toolchain.core.serial import Data, meta
 from toolchain.errors import UsageError
 
@@ -32,7 +33,7 @@ def _describe_cards(cards: Sequence[Card]) -> Data:
     return [c.describe() for c in cards]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class DeviceCheck:
     """The outcome of checking that the requested cards are present: which were found and the affinity mask."""
     device: str

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from toolchain.core.record import record
 from toolchain.core.serial import Data, meta, to_table
 from toolchain.errors import TestFailed, UsageError
 from toolchain.lock import Lock, wheel_name_version
@@ -34,7 +35,7 @@ def _file_name(path: Path) -> Data:
     return path.name
 
 
-@dataclass(frozen=True)
+@record
 class InstallStep:
     """One wheel to install into the smoke environment, with the pip arguments its component asks for."""
     component: str
@@ -86,7 +87,7 @@ def install_unlocked(lock: Lock, target: Interpreter, log: Path,
     return steps
 
 
-@dataclass(frozen=True)
+@record
 class VersionCheck:
     """A component's version as the lock records it against what the environment has installed."""
     component: str
@@ -163,7 +164,7 @@ def closure_files(lock: Lock, log: Path) -> list[tuple[str, Path, str]]:
     return files
 
 
-@dataclass(frozen=True)
+@record
 class Staged:
     """The locked files ready beside the lock, and the hashed requirements file that names them."""
     requirements: Path

@@ -9,9 +9,10 @@ unset-env. The ladder stops at the first step that breaks and reports how.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from toolchain.core.record import record
 from toolchain.core.serial import Data, empty_as_null, meta, to_data, to_table
 from toolchain.errors import RecipeError
 
@@ -31,7 +32,7 @@ class StepRun(Protocol):
         """One line: what broke in the run and the first diagnosis."""
 
 
-@dataclass(frozen=True)
+@record
 class LadderStep:
     """One step of the fallback ladder: server flags and environment to add or remove when serving fails."""
     name: str
@@ -112,7 +113,7 @@ def _steps_data(steps: tuple[tuple[LadderStep, StepRun | None], ...]) -> Data:
                      "verdict": ("pass" if r.passed else "fail") if r else "not run"} for s, r in steps])
 
 
-@dataclass(frozen=True)
+@record
 class LadderResult:
     """A ladder run: each step with its run (None when not reached) and the first step that broke."""
     steps: tuple[tuple[LadderStep, StepRun | None], ...] = field(metadata=meta(dump=_steps_data))

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
+
+from toolchain.core.record import record
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
@@ -33,7 +35,7 @@ _ERROR_LINE = re.compile(r"Fatal Python error|Segmentation fault|Aborted \(core 
                          r"\b\w*(?:Error|Exception)\b: |\bfailed\b.*\b(?:error|exception)\b", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record
 class Line:
     """One line of a server log, split into its process prefix, logging level and text."""
     number: int      # 1-based, in the whole log
@@ -42,7 +44,7 @@ class Line:
     text: str        # without the process prefix and logging header
 
 
-@dataclass(frozen=True)
+@record
 class Excerpt:
     """A block of a log that shows a root cause (a traceback, an error, or the tail) and where it is."""
     source: str                      # the log's name ("server.log")

@@ -16,6 +16,7 @@ from toolchain.console import UI
 from toolchain.core.proc.background import exit_status
 from toolchain.core.proc.runner import display, merge_env
 from toolchain.core.proc.signals import Interrupted
+from toolchain.core.record import record
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import Data, empty_as_null, meta, rounded, to_table
 from toolchain.errors import UsageError
@@ -40,7 +41,7 @@ EVENT_PREFIX = {"timeout": "request timed out", "output": "wrong output", "http"
 SERVER_SIDE = frozenset({"http", "connection", "timeout", "restart", "protocol"})
 
 
-@dataclass(frozen=True)
+@record
 class ServerDeath:
     """The server went away while the cases ran: which case was running, and since when it was failing."""
     status: int = field(metadata=meta(key="exit_code"))  # its exit status (< 0: the signal that ended it)
@@ -74,7 +75,7 @@ def _own_tables(values: tuple[cases_mod.CaseResult, ...]) -> Data:
     return [v.to_dict() for v in values]
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     """One server run of a smoke test: the argv and environment, readiness, case results and how it ended."""
     name: str
@@ -238,7 +239,7 @@ def _answers(host: str, port: int) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@record
 class _Window:
     started: float     # time.monotonic()
     ended: float

@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import requests
 
 from toolchain.core.proc.background import STOP_GRACE, Background, exit_status, start
 from toolchain.core.proc.runner import CommandFailed, display
+from toolchain.core.record import record
 from toolchain.core.redact import redact_text
 from toolchain.core.serial import Data, meta, rounded, to_table
 from toolchain.errors import UsageError
@@ -68,7 +69,7 @@ def strip_oneapi(env: Mapping[str, str]) -> tuple[dict[str, str], tuple[str, ...
     return out, tuple(sorted(changed))
 
 
-@dataclass(frozen=True)
+@record
 class ServeSpec:
     """How to start one server: argv, complete environment, base URL and log file."""
     argv: tuple[str, ...]
@@ -84,7 +85,7 @@ def ended(code: int) -> str:
     return f"{'was killed by' if code < 0 else 'exited with'} {exit_status(code)}"
 
 
-@dataclass(frozen=True)
+@record
 class Readiness:
     """Whether the server became ready, after how many seconds, or why not (and its exit code if it died)."""
     ok: bool

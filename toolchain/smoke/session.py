@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from toolchain.console import UI
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.proc.signals import Interrupted, interruptible
+from toolchain.core.record import record
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import to_data, to_table
 from toolchain.errors import ToolError, UsageError
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from toolchain.target.base import ServeRuntime
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class SmokeOutcome:
     """A smoke test's result: passed, exit code, a one-line summary, and the report written."""
     passed: bool

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from importlib import resources
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
+from toolchain.core.record import record
 from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 
@@ -17,7 +18,7 @@ FIX_KINDS = ("env", "serve-arg", "patch", "recipe", "action")
 EVIDENCE_CHARS = 300
 
 
-@dataclass(frozen=True)
+@record
 class Fix:
     """A suggested fix for a known failure: what to do, and the env values or server flags it sets."""
     kind: str
@@ -31,7 +32,7 @@ class Fix:
         return f"{self.kind}: {what} ({self.text})" if what else f"{self.kind}: {self.text}"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Signature:
     """A known failure: the log patterns that identify it, and the logs they are searched in."""
     id: str
@@ -45,7 +46,7 @@ class Signature:
     extract: re.Pattern[str] | None = None  # a `(?P<line>...)` the failure printed near it: "{line}" in fix texts
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """A known failure found in a log: its diagnosis, where it was seen, and the fixes to try."""
     id: str

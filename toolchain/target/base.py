@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, Self
+
+from toolchain.core.record import record
 
 if TYPE_CHECKING:
     from toolchain.core.proc.runner import Completed
@@ -150,7 +152,7 @@ class Runtime(BuildRuntime, ServeRuntime, Protocol):
     """A place that builds and serves: what every strategy offers (`make_runtime` returns one)."""
 
 
-@dataclass(frozen=True)
+@record
 class Interpreter:
     """A Python in a runtime: a venv's (`venv` set) or a base interpreter."""
     runtime: ServeRuntime = field(compare=False, repr=False)

@@ -7,12 +7,13 @@ torch build. The lock records it; `toolchain lock` reads it again."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.core.checks import NAME, STR, TABLES
 from toolchain.core.probe_memo import remembered
+from toolchain.core.record import record
 from toolchain.core.serial import from_data, meta, to_table
 from toolchain.errors import BuildError
 from toolchain.target.facts import TargetInfo
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from toolchain.target.base import Place
 
 
-@dataclass(frozen=True)
+@record
 class BaseDist:
     """One distribution installed in a base image: its name, version and the sha256 of its RECORD."""
     name: str = field(metadata=meta(check=NAME))  # canonical name
@@ -30,7 +31,7 @@ class BaseDist:
     record_sha256: str = field(default="", metadata=meta(check=STR))
 
 
-@dataclass(frozen=True)
+@record
 class BaseEnv:
     """What the base image holds, as read inside it."""
     image: str = field(metadata=meta(check=NAME))  # as the recipe names it (pinned by digest)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from toolchain.core.devices import PROFILES, Card, find_cards, profile_of
+from toolchain.core.record import record
 from toolchain.target.hostfacts import HostFacts
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 B70_TP2_KERNEL = (7, 1)  # vLLM #41663: B70 TP=2 general-protection faults, fixed by host kernel >= 7.1
 
 
-@dataclass(frozen=True)
+@record
 class RenderNode:
     """A DRM render node: its path as the host names it, whether this user may open it, and its group."""
     path: str          # /dev/dri/renderD128, as the host names it
@@ -52,7 +52,7 @@ WARN: Status = "warn"
 MISSING: Status = "missing"
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """One line of doctor's report: a topic, its status (ok, warn, missing), what was found and the fix."""
     topic: str

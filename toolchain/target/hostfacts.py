@@ -9,10 +9,11 @@ compares); `toolchain doctor` turns the same facts into ok / warn / missing line
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from toolchain.core.devices import Card, find_cards
+from toolchain.core.record import record
 from toolchain.core.regex import Regex
 from toolchain.core.serial import meta
 
@@ -31,7 +32,7 @@ def host_root() -> Path:
     return Path(os.environ.get(HOST_ROOT_ENV) or "/")
 
 
-@dataclass(frozen=True)
+@record
 class HostFacts:
     """What the box is, in plain strings (a lock and a report record it; a bisect compares two)."""
     kernel: str = ""

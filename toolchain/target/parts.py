@@ -7,11 +7,12 @@ classes (a frozen dataclass costs about a millisecond to create at import)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from toolchain import scripts
+from toolchain.core.record import record
 
 if TYPE_CHECKING:
     from toolchain.core.proc.runner import Completed
@@ -24,7 +25,7 @@ class Runner(Protocol):
                  verbose: bool = False, capture: bool = False) -> Completed: ...
 
 
-@dataclass(frozen=True)
+@record
 class Serving:
     """What smoke asks of a runtime it serves from, given when the runtime is made: the port the server
     listens on (a container shares the host's network, or must publish it), a host directory the target must
@@ -35,7 +36,7 @@ class Serving:
     digest: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Extra:
     """A host file or directory one build needs besides its trees: a tool brought in read-only (`cache=False`),
     or a cache directory the build writes (`cache=True`). The host uses it in place; a fresh container mounts
@@ -47,7 +48,7 @@ class Extra:
     cache: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Workspace:
     """Target-side paths of one build's directories, and how to run commands there."""
     src: str

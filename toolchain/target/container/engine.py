@@ -29,7 +29,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any, Union
@@ -38,6 +38,7 @@ from toolchain.console import UI
 from toolchain.core.fs import file_lock, give_to_invoking_user
 from toolchain.core.proc.owner import owner_gone, owner_token
 from toolchain.core.proc.runner import CommandFailed, CommandTimeout, Completed, merge_env, run
+from toolchain.core.record import record
 from toolchain.core.redact import is_secret
 from toolchain.errors import ToolError
 
@@ -60,7 +61,7 @@ ENGINE_READS_PREFIXES = ("LD_", "XDG_", "CONTAINERS_", "DOCKER_", "PODMAN_", "BU
 KILL_PIDFILE = 'p=$(cat "$0" 2>/dev/null) && { kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p"; }'
 
 
-@dataclass(frozen=True)
+@record
 class EngineConfig:
     """How one engine (podman or docker) is called: its program, extra create and remove arguments."""
     name: str
@@ -161,7 +162,7 @@ class NoSigint:
             signal.signal(signal.SIGINT, self.old)
 
 
-@dataclass(frozen=True)
+@record
 class Image:
     """An image as the engine has it: the name given, its local id, its repo digests and the reference started."""
     name: str                        # as the recipe (or the running container) names it
@@ -178,7 +179,7 @@ class Image:
         return self.ref or self.name
 
 
-@dataclass(frozen=True)
+@record
 class Mount:
     """A bind mount of a host path into a container, read-only or not."""
     source: str
@@ -186,7 +187,7 @@ class Mount:
     readonly: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Engine:
     """One engine client: its config, the recipe's `engine-args`, and where to say what it does."""
     config: EngineConfig
@@ -376,7 +377,7 @@ class Engine:
         return Container(self, cid, image, owned=False)
 
 
-@dataclass(frozen=True)
+@record
 class Container:
     """One container: the tool's own (`owned`, removed at the end) or a borrowed running one."""
     engine: Engine

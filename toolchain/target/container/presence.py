@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from toolchain.console import UI
+from toolchain.core.record import record
 from toolchain.recipe.model import TargetSpec
 from toolchain.target.container.engine import ENGINES, ContainerError, Engine, Image, StartFailed, image_repo
 from toolchain.target.doctor import MISSING, OK, WARN, Finding
@@ -18,7 +18,7 @@ from toolchain.target.doctor import MISSING, OK, WARN, Finding
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
-@dataclass(frozen=True)
+@record
 class ImageState:
     """The recipe's image on this engine: here (`present`), or what a build would pull and its size."""
     image: str             # as the recipe names it
