@@ -491,5 +491,5 @@ def test_one_patch_type_from_the_recipe_through_the_plan_to_the_lock():
     assert [f.name for f in dataclasses.fields(model.Patch)][-2:] == ["file", "applied"]
     assert [f.name for f in dataclasses.fields(model.Patch) if not f.compare] == ["file", "applied"]
     assert not any(hasattr(m, n) for m in (lock, load, patches) for n in ("PatchRef", "PatchSpec", "load_series"))
-    assert load.from_data is validate.from_data
+    assert load.validated is validate.validated
     assert load.Recipe is model.Recipe

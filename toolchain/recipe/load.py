@@ -33,7 +33,7 @@ from toolchain.recipe.model import (
     TargetSpec,
     ToolchainSpec,
 )
-from toolchain.recipe.validate import SMOKE_KEYS, from_data
+from toolchain.recipe.validate import SMOKE_KEYS, validated
 
 RECIPES_ENV = "TOOLCHAIN_RECIPES_DIR"
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of TOML; a larger file is a mistake, not a recipe
@@ -215,7 +215,7 @@ def load_recipe(name_or_path: str, recipes_dir: Path | None = None,
     swaps: list[Swap] = []
     data, origins = _resolve_extends(path, recipes_dir, patches_of, [], found, swaps)
     own = Origin(path, patches_of(path))
-    recipe = from_data(data, name=path.stem, path=path, patches_dir=own.patches_dirs, pinned=pinned,
+    recipe = validated(data, name=path.stem, path=path, patches_dir=own.patches_dirs, pinned=pinned,
                        origins={k: o for k, o in origins.items() if o != own})
     return dataclasses.replace(recipe, found=tuple(found), swaps=tuple(swaps))
 
@@ -227,7 +227,7 @@ def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path | Seque
     keys the lock records as declared by another recipe file (their relative paths resolve against it);
     `recorded`: the lock's hashes of those files, to take one from the cache when its place is empty."""
     data = parse_recipe_text(text, f"{path} (the recipe recorded in the lock)")
-    return from_data(data, name=name, path=path, patches_dir=patches_dir, origins=origins, recorded=recorded)
+    return validated(data, name=name, path=path, patches_dir=patches_dir, origins=origins, recorded=recorded)
 
 
 def _resolve_extends(path: Path, recipes_dir: Path | None, patches_of: Callable[[Path], tuple[Path, ...]],
@@ -419,7 +419,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def with_data(recipe: Recipe, data: dict[str, Any]) -> Recipe:
     """`recipe` with its resolved table replaced by `data` (validated again; inherited keys keep resolving
     against the recipe that declared them)."""
-    return dataclasses.replace(from_data(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
+    return dataclasses.replace(validated(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
                                          origins=recipe.origins), found=recipe.found, swaps=recipe.swaps)
 
 
@@ -455,7 +455,6 @@ __all__ = [
     "default_recipes_dir",
     "did_you_mean",
     "find_recipe",
-    "from_data",
     "from_place",
     "given_dirs",
     "list_recipes",
@@ -471,6 +470,7 @@ __all__ = [
     "recorded_origins",
     "search_dirs",
     "shipped_recipes_dir",
+    "validated",
     "with_changes",
     "with_data",
 ]

@@ -140,7 +140,7 @@ def _type_name(t: type) -> str:
             float: "a number"}.get(t, t.__name__)
 
 
-def from_data(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path | Sequence[Path],
+def validated(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path | Sequence[Path],
               pinned: bool = True, origins: Mapping[str, Origin] | Iterable[tuple[str, Origin]] = (),
               recorded: Recorded | None = None) -> Recipe:
     """Validate a resolved recipe table. `patches_dir`: where this recipe's own patches are (a lock's recorded
