@@ -175,3 +175,17 @@ def test_the_host_question_is_recognized():
     assert len([n for n in ast.walk(ast.parse(code)) if _asks_if_host(n)]) == 4
     assert not [n for n in ast.walk(ast.parse('if verdict == "host" or runtime.sees_host_paths: pass'))
                 if _asks_if_host(n)]
+
+
+def test_the_shared_patterns_are_written_once():
+    """A sha256, a full commit id and credentials in a URL are matched by the patterns of core/regex.py; a file
+    run in a target (toolchain/scripts/, build/intarget.py: stdlib only) may write its own."""
+    written = ("[0-9a-f]{64}", "[0-9a-f]{40}", "://[^/?#]*@")
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel in ("core/regex.py", "build/intarget.py") or rel.startswith(("scripts/", "demo_src/")):
+            continue
+        text = path.read_text(encoding="utf-8")
+        found += [f"{rel}: {w}" for w in written if w in text]
+    assert found == [], "use toolchain.core.regex (SHA256, SHA256_HEX, COMMIT_ID, URL_CREDENTIALS):\n" + "\n".join(found)

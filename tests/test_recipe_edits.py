@@ -71,13 +71,13 @@ def test_a_bisect_step_validates_no_recipe_again(tmp_path, monkeypatch):
     wheel.write_bytes(b"a per-commit wheel")
     base = with_changes(load_recipe("demo"), {"components": {"kernels": {"prebuilt-index": str(wheels)}}})
     checks = []
-    real = load.from_data
+    real = load.validated
 
     def counted(*args, **kwargs):
         checks.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(load, "from_data", counted)
+    monkeypatch.setattr(load, "validated", counted)
     step = with_commit_wheel(only_the_bisected(base.with_commit("kernels", SHA), "kernels"), "kernels")
     assert checks == []
     kernels = step.component("kernels")

@@ -66,6 +66,7 @@ class Regex:
 # The patterns several modules check against, each written once.
 SHA256 = "[0-9a-f]{64}"  # a sha256 as lowercase hex (a file's, a manifest's digest after "sha256:")
 SHA256_HEX = Regex(rf"^{SHA256}\Z")  # (\Z: not before a trailing newline, as `$` would)
+HEX40 = Regex(r"^[0-9a-f]{40}\Z")  # a full sha1 commit id, as a recipe pins it
 COMMIT_ID = Regex(rf"^(?:[0-9a-f]{{40}}|{SHA256})\Z")  # a full git commit id: sha1 or sha256 object format
 # userinfo in a URL, in any letter case: user:password@, token@, __token__:pypi-...@ (never recorded or shown)
 URL_CREDENTIALS = Regex(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ from toolchain.console import UI
 from toolchain.core.fs import atomic_write_bytes, publish_dir, sha256_bytes, sha256_file
 from toolchain.core.proc.runner import run
 from toolchain.core.record import record
+from toolchain.core.regex import SHA256, SHA256_HEX, Regex
 from toolchain.errors import BuildError, UsageError
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ ACCEPT = ", ".join(("application/vnd.oci.image.manifest.v1+json", "application/v
                    "application/vnd.docker.distribution.manifest.v2+json",
                    "application/vnd.docker.distribution.manifest.list.v2+json"))
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-PINNED = re.compile(r"^(?P<name>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
+PINNED = Regex(rf"^(?P<name>[^@\s]+)@(?P<digest>sha256:{SHA256})$")
 
 
 @record
@@ -180,7 +180,7 @@ def _engine_manifest(image: str, digest: str, engine: str) -> bytes | None:
                capture=True, check=False, timeout=120).stdout.split()
     ident = run([engine, "image", "inspect", "--format", "{{.Id}}", image], env=engine_env(), capture=True,
                 check=False, timeout=120).stdout.strip()
-    if len(root) != 2 or not re.fullmatch(r"[0-9a-f]{64}", ident):
+    if len(root) != 2 or not SHA256_HEX.match(ident):
         return None
     key = base64.b64encode(f"manifest-{digest}".encode()).decode()
     path = Path(root[0]) / f"{root[1]}-images" / ident / f"={key}"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -19,14 +18,13 @@ from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text
-from toolchain.core.regex import SHA256_HEX, URL_CREDENTIALS
+from toolchain.core.regex import HEX40, SHA256_HEX, URL_CREDENTIALS
 from toolchain.core.serial import Check, meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import BuildSpec
 from toolchain.recipe.cachespec import CacheSpec
 from toolchain.recipe.keys import key, key_of
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a full commit id, as a recipe pins it
 # what a prebuilt component (a released wheel, never compiled) may say besides `prebuilt`
 # (`commit`/`ref`: the commit a per-commit wheel was built from, recorded in the lock; nothing is fetched)
 PREBUILT_KEYS = ("prebuilt", "after", "dist", "import", "install-args", "commit", "ref", "drop")

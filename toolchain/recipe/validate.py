@@ -18,7 +18,7 @@ from toolchain.core.devices import PROFILES
 from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
 from toolchain.core.redact import is_secret, redact_url
-from toolchain.core.regex import SHA256, SHA256_HEX, URL_CREDENTIALS, Regex
+from toolchain.core.regex import HEX40, SHA256, SHA256_HEX, URL_CREDENTIALS, Regex
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
@@ -29,7 +29,6 @@ from toolchain.recipe.model import (
     DEFAULT_INSTALL_ARGS,
     DEFAULT_SETVARS,
     DEFAULT_VERSION_ENV,
-    HEX40,
     INDEX_STRATEGIES,
     PREBUILT_KEYS,
     Component,
