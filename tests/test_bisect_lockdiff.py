@@ -145,7 +145,7 @@ def test_applying_every_difference_gives_the_bad_side_and_each_prefix_is_a_valid
     before = copy.deepcopy(base)
     for i in range(len(diffs) + 1):
         data = prefix_data(base, diffs, i)
-        loaded = recipes.from_data(data, name="b70", path=tmp_path / "recipes" / "b70.toml",
+        loaded = recipes.validated(data, name="b70", path=tmp_path / "recipes" / "b70.toml",
                                    patches_dir=tmp_path / "patches")
         assert [x.name for x in loaded.components] == ["vllm", "vllm-xpu-kernels", "ark"]
     assert base == before  # applying never changes its input
