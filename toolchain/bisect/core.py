@@ -31,7 +31,6 @@ import enum
 import itertools
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +41,7 @@ from typing import Any, Literal, Protocol
 
 from toolchain.core.cpu import idle_cores
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 
@@ -495,7 +495,7 @@ class Bisector:
             self.persist(state)
 
 
-_HEX = re.compile(r"[0-9a-f]{7,}")
+_HEX = Regex(r"[0-9a-f]{7,}")
 
 
 class EndpointError(UsageError):

@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import shutil
 import threading
 import time
@@ -31,6 +30,7 @@ from toolchain import __version__
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.build.entry import entry_problem, read_entry
 from toolchain.core.redact import redact_url
+from toolchain.core.regex import Regex
 from toolchain.sharing.registry import (
     ARTIFACT_TYPE,
     CREATED,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 PREFETCH_JOBS = 4  # downloads at once
 MAX_META, MAX_LOG = 4 << 20, 256 << 20
-WHEEL_NAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
+WHEEL_NAME = Regex(r"^[A-Za-z0-9_.+!-]+\.whl$")
 
 
 class RemoteCache:

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from toolchain.core.proc.runner import run
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 from toolchain.errors import UsageError
 from toolchain.image.assemble import Image, canonical_json, write_layout, write_thin_archive
 from toolchain.image.base import engine_env, registry_for
 
 ENGINES = ("podman", "docker")
-NAME = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
-TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+NAME = Regex(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
+TAG = Regex(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 @record

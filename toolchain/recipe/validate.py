@@ -55,7 +55,7 @@ NAME = Regex(r"^[a-z0-9][a-z0-9._-]*$")
 # each table's keys, from the model fields they fill (recipe/keys.py), and the keys that fill no field
 TOP_KEYS = keys_of(Recipe, extends=str)
 NATIVE_KEYS = keys_of(NativeSpec)
-SONAME_PATTERN = re.compile(r"^[A-Za-z0-9_.+*?\[\]-]+$")
+SONAME_PATTERN = Regex(r"^[A-Za-z0-9_.+*?\[\]-]+$")
 RESOLVE_KEYS = keys_of(ResolveSpec)
 TOOLCHAIN_KEYS = keys_of(ToolchainSpec)
 TARGET_KEYS = keys_of(TargetSpec)

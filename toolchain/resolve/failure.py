@@ -11,33 +11,34 @@ from urllib.parse import urlsplit
 
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, TransientError
 
-_DISK = re.compile(r"no space left on device|os error 28\b|errno 28\b|disk quota exceeded|os error 122\b"
-                   r"|errno 122\b|ENOSPC|EDQUOT", re.IGNORECASE)
-_AUTH = re.compile(r"\b401\b|\b403\b|unauthori[sz]ed|forbidden|missing credentials|authentication", re.IGNORECASE)
-_HASH = re.compile(r"hash mismatch|do not match the hashes|hashes? (?:do|does) not match", re.IGNORECASE)
+_DISK = Regex(r"no space left on device|os error 28\b|errno 28\b|disk quota exceeded|os error 122\b"
+              r"|errno 122\b|ENOSPC|EDQUOT", re.IGNORECASE)
+_AUTH = Regex(r"\b401\b|\b403\b|unauthori[sz]ed|forbidden|missing credentials|authentication", re.IGNORECASE)
+_HASH = Regex(r"hash mismatch|do not match the hashes|hashes? (?:do|does) not match", re.IGNORECASE)
 # (what the cause line says, pattern), most specific first
 _NETWORK = (
     ("the proxy refused or could not open the connection",
-     re.compile(r"tunnel error|proxy ?error|ProxyError|Cannot connect to proxy|proxy connect", re.IGNORECASE)),
+     Regex(r"tunnel error|proxy ?error|ProxyError|Cannot connect to proxy|proxy connect", re.IGNORECASE)),
     ("the host name does not resolve (DNS)",
-     re.compile(r"dns error|error resolving DNS|failed to lookup address|Name or service not known|"
-                r"Temporary failure in name resolution|NameResolutionError|getaddrinfo failed|nodename nor servname",
-                re.IGNORECASE)),
-    ("TLS failed", re.compile(r"invalid peer certificate|certificate verify failed|SSLError|tls handshake|"
-                              r"UnknownIssuer|ssl\b.*error|handshake failure", re.IGNORECASE)),
-    ("connection refused", re.compile(r"Connection refused|os error 111\b|Errno 111\b", re.IGNORECASE)),
-    ("the connection timed out", re.compile(r"timed out|timeout|os error 110\b", re.IGNORECASE)),
+     Regex(r"dns error|error resolving DNS|failed to lookup address|Name or service not known|"
+           r"Temporary failure in name resolution|NameResolutionError|getaddrinfo failed|nodename nor servname",
+           re.IGNORECASE)),
+    ("TLS failed", Regex(r"invalid peer certificate|certificate verify failed|SSLError|tls handshake|"
+                         r"UnknownIssuer|ssl\b.*error|handshake failure", re.IGNORECASE)),
+    ("connection refused", Regex(r"Connection refused|os error 111\b|Errno 111\b", re.IGNORECASE)),
+    ("the connection timed out", Regex(r"timed out|timeout|os error 110\b", re.IGNORECASE)),
     ("the connection was reset or dropped",
-     re.compile(r"Connection reset|connection closed|broken pipe|os error 104\b|unexpected EOF|"
-                r"IncompleteRead|RemoteDisconnected|Connection aborted", re.IGNORECASE)),
+     Regex(r"Connection reset|connection closed|broken pipe|os error 104\b|unexpected EOF|"
+           r"IncompleteRead|RemoteDisconnected|Connection aborted", re.IGNORECASE)),
     ("the network is unreachable",
-     re.compile(r"Network is unreachable|No route to host|os error 101\b|os error 113\b|"
-                r"Max retries exceeded|NewConnectionError|client error \(Connect\)|tcp connect error", re.IGNORECASE)),
+     Regex(r"Network is unreachable|No route to host|os error 101\b|os error 113\b|"
+           r"Max retries exceeded|NewConnectionError|client error \(Connect\)|tcp connect error", re.IGNORECASE)),
 )
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()`<>]+")
-_PATH = re.compile(r"[`'\"](/[^`'\"]+)[`'\"]")
+_URL = Regex(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()`<>]+")
+_PATH = Regex(r"[`'\"](/[^`'\"]+)[`'\"]")
 
 
 @record

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import field
 from pathlib import Path, PurePosixPath
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 from toolchain.core.serial import from_data, meta, to_data
 from toolchain.core.trust import read_json
 from toolchain.errors import BuildError
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 NATIVE_DIR = "native"  # under the cache directory
 AUDIT_VERSION = 2  # 2: RUNPATH/RPATH recorded
 ELF_MAGIC = b"\x7fELF"
-INTEL_COMPILER = re.compile(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
+INTEL_COMPILER = Regex(r"oneAPI DPC\+\+/C\+\+ Compiler (\d{4}\.\d+)(?:\.\d+)*")
 
 
 @record

@@ -31,6 +31,7 @@ from toolchain.core import toml as tomlio
 from toolchain.core.proc.runner import CommandFailed, CommandTimeout, merge_env, run
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, RecipeError, TransientError
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, LockedDist, file_name
@@ -368,8 +369,8 @@ def _explain(exc: CommandFailed, uv: str, spec: ResolveSpec, python: str, platfo
 
 
 # uv's explanation: "tomli==2.3.0 depends on leaf>=1", "all versions of tomli depend on leaf>=1"
-_DEPENDS = re.compile(r"([A-Za-z0-9][\w.-]*)(?:[=<>!~]=?[^\s,]*)? depends? on ([A-Za-z0-9][\w.-]*(?:[<>=!~]=?[^\s,]*)?)")
-_MISSING = re.compile(r"([A-Za-z0-9][\w.-]*)(?:[<>=!~]=?[^\s,]*)? was not found|no versions? of ([A-Za-z0-9][\w.-]*)")
+_DEPENDS = Regex(r"([A-Za-z0-9][\w.-]*)(?:[=<>!~]=?[^\s,]*)? depends? on ([A-Za-z0-9][\w.-]*(?:[<>=!~]=?[^\s,]*)?)")
+_MISSING = Regex(r"([A-Za-z0-9][\w.-]*)(?:[<>=!~]=?[^\s,]*)? was not found|no versions? of ([A-Za-z0-9][\w.-]*)")
 
 
 def requirement_chain(message: str, start: Sequence[str]) -> list[tuple[str, str]]:

@@ -17,21 +17,21 @@ nothing loads at import, the closure's own objects) it is a warning, listed once
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 from toolchain.errors import BuildError
 from toolchain.resolve.native import INTEL_COMPILER, Providers, SharedObject, WheelAudit
 from toolchain.resolve.policy import Policy, example_list
 
 SHOWN = 10  # lines of a listing; the rest are in the log
-EXTENSION = re.compile(r"^(?!lib)[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)?\.so$")  # _C.abi3.so, _C.cpython-311-…so
-SONAME = re.compile(r"^.+\.so\.\d+$")  # a name the loader asks for: libsycl.so.8, not libsycl.so.8.0.0
-SOVERSION = re.compile(r"^(?P<stem>.+?\.so)(?:\.[\d.]+)?$")
+EXTENSION = Regex(r"^(?!lib)[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)?\.so$")  # _C.abi3.so, _C.cpython-311-…so
+SONAME = Regex(r"^.+\.so\.\d+$")  # a name the loader asks for: libsycl.so.8, not libsycl.so.8.0.0
+SOVERSION = Regex(r"^(?P<stem>.+?\.so)(?:\.[\d.]+)?$")
 Verdict = Literal["provided", "host", "host-absent", "missing", "ignored"]
 At = Literal["build", "run"]
 

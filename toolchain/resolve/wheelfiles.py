@@ -21,12 +21,13 @@ from typing import Any
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
+from toolchain.core.regex import Regex
 from toolchain.core.trust import read_json
 from toolchain.errors import TransientError
 from toolchain.resolve.closure import LockedDist
 
 FILES_VERSION = 1
-SO_NAME = re.compile(r"\.so(\.\d+)*$")  # a shared object's file name (libx.so, libx.so.1.2)
+SO_NAME = Regex(r"\.so(\.\d+)*$")  # a shared object's file name (libx.so, libx.so.1.2)
 TAIL = 256 * 1024
 TIMEOUT = 60
 EOCD, EOCD64_LOCATOR = b"PK\x05\x06", b"PK\x06\x07"

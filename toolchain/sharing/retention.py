@@ -19,12 +19,13 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 
 if TYPE_CHECKING:
     from toolchain.sharing.registry import Registry, RemoteEntry
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE = Regex(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
 
 def parse_age(text: str) -> float:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolchain.core.proc.signals import STOPPING, on_stop
+from toolchain.core.regex import Regex
 from toolchain.core.serial import Data
 from toolchain.sharing.auth import Credentials
 
@@ -145,7 +146,7 @@ class Transport:
         return f"Bearer {token}"
 
 
-_TOKEN = re.compile(r"^[A-Za-z0-9._~+/=-]{1,16384}$")  # RFC 6750 b64token, bounded
+_TOKEN = Regex(r"^[A-Za-z0-9._~+/=-]{1,16384}$")  # RFC 6750 b64token, bounded
 
 
 @functools.cache

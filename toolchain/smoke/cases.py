@@ -23,6 +23,7 @@ import requests
 
 from toolchain.core.names import did_you_mean
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 from toolchain.core.serial import Data, meta, rounded, to_data, to_table
 from toolchain.errors import UsageError
 from toolchain.smoke.rootcause import Excerpt, headline, render
@@ -404,15 +405,15 @@ def red_square_png(size: int = 64) -> bytes:
 
 # --------------------------------------------------------------------------------------------- judging
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
-_NEWLINE_RUN = re.compile(r"\n(?:[ \t]*\n){4,}")
+_NUMBER = Regex(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
+_NEWLINE_RUN = Regex(r"\n(?:[ \t]*\n){4,}")
 # One character 8+ times ("!!!!!!!!" from a NaN model), digits aside (1000000000 is a number).
-_CHAR_RUN = re.compile(r"([^\s\d])\1{7,}")
+_CHAR_RUN = Regex(r"([^\s\d])\1{7,}")
 # A markdown rule or table separator line ("--------", "|:---|---:|") is not a repeated token.
-_RULE_LINE = re.compile(r"^[\s|:+]*[-=_~*#]{3,}[-=_~*#\s|:+]*$", re.MULTILINE)
+_RULE_LINE = Regex(r"^[\s|:+]*[-=_~*#]{3,}[-=_~*#\s|:+]*$", re.MULTILINE)
 # A short piece repeated 8+ times without spaces ("!?!?!?!?...", "abcabcabc...").
-_PIECE_RUN = re.compile(r"(\S{2,8}?)\1{7,}")
-_WORDLIKE = re.compile(r"[^\W_]")
+_PIECE_RUN = Regex(r"(\S{2,8}?)\1{7,}")
+_WORDLIKE = Regex(r"[^\W_]")
 MAX_NGRAM = 16
 MIN_REPEATS = 3
 MIN_REPEATED_WORDS = 8

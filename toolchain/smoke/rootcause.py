@@ -16,23 +16,24 @@ from dataclasses import replace
 from typing import Literal
 
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)
 MAX_LINES = 12           # lines per excerpt
 LINE_CHARS = 600
 TAIL_LINES = 8           # when no error block exists: the last lines of the region
 
-_PROCESS = re.compile(r"^\((?P<proc>[\w.\-]+(?: pid=\d+)?)\)\s?")
-_HEADER = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
-                     r"(?:\s+\[[^\]]*\])?\s?")
-_OWN = re.compile(r"^(### toolchain smoke: |\$ |# exit code |# signal |  \(in )")
-_TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
-_CHAIN = re.compile(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault|Warning|Failure)"
-                        r"(?::|$)|^(?:[A-Za-z_][\w.]*\.)?(?:AssertionError|KeyboardInterrupt|StopIteration)\b")
-_ERROR_LINE = re.compile(r"Fatal Python error|Segmentation fault|Aborted \(core dumped\)|core dumped|"
-                         r"terminate called after|\bFATAL\b|^\s*(?:error|Error)\b[:\s]|"
-                         r"\b\w*(?:Error|Exception)\b: |\bfailed\b.*\b(?:error|exception)\b", re.IGNORECASE)
+_PROCESS = Regex(r"^\((?P<proc>[\w.\-]+(?: pid=\d+)?)\)\s?")
+_HEADER = Regex(r"^(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+                r"(?:\s+\[[^\]]*\])?\s?")
+_OWN = Regex(r"^(### toolchain smoke: |\$ |# exit code |# signal |  \(in )")
+_TRACEBACK = Regex(r"^\s*Traceback \(most recent call last\):")
+_CHAIN = Regex(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
+_EXCEPTION = Regex(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault|Warning|Failure)"
+                   r"(?::|$)|^(?:[A-Za-z_][\w.]*\.)?(?:AssertionError|KeyboardInterrupt|StopIteration)\b")
+_ERROR_LINE = Regex(r"Fatal Python error|Segmentation fault|Aborted \(core dumped\)|core dumped|"
+                    r"terminate called after|\bFATAL\b|^\s*(?:error|Error)\b[:\s]|"
+                    r"\b\w*(?:Error|Exception)\b: |\bfailed\b.*\b(?:error|exception)\b", re.IGNORECASE)
 
 
 @record
