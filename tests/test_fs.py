@@ -44,3 +44,25 @@ def test_built_wheels_in_dist_are_0644_like_the_cache(ws, make_repo):
     cached = list((ws.cache / "wheels").rglob("*.whl"))
     assert cached
     assert {mode(w) for w in cached} == {"0o644"}
+
+
+def test_lock_held_says_whether_another_process_holds_the_lock_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    from toolchain.core.fs import file_lock, lock_held
+
+    path = tmp_path / "locks" / "out.lock"
+    assert not lock_held(path) and not path.parent.exists()  # never taken: nothing made to ask
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from toolchain.core.fs import file_lock\n"
+        "with file_lock(Path(sys.argv[1])):\n    print('held', flush=True); sys.stdin.readline()"), str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert lock_held(path)
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert not lock_held(path)
+    with file_lock(path):  # (a hold through another open file of this process counts too: flock is per open file)
+        assert lock_held(path)

@@ -164,6 +164,26 @@ def file_lock(path: Path, *, shared: bool = False, on_wait: Callable[[], None] |
         os.close(fd)
 
 
+def lock_held(path: Path) -> bool:
+    """Whether a holder of `file_lock(path)` holds it now, asked without writing anything (a lock file that is
+    not there was never taken: no one holds it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
 def invoking_user() -> tuple[int, int]:
     """Who should own what the tool writes: the sudo caller when run via sudo, else this process's user."""
     if os.geteuid() == 0 and os.environ.get("SUDO_UID", "").isdigit():

@@ -24,6 +24,7 @@ from toolchain.pipeline.audit import remembered_audit
 from toolchain.pipeline.outdir import (
     check_dir,
     check_out_dir,
+    check_out_dir_unless_building,
     holding_out_dir,
     mark_out_dir,
     previous_lock,
@@ -63,7 +64,9 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     runtime = make_runtime(recipe.target, ui)  # (entered once the out folder is held)
     check_job_environment(runtime.inherited_env())  # the job counts a build inherits from here: checked first
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
-    check_dir(options.out_dir, "output directory")  # (a file, or under one: refused before anything is written)
+    # a folder that is not the tool's: refused before anything is written (a build into it that runs now has
+    # written its logs but not yet its marker: waited for, then checked holding the lock)
+    check_out_dir_unless_building(options.out_dir, options.cache_dir)
     check_dir(options.cache_dir, "cache directory")
     declare_shared_group(recipe.cache.shared_group)
     with holding_out_dir(options.out_dir, options.cache_dir, ui):  # one build at a time writes into `out`
@@ -75,9 +78,7 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, runtime: Runtime,
     """build_stack_components, holding the output folder's lock."""
     out = options.out_dir
     logs = out / "logs"
-    # a folder that is not the tool's is refused before anything is written, holding the lock: a build into it
-    # that runs now has written logs but not yet its marker, and is waited for
-    ours = check_out_dir(out)
+    ours = check_out_dir(out)  # (again, holding the lock: what the last build into it left)
     if options.cache_warnings and str(options.cache_dir) not in _WARNED:  # once per run (a bisect builds many times in one process)
         _WARNED.add(str(options.cache_dir))
         for warning in shared_folder_warnings(options.cache_dir):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from toolchain.build.cache import WHEELS_DIR
 from toolchain.console import UI
-from toolchain.core.fs import atomic_write_text, file_lock, read_regular, sha256_bytes
+from toolchain.core.fs import atomic_write_text, file_lock, lock_held, read_regular, sha256_bytes
 from toolchain.errors import UsageError
 from toolchain.lock import LOCK_NAME, Lock, read_lock
 
@@ -68,10 +68,23 @@ def holding_out_dir(out: Path, cache_dir: Path, ui: UI) -> Iterator[None]:
     one at once) take turns, so the folder ends with one whole lock and exactly the wheels it names. The lock
     file lives in the cache (`locks/out-<sha256 of out's real path>.lock`), not in `out`: a build refused
     before it writes leaves no output folder behind."""
-    where = os.path.realpath(out)
-    path = cache_dir / "locks" / f"out-{sha256_bytes(where.encode())[:24]}.lock"
-    with file_lock(path, on_wait=lambda: ui.step(f"waiting for another build into {out} to finish")):
+    with file_lock(_out_lock(out, cache_dir), on_wait=lambda: ui.step(f"waiting for another build into {out} to finish")):
         yield
+
+
+def _out_lock(out: Path, cache_dir: Path) -> Path:
+    return cache_dir / "locks" / f"out-{sha256_bytes(os.path.realpath(out).encode())[:24]}.lock"
+
+
+def check_out_dir_unless_building(out: Path, cache_dir: Path) -> None:
+    """`check_out_dir` before waiting for the folder's lock, writing nothing: a folder that is not the tool's is
+    refused at once, but while a build into it holds the lock (it has written its logs, not yet its marker):
+    then it is checked once that build is done."""
+    try:
+        check_out_dir(out)
+    except UsageError:
+        if not lock_held(_out_lock(out, cache_dir)):
+            raise
 
 
 def _marker(text: str) -> dict[str, object]:
