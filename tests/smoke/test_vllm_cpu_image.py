@@ -10,6 +10,7 @@ container. Skipped, saying how to make it, where the vLLM environment is missing
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -77,3 +78,4 @@ def test_smoke_image_serves_real_vllm_from_the_image_of_an_ark_rebuilt_over_a_vl
         assert report["target"]["runtime"] == "podman", report["target"]
     finally:
         subprocess.run(["podman", "rmi", "-f", TAG], env=containers_env(), capture_output=True, timeout=300)
+        shutil.rmtree(cache, ignore_errors=True)  # (the base saved into it: 4 GB)
