@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -234,7 +235,11 @@ def _copy(src: Path, dst: Path) -> None:
 
 @functools.cache
 def _script_module(script: Path) -> types.ModuleType:
-    """The stdlib-only script file loaded as a module of its own, once (`HostRuntime.query`)."""
+    """The stdlib-only script file as a module (`HostRuntime.query`): the one this process already imported from
+    that file (build/intarget.py is also `toolchain.build.intarget`), else loaded once as a module of its own."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == str(script):
+            return module
     spec = importlib.util.spec_from_file_location(f"_toolchain_query_{script.stem}", script)
     assert spec is not None, script
     assert spec.loader is not None, script
