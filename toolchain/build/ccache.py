@@ -116,8 +116,11 @@ class CompilerCache:
             return []
         from toolchain.target.parts import Extra
 
+        out = [Extra(DATA, self.data_dir, cache=True)]
         binary = runtime.carried(BINARY, self.binary, static=self.static) if self.binary is not None else None
-        return [Extra(DATA, self.data_dir, cache=True), *([binary] if binary is not None else [])]
+        if binary is not None:
+            out.append(binary)
+        return out
 
     def env(self, extras: Mapping[str, str], basedir: str) -> dict[str, str | None]:
         """The variables a build gets (before the recipe's own env, which may change CCACHE_* settings)."""

@@ -151,9 +151,9 @@ def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) ->
         source = "no closure: the lock pins no dependencies, so its wheels alone"
     info: dict[str, Any] = {"ok": None, "closure": source, "files": 0,
                             "dependencies": len(lock.closure.dists) if lock.closure is not None else 0}
-    spec = spec_from_lock(lock)
-    runtime = make_runtime(spec, ui)
-    try:
+    try:  # (a lock of a container that cannot be entered again is skipped too, as it always was)
+        spec = spec_from_lock(lock)
+        runtime = make_runtime(spec, ui)
         venv = runtime.venv_at(where / "venv")
     except UsageError:
         info["skipped"] = (f"the wheels were built in a {lock.target.runtime} container for its Python; install "
