@@ -457,3 +457,45 @@ def test_a_recipes_image_base_is_the_base_of_its_locks_image_and_must_be_pinned(
     name, digest = test_base.split("@")
     assert made["labels"]["org.opencontainers.image.base.digest"] == digest
     assert made["labels"]["org.opencontainers.image.base.name"] == name
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_the_realstack_bundle_unpacked_elsewhere_becomes_an_image_that_runs_its_compiled_stack(realstack_built,
+                                                                                                 test_base, tmp_path):
+    """A journey on the realstack (engine, C-extension kernels with pre-fetched FetchContent sources, ARK in a
+    subdirectory, local patches): its bundle, made by one user and unpacked by another in a folder of their own,
+    turned into an image from there with a new cache; the image runs the patched engine and the compiled kernels
+    with the image's own Python, and the lock comes back out of it byte for byte."""
+    from tests.support.realstack import cli_in
+    from tests.test_realstack import CHECK_WHEELS
+
+    s = realstack_built.stack
+    made = cli_in(tmp_path / "maker").ok("build", "--recipe", s.stack, "--cache-dir", realstack_built.cache,
+                                         "--out", tmp_path / "maker" / "dist", "--bundle", "--json")
+    bundle = Path(made.json()["bundle"])
+    unpacked = tmp_path / "user" / "unpacked"
+    with tarfile.open(bundle.with_name(bundle.name + ".tar.gz")) as tar:
+        tar.extractall(unpacked, filter="data")
+    (lock,) = unpacked.rglob("stack.lock.toml")
+    tag = "localhost/i42-realstack:1"
+    # the lock names this machine's interpreter by its path: the base has none there, and the tool says so
+    user = Cli(tmp_path / "user", {**isolated_env(tmp_path / "user"), **containers_env()})
+    refused = user("image", "--lock", lock, "--tag", tag, "--base", test_base, "--json", timeout=1200)
+    assert refused.returncode == 1 and "--python PATH" in refused.json()["hint"], str(refused)
+    first = _image(tmp_path / "user", "a", lock, "--tag", tag, "--base", test_base, "--python", "python3",
+                   "--load", "podman")
+    second = _image(tmp_path / "user", "b", lock, "--tag", "localhost/i42-realstack:2", "--base", test_base,
+                    "--python", "python3")
+    assert first["digest"] == second["digest"], (first, second)
+    try:
+        ran = json.loads(_engine("podman", "run", "--rm", "--network=none", tag, "python3", "-c",
+                                 CHECK_WHEELS).stdout)
+        built = {c["name"]: c for c in tomlio.load_file(lock)["components"]}
+        assert ran["engine_patched"] is True and ran["scale"], ran  # the local patch, the compiled extension
+        assert ran["versions"] == [built[n]["version"] for n in ("engine", "kernels", "ark")], (ran, built)
+        assert _engine("podman", "run", "--rm", "--network=none", tag, "python3", "-m", "pip", "check").returncode == 0
+        user.ok("lock", "--image", tag, "--out", tmp_path / "user" / "back", "--json")
+        assert (tmp_path / "user" / "back" / "stack.lock.toml").read_bytes() == lock.read_bytes()
+    finally:
+        _engine("podman", "rmi", tag, check=False)
