@@ -187,7 +187,7 @@ def test_a_full_and_a_component_build_into_one_out_at_once_end_with_one_whole_lo
 
 def test_toolchain_lock_takes_turns_with_a_build_into_the_locks_folder(user, tmp_path):
     """`toolchain lock` rewrites the lock in a build's output folder: while a build holds that folder (its lock in
-    the cache), `toolchain lock` says it waits and writes nothing; once the build is done it relocks."""
+    the folder), `toolchain lock` says it waits and writes nothing; once the build is done it relocks."""
     import time
 
     from toolchain.console import UI
@@ -197,12 +197,10 @@ def test_toolchain_lock_takes_turns_with_a_build_into_the_locks_folder(user, tmp
     out = tmp_path / "home" / "out"
     assert build(user, out).returncode == 0
     before = (out / "stack.lock.toml").read_bytes()
-    cache = Path(user.env["TOOLCHAIN_CACHE_DIR"])
-    with holding_out_dir(out, cache, UI(quiet=True)):  # as a build into `out` holds it
+    with holding_out_dir(out, UI(quiet=True)):  # as a build into `out` holds it
         proc = user.start("lock", "--lock", out / "stack.lock.toml")
         deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline and \
-                not any(p.name.startswith("out-") for p in (cache / "locks").iterdir()):
+        while proc.poll() is None and time.monotonic() < deadline and not _waits_on(proc.pid, out):
             time.sleep(0.1)
         time.sleep(3)  # (long enough for a warm relock to have finished, were it not waiting)
         assert proc.poll() is None, "toolchain lock did not wait for the build into its folder"
@@ -211,6 +209,16 @@ def test_toolchain_lock_takes_turns_with_a_build_into_the_locks_folder(user, tmp
     assert r.returncode == 0, str(r)
     assert f"waiting for another build into {out}" in r.stdout + r.stderr, str(r)
     assert tomllib.loads((out / "stack.lock.toml").read_text())["components"]
+
+
+def _waits_on(pid: int, out: Path) -> bool:
+    """Whether process `pid` has the output folder's lock file open (it waits on it)."""
+    from toolchain.pipeline.outdir import OUT_LOCK
+
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(out / OUT_LOCK) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def run_with_stdout(user, out: Path, stdout: int | None, extra: tuple[str, ...]) -> subprocess.CompletedProcess:

@@ -28,7 +28,7 @@ from toolchain.bisect.core import (
 from toolchain.bisect.lockdiff import LockBisectResult
 from toolchain.bisect.testers import CONTRACT
 from toolchain.console import UI
-from toolchain.core.fs import atomic_copy, atomic_write_text
+from toolchain.core.fs import atomic_copy, atomic_write_text, open_log
 from toolchain.core.proc.runner import display
 from toolchain.core.record import record
 from toolchain.lock import LOCK_NAME, PYLOCK_NAME, read_lock
@@ -50,7 +50,7 @@ class Report:
     def line(self, text: str, *, warn: bool = False) -> None:
         """Append a time-stamped line to the bisect log and show it on the console (as a warning with `warn`)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "a", encoding="utf-8") as f:
+        with open_log(self.log) as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
         (self.ui.warn if warn else self.ui.info)(escape(text))
 

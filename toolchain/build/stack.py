@@ -25,7 +25,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.build.plan import ComponentPlan, Plan
 from toolchain.build.prebuilt_wheels import take_prebuilt
 from toolchain.build.remoteopen import open_remote
-from toolchain.core.fs import write_if_changed
+from toolchain.core.fs import open_log, write_if_changed
 from toolchain.core.proc.runner import CommandFailed, merge_env
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_env, redact_text
@@ -276,7 +276,8 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
     entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
     source = WheelSource.REMOTE_CACHE if downloaded and entry is not None else WheelSource.LOCAL_CACHE
     if entry is None:
-        log.write_text(header)  # (the build appends to it; a cache hit writes its log whole, below)
+        with open_log(log, fresh=True) as f:
+            f.write(header)  # (the build appends to it; a cache hit writes its log whole, below)
         header = ""
         with cache.building(cp.cache_key):
             entry = cache.take(cp.cache_key, wheels_dir) if options.use_cache else None
@@ -323,10 +324,11 @@ def take_prebuilt_component(cp: ComponentPlan, cache: WheelCache, wheels_dir: Pa
     if pf is None:
         raise BuildError(f"{cp.name}: the prebuilt {cp.component.prebuilt.label if cp.component.prebuilt else ''} "
                          "was not pinned to a file", hint="report this: the pipeline pins prebuilt wheels first")
-    log.write_text(redact_text(f"# {cp.name}: prebuilt {pf.file} from {pf.url}\n# sha256 {pf.sha256}\n"))
+    with open_log(log, fresh=True) as f:
+        f.write(redact_text(f"# {cp.name}: prebuilt {pf.file} from {pf.url}\n# sha256 {pf.sha256}\n"))
     entry, fetched = take_prebuilt(pf, cache, wheels_dir, work, cp.name, log)
     _the_wheel(entry.wheel.parent, cp.component, log)  # the distribution the recipe names
-    with open(log, "a", encoding="utf-8") as f:
+    with open_log(log) as f:
         f.write(f"# {'downloaded and checked' if fetched else 'from the wheel cache'}: nothing was compiled\n")
     ui.info(f"  [green]✓[/] {cp.name}: prebuilt {entry.wheel.name} ({'downloaded' if fetched else 'cached'})")
     return BuiltComponent(plan=cp, describe="", wheel=WheelRef(entry.wheel.name, entry.sha256, entry.size),
@@ -358,8 +360,8 @@ def _log_from_cache(log: Path, entry: CacheEntry, origin: str = "", header: str 
     if header:
         write_if_changed(log, data)
     else:
-        with open(log, "ab") as f:
-            f.write(data)
+        with open_log(log) as f:
+            f.buffer.write(data)
 
 
 def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
@@ -466,14 +468,14 @@ def _check_recorded_requires(plan: Plan, cp: ComponentPlan, runtime: BuildRuntim
 
 
 def _log_decisions(log: Path, cc: CompilerCache, cp: ComponentPlan) -> None:
-    with open(log, "a") as f:
+    with open_log(log) as f:
         f.write(f"# compiler cache: {cc.why}\n")
         if cp.jobs:
             f.write(f"# jobs: {cp.jobs.why}\n" + (f"# WARNING: {cp.jobs.warning}\n" if cp.jobs.warning else ""))
 
 
 def _log_result(log: Path, report: CacheReport, metrics: BuildMetrics) -> None:
-    with open(log, "a") as f:
+    with open_log(log) as f:
         f.write(f"# compiler cache: {report.summary()}\n")
         if metrics.wall_seconds:
             f.write(f"# build cost: {metrics.summary()}\n")

@@ -46,10 +46,12 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
 def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dict[str, Any], int, str]:
     """Make the image of `lock` and deliver it where `args` say; (the --json document, exit code, summary)."""
     from toolchain.image.base import plain_http
-    from toolchain.image.deliver import load, parse_ref, push, to_oci_dir
+    from toolchain.image.deliver import load, oci_dir, parse_ref, push, to_oci_dir
     from toolchain.image.make import make_image
 
     ref = parse_ref(args.tag)
+    if args.oci_dir:
+        oci_dir(args.oci_dir)  # refused before anything is made: a folder the tool did not make is never replaced
     cache = options.cache_dir(args)
     image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
                        insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]))

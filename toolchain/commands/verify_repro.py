@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
+from toolchain.core.owned import OWNED_MARKER, check_ours, claim, mark, remove_ours
 from toolchain.lock import Lock, read_lock
 from toolchain.release.bundle import PATCHES_DIR
 from toolchain.release.wheeldiff import (
@@ -126,7 +127,7 @@ def _verify_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     found = verify_image(args.lock, args.image, work, ui, insecure=args.insecure,
                          use_diffoscope=False if args.no_diffoscope else None)
     if found["ok"] and not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
+        remove_ours(work, "--work-dir")
     summary = (f"[green]reproducible:[/] {args.image} is {found['given']}, rebuilt from {args.lock}" if found["ok"]
                else f"[red]NOT reproducible:[/] {args.image} is {found['given']}, rebuilt {found['rebuilt']}\n"
                     f"first difference: {found['first-difference']}"
@@ -258,18 +259,24 @@ def _where(lock: Lock) -> str:
 
 
 def _work_dir(requested: Path | None, label: str, default_root: Path) -> Path:
+    """The folder the builds go in, the tool's own (core/owned.py): --work-dir when new, empty or made by an
+    earlier verify-repro (else exit 2, nothing touched), or a new one under `default_root`."""
     if requested is not None:
-        requested.mkdir(parents=True, exist_ok=True)
-        return requested.resolve()
+        return claim(Path(os.path.abspath(requested)), "--work-dir").resolve()
     default_root.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=default_root)).resolve()
+    work = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=default_root)).resolve()
+    mark(work)
+    return work
 
 
 def _remove_builds(work: Path) -> None:
     """Remove what verify-repro made in `work` (and `work` itself when that leaves it empty)."""
+    check_ours(work, "--work-dir")
     for name in BUILD_DIRS:
         shutil.rmtree(work / name, ignore_errors=True)
     with contextlib.suppress(OSError):
+        if sorted(os.listdir(work)) == [OWNED_MARKER]:
+            (work / OWNED_MARKER).unlink()
         work.rmdir()
 
 

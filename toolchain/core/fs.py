@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -10,9 +11,10 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -40,6 +42,45 @@ def open_regular(path: Path) -> Iterator[tuple[io.BufferedReader, os.stat_result
         raise
     with fh:
         yield fh, st
+
+
+def mine(st: os.stat_result) -> bool:
+    """A regular file with one name, owned by this user (or the one who ran sudo), that no one else may write:
+    what the tool keeps of what it wrote in its output folder (a log, a wheel); anything else is replaced."""
+    return (stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and not st.st_mode & 0o022
+            and st.st_uid in (os.geteuid(), invoking_user()[0]))
+
+
+def open_append(path: Path) -> int:
+    """A descriptor appending to `path`, a regular file of this user's with one name, made when absent: opened
+    without following a final link and without blocking (a FIFO there would hang the writer), checked on the
+    descriptor. A link, FIFO, device or another user's file there is removed and a new file made in its place:
+    never written through. (The folder is the caller's to check: a log folder of the tool's own.)"""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO):  # a link (ELOOP); a FIFO no one reads (ENXIO)
+                raise
+            os.unlink(path)  # (the entry itself: a link's target is never touched)
+            continue
+        if mine(os.fstat(fd)):
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+        os.unlink(path)
+    raise NotRegular(f"{path} is replaced by another process each time it is made: not written")
+
+
+def open_log(path: Path, *, fresh: bool = False) -> TextIO:
+    """A log to append text to (`fresh`: emptied first), its folder made when absent: `open_append`, so a link,
+    FIFO or another user's file planted there is replaced, never written through nor waited on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_append(path)
+    if fresh:
+        os.ftruncate(fd, 0)
+    return open(fd, "a", encoding="utf-8", errors="replace")
 
 
 def read_regular(path: Path) -> bytes:
@@ -87,7 +128,7 @@ def write_if_changed(path: Path, data: bytes, mode: int = 0o644) -> bool:
     """`atomic_write_bytes` unless `path` holds `data` already (compared by size first); True when written.
     A run that changes nothing writes nothing: its output folder's stats stay as they were."""
     try:
-        if os.stat(path).st_size == len(data) and Path(path).read_bytes() == data:
+        if os.lstat(path).st_size == len(data) and read_regular(path) == data:
             return False
     except OSError:
         pass
@@ -144,24 +185,106 @@ def publish_dir(tmp_dir: Path, final: Path) -> bool:
         raise
 
 
-@contextlib.contextmanager
-def file_lock(path: Path, *, shared: bool = False, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
-    """An advisory lock (flock) that the kernel releases when the holder dies, even by kill -9; `on_wait` is
-    called (to say so) when another holder makes this one wait."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+class LockWait(OSError):
+    """A wait for a lock that ends without it: its holder is another user (`foreign`: at once) or it held it
+    past the bound. `holders`: (pid, uid) of each process that holds it, as /proc/locks names them."""
+
+    def __init__(self, path: Path, holders: list[tuple[int, int]], *, foreign: bool, waited: float) -> None:
+        who = ", ".join(f"pid {pid} (uid {uid})" for pid, uid in holders) or "a process this one cannot name"
+        super().__init__(f"{path} is held by {who}" + ("" if foreign else f" for more than {waited:g}s"))
+        self.path, self.holders, self.foreign, self.waited = path, holders, foreign, waited
+
+
+def lock_holders(fd: int) -> list[tuple[int, int]]:
+    """The (pid, uid) of the processes holding a flock on the file open as `fd` (read from /proc/locks, which
+    names each lock's pid and device:inode; uid -1 when the pid's owner cannot be read)."""
+    st = os.fstat(fd)
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    found = []
     try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want and parts[4].lstrip("-").isdigit():
+            pid = int(parts[4])
+            try:
+                uid = os.stat(f"/proc/{pid}").st_uid
+            except OSError:
+                uid = -1
+            found.append((pid, uid))
+    return found
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path, *, shared: bool = False, on_wait: Callable[[], None] | None = None,
+              timeout: float | None = None, owners: Collection[int] = ()) -> Iterator[None]:
+    """An advisory lock (flock) that the kernel releases when the holder dies, even by kill -9; `on_wait` is
+    called (to say so) when another holder makes this one wait. `timeout`: the wait ends after it (LockWait);
+    `owners`: a holder whose uid is not among them ends the wait at once (LockWait naming its pid and uid: a
+    user who can only read the file could otherwise hold it forever). A lock file removed while this one
+    waited (its holder cleaned up) is opened again: the lock is always the file at `path`."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, mode)
+            _acquire(fd, path, mode, on_wait, timeout, owners)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            break
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        on_wait = None  # (said once)
+    try:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _acquire(fd: int, path: Path, mode: int, on_wait: Callable[[], None] | None, timeout: float | None,
+             owners: Collection[int]) -> None:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    if timeout is None and not owners:
+        if on_wait is not None:
+            on_wait()
+        fcntl.flock(fd, mode)
+        return
+    if on_wait is not None:
+        on_wait()
+    started = time.monotonic()
+    delay = 0.05
+    while True:
+        holders = lock_holders(fd)
+        foreign = [h for h in holders if owners and h[1] not in owners]
+        if foreign:
+            raise LockWait(path, foreign, foreign=True, waited=time.monotonic() - started)
+        if timeout is not None and time.monotonic() - started >= timeout:
+            raise LockWait(path, holders, foreign=False, waited=timeout)
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
 
 
 def lock_held(path: Path) -> bool:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core.fs import atomic_write_bytes, sha256_bytes
+from toolchain.core.owned import check_ours, mark, replace_ours
 from toolchain.core.record import record
 from toolchain.image.base import BaseImage
 from toolchain.image.layer import Layer
@@ -107,9 +108,12 @@ def layout_index(image: Image, ref: str, tag: str) -> bytes:
                                           "annotations": {REF_NAME: tag, "io.containerd.image.name": ref}}]})
 
 
-def write_layout(image: Image, dest: Path, ref: str, tag: str) -> Path:
+def write_layout(image: Image, dest: Path, ref: str, tag: str, *, what: str = "--oci-dir") -> Path:
     """An OCI image layout at `dest` (made afresh): every blob (the base's linked from the cache where the
-    file system allows), the manifest, and index.json naming it `ref` (containerd) and `tag`."""
+    file system allows), the manifest, and index.json naming it `ref` (containerd) and `tag`. An existing
+    `dest` is replaced only when the tool made it, or it is empty (core/owned.py; else UsageError naming
+    `what`, and `dest` is as it was)."""
+    check_ours(dest, what)
     tmp = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     blobs = tmp / "blobs" / "sha256"
@@ -128,10 +132,12 @@ def write_layout(image: Image, dest: Path, ref: str, tag: str) -> Path:
             shutil.copyfile(where, target)
     (tmp / "oci-layout").write_bytes(LAYOUT_VERSION)
     atomic_write_bytes(tmp / "index.json", layout_index(image, ref, tag))
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
-    return dest
+    mark(tmp)
+    try:
+        return replace_ours(tmp, dest, what)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_thin_archive(image: Image, dest: Path, ref: str) -> Path:

@@ -11,6 +11,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
+from toolchain.core.owned import check_ours
 from toolchain.core.proc.runner import run
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
@@ -48,9 +49,17 @@ def parse_ref(ref: str) -> Ref:
     return Ref(host, rest if host else name, tag)
 
 
+def oci_dir(dest: Path) -> Path:
+    """--oci-dir as given, made absolute without following it (a link there is refused, not followed), checked
+    before the image is made: new, empty, or an OCI layout the tool wrote (core/owned.py; else UsageError)."""
+    path = Path(os.path.abspath(dest))
+    check_ours(path, "--oci-dir")
+    return path
+
+
 def to_oci_dir(image: Image, dest: Path, ref: Ref) -> Path:
-    """The image as an OCI image layout at `dest` (replaced when there)."""
-    return write_layout(image, dest.resolve(), ref.name, ref.tag)
+    """The image as an OCI image layout at `dest` (replaced when the tool made it: `oci_dir`)."""
+    return write_layout(image, oci_dir(dest), ref.name, ref.tag)
 
 
 def load(image: Image, engine: str, ref: Ref, work: Path) -> str:

@@ -15,6 +15,7 @@ from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
 from toolchain.core import blobs
 from toolchain.core.fs import give_to_invoking_user
+from toolchain.core.owned import safe_name
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
 from toolchain.core.trust import declare_shared_group
@@ -66,10 +67,10 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     remote = open_remote(recipe.cache, options.remote)  # a bad remote setting: refused before anything is written
     # a folder that is not the tool's: refused before anything is written (a build into it that runs now has
     # written its logs but not yet its marker: waited for, then checked holding the lock)
-    check_out_dir_unless_building(options.out_dir, options.cache_dir)
+    check_out_dir_unless_building(options.out_dir)
     check_dir(options.cache_dir, "cache directory")
     declare_shared_group(recipe.cache.shared_group)
-    with holding_out_dir(options.out_dir, options.cache_dir, ui):  # one build at a time writes into `out`
+    with holding_out_dir(options.out_dir, ui):  # one build at a time writes into `out`
         return _build_into(recipe, options, ui, runtime, remote, expect, closure)
 
 
@@ -90,7 +91,7 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, runtime: Runtime,
             with ui.status(f"probing the target ({runtime.describe()}) and sourcing the toolchain"):
                 plan = make_plan(recipe, runtime, log_dir=logs, memo_dir=options.cache_dir / "memo")
         except BaseException:
-            if out.is_dir():  # a failed setvars left its log: in an out dir marked as the tool's
+            if logs.is_dir():  # a failed setvars left its log: in an out dir marked as the tool's
                 mark_out_dir(out, ours)
             raise
         mark_out_dir(out, ours)  # not before: a bad interpreter leaves no output
@@ -179,8 +180,8 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
         write_lock(lock, out, memo_dir=options.cache_dir / "memo")
         pylock = pylock_sha256(out)
     keep = {b.wheel.file for b in built}
-    for stale in ours - keep:
-        (out / WHEELS_DIR / stale).unlink(missing_ok=True)
+    for stale in ours - keep:  # (plain names: check_out_dir refused a marker naming a path)
+        (out / WHEELS_DIR / safe_name(stale, "the output folder's marker")).unlink(missing_ok=True)
     mark_out_dir(out, keep, pylock=pylock)
     give_to_invoking_user(out)
     return same or read_lock(path), built

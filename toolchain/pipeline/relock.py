@@ -25,7 +25,7 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | Sequence[Path] 
 
     read_lock(lock_path)  # (a missing or broken lock: said before anything, the folder's lock included, is written)
     # the lock's folder is a build's output folder: a build writing it, or another `toolchain lock`, takes turns
-    with holding_out_dir(Path(lock_path).parent, cache_dir, ui):
+    with holding_out_dir(Path(lock_path).parent, ui):
         lock = read_lock(lock_path)
         verify_wheels(lock)
         recipe = recipe_from_lock(lock, patches_dir, recipes_dir, cache_dir)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from toolchain.core.fs import open_log
 from toolchain.core.proc.background import STOP_GRACE, Background, exit_status, start
 from toolchain.core.proc.runner import CommandFailed, display
 from toolchain.core.record import record
@@ -137,7 +138,7 @@ class Server:
         self._exit_logged = False
 
     def _write_log(self, text: str) -> None:
-        with open(self.spec.log, "a", encoding="utf-8") as f:
+        with open_log(self.spec.log) as f:
             f.write(text)
 
     def log_offset(self) -> int:

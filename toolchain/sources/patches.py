@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolchain.core.fs import atomic_write_bytes, sha256_bytes, sha256_file
+from toolchain.core.fs import atomic_write_bytes, open_log, sha256_bytes, sha256_file
 from toolchain.core.git import git
 from toolchain.core.redact import redact_text
 from toolchain.errors import SourceError
@@ -93,7 +93,7 @@ def apply_series(series: tuple[Patch, ...], files: list[Path], tree: Path, *, su
                 git(["apply", *directory, str(file)], cwd=tree, log=log)
                 forms.append(form)
                 if log is not None and subdir:
-                    with open(log, "a", encoding="utf-8") as f:
+                    with open_log(log) as f:
                         f.write(f"patch {redact_text(patch.label)}: applied as made "
                                 f"{'at the repository root' if form == ROOT else f'inside {subdir}/'}\n")
                 break

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Self
 
 from toolchain import scripts
+from toolchain.core.owned import check_ours, mark, remove_ours
 from toolchain.core.probe_memo import stat_key
 from toolchain.core.proc.runner import Completed, merge_env, run
 from toolchain.errors import RecipeError
@@ -172,7 +173,7 @@ class HostRuntime:
             return ""
         if keep:
             return "kept"
-        shutil.rmtree(path, ignore_errors=True)
+        remove_ours(Path(path), "the venv folder (--venv)")
         return "removed"
 
     def scratch(self, host_dir: Path) -> str:
@@ -184,10 +185,13 @@ class HostRuntime:
         return Interpreter(self, python, venv)
 
     def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
-        """A fresh venv (an existing one at `path` is cleared)."""
+        """A fresh venv (an existing one at `path` is cleared when the tool made it: core/owned.py, else
+        UsageError and nothing is touched)."""
+        check_ours(Path(path), "the venv folder (--venv)")
         run([base_python, "-m", "venv", "--clear", path], log=log, timeout=600,
             env=merge_env(os.environ, {"PYTHONPATH": None, "PYTHONHOME": None}),
             hint=f"check that {base_python} can create virtual environments (python3-venv)")
+        mark(Path(path))
         from toolchain.target.base import Interpreter
 
         return Interpreter(self, str(Path(path) / "bin" / "python"), path)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from toolchain.core.fs import sha256_bytes
+from toolchain.core.fs import open_log, sha256_bytes
 from toolchain.core.proc.runner import display
 from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_text
@@ -75,8 +75,7 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
     known = {**os.environ, **runtime.base_env(), **(_parse_env(parts[2]) if len(parts) == 3 else {})}
     output = redact_text(r.stderr, known)  # the script's own output (its stdout goes to stderr)
     if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "a", encoding="utf-8") as f:
+        with open_log(log) as f:
             shown = [*argv[:2], "<toolchain/scripts/setvars.bash>", *argv[3:]]
             f.write(f"$ {display(shown)}\n{output}# exit {r.returncode}\n")
     if r.returncode != 0 or len(parts) != 3:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import subprocess  # imported when a command runs: a warm no-op build runs none
 
+from toolchain.core.fs import open_log
 from toolchain.core.proc.children import CHILDREN, POLL, Child, group_alive
 from toolchain.core.proc.runner import CommandFailed, checked_argv, display, exited_within, merge_env, no_null_bytes
 from toolchain.core.redact import redact_text
@@ -132,13 +133,13 @@ class Background:
         code = self._noted(self._proc.wait())
         if self.log is not None:
             self._pump.join()  # the trailer after the last line of output
-            with open(self.log, "a", encoding="utf-8") as f:
+            with open_log(self.log) as f:
                 f.write(f"# {exit_status(code)}\n")
 
     def _copy(self, env: Mapping[str, str], verbose: bool) -> None:
         stream = self._proc.stdout
         assert stream is not None
-        log_file = open(self.log, "a", encoding="utf-8", errors="replace") if self.log is not None else None  # noqa: SIM115 (closed below)
+        log_file = open_log(self.log) if self.log is not None else None
         try:
             for raw in iter(stream.readline, b""):
                 line = redact_text(raw.decode("utf-8", "replace"), env)
@@ -167,7 +168,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, c
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         if log_command:
-            with open(log, "a", encoding="utf-8") as f:
+            with open_log(log) as f:
                 f.write(f"$ {redact_text(display(args), full_env)}\n" + (f"  (in {cwd})\n" if cwd else ""))
     try:
         proc = subprocess.Popen(args, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

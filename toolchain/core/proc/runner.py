@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING
 if TYPE_CHECKING:
     import subprocess  # imported when a command runs: a warm no-op build runs none
 
+from toolchain.core.fs import open_append
 from toolchain.core.proc.children import CHILDREN, KILL_GRACE
 from toolchain.core.record import record
 from toolchain.core.redact import redact_text
@@ -131,7 +132,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     log_file = None
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(log, "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115 (closed when the process ends; lines: read while it runs)
+        log_file = open(open_append(log), "a", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115 (closed when the process ends; lines: read while it runs)
         log_file.write(f"$ {redact_text(display(argv), full_env)}\n")
         if cwd is not None:
             log_file.write(f"  (in {cwd})\n")
@@ -152,7 +153,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
             log_file.close()
     seconds = time.monotonic() - started
     if log is not None:
-        with open(log, "a", encoding="utf-8") as f:
+        with open(open_append(log), "a", encoding="utf-8") as f:
             f.write(f"# timed out after {timeout:g}s, stopped: exit {code} after {seconds:.1f}s\n" if timed_out
                     else f"# exit {code} after {seconds:.1f}s\n")
     shown = tail if not capture else (out + err if timed_out else err or out)
