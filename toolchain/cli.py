@@ -125,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     _fill_closed_std_fds()
     with _guarded_std_streams() as streams:
-        code = _main(args_list)
+        try:
+            code = _main(args_list)
+        except SystemExit as exc:  # argparse's --help, --version and usage errors: their output is checked too
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
         return _output_failed(streams, code)
 
 

@@ -210,8 +210,11 @@ class UI:
             self.err.print(message, soft_wrap=self.piped)
 
     def warn(self, message: str) -> None:
-        """Show a warning on stderr, even when quiet."""
-        self.err.print(f"[yellow]warning:[/] {message}", soft_wrap=self.piped)
+        """Show a warning on stderr, even when quiet; the message is printed literally (`[cache]` is text, not
+        markup), as ERROR lines are."""
+        from rich.text import Text
+
+        self.err.print(Text.assemble(("warning:", "yellow"), " ", message), soft_wrap=self.piped)
 
     def step(self, message: str) -> None:
         """Show the start of a step (==> message) on stderr unless quiet."""

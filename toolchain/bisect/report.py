@@ -29,12 +29,14 @@ from toolchain.bisect.lockdiff import LockBisectResult
 from toolchain.bisect.testers import CONTRACT
 from toolchain.console import UI
 from toolchain.core.fs import atomic_copy, atomic_write_text, open_log
+from toolchain.core.owned import OWNED_MARKER, check_ours, mark, replace_ours
 from toolchain.core.proc.runner import display
 from toolchain.core.record import record
 from toolchain.lock import LOCK_NAME, PYLOCK_NAME, read_lock
 
 RESULT_NAME = "result.json"
 LOG_NAME = "bisect.log"
+ENDS_MARKERS = (OWNED_MARKER, LOCK_NAME)  # a good/ or bad/ the tool wrote (before its marker: a lock of yours)
 
 
 class Report:
@@ -251,8 +253,10 @@ def publish_ends(result: BisectResult, out: Path) -> dict[str, str]:
 
 
 def copy_lock_dir(lock_path: Path, dest: Path) -> Path:
-    """The lock, its pylock.toml and its wheels under `dest` (replaced as a whole)."""
+    """The lock, its pylock.toml and its wheels under `dest` (replaced as a whole when the tool made it:
+    core/owned.py; else UsageError, `dest` as it was)."""
     lock = read_lock(lock_path)
+    check_ours(dest, "a bisect end folder", ENDS_MARKERS)
     tmp = dest.with_name(f".tmp-{dest.name}")
     shutil.rmtree(tmp, ignore_errors=True)
     atomic_copy(lock_path, tmp / LOCK_NAME)
@@ -262,9 +266,8 @@ def copy_lock_dir(lock_path: Path, dest: Path) -> Path:
         src = lock.wheel_path(c)
         if src.is_file():
             atomic_copy(src, tmp / "wheels" / src.name)
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    return dest
+    mark(tmp)
+    return replace_ours(tmp, dest, "a bisect end folder", ENDS_MARKERS)
 
 
 def _left(pending: int) -> str:

@@ -23,6 +23,7 @@ from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
 from toolchain.build.cache import default_cache_dir
 from toolchain.console import UI
+from toolchain.core.owned import OWNED_MARKER, claim
 from toolchain.core.record import record
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import UsageError
@@ -82,6 +83,8 @@ def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *
     opts = saved_options(state_file) if options is None else _new(options, state_file)
     if jobs is not None:  # saved with the rest: a resume builds ahead only if the bisect did
         opts = replace(opts, jobs=jobs)
+    # the out folder (given, or saved in the state file): new, empty, or a bisect's own (core/owned.py)
+    claim(opts.out, "bisect --out", (OWNED_MARKER, STATE_NAME, LOG_NAME), removing=False)
     resume_argv = ["toolchain", "bisect", "--resume", "--state", str(state_path.resolve())]
     state_file.update(context=to_table(opts), resume=resume_argv, done=False, **({} if resuming else {"phases": {}}))
     report = Report(ui, opts.out / LOG_NAME, resume_argv)

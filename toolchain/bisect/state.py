@@ -5,12 +5,13 @@ Every write replaces the file atomically, so a kill at any moment leaves the las
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from toolchain.bisect.core import BisectState
-from toolchain.core.fs import atomic_write_text
+from toolchain.core.fs import atomic_write_text, mine, open_regular
 from toolchain.errors import UsageError
 
 STATE_VERSION = 1
@@ -31,7 +32,15 @@ class StateFile:
                 self._doc = {}
             else:
                 try:
-                    self._doc = json.loads(self.path.read_text(encoding="utf-8"))
+                    with open_regular(self.path) as (fh, st):
+                        if not mine(st):  # (it names the folders the bisect writes and removes in)
+                            raise UsageError(f"{self.path}: a bisect state file of uid {st.st_uid} or that others "
+                                             f"may write (mode {stat.S_IMODE(st.st_mode):o}): not read",
+                                             hint="pass --state/--out of a bisect you started")
+                        self._doc = json.loads(fh.read().decode("utf-8"))
+                except OSError as exc:
+                    raise UsageError(f"{self.path}: cannot be read as a bisect state file ({exc})",
+                                     hint="pass the bisect-state.json written by `toolchain bisect`") from None
                 except ValueError as exc:
                     raise UsageError(f"{self.path}: not a bisect state file ({exc})",
                                      hint="pass the bisect-state.json written by `toolchain bisect`") from None

@@ -28,6 +28,7 @@ from toolchain.core.fs import (
     atomic_copy_verified,
     atomic_write_text,
     file_lock,
+    mine,
     publish_dir,
     sha256_file,
 )
@@ -125,7 +126,10 @@ class WheelCache:
             st = os.lstat(dest)
         except FileNotFoundError:
             st = None
-        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry.size:
+        if st is not None and not mine(st) and stat.S_ISREG(st.st_mode):  # another user's, or one others may write
+            self.warn(f"{dest} is not a file of yours that only you may write (uid {st.st_uid}, mode "
+                      f"{stat.S_IMODE(st.st_mode):o}): replaced from the cache")
+        elif st is not None and stat.S_ISREG(st.st_mode) and st.st_size == entry.size:
             if file_sha256(self.memo, dest) == entry.sha256:  # (one stat while the wheel's stat_key stays)
                 return entry
             self.warn(f"{dest} does not hash as its cache entry records ({entry.sha256}): replaced from the cache")
@@ -149,10 +153,11 @@ class WheelCache:
         self.warn(f"wheel cache entry {self._dir(key)} is damaged ({problem}); evicted, it will be rebuilt")
         self.evict(key)
 
-    def evict(self, key: str) -> bool:
+    def evict(self, key: str, folder: Path | None = None) -> bool:
         """Remove the entry of `key` (renamed out of the way, then deleted); False, with a warning, when the
-        way to it leaves the cache through a symbolic link (nothing out of the cache is deleted)."""
-        d = self._dir(key)
+        way to it leaves the cache through a symbolic link (nothing out of the cache is deleted). `folder`: where
+        the entry was found, when that is not where its key puts it (a fan-out folder it does not belong in)."""
+        d = folder if folder is not None and folder.parent.parent == self.root else self._dir(key)
         link = symlink_on_the_way(self.root.parent, d)
         if link is not None:
             self.warn(f"wheel cache entry {d} is not evicted: {link} is a symbolic link (nothing is deleted "

@@ -106,7 +106,7 @@ def prune_local(cache_dir: Path, *, older_than: float | None, keep_size: int | N
     verdicts = decide_local(entries, time.time(), older_than, keep_size)
     cache, freed = WheelCache(cache_dir, warn), 0
     for entry, remove, _ in verdicts:
-        if remove and not dry_run and cache.evict(entry.key):
+        if remove and not dry_run and cache.evict(entry.key, entry.path):  # (where it is, in whichever fan-out)
             freed += entry.size
     return LocalPruned(tuple(verdicts), tuple(links), freed)
 

@@ -50,6 +50,18 @@ def safe_relpath(path: object, record: str = "a record") -> str:
     return path
 
 
+def safe_under(path: object, roots: Sequence[str], record: str = "a record") -> str:
+    """`path`, an absolute path of plain names (no `..`, `.`, NUL or empty part) strictly inside one of
+    `roots`, as a record of files to remove or white out must name them; CorruptRecord otherwise."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise CorruptRecord(f"{record} names {path!r}, which is not an absolute path: the record is corrupt")
+    safe_relpath(path[1:], record)
+    if not any(path.startswith(r.rstrip("/") + "/") for r in roots if r):
+        raise CorruptRecord(f"{record} names {path}, outside {', '.join(sorted(set(roots)))}: the record is "
+                            "corrupt, nothing it names is acted on")
+    return path
+
+
 def owners() -> set[int]:
     """The uids whose folders and files the tool takes as its own: this process's and the one who ran sudo."""
     return {os.geteuid(), invoking_user()[0]}
@@ -171,4 +183,4 @@ def replace_ours(tmp: Path, dest: Path, what: str, markers: Sequence[str] = (OWN
 
 
 __all__ = ["MARKER_TEXT", "OWNED_MARKER", "CorruptRecord", "check_ours", "claim", "mark", "owners", "refusal", "remove_ours",
-           "replace_ours", "safe_name", "safe_relpath"]
+           "replace_ours", "safe_name", "safe_relpath", "safe_under"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_bytes, publish_dir, sha256_bytes, sha256_file
+from toolchain.core.owned import CorruptRecord, safe_under
 from toolchain.core.proc.runner import run
 from toolchain.core.record import record
 from toolchain.core.regex import SHA256, SHA256_HEX, Regex
@@ -201,10 +202,28 @@ def read_interpreter(image: str, engine: str, python: str, names: list[str], ui:
     identity = {"image": image, "engine": engine, "python": python, "names": names}
     data = remembered(memo_dir, "image-python", identity,
                       lambda: (_probe(image, engine, python, names, ui), []))
-    replaced = tuple(Replaced(r["name"], r["version"], tuple(r["files"]), tuple(r["dirs"])) for r in data["replaced"])
+    replaced = _replaced(data, image)
     return Interpreter(executable=data["executable"], python_version=data["python-version"],
                        python_tag=data["python-tag"], soabi=data["soabi"], platform=data["platform"],
                        glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced)
+
+
+def _replaced(data: dict[str, Any], image: str) -> tuple[Replaced, ...]:
+    """The base's distributions the layer replaces, with the files and folders their RECORD names: each one
+    inside the interpreter's scheme, named without `..` (core/owned.py `safe_under`); a RECORD naming anything
+    else is corrupt, and no whiteout is made from it (BuildError)."""
+    roots = [str(v) for v in dict(data["scheme"]).values()]
+    out = []
+    for r in data["replaced"]:
+        what = f"the RECORD of {r['name']} {r['version']} in {image}"
+        try:
+            files = tuple(safe_under(f, roots, what) for f in r["files"])
+            dirs = tuple(safe_under(d, roots, what) for d in r["dirs"])
+        except CorruptRecord as exc:
+            raise BuildError(str(exc), hint="the base image's installed distribution is damaged or crafted: use "
+                                            "another base, or reinstall that distribution in it") from None
+        out.append(Replaced(r["name"], r["version"], files, dirs))
+    return tuple(out)
 
 
 def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> dict[str, Any]:

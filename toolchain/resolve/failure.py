@@ -39,6 +39,7 @@ _NETWORK = (
 )
 _URL = Regex(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()`<>]+")
 _PATH = Regex(r"[`'\"](/[^`'\"]+)[`'\"]")
+_INTERPRETER = Regex(r"interpreter|python at|python executable", re.IGNORECASE)  # a line naming the Python, not a folder
 
 
 @record
@@ -132,6 +133,13 @@ def _host(output: str) -> str:
 
 
 def _path(output: str) -> str:
-    """The path a disk-full error names (uv quotes it in backticks, pip in quotes after the errno)."""
-    m = re.search(r"No space left on device:? *['\"](/[^'\"]+)['\"]", output) or _PATH.search(output)
-    return m.group(1) if m else ""
+    """The path a disk-full error names (uv quotes it in backticks, pip in quotes after the errno): the one
+    nearest the error, at or before its line (uv names its interpreter earlier in its output, and the file it
+    could not write in the `Caused by:` line above the errno)."""
+    m = re.search(r"No space left on device:? *['\"](/[^'\"]+)['\"]", output)
+    if m:
+        return m.group(1)
+    disk = _DISK.search(output)
+    upto = output[:output.find("\n", disk.end()) if disk and "\n" in output[disk.end():] else len(output)]
+    found = [p for line in upto.splitlines() if not _INTERPRETER.search(line) for p in _PATH.findall(line)]
+    return found[-1] if found else ""  # (none: the caller names the folder it gave, uv's cache)

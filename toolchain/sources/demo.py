@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
-from toolchain.core.fs import file_lock, publish_dir, sha256_bytes
+from toolchain.core.fs import file_lock, lock_held, publish_dir, sha256_bytes
 from toolchain.core.git import git
 from toolchain.core.probe_memo import remembered
 from toolchain.sources.mirrors import Rewrite
@@ -48,6 +48,7 @@ def materialize(cache_dir: Path) -> Path:
         if (final / ".complete").exists():
             return final
         shutil.rmtree(final, ignore_errors=True)
+        _remove_dead_runs(final.parent, final.name)
         tmp = final.with_name(f".tmp-{final.name}-{os.urandom(4).hex()}")
         tmp.mkdir(parents=True)
         history = tomlio.load_file(SRC / "history.toml")
@@ -56,6 +57,15 @@ def materialize(cache_dir: Path) -> Path:
         (tmp / ".complete").write_text("ok\n")
         publish_dir(tmp, final)
     return final
+
+
+def _remove_dead_runs(parent: Path, held: str) -> None:
+    """Remove the `.tmp-<hash>-*` folders of runs killed while they made the repositories: of `held` (whose
+    lock this run holds: no other run is making it), and of any other hash whose lock no one holds."""
+    for stale in parent.glob(".tmp-*"):
+        name = stale.name[len(".tmp-"):].rsplit("-", 1)[0]
+        if name == held or not lock_held(parent / f"{name}.lock"):
+            shutil.rmtree(stale, ignore_errors=True)  # (a link there is not followed: rmtree refuses it)
 
 
 def make_repo(bare: Path, commits: list[tuple[Path, str, list[str]]], *, epoch: int = EPOCH) -> list[str]:
