@@ -60,17 +60,21 @@ def lock_of_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     """`toolchain lock --image REF`: the provenance an image carries, its lock written to --out when given."""
     from toolchain.commands.recipes import Table
     from toolchain.core.fs import atomic_write_text
+    from toolchain.core.owned import OWNED_MARKER, check_ours, claim
     from toolchain.image.base import plain_http
     from toolchain.image.provenance import read_provenance
+    from toolchain.lock import LOCK_NAME
 
+    if args.out:  # a folder the tool made, an empty one, or one holding a lock of yours: refused before it reads
+        check_ours(args.out, "lock --out", (OWNED_MARKER, LOCK_NAME), removing=False)
     with ui.status(f"reading the provenance of {args.image}"):
         found = read_provenance(args.image, options.cache_dir(args) / "images" / "work",
                                 insecure=args.insecure or plain_http(args.image.split("/", 1)[0]))
     data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest,
             "labels": found.labels, "components": found.components, "lock-text": found.lock_text}
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.out / "stack.lock.toml", found.lock_text)
+        claim(args.out, "lock --out", (OWNED_MARKER, LOCK_NAME), removing=False)
+        atomic_write_text(args.out / LOCK_NAME, found.lock_text)
         data["lock"] = str(args.out / "stack.lock.toml")
     table = Table(title=f"{args.image}: {found.labels.get('vnd.xpu-toolchain.recipe', '?')}")
     for col in ("component", "commit"):

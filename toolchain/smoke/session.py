@@ -24,6 +24,7 @@ from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text
+from toolchain.core.owned import OWNED_MARKER, check_ours, claim
 from toolchain.core.proc.signals import Interrupted, interruptible
 from toolchain.core.record import record
 from toolchain.core.redact import redact_env
@@ -43,6 +44,8 @@ from toolchain.target import HostRuntime, Interpreter, Serving, make_runtime, ta
 
 if TYPE_CHECKING:
     from toolchain.target.base import ServeRuntime
+
+SMOKE_MARKERS = (OWNED_MARKER, "report.json")  # a report folder smoke wrote (before its marker: its report)
 
 
 @record(kw_only=True)
@@ -78,12 +81,13 @@ def run_smoke(lock: Lock | None, *, out_dir: Path | None = None, ui: UI | None =
                          hint="toolchain smoke --lock dist/NAME/stack.lock.toml --device b70")
     started = time.monotonic()
     out = (out_dir or _default_out(lock)).resolve()
+    check_ours(out, "smoke --out", SMOKE_MARKERS, removing=False)  # new, empty, or a smoke report's folder
     where = f"{lock.path} [smoke]" if lock else "[smoke]"
     smoke = smoke_spec(lock.smoke, where) if lock else SmokeSpec()
     runtime, py, base_python = _where(opts, lock, smoke, out, ui)
     config = build_config(opts, smoke, py.python, where=where)
     require_a_server(lock, opts, smoke, runtime)
-    out.mkdir(parents=True, exist_ok=True)
+    claim(out, "smoke --out", SMOKE_MARKERS, removing=False)
     from toolchain.target.hostfacts import gather
 
     rep: dict[str, Any] = {
