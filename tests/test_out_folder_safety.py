@@ -1,0 +1,286 @@
+"""The output folder against files others can write (issue 47): its marker names wheels, never paths; its logs
+are never written through a link nor waited on as a FIFO; its lock lives in it, and a wait for it ends; a wheel
+another uid replaced is not kept. Real builds, a real other uid (`setpriv --reuid 65534`), real FIFOs and real
+processes holding the lock. And the small ones: `--help` into a full device, `cache prune` of an entry in the
+wrong fan-out folder, a warning's bracketed text, a disk-full naming uv's folder, the demo's dead `.tmp-*`."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.spine_helpers import STANDIN_SETVARS, component, recipe_data
+from toolchain.pipeline.outdir import LOCK_WAIT_ENV, OUT_LOCK, OUT_MARKER
+
+NOBODY = 65534
+AS_NOBODY = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups"]
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another uid")
+
+
+def open_to_all(folder: Path) -> None:
+    """`folder` writable by every user, and searchable on the way to it (as a shared machine's folder can be)."""
+    os.chmod(folder, 0o777)
+    for p in folder.parents:
+        os.chmod(p, p.stat().st_mode | 0o001)
+
+
+def as_nobody(*argv: str) -> None:
+    subprocess.run([*AS_NOBODY, *argv], check=True, timeout=60)
+
+
+@pytest.fixture
+def built(ws, tiny_repo):
+    """A workspace whose `out` holds one finished build of the tiny recipe (stand-in setvars: a setvars.log)."""
+    ws.recipe("r", recipe_data({"tiny": component(tiny_repo)}, setvars=str(STANDIN_SETVARS)))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    return ws
+
+
+# ---- names, not paths ---------------------------------------------------------------------------------------
+
+def test_a_marker_naming_a_path_is_a_corrupt_record_and_nothing_is_unlinked(built):
+    victim = built.root / "victim.txt"
+    victim.write_text("keep me\n")
+    marker = built.root / "out" / OUT_MARKER
+    doc = json.loads(marker.read_text())
+    doc["wheels"] = [*doc["wheels"], "../../victim.txt", str(victim)]
+    marker.write_text(json.dumps(doc))
+    r = built.build("r")
+    assert r.returncode == 2, str(r)
+    assert "not a file name" in r.json()["error"] and "../../victim.txt" in r.json()["error"], r.json()
+    assert victim.read_text() == "keep me\n"
+
+
+@ROOT_ONLY
+def test_a_marker_another_uid_put_in_an_out_folder_others_can_write_is_refused(built):
+    """The reported attack: another uid replaces the marker (a folder others can write) with one naming
+    `../../victim.txt`; root's next build unlinked that file. Now its marker is not the tool's: exit 2."""
+    out = built.root / "out"
+    victim = built.root / "victim.txt"
+    victim.write_text("keep me\n")
+    doc = json.loads((out / OUT_MARKER).read_text())
+    doc["wheels"] = ["../../victim.txt"]
+    open_to_all(out)
+    planted = built.root / "planted.json"
+    planted.write_text(json.dumps(doc))
+    os.chmod(planted, 0o644)
+    as_nobody("sh", "-c", f'cp "{planted}" "{out}/.m" && mv -f "{out}/.m" "{out / OUT_MARKER}"')
+    assert (out / OUT_MARKER).stat().st_uid == NOBODY
+    r = built.build("r")
+    assert r.returncode == 2, str(r)
+    assert str(out) in r.json()["error"] and "not a file of yours" in r.json()["error"], r.json()
+    assert victim.read_text() == "keep me\n"
+
+
+# ---- logs: never through a link, never waiting on a FIFO --------------------------------------------------
+
+@ROOT_ONLY
+def test_logs_another_uid_turned_into_links_are_replaced_not_written_through(built):
+    out = built.root / "out"
+    logs = sorted((out / "logs").glob("*.log"))
+    assert logs, "the build wrote no logs"
+    targets = built.root / "targets"
+    targets.mkdir()
+    open_to_all(targets)
+    open_to_all(out / "logs")
+    for log in logs:
+        (targets / log.name).write_text("not yours\n")
+        as_nobody("ln", "-sfn", str(targets / log.name), str(log))
+    assert all(log.is_symlink() for log in logs)
+    r = built.build("r", cache=built.root / "cache-2")  # a fresh cache: setvars, git and the build run again
+    assert r.returncode == 0, str(r)
+    assert all((targets / log.name).read_text() == "not yours\n" for log in logs)
+    written = [log for log in logs if not log.is_symlink()]
+    assert any(log.name == "setvars.log" for log in written), [str(x) for x in written]
+    for log in written:
+        st = log.lstat()
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and log.read_text()
+    assert not (out / "logs").stat().st_mode & 0o002  # the tool's folder: no longer writable by every user
+
+
+def test_a_fifo_at_the_setvars_log_does_not_hang_the_build(built):
+    fifo = built.root / "out" / "logs" / "setvars.log"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    r = built.cli("build", "--recipe", "r", "--out", built.root / "out", "--cache-dir", built.root / "cache-2",
+                  "--json", timeout=240)
+    assert r.returncode == 0, str(r)
+    assert stat.S_ISREG(fifo.lstat().st_mode) and "setvars" in fifo.read_text()
+
+
+@ROOT_ONLY
+def test_an_out_wheel_another_uid_replaced_with_a_0666_copy_is_replaced(built):
+    out = built.root / "out"
+    wheel = next((out / "wheels").glob("*.whl"))
+    open_to_all(out / "wheels")
+    as_nobody("sh", "-c", f'cp "{wheel}" "{wheel}.x" && chmod 666 "{wheel}.x" && mv -f "{wheel}.x" "{wheel}"')
+    assert wheel.stat().st_uid == NOBODY
+    r = built.build("r")
+    assert r.returncode == 0, str(r)
+    assert "is not a file of yours that only you may write" in r.stderr and wheel.name in r.stderr, r.stderr
+    st = wheel.stat()
+    assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o644
+
+
+# ---- the out lock: in the out folder, and a wait that ends ------------------------------------------------
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_EX if sys.argv[3] == "ex" else fcntl.LOCK_SH)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def hold_lock(path: Path, seconds: float, *prefix: str, exclusive: bool = False) -> subprocess.Popen[str]:
+    """A real process (as `prefix` says: another uid) holding a flock on `path`, opened read-only (shared, as a
+    reader can; `exclusive`: as a build holds it)."""
+    proc = subprocess.Popen([*prefix, sys.executable, "-c", HOLD, str(path), str(seconds),
+                             "ex" if exclusive else "sh"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_builds_with_different_caches_into_one_out_take_turns(built):
+    """The lock is the out folder's own: a build with another --cache-dir waits for the one holding it."""
+    holder = hold_lock(built.root / "out" / OUT_LOCK, 3)
+    try:
+        started = time.monotonic()
+        r = built.cli("build", "--recipe", "r", "--out", built.root / "out", "--cache-dir", built.root / "cache-2")
+        waited = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 0, str(r)
+    assert f"waiting for another build into {built.root / 'out'}" in r.stderr, r.stderr
+    assert waited >= 2.0
+
+
+def test_a_wait_for_the_out_lock_ends_after_its_bound_naming_the_holder(built):
+    holder = hold_lock(built.root / "out" / OUT_LOCK, 60)
+    try:
+        r = built.build("r", env={LOCK_WAIT_ENV: "1"})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 1, str(r)
+    error = r.json()["error"]
+    assert f"pid {holder.pid} (uid {os.geteuid()})" in error and "more than 1s" in error, error
+
+
+@ROOT_ONLY
+def test_another_user_holding_the_out_lock_ends_the_wait_at_once(built):
+    """A user who can only read the lock file can flock it: the build does not wait for them."""
+    lock = built.root / "out" / OUT_LOCK
+    os.chmod(built.root / "out", 0o755)
+    for p in lock.parents:
+        os.chmod(p, p.stat().st_mode | 0o001)
+    holder = hold_lock(lock, 60, *AS_NOBODY)
+    try:
+        started = time.monotonic()
+        r = built.build("r")
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 2, str(r)
+    assert f"(uid {NOBODY})" in r.json()["error"] and "another user" in r.json()["error"], r.json()
+    assert took < 30
+
+
+# ---- the small ones -------------------------------------------------------------------------------------------
+
+def test_help_into_a_full_device_is_an_output_that_could_not_be_written():
+    for args in (["--help"], ["--version"], ["build", "--help"]):
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([sys.executable, "-m", "toolchain", *args], stdout=full, stderr=subprocess.PIPE,
+                               text=True, timeout=60)
+        assert r.returncode == 1, (args, r.stderr)
+        assert "could not be written to stdout" in r.stderr, r.stderr
+    ok = subprocess.run([sys.executable, "-m", "toolchain", "--help"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "usage:" in ok.stdout
+
+
+def test_cache_prune_removes_an_entry_found_in_the_wrong_fan_out_folder(ws, tiny_repo):
+    ws.recipe("r", recipe_data({"tiny": component(tiny_repo)}))
+    assert ws.build("r").returncode == 0
+    wheels = ws.cache / "wheels"
+    entry = next(p for fan in wheels.iterdir() if len(fan.name) == 2 for p in fan.iterdir())
+    wrong = wheels / ("zz" if entry.parent.name != "zz" else "yy")
+    wrong.mkdir()
+    entry.rename(wrong / entry.name)
+    time.sleep(1.2)
+    r = ws.cli("cache", "prune", "--older-than", "1s", "--cache-dir", ws.cache, "--json")
+    assert r.returncode == 0, str(r)
+    assert [e["key"] for e in r.json()["removed"]] == [entry.name], r.json()
+    assert not (wrong / entry.name).exists()  # reported removed: removed
+
+
+def test_a_warning_prints_bracketed_text_as_it_is():
+    code = ("from toolchain.console import UI; "
+            "UI().warn('declare it shared with one group ([cache] shared-group = or $X) [bold]x[/bold]')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "([cache] shared-group = or $X) [bold]x[/bold]" in r.stderr, r.stderr
+
+
+def test_a_disk_full_during_resolution_names_uvs_folder_not_the_interpreter():
+    from toolchain.errors import TransientError
+    from toolchain.resolve.failure import raise_classified
+
+    uv_said = ("Using CPython 3.11.7 interpreter at: `/usr/bin/python3.11`\n"
+               "error: Failed to download `tiny==1.0`\n"
+               "  Caused by: failed to write to file `/home/u/.cache/uv/.tmpAbC/tiny-1.0.whl`\n"
+               "  Caused by: No space left on device (os error 28)\n")
+    with pytest.raises(TransientError) as err:
+        raise_classified(uv_said, what="resolving", log="resolve.log", disk_fallback="/home/u/.cache/uv")
+    assert "/home/u/.cache/uv/.tmpAbC" in str(err.value) and "/usr/bin/python3.11" not in str(err.value)
+    only_python = ("error: Failed to query Python interpreter at `/usr/bin/python3.11`\n"
+                   "  Caused by: No space left on device (os error 28)\n")
+    with pytest.raises(TransientError) as err:
+        raise_classified(only_python, what="resolving", log="resolve.log", disk_fallback="/home/u/.cache/uv")
+    assert "/home/u/.cache/uv" in str(err.value) and "/usr/bin/python3.11" not in str(err.value)
+
+
+KILLED_WHILE_MAKING = """
+import os, signal, sys
+from pathlib import Path
+from toolchain.sources import demo
+real = demo.make_repo
+def make_then_die(bare, commits, **kw):
+    real(bare, commits, **kw)
+    os.kill(os.getpid(), signal.SIGKILL)   # killed while the demo makes its repositories
+demo.make_repo = make_then_die
+demo.materialize(Path(sys.argv[1]))
+"""
+
+
+def test_a_kill_while_the_demo_makes_its_repositories_leaves_nothing_the_next_run_keeps(tmp_path):
+    from toolchain.sources import demo
+
+    cache = tmp_path / "cache"
+    killed = subprocess.run([sys.executable, "-c", KILLED_WHILE_MAKING, str(cache)], timeout=120)
+    assert killed.returncode == -9
+    parent = cache / "demo-repos"
+    stale = [p for p in parent.iterdir() if p.name.startswith(".tmp-")]
+    assert stale, "the killed run left no .tmp- folder to clean"
+    other = parent / ".tmp-0123456789abcdef-live"  # another version's run, alive: holding its lock
+    other.mkdir()
+    (parent / "0123456789abcdef.lock").touch()
+    holder = hold_lock(parent / "0123456789abcdef.lock", 60, exclusive=True)
+    try:
+        final = demo.materialize(cache)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (final / ".complete").is_file()
+    assert not any(p.exists() for p in stale)
+    assert other.is_dir()  # a live run's folder is not removed
