@@ -90,7 +90,7 @@ def _protected(path: Path) -> str:
 
 def refusal(path: Path, markers: Sequence[str] = (OWNED_MARKER,), *, removing: bool = True) -> str:
     """Why the tool may not fill (or, `removing`, remove or replace) the folder `path`: "" when it may (absent,
-    empty, or holding one of `markers`, a regular file, with the folder, owned by the invoking user)."""
+    empty, or holding one of `markers` owned, as the folder is, by the invoking user)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -111,7 +111,7 @@ def refusal(path: Path, markers: Sequence[str] = (OWNED_MARKER,), *, removing: b
             m = os.lstat(Path(path) / marker)
         except OSError:
             continue
-        if not stat.S_ISREG(m.st_mode) or m.st_uid not in mine or st.st_uid not in mine:
+        if m.st_uid not in mine or st.st_uid not in mine:  # (its content is read, if at all, as a regular file)
             return (f"its {marker} is not a file of yours in a folder of yours (owner uid {st.st_uid}, "
                     f"marker uid {m.st_uid}): another user made or can fill it")
         return ""
