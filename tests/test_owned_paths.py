@@ -6,6 +6,7 @@ into it), so that even a bug cannot delete the machine's files."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import shutil
@@ -98,7 +99,8 @@ def test_the_table_names_every_option_that_takes_a_folder_to_fill_or_replace():
 
     folders = set()
     parser = build_parser()
-    for name, sub in parser.commands.items():
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subs.choices.items():
         for action in sub._actions:
             if action.metavar == "DIR" or action.dest in ("venv", "oci_dir", "work_dir", "out"):
                 folders.add(f"{name} {action.option_strings[-1]}")
