@@ -284,3 +284,37 @@ def test_a_kill_while_the_demo_makes_its_repositories_leaves_nothing_the_next_ru
     assert (final / ".complete").is_file()
     assert not any(p.exists() for p in stale)
     assert other.is_dir()  # a live run's folder is not removed
+
+
+# ---- bisect: its state file and its end folders -----------------------------------------------------------------
+
+@ROOT_ONLY
+def test_a_bisect_state_file_another_uid_wrote_is_not_read(tmp_path):
+    """The state names the folders a resumed bisect writes and removes in: one of another uid's is refused."""
+    from toolchain.bisect.state import StateFile
+    from toolchain.errors import UsageError
+
+    out = tmp_path / "bisect-out"
+    out.mkdir()
+    open_to_all(out)
+    state = out / "bisect-state.json"
+    doc = json.dumps({"state-version": 1, "context": {"out": "/etc"}})
+    as_nobody("sh", "-c", f"printf '%s' '{doc}' > '{state}'")
+    assert state.stat().st_uid == NOBODY
+    with pytest.raises(UsageError, match="uid 65534"):
+        StateFile(state).read()
+
+
+def test_a_bisect_end_folder_the_tool_did_not_make_is_not_replaced(built, tmp_path):
+    from toolchain.bisect.report import copy_lock_dir
+    from toolchain.errors import UsageError
+
+    mine = tmp_path / "ends" / "good"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine\n")
+    with pytest.raises(UsageError, match="was not written by toolchain"):
+        copy_lock_dir(built.root / "out" / "stack.lock.toml", mine)
+    assert (mine / "notes.txt").read_text() == "mine\n"
+    made = copy_lock_dir(built.root / "out" / "stack.lock.toml", tmp_path / "ends" / "bad")
+    again = copy_lock_dir(built.root / "out" / "stack.lock.toml", made)  # its own: replaced as a whole
+    assert (again / "stack.lock.toml").is_file() and list((again / "wheels").glob("*.whl"))
