@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,27 @@ def test_a_bisect_end_folder_the_tool_did_not_make_is_not_replaced(built, tmp_pa
     made = copy_lock_dir(built.root / "out" / "stack.lock.toml", tmp_path / "ends" / "bad")
     again = copy_lock_dir(built.root / "out" / "stack.lock.toml", made)  # its own: replaced as a whole
     assert (again / "stack.lock.toml").is_file() and list((again / "wheels").glob("*.whl"))
+
+
+def test_a_full_build_and_a_component_build_with_different_caches_into_one_out_end_whole(ws, make_repo):
+    """The reported race: a full build and a `--component` build into one --out with two --cache-dir ran at
+    once and left a lock naming 1 wheel while wheels/ held 3. Each pair of real builds racing here now ends with
+    the lock naming exactly the wheels in wheels/ (the folder's own lock serializes them)."""
+    comps = {}
+    for name in ("a", "b", "c"):
+        repo = make_repo(name, "tiny")
+        repo.commit(f"{name}: its own distribution", {"pyproject.toml": (repo.path / "pyproject.toml").read_text()
+                                                       .replace('name = "tiny"', f'name = "tiny-{name}"')})
+        comps[name] = component(repo, dist=f"tiny-{name}")
+    ws.recipe("r", recipe_data(comps))
+    out, one, two = ws.root / "out", ws.root / "cache-1", ws.root / "cache-2"
+    assert ws.build("r", cache=one).returncode == 0  # both caches warm: the builds race over the folder, not compiles
+    assert ws.cli("build", "--recipe", "r", "--component", "a", "--out", ws.root / "out-2", "--cache-dir", two,
+                  "--no-resolve").returncode == 0
+    for _ in range(4):
+        full = ws.cli.start("build", "--recipe", "r", "--out", out, "--cache-dir", one, "--no-resolve")
+        part = ws.cli.start("build", "--recipe", "r", "--component", "a", "--out", out, "--cache-dir", two,
+                            "--no-resolve")
+        assert ws.cli.finish(full).returncode == 0 and ws.cli.finish(part).returncode == 0
+        named = {c["wheel"]["file"] for c in tomllib.loads((out / "stack.lock.toml").read_text())["components"]}
+        assert named == {p.name for p in (out / "wheels").glob("*.whl")}
