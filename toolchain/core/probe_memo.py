@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
-from toolchain.core.trust import read_trusted
+from toolchain.core.trust import read_sealed, sealed
 
 T = TypeVar("T")
 
@@ -54,7 +54,8 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     value, inputs = compute()
     if inputs is None:
         return value
-    atomic_write_text(path, json.dumps({"value": value, "inputs": {p: stat_key(p) for p in sorted(set(inputs))}}))
+    atomic_write_text(path, sealed(path.stem, {"value": value, "inputs": {p: stat_key(p) for p in sorted(set(inputs))}},
+                                   indent=None))
     return value
 
 
@@ -82,10 +83,8 @@ def file_sha256(memo_dir: Path | None, path: Path) -> str:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """A memo file the cache's trust rule trusts (core/trust.py `read_trusted`): anything else in a shared
-    cache folder could have been planted, and is computed again (and replaced) instead of trusted."""
-    try:
-        saved = json.loads(read_trusted(path))
-    except (OSError, ValueError):
-        return None
-    return saved if isinstance(saved, dict) and isinstance(saved.get("inputs"), dict) else None
+    """A memo file the cache's trust rule trusts (core/trust.py `read_sealed`: in folders no one else can write,
+    filed under its own key, its checksum unchanged): anything else could have been planted, renamed over
+    another's or edited, and is computed again (and replaced) instead of trusted."""
+    saved = read_sealed(path, path.stem)
+    return saved if saved is not None and isinstance(saved.get("inputs"), dict) else None
