@@ -239,12 +239,12 @@ def shared_folder_warnings(cache_dir: Path) -> list[str]:
     found: list[str] = []
     root = os.path.abspath(cache_dir)
     try:
-        why = trust.folder_problem(root)
+        root_why = trust.folder_problem(root)
         children = [cache_dir / e.name for e in os.scandir(cache_dir)]
     except OSError:
         return []
-    if why:
-        found.append(why.replace(f"{root} is ", "it is ", 1) if why.startswith(f"{root} is ") else why)
+    if root_why:
+        found.append(root_why.replace(f"{root} is ", "it is ", 1) if root_why.startswith(f"{root} is ") else root_why)
     for path in sorted(children):
         try:
             st = os.lstat(path)
@@ -257,7 +257,7 @@ def shared_folder_warnings(cache_dir: Path) -> list[str]:
             found.append(f"{path.name} is {why}")
     if not found:
         return []
-    whole = "nothing in it is read this run" if why else "nothing in such a folder is read"
+    whole = "nothing in it is read this run" if root_why else "nothing in such a folder is read"
     return [f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant, rename or swap files "
             f"there: {whole} (wheel entries, native and closure records, remembered probes and file copies are "
             "rebuilt or probed again instead, and replaced). Fix: make it and the folders above it yours alone "
