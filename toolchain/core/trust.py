@@ -33,9 +33,10 @@ import functools
 import io
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from toolchain.core.fs import NotRegular, open_regular
 
@@ -183,7 +184,7 @@ def read_json(path: Path) -> object:
         return None
 
 
-def _checksum(body: dict[str, object]) -> str:
+def _checksum(body: Mapping[str, object]) -> str:
     import hashlib
     import json
 
@@ -193,7 +194,7 @@ def _checksum(body: dict[str, object]) -> str:
 RECORD_KEY, RECORD_SHA = "record-key", "record-sha256"
 
 
-def sealed(key: str, data: dict[str, object], *, indent: int | None = 1) -> str:
+def sealed(key: str, data: Mapping[str, object], *, indent: int | None = 1) -> str:
     """The JSON text of a record the cache will serve under `key`: `data` with the key it is filed under and the
     sha256 of its content (`read_sealed` checks both)."""
     import json
@@ -202,7 +203,7 @@ def sealed(key: str, data: dict[str, object], *, indent: int | None = 1) -> str:
     return json.dumps({**body, RECORD_SHA: _checksum(body)}, indent=indent, sort_keys=True)
 
 
-def unseal(raw: object, key: str) -> dict[str, object] | None:
+def unseal(raw: object, key: str) -> dict[str, Any] | None:
     """The record's data when it was `sealed` under `key` and is unchanged since (its checksum holds), else
     None: a record renamed over another's, or edited, is a miss."""
     if not isinstance(raw, dict) or raw.get(RECORD_KEY) != key:
@@ -214,7 +215,7 @@ def unseal(raw: object, key: str) -> dict[str, object] | None:
     return body
 
 
-def read_sealed(path: Path, key: str) -> dict[str, object] | None:
+def read_sealed(path: Path, key: str) -> dict[str, Any] | None:
     """The record in `path` when the rule trusts the file and it was `sealed` under `key` unchanged; None for a
     miss (absent, untrusted, not JSON, another key, edited)."""
     return unseal(read_json(path), key)
