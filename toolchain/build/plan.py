@@ -295,7 +295,7 @@ def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | No
         # each folder in it (real setvars globs them: <component>/latest/env/vars.sh) and the compiler whose
         # banner is the version (a file rewritten in place leaves its folder's stat as it was)
         root = Path(setvars).parent
-        inputs: list[str] | None = [setvars, *t.sourced, str(root)]
+        inputs: list[str] | None = [setvars, *t.sourced, *t.read, str(root)]
         if root.is_dir() and inputs is not None:
             inputs += [str(p) for p in root.iterdir()]
         if t.info.cmplr_root and inputs is not None:
