@@ -246,9 +246,11 @@ def installed_versions(runtime: BuildRuntime, python: str, names: Sequence[str],
     every path the probe read (sys.path, .pth files, each distribution's metadata) is unchanged."""
     if not names:
         return {}
-    full = sorted((k, v) for k, v in merge_env(runtime.base_env(), env).items() if k not in IGNORED)
+    merged = merge_env(runtime.base_env(), env)
+    full = sorted((k, v) for k, v in merged.items() if k not in IGNORED)
     identity = None if ident is None else {"target": ident, "names": list(names),
-                                           "env": sha256_bytes(json.dumps(full).encode())}
+                                           "env": sha256_bytes(json.dumps(full).encode()),
+                                           "sys-path-env": sys_path_env(merged)}  # (a relative PYTHONPATH resolved)
 
     def compute() -> tuple[dict[str, str | None], dict[str, list[int] | None]]:
         before = {p: stat_key(p) for p in (_interpreter_files(ident) if ident else [])}
