@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spine_helpers import Cli, isolated_env
+from tests.spine_helpers import Cli, Result, isolated_env
 from toolchain.build.cache import WheelCache, shared_folder_warnings
 from toolchain.build.entry import EntryMeta
 from toolchain.core import trust
@@ -190,7 +190,8 @@ def test_wheel_cache_entries_renamed_over_each_other_are_misses(tmp_path: Path):
         wheel.parent.mkdir(parents=True)
         wheel.write_bytes(name.encode() * 100)
         cache.put(key, wheel, EntryMeta(component=name))
-    assert cache.get(keys[0]) is not None and cache.get(keys[0]).meta.component == "one"
+    got = cache.get(keys[0])
+    assert got is not None and got.meta.component == "one"
     one, two = (cache.root / k[:2] / k for k in keys)
     tmp = one.with_name("swapping")
     one.rename(tmp)  # the whole entries (wheel and entry.json, consistent with each other) swapped by name
@@ -204,11 +205,9 @@ def test_wheel_cache_entries_renamed_over_each_other_are_misses(tmp_path: Path):
 
 # ---- recipes found by name ----------------------------------------------------------------------------------
 
-def plan(cwd: Path, *extra: object) -> object:
-    from toolchain.recipe.load import shipped_recipes_dir
-
-    cli = Cli(cwd, isolated_env(cwd.parent / "home"))
-    return cli("plan", "--recipe", "demo", *extra), (shipped_recipes_dir() / "demo.toml").read_text()
+def plan(cwd: Path, *extra: object) -> Result:
+    """`toolchain plan --recipe demo` run in `cwd` (a recipe found by name: ./recipes first)."""
+    return Cli(cwd, isolated_env(cwd.parent / "home"))("plan", "--recipe", "demo", *extra)
 
 
 def demo_copy() -> str:
@@ -247,7 +246,7 @@ def planted_recipe(folder: Path) -> Path:
 def test_another_users_recipe_in_a_shared_sticky_folder_is_not_run(tmp_path: Path):
     tmp = shared_tmp(tmp_path)
     planted = planted_recipe(tmp)
-    r, _ = plan(tmp)
+    r = plan(tmp)
     assert r.returncode == 2, str(r)
     assert f"the recipe {planted} was found in ./recipes" in r.stderr and f"owned by uid {NOBODY}" in r.stderr
     assert "--recipes-dir" in r.stderr and "chown -R $USER" in r.stderr and "Traceback" not in r.stderr
@@ -287,7 +286,7 @@ def test_a_recipe_found_in_recipes_others_can_change_is_refused(tmp_path: Path, 
         demo.write_text(text)
         os.chown(here, NOBODY, NOBODY)
         expected = f"{here} is owned by uid {NOBODY}"
-    r, _ = plan(here)
+    r = plan(here)
     assert r.returncode == 2 and expected in r.stderr, (case, str(r))
 
     # the same recipe in a folder of this user's, writable by no one else: run
@@ -295,5 +294,5 @@ def test_a_recipe_found_in_recipes_others_can_change_is_refused(tmp_path: Path, 
     (trusted / "recipes").mkdir(parents=True)
     with_patches(trusted)
     (trusted / "recipes" / "demo.toml").write_text(text)
-    ok, _ = plan(trusted)
+    ok = plan(trusted)
     assert ok.returncode == 0, str(ok)
