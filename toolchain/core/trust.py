@@ -191,7 +191,7 @@ def _checksum(body: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-RECORD_KEY, RECORD_SHA = "record-key", "record-sha256"
+RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record)
 
 
 def sealed(key: str, data: Mapping[str, object], *, indent: int | None = 1) -> str:
