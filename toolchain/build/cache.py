@@ -28,6 +28,7 @@ from toolchain.core.fs import (
     atomic_copy_verified,
     atomic_write_text,
     file_lock,
+    open_regular,
     publish_dir,
     sha256_file,
 )
@@ -113,6 +114,17 @@ class WheelCache:
             self._drop(key, f"its wheel {meta.wheel} has {size} bytes, entry.json records {meta.size}")
             return None
         return CacheEntry(key, wheel, meta.sha256, meta.size, meta)
+
+    def copy_out(self, entry: CacheEntry, dest_dir: Path) -> CacheEntry | None:
+        """`entry`, which this process just stored (`put`: its sha256 computed here), with its wheel copied into
+        `dest_dir` checked against that sha256 on the way; also from a cache whose folders the trust rule refuses
+        (the digest is this process's own, not read from the cache). None when it is gone or differs."""
+        try:
+            with open_regular(entry.wheel) as (source, _):
+                atomic_copy_verified(source, dest_dir / entry.wheel.name, entry.sha256)
+        except (OSError, DigestMismatch):
+            return None
+        return entry
 
     def take(self, key: str, dest_dir: Path) -> CacheEntry | None:
         """The entry of `key` with its wheel in `dest_dir`, checked against the recorded sha256 on the way
