@@ -9,7 +9,7 @@ Run as `python -S interpreter.py`, it records what it actually opened and listed
 does: an audit hook (`open`, `os.listdir`, `os.scandir`) is installed before `site` runs (`site.main()`), so
 every .pth file, sitecustomize / usercustomize (or the folders listed to find them absent), editable finder
 and metadata file read on the way is an input, absent ones as absences; each folder a .pth names (also one
-that does not exist yet), each path a setuptools editable finder maps a name to, and each portion of a
+that does not exist yet), the folder a setuptools editable finder maps torch to, and each portion of a
 namespace package with the `__init__.py` it lacks are inputs too. Besides: the sys.path this interpreter
 computed and each of its entries, the site folders and the .pth files in them, pyvenv.cfg, and the metadata
 file of every distribution whose version was read, with torch's version.py. The standard library's own files
@@ -133,8 +133,8 @@ def path_inputs() -> None:
     """What this interpreter's sys.path was computed from and what it holds: each entry (a folder listing
     changes when a package is installed, a .pth added), the site folders (also absent ones: a user site
     created later is a change), each .pth file in them (a develop install's points at its source folder),
-    pyvenv.cfg (whether a venv sees the system's packages), and what each setuptools editable finder maps a
-    name to (the folder, its __init__.py and the folder it lies in: what the finder looks for)."""
+    pyvenv.cfg (whether a venv sees the system's packages), and what a setuptools editable finder maps torch to
+    (the folder and the folder it lies in: what the finder looks for)."""
     sites = [*site.getsitepackages(), site.getusersitepackages()]
     for p in [*sys.path, *sites, os.path.join(sys.prefix, "pyvenv.cfg")]:
         note(p)
@@ -146,17 +146,17 @@ def path_inputs() -> None:
         for n in names:
             if n.endswith(".pth"):
                 note(os.path.join(folder, n))
-    for finder in sys.meta_path:
+    for finder in sys.meta_path:  # (what an editable finder maps `torch` to: the only module found by import)
         module = sys.modules.get(getattr(finder, "__module__", "") or "")
         mapping = getattr(module, "MAPPING", None)
         namespaces = getattr(module, "NAMESPACES", None)
-        places = list(mapping.values()) if isinstance(mapping, dict) else []
+        places = [mapping["torch"]] if isinstance(mapping, dict) and isinstance(mapping.get("torch"), str) else []
         if isinstance(namespaces, dict):
-            places += [p for ps in namespaces.values() if isinstance(ps, list) for p in ps]
-        for place in places:
-            if isinstance(place, str):
-                for path in (place, os.path.join(place, "__init__.py"), os.path.dirname(os.path.abspath(place))):
-                    note(path)
+            places += [p for n, ps in namespaces.items() if n == "torch" or str(n).startswith("torch.")
+                       if isinstance(ps, list) for p in ps if isinstance(p, str)]
+        for place in places:  # (its __init__.py or place.py created, removed: the folder's stat changes)
+            note(place)
+            note(os.path.dirname(os.path.abspath(place)))
 
 
 def reported() -> dict[str, list[int] | None]:
