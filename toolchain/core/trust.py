@@ -53,21 +53,14 @@ def declare_shared_group(group: str) -> None:
     """The run's recipe declares its cache shared with `group` (a name or a gid; "" declares nothing): the
     environment's $TOOLCHAIN_CACHE_SHARED_GROUP, when set, wins."""
     _declared[:] = [group] if group else []
-    if _umask:
-        keep_writes_private()
-
-
-_umask: list[int] = []  # the umask the process started with (keep_writes_private)
 
 
 def keep_writes_private() -> None:
     """What this process creates is writable by nobody else, whatever the umask it was given (002 would make
-    the cache's own folders group-writable: the rule refuses them, and the whole cache would be untrusted):
-    the umask masks write for the group and others; for a cache declared shared with a group, for others
-    only (that group's members add entries)."""
-    if not _umask:
-        _umask.append(os.umask(0o022))
-    os.umask(_umask[0] | (0o002 if shared_group() is not None else 0o022))
+    the cache's own folders group-writable: the rule refuses them, and the whole cache would be untrusted).
+    A folder a group shares on purpose gets its group's write bit from its owner (`chmod g+w`, a setgid
+    folder), not from this process's umask."""
+    os.umask(os.umask(0o022) | 0o022)
 
 
 def shared_group() -> int | None:
