@@ -258,7 +258,7 @@ def test_another_users_recipe_in_a_shared_sticky_folder_is_not_run(tmp_path: Pat
 
 
 @pytest.mark.parametrize("case", ["folder others can write", "file of another user", "file others can write",
-                                  "link of another user", "current folder of another user"])
+                                  "link of another user", "current folder of another user", "patch of another user"])
 def test_a_recipe_found_in_recipes_others_can_change_is_refused(tmp_path: Path, case: str):
     here = tmp_path / "work"
     recipes = here / "recipes"
@@ -282,10 +282,16 @@ def test_a_recipe_found_in_recipes_others_can_change_is_refused(tmp_path: Path, 
         demo.symlink_to(here / "real.toml")
         os.lchown(demo, NOBODY, NOBODY)
         expected = f"{demo} is a symbolic link of uid {NOBODY}"
-    else:
+    elif case == "current folder of another user":
         demo.write_text(text)
         os.chown(here, NOBODY, NOBODY)
         expected = f"{here} is owned by uid {NOBODY}"
+    else:  # the recipe is this user's, a patch it applies is not
+        demo.write_text(text)
+        with_patches(here)
+        patch = sorted((here / "patches").rglob("*.patch"))[0]
+        os.chown(patch, NOBODY, NOBODY)
+        expected = f"{patch} is owned by uid {NOBODY}"
     r = plan(here)
     assert r.returncode == 2 and expected in r.stderr, (case, str(r))
 
