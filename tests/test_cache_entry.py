@@ -12,6 +12,7 @@ from toolchain.build.ccache import CacheReport
 from toolchain.build.entry import EntryMeta
 from toolchain.build.metrics import BuildMetrics
 from toolchain.core.fs import sha256_file
+from toolchain.core.trust import sealed
 
 KEY = "ab" * 16
 OLD = {  # as the tool wrote it before build/entry.py (0.x): snake_case outside, kebab-case inside
@@ -55,7 +56,7 @@ def _old_entry(tmp_path, **over):
     folder.mkdir(parents=True)
     (folder / wheel.name).write_bytes(wheel.read_bytes())
     data = {**OLD, "wheel": wheel.name, "sha256": sha256_file(wheel), "size": wheel.stat().st_size, **over}
-    (folder / "entry.json").write_text(json.dumps(data))
+    (folder / "entry.json").write_text(sealed(KEY, data))  # (an entry records its key and checksum: core/trust.py)
     return folder / "entry.json"
 
 

@@ -156,15 +156,17 @@ def local_entry(cache: Path, tmp: Path, key: str, component: str, days_ago: floa
     """One entry as a build stores it (WheelCache.put), its `stored` date set `days_ago`."""
     from toolchain.build.cache import WheelCache
     from toolchain.build.entry import EntryMeta
+    from toolchain.core import trust
 
     wheel = tmp / "made" / key / f"{component}-1.0-py3-none-any.whl"
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(b"w" * size)
     entry = WheelCache(cache).put(key, wheel, EntryMeta(component=component))
     meta_file = entry.wheel.parent / "entry.json"
-    meta = json.loads(meta_file.read_text())
+    meta = trust.unseal(json.loads(meta_file.read_text()), key)
+    assert meta is not None
     meta["stored"] = time.time() - days_ago * DAY
-    meta_file.write_text(json.dumps(meta))
+    meta_file.write_text(trust.sealed(key, meta))  # (sealed again: an entry records its key and checksum)
     return entry.wheel.parent
 
 

@@ -23,10 +23,11 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as 
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    """A folder every user can write (as a cache after `chmod -R o+w`), searchable on the way to it."""
+    """A folder of this user's (0755), searchable on the way to it; `written_by_nobody` opens it to others for
+    the time it writes (the files' own rule is tested here; a folder others can write: test_folder_trust.py)."""
     d = tmp_path / "cache"
     d.mkdir()
-    os.chmod(d, 0o777)
+    os.chmod(d, 0o755)
     for p in d.parents:
         os.chmod(p, p.stat().st_mode | 0o001)
     return d
@@ -36,12 +37,20 @@ def folder(tmp_path: Path) -> Path:
 def no_shared_group(monkeypatch):
     monkeypatch.delenv(trust.SHARED_GROUP_ENV, raising=False)
     trust.declare_shared_group("")
+    trust.forget_folders()
     yield
     trust.declare_shared_group("")
 
 
 def written_by_nobody(path: Path, data: bytes) -> None:
-    subprocess.run([*AS_NOBODY, "tee", str(path)], input=data, stdout=subprocess.DEVNULL, check=True, timeout=60)
+    """uid 65534 writes `path` in a folder opened to it for that time (then this user's 0755 again)."""
+    mode = path.parent.stat().st_mode
+    os.chmod(path.parent, 0o777)
+    try:
+        subprocess.run([*AS_NOBODY, "tee", str(path)], input=data, stdout=subprocess.DEVNULL, check=True, timeout=60)
+    finally:
+        os.chmod(path.parent, mode)
+    trust.forget_folders()
     assert path.stat().st_uid == NOBODY
 
 
@@ -103,6 +112,7 @@ def test_a_shared_group_trusts_its_members_files_writable_by_that_group_and_nobo
 
 
 def test_one_warning_names_the_cache_folder_what_is_wrong_and_the_fix(folder: Path, monkeypatch):
+    os.chmod(folder, 0o777)  # (as after `chmod -R o+w`)
     (folder / "memo").mkdir()
     os.chmod(folder / "memo", 0o755)
     os.chown(folder / "memo", NOBODY, NOBODY)
@@ -111,7 +121,7 @@ def test_one_warning_names_the_cache_folder_what_is_wrong_and_the_fix(folder: Pa
     assert warning.startswith(f"cache folder {folder}: it is writable by other users (mode 777); memo is owned by "
                               f"uid {NOBODY}; wheels is a symbolic link"), warning
     assert "chmod -R go-w" in warning and "shared-group" in warning and "OCI registry" in warning
-    assert "is trusted" in warning and "rebuilt" in warning
+    assert "nothing in it is read this run" in warning and "rebuilt" in warning
     (folder / "wheels").unlink()
     os.chmod(folder, 0o775)
     os.chown(folder, 0, NOBODY)

@@ -124,6 +124,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     _fill_closed_std_fds()
+    from toolchain.core.trust import keep_writes_private
+
+    keep_writes_private()  # (a umask of 002 would make the cache's own folders ones it may not trust)
     with _guarded_std_streams() as streams:
         try:
             code = _main(args_list)

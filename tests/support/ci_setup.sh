@@ -2,7 +2,7 @@
 # Prepare this machine for the container tests (idempotent; reruns take seconds).
 #
 #   1. apt-get install podman runc debootstrap, and (without recommends) docker.io diffoscope-minimal
-#      docker-registry apache2-utils redis-server   (skipped when dpkg says all are installed)
+#      docker-registry apache2-utils redis-server strace   (skipped when dpkg says all are installed)
 #   2. write the podman config to $CONF (only when its content changed)
 #   3. build the Debian bookworm test image, cached by content hash
 #      (tests/support/debian_image.py build; skipped when the image exists)
@@ -26,7 +26,7 @@ PACKAGES=(podman runc debootstrap)
 # Installed without their recommends (docker.io and diffoscope-minimal would pull in hundreds of packages).
 # redis-server: the shared compiler cache's store in tests (tests/support/redis_server.py starts its own; the
 # package's service is not used)
-LEAN_PACKAGES=(docker.io diffoscope-minimal docker-registry apache2-utils redis-server)
+LEAN_PACKAGES=(docker.io diffoscope-minimal docker-registry apache2-utils redis-server strace)
 DOCKER_SOCK=/run/toolchain-docker.sock
 DOCKER_DATA=/var/lib/toolchain-docker   # data-root (images, vfs layers) and dockerd.log
 DOCKER_RUN=/run/toolchain-docker        # exec-root and the pid file

@@ -4,7 +4,6 @@ that did not change come from the wheel cache."""
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -21,7 +20,7 @@ from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
 from toolchain.core.record import record
 from toolchain.core.serial import from_data, to_table
-from toolchain.core.trust import read_json
+from toolchain.core.trust import read_sealed, sealed
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline.build import build_stack_components
 from toolchain.recipe.load import with_data
@@ -128,13 +127,13 @@ class Unbuildable:
     def write(self, memo: Path) -> None:
         """Remember this failure in the JSON file `memo`, stamped with the time it was first seen."""
         data = {**to_table(self), "when": self.when or time.strftime("%Y-%m-%d %H:%M:%S")}
-        atomic_write_text(memo, json.dumps(data, indent=2) + "\n")
+        atomic_write_text(memo, sealed(memo.stem, data, indent=2) + "\n")
 
     @classmethod
     def read(cls, memo: Path) -> Unbuildable | None:
         """The failure remembered in `memo`, None when there is none, it cannot be read or the cache's trust rule
         refuses it (core/trust.py: another user's record, a FIFO: as if never remembered, built again)."""
-        data = read_json(memo)
+        data = read_sealed(memo, memo.stem)  # (filed under its own key, unchanged)
         try:
             return from_data(cls, data) if isinstance(data, dict) else None
         except (ValueError, AttributeError, TypeError):

@@ -29,13 +29,14 @@ from toolchain.core.fs import (
     atomic_write_text,
     file_lock,
     mine,
+    open_regular,
     publish_dir,
     sha256_file,
 )
 from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import record
 from toolchain.core.serial import meta
-from toolchain.core.trust import Untrusted, open_trusted, read_trusted
+from toolchain.core.trust import Untrusted, open_trusted, read_trusted, sealed, unseal
 from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
@@ -114,6 +115,17 @@ class WheelCache:
             self._drop(key, f"its wheel {meta.wheel} has {size} bytes, entry.json records {meta.size}")
             return None
         return CacheEntry(key, wheel, meta.sha256, meta.size, meta)
+
+    def copy_out(self, entry: CacheEntry, dest_dir: Path) -> CacheEntry | None:
+        """`entry`, which this process just stored (`put`: its sha256 computed here), with its wheel copied into
+        `dest_dir` checked against that sha256 on the way; also from a cache whose folders the trust rule refuses
+        (the digest is this process's own, not read from the cache). None when it is gone or differs."""
+        try:
+            with open_regular(entry.wheel) as (source, _):
+                atomic_copy_verified(source, dest_dir / entry.wheel.name, entry.sha256)
+        except (OSError, DigestMismatch):
+            return None
+        return entry
 
     def take(self, key: str, dest_dir: Path) -> CacheEntry | None:
         """The entry of `key` with its wheel in `dest_dir`, checked against the recorded sha256 on the way
@@ -195,9 +207,9 @@ class WheelCache:
                 os.chmod(written, 0o644)   # would refuse the entry at the next build, rebuilt every time)
             sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
             meta = dataclasses.replace(meta, wheel=wheel.name, sha256=sha, size=size, stored=time.time())
-            text = entry_json(meta)
-            meta = read_entry(json.loads(text))  # what a later `get` reads back: secrets masked
-            atomic_write_text(tmp / "entry.json", text)
+            data = json.loads(entry_json(meta))
+            meta = read_entry(data)  # what a later `get` reads back: secrets masked
+            atomic_write_text(tmp / "entry.json", sealed(key, data, indent=2))  # (its key and checksum in it)
             if (final.exists() or final.is_symlink()) and not self.evict(key):
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise BuildError(f"cannot replace the wheel cache entry {final}: the way to it is a symbolic "
@@ -231,34 +243,41 @@ def symlink_on_the_way(root: Path, path: Path) -> Path | None:
 
 
 def shared_folder_warnings(cache_dir: Path) -> list[str]:
-    """One warning (or none) naming the cache folder when it, or a folder in it, is one another user could
-    write (core/trust.py's rule for folders: owned by another user, or writable by others and not a sticky
-    folder of this user's, unless the cache is declared shared with that group) or is a symbolic link: one
-    lstat each. What is in such a folder is read by the same rule (`core.trust`): a file another user could
-    have written is a miss, rebuilt or probed again and replaced, never served; nothing is deleted through a
-    link. The warning says so, and how to fix it."""
+    """One warning (or none) naming the cache folder when it, a folder above it, or a folder in it is one
+    another user could write (core/trust.py's rule for folders, walked as ssh's StrictModes walks a path: owned
+    by another user, or writable by others and not a sticky folder of this user's or root's, unless the cache
+    is declared shared with that group; a link of another user's on the way) or is a symbolic link: one lstat
+    each. Nothing under such a folder is read (`core.trust.open_trusted` walks the same way): a cache whose root
+    fails is untrusted as a whole for the run; entries, records and probes are rebuilt or probed again and
+    replaced, never served; nothing is deleted through a link. The warning says so, and how to fix it."""
     from toolchain.core import trust
 
+    trust.forget_folders()  # (a run's first look: what its owner changed since is seen)
     found: list[str] = []
+    root = os.path.abspath(cache_dir)
     try:
+        root_why = trust.folder_problem(root)
         children = [cache_dir / e.name for e in os.scandir(cache_dir)]
     except OSError:
         return []
-    for path in (cache_dir, *sorted(children)):
+    if root_why:
+        found.append(root_why.replace(f"{root} is ", "it is ", 1) if root_why.startswith(f"{root} is ") else root_why)
+    for path in sorted(children):
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if stat.S_ISLNK(st.st_mode) and path != cache_dir:
+        if stat.S_ISLNK(st.st_mode):
             found.append(f"{path.name} is a symbolic link (to {os.readlink(path)}): written through, nothing "
                          "deleted there")
         elif stat.S_ISDIR(st.st_mode) and (why := trust.problem(st, folder=True)):
-            found.append(f"{'it' if path == cache_dir else path.name} is {why}")
+            found.append(f"{path.name} is {why}")
     if not found:
         return []
-    return [f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant files there: nothing in it "
-            "that another user could write is trusted (wheel entries, native and closure records, remembered "
-            "probes and file copies are rebuilt or probed again instead, and replaced). Fix: make it yours alone "
+    whole = "nothing in it is read this run" if root_why else "nothing in such a folder is read"
+    return [f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant, rename or swap files "
+            f"there: {whole} (wheel entries, native and closure records, remembered probes and file copies are "
+            "rebuilt or probed again instead, and replaced). Fix: make it and the folders above it yours alone "
             f"(chmod -R go-w {cache_dir}; chown -R $USER), or declare it shared with one group ([cache] "
             f"shared-group = or ${trust.SHARED_GROUP_ENV}); a cache a team shares is an OCI registry ([cache] "
             "remote), whose entries are verified by digest"]
@@ -268,19 +287,23 @@ UNTRUSTED = "entry.json is not trusted (core/trust.py)"
 
 
 def read_meta(meta_file: Path) -> tuple[str, EntryMeta | None]:
-    """entry.json, or why it cannot be used."""
+    """entry.json, or why it cannot be used: it must be sealed (core/trust.py `sealed`) under its entry's key,
+    the folder's name, with its content unchanged."""
     try:
-        data = json.loads(read_trusted(meta_file).decode("utf-8"))
+        raw = json.loads(read_trusted(meta_file).decode("utf-8"))
     except FileNotFoundError:
         return "entry.json is missing", None
     except Untrusted:
         return UNTRUSTED, None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return f"entry.json is unreadable: {exc}", None
-    if not isinstance(data, dict):
+    if not isinstance(raw, dict):
         return "entry.json is not an object", None
-    problem = entry_problem(data)
+    problem = entry_problem(raw)
     if problem:
         return f"entry.json {problem}", None
+    data = unseal(raw, meta_file.parent.name)
+    if data is None:
+        return ("entry.json is not this key's record as stored (moved from another entry, edited, or written by "
+                "a version that did not record its key and checksum)"), None
     return "", read_entry(data)
-

@@ -15,7 +15,7 @@ from toolchain import __version__
 from toolchain.build.jobs import JobsDecision, Resources, decide_jobs, per_job_memory
 from toolchain.build.prebuilt_wheels import PrebuiltFile, prebuilt_key
 from toolchain.core.fs import sha256_bytes, sha256_file
-from toolchain.core.probe_memo import remembered
+from toolchain.core.probe_memo import remembered, stat_key
 from toolchain.core.proc.runner import merge_env
 from toolchain.core.record import record
 from toolchain.core.redact import is_secret, redact_argv, redact_env, redact_text
@@ -221,9 +221,10 @@ def probe_target(runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, 
     if ident is None:
         return runtime.probe()
 
-    def compute() -> tuple[dict[str, Data], list[str]]:
+    def compute() -> tuple[dict[str, Data], dict[str, list[int] | None]]:
+        before = {p: stat_key(p) for p in _interpreter_files(ident)}
         info, inputs = runtime.probe_inputs()
-        return to_table(info), [*inputs, *_interpreter_files(ident)]
+        return to_table(info), {**before, **inputs}
 
     identity = {**ident, "sys-path-env": sys_path_env(runtime.base_env())}
     return from_data(TargetInfo, remembered(memo_dir, "probe", identity, compute))
@@ -245,17 +246,20 @@ def installed_versions(runtime: BuildRuntime, python: str, names: Sequence[str],
     every path the probe read (sys.path, .pth files, each distribution's metadata) is unchanged."""
     if not names:
         return {}
-    full = sorted((k, v) for k, v in merge_env(runtime.base_env(), env).items() if k not in IGNORED)
+    merged = merge_env(runtime.base_env(), env)
+    full = sorted((k, v) for k, v in merged.items() if k not in IGNORED)
     identity = None if ident is None else {"target": ident, "names": list(names),
-                                           "env": sha256_bytes(json.dumps(full).encode())}
+                                           "env": sha256_bytes(json.dumps(full).encode()),
+                                           "sys-path-env": sys_path_env(merged)}  # (a relative PYTHONPATH resolved)
 
-    def compute() -> tuple[dict[str, str | None], list[str]]:
-        r = runtime.run([python, runtime.script("interpreter.py"), *names], env=env, capture=True, check=False)
+    def compute() -> tuple[dict[str, str | None], dict[str, list[int] | None]]:
+        before = {p: stat_key(p) for p in (_interpreter_files(ident) if ident else [])}
+        r = runtime.run([python, "-S", runtime.script("interpreter.py"), *names], env=env, capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {python!r} does not run in the build environment "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",
                               hint="check the PYTHON* variables setvars and the recipe's env set")
-        return probe_dists(r.stdout), [*probe_inputs(r.stdout), *(_interpreter_files(ident) if ident else [])]
+        return probe_dists(r.stdout), {**before, **probe_inputs(r.stdout)}
 
     return remembered(memo_dir, "installed", identity, compute)
 
@@ -293,7 +297,7 @@ def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | No
         # each folder in it (real setvars globs them: <component>/latest/env/vars.sh) and the compiler whose
         # banner is the version (a file rewritten in place leaves its folder's stat as it was)
         root = Path(setvars).parent
-        inputs: list[str] | None = [setvars, *t.sourced, str(root)]
+        inputs: list[str] | None = [setvars, *t.sourced, *t.read, str(root)]
         if root.is_dir() and inputs is not None:
             inputs += [str(p) for p in root.iterdir()]
         if t.info.cmplr_root and inputs is not None:

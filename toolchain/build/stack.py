@@ -288,9 +288,11 @@ def build_component(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirror
                 source = WheelSource.REMOTE_CACHE
             if entry is None:
                 ensure_sources(mirrors, plan, cp)  # (fetched by build_plan: asks the mirror, fetches nothing)
-                _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
-                                  cc() if cc else _compiler_cache(plan, options, ui))
-                entry = cache.take(cp.cache_key, wheels_dir)
+                stored = _build_into_cache(plan, cp, runtime, mirrors, trees, cache, options, log, ui,
+                                           cc() if cc else _compiler_cache(plan, options, ui))
+                # (from a cache whose folders another user can write nothing is read back: what was just
+                # stored is copied out checked against the sha256 this process computed)
+                entry = cache.take(cp.cache_key, wheels_dir) or cache.copy_out(stored, wheels_dir)
                 if entry is None:
                     raise BuildError(f"{comp.name}: the wheel just stored in the cache under {cp.cache_key} "
                                      "could not be read back", hint="check the cache directory's disk")
@@ -378,7 +380,8 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
 
 def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirrors: Mirrors, trees: SourceTrees,
                       cache: WheelCache, options: BuildOptions, log: Path, ui: UI,
-                      cc: CompilerCache) -> None:
+                      cc: CompilerCache) -> CacheEntry:
+    """Build one component's wheel and store it in the cache: the entry stored."""
     from toolchain.build.buildreqs import check_build_requires, declared_requires
     from toolchain.build.built_against import probe_built_against
     from toolchain.build.frontend import backend_call, check_as_pip
@@ -442,7 +445,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
         if call:
             check_as_pip(wheel, plan.target.python_version, what, log)
         normalizations = _normalize(wheel, epoch) if options.deterministic else []
-        cache.put(cp.cache_key, wheel, EntryMeta(
+        return cache.put(cp.cache_key, wheel, EntryMeta(
             component=comp.name, commit=comp.commit, describe=mirrors.describe(comp.url, comp.commit),
             build_seconds=round(time.monotonic() - started, 3), version=version,
             normalizations=tuple(normalizations), env=redact_env(dict(cp.env)), command=tuple(comp.command),

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
-from toolchain.core.trust import read_trusted
+from toolchain.core.trust import read_sealed, sealed
 
 T = TypeVar("T")
 
@@ -34,9 +34,14 @@ def stat_key(path: str | os.PathLike[str]) -> list[int] | None:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode]
 
 
+Inputs = Iterable[str] | Mapping[str, list[int] | None]
+
+
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
-               compute: Callable[[], tuple[T, Iterable[str] | None]]) -> T:
-    """`compute()` returns (value, every path it read the value from: its inputs); the value must come back
+               compute: Callable[[], tuple[T, Inputs | None]]) -> T:
+    """`compute()` returns (value, every path it read the value from: its inputs, or a mapping of each to its
+    `stat_key` taken before it was read: a file that changed while it was read is then a change at the next
+    lookup, as git distrusts a racily clean entry; the others are stat'ed when compute returns); the value must come back
     from JSON as it went in (str, int, bool, lists and str-keyed dicts of those), since a remembered one is
     read from JSON. Inputs of None mean: use the value but do not remember it (e.g. it holds a secret). A
     remembered value is taken only from a file of this user's that no one else can write (`_read`), and only
@@ -54,7 +59,9 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
     value, inputs = compute()
     if inputs is None:
         return value
-    atomic_write_text(path, json.dumps({"value": value, "inputs": {p: stat_key(p) for p in sorted(set(inputs))}}))
+    before = inputs if isinstance(inputs, Mapping) else {}
+    recorded = {p: before[p] if p in before else stat_key(p) for p in sorted(set(inputs))}
+    atomic_write_text(path, sealed(path.stem, {"value": value, "inputs": recorded}, indent=None))
     return value
 
 
@@ -82,10 +89,8 @@ def file_sha256(memo_dir: Path | None, path: Path) -> str:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    """A memo file the cache's trust rule trusts (core/trust.py `read_trusted`): anything else in a shared
-    cache folder could have been planted, and is computed again (and replaced) instead of trusted."""
-    try:
-        saved = json.loads(read_trusted(path))
-    except (OSError, ValueError):
-        return None
-    return saved if isinstance(saved, dict) and isinstance(saved.get("inputs"), dict) else None
+    """A memo file the cache's trust rule trusts (core/trust.py `read_sealed`: in folders no one else can write,
+    filed under its own key, its checksum unchanged): anything else could have been planted, renamed over
+    another's or edited, and is computed again (and replaced) instead of trusted."""
+    saved = read_sealed(path, path.stem)
+    return saved if saved is not None and isinstance(saved.get("inputs"), dict) else None

@@ -9,6 +9,17 @@ records, remembered probes, kept file copies, bisect's unbuildable records), lik
   shared-group =` in a recipe, or `$TOOLCHAIN_CACHE_SHARED_GROUP`): then writable by that group and nobody
   else, and owned by this user, root or a member of that group.
 
+- in a folder that is itself trusted, as is each folder above it up to `/` (`folder_problem`, the walk ssh's
+  StrictModes makes): a folder of this user's or root's that no one else can write (a sticky one of this user's
+  or root's, as /tmp, or one the declared shared group can write); a symbolic link on the way must be this
+  user's or root's, and the folder it names is walked the same way. Whoever can write a folder on the way can
+  rename or swap the files in it, whoever owns them. A cache whose root fails is untrusted as a whole for the
+  run: nothing in it is read (`build/cache.shared_folder_warnings` says so once, with the fix).
+
+A record the cache serves (a remembered probe, a wheel entry's entry.json, a closure, a native record) also
+carries its own key and the sha256 of its content (`sealed`, `read_sealed`): a record renamed over another's,
+or edited, is a miss like a planted one.
+
 Anything else is `Untrusted` (an OSError): the caller treats it as a miss (re-probed, rebuilt, resolved again),
 never serves it. A cache other people can write to is shared through the OCI registry, where entries are
 verified by digest (sharing/registry.py), not through a folder. The out folder's own files (its marker, pylock.toml)
@@ -22,9 +33,10 @@ import functools
 import io
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from toolchain.core.fs import NotRegular, open_regular
 
@@ -41,6 +53,14 @@ def declare_shared_group(group: str) -> None:
     """The run's recipe declares its cache shared with `group` (a name or a gid; "" declares nothing): the
     environment's $TOOLCHAIN_CACHE_SHARED_GROUP, when set, wins."""
     _declared[:] = [group] if group else []
+
+
+def keep_writes_private() -> None:
+    """What this process creates is writable by nobody else, whatever the umask it was given (002 would make
+    the cache's own folders group-writable: the rule refuses them, and the whole cache would be untrusted).
+    A folder a group shares on purpose gets its group's write bit from its owner (`chmod g+w`, a setgid
+    folder), not from this process's umask."""
+    os.umask(os.umask(0o022) | 0o022)
 
 
 def shared_group() -> int | None:
@@ -79,11 +99,12 @@ def _member(uid: int, gid: int) -> bool:
         return False
 
 
-def problem(st: os.stat_result, *, folder: bool = False) -> str:
-    """Why a file (or, with `folder`, a folder) of this stat is not trusted ("" when it is)."""
+def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True) -> str:
+    """Why a file (or, with `folder`, a folder) of this stat is not trusted ("" when it is); without `shared`,
+    the declared shared group is no excuse (what is run, not read: a recipe)."""
     if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
         return "not a folder" if folder else "not a regular file"
-    me, group = os.geteuid(), shared_group()
+    me, group = os.geteuid(), (shared_group() if shared else None)
     if folder and st.st_mode & stat.S_ISVTX and st.st_uid in (me, 0):
         return ""  # a sticky folder of this user's (or root's): others may add files, not replace ours
     if group is not None and st.st_gid == group:
@@ -99,10 +120,52 @@ def problem(st: os.stat_result, *, folder: bool = False) -> str:
     return ""
 
 
+_FOLDERS: dict[tuple[str, bool], str] = {}  # a folder's verdict (folder_problem), kept for the run
+
+
+def forget_folders() -> None:
+    """Forget the folder verdicts kept for this run (a folder's owner changed its mode: tests, a long process)."""
+    _FOLDERS.clear()
+
+
+def folder_problem(folder: str | os.PathLike[str], *, shared: bool = True) -> str:
+    """Why a record in `folder` is not trusted for where it lies ("" when it is): `folder` and every folder
+    above it up to `/`, as ssh's StrictModes walks a path, must pass `problem(folder=True)`; a symbolic link on
+    the way must be this user's or root's, and the folder it names is walked the same way. One lstat per
+    folder, each verdict kept for the run; FileNotFoundError when a folder on the way is absent."""
+    path = os.path.abspath(folder)
+    key = (path, shared)
+    if key in _FOLDERS:
+        return _FOLDERS[key]
+    parent = os.path.dirname(path)
+    why = folder_problem(parent, shared=shared) if parent != path else ""
+    if not why:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise  # (absent: nothing in it to read; not kept, it may be made later in the run)
+        except OSError as exc:
+            return f"{path} cannot be read ({exc.strerror})"
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (os.geteuid(), 0):
+                why = f"{path} is a symbolic link of uid {st.st_uid}"
+            else:
+                real = os.path.realpath(path)
+                why = folder_problem(real, shared=shared) if real != path else f"{path} is a link loop"
+        else:
+            why = problem(st, folder=True, shared=shared)
+            why = f"{path} is {why}" if why else ""
+    _FOLDERS[key] = why
+    return why
+
+
 @contextmanager
 def open_trusted(path: Path) -> Iterator[io.BufferedReader]:
-    """`path` opened for reading when the rule trusts it (checked on the opened descriptor: `open_regular`),
-    else Untrusted; FileNotFoundError when absent."""
+    """`path` opened for reading when the rule trusts it (its folders first: `folder_problem`; then the file,
+    checked on the opened descriptor: `open_regular`), else Untrusted; FileNotFoundError when absent."""
+    where = folder_problem(os.path.dirname(os.path.abspath(path)))
+    if where:
+        raise Untrusted(f"{path} is not trusted: {where}")
     try:
         with open_regular(path) as (fh, st):
             why = problem(st)
@@ -127,3 +190,40 @@ def read_json(path: Path) -> object:
         return json.loads(read_trusted(path).decode("utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def _checksum(body: Mapping[str, object]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record)
+
+
+def sealed(key: str, data: Mapping[str, object], *, indent: int | None = 1) -> str:
+    """The JSON text of a record the cache will serve under `key`: `data` with the key it is filed under and the
+    sha256 of its content (`read_sealed` checks both)."""
+    import json
+
+    body = {**data, RECORD_KEY: key}
+    return json.dumps({**body, RECORD_SHA: _checksum(body)}, indent=indent, sort_keys=True)
+
+
+def unseal(raw: object, key: str) -> dict[str, Any] | None:
+    """The record's data when it was `sealed` under `key` and is unchanged since (its checksum holds), else
+    None: a record renamed over another's, or edited, is a miss."""
+    if not isinstance(raw, dict) or raw.get(RECORD_KEY) != key:
+        return None
+    body = {k: v for k, v in raw.items() if k != RECORD_SHA}
+    if raw.get(RECORD_SHA) != _checksum(body):
+        return None
+    del body[RECORD_KEY]
+    return body
+
+
+def read_sealed(path: Path, key: str) -> dict[str, Any] | None:
+    """The record in `path` when the rule trusts the file and it was `sealed` under `key` unchanged; None for a
+    miss (absent, untrusted, not JSON, another key, edited)."""
+    return unseal(read_json(path), key)

@@ -99,6 +99,8 @@ def find_recipe(name_or_path: str, recipes_dir: Path | None = None, beside: Path
     dirs = search_dirs(recipes_dir, beside)
     for d, why in dirs:
         if (d / f"{name_or_path}.toml").is_file():
+            if why == "./recipes":  # found for where the user stands, not named by them: whose is it?
+                check_found_here(Path.cwd() / "recipes" / f"{name_or_path}.toml", who=who)
             return Found(name_or_path, (d / f"{name_or_path}.toml").resolve(), why)
     known = sorted({q.stem for d, _ in dirs if d.is_dir() for q in d.glob("*.toml")})
     searched = ", then ".join(f"{d} ({why})" for d, why in dirs)
@@ -106,6 +108,56 @@ def find_recipe(name_or_path: str, recipes_dir: Path | None = None, beside: Path
                       hint=f"available: {', '.join(known) or 'none'}; `toolchain recipes` lists them; pass "
                            "--recipes-dir (or set $TOOLCHAIN_RECIPES_DIR) for another folder of recipes, or a "
                            "path to a .toml file")
+
+
+def check_found_here(file: Path, *, who: str = "") -> None:
+    """A recipe found by name in ./recipes is run only when it, every folder on the way to it and the patches
+    beside it (`patches_dirs_of`) are this user's or root's and writable by no one else (core/trust.py's walk,
+    no shared group): in a folder others can
+    write (a shared /tmp), another user's ./recipes/NAME.toml would otherwise run with this user's rights, as
+    git's `safe.directory` (CVE-2022-24765) refuses a repository another user owns. Else RecipeError (exit 2)
+    naming the path and the fix."""
+    from toolchain.core import trust
+
+    why = ""
+    try:
+        why = trust.folder_problem(file.parent, shared=False)
+        if not why:
+            link = os.lstat(file)
+            if os.path.islink(file) and link.st_uid not in (os.geteuid(), 0):
+                why = f"{file} is a symbolic link of uid {link.st_uid}"
+            elif os.path.islink(file):
+                why = trust.folder_problem(os.path.dirname(os.path.realpath(file)), shared=False)
+            if not why and (bad := trust.problem(os.stat(file), shared=False)):
+                why = f"{file} is {bad}"
+        for patches in patches_dirs_of(file):  # (what it applies to the sources: the same rule, each file)
+            if not why and patches.is_dir():
+                why = trust.folder_problem(patches, shared=False) or _tree_problem(patches)
+    except OSError as exc:
+        why = f"{file} cannot be read ({exc.strerror})"
+    if why:
+        raise RecipeError(f"{who}the recipe {file} was found in ./recipes of the current folder, which is not "
+                          f"trusted: {why}",
+                          hint=f"pass --recipes-dir with a folder of yours (or the path to a .toml you trust), or "
+                               f"take ownership: chown -R $USER {file.parent} && chmod -R go-w {file.parent}")
+
+
+def _tree_problem(top: Path) -> str:
+    """Why a folder of patches is not trusted below its top ("" when it is): each folder and file in it this
+    user's or root's and writable by no one else (core/trust.py, no shared group), no link of another user's."""
+    from toolchain.core import trust
+
+    for root, dirs, files in os.walk(top):
+        for name in [*dirs, *files]:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if os.path.islink(path):
+                bad = f"a symbolic link of uid {st.st_uid}" if st.st_uid not in (os.geteuid(), 0) else ""
+            else:
+                bad = trust.problem(st, folder=name in dirs, shared=False)
+            if bad:
+                return f"{path} is {bad}"
+    return ""
 
 
 def recipe_path(name_or_path: str, recipes_dir: Path | None = None) -> Path:

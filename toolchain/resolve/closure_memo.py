@@ -27,7 +27,7 @@ from toolchain.build.wheelmeta import WheelMeta
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.regex import SHA256_HEX
 from toolchain.core.serial import to_data
-from toolchain.core.trust import read_trusted
+from toolchain.core.trust import read_sealed, sealed
 from toolchain.recipe.model import ResolveSpec
 from toolchain.resolve.closure import Closure, canonical_name
 from toolchain.target.facts import TargetInfo
@@ -140,8 +140,8 @@ class ClosureMemo:
         from toolchain.core.probe_memo import stat_key
 
         try:
-            data = json.loads(read_trusted(self.path(key)).decode("utf-8"))  # (a FIFO, another user's file: a miss)
-            if data.get("format") != FORMAT or data.get("key") != key:
+            data = read_sealed(self.path(key), key)  # (a FIFO, another user's, renamed or edited: a miss)
+            if data is None or data.get("format") != FORMAT or data.get("key") != key:
                 return None
             if not all(stat_key(p) == k for p, k in data["inputs"].items()):
                 return None
@@ -159,4 +159,4 @@ class ClosureMemo:
         data = {"format": FORMAT, "key": key, "resolve": closure.settings(),
                 "dependencies": to_data(closure.dists, kebab=True),
                 "inputs": dict(sorted((inputs or {}).items()))}
-        atomic_write_text(self.path(key), json.dumps(data, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(self.path(key), sealed(key, data) + "\n")

@@ -24,7 +24,7 @@ from toolchain.core.fs import atomic_write_text
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
 from toolchain.core.serial import from_data, meta, to_data
-from toolchain.core.trust import read_json
+from toolchain.core.trust import read_sealed, sealed
 from toolchain.errors import BuildError
 from toolchain.resolve.closure import LockedDist
 from toolchain.resolve.wheelfiles import SO_NAME
@@ -86,15 +86,15 @@ def audit_wheel(path: Path, sha256: str, cache_dir: Path | None, *, dist: str = 
         return WheelAudit(path.name, sha256, dist, role, known)
     objects = tuple(_read_wheel(path))
     if cached is not None:
-        atomic_write_text(cached, json.dumps({"audit-version": AUDIT_VERSION, "wheel": path.name,
-                                              "objects": to_data(objects)}, indent=1))
+        atomic_write_text(cached, sealed(cached.stem, {"audit-version": AUDIT_VERSION, "wheel": path.name,
+                                                       "objects": to_data(objects)}))
     return WheelAudit(path.name, sha256, dist, role, objects)
 
 
 def _cached_objects(cached: Path) -> tuple[SharedObject, ...] | None:
     """The objects a native record remembers, when the cache's trust rule (core/trust.py) trusts it and it is
     whole; None for a miss (the wheel is read again and the record replaced)."""
-    raw = read_json(cached)
+    raw = read_sealed(cached, cached.stem)  # (filed under its own key, unchanged)
     try:
         if isinstance(raw, dict) and raw.get("audit-version") == AUDIT_VERSION:
             return tuple(from_data(SharedObject, o) for o in raw["objects"])

@@ -10,7 +10,6 @@ serve ranges gets the whole file fetched as pip fetches locked files (hash check
 from __future__ import annotations
 
 import io
-import json
 import re
 import struct
 import threading
@@ -22,7 +21,7 @@ from typing import Any
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
 from toolchain.core.regex import Regex
-from toolchain.core.trust import read_json
+from toolchain.core.trust import read_sealed, sealed
 from toolchain.errors import TransientError
 from toolchain.resolve.closure import LockedDist
 
@@ -42,15 +41,15 @@ def libraries_of(dist: LockedDist, cache_dir: Path, deps_dir: Path, log: Path) -
     """The paths in `dist`'s wheel whose names are those of shared objects (`.so`, `.so.N`), from the cache,
     the local file, or the remote central directory."""
     cached = cached_path(cache_dir, dist.sha256)
-    raw = read_json(cached)  # (trusted only as core/trust.py says: else listed again and replaced)
+    raw = read_sealed(cached, cached.stem)  # (trusted only as core/trust.py says: else listed again and replaced)
     if isinstance(raw, dict) and raw.get("files-version") == FILES_VERSION and isinstance(raw.get("libraries"), list):
         return tuple(str(n) for n in raw["libraries"])
     local = next((p for p in (Path(dist.local_path()) if dist.local_path() else None, deps_dir / dist.file)
                   if p is not None and p.is_file()), None)
     names = _names(zipfile.ZipFile(local)) if local is not None else _remote_names(dist, deps_dir, log)
     libraries = tuple(sorted(n for n in names if SO_NAME.search(n)))
-    atomic_write_text(cached, json.dumps({"files-version": FILES_VERSION, "wheel": dist.file,
-                                          "libraries": list(libraries)}, indent=1))
+    atomic_write_text(cached, sealed(cached.stem, {"files-version": FILES_VERSION, "wheel": dist.file,
+                                                   "libraries": list(libraries)}))
     return libraries
 
 

@@ -2,7 +2,7 @@
 #   bash -c "$(this file's text)" toolchain-setvars SETVARS [ARGS...]
 # stdout: the environment before (env -0), a mark, every file sourced while setvars ran (absolute paths,
 # NUL-ended, in order), a mark, the environment after. setvars' own output goes to stderr.
-# `source` and `.` are wrapped as functions that log the path (resolved as bash resolves it: a name without a
+# `source`, `.` and `command .` are wrapped as functions that log the path (resolved as bash resolves it: a name without a
 # slash is looked up on PATH, then in the working folder) and call the builtin; a file sourced without
 # arguments gets its caller's positional parameters, as with the builtin (read from BASH_ARGV, kept with
 # extdebug).
@@ -45,9 +45,15 @@ __toolchain_source() {  # BUILTIN FILE [ARGS...]: log FILE, then source it with 
 }
 source() { __toolchain_source source "$@"; }
 .() { __toolchain_source . "$@"; }
+command() {  # `command . FILE` (which skips functions) is sourced through the wrapper too
+  case "${1:-}" in
+    .|source) __toolchain_source "$@" ;;
+    *) builtin command "$@" ;;
+  esac
+}
 script="$1"; shift
 builtin source "$script" "$@" 1>&2 || { rc=$?; echo "setvars: $script exited with $rc" >&2; exit $rc; }
 exec 9>&-
-unset -f source . __toolchain_source __toolchain_where
+unset -f source . command __toolchain_source __toolchain_where
 printf '\0__TOOLCHAIN_SETVARS__\0'
 env -0

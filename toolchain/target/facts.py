@@ -52,8 +52,19 @@ SYS_PATH_VARS = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE
 
 
 def sys_path_env(env: Mapping[str, str | None]) -> list[list[str]]:
-    """The values of SYS_PATH_VARS in `env` (set ones only), for a remembered probe's identity."""
-    return [[k, v] for k in sorted(set(SYS_PATH_VARS)) if (v := env.get(k)) is not None]
+    """The values of SYS_PATH_VARS in `env` (set ones only), for a remembered probe's identity. PYTHONPATH's
+    entries as the interpreter resolves them, against the current folder (a relative `src` is another folder
+    in another working folder; an empty entry is the current folder)."""
+    import os
+
+    found = []
+    for k in sorted(set(SYS_PATH_VARS)):
+        v = env.get(k)
+        if v is not None:
+            if k == "PYTHONPATH":
+                v = os.pathsep.join(os.path.abspath(e or os.curdir) for e in v.split(os.pathsep))
+            found.append([k, v])
+    return found
 
 
 def _answer(probe_stdout: str) -> dict[str, Any]:
@@ -64,14 +75,29 @@ def _answer(probe_stdout: str) -> dict[str, Any]:
 def target_info(kind: str, python: str, probe_stdout: str, **extra: str) -> TargetInfo:
     """The probe's answer (toolchain/scripts/interpreter.py's last line, JSON) as a `TargetInfo`."""
     data = _answer(probe_stdout)
-    for reported in ("executable", "inputs", "dists", "watch"):
+    for reported in ("executable", "inputs", "stats", "dists", "watch"):
         data.pop(reported, None)
     return TargetInfo(runtime=kind, python=python, **data, **extra)
 
 
-def probe_inputs(probe_stdout: str) -> list[str]:
-    """Every path the probe read its answer from (its `inputs`: sys.path, .pth and metadata files)."""
-    return [str(p) for p in _answer(probe_stdout).get("inputs", [])]
+StatKey = list[int] | None  # core/probe_memo.stat_key's
+
+
+def probe_inputs(probe_stdout: str) -> dict[str, StatKey]:
+    """Every path the probe read its answer from (its `inputs`: what it opened and listed, sys.path, .pth and
+    metadata files), each with the stat the probe took before reading it (`stats`; a probe that reports none:
+    the stat now)."""
+    from toolchain.core.probe_memo import stat_key
+
+    answer = _answer(probe_stdout)
+    stats = answer.get("stats")
+    stats = stats if isinstance(stats, dict) else {}
+    found: dict[str, StatKey] = {}
+    for p in answer.get("inputs", []):
+        given = stats.get(p, False)
+        ok = given is None or (isinstance(given, list) and all(isinstance(n, int) for n in given))
+        found[str(p)] = given if ok else stat_key(str(p))
+    return found
 
 
 def probe_dists(probe_stdout: str) -> dict[str, str | None]:

@@ -106,9 +106,11 @@ class HostRuntime:
     def probe(self) -> TargetInfo:
         return self.probe_inputs()[0]
 
-    def probe_inputs(self) -> tuple[TargetInfo, list[str]]:
-        """The probe, and every path it read its answer from (sys.path, .pth and metadata files)."""
-        r = self.run([self.spec.python, self.script("interpreter.py")], capture=True, check=False)
+    def probe_inputs(self) -> tuple[TargetInfo, dict[str, list[int] | None]]:
+        """The probe, and every path it read its answer from (what it opened and listed, sys.path, .pth and
+        metadata files), each with its stat before it was read. Run with -S: the probe runs `site` itself,
+        watched (toolchain/scripts/interpreter.py)."""
+        r = self.run([self.spec.python, "-S", self.script("interpreter.py")], capture=True, check=False)
         if r.returncode != 0:
             raise RecipeError(f"target.python: {self.spec.python!r} does not run on the host "
                               f"(exit {r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}",

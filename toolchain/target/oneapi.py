@@ -2,8 +2,10 @@
 
 `bash -c` is used only around `source` (toolchain/scripts/setvars.bash, whose text is the `-c` argument), with
 the script path and its arguments passed as positional arguments, never formatted into the script text. That
-script wraps `source` and `.` so every file sourced while setvars runs is reported (`ToolchainEnv.sourced`):
-the inputs a remembered capture re-checks.
+script wraps `source`, `.` and `command .` so every file sourced while setvars runs is reported
+(`ToolchainEnv.sourced`); on the host, where strace is present and may trace, the shell runs under it and every
+path it and its children read, looked up or executed is reported too (`ToolchainEnv.read`, target/shelltrace.py:
+`$(<file)`, `cat file`, a program on PATH): the inputs a remembered capture re-checks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from toolchain.recipe.load import Recipe
 from toolchain.target.facts import ToolchainInfo
 
 if TYPE_CHECKING:
+    from toolchain.core.proc.runner import Completed
     from toolchain.target.base import BuildRuntime, Place
 
 MARK = "\0__TOOLCHAIN_SETVARS__\0"
@@ -38,6 +41,7 @@ class ToolchainEnv:
     diff: tuple[tuple[str, str | None], ...]  # variables set (or, None, unset) by setvars
     banner: str = ""
     sourced: tuple[str, ...] = ()  # every file setvars sourced (absolute, as the target sees it), in order
+    read: tuple[str, ...] = ()  # every path the shell and its children read, found or absent (traced; else ())
 
     def as_dict(self) -> dict[str, str | None]:
         return dict(self.diff)
@@ -70,7 +74,7 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
     from toolchain import scripts
 
     argv = ["bash", "-c", scripts.path("setvars.bash").read_text(), "toolchain-setvars", setvars, *spec.setvars_args]
-    r = runtime.run(argv, capture=True, check=False)  # logged below, once the secrets setvars sets are known
+    r, read = _run_traced(runtime, argv)  # logged below, once the secrets setvars sets are known
     parts = r.stdout.split(MARK)
     known = {**os.environ, **runtime.base_env(), **(_parse_env(parts[2]) if len(parts) == 3 else {})}
     output = redact_text(r.stderr, known)  # the script's own output (its stdout goes to stderr)
@@ -95,7 +99,26 @@ def capture(recipe: Recipe, runtime: BuildRuntime, log: Path | None = None) -> T
     info = ToolchainInfo(setvars=setvars, setvars_args=spec.setvars_args, oneapi_version=version,
                          cmplr_root=cmplr_root or "", env_diff_sha256=fingerprint)
     sourced = tuple(dict.fromkeys(p for p in parts[1].split("\0") if p))
-    return ToolchainEnv(info, tuple(sorted(diff.items())), banner, sourced)
+    return ToolchainEnv(info, tuple(sorted(diff.items())), banner, sourced, read)
+
+
+def _run_traced(runtime: BuildRuntime, argv: list[str]) -> tuple[Completed, tuple[str, ...]]:
+    """`argv` run in the target, and the paths it read as strace saw them (target/shelltrace.py) when the
+    target is this host and strace may trace; otherwise (or when the traced run fails: tracing not permitted,
+    or setvars failing, which the plain run then reports) run plainly, with () read."""
+    from toolchain.target import shelltrace
+
+    strace = shelltrace.tracer() if runtime.kind == "host" else None
+    if strace is not None:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="toolchain-setvars-") as tmp:
+            trace = Path(tmp) / "trace"
+            r = runtime.run(shelltrace.traced_argv(strace, trace, argv), capture=True, check=False)
+            if r.returncode == 0 and r.stdout.count(MARK) == 2 and trace.is_file():
+                text = trace.read_text(encoding="utf-8", errors="surrogateescape")
+                return r, tuple(p for p in shelltrace.paths_read(text, os.getcwd()) if not p.startswith(tmp))
+    return runtime.run(argv, capture=True, check=False), ()
 
 
 def compiler_version(runtime: Place, diff: Mapping[str, str | None]) -> tuple[str, str]:

@@ -189,8 +189,8 @@ class ContainerRuntimeBase(abc.ABC):
         """Containers are probed every time (an image or a running container can change under the same name)."""
         return None
 
-    def probe_inputs(self) -> tuple[TargetInfo, list[str]]:
-        return self.probe(), []
+    def probe_inputs(self) -> tuple[TargetInfo, dict[str, list[int] | None]]:
+        return self.probe(), {}
 
     def probe(self) -> TargetInfo:
         python, where = self.spec.python, self.describe()
