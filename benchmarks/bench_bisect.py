@@ -42,20 +42,23 @@ Then closures from an index (issue 26: resolve once per change):
    rerun's resolutions (resolve.log files in its step folders) and index requests counted.
                                                                    goal: no resolution, <= 1.5x the demo's
 
-Then real history (issue 41), skipped with a note when the mirror is absent (nothing is fetched from GitHub):
+Then real history (issues 41 and 48; benchmarks/bench_bisect_real.py), skipped with a note when the mirror
+is absent (nothing is fetched from GitHub), each round side by side with a clean `git bisect run`:
 
 9. a cold bisect of 204 first-parent commits of intel/auto-round (a recipe naming its GitHub URL, rewritten by
    the recipe's [mirrors] table to the local mirror, --real-mirror; the closure resolved from PyPI; both ends
-   checked; the test: the built wheel contains a file added at a known commit) interleaved with a clean
-   `git bisect run` (`git clean -fdx` + `pip wheel --no-build-isolation --no-deps` + the same test);
-                                                                               goal: ratio <= 0.9
-   then item 4 on that repository (a step beside a raw `git archive` + `pip wheel`; goal <= 0.3 s) and the
+   checked; the test: the built wheel contains a file added at a known commit);    goal: ratio <= 0.8
+10. a cold bisect of 280 first-parent commits that cross eight requirement changes, the test reading the
+   wheel's metadata (no step resolves a closure: the named locks are completed off the critical path; what
+   each bisect spent is printed), then the same bisect again compiling nothing.    goal: ratio <= 0.9
+   Then item 4 on that repository (a step beside a raw `git archive` + `pip wheel`; goal <= 0.3 s) and the
    profile of one step.
 
     python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N]
                                       [--py-commits 60] [--step-rounds 5] [--no-kernel] [--no-step]
                                       [--no-index] [--index-rounds 3] [--rerun-rounds 5]
-                                      [--no-real] [--real-mirror DIR] [--real-rounds 2] [--json]
+                                      [--no-real] [--real-mirror DIR] [--real-rounds 2]
+                                      [--real-ranges real,reqs] [--json]
 """
 
 from __future__ import annotations
@@ -662,131 +665,6 @@ def run_rerun_benchmark(work: Path, *, rounds: int = 5) -> dict[str, Any]:
     return {"ok": all(checks.values()), "figures": figures, "checks": checks}
 
 
-# ---- real history: intel/auto-round through its mirror (issue 41) --------------------------------------
-
-REAL_URL = "https://github.com/intel/auto-round"
-REAL_MIRROR = Path("/work/.mirror/intel+auto-round/repo")
-REAL_GOOD = "253117eb0542c041b8d88ac2cf5d522d37f4d8a0"        # 204 first-parent commits before REAL_BAD
-REAL_BAD = "b9f3d0079d014c73a1ff009800c597b9bc3f2a36"
-REAL_FIRST_BAD = "126793d50cf87785e599f0d320a319233ae8d778"   # adds the file the test looks for
-REAL_STRING = "auto_round/export/export_to_gguf/hf_checkpoint_restorer.py"
-REAL_TEST_PY = """\
-import glob, os, sys, zipfile
-wheel_dir = os.environ.get("TOOLCHAIN_BISECT_WHEEL_DIR") or sys.argv[1]
-wheels = glob.glob(os.path.join(wheel_dir, "auto_round-*.whl"))
-names = [n for w in wheels for n in zipfile.ZipFile(w).namelist()]
-sys.exit(2 if not wheels else 1 if {string!r} in names else 0)
-"""
-REAL_GIT_STEP_PY = """\
-import subprocess, sys, tempfile
-clone, test = sys.argv[1], sys.argv[2]
-subprocess.run(["git", "-C", clone, "clean", "-q", "-fdx"], check=True)
-with tempfile.TemporaryDirectory() as out:
-    if subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", clone,
-                       "-w", out], capture_output=True).returncode:
-        sys.exit(125)
-    sys.exit(subprocess.run([sys.executable, test, out]).returncode)
-"""
-
-
-def real_builder(work: Path, mirror: Path) -> Any:
-    """The `toolchain bisect` builder for auto-round at a step: a recipe naming the GitHub URL, rewritten by its
-    [mirrors] table to the local mirror (nothing fetched from GitHub), the closure resolved from PyPI."""
-    from toolchain.bisect.builder import SpineBuilder
-    from toolchain.console import UI
-    from toolchain.recipe import load as recipes
-
-    text = "\n".join(['description = "bisect benchmark, real history"', "[toolchain]", 'setvars = ""', "[target]",
-                      'runtime = "host"', f"python = {json.dumps(sys.executable)}", "[mirrors]",
-                      f"{json.dumps(REAL_URL)} = {json.dumps(str(mirror.resolve()))}", "[components.auto-round]",
-                      f"url = {json.dumps(REAL_URL)}", f'commit = "{REAL_BAD}"', ""])
-    path = work / "recipes" / "real.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    base = recipes.load_recipe(str(path))
-    return SpineBuilder(lambda sha: base.with_commit("auto-round", sha), work / "steps", work / "cache", (),
-                        UI(quiet=True), component="auto-round")
-
-
-def real_git_bisect_run(mirror: Path, work: Path, test: Path) -> tuple[str, int, float]:
-    """A clean `git bisect run` of the same range: `git clean -fdx`, `pip wheel --no-build-isolation --no-deps`,
-    the same test."""
-    clone = work / "git-baseline"
-    shutil.rmtree(clone, ignore_errors=True)
-    run(["git", "clone", "-q", "--no-checkout", str(mirror), str(clone)], capture=True)
-    step = work / "git_step.py"
-    step.write_text(REAL_GIT_STEP_PY)
-    git = ["git", "-C", str(clone), "-c", "user.name=bench", "-c", "user.email=bench@example.org"]
-    started = time.monotonic()
-    run([*git, "bisect", "start", "--first-parent", REAL_BAD, REAL_GOOD], capture=True)
-    done = run([*git, "bisect", "run", sys.executable, str(step), str(clone), str(test)], capture=True, check=False)
-    seconds = time.monotonic() - started
-    found = re.search(r"^([0-9a-f]{40}) is the first bad commit", done.stdout, re.M)
-    return found.group(1) if found else "", done.stdout.count("running "), seconds
-
-
-def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 2, step_rounds: int = 3,
-                       baseline: bool = True) -> dict[str, Any]:
-    """Item 9: a cold bisect of 204 first-parent commits of intel/auto-round (through the mirror rewrite, the
-    closure from PyPI, both ends checked) interleaved with a clean `git bisect run`; then item 4 on that real
-    repository (a step by the tool beside a raw `git archive` + `pip wheel`) and a profile of one step."""
-    if not (mirror / "objects").is_dir():
-        print(f"real history: no mirror of intel/auto-round at {mirror}; skipped (nothing is fetched from GitHub)")
-        return {"ok": True, "figures": {"real_skipped": f"no mirror at {mirror}"}, "checks": {}}
-    work.mkdir(parents=True, exist_ok=True)
-    test = work / "real_test.py"
-    test.write_text(REAL_TEST_PY.format(string=REAL_STRING))
-    cands = git_candidates(mirror, REAL_GOOD, REAL_BAD, url=REAL_URL)
-    t_tool, t_git, found, builds = [], [], [], []
-    git_first_bad, git_steps = "", 0
-    for r in range(rounds):
-        cold = work / f"cold{r}"
-        tester = CommandTester([sys.executable, str(test)], cold / "test-logs")
-        started = time.monotonic()
-        result = Bisector(cands, real_builder(cold, mirror), tester, jobs=DEFAULT_JOBS, check_ends=True).run()
-        t_tool.append(time.monotonic() - started)
-        found.append(result.first_bad is not None and result.first_bad.key == REAL_FIRST_BAD)
-        builds.append(result.builds_compiled)
-        if baseline:
-            git_first_bad, git_steps, seconds = real_git_bisect_run(mirror, work, test)
-            t_git.append(seconds)
-    figures: dict[str, Any] = {"real_commits": len(cands) - 1, "real_steps": len(result.steps),
-                               "real_tool_seconds": [round(t, 2) for t in t_tool], "real_builds_compiled": builds,
-                               "real_last_bisect": [  # where the last bisect's wall time went, step by step
-                                   f"{r.endpoint or f'step {r.number}':>8} {r.key[:12]} waited for its build "
-                                   f"{r.build_seconds:5.2f} s{' (built ahead)' if r.prefetched else ''}, "
-                                   f"test {r.test_seconds:4.2f} s: {r.verdict.value}"
-                                   for r in (*result.checks, *result.steps)]}
-    checks: dict[str, bool] = {"real_found": all(found)}
-    if baseline:
-        tool, git = statistics.median(t_tool), statistics.median(t_git)
-        figures.update(real_git_seconds=[round(t, 2) for t in t_git], real_git_steps=git_steps,
-                       real_time_ratio=round(tool / git, 3))
-        checks.update({"real_git_agrees": git_first_bad == REAL_FIRST_BAD, "real_within_0.9x_git": tool <= 0.9 * git})
-    # item 4 on the real repository: the tool's own cost per step beside a raw git archive + pip wheel
-    shas = [c.key for c in cands]
-    builder = real_builder(work / "step", mirror)
-    assert builder.build(shas[1]).ok
-    picks = iter(shas[2:])
-    with BuildCommandClock() as clock:
-        samples = side_by_side({"tool": lambda: _timed(lambda: builder.build(next(picks))),
-                                "raw": lambda: _timed(lambda: raw_wheel(mirror, REAL_BAD, work))}, step_rounds)
-    tool_s, raw = samples["tool"], samples["raw"]
-    overhead = Sample([t - b[0] for t, b in zip(tool_s.wall, clock.times, strict=False)],
-                      [t - b[1] for t, b in zip(tool_s.cpu, clock.times, strict=False)])
-    with SubprocessClock() as subs:
-        started = time.perf_counter()
-        assert builder.build(next(picks)).ok
-        one_step = subs.lines(time.perf_counter() - started)
-    outcome, profile = profile_call(lambda: builder.build(next(picks)))
-    figures.update(real_step_tool=tool_s.as_dict(), real_step_raw=raw.as_dict(),
-                   real_step_overhead=overhead.as_dict(), real_step_subprocesses=one_step,
-                   real_step_profile=profile)
-    checks.update({"real_step_builds": bool(getattr(outcome, "ok", False)),
-                   "real_step_overhead_within_0.3s": overhead.median <= 0.3})
-    return {"ok": all(checks.values()), "figures": figures, "checks": checks}
-
-
 def print_report(report: dict[str, Any]) -> None:
     for k, v in report["figures"].items():
         if isinstance(v, list):
@@ -814,10 +692,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-index", action="store_true", help="skip the bisects of closures from an index (7-8)")
     ap.add_argument("--index-rounds", type=int, default=3, help="cold bisects from an index beside git (7)")
     ap.add_argument("--rerun-rounds", type=int, default=5, help="cached demo bisect reruns each (8)")
-    ap.add_argument("--real-mirror", type=Path, default=REAL_MIRROR,
-                    help="bare mirror of intel/auto-round for the real-history bisect (9); absent: skipped")
-    ap.add_argument("--real-rounds", type=int, default=2, help="real-history bisects beside git bisect run (9)")
-    ap.add_argument("--no-real", action="store_true", help="skip the real-history bisect (9)")
+    ap.add_argument("--real-mirror", type=Path, default=Path("/work/.mirror/intel+auto-round/repo"),
+                    help="bare mirror of intel/auto-round for the real-history bisects (9, 10); absent: skipped")
+    ap.add_argument("--real-rounds", type=int, default=2, help="real-history bisects beside git bisect run (9, 10)")
+    ap.add_argument("--real-ranges", default="real,reqs",
+                    help="which real ranges (9: real, 10: reqs), comma-separated")
+    ap.add_argument("--no-real", action="store_true", help="skip the real-history bisects (9, 10)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     reports = []
@@ -842,8 +722,12 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 print_report(reports[-1])
         if not args.no_real:
+            from benchmarks.bench_bisect_real import RANGES, run_real_benchmark
+
+            ranges = tuple(r for r in RANGES if r.name in args.real_ranges.split(","))
             reports.append(run_real_benchmark(work / "real", mirror=args.real_mirror, rounds=args.real_rounds,
-                                              step_rounds=args.step_rounds, baseline=not args.no_baseline))
+                                              step_rounds=0 if args.no_step else args.step_rounds,
+                                              baseline=not args.no_baseline, ranges=ranges))
             if not args.json:
                 print_report(reports[-1])
     report = {"ok": all(r["ok"] for r in reports), "figures": {k: v for r in reports for k, v in r["figures"].items()},

@@ -458,6 +458,34 @@ def test_idle_cores_reads_without_waiting(monkeypatch):
     assert slept == [pytest.approx(0.15)]  # only the first reading waited
 
 
+def test_the_tools_own_running_build_is_its_own_load_not_another_users():
+    """A build the bisect started and has not waited for yet (a real busy child, and its child) counts as the
+    tool's own CPU, as it runs and after it is waited for: the idle-core check does not read it as another
+    user's load (issue 48: after the first step it saw the machine busy with the tool's own build)."""
+    import subprocess
+    import sys
+
+    from toolchain.core import cpu
+
+    me = os.getpid()
+    own = cpu._snapshot().own
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    # the child runs a grandchild spinning 0.4 s of CPU, waits for it, spins 0.4 s itself, then sleeps
+    child = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', "
+                              f"{spin!r}])\n{spin}\ntime.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 60
+        while cpu.descendants_cpu(me) < 0.7 and time.monotonic() < deadline:  # (a loaded machine: slower)
+            time.sleep(0.05)
+        running = cpu._snapshot().own - own
+        assert running >= 0.7, running  # both spins, the grandchild's (waited for by the child) too
+    finally:
+        child.kill()
+        child.wait()
+    assert cpu.descendants_cpu(me) == 0.0
+    assert cpu._snapshot().own - own >= running - 0.05  # waited for: now in RUSAGE_CHILDREN, not lost
+
+
 def test_state_file_errors(tmp_path: Path):
     bad = tmp_path / "x.json"
     bad.write_text("not json")

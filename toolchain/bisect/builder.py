@@ -76,6 +76,8 @@ class SpineBuilder:
     def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
+        if self.resolve and not resolve:  # deferred: what it warns of (no closure to check against) goes to its log
+            ui = LoggedWarnings(out / "logs" / "warnings.log", verbose=ui.verbose, quiet=ui.quiet)
         recipe = with_commit_wheel(only_the_bisected(self.derive(key), self.component), self.component)
         memo = unbuildable_memo(self.cache, recipe)
         known = None if self.retry_unbuildable or not remember else Unbuildable.read(memo)
@@ -125,6 +127,21 @@ class SpineBuilder:
                              f"{first_line(err)}",
                              hint=f"make the recipe build as it is (`toolchain build --recipe {recipe.path}`), "
                                   "then bisect again") from None
+
+
+class LoggedWarnings(UI):
+    """A deferred step's console: its warnings (the sonames it cannot check without a closure) go to `log`,
+    not the terminal; the completed build of a lock the result names shows its own."""
+
+    def __init__(self, log: Path, **kw: bool) -> None:
+        super().__init__(**kw)
+        self.log = log
+
+    def warn(self, message: str) -> None:
+        """Append the warning to the log."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(f"warning: {message}\n")
 
 
 class UpstreamBroken(BuildError):
