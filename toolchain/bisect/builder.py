@@ -17,6 +17,7 @@ from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, BuildSource, first_line
 from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
+from toolchain.build.wheelmeta import wheel_meta
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
@@ -52,6 +53,8 @@ class SpineBuilder:
         self.derive, self.out_root, self.cache, self.rewrites, self.ui = derive, out_root, cache, tuple(rewrites), ui
         self.component = component  # the one whose commit changes (commit bisects)
         self.resolve, self.retry_unbuildable, self.resolve_steps = resolve, retry_unbuildable, resolve_steps
+        self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed ahead
+        self._lock = threading.Lock()
 
     def build(self, key: str) -> BuildOutcome:
         """Build the candidate `key` as the bisected recipe at that commit; a failure is remembered as unbuildable.
@@ -61,13 +64,21 @@ class SpineBuilder:
             return dataclasses.replace(outcome, deferred=True) if outcome.ok else outcome
         return self._build(key, resolve=self.resolve)
 
-    def complete(self, key: str, build: BuildOutcome) -> BuildOutcome:
+    def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
         """`build` (deferred) with its lock pinning the runtime closure: the same recipe built again into its
         folder, every wheel from the cache, and resolved (a closure kept for the same requirements is taken
         as it is: `resolve.closure_memo`; uv's cache serves what another requirement set fetched). A closure
-        that does not resolve leaves the lock without one, saying why in `reason`; the verdict stands."""
+        that does not resolve leaves the lock without one, saying why in `reason`; the verdict stands.
+        `ahead` (in the background): nothing, `build` as it is, when a build with the same requirements was
+        completed or is being completed (its closure is kept then: completing this one later is quick)."""
         if not build.deferred:
             return build
+        if ahead:
+            requirements = wheel_requirements(build.wheels)
+            with self._lock:
+                if requirements in self._completed:
+                    return build
+                self._completed.add(requirements)
         done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
         if not done.ok:
             return dataclasses.replace(build, reason=f"its closure was not resolved: {done.reason}")
@@ -179,6 +190,12 @@ class Unbuildable:
             return from_data(cls, data) if isinstance(data, dict) else None
         except (ValueError, AttributeError, TypeError):
             return None
+
+
+def wheel_requirements(wheels: Sequence[Path]) -> tuple[tuple[str, ...], ...]:
+    """What a closure depends on of each wheel: its name, Requires-Python and Requires-Dist lines."""
+    metas = [wheel_meta(w) for w in wheels]
+    return tuple((m.name, m.requires_python, *m.requires_dist) for m in metas)
 
 
 def unbuildable_memo(cache: Path, recipe: Recipe) -> Path:

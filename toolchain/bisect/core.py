@@ -238,7 +238,7 @@ class Bisector:
             started = time.monotonic()
             good_build, bad_build = self._end_build(cands[lo]), self._end_build(cands[hi])
             self._end_wait = time.monotonic() - started
-            good_build, bad_build = self._complete_now(cands[lo].key), self._complete_now(cands[hi].key)
+            good_build, bad_build = self._complete_ends((cands[lo].key, cands[hi].key))
         self._save(replace(self.state, finished=True))
         skipped = tuple((c, self.state.verdicts[c.key][1]) for c in cands
                         if self.state.verdicts.get(c.key, (None, ""))[0] is Verdict.SKIP)
@@ -280,13 +280,13 @@ class Bisector:
         lo, hi = self.state.bounds()
         if key not in (self.state.candidates[lo].key, self.state.candidates[hi].key):
             return build
-        return self._timed_complete(key, build)
+        return self._timed_complete(key, build, ahead=True)
 
-    def _timed_complete(self, key: str, build: BuildOutcome) -> BuildOutcome:
+    def _timed_complete(self, key: str, build: BuildOutcome, *, ahead: bool) -> BuildOutcome:
         assert self._completer is not None
         started = time.monotonic()
         try:
-            return self._completer.complete(key, build)
+            return self._completer.complete(key, build, ahead=ahead)
         finally:
             self._resolve[0] += time.monotonic() - started
 
@@ -296,23 +296,31 @@ class Bisector:
         if done:
             self._save(replace(self.state, builds={**self.state.builds, **done}))
 
-    def _complete_now(self, key: str) -> BuildOutcome:
-        """The build of `key` (an end the result names) completed: the background's, waited for, or done now."""
-        build = self.state.builds[key]
-        if not build.deferred or self._completer is None:
-            return build
+    def _complete_ends(self, keys: tuple[str, str]) -> tuple[BuildOutcome, BuildOutcome]:
+        """The builds of the ends the result names, completed (the background's, waited for, or done now: the
+        two at once), and saved."""
+        if self._completer is None:
+            return self.state.builds[keys[0]], self.state.builds[keys[1]]
         started = time.monotonic()
-        future = self._completing.get(key)
-        if future is not None and not future.cancel():
-            with contextlib.suppress(Exception):  # (a failure there: tried again here, raised from here)
-                future.result()
-            self._harvest()
-            build = self.state.builds[key]
-        if build.deferred:
-            build = self._timed_complete(key, build)
-            if not build.deferred:
-                self._save(replace(self.state, builds={**self.state.builds, key: build}))
+        for key in keys:  # not started yet: done here instead
+            future = self._completing.get(key)
+            if future is not None and future.cancel():
+                del self._completing[key]
+        with ThreadPoolExecutor(1, thread_name_prefix="complete-end") as other:
+            second = other.submit(self._complete_end, keys[1])
+            builds = (self._complete_end(keys[0]), second.result())
+        self._save(replace(self.state, builds={**self.state.builds, **dict(zip(keys, builds, strict=True))}))
         self._resolve[1] += time.monotonic() - started
+        return builds
+
+    def _complete_end(self, key: str) -> BuildOutcome:
+        build = self.state.builds[key]
+        future = self._completing.get(key)
+        if build.deferred and future is not None:
+            with contextlib.suppress(Exception):  # (a failure there: tried again here, raised from here)
+                build = future.result()
+        if build.deferred and self._completer is not None:
+            build = self._timed_complete(key, build, ahead=False)
         return build
 
     # ---- builds -----------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ The test command's contract: exit 0 is good; 125 is skip (this one cannot be tes
 127 (the test could not run) and 128 or more (killed by a signal) stop the bisect with the test's last
 lines: `git bisect run` counts 126/127 as bad, so a typo in the test would blame a commit. It gets
 $TOOLCHAIN_BISECT_WHEELS (the step's wheel files, joined by ':'), $TOOLCHAIN_BISECT_WHEEL_DIR (a folder
-holding exactly the step's wheels), $TOOLCHAIN_BISECT_LOCK (the step's lock) and $TOOLCHAIN_BISECT_COMMIT
-(the commit, in a commit bisect). Every verdict, with the test's last 20 lines and its log, is in
+holding exactly the step's wheels), $TOOLCHAIN_BISECT_LOCK (the step's lock: it pins the runtime closure only
+with --test-needs-closure; otherwise closures are resolved off the critical path, for the last good and first
+bad locks) and $TOOLCHAIN_BISECT_COMMIT (the commit, in a commit bisect). Every verdict, with the test's last 20 lines and its log, is in
 OUT/result.json and --json.
 
 A build that fails is a skip, remembered (with its cause) so a repeated bisect does not build it again;
