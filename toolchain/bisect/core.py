@@ -106,7 +106,7 @@ class Bisector:
         self._used: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._width = 0  # builds kept in flight (W): 0 until a compiled build measured how many cores one keeps busy
-        self._completer: Completer | None = builder if callable(getattr(builder, "complete", None)) else None  # type: ignore[assignment]
+        self._completer = builder if isinstance(builder, Completer) else None
         self._completing: dict[str, Future[BuildOutcome]] = {}
         self._background: ThreadPoolExecutor | None = None
         self._resolve = [0.0, 0.0]  # seconds completing locks: all, and waited for

@@ -8,7 +8,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from toolchain.core.record import record
 from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
@@ -76,6 +76,7 @@ class Builder(Protocol):
         """Build one candidate. A failed build returns ok=False (it is skipped); raise only to abort."""
 
 
+@runtime_checkable
 class Completer(Protocol):
     """What a builder that leaves work off a step's critical path offers too (optional): completing a build."""
     def complete(self, key: str, build: BuildOutcome, *, ahead: bool) -> BuildOutcome:
