@@ -493,7 +493,8 @@ class Deferring(Builds):
 
     def __init__(self, tester: Verdicts) -> None:
         super().__init__()
-        self.tester, self.completed = tester, []
+        self.tester = tester
+        self.completed: list[tuple[str, bool, int]] = []  # (key, ahead, steps tested by then)
 
     def build(self, key: str) -> BuildOutcome:
         return replace(super().build(key), deferred=True)
