@@ -42,26 +42,28 @@ Then closures from an index (issue 26: resolve once per change):
    rerun's resolutions (resolve.log files in its step folders) and index requests counted.
                                                                    goal: no resolution, <= 1.5x the demo's
 
-Then real history (issue 41), skipped with a note when the mirror is absent (nothing is fetched from GitHub):
+Then real history (issues 41 and 48; benchmarks/bench_bisect_real.py), skipped with a note when the mirror
+is absent (nothing is fetched from GitHub), each round side by side with a clean `git bisect run`:
 
 9. a cold bisect of 204 first-parent commits of intel/auto-round (a recipe naming its GitHub URL, rewritten by
    the recipe's [mirrors] table to the local mirror, --real-mirror; the closure resolved from PyPI; both ends
-   checked; the test: the built wheel contains a file added at a known commit) interleaved with a clean
-   `git bisect run` (`git clean -fdx` + `pip wheel --no-build-isolation --no-deps` + the same test);
-                                                                               goal: ratio <= 0.9
-   then item 4 on that repository (a step beside a raw `git archive` + `pip wheel`; goal <= 0.3 s) and the
+   checked; the test: the built wheel contains a file added at a known commit);    goal: ratio <= 0.8
+10. a cold bisect of 280 first-parent commits that cross eight requirement changes, the test reading the
+   wheel's metadata (no step resolves a closure: the named locks are completed off the critical path; what
+   each bisect spent is printed), then the same bisect again compiling nothing.    goal: ratio <= 0.9
+   Then item 4 on that repository (a step beside a raw `git archive` + `pip wheel`; goal <= 0.3 s) and the
    profile of one step.
 
     python -m benchmarks.bench_bisect [--work DIR] [--commits 240] [--jobs 3] [--heavy-functions N]
                                       [--py-commits 60] [--step-rounds 5] [--no-kernel] [--no-step]
                                       [--no-index] [--index-rounds 3] [--rerun-rounds 5]
-                                      [--no-real] [--real-mirror DIR] [--real-rounds 2] [--json]
+                                      [--no-real] [--real-mirror DIR] [--real-rounds 2]
+                                      [--real-ranges real,reqs] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -517,276 +519,6 @@ def run_step_benchmark(work: Path, *, commits: int = 60, rounds: int = 5, baseli
     return {"ok": all(checks.values()), "figures": figures, "checks": checks}
 
 
-class ResolverCounter:
-    """Counts the resolver runs (uv) of the builds made in this process: a kept closure (resolve/closure_memo.py) runs
-    none."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __enter__(self) -> ResolverCounter:
-        from toolchain.resolve import uvpin
-
-        self._uvpin, self._real = uvpin, uvpin.resolve_closure
-
-        def counted(*args: Any, **kw: Any) -> Any:
-            self.calls += 1
-            return self._real(*args, **kw)
-
-        uvpin.resolve_closure = counted
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._uvpin.resolve_closure = self._real
-
-
-def run_index_benchmark(work: Path, *, commits: int = 60, rounds: int = 3, baseline: bool = True) -> dict[str, Any]:
-    """A pure-Python component whose closure (`packaging`) comes from a PEP 503 index served on 127.0.0.1 by
-    this process (tests/support/closure.py's CountingIndex, counting its requests): `rounds` cold bisects by
-    the tool (each in an empty cache; default --jobs), interleaved with a plain `git bisect run` that exports
-    and builds the same wheel at each step (no closure: `pip wheel --no-deps`). Resolutions are counted: the
-    steps change no requirement, so one per cold bisect. Then the same bisect again with everything cached and
-    the index stopped: no resolution, no request."""
-    from tests.support.closure import CountingIndex, simple_index, wheelhouse
-
-    stack = make_py_stack(work, commits=commits, requires=("packaging>=24",))
-    simple_index(wheelhouse(work / "index-wheels"), work / "index")
-    index = CountingIndex(work / "index")
-    extra = f'[resolve]\nindexes = ["{index.url}/simple"]\n'
-    cands = git_candidates(stack.kern.path, stack.kern.good, stack.kern.bad)
-    t_tool, t_git, resolutions, found = [], [], [], []
-    git_first_bad, git_steps = "", 0
-    try:
-        with ResolverCounter() as uv:
-            for r in range(rounds):
-                cold = work / f"cold{r}"
-                tester = CommandTester([sys.executable, str(stack.test_script)], cold / "test-logs")
-                before, started = uv.calls, time.monotonic()
-                result = Bisector(cands, spine_builder(stack, cold, name=PY, extra=extra), tester,
-                                  jobs=DEFAULT_JOBS).run()
-                t_tool.append(time.monotonic() - started)
-                resolutions.append(uv.calls - before)
-                found.append(result.first_bad is not None and result.first_bad.key == stack.kern.first_bad)
-                if baseline:
-                    git_first_bad, git_steps, seconds = git_bisect_run(stack, work)
-                    t_git.append(seconds)
-            asked = index.count()
-            index.stop()  # the network off: a rerun must need none
-            rerun = work / "rerun"
-            tester = CommandTester([sys.executable, str(stack.test_script)], rerun / "test-logs")
-            before, started = uv.calls, time.monotonic()
-            again = Bisector(cands, spine_builder(stack, rerun, name=PY, extra=extra, cache=work / "cold0" / "cache"),
-                             tester, jobs=DEFAULT_JOBS).run()
-            t_rerun, rerun_resolutions = time.monotonic() - started, uv.calls - before
-    finally:
-        index.stop()
-    figures: dict[str, Any] = {
-        "idx_commits": commits, "idx_steps": len(result.steps),
-        "idx_tool_seconds": [round(t, 2) for t in t_tool], "idx_resolutions_per_cold_bisect": resolutions,
-        "idx_index_requests": asked, "idx_rerun_seconds": round(t_rerun, 2),
-        "idx_rerun_resolutions": rerun_resolutions, "idx_rerun_compiled": again.builds_compiled}
-    checks = {"idx_found": all(found) and again.first_bad is not None and again.first_bad.key == stack.kern.first_bad,
-              "idx_resolves_once": all(n == 1 for n in resolutions), "idx_rerun_resolves_nothing": rerun_resolutions == 0}
-    if baseline:
-        tool, git = statistics.median(t_tool), statistics.median(t_git)
-        figures.update(idx_git_seconds=[round(t, 2) for t in t_git], idx_git_steps=git_steps,
-                       idx_time_ratio=round(tool / git, 3))
-        checks.update(idx_git_agrees=git_first_bad == stack.kern.first_bad, idx_no_slower_than_git=tool <= git)
-    return {"ok": all(checks.values()), "figures": figures, "checks": checks}
-
-
-# ---- a bisect rerun with everything cached: the demo, and the demo with its closure from an index ----------
-
-WORD_COUNT_TEST = """\
-import glob, os, sys
-sys.path[:0] = glob.glob(os.path.join(os.environ["TOOLCHAIN_BISECT_WHEEL_DIR"], "demo_engine-*.whl"))
-from demo_engine.text import word_count
-sys.exit(0 if word_count("two  words ") == 2 else 1)
-"""
-
-
-def run_rerun_benchmark(work: Path, *, rounds: int = 5) -> dict[str, Any]:
-    """The README's demo bisect (engine, v0.3.1..v0.4.0, `toolchain bisect` as a process) run once cold, then
-    again into a new --out with everything cached, `rounds` times, interleaved with the same rerun of the demo
-    whose closure comes from a PEP 503 index on 127.0.0.1 (a recipe variant; the index counts its requests).
-    Each rerun's resolutions are counted (a build that ran the resolver leaves logs/resolve.log in its step
-    folder; a kept closure none) and so are the index's requests: a rerun needs neither."""
-    from benchmarks.measure import installed_like_env, run_timed
-    from tests.support.closure import CountingIndex, demo_variant, simple_index, wheelhouse
-    from toolchain.sources.demo import materialize
-
-    root = Path(__file__).resolve().parent.parent
-    env = installed_like_env(work / "pycache")
-    cache = work / "cache"
-    materialize(work / "demo-cache")
-    shutil.copytree(work / "demo-cache" / "demo-repos", cache / "demo-repos")
-    simple_index(wheelhouse(work / "index-wheels"), work / "index")
-    index = CountingIndex(work / "index")
-    recipes = {"demo": ["--recipe", "demo"],
-               "indexed": ["--recipe", str(demo_variant(work / "recipes", "indexed",
-                                                        {"indexes": [f"{index.url}/simple"]})),
-                           "--patches-dir", str(root / "patches")]}
-    (work / "word-count.py").write_text(WORD_COUNT_TEST)
-    outs = iter(range(10_000))
-    resolved: dict[str, list[int]] = {"demo": [], "indexed": []}
-
-    def bisect(which: str) -> tuple[float, float]:
-        out = work / f"{which}-{next(outs)}"
-        argv = [sys.executable, "-m", "toolchain", "bisect", *recipes[which], "--component", "engine",
-                "--good", "v0.3.1", "--bad", "v0.4.0", "--test-cmd", f"{sys.executable} word-count.py",
-                "--cache-dir", str(cache), "--out", str(out), "--json"]
-        timing = run_timed(argv, cwd=work, env=env)
-        if not (out / "result.json").is_file():
-            raise RuntimeError(f"the {which} bisect wrote no result.json: {' '.join(argv)}")
-        resolved[which].append(len(list((out / "steps").glob("*/logs/resolve.log"))))
-        return timing
-
-    try:
-        cold = {which: bisect(which)[0] for which in recipes}  # compiles the kernels once, resolves each closure
-        cold_resolved = {which: resolved[which].pop() for which in recipes}
-        asked = index.count()
-        samples = side_by_side({which: functools.partial(bisect, which) for which in recipes}, rounds)
-        rerun_asked = index.count() - asked
-    finally:
-        index.stop()
-    demo, indexed = samples["demo"], samples["indexed"]
-    figures: dict[str, Any] = {
-        "rerun_cold_seconds": {k: round(v, 2) for k, v in cold.items()}, "rerun_cold_resolutions": cold_resolved,
-        "rerun_demo": demo.as_dict(), "rerun_indexed": indexed.as_dict(),
-        "rerun_indexed_over_demo": round(indexed.median / demo.median, 3),
-        "rerun_indexed_over_demo_cpu": round(indexed.cpu_median / demo.cpu_median, 3),
-        "rerun_resolutions": {k: sum(v) for k, v in resolved.items()}, "rerun_index_requests": rerun_asked}
-    checks = {"rerun_resolves_nothing": sum(resolved["indexed"]) == 0 and sum(resolved["demo"]) == 0
-              and rerun_asked == 0,
-              "rerun_within_1.5x_demo": indexed.median <= 1.5 * demo.median}
-    return {"ok": all(checks.values()), "figures": figures, "checks": checks}
-
-
-# ---- real history: intel/auto-round through its mirror (issue 41) --------------------------------------
-
-REAL_URL = "https://github.com/intel/auto-round"
-REAL_MIRROR = Path("/work/.mirror/intel+auto-round/repo")
-REAL_GOOD = "253117eb0542c041b8d88ac2cf5d522d37f4d8a0"        # 204 first-parent commits before REAL_BAD
-REAL_BAD = "b9f3d0079d014c73a1ff009800c597b9bc3f2a36"
-REAL_FIRST_BAD = "126793d50cf87785e599f0d320a319233ae8d778"   # adds the file the test looks for
-REAL_STRING = "auto_round/export/export_to_gguf/hf_checkpoint_restorer.py"
-REAL_TEST_PY = """\
-import glob, os, sys, zipfile
-wheel_dir = os.environ.get("TOOLCHAIN_BISECT_WHEEL_DIR") or sys.argv[1]
-wheels = glob.glob(os.path.join(wheel_dir, "auto_round-*.whl"))
-names = [n for w in wheels for n in zipfile.ZipFile(w).namelist()]
-sys.exit(2 if not wheels else 1 if {string!r} in names else 0)
-"""
-REAL_GIT_STEP_PY = """\
-import subprocess, sys, tempfile
-clone, test = sys.argv[1], sys.argv[2]
-subprocess.run(["git", "-C", clone, "clean", "-q", "-fdx"], check=True)
-with tempfile.TemporaryDirectory() as out:
-    if subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", clone,
-                       "-w", out], capture_output=True).returncode:
-        sys.exit(125)
-    sys.exit(subprocess.run([sys.executable, test, out]).returncode)
-"""
-
-
-def real_builder(work: Path, mirror: Path) -> Any:
-    """The `toolchain bisect` builder for auto-round at a step: a recipe naming the GitHub URL, rewritten by its
-    [mirrors] table to the local mirror (nothing fetched from GitHub), the closure resolved from PyPI."""
-    from toolchain.bisect.builder import SpineBuilder
-    from toolchain.console import UI
-    from toolchain.recipe import load as recipes
-
-    text = "\n".join(['description = "bisect benchmark, real history"', "[toolchain]", 'setvars = ""', "[target]",
-                      'runtime = "host"', f"python = {json.dumps(sys.executable)}", "[mirrors]",
-                      f"{json.dumps(REAL_URL)} = {json.dumps(str(mirror.resolve()))}", "[components.auto-round]",
-                      f"url = {json.dumps(REAL_URL)}", f'commit = "{REAL_BAD}"', ""])
-    path = work / "recipes" / "real.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    base = recipes.load_recipe(str(path))
-    return SpineBuilder(lambda sha: base.with_commit("auto-round", sha), work / "steps", work / "cache", (),
-                        UI(quiet=True), component="auto-round")
-
-
-def real_git_bisect_run(mirror: Path, work: Path, test: Path) -> tuple[str, int, float]:
-    """A clean `git bisect run` of the same range: `git clean -fdx`, `pip wheel --no-build-isolation --no-deps`,
-    the same test."""
-    clone = work / "git-baseline"
-    shutil.rmtree(clone, ignore_errors=True)
-    run(["git", "clone", "-q", "--no-checkout", str(mirror), str(clone)], capture=True)
-    step = work / "git_step.py"
-    step.write_text(REAL_GIT_STEP_PY)
-    git = ["git", "-C", str(clone), "-c", "user.name=bench", "-c", "user.email=bench@example.org"]
-    started = time.monotonic()
-    run([*git, "bisect", "start", "--first-parent", REAL_BAD, REAL_GOOD], capture=True)
-    done = run([*git, "bisect", "run", sys.executable, str(step), str(clone), str(test)], capture=True, check=False)
-    seconds = time.monotonic() - started
-    found = re.search(r"^([0-9a-f]{40}) is the first bad commit", done.stdout, re.M)
-    return found.group(1) if found else "", done.stdout.count("running "), seconds
-
-
-def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 2, step_rounds: int = 3,
-                       baseline: bool = True) -> dict[str, Any]:
-    """Item 9: a cold bisect of 204 first-parent commits of intel/auto-round (through the mirror rewrite, the
-    closure from PyPI, both ends checked) interleaved with a clean `git bisect run`; then item 4 on that real
-    repository (a step by the tool beside a raw `git archive` + `pip wheel`) and a profile of one step."""
-    if not (mirror / "objects").is_dir():
-        print(f"real history: no mirror of intel/auto-round at {mirror}; skipped (nothing is fetched from GitHub)")
-        return {"ok": True, "figures": {"real_skipped": f"no mirror at {mirror}"}, "checks": {}}
-    work.mkdir(parents=True, exist_ok=True)
-    test = work / "real_test.py"
-    test.write_text(REAL_TEST_PY.format(string=REAL_STRING))
-    cands = git_candidates(mirror, REAL_GOOD, REAL_BAD, url=REAL_URL)
-    t_tool, t_git, found, builds = [], [], [], []
-    git_first_bad, git_steps = "", 0
-    for r in range(rounds):
-        cold = work / f"cold{r}"
-        tester = CommandTester([sys.executable, str(test)], cold / "test-logs")
-        started = time.monotonic()
-        result = Bisector(cands, real_builder(cold, mirror), tester, jobs=DEFAULT_JOBS, check_ends=True).run()
-        t_tool.append(time.monotonic() - started)
-        found.append(result.first_bad is not None and result.first_bad.key == REAL_FIRST_BAD)
-        builds.append(result.builds_compiled)
-        if baseline:
-            git_first_bad, git_steps, seconds = real_git_bisect_run(mirror, work, test)
-            t_git.append(seconds)
-    figures: dict[str, Any] = {"real_commits": len(cands) - 1, "real_steps": len(result.steps),
-                               "real_tool_seconds": [round(t, 2) for t in t_tool], "real_builds_compiled": builds,
-                               "real_last_bisect": [  # where the last bisect's wall time went, step by step
-                                   f"{r.endpoint or f'step {r.number}':>8} {r.key[:12]} waited for its build "
-                                   f"{r.build_seconds:5.2f} s{' (built ahead)' if r.prefetched else ''}, "
-                                   f"test {r.test_seconds:4.2f} s: {r.verdict.value}"
-                                   for r in (*result.checks, *result.steps)]}
-    checks: dict[str, bool] = {"real_found": all(found)}
-    if baseline:
-        tool, git = statistics.median(t_tool), statistics.median(t_git)
-        figures.update(real_git_seconds=[round(t, 2) for t in t_git], real_git_steps=git_steps,
-                       real_time_ratio=round(tool / git, 3))
-        checks.update({"real_git_agrees": git_first_bad == REAL_FIRST_BAD, "real_within_0.9x_git": tool <= 0.9 * git})
-    # item 4 on the real repository: the tool's own cost per step beside a raw git archive + pip wheel
-    shas = [c.key for c in cands]
-    builder = real_builder(work / "step", mirror)
-    assert builder.build(shas[1]).ok
-    picks = iter(shas[2:])
-    with BuildCommandClock() as clock:
-        samples = side_by_side({"tool": lambda: _timed(lambda: builder.build(next(picks))),
-                                "raw": lambda: _timed(lambda: raw_wheel(mirror, REAL_BAD, work))}, step_rounds)
-    tool_s, raw = samples["tool"], samples["raw"]
-    overhead = Sample([t - b[0] for t, b in zip(tool_s.wall, clock.times, strict=False)],
-                      [t - b[1] for t, b in zip(tool_s.cpu, clock.times, strict=False)])
-    with SubprocessClock() as subs:
-        started = time.perf_counter()
-        assert builder.build(next(picks)).ok
-        one_step = subs.lines(time.perf_counter() - started)
-    outcome, profile = profile_call(lambda: builder.build(next(picks)))
-    figures.update(real_step_tool=tool_s.as_dict(), real_step_raw=raw.as_dict(),
-                   real_step_overhead=overhead.as_dict(), real_step_subprocesses=one_step,
-                   real_step_profile=profile)
-    checks.update({"real_step_builds": bool(getattr(outcome, "ok", False)),
-                   "real_step_overhead_within_0.3s": overhead.median <= 0.3})
-    return {"ok": all(checks.values()), "figures": figures, "checks": checks}
-
-
 def print_report(report: dict[str, Any]) -> None:
     for k, v in report["figures"].items():
         if isinstance(v, list):
@@ -814,10 +546,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-index", action="store_true", help="skip the bisects of closures from an index (7-8)")
     ap.add_argument("--index-rounds", type=int, default=3, help="cold bisects from an index beside git (7)")
     ap.add_argument("--rerun-rounds", type=int, default=5, help="cached demo bisect reruns each (8)")
-    ap.add_argument("--real-mirror", type=Path, default=REAL_MIRROR,
-                    help="bare mirror of intel/auto-round for the real-history bisect (9); absent: skipped")
-    ap.add_argument("--real-rounds", type=int, default=2, help="real-history bisects beside git bisect run (9)")
-    ap.add_argument("--no-real", action="store_true", help="skip the real-history bisect (9)")
+    ap.add_argument("--real-mirror", type=Path, default=Path("/work/.mirror/intel+auto-round/repo"),
+                    help="bare mirror of intel/auto-round for the real-history bisects (9, 10); absent: skipped")
+    ap.add_argument("--real-rounds", type=int, default=2, help="real-history bisects beside git bisect run (9, 10)")
+    ap.add_argument("--real-ranges", default="real,reqs",
+                    help="which real ranges (9: real, 10: reqs), comma-separated")
+    ap.add_argument("--no-real", action="store_true", help="skip the real-history bisects (9, 10)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     reports = []
@@ -834,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 print_report(reports[-1])
         if not args.no_index:
+            from benchmarks.bench_bisect_index import run_index_benchmark, run_rerun_benchmark
+
             reports.append(run_index_benchmark(work / "index", commits=args.py_commits, rounds=args.index_rounds,
                                                baseline=not args.no_baseline))
             if not args.json:
@@ -842,8 +578,12 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 print_report(reports[-1])
         if not args.no_real:
+            from benchmarks.bench_bisect_real import RANGES, run_real_benchmark
+
+            ranges = tuple(r for r in RANGES if r.name in args.real_ranges.split(","))
             reports.append(run_real_benchmark(work / "real", mirror=args.real_mirror, rounds=args.real_rounds,
-                                              step_rounds=args.step_rounds, baseline=not args.no_baseline))
+                                              step_rounds=0 if args.no_step else args.step_rounds,
+                                              baseline=not args.no_baseline, ranges=ranges))
             if not args.json:
                 print_report(reports[-1])
     report = {"ok": all(r["ok"] for r in reports), "figures": {k: v for r in reports for k, v in r["figures"].items()},

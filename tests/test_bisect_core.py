@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -456,6 +457,83 @@ def test_idle_cores_reads_without_waiting(monkeypatch):
     assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.5 + 0.8))
     assert cpu.idle_cores() == pytest.approx(min(ncpu, ncpu * 0.5 + 0.8))
     assert slept == [pytest.approx(0.15)]  # only the first reading waited
+
+
+def test_the_tools_own_running_build_is_its_own_load_not_another_users():
+    """A build the bisect started and has not waited for yet (a real busy child, and its child) counts as the
+    tool's own CPU, as it runs and after it is waited for: the idle-core check does not read it as another
+    user's load (issue 48: after the first step it saw the machine busy with the tool's own build)."""
+    import subprocess
+    import sys
+
+    from toolchain.core import cpu
+
+    me = os.getpid()
+    own = cpu._snapshot().own
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    # the child runs a grandchild spinning 0.4 s of CPU, waits for it, spins 0.4 s itself, then sleeps
+    child = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', "
+                              f"{spin!r}])\n{spin}\ntime.sleep(30)"])
+    try:
+        deadline = time.monotonic() + 60
+        while cpu.descendants_cpu(me) < 0.7 and time.monotonic() < deadline:  # (a loaded machine: slower)
+            time.sleep(0.05)
+        running = cpu._snapshot().own - own
+        assert running >= 0.7, running  # both spins, the grandchild's (waited for by the child) too
+    finally:
+        child.kill()
+        child.wait()
+    assert cpu.descendants_cpu(me) == 0.0
+    assert cpu._snapshot().own - own >= running - 0.05  # waited for: now in RUSAGE_CHILDREN, not lost
+
+
+class Deferring(Builds):
+    """A builder that leaves each build's closure out (`deferred`) and completes it on request, recording
+    which keys it completed, where (ahead: in the background) and while which steps had been tested."""
+
+    def __init__(self, tester: Verdicts) -> None:
+        super().__init__()
+        self.tester = tester
+        self.completed: list[tuple[str, bool, int]] = []  # (key, ahead, steps tested by then)
+
+    def build(self, key: str) -> BuildOutcome:
+        return replace(super().build(key), deferred=True)
+
+    def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
+        assert build.deferred and key in self.tester.calls, "only a tested build is completed"
+        with self.changed:
+            self.completed.append((key, ahead, len(self.tester.calls)))
+            self.changed.notify_all()
+        return replace(build, deferred=False)
+
+
+class WaitsForACompletion(Verdicts):
+    """The first step's test (after both ends') lasts until a completion ran: one did, in the background."""
+
+    builder: Deferring
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        if len(self.calls) == 2:
+            with self.builder.changed:
+                assert self.builder.changed.wait_for(lambda: self.builder.completed, 30)
+        return super().test(cand, build)
+
+
+def test_deferred_builds_are_completed_for_the_ends_the_result_may_name_and_the_two_it_names():
+    """Each step's build is deferred; only the last good and first bad so far are completed, in the background
+    (no step waits for it), and the two ends the result names are whole; the result says what it spent."""
+    tester = WaitsForACompletion(41)
+    builder = tester.builder = Deferring(tester)
+    result = Bisector(cands(65), builder, tester, jobs=1, check_ends=True).run()
+    assert key(result.first_bad) == "c041" and result.last_good.key == "c040"
+    assert result.good_build is not None and not result.good_build.deferred
+    assert result.bad_build is not None and not result.bad_build.deferred
+    done = {k for k, _, _ in builder.completed}
+    assert {"c040", "c041"} <= done
+    steps = [s.key for s in (*result.checks, *result.steps)]
+    assert done <= set(steps) and len(builder.completed) < len(steps) + 2  # never an untested one; not all
+    assert any(ahead for _, ahead, _ in builder.completed)  # in the background, while steps went on
+    assert result.spent.test >= 0 and result.spent.wall >= result.spent.wait >= 0 and result.spent.compile == 0
 
 
 def test_state_file_errors(tmp_path: Path):

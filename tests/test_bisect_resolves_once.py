@@ -65,7 +65,7 @@ def test_a_bisect_resolves_once_per_requirement_change_and_reruns_offline(ws, ma
     def bisect(out: str, good: str, bad: str):
         return ws.cli("bisect", "--recipe", "net", "--component", "kern", "--good", good, "--bad", bad,
                       "--cache-dir", ws.cache, "--out", ws.root / out, "--jobs", "1",
-                      "--test-cmd", f"{sys.executable} check.py", "--json")
+                      "--test-cmd", f"{sys.executable} check.py", "--test-needs-closure", "--json")
 
     with index:
         r = bisect("o1", plain[0], plain[-1])

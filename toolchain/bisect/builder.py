@@ -4,6 +4,7 @@ that did not change come from the wheel cache."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -15,6 +16,7 @@ from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, BuildSource, first_line
 from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
+from toolchain.build.wheelmeta import wheel_meta
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
@@ -40,27 +42,61 @@ class SpineBuilder:
     unbuildable (a skip); a build failure is remembered with its cause (`Unbuildable`), so a repeated bisect
     compiles nothing (`retry_unbuildable`: build them again). A failure of the surroundings (`TransientError`:
     the network, a full disk, a build stopped by a signal) is no finding on the candidate: it is raised, never
-    remembered, and the bisect stops, to be resumed. `resolve` False: `build --no-resolve`."""
+    remembered, and the bisect stops, to be resumed. `resolve` False: `build --no-resolve`. `resolve_steps`
+    False (the test installs no closure): a step's build leaves the closure out (`deferred`), and `complete`
+    resolves it for the locks the bisect names, off the step's critical path."""
 
     def __init__(self, derive: DeriveRecipe, out_root: Path, cache: Path, rewrites: Sequence[Rewrite],
-                 ui: UI, *, component: str = "", resolve: bool = True, retry_unbuildable: bool = False) -> None:
+                 ui: UI, *, component: str = "", resolve: bool = True, retry_unbuildable: bool = False,
+                 resolve_steps: bool = True) -> None:
         self.derive, self.out_root, self.cache, self.rewrites, self.ui = derive, out_root, cache, tuple(rewrites), ui
         self.component = component  # the one whose commit changes (commit bisects)
-        self.resolve, self.retry_unbuildable = resolve, retry_unbuildable
+        self.resolve, self.retry_unbuildable, self.resolve_steps = resolve, retry_unbuildable, resolve_steps
+        self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed ahead
+        self._lock = threading.Lock()
 
     def build(self, key: str) -> BuildOutcome:
-        """Build the candidate `key` as the bisected recipe at that commit; a failure is remembered as unbuildable."""
+        """Build the candidate `key` as the bisected recipe at that commit; a failure is remembered as unbuildable.
+        Its closure is resolved only where the test needs it (`resolve_steps`), else deferred to `complete`."""
+        if self.resolve and not self.resolve_steps:
+            outcome = self._build(key, resolve=False)
+            return dataclasses.replace(outcome, deferred=True) if outcome.ok else outcome
+        return self._build(key, resolve=self.resolve)
+
+    def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
+        """`build` (deferred) with its lock pinning the runtime closure: the same recipe built again into its
+        folder, every wheel from the cache, and resolved (a closure kept for the same requirements is taken
+        as it is: `resolve.closure_memo`; uv's cache serves what another requirement set fetched). A closure
+        that does not resolve leaves the lock without one, saying why in `reason`; the verdict stands.
+        `ahead` (in the background): nothing, `build` as it is, when a build with the same requirements was
+        completed or is being completed (its closure is kept then: completing this one later is quick)."""
+        if not build.deferred:
+            return build
+        if ahead:
+            requirements = wheel_requirements(build.wheels)
+            with self._lock:
+                if requirements in self._completed:
+                    return build
+                self._completed.add(requirements)
+        done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
+        if not done.ok:
+            return dataclasses.replace(build, reason=f"its closure was not resolved: {done.reason}")
+        return dataclasses.replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)
+
+    def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
+        if self.resolve and not resolve:  # deferred: what it warns of (no closure to check against) goes to its log
+            ui = LoggedWarnings(out / "logs" / "warnings.log", verbose=ui.verbose, quiet=ui.quiet)
         recipe = with_commit_wheel(only_the_bisected(self.derive(key), self.component), self.component)
         memo = unbuildable_memo(self.cache, recipe)
-        known = None if self.retry_unbuildable else Unbuildable.read(memo)
+        known = None if self.retry_unbuildable or not remember else Unbuildable.read(memo)
         if known is not None:
             return BuildOutcome(False, log=Path(known.log) if known.log else out / "logs", cached=True, tail=known.tail,
                                 reason=f"{known.reason} (remembered{known.since}: --retry-unbuildable, or delete "
                                        f"{memo}, builds it again)")
         options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose,
-                               resolve=self.resolve)
+                               resolve=resolve)
         try:
             lock, built = build_stack_components(recipe, options, ui)
         except TransientError:
@@ -77,12 +113,12 @@ class SpineBuilder:
                                           "--builds-at-once 1) and resume the bisect") from None
             self._check_upstream(recipe, err)
             tail = error_tail(err)
-            if not isinstance(err, SourceError):
+            if remember and not isinstance(err, SourceError):
                 Unbuildable(first_line(err), str(out / "logs"), tail).write(memo)
-            elif self.retry_unbuildable:
+            elif remember and self.retry_unbuildable:
                 memo.unlink(missing_ok=True)
             return BuildOutcome(False, log=out / "logs", reason=first_line(err), tail=tail)
-        if self.retry_unbuildable:
+        if self.retry_unbuildable and remember:
             memo.unlink(missing_ok=True)
         sources = {b.source for b in built}  # the remote cache (build/remotecache.py) serves every step and build ahead
         source: BuildSource = ("compiled" if WheelSource.BUILT in sources
@@ -101,6 +137,21 @@ class SpineBuilder:
                              f"{first_line(err)}",
                              hint=f"make the recipe build as it is (`toolchain build --recipe {recipe.path}`), "
                                   "then bisect again") from None
+
+
+class LoggedWarnings(UI):
+    """A deferred step's console: its warnings (the sonames it cannot check without a closure) go to `log`,
+    not the terminal; the completed build of a lock the result names shows its own."""
+
+    def __init__(self, log: Path, **kw: bool) -> None:
+        super().__init__(**kw)
+        self.log = log
+
+    def warn(self, message: str) -> None:
+        """Append the warning to the log."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("a", encoding="utf-8") as f:
+            f.write(f"warning: {message}\n")
 
 
 class UpstreamBroken(BuildError):
@@ -138,6 +189,12 @@ class Unbuildable:
             return from_data(cls, data) if isinstance(data, dict) else None
         except (ValueError, AttributeError, TypeError):
             return None
+
+
+def wheel_requirements(wheels: Sequence[Path]) -> tuple[tuple[str, ...], ...]:
+    """What a closure depends on of each wheel: its name, Requires-Python and Requires-Dist lines."""
+    metas = [wheel_meta(w) for w in wheels]
+    return tuple((m.name, m.requires_python, *m.requires_dist) for m in metas)
 
 
 def unbuildable_memo(cache: Path, recipe: Recipe) -> Path:

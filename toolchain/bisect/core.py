@@ -20,6 +20,14 @@ Building ahead (`jobs` > 1; the builder must be thread-safe for distinct keys), 
   every core busy, as a real kernel build does with MAX_JOBS; or none compiled yet) and idle cores leave one
   for the test (a GPU smoke test leaves the CPUs idle).
 
+Idle cores are the machine's less the other processes' load: the bisect's own builds, ahead or awaited, are
+its expected load, not another user's (`core.cpu.idle_cores` counts its live descendants as its own).
+
+Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
+closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
+may still name (the last good and first bad so far) are completed in one background thread at COMPLETE_NICE,
+and when the bisect ends the two it names are completed if they are not yet (`Spent.resolve_waited`).
+
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
 (the differences between two locks). How they are built and tested: `bisect.builder`, `bisect.testers`.
 """
@@ -27,7 +35,7 @@ Where candidates come from: `bisect.candidates` (a component's first-parent comm
 from __future__ import annotations
 
 import contextlib
-import enum
+import functools
 import itertools
 import math
 import os
@@ -35,214 +43,36 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
 
+from toolchain.bisect.model import (
+    BisectHandler,
+    BisectResult,
+    BisectState,
+    Builder,
+    BuildOutcome,
+    BuildSource,
+    Candidate,
+    Completer,
+    Spent,
+    StepRecord,
+    Tester,
+    TestOutcome,
+    Verdict,
+)
 from toolchain.core.cpu import idle_cores
-from toolchain.core.record import record
 from toolchain.core.regex import Regex
-from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
+
+__all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOutcome", "BuildSource", "Builder",
+           "Candidate", "Completer", "EndpointError", "Spent", "StepRecord", "TestOutcome", "Tester", "Verdict",
+           "first_line", "resumable", "steps_left"]
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 AHEAD_NICE = 10  # how much nicer than the bisect a build ahead runs (its thread, so its processes): never the awaited one's rival
+COMPLETE_NICE = 15  # and a lock completed in the background (its closure resolved for a lock the result may name)
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
-
-
-class Verdict(enum.Enum):
-    """What a bisect step concluded of one candidate: good, bad, or skipped (untestable)."""
-    GOOD = "good"
-    BAD = "bad"
-    SKIP = "skip"
-
-
-@record
-class Candidate:
-    """One point of the range bisected: a commit (or a lock difference) with what a report shows of it."""
-    key: str            # a commit sha (or, for lock-to-lock, a difference id)
-    subject: str = ""
-    date: str = ""
-    url: str = ""
-    merge: bool = False
-
-    @property
-    def short(self) -> str:
-        """The key shortened to 12 characters, as git shows a commit."""
-        return self.key[:12]
-
-
-# where a candidate's wheels came from: "compiled" | "prebuilt" (a per-commit wheel) | "downloaded" (the remote
-# cache) | "cached" ("": not known, as a state file of an older version, or a failed build)
-BuildSource = Literal["", "compiled", "prebuilt", "downloaded", "cached"]
-
-
-@record
-class BuildOutcome:
-    """What building one candidate gave: success, the lock and wheels written, the log, and why it failed."""
-    ok: bool
-    lock_path: Path | None = field(default=None, metadata=meta(key="lock"))
-    wheels: tuple[Path, ...] = ()
-    log: Path | None = None
-    reason: str = ""        # why the build failed (one line)
-    cached: bool = False    # nothing was compiled: every wheel came from the cache
-    source: BuildSource = ""
-    # cores the compile kept busy (CPU / wall seconds); 0: nothing compiled or not measured
-    cores: float = field(default=0.0, metadata=meta(dump=rounded(2)))
-    tail: str = ""          # a failed build: the error's last lines
-
-
-@record
-class TestOutcome:
-    """What testing one built candidate gave: its verdict, why, the log and the test output's last lines."""
-    __test__ = False  # not a pytest class
-    verdict: Verdict
-    reason: str = ""
-    log: Path | None = None
-    tail: str = ""           # the test's last lines (bisect.testers.TAIL)
-    code: int | None = None  # a test command's exit code
-
-
-class Builder(Protocol):
-    """What bisect asks of a builder: build the candidate with a given key."""
-    def build(self, key: str) -> BuildOutcome:
-        """Build one candidate. A failed build returns ok=False (it is skipped); raise only to abort."""
-
-
-class Tester(Protocol):
-    """What bisect asks of a tester: a verdict on one built candidate."""
-    def test(self, candidate: Candidate, build: BuildOutcome) -> TestOutcome | Verdict:
-        """Test one built candidate."""
-
-
-@record
-class StepRecord:
-    """One step of a bisect as the state file and report keep it: candidate, verdict, reason and timings."""
-    number: int
-    key: str
-    verdict: Verdict
-    reason: str = ""
-    build_failed: bool = False
-    prefetched: bool = False    # its build had started ahead (during an earlier test, or spread)
-    cached: bool = False
-    source: BuildSource = ""    # its build's wheels (BuildOutcome.source)
-    build_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))  # time this step waited for its build
-    test_seconds: float = field(default=0.0, metadata=meta(dump=rounded(3)))
-    lock: str = ""
-    remaining: int = 0          # untested candidates left in the range after this step
-    log: str = ""               # the test's log (a build that failed: its build's logs)
-    tail: str = ""              # the test's last lines (a build that failed: why)
-    endpoint: str = ""          # "good" | "bad": the check of a given end before bisecting (not a step)
-
-
-@record
-class BisectState:
-    """A bisect in progress: the candidates, the verdicts so far, the steps and builds; saved after each step."""
-    candidates: tuple[Candidate, ...]
-    verdicts: Mapping[str, tuple[Verdict, str]]     # key -> (verdict, reason)
-    steps: tuple[StepRecord, ...] = ()
-    builds: Mapping[str, BuildOutcome] = field(default_factory=dict)
-    finished: bool = False
-    checks: tuple[StepRecord, ...] = ()              # the given ends, built and tested before bisecting
-
-    @classmethod
-    def start(cls, candidates: Sequence[Candidate], builds: Mapping[str, BuildOutcome]) -> BisectState:
-        """`builds`: builds already known (e.g. the locks the ends came from)."""
-        return cls(tuple(candidates), {candidates[0].key: (Verdict.GOOD, "given as good"),
-                                       candidates[-1].key: (Verdict.BAD, "given as bad")}, builds=dict(builds))
-
-    def without_build_failures(self) -> BisectState:
-        """This state with the candidates skipped for a failed build untested again (and no longer finished)."""
-        failed = {s.key for s in self.steps if s.build_failed}
-        return replace(self, verdicts={k: v for k, v in self.verdicts.items() if k not in failed},
-                       steps=tuple(s for s in self.steps if not s.build_failed),
-                       builds={k: b for k, b in self.builds.items() if k not in failed},
-                       finished=self.finished and not failed)
-
-    def marks(self) -> list[Verdict | None]:
-        """The verdict of each candidate in order, None where it is not tested yet."""
-        return [self.verdicts.get(c.key, (None, ""))[0] for c in self.candidates]
-
-    def bounds(self) -> tuple[int, int]:
-        """(last known good, first known bad after it) as indices."""
-        return _bounds(self.marks())
-
-    def pending(self) -> int:
-        """How many candidates between the last good and the first bad are still untested."""
-        lo, hi = self.bounds()
-        marks = self.marks()
-        return sum(1 for i in range(lo + 1, hi) if marks[i] is None)
-
-    def to_dict(self) -> dict[str, Data]:
-        """The state file's table: the fields, with each verdict as {verdict, reason}."""
-        return {**to_table(self), "verdicts": {k: {"verdict": v.value, "reason": r} for k, (v, r) in self.verdicts.items()}}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BisectState:
-        verdicts = {k: (Verdict(v["verdict"]), v.get("reason", "")) for k, v in d["verdicts"].items()}
-        return from_data(cls, {k: v for k, v in d.items() if k != "verdicts"}, given={"verdicts": verdicts})
-
-
-def _skipped_data(skipped: tuple[tuple[Candidate, str], ...]) -> Data:
-    return to_data([{**to_table(c), "reason": r} for c, r in skipped])
-
-
-@record
-class BisectResult:
-    """A finished bisect: the first bad and last good candidates (or the range skips hide) and every step."""
-    first_bad: Candidate | None                      # None when skips hide the boundary
-    last_good: Candidate
-    possible: tuple[Candidate, ...]                  # the first bad is one of these (just first_bad when found)
-    # every skipped candidate and why (written as the candidate's table with its `reason`)
-    skipped: tuple[tuple[Candidate, str], ...] = field(metadata=meta(dump=_skipped_data))
-    steps: tuple[StepRecord, ...]
-    good_build: BuildOutcome | None = None
-    bad_build: BuildOutcome | None = None
-    # the build counts, written as one table `builds`
-    builds_needed: int = field(default=0, metadata=meta(key="builds.needed"))  # waited for (steps and ends)
-    builds_speculative: int = field(default=0, metadata=meta(key="builds.speculative"))  # started ahead, unused
-    builds_compiled: int = field(default=0, metadata=meta(key="builds.compiled"))  # not cache hits
-    checks: tuple[StepRecord, ...] = ()  # the given ends' checks (`Bisector(check_ends=True)`)
-
-    @property
-    def found(self) -> bool:
-        """Whether the first bad candidate was found (skips may hide it among `possible`)."""
-        return self.first_bad is not None
-
-    def to_dict(self) -> dict[str, Data]:
-        """The report's table: `found`, then the fields (the build counts as one table `builds`)."""
-        return {"found": self.found, **to_table(self)}
-
-
-class BisectHandler:
-    """Receives the events of a `Bisector` and does all reporting. Every method is optional."""
-
-    def started(self, state: BisectState) -> None:
-        """The bisect starts (or resumes) with `state`."""
-
-    def building(self, candidate: Candidate) -> None:
-        """The build of `candidate` for the current step begins."""
-
-    def prefetching(self, candidate: Candidate) -> None:
-        """A build of `candidate` begins ahead, for a step that may need it."""
-
-    def testing(self, candidate: Candidate) -> None:
-        """The test of the built `candidate` begins."""
-
-    def checked(self, record: StepRecord, state: BisectState) -> None:
-        """A given end (good or bad) was built and tested before bisecting."""
-
-    def step(self, record: StepRecord, state: BisectState) -> None:
-        """A step gave a good or bad verdict."""
-
-    def skip(self, record: StepRecord, state: BisectState) -> None:
-        """A candidate was skipped: it could not be built or tested."""
-
-    def finished(self, result: BisectResult) -> None:
-        """The bisect ended with `result`."""
-
-    def interrupted(self, state: BisectState, error: BaseException) -> None:
-        """The bisect stopped at `state` by a signal or `error`."""
 
 
 class Bisector:
@@ -276,6 +106,12 @@ class Bisector:
         self._used: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._width = 0  # builds kept in flight (W): 0 until a compiled build measured how many cores one keeps busy
+        self._completer = builder if isinstance(builder, Completer) else None
+        self._completing: dict[str, Future[BuildOutcome]] = {}
+        self._background: ThreadPoolExecutor | None = None
+        self._resolve = [0.0, 0.0]  # seconds completing locks: all, and waited for
+        self._end_wait = 0.0
+        self._started = 0.0
 
     # ---- driving ----------------------------------------------------------------------------------
     def run(self) -> BisectResult:
@@ -283,6 +119,9 @@ class Bisector:
         # _spread and _prefetch keep the count; threads to spare for the step's own build and for builds ahead
         # that no step needs any more, finishing (threads start when needed)
         self._pool = ThreadPoolExecutor(2 * self.jobs, thread_name_prefix="prefetch") if self.jobs > 1 else None
+        if self._completer is not None:
+            self._background = ThreadPoolExecutor(1, thread_name_prefix="complete")
+        self._started = time.monotonic()
         clean = False
         try:
             if self._pool is not None:
@@ -301,8 +140,16 @@ class Bisector:
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=clean, cancel_futures=True)
+            if self._background is not None:  # a completion no lock of the result needs: left to end on its own
+                self._background.shutdown(wait=False, cancel_futures=True)
         self.handler.finished(result)
         return result
+
+    def wait_background(self) -> None:
+        """Wait for a background completion still running after `run()` (none the result needs: a benchmark
+        waits for it before it measures anything else)."""
+        if self._background is not None:
+            self._background.shutdown(wait=True)
 
     def next_index(self) -> int | None:
         """The index of the untested candidate nearest the middle of the range; None when only skipped ones are left."""
@@ -320,6 +167,7 @@ class Bisector:
         self._save(replace(state, steps=(*state.steps, record)))
         (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
         self._check_systematic_failure()
+        self._complete_ahead()
 
     def _try(self, cand: Candidate, while_testing: Callable[[], None] = lambda: None) -> StepRecord:
         """Build and test `cand` (a failed build is a skip): its record, not yet numbered nor saved."""
@@ -364,6 +212,7 @@ class Bisector:
             if record.verdict is not expected:
                 raise EndpointError(name, cand, record)
             self._save(replace(self.state, checks=(*self.state.checks, record)))
+            self._complete_ahead()
 
     def _check_systematic_failure(self) -> None:
         """Stop when every build so far failed, the last SAME_FAILURES the same way (commit ids aside):
@@ -386,7 +235,10 @@ class Bisector:
         hidden = tuple(cands[i] for i in range(lo + 1, hi))  # all skipped, or the loop would go on
         good_build = bad_build = None
         if self.build_ends:
+            started = time.monotonic()
             good_build, bad_build = self._end_build(cands[lo]), self._end_build(cands[hi])
+            self._end_wait = time.monotonic() - started
+            good_build, bad_build = self._complete_ends((cands[lo].key, cands[hi].key))
         self._save(replace(self.state, finished=True))
         skipped = tuple((c, self.state.verdicts[c.key][1]) for c in cands
                         if self.state.verdicts.get(c.key, (None, ""))[0] is Verdict.SKIP)
@@ -398,7 +250,78 @@ class Bisector:
             builds_needed=len(self._used & set(self._futures)),
             builds_speculative=sum(1 for k, f in self._futures.items()
                                    if k not in self._used and (f.running() or f.done()) and not f.cancelled()),
-            builds_compiled=sum(1 for o in outcomes if not o.cached), checks=self.state.checks)
+            builds_compiled=sum(1 for o in outcomes if not o.cached), checks=self.state.checks,
+            spent=self._spent(outcomes))
+
+    def _spent(self, outcomes: Sequence[BuildOutcome]) -> Spent:
+        records = (*self.state.checks, *self.state.steps)
+        return Spent(compile=sum(o.seconds for o in outcomes if o.source == "compiled"),
+                     test=sum(r.test_seconds for r in records), resolve=self._resolve[0],
+                     resolve_waited=self._resolve[1], wait=sum(r.build_seconds for r in records) + self._end_wait,
+                     wall=time.monotonic() - self._started)
+
+    # ---- completing deferred builds (the locks the result may name) --------------------------------------
+    def _complete_ahead(self) -> None:
+        """Take in the background completions that are done; start those of the current last good and first
+        bad candidates (the only tested ones the result may still name) where their build is deferred."""
+        self._harvest()
+        if self._background is None:
+            return
+        lo, hi = self.state.bounds()
+        for cand in (self.state.candidates[lo], self.state.candidates[hi]):
+            build = self.state.builds.get(cand.key)
+            if build is not None and build.ok and build.deferred and cand.key not in self._completing:
+                self._completing[cand.key] = self._background.submit(_at_nice, COMPLETE_NICE, self._complete_if_named,
+                                                                     cand.key)
+
+    def _complete_if_named(self, key: str) -> BuildOutcome:
+        """(A background thread) the completed build of `key`, unless the result can no longer name it by now."""
+        build = self.state.builds[key]
+        lo, hi = self.state.bounds()
+        if key not in (self.state.candidates[lo].key, self.state.candidates[hi].key):
+            return build
+        return self._timed_complete(key, build, ahead=True)
+
+    def _timed_complete(self, key: str, build: BuildOutcome, *, ahead: bool) -> BuildOutcome:
+        assert self._completer is not None
+        started = time.monotonic()
+        try:
+            return self._completer.complete(key, build, ahead=ahead)
+        finally:
+            self._resolve[0] += time.monotonic() - started
+
+    def _harvest(self) -> None:
+        done = {k: f.result() for k, f in self._completing.items() if f.done() and not f.cancelled()
+                and f.exception() is None and not f.result().deferred}
+        if done:
+            self._save(replace(self.state, builds={**self.state.builds, **done}))
+
+    def _complete_ends(self, keys: tuple[str, str]) -> tuple[BuildOutcome, BuildOutcome]:
+        """The builds of the ends the result names, completed (the background's, waited for, or done now: the
+        two at once), and saved."""
+        if self._completer is None:
+            return self.state.builds[keys[0]], self.state.builds[keys[1]]
+        started = time.monotonic()
+        for key in keys:  # not started yet: done here instead
+            future = self._completing.get(key)
+            if future is not None and future.cancel():
+                del self._completing[key]
+        with ThreadPoolExecutor(1, thread_name_prefix="complete-end") as other:
+            second = other.submit(self._complete_end, keys[1])
+            builds = (self._complete_end(keys[0]), second.result())
+        self._save(replace(self.state, builds={**self.state.builds, **dict(zip(keys, builds, strict=True))}))
+        self._resolve[1] += time.monotonic() - started
+        return builds
+
+    def _complete_end(self, key: str) -> BuildOutcome:
+        build = self.state.builds[key]
+        future = self._completing.get(key)
+        if build.deferred and future is not None:
+            with contextlib.suppress(Exception):  # (a failure there: tried again here, raised from here)
+                build = future.result()
+        if build.deferred and self._completer is not None:
+            build = self._timed_complete(key, build, ahead=False)
+        return build
 
     # ---- builds -----------------------------------------------------------------------------------
     def _build(self, key: str) -> BuildOutcome:
@@ -410,7 +333,7 @@ class Bisector:
         future = self._futures.get(key)
         if future is None:
             future = Future[BuildOutcome]()
-            future.set_result(self.builder.build(key))
+            future.set_result(_timed(self.builder.build, key))
             self._futures[key] = future
         outcome = future.result()
         self._used.add(key)
@@ -437,8 +360,8 @@ class Bisector:
         never takes a core from the build or test being waited for (children inherit a thread's nice value)."""
         assert self._pool is not None
         self.handler.prefetching(cand)
-        self._futures[cand.key] = self._pool.submit(_at_nice, AHEAD_NICE if ahead else 0, self.builder.build,
-                                                    cand.key)
+        self._futures[cand.key] = self._pool.submit(_at_nice, AHEAD_NICE if ahead else 0,
+                                                    functools.partial(_timed, self.builder.build), cand.key)
 
     def _measure(self, *outcomes: BuildOutcome) -> None:
         """W, once a compiled build tells how many cores one keeps busy (CPU / wall seconds, rounded, at least
@@ -518,6 +441,13 @@ class EndpointError(UsageError):
         self.endpoint, self.candidate, self.record = name, cand, record
 
 
+def _timed(build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
+    """`build(key)` with its wall seconds."""
+    started = time.monotonic()
+    outcome = build(key)
+    return replace(outcome, seconds=time.monotonic() - started)
+
+
 def _at_nice(increment: int, build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
     """`build(key)` in this (pool) thread at the bisect's nice value + `increment` (Linux: nice is per thread
     and a child starts with its thread's), the thread's own value restored after where allowed."""
@@ -554,12 +484,6 @@ def _check_candidates(candidates: tuple[Candidate, ...]) -> None:
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise UsageError(f"candidate {dup[:12]} appears twice in the range")
-
-
-def _bounds(marks: Sequence[Verdict | None]) -> tuple[int, int]:
-    hi = next(i for i, m in enumerate(marks) if m is Verdict.BAD)
-    lo = max(i for i in range(hi) if marks[i] is Verdict.GOOD)
-    return lo, hi
 
 
 def _pick(lo: int, hi: int, marks: Sequence[Verdict | None]) -> int | None:

@@ -150,11 +150,12 @@ def commit_outcome(result: BisectResult, component: str, out: Path, state_path: 
     lines += _skipped_lines(result) + evidence_lines(result) + [f"{k} lock: {v}" for k, v in locks.items()] \
         + [f"state: {state_path}"]
     lines.append("steps' wheels: " + ", ".join(f"{n} {what}" for what, n in wheels.items()))
+    lines += [*closure_lines(result), result.spent.line()]
     data = {"ok": result.found, "mode": "commits", "component": component, "result": result.to_dict(),
             "contract": CONTRACT, "locks": locks, "state": str(state_path), "log": str(out / LOG_NAME),
             "wheels": wheels}
     atomic_write_text(out / RESULT_NAME, _json(data))
-    return BisectOutcome(result.found, data, "\n".join(lines), (steps_table(result, "commit"),))
+    return BisectOutcome(result.found, data, "\n".join(lines), (steps_table(result, "commit"), spent_table(result)))
 
 
 def wheel_sources(result: BisectResult) -> dict[str, int]:
@@ -183,7 +184,7 @@ def lock_outcome(result: LockBisectResult, out: Path, state_path: Path) -> Bisec
                      if c else "skipped commits hide the first bad commit; it is one of: "
                      + ", ".join(x.short for x in result.commits.possible))
     lines += _skipped_lines(final) + evidence_lines(final) + [f"{k} lock: {v}" for k, v in locks.items()] \
-        + [f"state: {state_path}"]
+        + [f"state: {state_path}"] + closure_lines(final) + [final.spent.line()]
     ok = result.culprit is not None and (result.commits is None or result.commits.found)
     data = {"ok": ok, "mode": "locks", "result": result.to_dict(), "locks": locks, "state": str(state_path),
             "contract": CONTRACT,
@@ -192,6 +193,7 @@ def lock_outcome(result: LockBisectResult, out: Path, state_path: Path) -> Bisec
     tables = [differences_table(result), steps_table(result.changes, "change")]
     if result.commits is not None:
         tables.append(steps_table(result.commits, "commit"))
+    tables.append(spent_table(final))
     return BisectOutcome(ok, data, "\n".join(lines), tuple(tables))
 
 
@@ -229,6 +231,29 @@ def steps_table(result: BisectResult, what: str) -> Table:
         table.add_row(str(s.number), escape(f"{s.key[:12]} {subjects.get(s.key, '')}".strip()), s.verdict.value,
                       escape(s.reason), build + (" (ahead)" if s.prefetched else ""), f"{s.test_seconds:.1f}")
     return table
+
+
+def spent_table(result: BisectResult) -> Table:
+    """A console table of where the bisect's time went (`Spent`): compile, test, resolve, wait, wall."""
+    table = Table(title="bisect spent (seconds)")
+    rows = [("compile", result.spent.compile, "every build's wall time, ahead or awaited (not cache hits)"),
+            ("test", result.spent.test, "the tests of the ends and the steps"),
+            ("resolve", result.spent.resolve, "closures of the locks the result names (most in the background)"),
+            ("  waited for", result.spent.resolve_waited, "of which the result waited for"),
+            ("wait", result.spent.wait, "waiting for builds (the critical path)"),
+            ("wall", result.spent.wall, "the whole bisect")]
+    for col in ("spent on", "seconds", "what"):
+        table.add_column(col)
+    for name, seconds, what in rows:
+        table.add_row(name, f"{seconds:.1f}", what)
+    return table
+
+
+def closure_lines(result: BisectResult) -> list[str]:
+    """A named lock whose closure could not be resolved (its verdict stands): why."""
+    return [f"{name} lock pins no runtime closure: {build.reason}"
+            for name, build in (("good", result.good_build), ("bad", result.bad_build))
+            if build is not None and build.ok and build.deferred]
 
 
 def differences_table(result: LockBisectResult) -> Table:

@@ -59,6 +59,7 @@ class BisectOptions:
     patches_dir: tuple[Path, ...] = ()  # --patches-dir, in the order given
     check_endpoints: bool = True          # build and test the given ends first (False: --no-check-endpoints)
     resolve: bool = True                  # False: --no-resolve (the steps' locks pin no runtime closure)
+    test_needs_closure: bool = False      # --test-needs-closure: each step's lock pins its closure before the test
 
     @property
     def cache(self) -> Path:
@@ -147,8 +148,15 @@ def make_tester(opts: BisectOptions, ui: UI) -> Tester:
     """The tester a bisect step runs: the user's test command when given, else the smoke test."""
     logs = opts.out / "tests"
     if opts.test_cmd:
-        return CommandTester(opts.test_cmd, logs, timeout=opts.test_timeout, verbose=ui.verbose)
+        return CommandTester(opts.test_cmd, logs, timeout=opts.test_timeout, verbose=ui.verbose,
+                             needs_closure=opts.test_needs_closure)
     return SmokeTester(logs, opts.smoke or SmokeOptions(), ui)
+
+
+def needs_closure(tester: Tester) -> bool:
+    """Whether the test installs each step's closure (the smoke test does; a command says so by
+    --test-needs-closure): then a step's closure is on its critical path, else it is resolved off it."""
+    return bool(getattr(tester, "needs_closure", True))
 
 
 # ---- one component's commits ---------------------------------------------------------------------------
@@ -165,7 +173,8 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
     cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
                                  pinned=comp.commit)
     builder = SpineBuilder(lambda sha: base.with_commit(comp.name, sha), opts.out / "steps", opts.cache,
-                           opts.rewrites, ui, component=comp.name, resolve=opts.resolve, retry_unbuildable=retry)
+                           opts.rewrites, ui, component=comp.name, resolve=opts.resolve, retry_unbuildable=retry,
+                           resolve_steps=needs_closure(tester))
     result = Bisector(cands, builder, tester, report.phase("commits"), state=state_file.load("commits"),
                       persist=state_file.saver("commits"), jobs=opts.jobs, check_ends=opts.check_endpoints).run()
     return commit_outcome(result, comp.name, opts.out, state_file.path)
@@ -184,7 +193,8 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
 
     def make_builder(phase: str, derive: Callable[[str], dict[str, Any]], component: str) -> Builder:
         return SpineBuilder(table_recipes(base, derive), opts.out / phase, opts.cache, opts.rewrites, ui,
-                            component=component, resolve=opts.resolve, retry_unbuildable=retry)
+                            component=component, resolve=opts.resolve, retry_unbuildable=retry,
+                            resolve_steps=needs_closure(tester))
 
     def commits(component: str, url: str, good_sha: str, bad_sha: str) -> tuple[Candidate, ...]:
         return component_candidates(base, url, good_sha, bad_sha, opts.cache, opts.rewrites)

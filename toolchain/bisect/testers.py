@@ -30,8 +30,10 @@ CONTRACT = (f"exit 0: good; {SKIP_CODE}: skip (this one cannot be tested); 1-124
 """The test command's contract, as `--help`, the README and the report say it."""
 
 ENVIRONMENT = (f"${ENV_WHEELS} (the step's wheel files, joined by {os.pathsep!r}), ${ENV_WHEEL_DIR} (a folder "
-               f"holding exactly the step's wheels), ${ENV_LOCK} (the step's lock), ${ENV_COMMIT} (the commit, in "
-               "a commit bisect; a lock-to-lock step's difference id d<i>)")
+               f"holding exactly the step's wheels), ${ENV_LOCK} (the step's lock: it pins the runtime closure "
+               "only with --test-needs-closure, else the closures are resolved off the critical path, for the "
+               f"locks the result names), ${ENV_COMMIT} (the commit, in a commit bisect; a lock-to-lock step's "
+               "difference id d<i>)")
 
 
 class TestCannotRun(UsageError):
@@ -51,10 +53,13 @@ class CommandTester:
     """The test contract (`CONTRACT`): exit 0 good, 125 skip, 1-124 bad (a timeout too: a hang); 126/127 and
     128+ (or a signal) raise `TestCannotRun`. The command gets `ENVIRONMENT` (the wheel folder is
     `<logs>-wheels/<candidate>`); its output goes to `<logs>/<candidate>.log`, whose last `TAIL` lines travel
-    with the verdict."""
+    with the verdict. `needs_closure`: the test installs the step's lock with its closure (so each step's
+    closure is resolved before it runs); False: it needs the wheels alone."""
 
-    def __init__(self, argv: Sequence[str], logs: Path, *, timeout: float | None = None, verbose: bool = False) -> None:
+    def __init__(self, argv: Sequence[str], logs: Path, *, timeout: float | None = None, verbose: bool = False,
+                 needs_closure: bool = False) -> None:
         self.argv, self.logs, self.timeout, self.verbose = tuple(argv), logs, timeout, verbose
+        self.needs_closure = needs_closure
 
     def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
         """Run the user's test command with the step's wheels and lock in its environment; exit 0 good, 125 skip."""
@@ -131,7 +136,10 @@ def _signame(sig: int) -> str:
 
 class SmokeTester:
     """The smoke regression set on each step's lock, reports under `<logs>/<candidate>/`. Passed: good; failed
-    (a case, readiness, a wheel hash or an installed version): bad; bad input: the bisect stops."""
+    (a case, readiness, a wheel hash or an installed version): bad; bad input: the bisect stops. It installs
+    the closure: each step's is resolved before it runs."""
+
+    needs_closure = True
 
     def __init__(self, logs: Path, options: SmokeOptions, ui: UI) -> None:
         self.logs, self.options, self.ui = logs, options, ui

@@ -14,8 +14,9 @@ The test command's contract: exit 0 is good; 125 is skip (this one cannot be tes
 127 (the test could not run) and 128 or more (killed by a signal) stop the bisect with the test's last
 lines: `git bisect run` counts 126/127 as bad, so a typo in the test would blame a commit. It gets
 $TOOLCHAIN_BISECT_WHEELS (the step's wheel files, joined by ':'), $TOOLCHAIN_BISECT_WHEEL_DIR (a folder
-holding exactly the step's wheels), $TOOLCHAIN_BISECT_LOCK (the step's lock) and $TOOLCHAIN_BISECT_COMMIT
-(the commit, in a commit bisect). Every verdict, with the test's last 20 lines and its log, is in
+holding exactly the step's wheels), $TOOLCHAIN_BISECT_LOCK (the step's lock: it pins the runtime closure only
+with --test-needs-closure; otherwise closures are resolved off the critical path, for the last good and first
+bad locks) and $TOOLCHAIN_BISECT_COMMIT (the commit, in a commit bisect). Every verdict, with the test's last 20 lines and its log, is in
 OUT/result.json and --json.
 
 A build that fails is a skip, remembered (with its cause) so a repeated bisect does not build it again;
@@ -62,6 +63,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--smoke-args", metavar="ARGS", default="",
                    help='extra `toolchain smoke` options for --test smoke, e.g. "--cases math,qa"')
     p.add_argument("--test-timeout", type=float, metavar="SECONDS", help="a test running longer counts as bad")
+    p.add_argument("--test-needs-closure", action="store_true",
+                   help="the --test-cmd installs each step's lock with its runtime closure: resolve it before each "
+                        "test (default: the test gets the wheels; closures are resolved off the critical path, for "
+                        "the last good and first bad locks; --test smoke always resolves each step's)")
     p.add_argument("--no-check-endpoints", action="store_true",
                    help="do not build and test the given good and bad ends before bisecting")
     p.add_argument("--retry-unbuildable", action="store_true",
@@ -134,7 +139,8 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
         cache_dir=args.cache_dir.resolve() if args.cache_dir else None, rewrites=parse_rewrites(args.mirror),
         recipes_dir=args.recipes_dir.resolve() if args.recipes_dir else None,
         patches_dir=tuple(d.resolve() for d in args.patches_dir or ()),
-        check_endpoints=not args.no_check_endpoints, resolve=not args.no_resolve)
+        check_endpoints=not args.no_check_endpoints, resolve=not args.no_resolve,
+        test_needs_closure=args.test_needs_closure)
     by_commit = [f"--{n}" for n in ("recipe", "component", "good", "bad") if getattr(args, n)]
     if args.good_lock or args.bad_lock:
         if not (args.good_lock and args.bad_lock):
@@ -155,7 +161,7 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
 def _check_resume(args: argparse.Namespace) -> None:
     given = [f"--{n.replace('_', '-')}" for n in ("recipe", "component", "good", "bad", "good_lock", "bad_lock",
                                                   "test", "test_cmd", "smoke_args", "no_check_endpoints",
-                                                  "no_resolve") if getattr(args, n)]
+                                                  "no_resolve", "test_needs_closure") if getattr(args, n)]
     if given:
         raise UsageError(f"--resume continues the saved bisect; {', '.join(given)} cannot change it",
                          hint="drop them, or start a new bisect with another --state/--out")

@@ -16,7 +16,7 @@ from toolchain.core.record import record
 class _Reading:
     at: float           # time.monotonic()
     stat: list[int]     # /proc/stat's first line (jiffies per state, all cores)
-    own: float          # CPU seconds of this process and the children it waited for
+    own: float          # CPU seconds of this process, the children it waited for and its live descendants
     cores: float = -1.0  # what the reading that took this snapshot returned (-1: none yet)
 
 
@@ -26,8 +26,9 @@ _last: _Reading | None = None
 
 def idle_cores(sample: float = 0.2) -> float:
     """Cores the other processes left idle since the previous call, without waiting: /proc/stat's idle time
-    plus this process's own CPU time (its threads, and the children it waited for: what it runs is its own
-    to schedule), per second of wall time. A call less than `sample` seconds after the previous one repeats
+    plus this process's own CPU time (its threads, the children it waited for, and its descendants still
+    running, as a build it started is: what it runs is its own to schedule, expected load, not another
+    user's), per second of wall time. A call less than `sample` seconds after the previous one repeats
     that one's figure; only the first call of a process, when the module was imported less than `sample`
     seconds ago, waits for the rest of it. The load average is the fallback where /proc/stat is missing."""
     global _last  # noqa: PLW0603 (one reading per process, the previous call's)
@@ -59,7 +60,39 @@ def _snapshot() -> _Reading:
         stat = [int(x) for x in f.readline().split()[1:]]
     own = sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
-    return _Reading(time.monotonic(), stat, own)
+    return _Reading(time.monotonic(), stat, own + descendants_cpu(os.getpid()))
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def descendants_cpu(pid: int) -> float:
+    """CPU seconds of the live descendants of `pid` (each one's own time and that of the children it waited
+    for: utime + stime + cutime + cstime of /proc/PID/stat). Continuous with RUSAGE_CHILDREN: a child this
+    process waits for moves its whole time there. 0.0 where /proc is missing."""
+    children: dict[int, list[int]] = {}
+    times: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone since the listing, or not ours to read
+        child = int(name)
+        children.setdefault(int(fields[1]), []).append(child)  # fields[1]: the parent's pid
+        times[child] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime (stat fields 14-17)
+    total, todo = 0, list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        total += times.get(child, 0)
+        todo += children.get(child, ())
+    return total / _TICK
 
 
 with contextlib.suppress(OSError, IndexError, ValueError):  # the first call measures from here
