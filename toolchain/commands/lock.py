@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            "(from podman or docker when one holds REF, else from its registry); --out DIR writes "
                            "the lock there")
     p.add_argument("--out", type=Path, metavar="DIR", help="with --image: write the image's stack.lock.toml here")
-    p.add_argument("--insecure", action="store_true", help="with --image: the registry speaks plain HTTP")
+    p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
+                   help="with --image: the registry speaks plain HTTP (--insecure: its older name)")
     p.add_argument("--refresh", action="store_true",
                    help="resolve again from the indexes even when the closure for these wheels' requirements and "
                         "this [resolve] is kept in the cache (without it, the kept closure is used offline)")

@@ -70,7 +70,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="with --lock: make the image of the lock again in a fresh cache and compare its digest with "
                         "REF (made by `toolchain image`; read from podman or docker, else its registry); a difference "
                         "names the first differing file of the layer (and diffoscope's report where installed)")
-    p.add_argument("--insecure", action="store_true", help="with --image: its registry speaks plain HTTP")
+    p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
+                   help="with --image: its registry speaks plain HTTP (--insecure: its older name)")
     p.add_argument("--no-diffoscope", action="store_true",
                    help="use the built-in per-file comparison even when diffoscope is installed")
     p.set_defaults(handler=handle)

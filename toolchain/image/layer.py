@@ -1,5 +1,7 @@
 """The one layer: each wheel written by pypa `installer` into the base interpreter's scheme under a staging
-folder (no bytecode: the host's interpreter compiles nothing for the image), the lock at LOCK_PATH, and a
+folder, then its modules compiled to bytecode by the base's own interpreter in a one-off container of the base
+(`compileall --invalidation-mode unchecked-hash`: a .pyc names its source by its hash, never by an mtime, as
+reproducible-build distributions ship them; the host's interpreter compiles nothing), the lock at LOCK_PATH, and a
 whiteout (`.wh.NAME`) for each file or emptied folder of a replaced distribution that the new files do not
 cover (pip's `--force-reinstall` uninstalls it first). The tar is assembled by hand: entries sorted, owner
 0:0, every mtime the lock's epoch, modes 0644/0755, gzip without a name or a timestamp."""
@@ -59,6 +61,32 @@ def stage(wheels: Sequence[Path], interp: Interpreter, staging: Path) -> None:
                                            destdir=str(staging), overwrite_existing=True)
         with WheelFile.open(wheel) as source:
             install(source, dest, additional_metadata={"INSTALLER": b"toolchain\n"})
+
+
+STAGING = "/toolchain-staging"  # where the container of the base sees the staging folder
+
+
+def compile_bytecode(staging: Path, interp: Interpreter, image: str, engine: str, log: Path) -> str:
+    """Compile every module the layer installs with the base's interpreter, in a one-off container of `image`
+    with the staging folder mounted (the image's own Python version, so its .pyc are the ones it would write:
+    unchecked-hash, named by their image path). What was done, as the image's label records it; a base that
+    cannot compile (no compileall, a Python before 3.9) gets no bytecode, and the answer says why."""
+    from toolchain.core.proc.runner import run
+    from toolchain.image.base import engine_env
+
+    roots = sorted({interp.scheme[k].strip("/") for k in ("purelib", "platlib")})
+    present = [r for r in roots if (staging / r).is_dir()]
+    if not present:
+        return "none: the layer installs no modules"
+    user = ["--user", f"{os.getuid()}:{os.getgid()}"] if engine == "docker" else []  # (files stay this user's)
+    argv = [engine, "run", "--rm", "--network=none", *user, "--entrypoint", interp.executable,
+            "-v", f"{staging}:{STAGING}", image,
+            "-m", "compileall", "-q", "-f", "--invalidation-mode", "unchecked-hash", "-s", STAGING, "-p", "/",
+            *(f"{STAGING}/{r}" for r in present)]
+    done = run(argv, env=engine_env(), log=log, check=False, timeout=1800)
+    if done.returncode != 0:
+        return (f"none: compileall in the base failed (exit {done.returncode}; log {log})")
+    return f"unchecked-hash, compiled by the base's Python {interp.python_version}"
 
 
 def _under(path: str, root: str) -> bool:

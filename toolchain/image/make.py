@@ -12,11 +12,12 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core.fs import sha256_bytes
+from toolchain.core.places import interpreter_name
 from toolchain.errors import UsageError
 from toolchain.image.assemble import A, Image, assemble, rfc3339
 from toolchain.image.base import keep_base, pinned, read_interpreter
 from toolchain.image.compat import check_wheels
-from toolchain.image.layer import LOCK_PATH, entries, stage, write_layer
+from toolchain.image.layer import LOCK_PATH, compile_bytecode, entries, stage, write_layer
 from toolchain.lock import Lock, read_lock, verify_wheels
 
 
@@ -59,22 +60,24 @@ def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
     return [*(fetched[d.name] for d in dists), *(lock.wheel_path(c) for c in lock.components)]
 
 
-def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int) -> dict[str, str]:
-    """The image's labels (config) and annotations (manifest): provenance a registry or `inspect` shows."""
+def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int, bytecode: str) -> dict[str, str]:
+    """The image's labels (config) and annotations (manifest): provenance a registry or `inspect` shows, and
+    the layer's bytecode (how it was compiled, or why there is none)."""
     name, digest = pinned(base, "the base image")
     out = {"org.opencontainers.image.created": rfc3339(epoch), "org.opencontainers.image.base.name": name,
            "org.opencontainers.image.base.digest": digest, "org.opencontainers.image.title": lock.recipe_name,
            A + "recipe": lock.recipe_name, A + "lock.sha256": sha256_bytes(lock_bytes),
-           A + "lock.path": "/" + LOCK_PATH, A + "tool-version": __version__}
+           A + "lock.path": "/" + LOCK_PATH, A + "tool-version": __version__, A + "bytecode": bytecode}
     for c in lock.components:
         out[A + f"commit.{c.name}"] = c.commit or c.wheel.sha256
     return out
 
 
 def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = None, engine: str = "podman",
-               python: str | None = None, insecure: bool = False) -> Image:
+               python: str | None = None, insecure: bool = False, bytecode: bool = True) -> Image:
     """The image of the lock over its base (`engine` runs the base's interpreter: it holds it, or pulls it; a
-    base named on a registry is read from it, over plain HTTP when `insecure`)."""
+    base named on a registry is read from it, over plain HTTP when `insecure`); its modules compiled to
+    bytecode by that interpreter unless not `bytecode` (a warning says when the base cannot)."""
     from toolchain.release.bundle import stack_epoch
 
     lock = read_lock(lock_path)
@@ -83,7 +86,8 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     image = base_of(lock, base)
     wheels = lock_wheels(lock, cache_dir)
     names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
-    interp = read_interpreter(image, engine, python or lock.target.python, names, ui,
+    # the base's interpreter: the one the lock names, by name (its build record's path is the build machine's)
+    interp = read_interpreter(image, engine, python or interpreter_name(lock.target.python), names, ui,
                               memo_dir=cache_dir / "images" / "memo")
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
     kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
@@ -93,6 +97,15 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     try:
         with ui.status(f"writing the layer of {len(wheels)} wheels"):
             stage(wheels, interp, work / "root")
+        compiled = "none: --no-bytecode"
+        if bytecode:
+            with ui.status(f"compiling the layer's modules with the Python of {image}"):
+                compiled = compile_bytecode(work / "root", interp, image, engine,
+                                            cache_dir / "images" / "logs" / "bytecode.log")
+            if compiled.startswith("none: compileall"):
+                ui.warn(f"the image has no bytecode: {compiled.removeprefix('none: ')}; each start compiles the "
+                        "stack's modules")
+        with ui.status(f"writing the layer of {len(wheels)} wheels"):
             layer = write_layer(entries(work / "root", interp, lock_bytes), epoch, work / "layer.tar.gz")
         final = cache_dir / "images" / "layers" / layer.digest.split(":", 1)[1]
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -102,4 +115,5 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     from dataclasses import replace
 
     created_by = f"toolchain image (xpu-toolchain {__version__}): {lock.recipe_name}, {len(wheels)} wheels"
-    return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch), epoch, created_by)
+    return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch, compiled), epoch,
+                    created_by)
