@@ -215,6 +215,10 @@ def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> di
     with make_runtime(spec, ui) as runtime, ui.status(f"reading the interpreter of {image}"):
         done = runtime.run([python, runtime.script("image_python.py"), *names], capture=True, check=False,
                            timeout=300)
+    if done.returncode in (126, 127):  # the engine could not start it: no such program in the base (bad input)
+        raise UsageError(f"the base image {image} has no interpreter {python!r} (the engine cannot run it)",
+                         hint="pass --python with the base's interpreter (a name on its PATH, e.g. python3, or its "
+                              "path in the image)")
     try:
         data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

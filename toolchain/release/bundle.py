@@ -131,8 +131,37 @@ def requirements_text(lock: Lock, *, bundled: bool) -> str:
             f"{REQUIREMENTS_NAME}\n" + hashed_requirements([*deps, *built]))
 
 
+def _image_lines(lock: Lock) -> list[str]:
+    """For a container lock: the image its wheels were built in (and run in), and the one command that makes the
+    runnable image of this bundle (`toolchain image`). Nothing for a host lock."""
+    if lock.base is not None:
+        base = lock.base.image if "@" in lock.base.image else f"{lock.base.image}@{lock.base.digest}"
+        return ["Make the runnable image (the base above plus one layer of these wheels; the same digest anywhere):",
+                "  toolchain image --lock stack.lock.toml --tag NAME[:TAG] --load podman   (or --push, --oci-dir DIR)",
+                f"  (its base: {base})", ""]
+    if (lock.target.runtime or "host") == "host" or not lock.target.image:
+        return []
+    image = lock.target.image
+    if "@" not in image and lock.target.image_digest.startswith("sha256:"):  # pinned: NAME@DIGEST, its tag left out
+        image = (image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image) + "@" + lock.target.image_digest
+    return [f"Built in the {lock.target.runtime} image {image} (Python {lock.target.python_version}): the wheels",
+            "are for that image's interpreter. Make the runnable image (that image plus one layer of these wheels):",
+            f"  toolchain image --lock stack.lock.toml --base {image} --tag NAME[:TAG] --load podman",
+            ""]
+
+
 def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
-    """The INSTALL instructions of a bundle: how to install its wheels for this lock."""
+    """The INSTALL instructions of a bundle: how to install its wheels for this lock (a container lock: in
+    which image, and how `toolchain image` makes the runnable image)."""
+    image = _image_lines(lock)
+    text = _install_text(lock, bundled_deps=bundled_deps)
+    if not image:
+        return text
+    head, _, rest = text.partition("\n\n")
+    return "\n".join([head, "", *image]) + rest
+
+
+def _install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
     if lock.base is not None:
         return _install_text_overlay(lock)
     if lock.closure is not None:

@@ -1,0 +1,62 @@
+"""The small journeys of `toolchain image` and of what a bundle says about images (issue 49): each at its cause."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
+from tests.support.debian_image import containers_env
+from tests.test_image import test_base  # noqa: F401  (the pinned Debian base: a fixture)
+from toolchain.lock import read_lock
+from toolchain.release.bundle import install_text
+from toolchain.target.baseenv import BaseEnv
+
+
+def test_an_image_delivered_nowhere_is_refused_before_anything_is_made(tmp_path):
+    cli = Cli(tmp_path, isolated_env(tmp_path))
+    r = cli("image", "--lock", tmp_path / "no-such.lock", "--tag", "localhost/x:1", "--json")
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert "--load" in err and "--push" in err and "--oci-dir" in err, err
+    assert not (tmp_path / ".cache").exists() or not list((tmp_path / ".cache").rglob("images"))
+
+
+def test_image_names_plain_http_as_the_rest_of_the_tool_does():
+    from toolchain.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["image", "--lock", "l", "--tag", "t", "--remote-insecure"],
+                 ["image", "--lock", "l", "--tag", "t", "--insecure"],  # (its older name still works)
+                 ["lock", "--image", "t", "--remote-insecure"], ["verify-repro", "--lock", "l", "--image", "t",
+                                                                 "--remote-insecure"]):
+        assert parser.parse_args(argv).insecure is True, argv
+
+
+def test_a_container_bundles_install_text_names_its_image_and_toolchain_image(demo_build):
+    lock = read_lock(demo_build.out / "stack.lock.toml")
+    assert "toolchain image" not in install_text(lock)  # a host lock: no image to name
+    digest = "sha256:" + "a" * 64
+    in_podman = dataclasses.replace(lock, target=dataclasses.replace(
+        lock.target, runtime="podman", image="localhost/builder:1", image_digest=digest))
+    text = install_text(in_podman)
+    assert f"localhost/builder@{digest}" in text, text
+    assert f"toolchain image --lock stack.lock.toml --base localhost/builder@{digest}" in text, text
+    over = dataclasses.replace(lock, base=BaseEnv(f"example.invalid/vllm@{digest}", digest, "3.11.2", "", "0"))
+    text = install_text(over)
+    assert "toolchain image --lock stack.lock.toml --tag" in text and f"example.invalid/vllm@{digest}" in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_an_interpreter_the_base_lacks_is_bad_input_said_in_one_line(demo_build, test_base, tmp_path):  # noqa: F811
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-py9:1", "--base", test_base,
+            "--python", "/usr/bin/python9", "--oci-dir", tmp_path / "oci", "--cache-dir", tmp_path / "cache", "--json",
+            timeout=600)
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert "/usr/bin/python9" in err and "\n" not in err, err
+    assert not (tmp_path / "oci").exists()
