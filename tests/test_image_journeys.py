@@ -60,3 +60,21 @@ def test_an_interpreter_the_base_lacks_is_bad_input_said_in_one_line(demo_build,
     err = r.json()["error"]
     assert "/usr/bin/python9" in err and "\n" not in err, err
     assert not (tmp_path / "oci").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_the_lock_of_an_image_only_docker_holds_names_it_by_its_id(demo_build, test_base, tmp_path):  # noqa: F811
+    from tests.test_image import _engine, _image
+
+    tag = "localhost/i49-docker-only:1"
+    _engine("podman", "rmi", tag, check=False)
+    made = _image(tmp_path, "a", demo_build.out / "stack.lock.toml", "--tag", tag, "--base", test_base,
+                  "--load", "docker")
+    try:
+        cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+        r = cli("lock", "--image", tag, "--out", tmp_path / "back", timeout=600)
+        assert r.returncode == 0, str(r)
+        assert "(image )" not in r.stdout and f"(image id {made['config']}" in r.stdout, r.stdout
+    finally:
+        _engine("docker", "rmi", tag, check=False)

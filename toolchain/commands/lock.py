@@ -67,7 +67,7 @@ def lock_of_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     with ui.status(f"reading the provenance of {args.image}"):
         found = read_provenance(args.image, options.cache_dir(args) / "images" / "work",
                                 insecure=args.insecure or plain_http(args.image.split("/", 1)[0]))
-    data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest,
+    data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest, "image-id": found.image_id,
             "labels": found.labels, "components": found.components, "lock-text": found.lock_text}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -78,5 +78,5 @@ def lock_of_image(args: argparse.Namespace, ui: UI) -> CommandResult:
         table.add_column(col, overflow="fold")
     for name, commit in found.components.items():
         table.add_row(name, commit)
-    return CommandResult(data, 0, f"[green]lock:[/] {data.get('lock', found.where)} (image {found.digest})",
+    return CommandResult(data, 0, f"[green]lock:[/] {data.get('lock', found.where)} (image {found.named})",
                          (table,))
