@@ -78,3 +78,28 @@ def test_the_lock_of_an_image_only_docker_holds_names_it_by_its_id(demo_build, t
         assert "(image )" not in r.stdout and f"(image id {made['config']}" in r.stdout, r.stdout
     finally:
         _engine("docker", "rmi", tag, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_verify_repro_of_an_image_of_another_lock_says_so_from_its_label_and_builds_nothing(
+        demo_build, test_base, tmp_path):  # noqa: F811
+    import shutil
+
+    from tests.test_image import _engine, _image
+
+    tag = "localhost/i49-repro:1"
+    _image(tmp_path, "a", demo_build.out / "stack.lock.toml", "--tag", tag, "--base", test_base, "--load", "podman")
+    other = tmp_path / "other"
+    shutil.copytree(demo_build.out, other)
+    (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# another release\n")
+    try:
+        cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+        r = cli("verify-repro", "--lock", other / "stack.lock.toml", "--image", tag, "--work-dir", tmp_path / "work",
+                "--cache-dir", tmp_path / "cache", "--json", timeout=600)
+        assert r.returncode == 1, str(r)
+        assert "carries another lock" in r.json()["first-difference"], r.json()
+        assert not (tmp_path / "work").exists()  # nothing made, nothing left
+        assert not (tmp_path / "cache" / "images" / "layers").exists()
+    finally:
+        _engine("podman", "rmi", tag, check=False)

@@ -126,14 +126,24 @@ def _verify_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     work = _work_dir(args.work_dir, "image", options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
     found = verify_image(args.lock, args.image, work, ui, insecure=args.insecure,
                          use_diffoscope=False if args.no_diffoscope else None)
-    if found["ok"] and not args.keep:
+    kept = not found["ok"] and "layer" in found  # (the two layers, to compare); nothing else is worth keeping
+    if not (kept or args.keep):
         shutil.rmtree(work, ignore_errors=True)
     summary = (f"[green]reproducible:[/] {args.image} is {found['given']}, rebuilt from {args.lock}" if found["ok"]
                else f"[red]NOT reproducible:[/] {args.image} is {found['given']}, rebuilt {found['rebuilt']}\n"
                     f"first difference: {found['first-difference']}"
-                    + (f"\ndiffoscope: {found['diffoscope']}" if found.get("diffoscope") else ""))
+                    + (f"\ndiffoscope: {found['diffoscope']}" if found.get("diffoscope") else "")
+                    + (f"\nkept for comparing: {work} ({_size(work)}; remove it when done)" if kept or args.keep
+                       else ""))
     return CommandResult(data={**found, "mode": "image", "work-dir": str(work)}, exit_code=0 if found["ok"] else 1,
                          summary=summary)
+
+
+def _size(folder: Path) -> str:
+    """The bytes under `folder`, for a person (a kept work folder)."""
+    from toolchain.build.jobs import format_size
+
+    return format_size(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()))
 
 
 def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) -> dict[str, Any]:
