@@ -103,3 +103,29 @@ def test_verify_repro_of_an_image_of_another_lock_says_so_from_its_label_and_bui
         assert not (tmp_path / "cache" / "images" / "layers").exists()
     finally:
         _engine("podman", "rmi", tag, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_lock_alone_takes_its_wheels_from_the_cache_by_sha256(demo_build, test_base, tmp_path):  # noqa: F811
+    import shutil
+
+    from tests.test_image import _image
+
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_build.cache, cache, symlinks=True)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copyfile(demo_build.out / "stack.lock.toml", alone / "stack.lock.toml")  # no wheels/ beside it
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", alone / "stack.lock.toml", "--tag", "localhost/i49-alone:1", "--base", test_base,
+            "--oci-dir", tmp_path / "oci", "--cache-dir", cache, "--json", timeout=900)
+    assert r.returncode == 0, str(r)
+    beside = _image(tmp_path, "beside", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-alone:1",
+                    "--base", test_base, "--oci-dir", tmp_path / "oci-beside")
+    assert r.json()["digest"] == beside["digest"]
+    # a cache that lacks them: the lock's wheels are named, and where they were looked for
+    r = cli("image", "--lock", alone / "stack.lock.toml", "--tag", "localhost/i49-alone:1", "--base", test_base,
+            "--oci-dir", tmp_path / "oci-2", "--cache-dir", tmp_path / "empty-cache", "--json", timeout=900)
+    assert r.returncode == 1, str(r)
+    assert "neither beside it" in r.json()["error"] and "demo_engine-" in r.json()["error"], r.json()

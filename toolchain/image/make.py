@@ -13,12 +13,12 @@ from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.places import interpreter_name
-from toolchain.errors import UsageError
+from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A, Image, assemble, rfc3339
 from toolchain.image.base import keep_base, pinned, read_interpreter
 from toolchain.image.compat import check_wheels
 from toolchain.image.layer import LOCK_PATH, compile_bytecode, entries, stage, write_layer
-from toolchain.lock import Lock, read_lock, verify_wheels
+from toolchain.lock import Lock, read_lock, verify_wheels, wheel_problems
 
 
 def base_of(lock: Lock, given: str | None) -> str:
@@ -44,9 +44,43 @@ def base_of(lock: Lock, given: str | None) -> str:
     return given
 
 
+def built_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
+    """The components' wheels, in lock order: beside the lock (each checked against its recorded size and
+    sha256), else from the wheel cache, where every build keeps them (by the component's cache key, or a
+    prebuilt one's sha256), copied out into `<cache>/images/wheels/<sha256>/` checked against the lock's sha256.
+    TestFailed names what is in neither place, or differs."""
+    from toolchain.build.cache import WheelCache
+    from toolchain.build.prebuilt_wheels import prebuilt_key
+
+    problems = wheel_problems(lock, missing_ok=True)
+    if problems:
+        verify_wheels(lock)  # (names each, as ever)
+    out, missing = [], []
+    cache = WheelCache(cache_dir)
+    for c in lock.components:
+        beside = lock.wheel_path(c)
+        if beside.is_file():
+            out.append(beside)
+            continue
+        dest = cache_dir / "images" / "wheels" / c.wheel.sha256
+        dest.mkdir(parents=True, exist_ok=True)
+        keys = [c.cache_key, prebuilt_key(c.wheel.sha256)]
+        entry = next((e for k in keys if (e := cache.take(k, dest)) is not None and e.sha256 == c.wheel.sha256), None)
+        if entry is None:
+            missing.append(f"{c.name}: {c.wheel.file} (sha256 {c.wheel.sha256})")
+            continue
+        out.append(dest / entry.wheel.name)
+    if missing:
+        raise TestFailed(f"{lock.path}: the lock's wheels are neither beside it ({lock.wheels_dir}) nor in the wheel "
+                         f"cache {cache_dir}:\n" + "\n".join(f"  - {m}" for m in missing),
+                         hint="put its wheels/ beside the lock (a bundle holds them), or pass the --cache-dir of "
+                              "the build that made them")
+    return out
+
+
 def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
     """The wheels to install, in install order: the closure's (fetched with their locked sha256; none for an
-    overlay, whose base is its closure), then the components' in lock order."""
+    overlay, whose base is its closure), then the components' in lock order (`built_wheels`)."""
     from toolchain.resolve.fetch import fetch_dists
 
     assert lock.path is not None
@@ -57,7 +91,7 @@ def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
                          "layer installs wheels only", hint="lock wheels for them (build them into a wheelhouse)")
     fetched = fetch_dists(dists, cache_dir / "images" / "deps", cache_dir / "images" / "logs" / "fetch.log") \
         if dists else {}
-    return [*(fetched[d.name] for d in dists), *(lock.wheel_path(c) for c in lock.components)]
+    return [*(fetched[d.name] for d in dists), *built_wheels(lock, cache_dir)]
 
 
 def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int, bytecode: str) -> dict[str, str]:
@@ -81,7 +115,6 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     from toolchain.release.bundle import stack_epoch
 
     lock = read_lock(lock_path)
-    verify_wheels(lock)
     assert lock.path is not None
     image = base_of(lock, base)
     wheels = lock_wheels(lock, cache_dir)
@@ -92,7 +125,7 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
     kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
     lock_bytes = lock.path.read_bytes()
-    epoch = stack_epoch(lock)
+    epoch = stack_epoch(lock, wheels[len(wheels) - len(lock.components):])  # (the built ones: lock_wheels' last)
     work = cache_dir / "images" / "work" / f"{os.getpid()}-{os.urandom(4).hex()}"
     try:
         with ui.status(f"writing the layer of {len(wheels)} wheels"):

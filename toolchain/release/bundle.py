@@ -88,12 +88,12 @@ def tarball_path(bundle_dir: Path) -> Path:
     return bundle_dir.parent / f"{bundle_dir.name}.tar.gz"
 
 
-def stack_epoch(lock: Lock) -> int:
-    """The stack's source date: the newest entry date in its (normalized) wheels, i.e. the newest pinned
-    commit's date; 1980-01-01 when there is none."""
+def stack_epoch(lock: Lock, wheels: Sequence[Path] | None = None) -> int:
+    """The stack's source date: the newest entry date in its (normalized) wheels (`wheels`: where they are,
+    when not beside the lock), i.e. the newest pinned commit's date; 1980-01-01 when there is none."""
     newest = ZIP_MIN_EPOCH
-    for comp in lock.components:
-        with zipfile.ZipFile(lock.wheel_path(comp)) as zf:
+    for path in wheels if wheels is not None else [lock.wheel_path(c) for c in lock.components]:
+        with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
                 newest = max(newest, calendar.timegm((*tuple(info.date_time), 0, 0, 0)))
     return newest
