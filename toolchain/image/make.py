@@ -134,7 +134,8 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
         if bytecode:
             with ui.status(f"compiling the layer's modules with the Python of {image}"):
                 compiled = compile_bytecode(work / "root", interp, image, engine,
-                                            cache_dir / "images" / "logs" / "bytecode.log")
+                                            cache_dir / "images" / "logs" / "bytecode.log",
+                                            kept=cache_dir / "images" / "bytecode")
             if compiled.startswith("none: compileall"):
                 ui.warn(f"the image has no bytecode: {compiled.removeprefix('none: ')}; each start compiles the "
                         "stack's modules")
