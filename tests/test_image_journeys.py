@@ -129,3 +129,14 @@ def test_a_lock_alone_takes_its_wheels_from_the_cache_by_sha256(demo_build, test
             "--oci-dir", tmp_path / "oci-2", "--cache-dir", tmp_path / "empty-cache", "--json", timeout=900)
     assert r.returncode == 1, str(r)
     assert "neither beside it" in r.json()["error"] and "demo_engine-" in r.json()["error"], r.json()
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_layer_over_an_externally_managed_interpreter_says_so(demo_build, test_base, tmp_path):  # noqa: F811
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-pep668:1", "--base",
+            test_base, "--oci-dir", tmp_path / "oci", "--cache-dir", tmp_path / "cache", timeout=900)
+    assert r.returncode == 0, str(r)
+    # Debian's python3 carries /usr/lib/python3.11/EXTERNALLY-MANAGED
+    assert "externally managed (PEP 668: /usr/lib/python3.11/EXTERNALLY-MANAGED)" in r.stderr, r.stderr

@@ -49,6 +49,7 @@ class Interpreter:
     glibc: str               # 2.36 ("" for another C library)
     scheme: dict[str, str]   # purelib, platlib, scripts, data, include: folders with links resolved
     replaced: tuple[Replaced, ...] = ()
+    externally_managed: str = ""  # its PEP 668 marker file ("" when the interpreter has none)
 
 
 @record
@@ -198,13 +199,14 @@ def read_interpreter(image: str, engine: str, python: str, names: list[str], ui:
     a warm `toolchain image` starts no container."""
     from toolchain.core.probe_memo import remembered
 
-    identity = {"image": image, "engine": engine, "python": python, "names": names}
+    identity = {"image": image, "engine": engine, "python": python, "names": names, "answer": 2}  # (2: PEP 668 too)
     data = remembered(memo_dir, "image-python", identity,
                       lambda: (_probe(image, engine, python, names, ui), []))
     replaced = tuple(Replaced(r["name"], r["version"], tuple(r["files"]), tuple(r["dirs"])) for r in data["replaced"])
     return Interpreter(executable=data["executable"], python_version=data["python-version"],
                        python_tag=data["python-tag"], soabi=data["soabi"], platform=data["platform"],
-                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced)
+                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced,
+                       externally_managed=str(data.get("externally-managed", "")))
 
 
 def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> dict[str, Any]:

@@ -123,6 +123,10 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     interp = read_interpreter(image, engine, python or interpreter_name(lock.target.python), names, ui,
                               memo_dir=cache_dir / "images" / "memo")
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
+    if interp.externally_managed:
+        ui.warn(f"the base's {interp.executable} is externally managed (PEP 668: {interp.externally_managed}): the "
+                f"layer installs over its packages in {interp.scheme['purelib']}, as `pip install "
+                "--break-system-packages` would; a package the distribution installs there later may clash")
     kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
     lock_bytes = lock.path.read_bytes()
     epoch = stack_epoch(lock, wheels[len(wheels) - len(lock.components):])  # (the built ones: lock_wheels' last)
