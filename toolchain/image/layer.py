@@ -12,7 +12,7 @@ import gzip
 import hashlib
 import os
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -71,7 +71,7 @@ def _pyc_of(source: Path, tag: str) -> Path:
 
 
 def compile_bytecode(staging: Path, interp: Interpreter, image: str, engine: str, log: Path,
-                     kept: Path | None = None) -> str:
+                     kept: Path | None = None, before: Callable[[], None] | None = None) -> str:
     """Compile every module the layer installs with the base's interpreter, in a one-off container of `image`
     with the staging folder mounted (the image's own Python version, so its .pyc are the ones it would write:
     unchecked-hash, named by their image paths). What was done, as the image's label records it; a base that
@@ -102,6 +102,8 @@ def compile_bytecode(staging: Path, interp: Interpreter, image: str, engine: str
             _pyc_of(src, tag).parent.mkdir(exist_ok=True)
             _pyc_of(src, tag).write_bytes(k.read_bytes())
         return done_text
+    if before is not None:  # (the engine holds the base: `image.base.held`)
+        before()
     user = ["--user", f"{os.getuid()}:{os.getgid()}"] if engine == "docker" else []  # (files stay this user's)
     argv = [engine, "run", "--rm", "--network=none", *user, "--entrypoint", interp.executable,
             "-v", f"{staging}:{STAGING}", image,

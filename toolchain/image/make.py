@@ -15,7 +15,7 @@ from toolchain.core.fs import sha256_bytes
 from toolchain.core.places import interpreter_name
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A, Image, assemble, rfc3339
-from toolchain.image.base import keep_base, pinned, read_interpreter
+from toolchain.image.base import held, keep_base, pinned, read_interpreter
 from toolchain.image.compat import check_wheels
 from toolchain.image.layer import LOCK_PATH, compile_bytecode, entries, stage, write_layer
 from toolchain.lock import Lock, read_lock, verify_wheels, wheel_problems
@@ -119,9 +119,12 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     image = base_of(lock, base)
     wheels = lock_wheels(lock, cache_dir)
     names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
+    def ensure() -> None:  # (before a container of the base starts: the engine holds it under that name)
+        held(image, engine, ui, cache_dir / "images" / "logs" / "pull.log", insecure=insecure)
+
     # the base's interpreter: the one the lock names, by name (its build record's path is the build machine's)
     interp = read_interpreter(image, engine, python or interpreter_name(lock.target.python), names, ui,
-                              memo_dir=cache_dir / "images" / "memo")
+                              memo_dir=cache_dir / "images" / "memo", before=ensure)
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
     if interp.externally_managed:
         ui.warn(f"the base's {interp.executable} is externally managed (PEP 668: {interp.externally_managed}): the "
@@ -139,7 +142,7 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
             with ui.status(f"compiling the layer's modules with the Python of {image}"):
                 compiled = compile_bytecode(work / "root", interp, image, engine,
                                             cache_dir / "images" / "logs" / "bytecode.log",
-                                            kept=cache_dir / "images" / "bytecode")
+                                            kept=cache_dir / "images" / "bytecode", before=ensure)
             if compiled.startswith("none: compileall"):
                 ui.warn(f"the image has no bytecode: {compiled.removeprefix('none: ')}; each start compiles the "
                         "stack's modules")
