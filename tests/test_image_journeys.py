@@ -183,3 +183,30 @@ def test_a_registry_base_is_pulled_over_plain_http_with_remote_insecure_and_a_fa
         assert made.returncode == 0, str(made)
     finally:
         _engine("podman", "rmi", base, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_smoke_of_an_image_without_vllm_is_refused_before_anything_starts(demo_build, test_base, tmp_path):  # noqa: F811
+    from tests.test_image import _engine, _image
+
+    tag = "localhost/i49-novllm:1"
+    _image(tmp_path, "a", demo_build.out / "stack.lock.toml", "--tag", tag, "--base", test_base, "--load", "podman")
+    try:
+        cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+        r = cli("smoke", "--image", tag, "--skip-device-check", "--json", timeout=600)
+        assert r.returncode == 2, str(r)
+        assert "cannot be smoked" in r.json()["error"] and "no vLLM" in r.json()["error"], r.json()
+        assert not (tmp_path / "smoke-reports").exists()  # nothing started, no report
+        listed = _engine("podman", "ps", "-a", "--filter", f"ancestor={tag}", "--format", "{{.ID}}").stdout.split()
+        assert not listed, listed
+    finally:
+        _engine("podman", "rmi", tag, check=False)
+
+
+def test_smoke_help_says_where_an_images_reports_go():
+    from toolchain.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert "with --image, ./smoke-reports/<time>" in sub.choices["smoke"].format_help().replace("\n", " ").replace(
+        "  ", " ")
