@@ -38,6 +38,8 @@ def _image(tmp: Path, name: str, lock: Path, *args: object) -> dict:
     cwd = tmp / f"cwd-{name}"
     cwd.mkdir(parents=True)
     cli = Cli(cwd, {**isolated_env(cwd), **containers_env()})
+    if not {"--oci-dir", "--load", "--push"} & {str(a) for a in args}:  # (delivered somewhere: a layout)
+        args = (*args, "--oci-dir", tmp / f"oci-{name}")
     r = cli("image", "--lock", lock, "--cache-dir", tmp / f"cache-{name}", "--json", *args, timeout=1200)
     assert r.returncode == 0, str(r)
     return dict(r.json())
@@ -382,16 +384,22 @@ def test_verify_repro_image_rebuilds_the_digest_and_names_the_first_differing_fi
     same = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-vr:1", "--json", timeout=900)
     assert same.returncode == 0, str(same)
     assert same.json()["rebuilt"] == same.json()["given"] == made["digest"]
-    # the same wheels under a lock with one more line: another image, and the lock inside is what differs
-    other = tmp_path / "other"
-    shutil.copytree(demo_build.out, other)
-    (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# shipped\n")
-    _image(tmp_path, "b", other / "stack.lock.toml", "--tag", "localhost/i42-vr:2", "--base", test_base,
-           "--load", "podman")
+    # the same lock made without bytecode: another image, and the first entry that differs is named
+    _image(tmp_path, "b", lock, "--tag", "localhost/i42-vr:2", "--base", test_base, "--load", "podman",
+           "--no-bytecode")
     differs = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-vr:2", "--json", timeout=900)
     assert differs.returncode == 1, str(differs)
     found = differs.json()
-    assert found["first-difference"].startswith(f"{LOCK_PATH}: size differs"), found
+    assert found["first-difference"].startswith("usr/local/lib/python3.11/dist-packages/demo_ark/__pycache__: only "
+                                                "in one layer"), found
+    assert "kept for comparing" not in found and Path(found["work-dir"]).is_dir()  # (the two layers, to compare)
+    # the same wheels under a lock with one more line: the image's lock.sha256 label tells it, nothing is built
+    other = tmp_path / "other"
+    shutil.copytree(demo_build.out, other)
+    (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# shipped\n")
+    differs = cli("verify-repro", "--lock", other / "stack.lock.toml", "--image", "localhost/i42-vr:1", "--json",
+                  timeout=900)
+    assert differs.returncode == 1 and "carries another lock" in differs.json()["first-difference"], str(differs)
     _engine("podman", "rmi", "localhost/i42-vr:1", "localhost/i42-vr:2", check=False)
 
 

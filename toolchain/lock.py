@@ -137,7 +137,8 @@ class Lock:
     """A lock read back (`read_lock`) or assembled from a build (`assemble_lock`)."""
 
     recipe_name: str = field(metadata=meta(key="recipe.name", check=NAME))
-    recipe_path: str = field(metadata=meta(key="recipe.path", check=STR, absent="", portable=checkout_relative))
+    recipe_path: str = field(metadata=meta(key="recipe.path", check=STR, absent="",
+                                           portable=lambda v, _: checkout_relative(v)))
     recipe_sha256: str = field(metadata=meta(key="recipe.sha256", check=SHA256))
     recipe_text: str = field(metadata=meta(key="recipe.text", check=STR, absent=""))
     toolchain: ToolchainInfo = field(metadata=meta(absent=ToolchainInfo()))  # (checked by _info_problems)
@@ -157,7 +158,7 @@ class Lock:
     # a rebuild from the lock resolves an inherited relative path (setvars, patches) against that file
     recipe_origins: tuple[tuple[str, str], ...] = field(default=(), metadata=meta(
         key="recipe.origins", check=ENV, omit_default=True, dump=_origins_dump, load=_origins_load,
-        portable=_origins_portable))
+        portable=lambda v, _: _origins_portable(v)))
     # a partial build (`build --component NAME`): the components it built; the recipe text holds only them
     recipe_partial: tuple[str, ...] = field(default=(), metadata=meta(key="recipe.partial", check=STRS,
                                                                         omit_default=True))

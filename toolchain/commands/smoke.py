@@ -23,7 +23,6 @@ from rich.table import Table
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.core.devices import PROFILES
-from toolchain.core.places import interpreter_name
 from toolchain.errors import UsageError
 from toolchain.lock import Lock, read_lock
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
@@ -135,7 +134,7 @@ def _image_lock(args: argparse.Namespace, opts: SmokeOptions, ui: UI) -> tuple[L
     image = f"{image_repo(args.image)}@{found.digest}" if found.digest.startswith("sha256:") else args.image
     lock = read_lock(work / "stack.lock.toml")
     if not (opts.serve_cmd or lock.smoke.get("serve-cmd")):
-        _require_vllm(args.image, image, args.image_engine, opts.python or interpreter_name(lock.target.python), ui)
+        _require_vllm(args.image, image, args.image_engine, opts.python or lock.target.python_by_name(), ui)
     return lock, replace(opts, image=image, image_engine=args.image_engine, run_args=tuple(args.run_args))
 
 

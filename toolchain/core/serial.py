@@ -10,7 +10,7 @@ A field says how it differs from that with `field(..., metadata=meta(...))`: its
 when it holds its default (`omit_default=True`) or always (`skip=True`: not part of the format), and converters
 each way (`dump=`, `load=`: a rounded float, a redacted URL). A format kept in two files (a lock and the build
 record beside it) says per field which one holds it: `record=True` (what one run measured: only in the record),
-`portable=` (where this machine keeps a thing: the record holds the value, the lock `portable(value)`); `to_table(
+`portable=` (where this machine keeps a thing: the record holds the value, the lock `portable(value, obj)`); `to_table(
 obj, part="lock")` and `part="record"` write each file's part, `merged(obj, record_table)` puts the record's back. A format checked before it is read (the lock)
 declares there too what a value must be (`check=(what, test)`) and what a missing key reads as (`absent=`):
 `schema(cls)` gives the table of checks, and a field is required when it has neither a default nor `absent`.
@@ -43,7 +43,7 @@ class Meta:
     def __init__(self, key: str = "", omit_default: bool = False, skip: bool = False,
                  dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
                  check: Check | None = None, absent: object = dataclasses.MISSING, record: bool = False,
-                 portable: Callable[[Any], Any] | None = None) -> None:
+                 portable: Callable[[Any, Any], Any] | None = None) -> None:
         self.key, self.omit_default, self.skip, self.dump, self.load = key, omit_default, skip, dump, load
         self.check, self.absent, self.record, self.portable = check, absent, record, portable
 
@@ -51,7 +51,7 @@ class Meta:
 def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
          dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
          check: Check | None = None, absent: object = dataclasses.MISSING, record: bool = False,
-         portable: Callable[[Any], Any] | None = None) -> dict[str, Meta]:
+         portable: Callable[[Any, Any], Any] | None = None) -> dict[str, Meta]:
     """`dataclasses.field(metadata=meta(...))`."""
     return {_META: Meta(key, omit_default, skip, dump, load, check, absent, record, portable)}
 
@@ -122,7 +122,7 @@ def to_table(obj: object, *, kebab: bool = False, part: str = "") -> dict[str, D
             continue
         value = getattr(obj, f.name)
         if part == "lock" and f.meta.portable is not None:
-            value = f.meta.portable(value)
+            value = f.meta.portable(value, obj)
         if f.meta.omit_default and value == f.default:
             continue
         data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab, part=part)
@@ -148,7 +148,7 @@ def _record_table(obj: object, kebab: bool) -> dict[str, Data]:
         value = getattr(obj, f.name)
         data: Data = None
         if f.meta.record or f.meta.portable is not None:
-            if value == f.default or (f.meta.portable is not None and f.meta.portable(value) == value):
+            if value == f.default or (f.meta.portable is not None and f.meta.portable(value, obj) == value):
                 continue  # (nothing measured; the lock holds it as it is)
             data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -12,7 +12,6 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.places import interpreter_name
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A, Image, assemble, rfc3339
 from toolchain.image.base import held, keep_base, pinned, read_interpreter
@@ -123,7 +122,7 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
         held(image, engine, ui, cache_dir / "images" / "logs" / "pull.log", insecure=insecure)
 
     # the base's interpreter: the one the lock names, by name (its build record's path is the build machine's)
-    interp = read_interpreter(image, engine, python or interpreter_name(lock.target.python), names, ui,
+    interp = read_interpreter(image, engine, python or lock.target.python_by_name(), names, ui,
                               memo_dir=cache_dir / "images" / "memo", before=ensure)
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
     if interp.externally_managed:

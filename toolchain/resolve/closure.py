@@ -37,7 +37,8 @@ class LockedDist:
     version: str = field(metadata=meta(check=NAME))
     file: str = field(metadata=meta(check=DIST_FILE))  # file name
     # where the file is: https://... or file:///... (in a lock, one of the demo's shipped files as {demo}/...)
-    url: str = field(metadata=meta(dump=redact_url, check=NAME, portable=portable_url, load=local_url))
+    url: str = field(metadata=meta(dump=redact_url, check=NAME, portable=lambda v, _: portable_url(v),
+                                   load=local_url))
     sha256: str = field(metadata=meta(check=SHA256))
     size: int = field(default=0, metadata=meta(check=SIZE))
     # the index or find-links location it came from
