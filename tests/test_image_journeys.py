@@ -205,9 +205,9 @@ def test_smoke_of_an_image_without_vllm_is_refused_before_anything_starts(demo_b
 
 
 def test_smoke_help_says_where_an_images_reports_go():
-    from toolchain.cli import build_parser
-
     import argparse
+
+    from toolchain.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert "with --image, ./smoke-reports/<time>" in " ".join(sub.choices["smoke"].format_help().split())
