@@ -211,3 +211,68 @@ def test_smoke_help_says_where_an_images_reports_go():
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert "with --image, ./smoke-reports/<time>" in " ".join(sub.choices["smoke"].format_help().split())
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_base, tmp_path):  # noqa: F811
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_image import _engine
+
+    tag = "localhost/i49-ctrlc:1"
+    _engine("docker", "rmi", tag, check=False)
+    env = {**isolated_env(tmp_path), **containers_env()}
+    proc = subprocess.Popen([sys.executable, "-m", "toolchain", "image", "--lock", demo_build.out / "stack.lock.toml",
+                             "--tag", tag, "--base", test_base, "--cache-dir", tmp_path / "cache", "--load", "docker"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        sent = False
+        while time.monotonic() < deadline and not sent and proc.poll() is None:
+            # its `docker load` (a child of its own) has read the whole archive: the daemon has what it loads
+            listed = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "docker load"], capture_output=True, text=True)
+            for pid in listed.stdout.split():
+                sent = sent or _read_whole_archive(int(pid))
+            time.sleep(0.01)
+        if not sent:  # (the daemon loaded it before its client's end of the archive could be seen)
+            proc.communicate(timeout=600)
+            pytest.skip("docker loaded the image before the stop could come between its upload and its end: the "
+                        "race is not reproducible on this machine")
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        time.sleep(5)  # (what a daemon still loading would finish meanwhile)
+        assert _engine("docker", "image", "inspect", tag, check=False).returncode != 0
+        made = _engine("docker", "images", "-q", "--filter", "reference=localhost/i49-ctrlc").stdout.split()
+        assert not made, made
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _engine("docker", "rmi", tag, check=False)
+
+
+def _read_whole_archive(pid: int) -> bool:
+    """Whether process `pid` holds an image-*.tar open, read to its end (its fd's position is the file's size)."""
+    import os
+
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if "/image-" not in target or not target.endswith(".tar"):
+                continue
+            pos = int(open(f"/proc/{pid}/fdinfo/{fd}").read().split()[1])  # noqa: SIM115
+            return pos > 0 and pos == os.path.getsize(target)
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
