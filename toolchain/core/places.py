@@ -6,7 +6,6 @@ beside a lock keeps the paths as they were (`core.serial`'s `portable=`)."""
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from urllib.parse import unquote, urlparse
 
 DEMO_PLACE = "{demo}"
 DEMO = Path(__file__).resolve().parents[1] / "demo_src"  # (toolchain.sources.demo.SRC)
@@ -21,18 +20,15 @@ def portable_path(path: str) -> str:
 
 
 def portable_url(url: str) -> str:
-    """A file:// URL under the demo's shipped files as `{demo}/...`; any other as it is."""
-    if not url.startswith("file://"):
-        return url
-    placed = portable_path(unquote(urlparse(url).path))
-    return placed if placed.startswith(DEMO_PLACE) else url
+    """A file:// URL under the demo's shipped files as `{demo}/...` (the rest of the URL as it is); any other
+    as it is."""
+    here = DEMO.as_uri()
+    return DEMO_PLACE + url[len(here):] if url.startswith(here + "/") else url
 
 
 def local_url(url: str) -> str:
     """`portable_url` read back: `{demo}/...` as this installation's file:// URL."""
-    if url.startswith(DEMO_PLACE + "/"):
-        return (DEMO / url[len(DEMO_PLACE) + 1:]).as_uri()
-    return url
+    return DEMO.as_uri() + url[len(DEMO_PLACE):] if url.startswith(DEMO_PLACE + "/") else url
 
 
 def interpreter_name(python: str) -> str:
