@@ -276,3 +276,28 @@ def _read_whole_archive(pid: int) -> bool:
             continue
     return False
 
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_two_cold_builds_of_the_demo_give_one_lock_one_bundle_and_one_image(test_base, tmp_path):  # noqa: F811
+    from tests.test_image import _image
+
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    outs = []
+    for i, where in enumerate(("a", "b/nested")):
+        out = tmp_path / where / "out"
+        r = cli("build", "--recipe", "demo", "--cache-dir", tmp_path / where / "cache", "--out", out, "--bundle",
+                "--json", timeout=900)
+        assert r.returncode == 0, str(r)
+        outs.append((out, r.json()["bundle"], _image(tmp_path, str(i), out / "stack.lock.toml", "--tag",
+                                                     "localhost/i49-twice:1", "--base", test_base)))
+    (a, bundle_a, image_a), (b, bundle_b, image_b) = outs
+    assert (a / "stack.lock.toml").read_bytes() == (b / "stack.lock.toml").read_bytes()
+    assert (a / "build-record.toml").read_bytes() != (b / "build-record.toml").read_bytes()  # (each run's own)
+    from pathlib import Path
+
+    assert Path(bundle_a + ".tar.gz").read_bytes() == Path(bundle_b + ".tar.gz").read_bytes()
+    assert image_a["digest"] == image_b["digest"], (image_a, image_b)
+    text = (a / "stack.lock.toml").read_text()
+    assert str(tmp_path) not in text and "resolved-at" not in text and "wall-seconds" not in text
