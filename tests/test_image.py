@@ -492,7 +492,10 @@ def test_the_realstack_bundle_unpacked_elsewhere_becomes_an_image_that_runs_its_
     # the lock names its interpreter by name, never by the maker's path of it (the maker's build record keeps that)
     user = Cli(tmp_path / "user", {**isolated_env(tmp_path / "user"), **containers_env()})
     assert tomlio.load_file(lock)["target"]["python"] == Path(sys.executable).name
-    assert str(tmp_path / "maker") not in lock.read_text() and sys.prefix not in lock.read_text()
+    # (the recipe's own text, as its author wrote it, names what it names: it is the recipe, hashed as such)
+    traces = [ln for ln in lock.read_text().splitlines()
+              if (str(tmp_path / "maker") in ln or sys.prefix in ln) and not ln.startswith("text = ")]
+    assert not traces, traces
     first = _image(tmp_path / "user", "a", lock, "--tag", tag, "--base", test_base, "--python", "python3",
                    "--load", "podman")
     second = _image(tmp_path / "user", "b", lock, "--tag", "localhost/i42-realstack:2", "--base", test_base,
