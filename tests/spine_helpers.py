@@ -300,6 +300,10 @@ class Workspace:
     def lock(self, out: str = "out") -> dict:
         return tomlkit.parse((self.root / out / "stack.lock.toml").read_text()).unwrap()
 
+    def record(self, out: str = "out") -> dict:
+        """The build record beside the lock: what the build measured, where this machine keeps things."""
+        return tomlkit.parse((self.root / out / "build-record.toml").read_text()).unwrap()
+
     def snapshot(self) -> dict[str, bytes]:
         """Every file (and directory) under the workspace, for "nothing was written" checks."""
         return {str(p.relative_to(self.root)): (p.read_bytes() if p.is_file() else b"<dir>")
@@ -343,6 +347,24 @@ class DemoBuild:
 
     def lock(self) -> dict:
         return tomlkit.parse(self.lock_path.read_text()).unwrap()
+
+
+def _deep(lock: object, record: object) -> object:
+    if isinstance(lock, dict) and isinstance(record, dict):
+        return {**lock, **{k: _deep(lock.get(k), v) for k, v in record.items()}}
+    if isinstance(lock, list) and isinstance(record, list) and len(lock) == len(record):
+        return [_deep(a, b) for a, b in zip(lock, record, strict=True)]
+    return record
+
+
+def lock_and_record(out: Path) -> dict:
+    """`<out>/stack.lock.toml` with its build record (`build-record.toml`: what the build measured, this
+    machine's paths) laid over it, key by key, as `read_lock` reads them back."""
+    lock = tomlkit.parse((out / "stack.lock.toml").read_text()).unwrap()
+    record = tomlkit.parse((out / "build-record.toml").read_text()).unwrap()
+    merged = _deep(lock, {k: v for k, v in record.items() if k not in ("lock-sha256", "resolve")})
+    assert isinstance(merged, dict)
+    return merged
 
 
 def wheel_member(out: Path, member: str, wheel_glob: str = "*.whl") -> str:

@@ -21,6 +21,7 @@ from tests.spine_helpers import (
     component,
     counted,
     kill_group,
+    lock_and_record,
     recipe_data,
     wheel_member,
 )
@@ -61,7 +62,12 @@ def assert_no_leftovers(cache: Path) -> None:
 # ---- the demo, end to end ----------------------------------------------------------------------------
 
 def test_demo_lock_records_everything(demo_build):
-    lock = demo_build.lock()
+    facts = demo_build.lock()  # what was built; this machine's paths as the tool finds them anywhere
+    assert facts["toolchain"]["setvars"] == "{demo}/oneapi-standin/setvars.sh"
+    assert facts["toolchain"]["cmplr-root"] == "{demo}/oneapi-standin"
+    assert not {"build-seconds", "jobs", "metrics", "compiler-cache"} & {k for c in facts["components"] for k in c}
+    assert "host" not in facts and "resolved-at" not in facts.get("resolve", {})
+    lock = lock_and_record(demo_build.out)  # with what the build measured and where this machine keeps things
     assert lock["lock-version"] == 1
     assert lock["tool-version"]
     recipe_path = Path(lock["recipe"]["path"])
@@ -327,7 +333,7 @@ def test_the_toolchain_env_is_captured_recorded_and_seen_by_the_build(ws, tiny_r
     assert plan.json()["toolchain"]["oneapi-version"] == "2025.2.0"
     r = ws.build("r")
     assert r.returncode == 0, str(r)
-    tc = ws.lock()["toolchain"]
+    tc = lock_and_record(ws.root / "out")["toolchain"]
     assert tc["oneapi-version"] == "2025.2.0"
     assert tc["cmplr-root"] == str(STANDIN)
     assert tc["setvars"] == str(STANDIN_SETVARS)
@@ -336,7 +342,7 @@ def test_the_toolchain_env_is_captured_recorded_and_seen_by_the_build(ws, tiny_r
     assert seen["CMPLR_ROOT"] == str(STANDIN)
     assert seen["TOOLCHAIN_ONEAPI_STANDIN"] == "1"
     # not set by the recipe: the tool sized the jobs and set the job variables (outside the cache key)
-    (locked,) = ws.lock()["components"]
+    (locked,) = lock_and_record(ws.root / "out")["components"]
     assert seen["MAX_JOBS"] == str(locked["jobs"])
     assert locked["jobs-source"] in ("cores", "memory")
     assert "MAX_JOBS" not in locked["env"]

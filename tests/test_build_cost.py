@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
+from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env, lock_and_record
 from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixtures)
 from tests.support.debian_image import containers_env
 from toolchain import console
@@ -362,7 +362,7 @@ def test_demo_kernels_build_through_ccache_and_record_it(host_builds):
         m = first[name]["metrics"]
         assert m["wall-seconds"] > 0 and m["cpu-seconds"] > 0 and m["peak-memory-bytes"] > 10 * MiB, m
         assert first[name]["jobs"] >= 1
-    lock = tomlkit.parse((host_builds["tmp"] / "out-1" / "stack.lock.toml").read_text()).unwrap()
+    lock = lock_and_record(host_builds["tmp"] / "out-1")
     kernels = next(c for c in lock["components"] if c["name"] == "kernels")
     assert kernels["compiler-cache"]["launcher"] == "ccache"
     assert kernels["jobs-source"] in ("cores", "memory")
@@ -375,23 +375,23 @@ def test_demo_kernels_build_through_ccache_and_record_it(host_builds):
 
 def test_the_new_lock_fields_round_trip(host_builds, tmp_path):
     from toolchain.lock import read_lock, write_lock
-    from toolchain.release.bundle import publishable
 
     lock = read_lock(host_builds["tmp"] / "out-1")
     kernels = lock.component("kernels")
     assert kernels.jobs >= 1
     assert kernels.compiler_cache.misses >= 1
     assert kernels.metrics.cpu_seconds > 0
-    write_lock(lock, tmp_path)
-    assert read_lock(tmp_path) == lock
-    bundled = publishable(lock).component("kernels")  # facts of one build, not of the sources: dropped
+    write_lock(lock, tmp_path / "a")
+    assert read_lock(tmp_path / "a") == lock  # (the lock and its build record)
+    write_lock(lock, tmp_path / "b", record=False)  # as a bundle writes it: facts of one build, not of the sources
+    bundled = read_lock(tmp_path / "b").component("kernels")
     assert (bundled.jobs, bundled.compiler_cache, bundled.metrics) == (0, ccache.CacheReport(), type(kernels.metrics)())
 
 
 def test_an_adjacent_commit_hits_the_compiler_cache(host_builds):
     cc = host_builds["second"]["kernels"]["compiler-cache"]
     assert cc["hits"] >= 1 and cc["misses"] == 0, cc  # another prepared tree, same C source: hits
-    lock = tomlkit.parse((host_builds["tmp"] / "out-2" / "stack.lock.toml").read_text()).unwrap()
+    lock = lock_and_record(host_builds["tmp"] / "out-2")
     kernels = next(c for c in lock["components"] if c["name"] == "kernels")
     assert kernels["commit"] == KERNELS_PREV
     assert kernels["compiler-cache"]["hits"] >= 1
@@ -414,7 +414,7 @@ def test_verify_repro_passes_with_a_warm_compiler_cache(host_builds):
     assert r.returncode == 0, r
     assert json.loads(r.stdout)["ok"] is True
     for build in ("build-1", "build-2"):
-        lock = tomlkit.parse((tmp / "repro" / build / "out" / "stack.lock.toml").read_text()).unwrap()
+        lock = lock_and_record(tmp / "repro" / build / "out")
         kernels = next(c for c in lock["components"] if c["name"] == "kernels")
         assert kernels["compiler-cache"]["hits"] >= 1 and kernels["compiler-cache"]["misses"] == 0, kernels
 
@@ -441,7 +441,7 @@ def test_a_recipe_env_ccache_dir_that_cannot_be_written_degrades_with_a_warning(
     r = host_builds["cli"].ok("build", "--recipe", path, "--patches-dir", REPO_ROOT / "patches", "--out",
                               tmp_path / "out", "--cache-dir", tmp_path / "cache")
     assert "uncached: cannot write" in r.stderr
-    lock = tomlkit.parse((tmp_path / "out" / "stack.lock.toml").read_text()).unwrap()
+    lock = lock_and_record(tmp_path / "out")
     kernels = next(c for c in lock["components"] if c["name"] == "kernels")
     assert kernels["compiler-cache"]["launcher"] == "none"
     assert "cannot write" in kernels["compiler-cache"]["note"]

@@ -24,13 +24,14 @@ from tests.support.tinywheels import (
     make_repo,
     require_wheel_backend,
 )
+from toolchain.core import toml as tomlio
+from toolchain.core.fs import sha256_file
 from toolchain.errors import TestFailed
-from toolchain.lock import read_lock, verify_wheels
+from toolchain.lock import RECORD_NAME, read_lock, verify_wheels
 from toolchain.release.bundle import (
     INSTALL_NAME,
     REQUIREMENTS_NAME,
     SUMS_NAME,
-    publishable,
     stack_epoch,
     tarball_path,
     write_bundle,
@@ -105,10 +106,11 @@ def test_bundle_contents_and_checksums(stack, bundles):
     subprocess.run(["sha256sum", "--check", "--strict", "--quiet", SUMS_NAME], cwd=bundle, check=True, timeout=60)
     lock = read_lock(bundle)
     verify_wheels(lock)
-    assert lock == publishable(first)
+    assert (bundle / "stack.lock.toml").read_bytes() == first.path.read_bytes()  # the build's lock, byte for byte
+    assert not (bundle / RECORD_NAME).exists()  # (its build record stays beside the build's lock)
     assert [c.build_seconds for c in lock.components] == [0.0, 0.0]
     assert lock.recipe_path == "tiny.toml"
-    assert first.recipe_path.endswith("/one/tiny.toml")
+    assert first.recipe_path.endswith("/one/tiny.toml")  # (the build record's: this machine's path)
     assert lock.normalizations == first.normalizations
     pylock = (bundle / "pylock.toml").read_text()
     assert all(f'path = "{w}"' in pylock for w in wheels)
@@ -261,7 +263,14 @@ def test_demo_recipe_built_twice_gives_identical_bundles(tmp_path):
     assert a.parent != b.parent
     assert files_under(a) == files_under(b)
     assert tarball_path(a).read_bytes() == tarball_path(b).read_bytes()
-    assert read_lock(a).recipe_path == "recipes/demo.toml"
+    assert read_lock(a).recipe_path == "{shipped}/recipes/demo.toml"  # found again wherever the tool is installed
+    # the two cold builds' own locks are byte for byte one; what each run measured is in its build record
+    locks = [tmp_path / w / "demo" / "stack.lock.toml" for w in ("first", "second/nested")]
+    assert locks[0].read_bytes() == locks[1].read_bytes()
+    records = [tomlio.load_file(p.with_name(RECORD_NAME)) for p in locks]
+    assert all(r["components"][0]["metrics"]["wall-seconds"] > 0 for r in records), records
+    assert all(r["lock-sha256"] == sha256_file(locks[0]) for r in records)
+    assert read_lock(locks[0]).components[0].metrics.wall_seconds == records[0]["components"][0]["metrics"]["wall-seconds"]
 
     # Anyone can rebuild the published bundle from its lock and get the same wheels.
     done = toolchain("verify-repro", "--lock", str(a / "stack.lock.toml"),

@@ -247,7 +247,7 @@ def test_a_kept_closure_resolves_nothing_and_needs_no_network_until_lock_refresh
     assert refreshed is not None
     assert refreshed.resolved_at > resolved.resolved_at
     assert refreshed.dists == resolved.dists
-    assert f'resolved-at = "{refreshed.resolved_at}"' in lock_path.read_text()
+    assert f'resolved-at = "{refreshed.resolved_at}"' in lock_path.with_name("build-record.toml").read_text()
 
 
 def test_the_key_is_the_wheels_metadata_not_their_hash(tmp_path):

@@ -20,8 +20,8 @@ def test_locks_and_smoke_reports_record_the_box_and_bisect_names_host_difference
     for out, root in (("on-b60", b60), ("on-b70", b70)):
         r = ws.build("r", out, env={"TOOLCHAIN_HOST_ROOT": str(root)})
         assert r.returncode == 0, str(r)
-    good, bad = ws.lock("on-b60"), ws.lock("on-b70")
-    assert good["components"] == bad["components"]  # the same stack (the second a cache hit)
+    assert ws.lock("on-b60") == ws.lock("on-b70")  # the same stack (the second a cache hit): the box is no fact of it
+    good, bad = ws.record("on-b60"), ws.record("on-b70")  # the box each was built on: the build record's
     assert good["host"]["gpus"] == ["card0 BMG-G21 (B60 class), device 0xe211 at 0000:03:00.0"]
     assert bad["host"]["gpus"] == ["card0 BMG-G31 (B70 class), device 0xe223 at 0000:03:00.0",
                                    "card1 BMG-G31 (B70 class), device 0xe223 at 0000:04:00.0"]

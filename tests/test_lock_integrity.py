@@ -30,7 +30,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.core.fs import sha256_bytes, sha256_file
 from toolchain.core.redact import MASK
 from toolchain.errors import RecipeError
-from toolchain.lock import LOCK_NAME, Lock, LockedComponent, read_lock, write_lock
+from toolchain.lock import LOCK_NAME, RECORD_NAME, Lock, LockedComponent, read_lock, write_lock
 from toolchain.recipe.model import InputFile, Patch
 from toolchain.resolve.closure import Closure, LockedDist
 from toolchain.resolve.native import SharedObject, WheelAudit
@@ -116,13 +116,8 @@ ROUND_TRIP = {
 EVERY_TABLE_TEXT = (  # how core.serial writes the lock's dataclass tables: renamed keys, defaults left out
     'built-against = [\n    { name = "torch", version = "2.9.0+xpu", cxx11-abi = "1" },\n'
     '    { name = "oneccl", version = "2021.15", cxx11-abi = "" },\n]\n',
-    '[components.compiler-cache]\nlauncher = "none"\nversion = ""\nhits = 0\nmisses = 0\nnote = "no ccache on PATH"\n',
-    '[components.compiler-cache]\nlauncher = "ccache"\nversion = "4.10"\nhits = 3\nmisses = 1\n'
-    'local-hits = 0\nremote-hits = 0\n\n',  # written even when 0, as the README lists them (issue 40)
-    '[components.metrics]\nwall-seconds = 12.5\ncpu-seconds = 30.25\npeak-memory-bytes = 2147483648\n'
-    'peak-memory-source = "cgroup"\npeak-sampled-bytes = 1073741824\n',
     '[[components.inputs]]\npath = "configs/chunk.json"\n',
-    'notes = [\n    "a note",\n]\nresolved-at = "2026-01-02T03:04:05Z"\n',
+    'notes = [\n    "a note",\n]\n',
     'size = 99\nindex = "https://example.invalid/simple"\nrequired-by = [\n    "kernels",\n]\n',
     '[base]\nimage = "example.invalid/vllm@sha256:' + "5" * 64 + '"\n',
     'name = "tiny"\nversion = "1.0"\nrecord-sha256 = ""\n',
@@ -134,10 +129,32 @@ EVERY_TABLE_TEXT = (  # how core.serial writes the lock's dataclass tables: rena
 )
 
 
+RECORD_TEXT = (  # what the build record beside the lock holds of the same lock: what its run measured
+    '[[components]]\nname = "kernels"\nbuild-seconds = 1.25\njobs = 3\njobs-source = "memory"\n',
+    '[components.compiler-cache]\nlauncher = "none"\nversion = ""\nhits = 0\nmisses = 0\nnote = "no ccache on PATH"\n',
+    '[components.compiler-cache]\nlauncher = "ccache"\nversion = "4.10"\nhits = 3\nmisses = 1\n'
+    'local-hits = 0\nremote-hits = 0\n',  # written even when 0, as the README lists them (issue 40)
+    '[components.metrics]\nwall-seconds = 12.5\ncpu-seconds = 30.25\npeak-memory-bytes = 2147483648\n'
+    'peak-memory-source = "cgroup"\npeak-sampled-bytes = 1073741824\n',
+    '[resolve]\nresolved-at = "2026-01-02T03:04:05Z"\n',
+    '[host]\nkernel = "6.12.0"\ngpus = []\n',
+)
+
+
 def test_the_tables_core_serial_writes_keep_the_locks_layout(tmp_path: Path) -> None:
     text = write_lock(ROUND_TRIP["every optional table"], tmp_path).read_text(encoding="utf-8")
     missing = [snippet for snippet in EVERY_TABLE_TEXT if snippet not in text]
     assert not missing, f"{missing}\n---\n{text}"
+    for measured in ("build-seconds", "wall-seconds", "compiler-cache", "jobs-source", "resolved-at", "[host]"):
+        assert measured not in text, measured  # (the build record's)
+    record = (tmp_path / RECORD_NAME).read_text(encoding="utf-8")
+    missing = [snippet for snippet in RECORD_TEXT if snippet not in record]
+    assert not missing, f"{missing}\n---\n{record}"
+    assert read_lock(tmp_path) == ROUND_TRIP["every optional table"]  # the lock and its record read back as one
+    (tmp_path / RECORD_NAME).unlink()  # a lock without its record (copied, unpacked): its facts, nothing measured
+    alone = read_lock(tmp_path)
+    assert alone.component("kernels").metrics == BuildMetrics() and alone.host == {}
+    assert alone.closure is not None and alone.closure.resolved_at == ""
 
 
 def _random_text(rng: random.Random, n: int) -> str:

@@ -22,7 +22,7 @@ from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
 from toolchain.core.record import record
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
 from toolchain.core.regex import Regex
-from toolchain.core.serial import Check, Data, from_data, meta, rounded, schema, to_data, to_table
+from toolchain.core.serial import Check, Data, from_data, merged, meta, rounded, schema, to_data, to_table
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import FetchContentDep, InputFile, Patch
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 LOCK_NAME = "stack.lock.toml"
 PYLOCK_NAME = "pylock.toml"
+RECORD_NAME = "build-record.toml"  # beside the lock: what its build measured and where this machine keeps things
 LOCK_VERSION = 1
 
 
@@ -53,6 +54,24 @@ def _origins_load(table: dict[str, str]) -> tuple[tuple[str, str], ...]:
 
 def _origins_dump(origins: tuple[tuple[str, str], ...]) -> Data:
     return dict(origins)
+
+
+def checkout_relative(recipe_file: str) -> str:
+    """A recipe file without where its project was checked out, as a lock names it: `recipes/<name>.toml` (or
+    `<name>.toml`); a shipped one (`{shipped}/...`) is found again wherever the tool is installed and stays as
+    it is. The build record keeps the absolute path."""
+    from toolchain.recipe.load import SHIPPED_PLACE, place
+
+    path = Path(recipe_file)
+    if not path.is_absolute():
+        return recipe_file
+    if (placed := place(path)).startswith(SHIPPED_PLACE + "/"):
+        return placed
+    return path.relative_to(path.parent.parent if path.parent.name == "recipes" else path.parent).as_posix()
+
+
+def _origins_portable(origins: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((k, checkout_relative(v)) for k, v in origins)
 
 
 def _audits_dump(audits: tuple[WheelAudit, ...]) -> Data:
@@ -96,7 +115,7 @@ class LockedComponent:
     env: dict[str, str] = field(metadata=meta(check=ENV, absent={}, dump=_sorted_env))
     command: tuple[str, ...] = field(metadata=meta(check=ARGV))
     cache_key: str = field(metadata=meta(check=HEX))
-    build_seconds: float = field(metadata=meta(check=SECONDS, absent=0.0, dump=rounded(3)))
+    build_seconds: float = field(metadata=meta(check=SECONDS, absent=0.0, dump=rounded(3), record=True))
     wheel: WheelRef = field(metadata=meta(check=TABLE))
     # a prebuilt component (never compiled): a `PrebuiltFile`'s table; url and commit are then ""
     prebuilt: dict[str, Any] = field(default_factory=dict, metadata=meta(check=TABLE, omit_default=True, load=dict))
@@ -106,11 +125,11 @@ class LockedComponent:
     built_against: tuple[BuiltAgainst, ...] = field(default=(), metadata=meta(omit_default=True))
     # files read beyond the tree (kernel configuration): label, sha256
     inputs: tuple[InputFile, ...] = field(default=(), metadata=meta(check=TABLES, omit_default=True))
-    # what the build that made the wheel cost (facts of that build, not inputs: a bundle drops them)
-    jobs: int = field(default=0, metadata=meta(omit_default=True))
-    jobs_source: str = field(default="", metadata=meta(omit_default=True))
-    compiler_cache: CacheReport = field(default=CacheReport(), metadata=meta(omit_default=True))
-    metrics: BuildMetrics = field(default=BuildMetrics(), metadata=meta(omit_default=True))
+    # what the build that made the wheel cost (what that run measured, not what it made): the build record's
+    jobs: int = field(default=0, metadata=meta(omit_default=True, record=True))
+    jobs_source: str = field(default="", metadata=meta(omit_default=True, record=True))
+    compiler_cache: CacheReport = field(default=CacheReport(), metadata=meta(omit_default=True, record=True))
+    metrics: BuildMetrics = field(default=BuildMetrics(), metadata=meta(omit_default=True, record=True))
 
 
 @record
@@ -118,7 +137,8 @@ class Lock:
     """A lock read back (`read_lock`) or assembled from a build (`assemble_lock`)."""
 
     recipe_name: str = field(metadata=meta(key="recipe.name", check=NAME))
-    recipe_path: str = field(metadata=meta(key="recipe.path", check=STR, absent=""))
+    recipe_path: str = field(metadata=meta(key="recipe.path", check=STR, absent="",
+                                           portable=lambda v, _: checkout_relative(v)))
     recipe_sha256: str = field(metadata=meta(key="recipe.sha256", check=SHA256))
     recipe_text: str = field(metadata=meta(key="recipe.text", check=STR, absent=""))
     toolchain: ToolchainInfo = field(metadata=meta(absent=ToolchainInfo()))  # (checked by _info_problems)
@@ -137,15 +157,16 @@ class Lock:
     # each path-bearing key of the recipe text and the recipe file that declared it (recipe.load.place):
     # a rebuild from the lock resolves an inherited relative path (setvars, patches) against that file
     recipe_origins: tuple[tuple[str, str], ...] = field(default=(), metadata=meta(
-        key="recipe.origins", check=ENV, omit_default=True, dump=_origins_dump, load=_origins_load))
+        key="recipe.origins", check=ENV, omit_default=True, dump=_origins_dump, load=_origins_load,
+        portable=lambda v, _: _origins_portable(v)))
     # a partial build (`build --component NAME`): the components it built; the recipe text holds only them
     recipe_partial: tuple[str, ...] = field(default=(), metadata=meta(key="recipe.partial", check=STRS,
                                                                         omit_default=True))
     # per wheel: its shared objects' DT_NEEDED and compiler stamps
     native: tuple[WheelAudit, ...] = field(default=(), metadata=meta(omit_default=True, dump=_audits_dump,
                                                                       load=_audits_load))
-    # the box it was built on (target.hostfacts)
-    host: dict[str, Any] = field(default_factory=dict, metadata=meta(omit_default=True, load=dict))
+    # the box it was built on (target.hostfacts): the build record's
+    host: dict[str, Any] = field(default_factory=dict, metadata=meta(omit_default=True, load=dict, record=True))
 
     @property
     def wheels_dir(self) -> Path:
@@ -164,14 +185,48 @@ class Lock:
 
 
 def to_dict(lock: Lock) -> dict[str, Any]:
-    """The lock as TOML data: its declared fields (above), `lock-version` first and the closure's `[resolve]`
-    and `[[dependencies]]` after the components."""
+    """The lock as TOML data: its declared fields (above) but what the build record keeps (`record`, and the
+    `portable` form of this machine's paths), `lock-version` first and the closure's `[resolve]` and
+    `[[dependencies]]` after the components."""
     out: dict[str, Any] = {"lock-version": LOCK_VERSION}
-    for key, value in to_table(lock, kebab=True).items():
+    for key, value in to_table(lock, kebab=True, part="lock").items():
         out[key] = value
         if key == "components" and lock.closure is not None:
-            out["resolve"] = lock.closure.settings()
-            out["dependencies"] = to_data(lock.closure.dists, kebab=True)
+            out["resolve"] = to_table(lock.closure, kebab=True, part="lock")
+            out["dependencies"] = to_data(lock.closure.dists, kebab=True, part="lock")
+    return out
+
+
+RECORD_HEADER = ("# What the build of stack.lock.toml measured and where this machine keeps things (timings, memory,\n"
+                 "# when it resolved, absolute paths). Not part of the lock: no digest, bundle or image holds it.\n")
+
+
+def record_dict(lock: Lock, lock_sha256: str) -> dict[str, Any]:
+    """The build record of `lock` (whose text has `lock_sha256`): its fields declared `record` or `portable`,
+    as they are, in the lock's own tables (`[resolve]` for the closure's)."""
+    out: dict[str, Any] = {"lock-sha256": lock_sha256, **to_table(lock, kebab=True, part="record")}
+    if lock.closure is not None and (resolve := to_table(lock.closure, kebab=True, part="record")):
+        out["resolve"] = resolve
+    return out
+
+
+def read_record(lock_path: Path, lock_text_bytes: bytes) -> dict[str, Any]:
+    """The build record beside a lock, when it is that lock's (its `lock-sha256` is the lock text's): {} when
+    there is none, or it is another lock's or unreadable (a lock copied or unpacked elsewhere has none)."""
+    try:
+        data = tomlio.loads((lock_path.parent / RECORD_NAME).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomlio.TOMLDecodeError):
+        return {}
+    return data if data.get("lock-sha256") == sha256_bytes(lock_text_bytes) else {}
+
+
+def with_record(lock: Lock, record: dict[str, Any]) -> Lock:
+    """`lock` with what its build record says put back (the lock's own values where it says nothing)."""
+    if not record:
+        return lock
+    out = merged(lock, {k: v for k, v in record.items() if k not in ("lock-sha256", "resolve")}, kebab=True)
+    if out.closure is not None and isinstance(record.get("resolve"), dict):
+        out = replace(out, closure=merged(out.closure, record["resolve"], kebab=True))
     return out
 
 
@@ -186,15 +241,24 @@ def fetchcontent_table(dep: FetchContentDep) -> dict[str, str]:
 LOCK_HEADER = "# Written by toolchain; do not edit (hashes are verified).\n"
 
 
-def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False, memo_dir: Path | None = None) -> Path:
-    """Write `stack.lock.toml` and its PEP 751 `pylock.toml` into `out_dir`, each atomically; returns the lock's
-    path (`memo_dir`: the text's sha256 remembered there, for the next build's check of it, `lock_file_says`)."""
-    path = out_dir / LOCK_NAME
+def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False, memo_dir: Path | None = None,
+               record: bool = True) -> Path:
+    """Write `stack.lock.toml`, its PEP 751 `pylock.toml` and (`record`) its build record `build-record.toml`
+    into `out_dir`, each atomically; returns the lock's path (`memo_dir`: the text's sha256 remembered there, for
+    the next build's check of it, `lock_file_says`). Without `record` (a bundle), no record is left there."""
+    path = Path(out_dir) / LOCK_NAME
+    out_dir = path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
     text = lock_text(lock)
     atomic_write_text(path, text)
     if memo_dir is not None:
         _text_sha256(to_dict(lock), memo_dir, text)
     atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock, bundled_deps=bundled_deps))
+    if record:
+        atomic_write_text(out_dir / RECORD_NAME, RECORD_HEADER + tomlio.dumps(
+            record_dict(lock, sha256_bytes(text.encode("utf-8")))))
+    else:
+        (out_dir / RECORD_NAME).unlink(missing_ok=True)
     return path
 
 
@@ -296,14 +360,16 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
 
 def read_lock(path: Path) -> Lock:
     """A lock file read back, after checking every value it records is well-formed (RecipeError naming
-    each bad key otherwise: a lock that cannot be trusted is refused before anything uses it)."""
+    each bad key otherwise: a lock that cannot be trusted is refused before anything uses it), with what its
+    build record beside it says (`with_record`: timings, this machine's paths) when that record is its own."""
     path = Path(path)
     if path.is_dir():
         path = path / LOCK_NAME
     if not path.is_file():
         raise RecipeError(f"{path}: no such lock file", hint="pass the stack.lock.toml written by `toolchain build`")
     try:
-        text = path.read_bytes().decode("utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecipeError(f"{path}: not a lock: not UTF-8 text (byte {exc.start})",
                           hint="pass the stack.lock.toml written by `toolchain build`") from None
@@ -323,7 +389,8 @@ def read_lock(path: Path) -> Lock:
     try:
         closure = Closure.from_toml(data["resolve"], data.get("dependencies", [])) if "resolve" in data else None
         rest = {k: v for k, v in data.items() if k not in ("lock-version", "resolve", "dependencies")}
-        return from_data(Lock, rest, kebab=True, unknown_ok=True, given={"path": path.resolve(), "closure": closure})
+        lock = from_data(Lock, rest, kebab=True, unknown_ok=True, given={"path": path.resolve(), "closure": closure})
+        return with_record(lock, read_record(path, raw))
     except (KeyError, TypeError, ValueError) as exc:
         what = exc if isinstance(exc, TypeError) else f"missing or wrong key {exc}"  # TypeError: core.serial names it
         raise RecipeError(f"{path}: malformed lock ({what})",

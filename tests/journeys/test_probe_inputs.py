@@ -26,7 +26,7 @@ from tests.spine_helpers import Result
 
 pytestmark = pytest.mark.slow
 
-TIMINGS = ("build-seconds", "metrics", "compiler-cache", "resolved-at")  # what two runs of the same build measure differently
+TIMINGS = ("build-seconds", "metrics", "compiler-cache", "resolved-at")  # (older locks held them; the build record now)
 
 
 def _without_timings(value: object) -> object:

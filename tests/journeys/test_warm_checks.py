@@ -85,10 +85,15 @@ def install_torch(site: Path, version: str) -> None:
 
 
 def target_venv(tmp_path: Path) -> tuple[Path, Path]:
-    """~/target: a venv for the target interpreter (seeing the suite's packages), and its site-packages."""
+    """~/target: a venv for the target interpreter (seeing the suite's packages), and its site-packages. The
+    suite's packages are seen through a .pth naming the running interpreter's site folders (after the venv's
+    own), not with --system-site-packages: that gives the BASE interpreter's, which may lack what a build needs
+    (a python.org or pyenv build: setuptools without `wheel`) when the suite runs in a venv."""
+    from tests.journeys.conftest import _sees_this_interpreter
+
     target = tmp_path / "home" / "target"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(target)],
-                   check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True, timeout=120)
+    _sees_this_interpreter(target, dict(os.environ))
     python = target / "bin" / "python"
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True, timeout=60).stdout.strip())

@@ -15,7 +15,7 @@ from toolchain.build.cache import WheelRef
 from toolchain.core.fs import sha256_file
 from toolchain.lock import LockedComponent, read_lock
 from toolchain.smoke import install
-from toolchain.target import HostRuntime
+from toolchain.target import HostRuntime, Interpreter
 
 SMOKE = {"model": "fault-model", "cases": ["models", "math"]}
 pytestmark = pytest.mark.slow
@@ -82,7 +82,7 @@ def _lock(tmp_path: Path, wheels: dict[str, Path], kernels: str = "kernels") -> 
 
 
 def _versions(python: str) -> dict:
-    return install.installed_versions(HostRuntime().interpreter(python), ["tinyvllm", "tinykernels"])
+    return install.installed_versions(Interpreter(HostRuntime(), python), ["tinyvllm", "tinykernels"])
 
 
 def test_install_plan_order_and_kernel_args(tmp_path, wheels):

@@ -35,16 +35,28 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
                    help="the engine that reads the base image (default podman)")
     p.add_argument("--load", choices=("podman", "docker"), help="load the image into this local engine")
     p.add_argument("--push", action="store_true", help="push the image to the registry its tag names")
-    p.add_argument("--insecure", action="store_true", help="the registry speaks plain HTTP (a trusted private one)")
+    p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
+                   help="the registries of the base and of --push speak plain HTTP (a trusted private one; "
+                        "--insecure: its older name)")
     p.add_argument("--oci-dir", type=Path, metavar="DIR", help="write the image as an OCI image layout here")
+    p.add_argument("--no-bytecode", action="store_true",
+                   help="leave the layer's modules uncompiled (default: .pyc compiled by the base's Python, "
+                        "unchecked-hash, so a container start compiles nothing)")
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    if not (args.oci_dir or args.load or args.push):  # (made, then kept nowhere: said before anything is made)
+        from toolchain.errors import UsageError
+
+        raise UsageError("toolchain image delivers the image nowhere: pass --load podman|docker (into a local "
+                         "engine), --push (to the registry its --tag names) or --oci-dir DIR (an OCI layout)",
+                         hint="e.g. toolchain image --lock LOCK --tag NAME --load podman")
     return CommandResult(*image_and_deliver(args.lock, args, ui))
 
 
 def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dict[str, Any], int, str]:
     """Make the image of `lock` and deliver it where `args` say; (the --json document, exit code, summary)."""
+    from toolchain.image.assemble import A
     from toolchain.image.base import plain_http
     from toolchain.image.deliver import load, oci_dir, parse_ref, push, to_oci_dir
     from toolchain.image.make import make_image
@@ -54,12 +66,14 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
         oci_dir(args.oci_dir)  # refused before anything is made: a folder the tool did not make is never replaced
     cache = options.cache_dir(args)
     image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
-                       insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]))
+                       insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]),
+                       bytecode=not getattr(args, "no_bytecode", False))
     data: dict[str, Any] = {"ok": True, "image": ref.name, "digest": image.digest, "config": image.config_digest,
                             "layer": {"digest": image.layer.digest, "size": image.layer.size,
                                       "diff-id": image.layer.diff_id, "entries": image.layer.entries,
                                       "whiteouts": list(image.layer.whiteouts)},
-                            "base": image.base.name, "labels": image.labels}
+                            "base": image.base.name, "labels": image.labels,
+                            "bytecode": image.labels.get(A + "bytecode", "")}
     work = cache / "images" / "work"
     if args.oci_dir:
         data["oci-dir"] = str(to_oci_dir(image, args.oci_dir, ref))

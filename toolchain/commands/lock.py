@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            "(from podman or docker when one holds REF, else from its registry); --out DIR writes "
                            "the lock there")
     p.add_argument("--out", type=Path, metavar="DIR", help="with --image: write the image's stack.lock.toml here")
-    p.add_argument("--insecure", action="store_true", help="with --image: the registry speaks plain HTTP")
+    p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
+                   help="with --image: the registry speaks plain HTTP (--insecure: its older name)")
     p.add_argument("--refresh", action="store_true",
                    help="resolve again from the indexes even when the closure for these wheels' requirements and "
                         "this [resolve] is kept in the cache (without it, the kept closure is used offline)")
@@ -70,7 +71,7 @@ def lock_of_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     with ui.status(f"reading the provenance of {args.image}"):
         found = read_provenance(args.image, options.cache_dir(args) / "images" / "work",
                                 insecure=args.insecure or plain_http(args.image.split("/", 1)[0]))
-    data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest,
+    data = {"ok": True, "image": args.image, "where": found.where, "digest": found.digest, "image-id": found.image_id,
             "labels": found.labels, "components": found.components, "lock-text": found.lock_text}
     if args.out:
         claim(args.out, "lock --out", (OWNED_MARKER, LOCK_NAME), removing=False)
@@ -81,5 +82,5 @@ def lock_of_image(args: argparse.Namespace, ui: UI) -> CommandResult:
         table.add_column(col, overflow="fold")
     for name, commit in found.components.items():
         table.add_row(name, commit)
-    return CommandResult(data, 0, f"[green]lock:[/] {data.get('lock', found.where)} (image {found.digest})",
+    return CommandResult(data, 0, f"[green]lock:[/] {data.get('lock', found.where)} (image {found.named})",
                          (table,))

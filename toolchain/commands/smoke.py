@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the engine that runs --image (default podman)")
     p.add_argument("--run-arg", action="append", default=[], metavar="ARG", dest="run_args",
                    help="with --image: an argument for the engine's `run` (a mount, a device); repeatable")
-    options.add(p, "out", help={"out": "report directory (default: <lock dir>/smoke/<time>)"})
+    options.add(p, "out", help={"out": "report directory (default: <lock dir>/smoke/<time>; with --image, "
+                                       "./smoke-reports/<time>)"})
     options.add(p, "cache-dir")
     add_options(p)
     p.set_defaults(handler=handle)
@@ -131,8 +132,25 @@ def _image_lock(args: argparse.Namespace, opts: SmokeOptions, ui: UI) -> tuple[L
                          hint=f"pull or load it first (`toolchain image ... --load {args.image_engine}`)")
     atomic_write_text(work / "stack.lock.toml", found.lock_text)
     image = f"{image_repo(args.image)}@{found.digest}" if found.digest.startswith("sha256:") else args.image
-    return read_lock(work / "stack.lock.toml"), replace(opts, image=image, image_engine=args.image_engine,
-                                                        run_args=tuple(args.run_args))
+    lock = read_lock(work / "stack.lock.toml")
+    if not (opts.serve_cmd or lock.smoke.get("serve-cmd")):
+        _require_vllm(args.image, image, args.image_engine, opts.python or lock.target.python_by_name(), ui)
+    return lock, replace(opts, image=image, image_engine=args.image_engine, run_args=tuple(args.run_args))
+
+
+def _require_vllm(ref: str, image: str, engine: str, python: str, ui: UI) -> None:
+    """An image served with the default `python -m vllm ...` must hold vLLM: asked of its interpreter in a
+    one-off container (no network, nothing installed) before any server starts; UsageError (exit 2) when not."""
+    from toolchain.core.proc.runner import run
+    from toolchain.image.base import engine_env
+
+    ask = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    with ui.status(f"looking for vLLM in {ref}"):
+        done = run([engine, "run", "--rm", "--network=none", "--entrypoint", python, image, "-c", ask],
+                   env=engine_env(), capture=True, check=False, timeout=600)
+    if done.returncode == 3:
+        raise UsageError(f"{ref} cannot be smoked: its {python} has no vLLM to serve (no `vllm` module in the image)",
+                         hint="smoke the image of a stack that holds vLLM, or serve another server: --serve-cmd CMD")
 
 
 def _result(outcome: SmokeOutcome) -> CommandResult:

@@ -71,7 +71,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="with --lock: make the image of the lock again in a fresh cache and compare its digest with "
                         "REF (made by `toolchain image`; read from podman or docker, else its registry); a difference "
                         "names the first differing file of the layer (and diffoscope's report where installed)")
-    p.add_argument("--insecure", action="store_true", help="with --image: its registry speaks plain HTTP")
+    p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
+                   help="with --image: its registry speaks plain HTTP (--insecure: its older name)")
     p.add_argument("--no-diffoscope", action="store_true",
                    help="use the built-in per-file comparison even when diffoscope is installed")
     p.set_defaults(handler=handle)
@@ -126,14 +127,24 @@ def _verify_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     work = _work_dir(args.work_dir, "image", options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
     found = verify_image(args.lock, args.image, work, ui, insecure=args.insecure,
                          use_diffoscope=False if args.no_diffoscope else None)
-    if found["ok"] and not args.keep:
+    kept = not found["ok"] and "layer" in found  # (the two layers, to compare); nothing else is worth keeping
+    if not (kept or args.keep):
         remove_ours(work, "--work-dir")
     summary = (f"[green]reproducible:[/] {args.image} is {found['given']}, rebuilt from {args.lock}" if found["ok"]
                else f"[red]NOT reproducible:[/] {args.image} is {found['given']}, rebuilt {found['rebuilt']}\n"
                     f"first difference: {found['first-difference']}"
-                    + (f"\ndiffoscope: {found['diffoscope']}" if found.get("diffoscope") else ""))
+                    + (f"\ndiffoscope: {found['diffoscope']}" if found.get("diffoscope") else "")
+                    + (f"\nkept for comparing: {work} ({_size(work)}; remove it when done)" if kept or args.keep
+                       else ""))
     return CommandResult(data={**found, "mode": "image", "work-dir": str(work)}, exit_code=0 if found["ok"] else 1,
                          summary=summary)
+
+
+def _size(folder: Path) -> str:
+    """The bytes under `folder`, for a person (a kept work folder)."""
+    from toolchain.build.jobs import format_size
+
+    return format_size(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()))
 
 
 def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) -> dict[str, Any]:

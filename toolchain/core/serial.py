@@ -8,7 +8,10 @@ it; a missing key takes the field's `absent`, else its default).
 
 A field says how it differs from that with `field(..., metadata=meta(...))`: its key (`key="file"`), left out
 when it holds its default (`omit_default=True`) or always (`skip=True`: not part of the format), and converters
-each way (`dump=`, `load=`: a rounded float, a redacted URL). A format checked before it is read (the lock)
+each way (`dump=`, `load=`: a rounded float, a redacted URL). A format kept in two files (a lock and the build
+record beside it) says per field which one holds it: `record=True` (what one run measured: only in the record),
+`portable=` (where this machine keeps a thing: the record holds the value, the lock `portable(value, obj)`); `to_table(
+obj, part="lock")` and `part="record"` write each file's part, `merged(obj, record_table)` puts the record's back. A format checked before it is read (the lock)
 declares there too what a value must be (`check=(what, test)`) and what a missing key reads as (`absent=`):
 `schema(cls)` gives the table of checks, and a field is required when it has neither a default nor `absent`.
 A key with a dot (`key="recipe.name"`) puts the value in that sub-table. So a format's writer, reader and
@@ -35,20 +38,22 @@ _META = "toolchain.serial"
 class Meta:
     """How one field is written and read (see the module's docstring). A plain class, not a dataclass: this
     module is imported on the warm path, where a dataclass definition costs a millisecond."""
-    __slots__ = ("absent", "check", "dump", "key", "load", "omit_default", "skip")
+    __slots__ = ("absent", "check", "dump", "key", "load", "omit_default", "portable", "record", "skip")
 
     def __init__(self, key: str = "", omit_default: bool = False, skip: bool = False,
                  dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
-                 check: Check | None = None, absent: object = dataclasses.MISSING) -> None:
+                 check: Check | None = None, absent: object = dataclasses.MISSING, record: bool = False,
+                 portable: Callable[[Any, Any], Any] | None = None) -> None:
         self.key, self.omit_default, self.skip, self.dump, self.load = key, omit_default, skip, dump, load
-        self.check, self.absent = check, absent
+        self.check, self.absent, self.record, self.portable = check, absent, record, portable
 
 
 def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
          dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
-         check: Check | None = None, absent: object = dataclasses.MISSING) -> dict[str, Meta]:
+         check: Check | None = None, absent: object = dataclasses.MISSING, record: bool = False,
+         portable: Callable[[Any, Any], Any] | None = None) -> dict[str, Meta]:
     """`dataclasses.field(metadata=meta(...))`."""
-    return {_META: Meta(key, omit_default, skip, dump, load, check, absent)}
+    return {_META: Meta(key, omit_default, skip, dump, load, check, absent, record, portable)}
 
 
 def rounded(digits: int) -> Callable[[Any], Data]:
@@ -86,12 +91,13 @@ _FIELDS: dict[tuple[type, bool], tuple[_Field, ...]] = {}
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def to_data(obj: object, *, kebab: bool = False) -> Data:
-    """Any value as plain JSON/TOML data: dataclasses as tables, sequences as lists, mappings with string keys."""
+def to_data(obj: object, *, kebab: bool = False, part: str = "") -> Data:
+    """Any value as plain JSON/TOML data: dataclasses as tables, sequences as lists, mappings with string keys
+    (`part`: "lock" or "record", the part of a format kept in two files; "" all of it)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return to_table(obj, kebab=kebab)
+        return to_table(obj, kebab=kebab, part=part)
     if isinstance(obj, (tuple, list)):
-        return [to_data(x, kebab=kebab) for x in obj]
+        return [to_data(x, kebab=kebab, part=part) for x in obj]
     if isinstance(obj, Mapping):
         return {str(k): to_data(v, kebab=kebab) for k, v in obj.items()}
     if isinstance(obj, enum.Enum):
@@ -103,18 +109,23 @@ def to_data(obj: object, *, kebab: bool = False) -> Data:
     raise TypeError(f"cannot serialize {type(obj).__name__}: {obj!r}")
 
 
-def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
-    """`to_data` of a dataclass: its table."""
+def to_table(obj: object, *, kebab: bool = False, part: str = "") -> dict[str, Data]:
+    """`to_data` of a dataclass: its table (`part="lock"`: without its `record` fields, its `portable` ones as
+    `portable` makes them; `part="record"`: only those, each as it is, and the tables holding them)."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{type(obj).__name__} is not a dataclass")
+    if part == "record":
+        return _record_table(obj, kebab)
     out: dict[str, Data] = {}
     for f in _fields(type(obj), kebab):
-        if f.meta.skip:
+        if f.meta.skip or (part == "lock" and f.meta.record):
             continue
         value = getattr(obj, f.name)
+        if part == "lock" and f.meta.portable is not None:
+            value = f.meta.portable(value, obj)
         if f.meta.omit_default and value == f.default:
             continue
-        data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
+        data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab, part=part)
         table, key = out, f.key
         if "." in key:
             parent, key = key.split(".", 1)
@@ -124,6 +135,58 @@ def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
             table = sub
         table[key] = data
     return out
+
+
+def _record_table(obj: object, kebab: bool) -> dict[str, Data]:
+    """The record's part of `obj` (`to_table(part="record")`): its `record` and `portable` fields as they are;
+    a table or an array of tables holding such fields, with only those (an array's tables keep their order,
+    and their `name` where they have one, for a reader)."""
+    out: dict[str, Data] = {}
+    for f in _fields(type(obj), kebab):
+        if f.meta.skip:
+            continue
+        value = getattr(obj, f.name)
+        data: Data = None
+        if f.meta.record or f.meta.portable is not None:
+            if value == f.default or (f.meta.portable is not None and f.meta.portable(value, obj) == value):
+                continue  # (nothing measured; the lock holds it as it is)
+            data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            data = _record_table(value, kebab) or None
+        elif isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):
+            subs = [_record_table(v, kebab) for v in value]
+            if any(subs):
+                data = [{**({"name": v.name} if isinstance(getattr(v, "name", None), str) else {}), **s}
+                        for v, s in zip(value, subs, strict=True)]
+        if data is None:
+            continue
+        parent, _, key = f.key.rpartition(".")
+        sub = out.setdefault(parent, {}) if parent else out
+        assert isinstance(sub, dict)
+        sub[key] = data
+    return out
+
+
+def merged(obj: T, table: Mapping[str, Any], *, kebab: bool = False) -> T:
+    """`obj` with the record's part (`to_table(obj, part="record")` read back) put back into its fields."""
+    if not table:
+        return obj
+    hints = _hints(type(obj))
+    changes: dict[str, Any] = {}
+    for f in _fields(type(obj), kebab):
+        parent, _, key = f.key.rpartition(".")
+        where = table.get(parent, {}) if parent else table
+        if f.meta.skip or not isinstance(where, Mapping) or key not in where:
+            continue
+        value, data = getattr(obj, f.name), where[key]
+        if f.meta.record or f.meta.portable is not None:
+            changes[f.name] = f.meta.load(data) if f.meta.load is not None else _value(hints[f.name], data, kebab)
+        elif dataclasses.is_dataclass(value) and isinstance(data, Mapping):
+            changes[f.name] = merged(value, data, kebab=kebab)
+        elif isinstance(value, tuple) and isinstance(data, list) and len(data) == len(value):
+            changes[f.name] = tuple(merged(v, d, kebab=kebab) if isinstance(d, Mapping) else v
+                                    for v, d in zip(value, data, strict=True))
+    return dataclasses.replace(obj, **changes) if changes else obj  # type: ignore[type-var]
 
 
 def schema(cls: type, *, kebab: bool = False) -> dict[str, tuple[bool, Check]]:

@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ class Interpreter:
     glibc: str               # 2.36 ("" for another C library)
     scheme: dict[str, str]   # purelib, platlib, scripts, data, include: folders with links resolved
     replaced: tuple[Replaced, ...] = ()
+    externally_managed: str = ""  # its PEP 668 marker file ("" when the interpreter has none)
 
 
 @record
@@ -131,11 +133,7 @@ def keep_base(image: str, cache_dir: Path, engine: str, ui: UI, *, insecure: boo
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
         log = cache_dir / "images" / "logs" / f"{final.name[:16]}.log"
-        have = run([engine, "image", "inspect", image], env=engine_env(), capture=True, check=False, timeout=120)
-        if have.returncode != 0:
-            with ui.status(f"pulling the base image {image}"):
-                run([engine, "pull", image], env=engine_env(), log=log, timeout=3600,
-                    hint=f"the base image must be pullable by {engine}, or loaded into it")
+        held(image, engine, ui, log)
         with ui.status(f"reading the base image {image}"):
             run([engine, "save", "--uncompressed", "--format", "oci-dir", "-o", str(tmp), image], env=engine_env(),
                 log=log, timeout=3600)
@@ -147,6 +145,33 @@ def keep_base(image: str, cache_dir: Path, engine: str, ui: UI, *, insecure: boo
     manifest = json.loads((layout / "blobs" / "sha256" / mdigest.split(":", 1)[1]).read_bytes())
     config = json.loads((layout / "blobs" / "sha256" / manifest["config"]["digest"].split(":", 1)[1]).read_bytes())
     return BaseImage(name=name, digest=digest, layout=layout, manifest=manifest, config=config)
+
+
+def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) -> None:
+    """`engine` holds the base `image` (NAME@sha256:...) under that name: pulled when it does not (podman over
+    plain HTTP when `insecure`). UsageError (exit 2) when it holds the digest under other names only (another
+    image's digest given with this name); BuildError naming the base when it cannot be pulled."""
+    name, digest = pinned(image, "the base image")
+    got = run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}|{{json .RepoTags}}", image],
+              env=engine_env(), capture=True, check=False, timeout=120)
+    if got.returncode == 0:
+        digests, _, tags = got.stdout.strip().partition("|")
+        names = {d.split("@", 1)[0] for d in json.loads(digests or "[]") or []} | \
+            {t.rsplit(":", 1)[0] for t in json.loads(tags or "[]") or []}
+        if names and name not in names:
+            raise UsageError(f"the base image {image}: {engine} holds {digest} as {', '.join(sorted(names))}, not as "
+                             f"{name}", hint="name the base as the engine holds it (`podman images --digests` lists "
+                                             "them), or tag it with that name first")
+        return
+    argv = [engine, "pull", *(["--tls-verify=false"] if insecure and engine == "podman" else []), image]
+    with ui.status(f"pulling the base image {image}"):
+        done = run(argv, env=engine_env(), log=log, capture=True, check=False, timeout=3600)
+    if done.returncode != 0:
+        why = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
+        plain = ("; a registry that speaks plain HTTP: pass --remote-insecure" if engine == "podman" else
+                 "; docker reads a plain-HTTP registry only when its daemon lists it in insecure-registries")
+        raise BuildError(f"the base image {image} is not in {engine} and cannot be pulled: {why[-1]}",
+                         hint=f"check the base's name and digest; `{engine} login` for a private registry{plain}")
 
 
 def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
@@ -193,19 +218,24 @@ def _engine_manifest(image: str, digest: str, engine: str) -> bytes | None:
 
 
 def read_interpreter(image: str, engine: str, python: str, names: list[str], ui: UI,
-                     memo_dir: Path | None = None) -> Interpreter:
-    """The base's interpreter (`python` in a one-off container of `image`) and what it holds of `names`. An image
-    is immutable under its digest: with `memo_dir` the answer is remembered by image, interpreter and names, so
-    a warm `toolchain image` starts no container."""
+                     memo_dir: Path | None = None, before: Callable[[], None] | None = None) -> Interpreter:
+    """The base's interpreter (`python` in a one-off container of `image`, after `before()`) and what it holds of
+    `names`. An image is immutable under its digest: with `memo_dir` the answer is remembered by image,
+    interpreter and names, so a warm `toolchain image` starts no container."""
     from toolchain.core.probe_memo import remembered
 
-    identity = {"image": image, "engine": engine, "python": python, "names": names}
-    data = remembered(memo_dir, "image-python", identity,
-                      lambda: (_probe(image, engine, python, names, ui), []))
+    def probe() -> tuple[dict[str, Any], list[str]]:
+        if before is not None:
+            before()
+        return _probe(image, engine, python, names, ui), []
+
+    identity = {"image": image, "engine": engine, "python": python, "names": names, "answer": 2}  # (2: PEP 668 too)
+    data = remembered(memo_dir, "image-python", identity, probe)
     replaced = _replaced(data, image)
     return Interpreter(executable=data["executable"], python_version=data["python-version"],
                        python_tag=data["python-tag"], soabi=data["soabi"], platform=data["platform"],
-                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced)
+                       glibc=data["glibc"], scheme=dict(data["scheme"]), replaced=replaced,
+                       externally_managed=str(data.get("externally-managed", "")))
 
 
 def _replaced(data: dict[str, Any], image: str) -> tuple[Replaced, ...]:
@@ -234,6 +264,10 @@ def _probe(image: str, engine: str, python: str, names: list[str], ui: UI) -> di
     with make_runtime(spec, ui) as runtime, ui.status(f"reading the interpreter of {image}"):
         done = runtime.run([python, runtime.script("image_python.py"), *names], capture=True, check=False,
                            timeout=300)
+    if done.returncode in (126, 127):  # the engine could not start it: no such program in the base (bad input)
+        raise UsageError(f"the base image {image} has no interpreter {python!r} (the engine cannot run it)",
+                         hint="pass --python with the base's interpreter (a name on its PATH, e.g. python3, or its "
+                              "path in the image)")
     try:
         data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -98,13 +98,39 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
             for path in sorted(layout.rglob("*")):
                 tar.add(path, arcname=path.relative_to(layout).as_posix(), recursive=False)
         log = work / "load.log"
-        run([engine, "load", "-i", str(archive)], env=engine_env(), log=log, timeout=3600)
-        run([engine, "tag", image.config_digest if engine == "docker" else image.config_digest[7:], ref.name],
-            env=engine_env(), log=log, timeout=120)
+        try:
+            run([engine, "load", "-i", str(archive)], env=engine_env(), log=log, timeout=3600)
+            run([engine, "tag", image.config_digest if engine == "docker" else image.config_digest[7:], ref.name],
+                env=engine_env(), log=log, timeout=120)
+        except KeyboardInterrupt:  # (a stop signal: the daemon may finish the load it was handed; undone)
+            _unload(engine, image.config_digest, ref.name, log)
+            raise
     finally:
         archive.unlink(missing_ok=True)
         shutil.rmtree(layout, ignore_errors=True)
     return ref.name
+
+
+UNLOAD_WAIT = 15.0  # seconds a daemon is given to finish (or drop) a load whose client was stopped
+
+
+def _unload(engine: str, ident: str, name: str, log: Path) -> None:
+    """After a stop during `ENGINE load`: the daemon may still finish loading what it was sent (its client is
+    gone, its work is not); the image it makes, by id, is removed as soon as it is there, so a stopped load
+    leaves nothing. Ctrl-C again meanwhile is ignored (`NoSigint`): the clean-up finishes."""
+    import time
+
+    from toolchain.target.container.engine import NoSigint
+
+    with NoSigint():
+        deadline = time.monotonic() + UNLOAD_WAIT
+        while time.monotonic() < deadline:
+            held = run([engine, "image", "inspect", "--format", "{{.Id}}", ident], env=engine_env(), capture=True,
+                       check=False, timeout=60)
+            if held.returncode == 0:
+                run([engine, "image", "rm", "-f", ident], env=engine_env(), log=log, check=False, timeout=300)
+                return
+            time.sleep(0.5)  # (none yet: the daemon is still loading, or dropped the cut stream)
 
 
 def _podman_thin(image: Image, ref: Ref, work: Path) -> bool:

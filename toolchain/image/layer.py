@@ -1,5 +1,7 @@
 """The one layer: each wheel written by pypa `installer` into the base interpreter's scheme under a staging
-folder (no bytecode: the host's interpreter compiles nothing for the image), the lock at LOCK_PATH, and a
+folder, then its modules compiled to bytecode by the base's own interpreter in a one-off container of the base
+(`compileall --invalidation-mode unchecked-hash`: a .pyc names its source by its hash, never by an mtime, as
+reproducible-build distributions ship them; the host's interpreter compiles nothing), the lock at LOCK_PATH, and a
 whiteout (`.wh.NAME`) for each file or emptied folder of a replaced distribution that the new files do not
 cover (pip's `--force-reinstall` uninstalls it first). The tar is assembled by hand: entries sorted, owner
 0:0, every mtime the lock's epoch, modes 0644/0755, gzip without a name or a timestamp."""
@@ -10,7 +12,7 @@ import gzip
 import hashlib
 import os
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -59,6 +61,65 @@ def stage(wheels: Sequence[Path], interp: Interpreter, staging: Path) -> None:
                                            destdir=str(staging), overwrite_existing=True)
         with WheelFile.open(wheel) as source:
             install(source, dest, additional_metadata={"INSTALLER": b"toolchain\n"})
+
+
+STAGING = "/toolchain-staging"  # where the container of the base sees the staging folder
+
+
+def _pyc_of(source: Path, tag: str) -> Path:
+    return source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+
+
+def compile_bytecode(staging: Path, interp: Interpreter, image: str, engine: str, log: Path,
+                     kept: Path | None = None, before: Callable[[], None] | None = None) -> str:
+    """Compile every module the layer installs with the base's interpreter, in a one-off container of `image`
+    with the staging folder mounted (the image's own Python version, so its .pyc are the ones it would write:
+    unchecked-hash, named by their image paths). What was done, as the image's label records it; a base that
+    cannot compile (no compileall, a Python before 3.9) gets no bytecode, and the answer says why. `kept`: a
+    folder of the .pyc compiled before, each by the base, its interpreter, its image path and its source's
+    sha256 (a pure function of them): when it holds every one, no container is started."""
+    from toolchain.core.proc.runner import run
+    from toolchain.image.base import engine_env
+
+    roots = sorted({interp.scheme[k].strip("/") for k in ("purelib", "platlib")})
+    present = [r for r in roots if (staging / r).is_dir()]
+    if not present:
+        return "none: the layer installs no modules"
+    done_text = f"unchecked-hash, compiled by the base's Python {interp.python_version}"
+    tag = "cpython-" + "".join(interp.python_version.split(".")[:2])
+    sources = sorted(p for r in present for p in (staging / r).rglob("*.py") if p.is_file() and not p.is_symlink())
+
+    def key(src: Path) -> Path | None:
+        if kept is None:
+            return None
+        ident = f"{image}\0{interp.executable}\0{src.relative_to(staging).as_posix()}\0".encode() + src.read_bytes()
+        return kept / hashlib.sha256(ident).hexdigest()
+
+    keys = {src: key(src) for src in sources}
+    if kept is not None and all(k is not None and k.is_file() for k in keys.values()):
+        for src, k in keys.items():
+            assert k is not None
+            _pyc_of(src, tag).parent.mkdir(exist_ok=True)
+            _pyc_of(src, tag).write_bytes(k.read_bytes())
+        return done_text
+    if before is not None:  # (the engine holds the base: `image.base.held`)
+        before()
+    user = ["--user", f"{os.getuid()}:{os.getgid()}"] if engine == "docker" else []  # (files stay this user's)
+    argv = [engine, "run", "--rm", "--network=none", *user, "--entrypoint", interp.executable,
+            "-v", f"{staging}:{STAGING}", image,
+            "-m", "compileall", "-q", "-f", "--invalidation-mode", "unchecked-hash", "-s", STAGING, "-p", "/",
+            *(f"{STAGING}/{r}" for r in present)]
+    done = run(argv, env=engine_env(), log=log, check=False, timeout=1800)
+    if done.returncode != 0:
+        return (f"none: compileall in the base failed (exit {done.returncode}; log {log})")
+    if kept is not None:
+        from toolchain.core.fs import atomic_write_bytes
+
+        kept.mkdir(parents=True, exist_ok=True)
+        for src, k in keys.items():
+            if k is not None and _pyc_of(src, tag).is_file():
+                atomic_write_bytes(k, _pyc_of(src, tag).read_bytes())
+    return done_text
 
 
 def _under(path: str, root: str) -> bool:

@@ -12,12 +12,12 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core.fs import sha256_bytes
-from toolchain.errors import UsageError
+from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A, Image, assemble, rfc3339
-from toolchain.image.base import keep_base, pinned, read_interpreter
+from toolchain.image.base import held, keep_base, pinned, read_interpreter
 from toolchain.image.compat import check_wheels
-from toolchain.image.layer import LOCK_PATH, entries, stage, write_layer
-from toolchain.lock import Lock, read_lock, verify_wheels
+from toolchain.image.layer import LOCK_PATH, compile_bytecode, entries, stage, write_layer
+from toolchain.lock import Lock, read_lock, verify_wheels, wheel_problems
 
 
 def base_of(lock: Lock, given: str | None) -> str:
@@ -43,9 +43,43 @@ def base_of(lock: Lock, given: str | None) -> str:
     return given
 
 
+def built_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
+    """The components' wheels, in lock order: beside the lock (each checked against its recorded size and
+    sha256), else from the wheel cache, where every build keeps them (by the component's cache key, or a
+    prebuilt one's sha256), copied out into `<cache>/images/wheels/<sha256>/` checked against the lock's sha256.
+    TestFailed names what is in neither place, or differs."""
+    from toolchain.build.cache import WheelCache
+    from toolchain.build.prebuilt_wheels import prebuilt_key
+
+    problems = wheel_problems(lock, missing_ok=True)
+    if problems:
+        verify_wheels(lock)  # (names each, as ever)
+    out, missing = [], []
+    cache = WheelCache(cache_dir)
+    for c in lock.components:
+        beside = lock.wheel_path(c)
+        if beside.is_file():
+            out.append(beside)
+            continue
+        dest = cache_dir / "images" / "wheels" / c.wheel.sha256
+        dest.mkdir(parents=True, exist_ok=True)
+        keys = [c.cache_key, prebuilt_key(c.wheel.sha256)]
+        entry = next((e for k in keys if (e := cache.take(k, dest)) is not None and e.sha256 == c.wheel.sha256), None)
+        if entry is None:
+            missing.append(f"{c.name}: {c.wheel.file} (sha256 {c.wheel.sha256})")
+            continue
+        out.append(dest / entry.wheel.name)
+    if missing:
+        raise TestFailed(f"{lock.path}: the lock's wheels are neither beside it ({lock.wheels_dir}) nor in the wheel "
+                         f"cache {cache_dir}:\n" + "\n".join(f"  - {m}" for m in missing),
+                         hint="put its wheels/ beside the lock (a bundle holds them), or pass the --cache-dir of "
+                              "the build that made them")
+    return out
+
+
 def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
     """The wheels to install, in install order: the closure's (fetched with their locked sha256; none for an
-    overlay, whose base is its closure), then the components' in lock order."""
+    overlay, whose base is its closure), then the components' in lock order (`built_wheels`)."""
     from toolchain.resolve.fetch import fetch_dists
 
     assert lock.path is not None
@@ -56,43 +90,62 @@ def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
                          "layer installs wheels only", hint="lock wheels for them (build them into a wheelhouse)")
     fetched = fetch_dists(dists, cache_dir / "images" / "deps", cache_dir / "images" / "logs" / "fetch.log") \
         if dists else {}
-    return [*(fetched[d.name] for d in dists), *(lock.wheel_path(c) for c in lock.components)]
+    return [*(fetched[d.name] for d in dists), *built_wheels(lock, cache_dir)]
 
 
-def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int) -> dict[str, str]:
-    """The image's labels (config) and annotations (manifest): provenance a registry or `inspect` shows."""
+def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int, bytecode: str) -> dict[str, str]:
+    """The image's labels (config) and annotations (manifest): provenance a registry or `inspect` shows, and
+    the layer's bytecode (how it was compiled, or why there is none)."""
     name, digest = pinned(base, "the base image")
     out = {"org.opencontainers.image.created": rfc3339(epoch), "org.opencontainers.image.base.name": name,
            "org.opencontainers.image.base.digest": digest, "org.opencontainers.image.title": lock.recipe_name,
            A + "recipe": lock.recipe_name, A + "lock.sha256": sha256_bytes(lock_bytes),
-           A + "lock.path": "/" + LOCK_PATH, A + "tool-version": __version__}
+           A + "lock.path": "/" + LOCK_PATH, A + "tool-version": __version__, A + "bytecode": bytecode}
     for c in lock.components:
         out[A + f"commit.{c.name}"] = c.commit or c.wheel.sha256
     return out
 
 
 def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = None, engine: str = "podman",
-               python: str | None = None, insecure: bool = False) -> Image:
+               python: str | None = None, insecure: bool = False, bytecode: bool = True) -> Image:
     """The image of the lock over its base (`engine` runs the base's interpreter: it holds it, or pulls it; a
-    base named on a registry is read from it, over plain HTTP when `insecure`)."""
+    base named on a registry is read from it, over plain HTTP when `insecure`); its modules compiled to
+    bytecode by that interpreter unless not `bytecode` (a warning says when the base cannot)."""
     from toolchain.release.bundle import stack_epoch
 
     lock = read_lock(lock_path)
-    verify_wheels(lock)
     assert lock.path is not None
     image = base_of(lock, base)
     wheels = lock_wheels(lock, cache_dir)
     names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
-    interp = read_interpreter(image, engine, python or lock.target.python, names, ui,
-                              memo_dir=cache_dir / "images" / "memo")
+    def ensure() -> None:  # (before a container of the base starts: the engine holds it under that name)
+        held(image, engine, ui, cache_dir / "images" / "logs" / "pull.log", insecure=insecure)
+
+    # the base's interpreter: the one the lock names, by name (its build record's path is the build machine's)
+    interp = read_interpreter(image, engine, python or lock.target.python_by_name(), names, ui,
+                              memo_dir=cache_dir / "images" / "memo", before=ensure)
     check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
+    if interp.externally_managed:
+        ui.warn(f"the base's {interp.executable} is externally managed (PEP 668: {interp.externally_managed}): the "
+                f"layer installs over its packages in {interp.scheme['purelib']}, as `pip install "
+                "--break-system-packages` would; a package the distribution installs there later may clash")
     kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
     lock_bytes = lock.path.read_bytes()
-    epoch = stack_epoch(lock)
+    epoch = stack_epoch(lock, wheels[len(wheels) - len(lock.components):])  # (the built ones: lock_wheels' last)
     work = cache_dir / "images" / "work" / f"{os.getpid()}-{os.urandom(4).hex()}"
     try:
         with ui.status(f"writing the layer of {len(wheels)} wheels"):
             stage(wheels, interp, work / "root")
+        compiled = "none: --no-bytecode"
+        if bytecode:
+            with ui.status(f"compiling the layer's modules with the Python of {image}"):
+                compiled = compile_bytecode(work / "root", interp, image, engine,
+                                            cache_dir / "images" / "logs" / "bytecode.log",
+                                            kept=cache_dir / "images" / "bytecode", before=ensure)
+            if compiled.startswith("none: compileall"):
+                ui.warn(f"the image has no bytecode: {compiled.removeprefix('none: ')}; each start compiles the "
+                        "stack's modules")
+        with ui.status(f"writing the layer of {len(wheels)} wheels"):
             layer = write_layer(entries(work / "root", interp, lock_bytes), epoch, work / "layer.tar.gz")
         final = cache_dir / "images" / "layers" / layer.digest.split(":", 1)[1]
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -102,4 +155,5 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     from dataclasses import replace
 
     created_by = f"toolchain image (xpu-toolchain {__version__}): {lock.recipe_name}, {len(wheels)} wheels"
-    return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch), epoch, created_by)
+    return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch, compiled), epoch,
+                    created_by)

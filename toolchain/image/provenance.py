@@ -32,6 +32,15 @@ class Provenance:
     digest: str
     labels: dict[str, str]
     lock_text: str
+    image_id: str = ""  # the config's digest, as the engine names the image
+
+    @property
+    def named(self) -> str:
+        """How the image is named by digest: its manifest's, else (an image docker loaded, whose manifest it does
+        not keep) its id, saying so."""
+        if self.digest:
+            return self.digest
+        return f"id {self.image_id}: the engine keeps no manifest digest" if self.image_id else "no digest"
 
     @property
     def components(self) -> dict[str, str]:
@@ -39,13 +48,13 @@ class Provenance:
         return {k[len(A + "commit."):]: v for k, v in sorted(self.labels.items()) if k.startswith(A + "commit.")}
 
 
-def _checked(where: str, digest: str, labels: dict[str, str], lock: bytes) -> Provenance:
+def _checked(where: str, digest: str, labels: dict[str, str], lock: bytes, image_id: str = "") -> Provenance:
     said = labels.get(A + "lock.sha256", "")
     if not said:
         raise UsageError(f"{where}: the image carries no {A}lock.sha256 label: it was not made by `toolchain image`")
     if sha256_bytes(lock) != said:
         raise TestFailed(f"{where}: /{LOCK_PATH} has sha256 {sha256_bytes(lock)}, the image's label says {said}")
-    return Provenance(where, digest, dict(labels), lock.decode())
+    return Provenance(where, digest, dict(labels), lock.decode(), image_id)
 
 
 def from_engine(ref: str, engine: str, work: Path) -> Provenance | None:
@@ -66,7 +75,8 @@ def from_engine(ref: str, engine: str, work: Path) -> Provenance | None:
     finally:
         run([engine, "rm", "-f", created], env=env, capture=True, check=False, timeout=120)
         dest.unlink(missing_ok=True)
-    return _checked(f"{ref} ({engine})", digest, {str(k): str(v) for k, v in labels.items()}, data)
+    return _checked(f"{ref} ({engine})", digest, {str(k): str(v) for k, v in labels.items()}, data,
+                    str(doc.get("Id") or ""))
 
 
 def from_registry(ref: str, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> Provenance:

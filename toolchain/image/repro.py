@@ -76,8 +76,18 @@ def _given_layer(ref: str, found: Provenance, dest: Path, engine: str, insecure:
 def verify_image(lock: Path, ref: str, work: Path, ui: UI, *, engine: str = "podman", insecure: bool = False,
                  use_diffoscope: bool | None = None) -> dict[str, Any]:
     """Rebuild the image of `lock` in a fresh cache under `work` and compare it with `ref`."""
+    from toolchain.core.fs import sha256_file
+    from toolchain.image.assemble import A
+    from toolchain.lock import LOCK_NAME
+
     found = read_provenance(ref, work / "read", insecure=insecure)
     labels = found.labels
+    lock_file = lock / LOCK_NAME if lock.is_dir() else lock
+    said, have = labels.get(A + "lock.sha256", ""), sha256_file(lock_file)
+    if said and said != have:  # another lock's image: told by its label, before anything is made
+        return {"ok": False, "image": ref, "given": found.named, "rebuilt": "nothing (not made)",
+                "first-difference": f"the image carries another lock: its {A}lock.sha256 label says {said}, "
+                                    f"{lock_file} hashes to {have}"}
     base = f"{labels.get('org.opencontainers.image.base.name', '')}@{labels.get('org.opencontainers.image.base.digest', '')}"
     cache = work / "cache"
     shutil.rmtree(cache, ignore_errors=True)

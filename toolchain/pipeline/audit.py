@@ -36,6 +36,8 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
                                      read_deps=read_deps)
     if not any(a.objects for a in audits):
         return tuple(audits)
+    for line in verdicts.build_machine_paths(audits, _interpreter_prefixes(recipe)):
+        ui.warn(line)
     if lock.closure is None and lock.base is None:
         ui.warn("the lock pins no closure (--no-resolve): the sonames its wheels need are recorded, not checked "
                 "(`toolchain lock --lock LOCK` resolves and checks them)")
@@ -60,6 +62,23 @@ def audit_native(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv 
         ui.info(f"native libraries: {len(report.of('provided'))} provided by the lock; "
                 + verdicts.host_line(host))
     return verdicts.with_host_provides(audits, report)
+
+
+def _interpreter_prefixes(recipe: Recipe) -> list[str]:
+    """The prefix of the host interpreter that builds (its executable's folder's parent, links resolved, and
+    that of the name as given): what a RUNPATH into it comes from. None for a container's (its own paths)."""
+    import os
+    import shutil
+
+    if recipe.target.runtime not in ("", "host"):
+        return []
+    found = shutil.which(recipe.target.python) or recipe.target.python
+    out = []
+    for path in dict.fromkeys([found, os.path.realpath(found)]):
+        parent = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+        if parent not in ("/", "/usr"):  # (a system interpreter's prefix holds every system library)
+            out.append(parent)
+    return out
 
 
 def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: ToolchainEnv | None, cache_dir: Path,

@@ -14,6 +14,7 @@ from toolchain.errors import RecipeError
 from toolchain.lock import Lock, LockedComponent, fetchcontent_table, locked_env, wheel_problems
 from toolchain.recipe.load import (
     default_recipes_dir,
+    from_place,
     given_dirs,
     load_recipe_text,
     origins_from_record,
@@ -78,7 +79,8 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | Sequence[Path] | None, reci
     sha256 the lock records, in `patches_dir` and in the lock's own folder as a bundle lays it out (patches/,
     inputs/<component>/; whatever the current folder), then taken from `cache_dir` by that sha256 (every build
     keeps the files it read there), else MissingFiles names each with every place looked."""
-    recorded = Path(lock.recipe_path)  # a bundle records it relative to the project root (cwd)
+    recorded = from_place(lock.recipe_path)  # a lock records it relative to the project root (cwd), its build
+    # record (read back with it) as this machine's path; a shipped one as {shipped}/...
     bundle = Path(lock.path).resolve().parent if lock.path is not None else None
     own = (recipes_dir.parent / "patches",) if recipes_dir else patches_dirs_of(recorded)
     first = list(given_dirs(patches_dir))

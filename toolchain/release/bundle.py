@@ -2,9 +2,9 @@
 
 The bundle holds the wheels, `stack.lock.toml` and `pylock.toml`, `sbom.cdx.json` (CycloneDX), the patches
 when their directory is given, `INSTALL.txt` and `SHA256SUMS` (`sha256sum -c SHA256SUMS` checks it). Its lock
-is the published one: what varies from build to build and says nothing about the result (build seconds, the
-container's name, an absolute recipe path) is dropped, so two builds of the same sources give the same
-bundle. `<key>` is the start of the sha256 of SHA256SUMS: the bundle's name is its content.
+is the lock as written (what varies from build to build and says nothing about the result, build seconds, the
+container's name, an absolute recipe path, is in the build record beside a build's lock, never in a bundle),
+so two builds of the same sources give the same bundle. `<key>` is the start of the sha256 of SHA256SUMS: the bundle's name is its content.
 
 The tarball is sorted, every entry dated the stack's source date, owned by 0/0 (root), files 0644 and
 directories 0755, and gzip-compressed with mtime 0 and no file name: the same bundle gives the same bytes.
@@ -13,7 +13,6 @@ directories 0755, and gzip-compressed with mtime 0 and no file name: the same bu
 from __future__ import annotations
 
 import calendar
-import dataclasses
 import gzip
 import os
 import shutil
@@ -25,8 +24,6 @@ from pathlib import Path
 
 from toolchain import lock as lockmod
 from toolchain.build.cache import WHEELS_DIR
-from toolchain.build.ccache import CacheReport
-from toolchain.build.metrics import BuildMetrics
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
 from toolchain.core import blobs
 from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
@@ -58,7 +55,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
     lockmod.verify_wheels(lock)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    published = publishable(lock)
+    published = lock  # (its text holds the lock's facts only: what the build record keeps is not in it)
     epoch = stack_epoch(lock)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-bundle-", dir=out_dir))
     try:
@@ -66,7 +63,7 @@ def write_bundle(lock: Lock, out_dir: Path, *, patches_dir: Path | Sequence[Path
             _copy(lock.wheel_path(comp), tmp / WHEELS_DIR / comp.wheel.file)
         if with_deps:
             _bundle_deps(lock, tmp)
-        lockmod.write_lock(published, tmp, bundled_deps=with_deps)
+        lockmod.write_lock(published, tmp, bundled_deps=with_deps, record=False)
         (tmp / REQUIREMENTS_NAME).write_text(requirements_text(published, bundled=with_deps), encoding="utf-8")
         dirs = [patches_dir] if isinstance(patches_dir, (str, Path)) else list(patches_dir or ())
         patch_texts = _copy_patches(lock, dirs, tmp, cache_dir) if dirs else {}
@@ -91,34 +88,12 @@ def tarball_path(bundle_dir: Path) -> Path:
     return bundle_dir.parent / f"{bundle_dir.name}.tar.gz"
 
 
-def publishable(lock: Lock) -> Lock:
-    """The lock as published in a bundle: without what varies between two builds of the same sources
-    (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in,
-    the box the build ran on, when the closure was resolved)."""
-    return dataclasses.replace(
-        lock, recipe_path=_checkout_relative(lock.recipe_path),
-        recipe_origins=tuple((k, _checkout_relative(v)) for k, v in lock.recipe_origins),
-        closure=dataclasses.replace(lock.closure, resolved_at="") if lock.closure is not None else None,
-        target=dataclasses.replace(lock.target, container=""), host={},
-        components=tuple(dataclasses.replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
-                                             metrics=BuildMetrics()) for c in lock.components))
-
-
-def _checkout_relative(recipe_file: str) -> str:
-    """A recipe file without where its project was checked out: `recipes/<name>.toml` (or `<name>.toml`);
-    a shipped one (`{shipped}/...`) is found again wherever the tool is installed and stays as it is."""
-    path = Path(recipe_file)
-    if not path.is_absolute():
-        return recipe_file
-    return path.relative_to(path.parent.parent if path.parent.name == "recipes" else path.parent).as_posix()
-
-
-def stack_epoch(lock: Lock) -> int:
-    """The stack's source date: the newest entry date in its (normalized) wheels, i.e. the newest pinned
-    commit's date; 1980-01-01 when there is none."""
+def stack_epoch(lock: Lock, wheels: Sequence[Path] | None = None) -> int:
+    """The stack's source date: the newest entry date in its (normalized) wheels (`wheels`: where they are,
+    when not beside the lock), i.e. the newest pinned commit's date; 1980-01-01 when there is none."""
     newest = ZIP_MIN_EPOCH
-    for comp in lock.components:
-        with zipfile.ZipFile(lock.wheel_path(comp)) as zf:
+    for path in wheels if wheels is not None else [lock.wheel_path(c) for c in lock.components]:
+        with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
                 newest = max(newest, calendar.timegm((*tuple(info.date_time), 0, 0, 0)))
     return newest
@@ -156,8 +131,37 @@ def requirements_text(lock: Lock, *, bundled: bool) -> str:
             f"{REQUIREMENTS_NAME}\n" + hashed_requirements([*deps, *built]))
 
 
+def _image_lines(lock: Lock) -> list[str]:
+    """For a container lock: the image its wheels were built in (and run in), and the one command that makes the
+    runnable image of this bundle (`toolchain image`). Nothing for a host lock."""
+    if lock.base is not None:
+        base = lock.base.image if "@" in lock.base.image else f"{lock.base.image}@{lock.base.digest}"
+        return ["Make the runnable image (the base above plus one layer of these wheels; the same digest anywhere):",
+                "  toolchain image --lock stack.lock.toml --tag NAME[:TAG] --load podman   (or --push, --oci-dir DIR)",
+                f"  (its base: {base})", ""]
+    if (lock.target.runtime or "host") == "host" or not lock.target.image:
+        return []
+    image = lock.target.image
+    if "@" not in image and lock.target.image_digest.startswith("sha256:"):  # pinned: NAME@DIGEST, its tag left out
+        image = (image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image) + "@" + lock.target.image_digest
+    return [f"Built in the {lock.target.runtime} image {image} (Python {lock.target.python_version}): the wheels",
+            "are for that image's interpreter. Make the runnable image (that image plus one layer of these wheels):",
+            f"  toolchain image --lock stack.lock.toml --base {image} --tag NAME[:TAG] --load podman",
+            ""]
+
+
 def install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
-    """The INSTALL instructions of a bundle: how to install its wheels for this lock."""
+    """The INSTALL instructions of a bundle: how to install its wheels for this lock (a container lock: in
+    which image, and how `toolchain image` makes the runnable image)."""
+    image = _image_lines(lock)
+    text = _install_text(lock, bundled_deps=bundled_deps)
+    if not image:
+        return text
+    head, _, rest = text.partition("\n\n")
+    return "\n".join([head, "", *image]) + rest
+
+
+def _install_text(lock: Lock, *, bundled_deps: bool = False) -> str:
     if lock.base is not None:
         return _install_text_overlay(lock)
     if lock.closure is not None:

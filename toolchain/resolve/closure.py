@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from toolchain.core.checks import DIST_FILE, NAME, SHA256, SIZE, STR, STRS
+from toolchain.core.places import local_url, portable_url
 from toolchain.core.record import record
 from toolchain.core.redact import redact_url
 from toolchain.core.serial import Data, from_data, meta, to_table
@@ -35,8 +36,9 @@ class LockedDist:
     name: str = field(metadata=meta(check=NAME))  # canonical name
     version: str = field(metadata=meta(check=NAME))
     file: str = field(metadata=meta(check=DIST_FILE))  # file name
-    # where the file is: https://... or file:///...
-    url: str = field(metadata=meta(dump=redact_url, check=NAME))
+    # where the file is: https://... or file:///... (in a lock, one of the demo's shipped files as {demo}/...)
+    url: str = field(metadata=meta(dump=redact_url, check=NAME, portable=lambda v, _: portable_url(v),
+                                   load=local_url))
     sha256: str = field(metadata=meta(check=SHA256))
     size: int = field(default=0, metadata=meta(check=SIZE))
     # the index or find-links location it came from
@@ -69,8 +71,8 @@ class Closure:
     dists: tuple[LockedDist, ...] = field(default=(), metadata=meta(skip=True))
     # requirements on built distributions the built version does not meet
     notes: tuple[str, ...] = field(default=(), metadata=meta(check=STRS))
-    # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving
-    resolved_at: str = field(default="", metadata=meta(omit_default=True, check=STR))
+    # when the resolver ran (UTC, ISO 8601); "" when nothing needed resolving: the build record's, not the lock's
+    resolved_at: str = field(default="", metadata=meta(omit_default=True, check=STR, record=True))
 
     def dist(self, name: str) -> LockedDist | None:
         """The locked distribution `name` (compared canonically), None when the closure has none."""

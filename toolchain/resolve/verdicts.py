@@ -299,3 +299,24 @@ def raise_for(report: NativeReport, where: str, policy: Policy, log: Path | None
                          f"{'it' if len(errors) == 1 else 'them'}:\n"
                          + "\n".join(f"  {'' if x.startswith('and ') else '- '}{x}" for x in lines),
                          hint=fix_for(errors, policy))
+
+
+def build_machine_paths(audits: Sequence[WheelAudit], prefixes: Sequence[str]) -> list[str]:
+    """One line per shared object of a built wheel whose RUNPATH/RPATH names an absolute folder (not `$ORIGIN`):
+    a path of the machine that built it, which names nothing, or another library, where the wheel runs. One
+    under `prefixes` (the build interpreter's prefix: pyenv's `LDSHARED` adds `-Wl,-rpath,<prefix>/lib`) says so."""
+    out = []
+    for a in audits:
+        if a.role != "built":
+            continue
+        for obj in a.objects:
+            for d in obj.runpath:
+                if not d.startswith("/"):
+                    continue
+                under = next((p for p in prefixes if p and (d == p or d.startswith(p.rstrip("/") + "/"))), "")
+                why = (f"the build interpreter's prefix {under} (its LDSHARED adds it, as pyenv's does)" if under
+                       else "a folder of the build machine")
+                out.append(f"{a.wheel}: {obj.path} has RUNPATH {d}, {why}: where the wheel runs it names nothing "
+                           "or another library there; the loader looks there first")
+    return out
+

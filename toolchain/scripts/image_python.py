@@ -3,7 +3,7 @@
 console scripts' shebang), its Python tag, ABI, platform and C library, and, for each distribution named on
 the command line that is installed inside that scheme, the files `pip uninstall` would remove (its RECORD's
 files that exist, their `__pycache__` bytecode) and the folders that would be left empty. Prints one JSON
-object."""
+object; whether the interpreter is externally managed (PEP 668) too."""
 
 from __future__ import annotations
 
@@ -102,7 +102,18 @@ def main() -> None:
         "soabi": soabi, "abiflags": getattr(sys, "abiflags", ""),
         "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
         "glibc": (libc or "").split(" ")[-1] if (libc or "").startswith("glibc") else "",
-        "scheme": scheme, "replaced": sorted(replaced, key=lambda r: r["name"])}, sort_keys=True))
+        "scheme": scheme, "replaced": sorted(replaced, key=lambda r: r["name"]),
+        # PEP 668: the distribution manages this interpreter's packages (its marker file, when there is one)
+        "externally-managed": externally_managed()}, sort_keys=True))
+
+
+def externally_managed() -> str:
+    """The path of the interpreter's EXTERNALLY-MANAGED marker (PEP 668), "" when it has none."""
+    try:
+        marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
+    except KeyError:
+        return ""
+    return marker if os.path.isfile(marker) else ""
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         rep["target"] = runtime.report()
         if named := runtime.said(f"target: {rep['target']['name']}"):
             ui.info(named)
-        rep["device"] = to_table(_check_devices(opts, config, runtime.interpreter(base_python) if base_python else py))
+        rep["device"] = to_table(_check_devices(opts, config, Interpreter(runtime, base_python) if base_python else py))
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
         if lock is not None and staged is not None and (lock.closure is not None or lock.base is not None):
@@ -280,12 +280,12 @@ def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
     install)."""
     if lock is None:
         host = HostRuntime()
-        return host, host.interpreter(opts.python or sys.executable), None
+        return host, Interpreter(host, opts.python or sys.executable), None
     if opts.image:  # the image as it is: its container serves, its interpreter already holds the lock
         spec = TargetSpec(runtime=opts.image_engine, python=opts.python or lock.target.python, image=opts.image,
                           run_args=opts.run_args)
         served_from = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke), None, ""))
-        return served_from, served_from.interpreter(spec.python), None
+        return served_from, Interpreter(served_from, spec.python), None
     install_wheels = bool(lock.components) and not opts.no_install
     spec = spec_from_lock(lock, opts.python)
     runtime = make_runtime(spec, ui, serving=Serving(port_of(opts.port, smoke),
@@ -293,8 +293,8 @@ def _where(opts: SmokeOptions, lock: Lock | None, smoke: SmokeSpec, out: Path,
                                                      lock.target.image_digest))
     venv = runtime.venv_at(opts.venv) if opts.venv is not None else f"{runtime.scratch(out)}/venv"
     if not install_wheels:
-        return runtime, runtime.interpreter(spec.python), None
-    return runtime, runtime.interpreter(f"{venv}/bin/python", venv), spec.python
+        return runtime, Interpreter(runtime, spec.python), None
+    return runtime, Interpreter(runtime, f"{venv}/bin/python", venv), spec.python
 
 
 def spec_from_lock(lock: Lock, python: str = "") -> TargetSpec:

@@ -97,7 +97,8 @@ class BuildRuntime(Place, Protocol):
 
 class ServeRuntime(Place, Protocol):
     """What smoke's serving needs: `visible_path` (a host directory named by `Serving.share`), `copy_in` /
-    `copy_out`, `make_venv` and `interpreter` (a Python there), `serve` (a long-running process: the host-side
+    `copy_out`, `make_venv` (a Python there; any other is `Interpreter(runtime, python, venv)`, a function of
+    the runtime, not a member of it), `serve` (a long-running process: the host-side
     argv and environment that start it; stopping that host process stops it, and whatever a killed one left
     behind is stopped when the runtime exits)."""
 
@@ -125,9 +126,6 @@ class ServeRuntime(Place, Protocol):
         ...
     def scratch(self, host_dir: Path) -> str:
         """A directory for one run's files in the target (the host: `host_dir`)."""
-        ...
-    def interpreter(self, python: str, venv: str = "") -> Interpreter:
-        """A Python in this target (`venv`: the virtual environment it belongs to)."""
         ...
     def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
         """A fresh virtual environment at `path` in the target, made by `base_python`."""

@@ -10,6 +10,7 @@ from dataclasses import asdict, field
 from typing import Any
 
 from toolchain.core.checks import STR, STRS
+from toolchain.core.places import interpreter_name, portable_path
 from toolchain.core.record import record
 from toolchain.core.serial import meta
 
@@ -18,10 +19,10 @@ from toolchain.core.serial import meta
 class ToolchainInfo:
     """The oneAPI environment a stack was built with (all empty for a recipe without a toolchain). Each field
     declares its key in a lock's [toolchain] (kebab-case) and the value it must hold there (`check`)."""
-    setvars: str = field(default="", metadata=meta(check=STR))
+    setvars: str = field(default="", metadata=meta(check=STR, portable=lambda v, _: portable_path(v)))
     setvars_args: tuple[str, ...] = field(default=(), metadata=meta(check=STRS))
     oneapi_version: str = field(default="", metadata=meta(check=STR))
-    cmplr_root: str = field(default="", metadata=meta(check=STR))
+    cmplr_root: str = field(default="", metadata=meta(check=STR, portable=lambda v, _: portable_path(v)))
     env_diff_sha256: str = field(default="", metadata=meta(check=STR))
 
 
@@ -30,7 +31,10 @@ class TargetInfo:
     """Where the wheels were built, as probed inside the target (host or container); declared as a lock's
     [target] as ToolchainInfo is."""
     runtime: str = field(default="host", metadata=meta(check=STR))
-    python: str = field(default="python3", metadata=meta(check=STR))
+    # a host's interpreter by its command name in the lock (its path on this machine: the build record); a
+    # container's is a fact of its image, kept as it is
+    python: str = field(default="python3", metadata=meta(
+        check=STR, portable=lambda _, t: t.python_by_name()))
     python_version: str = field(default="", metadata=meta(check=STR))
     python_tag: str = field(default="", metadata=meta(check=STR))  # e.g. cp311
     platform: str = field(default="", metadata=meta(check=STR))  # e.g. linux_x86_64
@@ -39,7 +43,11 @@ class TargetInfo:
     torch_xpu: str = field(default="", metadata=meta(check=STR))
     image: str = field(default="", metadata=meta(check=STR))
     image_digest: str = field(default="", metadata=meta(check=STR))
-    container: str = field(default="", metadata=meta(check=STR))
+    container: str = field(default="", metadata=meta(check=STR, record=True))  # (a fresh one's name: this run's)
+
+    def python_by_name(self) -> str:
+        """The interpreter as a lock names it: a host's by its command name, a container's as its image has it."""
+        return self.python if self.runtime not in ("", "host") else interpreter_name(self.python)
 
     def fingerprint(self) -> dict[str, str]:
         return {k: v for k, v in asdict(self).items() if k != "container"}

@@ -181,11 +181,6 @@ class HostRuntime:
     def scratch(self, host_dir: Path) -> str:
         return str(host_dir)
 
-    def interpreter(self, python: str, venv: str = "") -> Interpreter:
-        from toolchain.target.base import Interpreter
-
-        return Interpreter(self, python, venv)
-
     def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
         """A fresh venv (an existing one at `path` is cleared when the tool made it: core/owned.py, else
         UsageError and nothing is touched)."""

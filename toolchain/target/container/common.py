@@ -241,15 +241,12 @@ class ContainerRuntimeBase(abc.ABC):
     def scratch(self, host_dir: Path) -> str:
         return SCRATCH
 
-    def interpreter(self, python: str, venv: str = "") -> Interpreter:
-        return Interpreter(self, python, venv)
-
     def make_venv(self, base_python: str, path: str, log: Path) -> Interpreter:
         """A venv made with --system-site-packages (and a .pth when the image's interpreter is a venv
         itself): the image's packages (its torch) stay visible and the image is left as it was."""
-        py = self.interpreter(base_python)
+        py = Interpreter(self, base_python)
         py.run([base_python, self.script("make_venv.py"), path], log=log, timeout=600)
-        return self.interpreter(f"{path}/bin/python", path)
+        return Interpreter(self, f"{path}/bin/python", path)
 
     def python_env(self, py: Interpreter) -> dict[str, str | None]:
         """The container's environment plus pip's settings from here."""

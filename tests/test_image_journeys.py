@@ -1,0 +1,303 @@
+"""The small journeys of `toolchain image` and of what a bundle says about images (issue 49): each at its cause."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
+from tests.support.debian_image import containers_env
+from tests.support.registry_fixtures import registry  # noqa: F401  (pytest fixture)
+from tests.test_image import test_base  # noqa: F401  (the pinned Debian base: a fixture)
+from toolchain.lock import read_lock
+from toolchain.release.bundle import install_text
+from toolchain.target.baseenv import BaseEnv
+
+
+def test_an_image_delivered_nowhere_is_refused_before_anything_is_made(tmp_path):
+    cli = Cli(tmp_path, isolated_env(tmp_path))
+    r = cli("image", "--lock", tmp_path / "no-such.lock", "--tag", "localhost/x:1", "--json")
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert "--load" in err and "--push" in err and "--oci-dir" in err, err
+    assert not (tmp_path / ".cache").exists() or not list((tmp_path / ".cache").rglob("images"))
+
+
+def test_image_names_plain_http_as_the_rest_of_the_tool_does():
+    from toolchain.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["image", "--lock", "l", "--tag", "t", "--remote-insecure"],
+                 ["image", "--lock", "l", "--tag", "t", "--insecure"],  # (its older name still works)
+                 ["lock", "--image", "t", "--remote-insecure"], ["verify-repro", "--lock", "l", "--image", "t",
+                                                                 "--remote-insecure"]):
+        assert parser.parse_args(argv).insecure is True, argv
+
+
+def test_a_container_bundles_install_text_names_its_image_and_toolchain_image(demo_build):
+    lock = read_lock(demo_build.out / "stack.lock.toml")
+    assert "toolchain image" not in install_text(lock)  # a host lock: no image to name
+    digest = "sha256:" + "a" * 64
+    in_podman = dataclasses.replace(lock, target=dataclasses.replace(
+        lock.target, runtime="podman", image="localhost/builder:1", image_digest=digest))
+    text = install_text(in_podman)
+    assert f"localhost/builder@{digest}" in text, text
+    assert f"toolchain image --lock stack.lock.toml --base localhost/builder@{digest}" in text, text
+    over = dataclasses.replace(lock, base=BaseEnv(f"example.invalid/vllm@{digest}", digest, "3.11.2", "", "0"))
+    text = install_text(over)
+    assert "toolchain image --lock stack.lock.toml --tag" in text and f"example.invalid/vllm@{digest}" in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_an_interpreter_the_base_lacks_is_bad_input_said_in_one_line(demo_build, test_base, tmp_path):  # noqa: F811
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-py9:1", "--base", test_base,
+            "--python", "/usr/bin/python9", "--oci-dir", tmp_path / "oci", "--cache-dir", tmp_path / "cache", "--json",
+            timeout=600)
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert "/usr/bin/python9" in err and "\n" not in err, err
+    assert not (tmp_path / "oci").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_the_lock_of_an_image_only_docker_holds_names_it_by_its_id(demo_build, test_base, tmp_path):  # noqa: F811
+    from tests.test_image import _engine, _image
+
+    tag = "localhost/i49-docker-only:1"
+    _engine("podman", "rmi", tag, check=False)
+    made = _image(tmp_path, "a", demo_build.out / "stack.lock.toml", "--tag", tag, "--base", test_base,
+                  "--load", "docker")
+    try:
+        cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+        r = cli("lock", "--image", tag, "--out", tmp_path / "back", timeout=600)
+        assert r.returncode == 0, str(r)
+        assert "(image )" not in r.stdout and f"(image id {made['config']}" in r.stdout, r.stdout
+    finally:
+        _engine("docker", "rmi", tag, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_verify_repro_of_an_image_of_another_lock_says_so_from_its_label_and_builds_nothing(
+        demo_build, test_base, tmp_path):  # noqa: F811
+    import shutil
+
+    from tests.test_image import _engine, _image
+
+    tag = "localhost/i49-repro:1"
+    _image(tmp_path, "a", demo_build.out / "stack.lock.toml", "--tag", tag, "--base", test_base, "--load", "podman")
+    other = tmp_path / "other"
+    shutil.copytree(demo_build.out, other)
+    (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# another release\n")
+    try:
+        cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+        r = cli("verify-repro", "--lock", other / "stack.lock.toml", "--image", tag, "--work-dir", tmp_path / "work",
+                "--cache-dir", tmp_path / "cache", "--json", timeout=600)
+        assert r.returncode == 1, str(r)
+        assert "carries another lock" in r.json()["first-difference"], r.json()
+        assert not (tmp_path / "work").exists()  # nothing made, nothing left
+        assert not (tmp_path / "cache" / "images" / "layers").exists()
+    finally:
+        _engine("podman", "rmi", tag, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_lock_alone_takes_its_wheels_from_the_cache_by_sha256(demo_build, test_base, tmp_path):  # noqa: F811
+    import shutil
+
+    from tests.test_image import _image
+
+    cache = tmp_path / "cache"
+    shutil.copytree(demo_build.cache, cache, symlinks=True)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copyfile(demo_build.out / "stack.lock.toml", alone / "stack.lock.toml")  # no wheels/ beside it
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", alone / "stack.lock.toml", "--tag", "localhost/i49-alone:1", "--base", test_base,
+            "--oci-dir", tmp_path / "oci", "--cache-dir", cache, "--json", timeout=900)
+    assert r.returncode == 0, str(r)
+    beside = _image(tmp_path, "beside", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-alone:1",
+                    "--base", test_base, "--oci-dir", tmp_path / "oci-beside")
+    assert r.json()["digest"] == beside["digest"]
+    # a cache that lacks them: the lock's wheels are named, and where they were looked for
+    r = cli("image", "--lock", alone / "stack.lock.toml", "--tag", "localhost/i49-alone:1", "--base", test_base,
+            "--oci-dir", tmp_path / "oci-2", "--cache-dir", tmp_path / "empty-cache", "--json", timeout=900)
+    assert r.returncode == 1, str(r)
+    assert "neither beside it" in r.json()["error"] and "demo_engine-" in r.json()["error"], r.json()
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_layer_over_an_externally_managed_interpreter_says_so(demo_build, test_base, tmp_path):  # noqa: F811
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-pep668:1", "--base",
+            test_base, "--oci-dir", tmp_path / "oci", "--cache-dir", tmp_path / "cache", timeout=900)
+    assert r.returncode == 0, str(r)
+    # Debian's python3 carries /usr/lib/python3.11/EXTERNALLY-MANAGED
+    assert "externally managed (PEP 668: /usr/lib/python3.11/EXTERNALLY-MANAGED)" in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_base_named_otherwise_than_the_engine_holds_its_digest_is_refused(demo_build, test_base, tmp_path):  # noqa: F811
+    digest = test_base.split("@", 1)[1]
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    r = cli("image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-nope:1", "--base",
+            f"localhost/nope@{digest}", "--oci-dir", tmp_path / "oci", "--cache-dir", tmp_path / "cache", "--json",
+            timeout=900)
+    assert r.returncode == 2, str(r)
+    err = r.json()["error"]
+    assert f"holds {digest} as {test_base.split('@', 1)[0]}, not as localhost/nope" in err, err
+    assert not (tmp_path / "oci").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_registry_base_is_pulled_over_plain_http_with_remote_insecure_and_a_failure_names_the_base(
+        demo_build, test_base, registry, tmp_path):  # noqa: F811
+    from tests.test_image import _engine
+
+    lock = demo_build.out / "stack.lock.toml"
+    reg = registry.address
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    pushed = cli("image", "--lock", lock, "--base", test_base, "--cache-dir", tmp_path / "cache", "--push",
+                 "--remote-insecure", "--tag", f"{reg}/i49/base:1", "--json", timeout=1200)
+    assert pushed.returncode == 0, str(pushed)
+    base = f"{reg}/i49/base@{pushed.json()['digest']}"
+    _engine("podman", "rmi", base, f"{reg}/i49/base:1", check=False)  # (podman does not hold it)
+    # plain HTTP not said: the pull fails, and the error is about the base image, naming what to pass
+    refused = cli("image", "--lock", lock, "--base", base, "--cache-dir", tmp_path / "cache-2", "--oci-dir",
+                  tmp_path / "oci-2", "--tag", "localhost/i49-over:1", "--json", timeout=1200)
+    assert refused.returncode == 1, str(refused)
+    assert refused.json()["error"].startswith(f"the base image {base} is not in podman and cannot be pulled")
+    assert "--remote-insecure" in refused.json()["hint"] and "[target]" not in refused.stdout + refused.stderr
+    made = cli("image", "--lock", lock, "--base", base, "--cache-dir", tmp_path / "cache-3", "--oci-dir",
+               tmp_path / "oci-3", "--tag", "localhost/i49-over:1", "--remote-insecure", "--json", timeout=1200)
+    try:
+        assert made.returncode == 0, str(made)
+    finally:
+        _engine("podman", "rmi", base, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_smoke_of_an_image_without_vllm_is_refused_before_anything_starts(demo_build, test_base, tmp_path):  # noqa: F811
+    from tests.test_image import _engine, _image
+
+    tag = "localhost/i49-novllm:1"
+    _image(tmp_path, "a", demo_build.out / "stack.lock.toml", "--tag", tag, "--base", test_base, "--load", "podman")
+    try:
+        cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+        r = cli("smoke", "--image", tag, "--skip-device-check", "--json", timeout=600)
+        assert r.returncode == 2, str(r)
+        assert "cannot be smoked" in r.json()["error"] and "no vLLM" in r.json()["error"], r.json()
+        assert not (tmp_path / "smoke-reports").exists()  # nothing started, no report
+        listed = _engine("podman", "ps", "-a", "--filter", f"ancestor={tag}", "--format", "{{.ID}}").stdout.split()
+        assert not listed, listed
+    finally:
+        _engine("podman", "rmi", tag, check=False)
+
+
+def test_smoke_help_says_where_an_images_reports_go():
+    import argparse
+
+    from toolchain.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert "with --image, ./smoke-reports/<time>" in " ".join(sub.choices["smoke"].format_help().split())
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_base, tmp_path):  # noqa: F811
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_image import _engine
+
+    tag = "localhost/i49-ctrlc:1"
+    _engine("docker", "rmi", tag, check=False)
+    env = {**isolated_env(tmp_path), **containers_env()}
+    proc = subprocess.Popen([sys.executable, "-m", "toolchain", "image", "--lock", demo_build.out / "stack.lock.toml",
+                             "--tag", tag, "--base", test_base, "--cache-dir", tmp_path / "cache", "--load", "docker"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        sent = False
+        while time.monotonic() < deadline and not sent and proc.poll() is None:
+            # its `docker load` (a child of its own) has read the whole archive: the daemon has what it loads
+            listed = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "docker load"], capture_output=True, text=True)
+            for pid in listed.stdout.split():
+                sent = sent or _read_whole_archive(int(pid))
+            time.sleep(0.01)
+        if not sent:  # (the daemon loaded it before its client's end of the archive could be seen)
+            proc.communicate(timeout=600)
+            pytest.skip("docker loaded the image before the stop could come between its upload and its end: the "
+                        "race is not reproducible on this machine")
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        time.sleep(5)  # (what a daemon still loading would finish meanwhile)
+        assert _engine("docker", "image", "inspect", tag, check=False).returncode != 0
+        made = _engine("docker", "images", "-q", "--filter", "reference=localhost/i49-ctrlc").stdout.split()
+        assert not made, made
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _engine("docker", "rmi", tag, check=False)
+
+
+def _read_whole_archive(pid: int) -> bool:
+    """Whether process `pid` holds an image-*.tar open, read to its end (its fd's position is the file's size)."""
+    import os
+
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if "/image-" not in target or not target.endswith(".tar"):
+                continue
+            pos = int(open(f"/proc/{pid}/fdinfo/{fd}").read().split()[1])  # noqa: SIM115
+            return pos > 0 and pos == os.path.getsize(target)
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_two_cold_builds_of_the_demo_give_one_lock_one_bundle_and_one_image(test_base, tmp_path):  # noqa: F811
+    from tests.test_image import _image
+
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    outs = []
+    for i, where in enumerate(("a", "b/nested")):
+        out = tmp_path / where / "out"
+        r = cli("build", "--recipe", "demo", "--cache-dir", tmp_path / where / "cache", "--out", out, "--bundle",
+                "--json", timeout=900)
+        assert r.returncode == 0, str(r)
+        outs.append((out, r.json()["bundle"], _image(tmp_path, str(i), out / "stack.lock.toml", "--tag",
+                                                     "localhost/i49-twice:1", "--base", test_base)))
+    (a, bundle_a, image_a), (b, bundle_b, image_b) = outs
+    assert (a / "stack.lock.toml").read_bytes() == (b / "stack.lock.toml").read_bytes()
+    assert (a / "build-record.toml").read_bytes() != (b / "build-record.toml").read_bytes()  # (each run's own)
+    from pathlib import Path
+
+    assert Path(bundle_a + ".tar.gz").read_bytes() == Path(bundle_b + ".tar.gz").read_bytes()
+    assert image_a["digest"] == image_b["digest"], (image_a, image_b)
+    text = (a / "stack.lock.toml").read_text()
+    assert str(tmp_path) not in text and "resolved-at" not in text and "wall-seconds" not in text
