@@ -19,9 +19,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from toolchain.core.record import field, record
 
 if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds never pay for it
     from rich.console import Console
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds
     from rich.table import Table
 
 
-@dataclass(frozen=True)
+@record
 class Grid:
     """A table that fits any width by wrapping rows, never characters (`render`): each cell whole, a cell's
     lines split at "\n". Where the row does not fit, the first columns that do stay on the row's line and
@@ -92,7 +93,7 @@ def _join(parts: list[str]) -> str:
     return "  ".join(parts).rstrip()
 
 
-@dataclass(frozen=True)
+@record
 class CommandResult:
     """What a command handler returns; only `cli.main()` prints it."""
 

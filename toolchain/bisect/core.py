@@ -35,12 +35,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from toolchain.core.cpu import idle_cores
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.regex import Regex
 from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError

@@ -18,13 +18,14 @@ computed entries, the lock's `[resolve]`) uses these for its parts."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import enum
 import types
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union
+
+from toolchain.core.record import MISSING, fields, is_dataclass
 
 T = TypeVar("T")
 Check = tuple[str, Callable[[Any], bool]]  # (what a value must be, the test)
@@ -39,15 +40,15 @@ class Meta:
 
     def __init__(self, key: str = "", omit_default: bool = False, skip: bool = False,
                  dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
-                 check: Check | None = None, absent: object = dataclasses.MISSING) -> None:
+                 check: Check | None = None, absent: object = MISSING) -> None:
         self.key, self.omit_default, self.skip, self.dump, self.load = key, omit_default, skip, dump, load
         self.check, self.absent = check, absent
 
 
 def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
          dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
-         check: Check | None = None, absent: object = dataclasses.MISSING) -> dict[str, Meta]:
-    """`dataclasses.field(metadata=meta(...))`."""
+         check: Check | None = None, absent: object = MISSING) -> dict[str, Meta]:
+    """`field(metadata=meta(...))` (core/record's `field`, or `dataclasses.field`)."""
     return {_META: Meta(key, omit_default, skip, dump, load, check, absent)}
 
 
@@ -66,16 +67,16 @@ class _Field:
 
     def __init__(self, name: str, key: str, meta: Meta, default: object) -> None:
         self.name, self.key, self.meta = name, key, meta
-        self.default = default  # dataclasses.MISSING when the field has none
+        self.default = default  # MISSING when the field has none
 
 
 def _fields(cls: type, kebab: bool) -> tuple[_Field, ...]:
     cached = _FIELDS.get((cls, kebab))
     if cached is None:
         out = []
-        for f in dataclasses.fields(cls):
+        for f in fields(cls):
             m = f.metadata.get(_META, _PLAIN)
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
             out.append(_Field(f.name, m.key or _key(f.name, kebab), m, default))
         cached = _FIELDS[(cls, kebab)] = tuple(out)
     return cached
@@ -88,7 +89,7 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 def to_data(obj: object, *, kebab: bool = False) -> Data:
     """Any value as plain JSON/TOML data: dataclasses as tables, sequences as lists, mappings with string keys."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if is_dataclass(obj) and not isinstance(obj, type):
         return to_table(obj, kebab=kebab)
     if isinstance(obj, (tuple, list)):
         return [to_data(x, kebab=kebab) for x in obj]
@@ -105,7 +106,7 @@ def to_data(obj: object, *, kebab: bool = False) -> Data:
 
 def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
     """`to_data` of a dataclass: its table."""
-    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+    if not is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{type(obj).__name__} is not a dataclass")
     out: dict[str, Data] = {}
     for f in _fields(type(obj), kebab):
@@ -128,7 +129,7 @@ def to_table(obj: object, *, kebab: bool = False) -> dict[str, Data]:
 
 def schema(cls: type, *, kebab: bool = False) -> dict[str, tuple[bool, Check]]:
     """key: (required, check) of each field of `cls` that declares a `check` (dotted keys as declared)."""
-    return {f.key: (f.default is dataclasses.MISSING and f.meta.absent is dataclasses.MISSING, f.meta.check)
+    return {f.key: (f.default is MISSING and f.meta.absent is MISSING, f.meta.check)
             for f in _fields(cls, kebab) if f.meta.check is not None and not f.meta.skip}
 
 
@@ -138,7 +139,7 @@ def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
     dataclasses and mappings where the field says so; a key the class does not have is an error naming it
     (`unknown_ok`: left unread); a missing key takes the field's `absent`, else its default.
     `given`: field values by field name, as they are (those the format keeps apart from this table)."""
-    if not dataclasses.is_dataclass(cls):
+    if not is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a dataclass")
     fields, parents, absent = _reading(cls, kebab)
     if parents:  # a dotted key's value is in its sub-table
@@ -171,7 +172,7 @@ def _reading(cls: type, kebab: bool) -> tuple[dict[str, _Field], frozenset[str],
     if cached is None:
         fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
         parents = frozenset(k.split(".", 1)[0] for k in fields if "." in k)
-        absent = tuple((k, f) for k, f in fields.items() if f.meta.absent is not dataclasses.MISSING)
+        absent = tuple((k, f) for k, f in fields.items() if f.meta.absent is not MISSING)
         cached = _READING[(cls, kebab)] = (fields, parents, absent)
     return cached
 
@@ -199,7 +200,7 @@ def _value(hint: object, value: Any, kebab: bool) -> Any:
     for kind in kinds:
         origin = typing.get_origin(kind)
         if isinstance(value, Mapping):
-            if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            if isinstance(kind, type) and is_dataclass(kind):
                 return from_data(kind, value, kebab=kebab)
             if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
                 args = typing.get_args(kind)

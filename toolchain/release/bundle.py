@@ -13,7 +13,6 @@ directories 0755, and gzip-compressed with mtime 0 and no file name: the same bu
 from __future__ import annotations
 
 import calendar
-import dataclasses
 import gzip
 import os
 import shutil
@@ -30,6 +29,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
 from toolchain.core import blobs
 from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
+from toolchain.core.record import replace
 from toolchain.errors import TestFailed
 from toolchain.lock import Lock
 from toolchain.release import BUNDLES_DIR  # noqa: F401 - the constant's old home
@@ -95,12 +95,12 @@ def publishable(lock: Lock) -> Lock:
     """The lock as published in a bundle: without what varies between two builds of the same sources
     (build seconds and cost, the compiler cache's hits, the job count, the container's name, the directory the recipes were checked out in,
     the box the build ran on, when the closure was resolved)."""
-    return dataclasses.replace(
+    return replace(
         lock, recipe_path=_checkout_relative(lock.recipe_path),
         recipe_origins=tuple((k, _checkout_relative(v)) for k, v in lock.recipe_origins),
-        closure=dataclasses.replace(lock.closure, resolved_at="") if lock.closure is not None else None,
-        target=dataclasses.replace(lock.target, container=""), host={},
-        components=tuple(dataclasses.replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
+        closure=replace(lock.closure, resolved_at="") if lock.closure is not None else None,
+        target=replace(lock.target, container=""), host={},
+        components=tuple(replace(c, build_seconds=0.0, compiler_cache=CacheReport(), jobs=0, jobs_source="",
                                              metrics=BuildMetrics()) for c in lock.components))
 
 

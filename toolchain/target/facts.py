@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, field
 from typing import Any
 
 from toolchain.core.checks import STR, STRS
-from toolchain.core.record import record
+from toolchain.core.record import field, fields, record
 from toolchain.core.serial import meta
 
 
@@ -42,7 +41,7 @@ class TargetInfo:
     container: str = field(default="", metadata=meta(check=STR))
 
     def fingerprint(self) -> dict[str, str]:
-        return {k: v for k, v in asdict(self).items() if k != "container"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "container"}  # (all str)
 
 
 # The environment variables that shape an interpreter's sys.path (and so what it finds installed): part of the
