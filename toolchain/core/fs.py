@@ -7,9 +7,7 @@ import fcntl
 import hashlib
 import io
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -62,6 +60,8 @@ def sha256_file(path: Path) -> str:
 def _replacing(path: Path, mode: int = 0o644) -> Iterator[str]:
     """A temporary path beside `path`, renamed over it when the block succeeds (with `mode`: the temporary
     file is private, 0600, while it is written), removed when it fails."""
+    import tempfile  # (not on a warm no-op's way: it writes nothing)
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -102,6 +102,8 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
 
 def atomic_copy(src: Path, dst: Path, mode: int = 0o644) -> None:
     """Copy `src` to `dst` through a temporary file; `dst` gets `mode` (a wheel, a lock: readable by all)."""
+    import shutil
+
     with _replacing(dst, mode) as tmp:
         shutil.copyfile(src, tmp)
 
@@ -139,6 +141,8 @@ def publish_dir(tmp_dir: Path, final: Path) -> bool:
         return True
     except OSError:
         if final.is_dir():
+            import shutil
+
             shutil.rmtree(tmp_dir, ignore_errors=True)
             return False
         raise

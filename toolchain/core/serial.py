@@ -83,12 +83,15 @@ def _fields(cls: type, kebab: bool) -> tuple[_Field, ...]:
 
 
 _PLAIN = Meta()
+_PLAIN_TYPES = frozenset((str, int, float, bool))
 _FIELDS: dict[tuple[type, bool], tuple[_Field, ...]] = {}
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def to_data(obj: object, *, kebab: bool = False) -> Data:
     """Any value as plain JSON/TOML data: dataclasses as tables, sequences as lists, mappings with string keys."""
+    if type(obj) in _PLAIN_TYPES or obj is None:  # (most values: asked first; an Enum of str is not a str here)
+        return obj  # type: ignore[return-value]  # (one of Data's plain types, by the test above)
     if is_dataclass(obj) and not isinstance(obj, type):
         return to_table(obj, kebab=kebab)
     if isinstance(obj, (tuple, list)):
@@ -195,31 +198,55 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _value(hint: object, value: Any, kebab: bool) -> Any:
-    union = typing.get_origin(hint) in (Union, types.UnionType)
-    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
-    for kind in kinds:
-        origin = typing.get_origin(kind)
+    for kind, origin, args, record_kind, mapping, enum_kind in _shape(hint):
         if isinstance(value, Mapping):
-            if isinstance(kind, type) and is_dataclass(kind):
+            if record_kind:
                 return from_data(kind, value, kebab=kebab)
-            if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
-                args = typing.get_args(kind)
+            if mapping:
                 item = args[1] if len(args) == 2 else object
                 return {k: _value(item, v, kebab) for k, v in value.items()}
         if isinstance(value, str) and kind is Path:
             return Path(value)
-        if isinstance(kind, type) and issubclass(kind, enum.Enum) and not isinstance(value, kind):
+        if enum_kind and not isinstance(value, kind):
             return kind(value)
         if isinstance(value, int) and not isinstance(value, bool) and kind is float:
             return float(value)
         if isinstance(value, list) and origin is tuple:
-            args = typing.get_args(kind)
             if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
                 return tuple(_value(args[0], v, kebab) for v in value)
             if args and len(args) == len(value):
                 return tuple(_value(a, v, kebab) for a, v in zip(args, value, strict=True))
             return tuple(value)
     return tuple(value) if isinstance(value, list) else value
+
+
+_Shape = tuple[tuple[Any, Any, tuple[Any, ...], bool, bool, bool], ...]
+_SHAPES: dict[object, _Shape] = {}
+
+
+def _shape(hint: object) -> _Shape:
+    """What `_value` asks of a type hint, once a hint: for each kind it admits (a union's members but None),
+    (the kind, its origin, its arguments, whether a dataclass, a mapping, an Enum)."""
+    try:
+        return _SHAPES[hint]
+    except KeyError:
+        pass
+    except TypeError:  # (an unhashable hint: worked out each time)
+        return _shape_of(hint)
+    found = _SHAPES[hint] = _shape_of(hint)
+    return found
+
+
+def _shape_of(hint: object) -> _Shape:
+    union = typing.get_origin(hint) in (Union, types.UnionType)
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    out = []
+    for kind in kinds:
+        origin = typing.get_origin(kind)
+        out.append((kind, origin, typing.get_args(kind), isinstance(kind, type) and is_dataclass(kind),
+                    origin is not None and isinstance(origin, type) and issubclass(origin, Mapping),
+                    isinstance(kind, type) and issubclass(kind, enum.Enum)))
+    return tuple(out)
 
 
 def _key(name: str, kebab: bool) -> str:
