@@ -287,8 +287,8 @@ NOT_ON_THE_WARM_PATH = ("tomlkit", "tomli_w", "packaging.utils", "packaging.tags
                         "toolchain.sharing.auth", "elftools",  # (hostfacts: the box is read again, issue 39)
                         "concurrent.futures", "logging",  # (thread pools: only where components compile at once)
                         "urllib.request", "http.client", "ssl", "html.parser",  # (downloads: only a prebuilt's)
-                        "dataclasses", "inspect", "tomllib", "zipfile", "datetime")  # (core/record; the parses
-# and wheel metadata remembered)
+                        "dataclasses", "inspect", "tomllib", "zipfile", "datetime",  # (core/record; the parses
+                        "hashlib")  # and wheel metadata remembered; short texts hashed by core/fs without OpenSSL)
 NOT_IMPORTED_WITHOUT_A_REMOTE = {"toolchain.build.remotecache", "toolchain.sharing.registry", "toolchain.sharing.transport"}  # the client (sharing/settings.py decides without it)
 
 # The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import io
 import os
 import stat
@@ -12,10 +11,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+try:  # the interpreter's own sha256 for short texts: a warm build hashes only those, and loads no OpenSSL
+    from _sha256 import sha256 as _short_sha256  # type: ignore[import-not-found,unused-ignore]  # (3.11)
+except ImportError:  # pragma: no cover  (Python 3.12 and later; hashlib's where neither is built)
+    try:
+        from _sha2 import sha256 as _short_sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+    except ImportError:
+        from hashlib import sha256 as _short_sha256  # type: ignore[assignment,no-redef,unused-ignore]
+
 
 def sha256_bytes(data: bytes) -> str:
     """The hex sha256 of `data`."""
-    return hashlib.sha256(data).hexdigest()
+    digest: str = _short_sha256(data).hexdigest()
+    return digest
 
 
 class NotRegular(OSError):
@@ -48,11 +56,18 @@ def read_regular(path: Path) -> bytes:
 
 
 def sha256_file(path: Path) -> str:
-    """The hex sha256 of the file at `path`, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+    """The hex sha256 of the file at `path`, read in 1 MiB blocks (one block: as `sha256_bytes`)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+        first = f.read(1 << 20)
+        block = f.read(1 << 20)
+        if not block:
+            return sha256_bytes(first)
+        import hashlib  # (OpenSSL's, for a larger file)
+
+        h = hashlib.sha256(first)
+        while block:
             h.update(block)
+            block = f.read(1 << 20)
     return h.hexdigest()
 
 
@@ -120,6 +135,8 @@ def atomic_copy_verified(src: Path | BinaryIO, dst: Path, sha256: str) -> None:
     """Copy `src` (a path, or a file opened for reading) to `dst` (temp then rename), hashing the bytes as they
     stream: when they do not hash to `sha256`, `dst` is left as it was and DigestMismatch is raised. One read
     of `src`, no second pass."""
+    import hashlib
+
     h = hashlib.sha256()
     with _replacing(dst) as tmp:
         with contextlib.ExitStack() as stack:
