@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import threading
 import time
@@ -428,6 +427,8 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                     raise ccache.CompilerCacheMissing(f"building {what}: {failed.error}",
                                                       hint=ccache.INSTALL_HINT) from None
                 how = f" ({call.describe()}, unless the log says pip ran)" if call else ""
+                import shlex
+
                 raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}"
                                  f"{how}\n"
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),

@@ -17,7 +17,6 @@ computed entries, the lock's `[resolve]`) uses these for its parts."""
 
 from __future__ import annotations
 
-import copy
 import enum
 import types
 import typing
@@ -162,6 +161,8 @@ def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
     kwargs: dict[str, Any] = dict(given or {})
     for key, f in absent:
         if key not in data and f.name not in kwargs:
+            import copy  # (only where a key is absent)
+
             kwargs[f.name] = copy.copy(f.meta.absent)
     for key, value in data.items():
         f = fields[key]
