@@ -187,9 +187,13 @@ def test_toml_parses_are_remembered_per_text_when_the_block_ends_and_never_a_sec
     with tomlio.parses_remembered(memo):
         assert tomlio.loads(text) == {"z": 1, "a": {"b": [1.5, "x"], "c": {"d": True}}}
         assert not memo.exists()  # (remembered when the block ends: a bad recipe leaves no cache behind)
-    with pytest.raises(RuntimeError), tomlio.parses_remembered(tmp_path / "failed"):
-        tomlio.loads(text)
-        raise RuntimeError("the build failed")
+    def failed_build() -> None:
+        with tomlio.parses_remembered(tmp_path / "failed"):
+            tomlio.loads(text)
+            raise RuntimeError("the build failed")
+
+    with pytest.raises(RuntimeError):
+        failed_build()
     assert not (tmp_path / "failed").exists()
     (saved,) = memo.glob("toml-parsed-*.json")
     monkeypatch.setattr(tomlio, "_parse", lambda t: pytest.fail("parsed again"))
