@@ -181,6 +181,58 @@ def test_toml_text_is_remembered_per_exact_data(tmp_path, monkeypatch):
     assert tomlio.dumps_remembered(two, tmp_path) == tomlio.dumps(two) != tomlio.dumps(one)
 
 
+def test_toml_parses_are_remembered_per_text_when_the_block_ends_and_never_a_secret(tmp_path, monkeypatch):
+    memo = tmp_path / "memo"
+    text = 'z = 1\n[a]\nb = [1.5, "x"]\n[a.c]\nd = true\n'
+    with tomlio.parses_remembered(memo):
+        assert tomlio.loads(text) == {"z": 1, "a": {"b": [1.5, "x"], "c": {"d": True}}}
+        assert not memo.exists()  # (remembered when the block ends: a bad recipe leaves no cache behind)
+    def failed_build() -> None:
+        with tomlio.parses_remembered(tmp_path / "failed"):
+            tomlio.loads(text)
+            raise RuntimeError("the build failed")
+
+    with pytest.raises(RuntimeError):
+        failed_build()
+    assert not (tmp_path / "failed").exists()
+    (saved,) = memo.glob("toml-parsed-*.json")
+    monkeypatch.setattr(tomlio, "_parse", lambda t: pytest.fail("parsed again"))
+    with tomlio.parses_remembered(memo):
+        got = tomlio.loads(text)
+    assert got == {"z": 1, "a": {"b": [1.5, "x"], "c": {"d": True}}} and list(got) == ["z", "a"]  # (key order)
+    monkeypatch.undo()
+    saved.write_text(saved.read_text().replace("1.5", "2.5"))  # an edited memo is a miss: parsed again
+    with tomlio.parses_remembered(memo):
+        assert tomlio.loads(text)["a"]["b"] == [1.5, "x"]
+    for kept_out in ('url = "https://user:hunter22@example.org/x"\n', '[env]\nHF_TOKEN = "hf_abcdefgh"\n',
+                     "when = 2024-01-02T03:04:05Z\n", "x = inf\n"):
+        with tomlio.parses_remembered(tmp_path / "other"):
+            assert tomlio.loads(kept_out) == tomlio._parse(kept_out)
+        assert not (tmp_path / "other").exists(), kept_out  # a secret, a date, a non-finite float: not kept
+
+
+def test_a_wheels_metadata_is_remembered_while_its_stat_stays(tmp_path, monkeypatch):
+    import os
+    import zipfile
+
+    from toolchain.build import wheelmeta
+
+    wheel = tmp_path / "w-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("w-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: w\nVersion: 1.0\n"
+                   "Requires-Dist: a>=1\nRequires-Dist: b\n\nthe description\n")
+    first = wheelmeta.remembered_wheel_meta(wheel, tmp_path / "memo")
+    assert first == wheelmeta.wheel_meta(wheel) and first.requires_dist == ("a>=1", "b")
+    monkeypatch.setattr(wheelmeta, "wheel_meta", lambda w: pytest.fail("the wheel was opened again"))
+    assert wheelmeta.remembered_wheel_meta(wheel, tmp_path / "memo") == first
+    monkeypatch.undo()
+    st = wheel.stat()
+    with zipfile.ZipFile(wheel, "w") as z:  # rewritten, its mtime set back: its ctime tells
+        z.writestr("w-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: w\nVersion: 1.0\n\n")
+    os.utime(wheel, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert wheelmeta.remembered_wheel_meta(wheel, tmp_path / "memo").requires_dist == ()
+
+
 @pytest.mark.parametrize("name", [
     "demo_engine-0.2.0-py3-none-any.whl", "Demo.Kernels-1.0.0+xpu-cp311-cp311-linux_x86_64.whl",
     "vllm-0.11.1.dev12+g0abc123.d20260101-py3-none-any.whl", "pkg-1.0_rc1-1-py3-none-any.whl",
@@ -238,7 +290,9 @@ NOT_ON_THE_WARM_PATH = ("tomlkit", "tomli_w", "packaging.utils", "packaging.tags
                         "toolchain.release.", "toolchain.resolve.uvpin", "toolchain.smoke", "uuid", "difflib",
                         "toolchain.sharing.auth", "elftools",  # (hostfacts: the box is read again, issue 39)
                         "concurrent.futures", "logging",  # (thread pools: only where components compile at once)
-                        "urllib.request", "http.client", "ssl", "html.parser")  # (downloads: only a prebuilt's)
+                        "urllib.request", "http.client", "ssl", "html.parser",  # (downloads: only a prebuilt's)
+                        "dataclasses", "inspect", "tomllib", "zipfile", "datetime",  # (core/record; the parses
+                        "hashlib")  # and wheel metadata remembered; short texts hashed by core/fs without OpenSSL)
 NOT_IMPORTED_WITHOUT_A_REMOTE = {"toolchain.build.remotecache", "toolchain.sharing.registry", "toolchain.sharing.transport"}  # the client (sharing/settings.py decides without it)
 
 # The CLI under an audit hook that writes every process start (any way Python has of starting one) to a file.

@@ -19,9 +19,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from toolchain.core.record import field, record
+from toolchain.core.regex import Regex
 
 if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds never pay for it
     from rich.console import Console
@@ -29,7 +31,7 @@ if TYPE_CHECKING:  # rich is imported on first use: `--json` runs of warm builds
     from rich.table import Table
 
 
-@dataclass(frozen=True)
+@record
 class Grid:
     """A table that fits any width by wrapping rows, never characters (`render`): each cell whole, a cell's
     lines split at "\n". Where the row does not fit, the first columns that do stay on the row's line and
@@ -92,7 +94,7 @@ def _join(parts: list[str]) -> str:
     return "  ".join(parts).rstrip()
 
 
-@dataclass(frozen=True)
+@record
 class CommandResult:
     """What a command handler returns; only `cli.main()` prints it."""
 
@@ -329,7 +331,7 @@ class GuardedStream:
         return getattr(self.stream, name)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 (but tab and newline), DEL, C1
+_CONTROL = Regex(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 (but tab and newline), DEL, C1
 
 
 def escape_controls(text: str) -> str:
@@ -357,8 +359,8 @@ def _text_escaped(buffer: Any, segment: Any) -> Iterator[Any]:
             yield segment(escape_controls(seg.text), seg.style, seg.control)
 
 
-_WHERE = re.compile(r"^(?P<file>[^\s:]+\.toml): (?:(?P<key>[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*): )?")
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
+_WHERE = Regex(r"^(?P<file>[^\s:]+\.toml): (?:(?P<key>[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*): )?")
+_HEADER = Regex(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?")
 
 
 def recipe_locations(problems: list[str], hint: str = "") -> list[tuple[str, int, str]]:

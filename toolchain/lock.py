@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from toolchain.build.metrics import BuildMetrics
 from toolchain.core import toml as tomlio
 from toolchain.core.checks import ARGV, COMMIT, ENV, HEX, NAME, SECONDS, SHA256, STR, STRS, TABLE, TABLES
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.redact import redact_argv, redact_data, redact_env, redact_text
 from toolchain.core.regex import Regex
 from toolchain.core.serial import Check, Data, from_data, merged, meta, rounded, schema, to_data, to_table

@@ -43,7 +43,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 from toolchain.bisect.model import (
@@ -62,6 +61,7 @@ from toolchain.bisect.model import (
     Verdict,
 )
 from toolchain.core.cpu import idle_cores
+from toolchain.core.record import field, record, replace
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 

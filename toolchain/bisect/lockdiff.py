@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import field
 from typing import Any
 
 from toolchain.bisect.core import (
@@ -33,7 +32,7 @@ from toolchain.bisect.core import (
 )
 from toolchain.bisect.state import StateFile
 from toolchain.core import toml as tomlio
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import Data, meta, to_table
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock

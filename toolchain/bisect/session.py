@@ -10,7 +10,6 @@ locks: the differences between them, then, when the culprit is a commit change, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +23,7 @@ from toolchain.bisect.testers import CommandTester, SmokeTester
 from toolchain.build.cache import default_cache_dir
 from toolchain.console import UI
 from toolchain.core.owned import OWNED_MARKER, claim
-from toolchain.core.record import record
+from toolchain.core.record import record, replace
 from toolchain.core.serial import from_data, to_table
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock

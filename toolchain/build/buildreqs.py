@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,6 +67,8 @@ def check_recorded_requires(reqs: list[str], versions: Mapping[str, str | None],
 def raise_missing(missing: list[str], what: str, python: str) -> None:
     """BuildError naming the missing build requirements and the pip command that installs them (none: nothing)."""
     if missing:
+        import shlex  # (only on the way to an error)
+
         wants = missing  # for want of wheel: a setuptools that needs none (see CHECK)
         if any(re.match(r"\s*wheel\b", m, re.I) for m in missing):
             wants = [m for m in missing if not re.match(r"\s*(wheel|setuptools)\b", m, re.I)] + ["setuptools>=70.1"]

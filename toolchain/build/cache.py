@@ -11,14 +11,12 @@ Recorded metadata (entry.json) is redacted like a lock.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import field
 from pathlib import Path
 
 from toolchain.build.entry import EntryMeta, entry_json, entry_problem, read_entry
@@ -34,7 +32,7 @@ from toolchain.core.fs import (
     sha256_file,
 )
 from toolchain.core.probe_memo import file_sha256
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.serial import meta
 from toolchain.core.trust import Untrusted, open_trusted, read_trusted, sealed, unseal
 from toolchain.errors import BuildError
@@ -206,7 +204,7 @@ class WheelCache:
             for written in tmp.iterdir():  # 0644 whatever the umask (002 makes them group-writable: core/trust.py
                 os.chmod(written, 0o644)   # would refuse the entry at the next build, rebuilt every time)
             sha, size = sha256_file(tmp / wheel.name), (tmp / wheel.name).stat().st_size
-            meta = dataclasses.replace(meta, wheel=wheel.name, sha256=sha, size=size, stored=time.time())
+            meta = replace(meta, wheel=wheel.name, sha256=sha, size=size, stored=time.time())
             data = json.loads(entry_json(meta))
             meta = read_entry(data)  # what a later `get` reads back: secrets masked
             atomic_write_text(tmp / "entry.json", sealed(key, data, indent=2))  # (its key and checksum in it)

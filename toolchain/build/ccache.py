@@ -23,16 +23,14 @@ warm cache. A cache directory that is not writable or is full gives an uncached 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.console import UI
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.serial import meta
 from toolchain.errors import ToolError
 from toolchain.recipe.buildspec import BuildSpec
@@ -145,7 +143,7 @@ class CompilerCache:
             if self.unreached is None:
                 return report
             shown, why = self.unreached
-            return dataclasses.replace(report, remote=shown, remote_note=f"unreachable from the start: {why}")
+            return replace(report, remote=shown, remote_note=f"unreachable from the start: {why}")
         if report.remote_note:
             self.warn_once(ui, "unreachable", f"the shared compiler cache {self.remote.shown}: {report.remote_note}; compiling "
                                f"with the local cache alone{runtime.said(_CONTAINER_HINT)}")
@@ -153,7 +151,7 @@ class CompilerCache:
             self.warn_once(ui, "errors", f"the shared compiler cache {self.remote.shown} failed {report.remote_errors} "
                                          f"request(s) while building {what} (ccache went on with the local cache; "
                                          "the lock records each component's remote-errors)")
-        return dataclasses.replace(report, remote=self.remote.shown, remote_mode=self.remote.mode)
+        return replace(report, remote=self.remote.shown, remote_mode=self.remote.mode)
 
 
 def find_ccache() -> tuple[Path | None, bool]:

@@ -7,17 +7,15 @@ Entries written before this declaration spelled the top-level keys in snake_case
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from dataclasses import field
 from typing import Any
 
 from toolchain.build.built_against import BuiltAgainst
 from toolchain.build.ccache import CacheReport
 from toolchain.build.metrics import BuildMetrics
 from toolchain.core.checks import SHA256, SIZE, STR, STRS
-from toolchain.core.record import record
+from toolchain.core.record import MISSING, field, fields, record
 from toolchain.core.redact import redact_data
 from toolchain.core.serial import Check, from_data, meta, schema, to_table
 
@@ -39,9 +37,9 @@ def _reads_as(cls: type) -> Check:
             read: object = from_data(cls, value, kebab=True, unknown_ok=True)
         except (TypeError, ValueError):
             return False
-        for f in dataclasses.fields(cls):
+        for f in fields(cls):
             got, default = getattr(read, f.name), f.default
-            kind = type(default) if default is not dataclasses.MISSING else str
+            kind = type(default) if default is not MISSING else str
             if kind is str and not isinstance(got, str):
                 return False
             if kind in (int, float) and not (_NUMBER[1](got) and (kind is float or isinstance(got, int))):

@@ -34,7 +34,6 @@ import resource
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Any, TypedDict
@@ -175,6 +174,8 @@ def _own_cgroup() -> tuple[str, bool]:
 # ---- the compiler cache -----------------------------------------------------------------------------------
 
 def _writable(folder: str) -> str:
+    import tempfile  # (here, not at the top, as subprocess: the host's `gather` makes no file)
+
     try:
         os.makedirs(folder, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)
@@ -205,6 +206,8 @@ def _version(ccache: str, env: dict[str, str]) -> tuple[str | None, str]:
 def _shim_dir(ccache: str, env: dict[str, str]) -> str:
     """A directory for the front of PATH: ccache under the compilers' names, and an `sccache` that runs
     ccache (or the compiler, when `ccache` is empty)."""
+    import tempfile
+
     folder = tempfile.mkdtemp(prefix="toolchain-cc-")
     if ccache:
         names = set(COMPILERS)

@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import field
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 from toolchain.recipe.buildspec import JOB_ENV, GiB, MiB, parse_size

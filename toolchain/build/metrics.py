@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import field
 from pathlib import Path
 
 from toolchain.build.ccache import CacheReport
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import from_data, meta, rounded
 
 RUNNER = "build-runner"            # the Extra name of the in-target script

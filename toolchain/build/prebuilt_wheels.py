@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import shutil
-from dataclasses import field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -19,7 +18,7 @@ from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.build.entry import EntryMeta
 from toolchain.core.checks import NAME, SHA256, STR
 from toolchain.core.fs import sha256_bytes, sha256_file
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.redact import redact_text
 from toolchain.core.regex import SHA256_HEX, Regex
 from toolchain.core.serial import meta, to_table

@@ -17,7 +17,6 @@ fails verification is refused (a warning naming it) and built locally.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from toolchain import __version__
 from toolchain.build.cache import CacheEntry, WheelCache
 from toolchain.build.entry import entry_problem, read_entry
+from toolchain.core.record import replace
 from toolchain.core.redact import redact_url
 from toolchain.core.regex import Regex
 from toolchain.sharing.registry import (
@@ -246,7 +246,7 @@ def _install(reg: Registry, key: str, manifest: dict[str, Any], digest: str, cac
             reg.blob_to(layers[MT_LOG], log, MAX_LOG)
         except Refused:
             log = None  # a bad log costs the log, not the wheel
-    kept = dataclasses.replace(read_entry(meta), remote={"url": reg.settings.url, "digest": digest,
+    kept = replace(read_entry(meta), remote={"url": reg.settings.url, "digest": digest,
                                                          "downloaded": time.time()})
     entry = cache.put(key, wheel, kept, log=log)  # (put writes its own wheel, sha256, size and stored)
     if entry.sha256 != sha:  # put re-hashes its own copy: a disk that changed it is caught too

@@ -5,9 +5,7 @@ cores and memory allow (build/schedule.py), and the results keep the plan's (dep
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import shlex
 import shutil
 import threading
 import time
@@ -27,7 +25,7 @@ from toolchain.build.prebuilt_wheels import take_prebuilt
 from toolchain.build.remoteopen import open_remote
 from toolchain.core.fs import open_log, write_if_changed
 from toolchain.core.proc.runner import CommandFailed, merge_env
-from toolchain.core.record import record
+from toolchain.core.record import record, replace
 from toolchain.core.redact import redact_argv, redact_env, redact_text
 from toolchain.errors import BuildError, ToolError
 from toolchain.sharing.settings import RemoteRequest
@@ -374,7 +372,7 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
             cc.data_dir.mkdir(parents=True, exist_ok=True)  # (a fresh container mounts it)
         except OSError as exc:  # a cache never fails a build
             ui.warn(f"compiling without a compiler cache: cannot create {cc.data_dir}: {exc.strerror or exc}")
-            return dataclasses.replace(cc, enabled=False, why=f"off (cannot create {cc.data_dir})")
+            return replace(cc, enabled=False, why=f"off (cannot create {cc.data_dir})")
     return cc
 
 
@@ -431,6 +429,8 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                     raise ccache.CompilerCacheMissing(f"building {what}: {failed.error}",
                                                       hint=ccache.INSTALL_HINT) from None
                 how = f" ({call.describe()}, unless the log says pip ran)" if call else ""
+                import shlex
+
                 raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}"
                                  f"{how}\n"
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),

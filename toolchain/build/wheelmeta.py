@@ -4,7 +4,7 @@ closure's key, resolve/closure_memo.py; the checks pip makes of a wheel it built
 
 from __future__ import annotations
 
-import zipfile
+import os
 from pathlib import Path
 
 from toolchain.core.record import record
@@ -28,6 +28,8 @@ class WheelMeta:
 def wheel_meta(wheel: Path) -> WheelMeta:
     """The wheel's Name, Version, Requires-Dist, Requires-Python and Metadata-Version, read from
     `*.dist-info/METADATA`."""
+    import zipfile
+
     with zipfile.ZipFile(wheel) as zf:
         meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
         text = zf.read(meta).decode("utf-8", errors="replace")
@@ -46,3 +48,20 @@ def wheel_meta(wheel: Path) -> WheelMeta:
                      requires_dist=tuple(fields.get("requires-dist", ())),
                      requires_python=(fields.get("requires-python") or [""])[0],
                      metadata_version=(fields.get("metadata-version") or [""])[0])
+
+
+def remembered_wheel_meta(wheel: Path, memo_dir: Path) -> WheelMeta:
+    """`wheel_meta(wheel)`, remembered under `memo_dir` while the wheel's stat_key stays (core/probe_memo: a
+    rewritten file has a new ctime): a warm build opens no zip (nor imports zipfile). A wheel that changed while
+    it was read is not remembered."""
+    from toolchain.core.probe_memo import remembered, stat_key
+    from toolchain.core.serial import Data, from_data, to_table
+
+    name = os.path.abspath(wheel)
+
+    def compute() -> tuple[dict[str, Data], dict[str, list[int] | None] | None]:
+        before = stat_key(name)
+        meta = to_table(wheel_meta(Path(name)))
+        return meta, {name: before} if before is not None and stat_key(name) == before else None
+
+    return from_data(WheelMeta, remembered(memo_dir, "wheel-meta", {"path": name}, compute))

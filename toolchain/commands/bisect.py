@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from dataclasses import replace
 from pathlib import Path
 
 from rich.markup import escape
@@ -41,6 +40,7 @@ from toolchain.bisect.testers import CONTRACT, ENVIRONMENT
 from toolchain.commands import options as shared
 from toolchain.commands import smoke as smoke_command
 from toolchain.console import UI, CommandResult
+from toolchain.core.record import replace
 from toolchain.errors import UsageError
 from toolchain.recipe.load import recipe_path
 from toolchain.sources.mirrors import parse_rewrites

@@ -11,6 +11,7 @@ from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, Grid, literal
+from toolchain.core import toml as tomlio
 from toolchain.core.serial import to_data, to_table
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
@@ -65,6 +66,11 @@ def build_options(args: argparse.Namespace, recipe: Recipe, **overrides: Any) ->
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
+    with tomlio.parses_remembered(options.cache_dir(args) / "memo"):  # (a warm build parses no TOML)
+        return _build(args, ui)
+
+
+def _build(args: argparse.Namespace, ui: UI) -> CommandResult:
     old: Lock | None = None
     if args.from_lock:
         if args.recipe:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import argparse
 import operator
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 
 if TYPE_CHECKING:
     from toolchain.recipe.load import Recipe

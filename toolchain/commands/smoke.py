@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
@@ -23,6 +22,7 @@ from rich.table import Table
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.core.devices import PROFILES
+from toolchain.core.record import replace
 from toolchain.errors import UsageError
 from toolchain.lock import Lock, read_lock
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS

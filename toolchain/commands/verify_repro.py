@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 from toolchain.core.owned import OWNED_MARKER, check_ours, claim, mark, remove_ours
+from toolchain.core.record import replace
 from toolchain.lock import Lock, read_lock
 from toolchain.release.bundle import PATCHES_DIR
 from toolchain.release.wheeldiff import (
@@ -107,7 +107,7 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
     kept = not ok or args.keep
     if not kept:  # what was removed is not named as if it were there
         _remove_builds(work)
-        report = dataclasses.replace(report, label_a=_removed(report.label_a, work),
+        report = replace(report, label_a=_removed(report.label_a, work),
                                      label_b=_removed(report.label_b, work))
         installed = {k: v for k, v in installed.items() if k not in ("log", "python")}
     data = {"ok": ok, "mode": "lock" if args.lock else "recipe",
@@ -157,7 +157,7 @@ def check_install(rebuilt: Lock, published: Lock | None, where: Path, ui: UI) ->
     from toolchain.smoke.session import spec_from_lock
     from toolchain.target import make_runtime
 
-    lock = dataclasses.replace(rebuilt, closure=published.closure) if published is not None else rebuilt
+    lock = replace(rebuilt, closure=published.closure) if published is not None else rebuilt
     source = f"the closure of {published.path}" if published is not None else "its own closure"
     if lock.closure is None:
         source = "no closure: the lock pins no dependencies, so its wheels alone"
@@ -257,7 +257,7 @@ def compare_locks(a: Lock, b: Lock, *, use_diffoscope: bool | None = None) -> Re
     report = compare_wheel_sets(_wheel_paths(a), _wheel_paths(b), label_a=f"build 1 ({_where(a)})",
                                 label_b=f"build 2 ({_where(b)})", use_diffoscope=use_diffoscope)
     if a.normalizations != b.normalizations:
-        report = dataclasses.replace(report, notes=(*report.notes, f"the builds needed different normalizations: {list(a.normalizations)} vs {list(b.normalizations)}"))
+        report = replace(report, notes=(*report.notes, f"the builds needed different normalizations: {list(a.normalizations)} vs {list(b.normalizations)}"))
     return report
 
 
@@ -360,6 +360,6 @@ def _closure_here(lock: Lock) -> Closure | None:
     if lock.closure is None or lock.path is None:
         return lock.closure
     here = lock.path.parent / DEPS_DIR
-    return dataclasses.replace(lock.closure, dists=tuple(
-        dataclasses.replace(d, url=(here / d.file).resolve().as_uri()) if (here / d.file).is_file() else d
+    return replace(lock.closure, dists=tuple(
+        replace(d, url=(here / d.file).resolve().as_uri()) if (here / d.file).is_file() else d
         for d in lock.closure.dists))

@@ -9,7 +9,6 @@ checked again when taken out (a damaged copy is no copy).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 
@@ -40,6 +39,8 @@ def find(cache_dir: Path | None, sha256: str) -> Path | None:
     if cache_dir is None:
         return None
     path = blob_path(cache_dir, sha256)
+    import hashlib  # (a warm build takes no blob)
+
     try:
         with trust.open_trusted(path) as fh:  # (core/trust.py: another user's copy, a FIFO, a link: none kept)
             return path if hashlib.file_digest(fh, "sha256").hexdigest() == sha256 else None

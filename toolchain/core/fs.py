@@ -5,21 +5,27 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import io
 import os
-import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+try:  # the interpreter's own sha256 for short texts: a warm build hashes only those, and loads no OpenSSL
+    from _sha256 import sha256 as _short_sha256  # type: ignore[import-not-found,unused-ignore]  # (3.11)
+except ImportError:  # pragma: no cover  (Python 3.12 and later; hashlib's where neither is built)
+    try:
+        from _sha2 import sha256 as _short_sha256  # type: ignore[import-not-found,no-redef,unused-ignore]
+    except ImportError:
+        from hashlib import sha256 as _short_sha256  # type: ignore[assignment,no-redef,unused-ignore]
+
 
 def sha256_bytes(data: bytes) -> str:
     """The hex sha256 of `data`."""
-    return hashlib.sha256(data).hexdigest()
+    digest: str = _short_sha256(data).hexdigest()
+    return digest
 
 
 class NotRegular(OSError):
@@ -91,11 +97,18 @@ def read_regular(path: Path) -> bytes:
 
 
 def sha256_file(path: Path) -> str:
-    """The hex sha256 of the file at `path`, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+    """The hex sha256 of the file at `path`, read in 1 MiB blocks (one block: as `sha256_bytes`)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+        first = f.read(1 << 20)
+        block = f.read(1 << 20)
+        if not block:
+            return sha256_bytes(first)
+        import hashlib  # (OpenSSL's, for a larger file)
+
+        h = hashlib.sha256(first)
+        while block:
             h.update(block)
+            block = f.read(1 << 20)
     return h.hexdigest()
 
 
@@ -103,6 +116,8 @@ def sha256_file(path: Path) -> str:
 def _replacing(path: Path, mode: int = 0o644) -> Iterator[str]:
     """A temporary path beside `path`, renamed over it when the block succeeds (with `mode`: the temporary
     file is private, 0600, while it is written), removed when it fails."""
+    import tempfile  # (not on a warm no-op's way: it writes nothing)
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -143,6 +158,8 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
 
 def atomic_copy(src: Path, dst: Path, mode: int = 0o644) -> None:
     """Copy `src` to `dst` through a temporary file; `dst` gets `mode` (a wheel, a lock: readable by all)."""
+    import shutil
+
     with _replacing(dst, mode) as tmp:
         shutil.copyfile(src, tmp)
 
@@ -159,6 +176,8 @@ def atomic_copy_verified(src: Path | BinaryIO, dst: Path, sha256: str) -> None:
     """Copy `src` (a path, or a file opened for reading) to `dst` (temp then rename), hashing the bytes as they
     stream: when they do not hash to `sha256`, `dst` is left as it was and DigestMismatch is raised. One read
     of `src`, no second pass."""
+    import hashlib
+
     h = hashlib.sha256()
     with _replacing(dst) as tmp:
         with contextlib.ExitStack() as stack:
@@ -180,6 +199,8 @@ def publish_dir(tmp_dir: Path, final: Path) -> bool:
         return True
     except OSError:
         if final.is_dir():
+            import shutil
+
             shutil.rmtree(tmp_dir, ignore_errors=True)
             return False
         raise

@@ -19,8 +19,9 @@ MASK = "<redacted>"
 _MIN_SECRET_LEN = 4
 
 
-# Names that contain a secret word but are known settings, not secrets.
-NOT_SECRET = {"TOKENIZERS_PARALLELISM", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "KEYRING_BACKEND"}
+# Names that contain a secret word but are known settings, not secrets (CACHE-KEY: a lock's `cache-key`, the hash
+# of a build's inputs; with a hyphen, no environment variable's name).
+NOT_SECRET = {"TOKENIZERS_PARALLELISM", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "KEYRING_BACKEND", "CACHE-KEY"}
 
 
 def is_secret(name: str) -> bool:

@@ -20,14 +20,14 @@ computed entries, the lock's `[resolve]`) uses these for its parts."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import enum
 import types
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union
+
+from toolchain.core.record import MISSING, fields, is_dataclass, replace
 
 T = TypeVar("T")
 Check = tuple[str, Callable[[Any], bool]]  # (what a value must be, the test)
@@ -42,7 +42,7 @@ class Meta:
 
     def __init__(self, key: str = "", omit_default: bool = False, skip: bool = False,
                  dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
-                 check: Check | None = None, absent: object = dataclasses.MISSING, record: bool = False,
+                 check: Check | None = None, absent: object = MISSING, record: bool = False,
                  portable: Callable[[Any, Any], Any] | None = None) -> None:
         self.key, self.omit_default, self.skip, self.dump, self.load = key, omit_default, skip, dump, load
         self.check, self.absent, self.record, self.portable = check, absent, record, portable
@@ -50,9 +50,9 @@ class Meta:
 
 def meta(*, key: str = "", omit_default: bool = False, skip: bool = False,
          dump: Callable[[Any], Data] | None = None, load: Callable[[Any], Any] | None = None,
-         check: Check | None = None, absent: object = dataclasses.MISSING, record: bool = False,
+         check: Check | None = None, absent: object = MISSING, record: bool = False,
          portable: Callable[[Any, Any], Any] | None = None) -> dict[str, Meta]:
-    """`dataclasses.field(metadata=meta(...))`."""
+    """`field(metadata=meta(...))` (core/record's `field`, or `dataclasses.field`)."""
     return {_META: Meta(key, omit_default, skip, dump, load, check, absent, record, portable)}
 
 
@@ -71,22 +71,23 @@ class _Field:
 
     def __init__(self, name: str, key: str, meta: Meta, default: object) -> None:
         self.name, self.key, self.meta = name, key, meta
-        self.default = default  # dataclasses.MISSING when the field has none
+        self.default = default  # MISSING when the field has none
 
 
 def _fields(cls: type, kebab: bool) -> tuple[_Field, ...]:
     cached = _FIELDS.get((cls, kebab))
     if cached is None:
         out = []
-        for f in dataclasses.fields(cls):
+        for f in fields(cls):
             m = f.metadata.get(_META, _PLAIN)
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
             out.append(_Field(f.name, m.key or _key(f.name, kebab), m, default))
         cached = _FIELDS[(cls, kebab)] = tuple(out)
     return cached
 
 
 _PLAIN = Meta()
+_PLAIN_TYPES = frozenset((str, int, float, bool))
 _FIELDS: dict[tuple[type, bool], tuple[_Field, ...]] = {}
 _HINTS: dict[type, dict[str, Any]] = {}
 
@@ -94,7 +95,9 @@ _HINTS: dict[type, dict[str, Any]] = {}
 def to_data(obj: object, *, kebab: bool = False, part: str = "") -> Data:
     """Any value as plain JSON/TOML data: dataclasses as tables, sequences as lists, mappings with string keys
     (`part`: "lock" or "record", the part of a format kept in two files; "" all of it)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    if type(obj) in _PLAIN_TYPES or obj is None:  # (most values: asked first; an Enum of str is not a str here)
+        return obj  # type: ignore[return-value]  # (one of Data's plain types, by the test above)
+    if is_dataclass(obj) and not isinstance(obj, type):
         return to_table(obj, kebab=kebab, part=part)
     if isinstance(obj, (tuple, list)):
         return [to_data(x, kebab=kebab, part=part) for x in obj]
@@ -112,7 +115,7 @@ def to_data(obj: object, *, kebab: bool = False, part: str = "") -> Data:
 def to_table(obj: object, *, kebab: bool = False, part: str = "") -> dict[str, Data]:
     """`to_data` of a dataclass: its table (`part="lock"`: without its `record` fields, its `portable` ones as
     `portable` makes them; `part="record"`: only those, each as it is, and the tables holding them)."""
-    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+    if not is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{type(obj).__name__} is not a dataclass")
     if part == "record":
         return _record_table(obj, kebab)
@@ -151,9 +154,9 @@ def _record_table(obj: object, kebab: bool) -> dict[str, Data]:
             if value == f.default or (f.meta.portable is not None and f.meta.portable(value, obj) == value):
                 continue  # (nothing measured; the lock holds it as it is)
             data = f.meta.dump(value) if f.meta.dump is not None else to_data(value, kebab=kebab)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        elif is_dataclass(value) and not isinstance(value, type):
             data = _record_table(value, kebab) or None
-        elif isinstance(value, tuple) and value and all(dataclasses.is_dataclass(v) for v in value):
+        elif isinstance(value, tuple) and value and all(is_dataclass(v) for v in value):
             subs = [_record_table(v, kebab) for v in value]
             if any(subs):
                 data = [{**({"name": v.name} if isinstance(getattr(v, "name", None), str) else {}), **s}
@@ -181,17 +184,17 @@ def merged(obj: T, table: Mapping[str, Any], *, kebab: bool = False) -> T:
         value, data = getattr(obj, f.name), where[key]
         if f.meta.record or f.meta.portable is not None:
             changes[f.name] = f.meta.load(data) if f.meta.load is not None else _value(hints[f.name], data, kebab)
-        elif dataclasses.is_dataclass(value) and isinstance(data, Mapping):
+        elif is_dataclass(value) and isinstance(data, Mapping):
             changes[f.name] = merged(value, data, kebab=kebab)
         elif isinstance(value, tuple) and isinstance(data, list) and len(data) == len(value):
             changes[f.name] = tuple(merged(v, d, kebab=kebab) if isinstance(d, Mapping) else v
                                     for v, d in zip(value, data, strict=True))
-    return dataclasses.replace(obj, **changes) if changes else obj  # type: ignore[type-var]
+    return replace(obj, **changes) if changes else obj  # type: ignore[type-var]
 
 
 def schema(cls: type, *, kebab: bool = False) -> dict[str, tuple[bool, Check]]:
     """key: (required, check) of each field of `cls` that declares a `check` (dotted keys as declared)."""
-    return {f.key: (f.default is dataclasses.MISSING and f.meta.absent is dataclasses.MISSING, f.meta.check)
+    return {f.key: (f.default is MISSING and f.meta.absent is MISSING, f.meta.check)
             for f in _fields(cls, kebab) if f.meta.check is not None and not f.meta.skip}
 
 
@@ -201,7 +204,7 @@ def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
     dataclasses and mappings where the field says so; a key the class does not have is an error naming it
     (`unknown_ok`: left unread); a missing key takes the field's `absent`, else its default.
     `given`: field values by field name, as they are (those the format keeps apart from this table)."""
-    if not dataclasses.is_dataclass(cls):
+    if not is_dataclass(cls):
         raise TypeError(f"{cls.__name__} is not a dataclass")
     fields, parents, absent = _reading(cls, kebab)
     if parents:  # a dotted key's value is in its sub-table
@@ -221,6 +224,8 @@ def from_data(cls: type[T], data: Mapping[str, Any], *, kebab: bool = False,
     kwargs: dict[str, Any] = dict(given or {})
     for key, f in absent:
         if key not in data and f.name not in kwargs:
+            import copy  # (only where a key is absent)
+
             kwargs[f.name] = copy.copy(f.meta.absent)
     for key, value in data.items():
         f = fields[key]
@@ -234,7 +239,7 @@ def _reading(cls: type, kebab: bool) -> tuple[dict[str, _Field], frozenset[str],
     if cached is None:
         fields = {f.key: f for f in _fields(cls, kebab) if not f.meta.skip}
         parents = frozenset(k.split(".", 1)[0] for k in fields if "." in k)
-        absent = tuple((k, f) for k, f in fields.items() if f.meta.absent is not dataclasses.MISSING)
+        absent = tuple((k, f) for k, f in fields.items() if f.meta.absent is not MISSING)
         cached = _READING[(cls, kebab)] = (fields, parents, absent)
     return cached
 
@@ -257,31 +262,55 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _value(hint: object, value: Any, kebab: bool) -> Any:
-    union = typing.get_origin(hint) in (Union, types.UnionType)
-    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
-    for kind in kinds:
-        origin = typing.get_origin(kind)
+    for kind, origin, args, record_kind, mapping, enum_kind in _shape(hint):
         if isinstance(value, Mapping):
-            if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            if record_kind:
                 return from_data(kind, value, kebab=kebab)
-            if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
-                args = typing.get_args(kind)
+            if mapping:
                 item = args[1] if len(args) == 2 else object
                 return {k: _value(item, v, kebab) for k, v in value.items()}
         if isinstance(value, str) and kind is Path:
             return Path(value)
-        if isinstance(kind, type) and issubclass(kind, enum.Enum) and not isinstance(value, kind):
+        if enum_kind and not isinstance(value, kind):
             return kind(value)
         if isinstance(value, int) and not isinstance(value, bool) and kind is float:
             return float(value)
         if isinstance(value, list) and origin is tuple:
-            args = typing.get_args(kind)
             if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
                 return tuple(_value(args[0], v, kebab) for v in value)
             if args and len(args) == len(value):
                 return tuple(_value(a, v, kebab) for a, v in zip(args, value, strict=True))
             return tuple(value)
     return tuple(value) if isinstance(value, list) else value
+
+
+_Shape = tuple[tuple[Any, Any, tuple[Any, ...], bool, bool, bool], ...]
+_SHAPES: dict[object, _Shape] = {}
+
+
+def _shape(hint: object) -> _Shape:
+    """What `_value` asks of a type hint, once a hint: for each kind it admits (a union's members but None),
+    (the kind, its origin, its arguments, whether a dataclass, a mapping, an Enum)."""
+    try:
+        return _SHAPES[hint]
+    except KeyError:
+        pass
+    except TypeError:  # (an unhashable hint: worked out each time)
+        return _shape_of(hint)
+    found = _SHAPES[hint] = _shape_of(hint)
+    return found
+
+
+def _shape_of(hint: object) -> _Shape:
+    union = typing.get_origin(hint) in (Union, types.UnionType)
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    out = []
+    for kind in kinds:
+        origin = typing.get_origin(kind)
+        out.append((kind, origin, typing.get_args(kind), isinstance(kind, type) and is_dataclass(kind),
+                    origin is not None and isinstance(origin, type) and issubclass(origin, Mapping),
+                    isinstance(kind, type) and issubclass(kind, enum.Enum)))
+    return tuple(out)
 
 
 def _key(name: str, kebab: bool) -> str:

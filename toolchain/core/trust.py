@@ -193,10 +193,11 @@ def read_json(path: Path) -> object:
 
 
 def _checksum(body: Mapping[str, object]) -> str:
-    import hashlib
     import json
 
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    from toolchain.core.fs import sha256_bytes
+
+    return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
 
 RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record)

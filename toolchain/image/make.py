@@ -152,7 +152,7 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
         os.replace(layer.blob, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    from dataclasses import replace
+    from toolchain.core.record import replace
 
     created_by = f"toolchain image (xpu-toolchain {__version__}): {lock.recipe_name}, {len(wheels)} wheels"
     return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch, compiled), epoch,

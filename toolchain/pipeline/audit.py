@@ -7,6 +7,7 @@ from pathlib import Path
 from toolchain.build.cache import WHEELS_DIR
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text
+from toolchain.core.record import replace
 from toolchain.lock import Lock
 from toolchain.recipe.model import Recipe
 from toolchain.resolve.closure import DEPS_DIR
@@ -91,7 +92,6 @@ def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: Toolchain
     memos = memo_dir(recipe.target, cache_dir)
     if lock.base is not None or memos is None:
         return audit_native(lock, out, recipe, toolchain, cache_dir, ui)
-    import dataclasses
     import json
     import os
 
@@ -100,7 +100,7 @@ def remembered_audit(lock: Lock, out: Path, recipe: Recipe, toolchain: Toolchain
     from toolchain.core.serial import Data, from_data, to_table
     from toolchain.lock import to_dict
 
-    bare = to_dict(dataclasses.replace(lock, native=(), host={}))
+    bare = to_dict(replace(lock, native=(), host={}))
     identity = {"lock": sha256_bytes(json.dumps(bare, sort_keys=True, default=str).encode()),
                 "sourced": toolchain is not None, "path": os.environ.get("PATH", "")}
 

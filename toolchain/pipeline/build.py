@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ from toolchain.console import UI
 from toolchain.core import blobs
 from toolchain.core.fs import give_to_invoking_user
 from toolchain.core.owned import safe_name
+from toolchain.core.record import replace
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
 from toolchain.core.trust import declare_shared_group
@@ -152,9 +152,9 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     # the box and the native audit, as a cold build finds them: each a remembered probe re-checking its inputs
     from toolchain.target.hostfacts import gather
 
-    lock = dataclasses.replace(lock, host=to_table(gather(memo_dir=options.cache_dir / "memo"), kebab=True))
-    lock = dataclasses.replace(lock, native=remembered_audit(lock, out, recipe, plan.toolchain_env,
-                                                             options.cache_dir, ui))
+    lock = replace(lock, host=to_table(gather(memo_dir=options.cache_dir / "memo"), kebab=True))
+    lock = replace(lock, native=remembered_audit(lock, out, recipe, plan.toolchain_env,
+                                                 options.cache_dir, ui))
     if expect is not None:
         differences = rebuild_differences(expect, lock)
         if differences:
@@ -202,8 +202,6 @@ def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: 
     [resolve] indexes and find-links. A lock rebuilt from (`recorded`) keeps its pin (a rebuild from the lock
     takes exactly its file); otherwise the pin is remembered in the cache like a resolved closure (a warm build
     asks no index; the lock in --out is checked, never trusted); `toolchain lock` pins again."""
-    import dataclasses
-
     from toolchain.build.plan import prebuilt_plan
     from toolchain.build.prebuilt_wheels import PrebuiltFile
 
@@ -221,7 +219,7 @@ def pin_prebuilts(plan: Plan, cache_dir: Path, log_dir: Path, ui: UI, recorded: 
         if pinned is None:
             pinned = PrebuiltFile(**_remembered_pin(plan, cp.name, pre.requirement, cache_dir, log_dir, ui))
         comps.append(prebuilt_plan(cp.component, pinned))
-    return dataclasses.replace(plan, components=tuple(comps))
+    return replace(plan, components=tuple(comps))
 
 
 def _remembered_pin(plan: Plan, name: str, requirement: str, cache_dir: Path, log_dir: Path,

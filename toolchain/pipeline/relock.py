@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.console import UI
 from toolchain.core.fs import give_to_invoking_user
+from toolchain.core.record import replace
 from toolchain.lock import Lock, read_lock, write_lock
 from toolchain.pipeline.audit import audit_native
 from toolchain.pipeline.verify import recipe_from_lock
@@ -44,8 +44,8 @@ def relock(lock_path: Path, cache_dir: Path, patches_dir: Path | Sequence[Path] 
         else:
             closure = resolve_built(recipe, lock.target, built, cache_dir, lock.path.parent / "logs", ui,
                                     refresh=refresh)
-        relocked = dataclasses.replace(lock, closure=closure, base=base)
-        write_lock(dataclasses.replace(relocked, native=audit_native(relocked, lock.path.parent, recipe, None,
+        relocked = replace(lock, closure=closure, base=base)
+        write_lock(replace(relocked, native=audit_native(relocked, lock.path.parent, recipe, None,
                                                                      cache_dir, ui, read_deps=audit)),
                    lock.path.parent)
         give_to_invoking_user(lock.path.parent)

@@ -3,12 +3,12 @@ from a lock recorded differently."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.plan import component_env
 from toolchain.core.fs import sha256_bytes
+from toolchain.core.record import replace
 from toolchain.core.redact import redact_argv, redact_text
 from toolchain.errors import RecipeError
 from toolchain.lock import Lock, LockedComponent, fetchcontent_table, locked_env, wheel_problems
@@ -119,7 +119,7 @@ def recipe_from_lock(lock: Lock, patches_dir: Path | Sequence[Path] | None, reci
     if problems:
         raise RecipeError([f"{lock.path}: {p}" for p in problems],
                           hint="the lock no longer matches its inputs; restore them or build the recipe anew")
-    return dataclasses.replace(recipe, partial=lock.recipe_partial)
+    return replace(recipe, partial=lock.recipe_partial)
 
 
 def component_problems(lock: Lock, recipe: Recipe) -> list[str]:

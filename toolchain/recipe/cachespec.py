@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import field
 from typing import Any
 from urllib.parse import urlsplit
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.regex import Regex
 from toolchain.recipe.keys import key, keys_of
 

@@ -9,10 +9,9 @@ declares the key `setvars-args` (the field's name in kebab-case, or `key(list, "
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from toolchain.core.record import record
+from toolchain.core.record import Field, fields, record
 
 _KEY = "toolchain.recipe.key"
 
@@ -26,7 +25,7 @@ class Key:
 
 
 def key(toml_type: type, name: str = "") -> dict[str, Any]:
-    """`dataclasses.field(metadata=key(str))`: the field is filled from a recipe key of this TOML type."""
+    """`field(metadata=key(str))`: the field is filled from a recipe key of this TOML type."""
     return {_KEY: Key(toml_type, name)}
 
 
@@ -34,7 +33,7 @@ def keys_of(cls: type, **extra: type) -> dict[str, type]:
     """The keys a recipe table read into `cls` may hold, each with its TOML type, in field order; then
     `extra` (keyword names with `_` for `-`), the keys that fill no field of `cls`."""
     out: dict[str, type] = {}
-    for f in dataclasses.fields(cls):
+    for f in fields(cls):
         name = key_of(f)
         if name is not None:
             out[name] = f.metadata[_KEY].type
@@ -42,7 +41,7 @@ def keys_of(cls: type, **extra: type) -> dict[str, type]:
     return out
 
 
-def key_of(f: dataclasses.Field[Any]) -> str | None:
+def key_of(f: Field) -> str | None:
     """The recipe key a field is filled from (None: a field no key fills)."""
     k = f.metadata.get(_KEY)
     return (k.name or f.name.replace("_", "-")) if isinstance(k, Key) else None

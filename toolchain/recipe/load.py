@@ -9,7 +9,6 @@ relative to the declaring file. Each inherited key keeps the file that declared 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from toolchain.core import toml as tomlio
 from toolchain.core.names import did_you_mean
+from toolchain.core.record import replace
 from toolchain.errors import RecipeError
 from toolchain.recipe.model import (
     DEFAULT_COMMAND,
@@ -269,7 +269,7 @@ def load_recipe(name_or_path: str, recipes_dir: Path | None = None,
     own = Origin(path, patches_of(path))
     recipe = validated(data, name=path.stem, path=path, patches_dir=own.patches_dirs, pinned=pinned,
                        origins={k: o for k, o in origins.items() if o != own})
-    return dataclasses.replace(recipe, found=tuple(found), swaps=tuple(swaps))
+    return replace(recipe, found=tuple(found), swaps=tuple(swaps))
 
 
 def load_recipe_text(text: str, name: str, path: Path, patches_dir: Path | Sequence[Path],
@@ -471,7 +471,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def with_data(recipe: Recipe, data: dict[str, Any]) -> Recipe:
     """`recipe` with its resolved table replaced by `data` (validated again; inherited keys keep resolving
     against the recipe that declared them)."""
-    return dataclasses.replace(validated(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
+    return replace(validated(data, name=recipe.name, path=recipe.path, patches_dir=recipe.patches_dirs,
                                          origins=recipe.origins), found=recipe.found, swaps=recipe.swaps)
 
 
@@ -482,7 +482,7 @@ def only_components(recipe: Recipe, names: Sequence[str]) -> Recipe:
         recipe.component(name)  # an unknown name: a RecipeError with a did-you-mean
     keep = [c.name for c in recipe.components if c.name in names]
     data = _without(recipe.data, [c.name for c in recipe.components if c.name not in keep])
-    return dataclasses.replace(with_data(recipe, data), partial=tuple(keep))
+    return replace(with_data(recipe, data), partial=tuple(keep))
 
 
 def with_changes(recipe: Recipe, changes: dict[str, Any]) -> Recipe:

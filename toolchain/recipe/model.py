@@ -5,10 +5,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from toolchain.core import toml as tomlio
 from toolchain.core.checks import COMMIT, NAME, SHA256, STR
 from toolchain.core.fs import sha256_bytes
 from toolchain.core.names import did_you_mean
-from toolchain.core.record import record
+from toolchain.core.record import field, fields, record, replace
 from toolchain.core.redact import redact_text
 from toolchain.core.regex import HEX40, SHA256_HEX, URL_CREDENTIALS
 from toolchain.core.serial import Check, meta
@@ -341,7 +339,7 @@ class Recipe:
         if not HEX40.match(commit):
             raise RecipeError(f"{self.path.name}: components.{component}.commit: {commit!r} is not a full 40-hex "
                               f"commit id", hint="pass the commit as git names it (git rev-parse)")
-        return self._with(dataclasses.replace(comp, commit=commit, ref=ref or comp.ref))
+        return self._with(replace(comp, commit=commit, ref=ref or comp.ref))
 
     def with_prebuilt_wheel(self, component: str, url: str, sha256: str) -> Recipe:
         """This recipe with `component` taken as the released wheel at `url` (sha256 `sha256`) instead of
@@ -361,7 +359,7 @@ class Recipe:
 
     def with_only(self, component: str) -> Recipe:
         """This recipe with `component` as its only component (its `after` dropped: nothing else is built)."""
-        return self._with(dataclasses.replace(self.component(component), after=()), only=True)
+        return self._with(replace(self.component(component), after=()), only=True)
 
     def _table(self, component: str) -> dict[str, Any]:
         tables = self.data.get("components")
@@ -374,7 +372,7 @@ class Recipe:
         tables = {} if only else dict(self.data.get("components") or {})
         tables[comp.name] = edited_table(self._table(comp.name), self.component(comp.name), comp)
         components = (comp,) if only else tuple(comp if c.name == comp.name else c for c in self.components)
-        return dataclasses.replace(self, components=components, data={**self.data, "components": tables})
+        return replace(self, components=components, data={**self.data, "components": tables})
 
     def component(self, name: str) -> Component:
         """The component `name`; a RecipeError listing the components when there is none."""
@@ -391,7 +389,7 @@ def edited_table(table: Mapping[str, Any], before: Component, after: Component) 
     (`recipe.keys`), or removed where the field went back to its default; every other key stays as written, in
     its place. A prebuilt component's table keeps only what a prebuilt may say (`PREBUILT_KEYS`)."""
     out = dict(table)
-    for f in dataclasses.fields(Component):
+    for f in fields(Component):
         name = key_of(f)
         old, new = getattr(before, f.name), getattr(after, f.name)
         if name is None or old == new:

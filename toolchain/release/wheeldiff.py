@@ -14,12 +14,11 @@ import re
 import shutil
 import zipfile
 from collections.abc import Iterable, Mapping
-from dataclasses import field
 from pathlib import Path
 
 from toolchain.core.fs import sha256_file
 from toolchain.core.proc.runner import run
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import Data, meta, to_table
 
 MAX_DIFF_LINES = 60

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import field
 from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from toolchain.core.checks import DIST_FILE, NAME, SHA256, SIZE, STR, STRS
 from toolchain.core.places import local_url, portable_url
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.redact import redact_url
 from toolchain.core.serial import Data, from_data, meta, to_table
 

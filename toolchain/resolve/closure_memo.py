@@ -16,7 +16,6 @@ parser, and nothing here imports packaging or the resolver.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
-from toolchain.core.fs import atomic_write_text
+from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.regex import SHA256_HEX
 from toolchain.core.serial import to_data
 from toolchain.core.trust import read_sealed, sealed
@@ -120,7 +119,7 @@ def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str
                         "index-strategy": spec.index_strategy, "platform": spec.platform,
                         "python-version": spec.python_version},
             "python": target_python(spec, target), "platform": target_platform(spec, target)}
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    return sha256_bytes(json.dumps(data, sort_keys=True).encode())
 
 
 class ClosureMemo:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from toolchain.core.fs import atomic_write_text
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.regex import Regex
 from toolchain.core.serial import from_data, meta, to_data
 from toolchain.core.trust import read_sealed, sealed

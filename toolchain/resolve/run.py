@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.build.built_against import BuiltAgainst
-from toolchain.build.wheelmeta import WheelMeta, wheel_meta
+from toolchain.build.wheelmeta import WheelMeta, remembered_wheel_meta
 from toolchain.console import UI
 from toolchain.core.fs import file_lock
 from toolchain.core.probe_memo import stat_key
@@ -33,7 +33,7 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
     spec = recipe.resolve
     resolve_cache = Path(cache_dir) / RESOLVE_DIR
     memo = ClosureMemo(resolve_cache)
-    metas = [(name, wheel_meta(wheel)) for name, wheel, _ in built]
+    metas = [(name, remembered_wheel_meta(wheel, Path(cache_dir) / "memo")) for name, wheel, _ in built]
     key = closure_key(spec, target, metas)
     closure = None if refresh else memo.get(key)
     if closure is not None:

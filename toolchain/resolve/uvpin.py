@@ -10,7 +10,6 @@ Python and platform; the sdist only when no wheel fits).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import re
@@ -29,7 +28,7 @@ from packaging.version import Version
 
 from toolchain.core import toml as tomlio
 from toolchain.core.proc.runner import CommandFailed, CommandTimeout, merge_env, run
-from toolchain.core.record import record
+from toolchain.core.record import record, replace
 from toolchain.core.redact import redact_text
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, RecipeError, TransientError
@@ -147,7 +146,7 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
         if name in built_names:
             continue
         dists.append(_pick(pkg, tags, python, platform, via.get(name, ()), source.get(name, ""), spec, recorded))
-    return dataclasses.replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)), resolved_at=resolved_at)
+    return replace(base, dists=tuple(sorted(dists, key=lambda d: d.name)), resolved_at=resolved_at)
 
 
 def pin_files(requirement: str, spec: ResolveSpec, target: TargetInfo, cache_dir: Path,
@@ -172,7 +171,7 @@ def pin_files(requirement: str, spec: ResolveSpec, target: TargetInfo, cache_dir
 def _expanded(spec: ResolveSpec) -> tuple[ResolveSpec, dict[str, str]]:
     """`spec` with its find-links expanded to this machine's paths, and {expanded link as a URL: the link as
     the recipe names it}."""
-    expanded = dataclasses.replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
+    expanded = replace(spec, find_links=tuple(expand_link(link) for link in spec.find_links))
     return expanded, {(Path(x).as_uri() if "://" not in x else x).rstrip("/"): r
                       for x, r in zip(expanded.find_links, spec.find_links, strict=True)}
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from toolchain.core.record import record
+from toolchain.core.record import record, replace
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError
 from toolchain.resolve.native import INTEL_COMPILER, Providers, SharedObject, WheelAudit

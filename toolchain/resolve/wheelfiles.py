@@ -13,10 +13,9 @@ import io
 import re
 import struct
 import threading
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.redact import redact_url
@@ -46,15 +45,17 @@ def libraries_of(dist: LockedDist, cache_dir: Path, deps_dir: Path, log: Path) -
         return tuple(str(n) for n in raw["libraries"])
     local = next((p for p in (Path(dist.local_path()) if dist.local_path() else None, deps_dir / dist.file)
                   if p is not None and p.is_file()), None)
-    names = _names(zipfile.ZipFile(local)) if local is not None else _remote_names(dist, deps_dir, log)
+    names = _names(local) if local is not None else _remote_names(dist, deps_dir, log)
     libraries = tuple(sorted(n for n in names if SO_NAME.search(n)))
     atomic_write_text(cached, sealed(cached.stem, {"files-version": FILES_VERSION, "wheel": dist.file,
                                                    "libraries": list(libraries)}))
     return libraries
 
 
-def _names(z: zipfile.ZipFile) -> list[str]:
-    with z:
+def _names(wheel: Path | IO[bytes] | io.RawIOBase) -> list[str]:
+    import zipfile  # (a warm build lists no wheel: the cache remembers its libraries)
+
+    with zipfile.ZipFile(wheel) as z:
         return [i.filename for i in z.infolist() if not i.is_dir()]
 
 
@@ -98,14 +99,14 @@ def _remote_names(dist: LockedDist, deps_dir: Path, log: Path) -> list[str]:
         raise TransientError(f"reading the file list of {dist.file} from {where} failed: the server's answer is "
                              f"not the end of a zip file ({exc})", kind="network",
                              hint="run the same command again; if it persists, the index serves another file") from None
-    return _names(zipfile.ZipFile(_Sparse(total, start, tail)))
+    return _names(_Sparse(total, start, tail))
 
 
 def _fetched_names(dist: LockedDist, deps_dir: Path, log: Path) -> list[str]:
     from toolchain.resolve.fetch import fetch_dists
 
     got = fetch_dists([dist], deps_dir, log)
-    return _names(zipfile.ZipFile(got[dist.name]))
+    return _names(got[dist.name])
 
 
 def _total(content_range: str, length: int) -> int:

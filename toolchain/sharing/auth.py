@@ -16,11 +16,10 @@ import binascii
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 
 ENV_USERNAME, ENV_PASSWORD = "TOOLCHAIN_REGISTRY_USERNAME", "TOOLCHAIN_REGISTRY_PASSWORD"
 HELPER_TIMEOUT = 10.0

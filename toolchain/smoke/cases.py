@@ -14,7 +14,7 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import jsonschema
 import requests
 
 from toolchain.core.names import did_you_mean
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.regex import Regex
 from toolchain.core.serial import Data, meta, rounded, to_data, to_table
 from toolchain.errors import UsageError

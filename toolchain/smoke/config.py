@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import Data, meta
 from toolchain.errors import RecipeError, UsageError
 from toolchain.recipe.model import SmokeSpec

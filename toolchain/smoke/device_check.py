@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import field
 from typing import TYPE_CHECKING
 
 from toolchain.core import devices as facts
 from toolchain.core.devices import PROFILES, Card, DeviceProfile, cards_from
 from toolchain.core.proc.runner import CommandTimeout
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import Data, meta
 from toolchain.errors import UsageError
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import field
 from pathlib import Path
 from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import Data, meta, to_table
 from toolchain.errors import TestFailed, UsageError
 from toolchain.lock import Lock, wheel_name_version

@@ -9,10 +9,9 @@ unset-env. The ladder stops at the first step that breaks and reports how.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
 from typing import Any, Protocol
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import Data, empty_as_null, meta, to_data, to_table
 from toolchain.errors import RecipeError
 

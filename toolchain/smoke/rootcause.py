@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Literal
 
-from toolchain.core.record import record
+from toolchain.core.record import record, replace
 from toolchain.core.regex import Regex
 
 MAX_PROCESSES = 3        # excerpts per failure (the processes whose blocks are nearest the end)

@@ -6,7 +6,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ from toolchain.console import UI
 from toolchain.core.proc.background import exit_status
 from toolchain.core.proc.runner import display, merge_env
 from toolchain.core.proc.signals import Interrupted
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import Data, empty_as_null, meta, rounded, to_table
 from toolchain.errors import UsageError

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
 from pathlib import Path
 
 import requests
@@ -20,7 +19,7 @@ import requests
 from toolchain.core.fs import open_log
 from toolchain.core.proc.background import STOP_GRACE, Background, exit_status, start
 from toolchain.core.proc.runner import CommandFailed, display
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.redact import redact_text
 from toolchain.core.serial import Data, meta, rounded, to_table
 from toolchain.errors import UsageError

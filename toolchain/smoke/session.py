@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from toolchain.core import toml as tomlio
 from toolchain.core.fs import atomic_write_text
 from toolchain.core.owned import OWNED_MARKER, check_ours, claim
 from toolchain.core.proc.signals import Interrupted, interruptible
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.redact import redact_env
 from toolchain.core.serial import to_data, to_table
 from toolchain.errors import ToolError, UsageError

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import field, replace
 from importlib import resources
 from pathlib import Path
 
 from toolchain.core import toml as tomlio
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.serial import meta
 from toolchain.errors import RecipeError
 

@@ -18,7 +18,6 @@ import shutil
 import threading
 import urllib.parse
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from toolchain.console import UI
@@ -115,6 +114,8 @@ def parse_commit(sha: str, body: str) -> dict[str, str]:
         if line[:1] != " ":  # continuation lines (a gpgsig) belong to the header before them
             key, _, value = line.partition(" ")
             fields.setdefault(key, value)
+    from datetime import datetime, timedelta, timezone  # (a warm build reads no commit)
+
     author = fields.get("author", "").rsplit(" <", 1)[0]
     stamp, zone = fields["committer"].rsplit(" ", 2)[-2:]
     sign = -1 if zone.startswith("-") else 1

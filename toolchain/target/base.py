@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, Self
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 
 if TYPE_CHECKING:
     from toolchain.core.proc.runner import Completed

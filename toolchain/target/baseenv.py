@@ -7,13 +7,12 @@ torch build. The lock records it; `toolchain lock` reads it again."""
 from __future__ import annotations
 
 import json
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from toolchain.core.checks import NAME, STR, TABLES
 from toolchain.core.probe_memo import remembered
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.serial import from_data, meta, to_table
 from toolchain.errors import BuildError
 from toolchain.target.facts import TargetInfo

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, field
 from typing import Any
 
 from toolchain.core.checks import STR, STRS
 from toolchain.core.places import interpreter_name, portable_path
-from toolchain.core.record import record
+from toolchain.core.record import field, fields, record
 from toolchain.core.serial import meta
 
 
@@ -50,7 +49,7 @@ class TargetInfo:
         return self.python if self.runtime not in ("", "host") else interpreter_name(self.python)
 
     def fingerprint(self) -> dict[str, str]:
-        return {k: v for k, v in asdict(self).items() if k != "container"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "container"}  # (all str)
 
 
 # The environment variables that shape an interpreter's sys.path (and so what it finds installed): part of the

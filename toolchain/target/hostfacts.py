@@ -9,11 +9,10 @@ compares); `toolchain doctor` turns the same facts into ok / warn / missing line
 from __future__ import annotations
 
 import os
-from dataclasses import field
 from pathlib import Path
 
 from toolchain.core.devices import Card, find_cards
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 from toolchain.core.regex import Regex
 from toolchain.core.serial import meta
 

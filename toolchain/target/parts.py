@@ -7,12 +7,11 @@ classes (a frozen dataclass costs about a millisecond to create at import)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from toolchain import scripts
-from toolchain.core.record import record
+from toolchain.core.record import field, record
 
 if TYPE_CHECKING:
     from toolchain.core.proc.runner import Completed

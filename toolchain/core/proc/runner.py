@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
 import sys
 import threading
@@ -74,6 +73,8 @@ class CommandTimeout(CommandFailed):
 def checked_argv(argv: Sequence[str], caller: str) -> list[str]:
     """`argv` as a list of strings (paths converted); a string or a mixed list is a programming error."""
     if isinstance(argv, (str, bytes)):
+        import shlex
+
         raise TypeError(f"{caller}() takes an argv list, not a string; did you mean {shlex.split(str(argv))!r}?")
     args = [os.fspath(a) if isinstance(a, os.PathLike) else a for a in argv]
     if not args or not all(isinstance(a, str) for a in args):
@@ -99,6 +100,8 @@ def no_null_bytes(argv: Sequence[str], env: Mapping[str, str]) -> None:
 
 def display(argv: Sequence[str]) -> str:
     """How a command is shown to a person (never executed)."""
+    import shlex
+
     return shlex.join(str(a) for a in argv)
 
 

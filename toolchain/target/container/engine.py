@@ -29,7 +29,6 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any, Union
@@ -38,7 +37,7 @@ from toolchain.console import UI
 from toolchain.core.fs import file_lock, give_to_invoking_user
 from toolchain.core.proc.owner import owner_gone, owner_token
 from toolchain.core.proc.runner import CommandFailed, CommandTimeout, Completed, merge_env, run
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.redact import is_secret
 from toolchain.errors import ToolError
 
