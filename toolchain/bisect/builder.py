@@ -4,7 +4,6 @@ that did not change come from the wheel cache."""
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
 import time
@@ -20,7 +19,7 @@ from toolchain.build.wheelmeta import wheel_meta
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_text, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
-from toolchain.core.record import record
+from toolchain.core.record import record, replace
 from toolchain.core.serial import from_data, to_table
 from toolchain.core.trust import read_sealed, sealed
 from toolchain.errors import BuildError, SourceError, ToolError, TransientError
@@ -60,7 +59,7 @@ class SpineBuilder:
         Its closure is resolved only where the test needs it (`resolve_steps`), else deferred to `complete`."""
         if self.resolve and not self.resolve_steps:
             outcome = self._build(key, resolve=False)
-            return dataclasses.replace(outcome, deferred=True) if outcome.ok else outcome
+            return replace(outcome, deferred=True) if outcome.ok else outcome
         return self._build(key, resolve=self.resolve)
 
     def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
@@ -80,8 +79,8 @@ class SpineBuilder:
                 self._completed.add(requirements)
         done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
         if not done.ok:
-            return dataclasses.replace(build, reason=f"its closure was not resolved: {done.reason}")
-        return dataclasses.replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)
+            return replace(build, reason=f"its closure was not resolved: {done.reason}")
+        return replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)
 
     def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
         out = self.out_root / key[:12]

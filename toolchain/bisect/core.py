@@ -61,7 +61,7 @@ from toolchain.bisect.model import (
     Verdict,
 )
 from toolchain.core.cpu import idle_cores
-from toolchain.core.record import field, record, replace
+from toolchain.core.record import replace
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from toolchain.core.record import record
+from toolchain.core.record import field, record, replace
 from toolchain.core.serial import Data, from_data, meta, rounded, to_data, to_table
 
 

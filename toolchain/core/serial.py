@@ -189,7 +189,7 @@ def merged(obj: T, table: Mapping[str, Any], *, kebab: bool = False) -> T:
         elif isinstance(value, tuple) and isinstance(data, list) and len(data) == len(value):
             changes[f.name] = tuple(merged(v, d, kebab=kebab) if isinstance(d, Mapping) else v
                                     for v, d in zip(value, data, strict=True))
-    return replace(obj, **changes) if changes else obj  # type: ignore[type-var]
+    return replace(obj, **changes) if changes else obj
 
 
 def schema(cls: type, *, kebab: bool = False) -> dict[str, tuple[bool, Check]]:

@@ -27,7 +27,6 @@ from toolchain.build.cache import WHEELS_DIR
 from toolchain.build.wheelnorm import ZIP_MIN_EPOCH
 from toolchain.core import blobs
 from toolchain.core.fs import publish_dir, sha256_bytes, sha256_file
-from toolchain.core.record import replace
 from toolchain.errors import TestFailed
 from toolchain.lock import Lock
 from toolchain.release import BUNDLES_DIR  # noqa: F401 - the constant's old home
