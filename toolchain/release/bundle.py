@@ -139,7 +139,7 @@ def _image_lines(lock: Lock) -> list[str]:
         return ["Make the runnable image (the base above plus one layer of these wheels; the same digest anywhere):",
                 "  toolchain image --lock stack.lock.toml --tag NAME[:TAG] --load podman   (or --push, --oci-dir DIR)",
                 f"  (its base: {base})", ""]
-    if (lock.target.runtime or "host") == "host" or not lock.target.image:
+    if not lock.target.image:  # (a host lock names no image)
         return []
     image = lock.target.image
     if "@" not in image and lock.target.image_digest.startswith("sha256:"):  # pinned: NAME@DIGEST, its tag left out
