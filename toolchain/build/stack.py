@@ -255,7 +255,12 @@ def ensure_sources(mirrors: Mirrors, plan: Plan, cp: ComponentPlan) -> None:
     """The component's commit and each of its FetchContent dependencies' in their mirrors (fetched if not)."""
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
-    mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+    mirror = mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+    from toolchain.build.fetchcontent_check import check_declared
+    from toolchain.sources.cmake_declared import declared_at
+
+    # before anything is compiled: what the CMake files declare and the recipe does not pin stops the build
+    check_declared(comp, declared_at(mirror, comp.commit, comp.subdir), plan.recipe.path.name)
     for dep in comp.fetchcontent:
         mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
 
@@ -379,6 +384,9 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                       cc: CompilerCache) -> None:
     from toolchain.build.buildreqs import check_build_requires, declared_requires
     from toolchain.build.built_against import probe_built_against
+    from toolchain.build.fetchcontent_pins import EXTRA as PINS_EXTRA
+    from toolchain.build.fetchcontent_pins import VAR as PINS_VAR
+    from toolchain.build.fetchcontent_pins import insteadof_env, needs_pins, write_pins
     from toolchain.build.frontend import backend_call, check_as_pip
     from toolchain.build.metrics import RUNNER, RUNNER_FILE, measured_argv, read_result
 
@@ -399,12 +407,22 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             from toolchain.target.parts import Extra
 
             extras = [*cc.extras(runtime), Extra(RUNNER, RUNNER_FILE)]
+            if needs_pins(comp):  # every CMake run of the build reads the pins, whoever starts it
+                seen_deps = runtime.workspace_paths(tree, out_tmp, deps)[2]
+                chained = (dict(cp.env).get(PINS_VAR) or plan.toolchain_env.as_dict().get(PINS_VAR)
+                           or os.environ.get(PINS_VAR) or "")
+                pins = write_pins(out_tmp.with_name(out_tmp.name + ".pins.cmake"), comp, seen_deps, chained)
+                stack.callback(pins.unlink, missing_ok=True)
+                extras.append(Extra(PINS_EXTRA, pins))
             ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps, extras))
             src = f"{ws.src}/{comp.subdir}".rstrip("/") if comp.subdir else ws.src
             epoch = mirrors.commit_info(comp.url, comp.commit)["epoch"]
             basedir = os.path.commonpath([ws.src, ws.out, *ws.deps.values()])
             env = {**cc.env(ws.extras, basedir), **(cp.jobs.env() if cp.jobs else {}),
                    **build_env(plan, cp, src, ws.deps, epoch, options.deterministic)}
+            if PINS_EXTRA in ws.extras:
+                env[PINS_VAR] = ws.extras[PINS_EXTRA]
+                env.update(insteadof_env(mirrors.rewrites, env))
             python = plan.recipe.target.python
             argv = [_fill(a, python=python, src=src, out=ws.out) for a in comp.command]
             here = tree / comp.subdir if comp.subdir else tree

@@ -183,6 +183,10 @@ class Component:
     command: tuple[str, ...] = field(default=DEFAULT_COMMAND, metadata=key(list))
     env: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
     fetchcontent: tuple[FetchContentDep, ...] = field(default=(), metadata=key(list))
+    # FetchContent names the sources declare but the recipe does not pin, each with its reason: never fetched by
+    # this configuration (offline stays on), or fetched by CMake itself (needs the network or a mirror rewrite)
+    fetchcontent_unused: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
+    fetchcontent_network: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
     built_against: tuple[str, ...] = field(default=(), metadata=key(list))  # distributions whose C++ ABI the compiled wheel depends on (torch)
     jobs: int = field(default=0, metadata=key(int))             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
     memory_per_job: int = field(default=0, metadata=key(str))   # bytes one compile job needs (0: the tool's default for it)
