@@ -5,7 +5,8 @@ the recipe neither pins (`[[components.NAME.fetchcontent]]`) nor lists with a re
 this configuration never fetches it; `fetchcontent-network`: CMake fetches it itself) is a `RecipeError`
 (exit 2) naming the file, the line, the `FetchContent_Declare` and its tag, and how to pin it. Which
 declarations a configuration reaches is the recipe's statement, not a guess from CMake's `if()`s: a
-dependency stated as unused that a build does fetch fails that build offline (FULLY_DISCONNECTED), loudly.
+dependency stated as unused that a build does reach is not fetched either (FULLY_DISCONNECTED stays on):
+CMake >= 3.30 stops at configure, older ones go on without it and the build fails where it needs it.
 """
 
 from __future__ import annotations
