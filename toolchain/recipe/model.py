@@ -247,6 +247,17 @@ class TargetSpec:
 
 
 @record
+class SuiteSpec:
+    """`[smoke.suite]`: upstream's own tests run against the lock's installed wheels, with no server
+    (smoke/suite.py): the folder `dir` of `component`'s repository at its locked commit, the test files
+    `tests` in it (all of it when empty) and extra pytest `args`."""
+    component: str = field(default="", metadata=key(str))
+    dir: str = field(default="", metadata=key(str))
+    tests: tuple[str, ...] = field(default=(), metadata=key(list))
+    args: tuple[str, ...] = field(default=(), metadata=key(list))
+
+
+@record
 class SmokeSpec:
     """A recipe's `[smoke]` table, typed (recipe.validate checks it; smoke reads these fields). The lock keeps
     the table as written (`raw`, redacted) and smoke types it again with the same `validate.smoke_spec`."""
@@ -265,6 +276,7 @@ class SmokeSpec:
     ladder: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=key(list))  # None: the default steps
     ready_timeout: float = field(default=0.0, metadata=key(int))
     request_timeout: float = field(default=0.0, metadata=key(int))
+    suite: SuiteSpec | None = field(default=None, metadata=key(dict))  # upstream's tests instead of a server
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from toolchain.core.devices import PROFILES
@@ -37,6 +37,7 @@ from toolchain.recipe.model import (
     Recorded,
     ResolveSpec,
     SmokeSpec,
+    SuiteSpec,
     TargetSpec,
     ToolchainSpec,
 )
@@ -58,6 +59,7 @@ TARGET_KEYS = keys_of(TargetSpec)
 PINNED_IMAGE = Regex(rf"^[^\s@]+@sha256:{SHA256}$")
 COMPONENT_KEYS = keys_of(Component, extend_patches=list, drop=bool)
 SMOKE_KEYS = keys_of(SmokeSpec)
+SUITE_KEYS = keys_of(SuiteSpec)
 
 
 class MissingFiles(RecipeError):
@@ -413,7 +415,24 @@ def _smoke(s: Any, pr: _Problems, *, in_lock: bool = False) -> SmokeSpec:
                      repeat=num("repeat"),
                      ladder=tuple(_tables(ladder)) if isinstance(ladder, list) else None,
                      ready_timeout=float(num("ready-timeout")), request_timeout=float(num("request-timeout")),
-                     raw=dict(s))
+                     suite=_suite(s.get("suite"), pr), raw=dict(s))
+
+
+def _suite(s: Any, pr: _Problems) -> SuiteSpec | None:
+    if not isinstance(s, dict):
+        return None
+    pr.check_keys(s, SUITE_KEYS, "smoke.suite.")
+    where = "smoke.suite"
+    folder = _str(s, "dir")
+    for key, value in (("component", _str(s, "component")), ("dir", folder)):
+        if not value:
+            pr.add(f"{where}.{key}", "missing: the component whose tests run, and their folder in its repository")
+    tests = pr.str_list(s, "tests", f"{where}.tests")
+    for rel in (folder, *tests):
+        if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+            pr.add(where, f"{rel!r}: paths are relative, inside the repository")
+    return SuiteSpec(component=_str(s, "component"), dir=folder, tests=tests,
+                     args=pr.str_list(s, "args", f"{where}.args"))
 
 
 def _tables(value: object) -> list[dict[str, Any]]:
