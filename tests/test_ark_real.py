@@ -294,3 +294,51 @@ def test_update_pins_a_declared_dependency_from_its_tag_through_the_mirror(mirro
     assert "# " + ARK_SUBDIR + "/auto_round_kernel/CMakeLists.txt:49" in recipe.read_text()  # the comment kept
     # and the check that stopped the build passes now
     check_declared(comp, declared_at(_ark(mirrors), comp.commit, comp.subdir), recipe.name)
+
+
+def test_a_network_dependency_turns_offline_off_and_is_named():
+    from toolchain.recipe.model import Component, FetchContentDep
+
+    comp = Component(name="ark", url="u", commit="c" * 40,
+                     fetchcontent=(FetchContentDep("pybind11", "https://github.com/pybind/pybind11.git", "f" * 40),),
+                     fetchcontent_network=(("sycl_tla", "fork not mirrored"),))
+    text = pins_text(comp, {"pybind11": "/src/pybind 11"})
+    assert 'set(FETCHCONTENT_SOURCE_DIR_PYBIND11 "/src/pybind 11" CACHE PATH' in text
+    assert 'set(FETCHCONTENT_FULLY_DISCONNECTED OFF CACHE BOOL "fetched at configure time: sycl_tla" FORCE)' in text
+    offline = Component(name="ark", url="u", commit="c" * 40, fetchcontent=comp.fetchcontent)
+    assert "set(FETCHCONTENT_FULLY_DISCONNECTED ON " in pins_text(offline, {"pybind11": "/src"})
+
+
+def test_the_cause_of_a_failed_build_is_found_under_pips_trailer(tmp_path):
+    from toolchain.build.failure_cause import failure_cause
+
+    log = tmp_path / "build.log"
+    log.write_text("  -- Populating dnnl\n  fatal: unable to access 'https://github.com/uxlfoundation/oneDNN.git/': "
+                   "Could not resolve host: github.com\n  CMake Error at dnnl-subbuild/CMakeLists.txt:50 (message):\n"
+                   "error: subprocess-exited-with-error\n  ERROR: Failed to build auto-round-lib\n")
+    assert failure_cause(log).startswith("fatal: unable to access 'https://github.com/uxlfoundation/oneDNN.git/'")
+    log.write_text("error: subprocess-exited-with-error\nsrc/a.cpp:1:10: fatal error: b.h: No such file\n")
+    assert failure_cause(log) == "src/a.cpp:1:10: fatal error: b.h: No such file"
+
+
+@pytest.mark.slow
+def test_a_dependency_left_to_the_network_fails_offline_with_its_cause_shown(mirrors, tmp_path):
+    """dnnl stated as fetched at configure time (fetchcontent-network), and no mirror rewrite for its owner:
+    ARK's own CMake clones it from github.com, which this network namespace (or a proxy to nowhere) cannot
+    reach. The error names that cause, not only pip's "Failed to build"."""
+    text = (REPO / "recipes" / "ark-cpu.toml").read_text()
+    recipe = _recipe_without_dnnl(tmp_path)
+    recipe.write_text(recipe.read_text() + '\n[components.auto-round-lib.fetchcontent-network]\n'
+                      'dnnl = "left to the network (test)"\n')
+    assert "fetchcontent-network" not in text
+    cli = Cli(tmp_path, isolated_env(tmp_path))
+    rewrites = [a for owner in ("intel", "pybind", "herumi")
+                for a in ("--mirror", f"https://github.com/{owner}/=file://{mirrors}/{owner}/")]
+    argv = cli.argv(["build", "--recipe", recipe, *rewrites, "--no-resolve", "--out", tmp_path / "out"])
+    isolated = shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    env = {**cli.env, "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
+    done = subprocess.run((["unshare", "-n"] if isolated else []) + argv, cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert done.returncode == 1, done.stdout + done.stderr
+    cause = next(line for line in done.stderr.splitlines() if "cause (from the log):" in line)
+    assert "oneDNN" in cause or "github.com" in cause, done.stderr

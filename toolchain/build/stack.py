@@ -444,8 +444,11 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                     raise ccache.CompilerCacheMissing(f"building {what}: {failed.error}",
                                                       hint=ccache.INSTALL_HINT) from None
                 how = f" ({call.describe()}, unless the log says pip ran)" if call else ""
+                from toolchain.build.failure_cause import failure_cause
+
+                cause = failure_cause(log)
                 raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}"
-                                 f"{how}\n"
+                                 f"{how}\n" + (f"  cause (from the log): {redact_text(cause)}\n" if cause else "") +
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         result = read_result(out_tmp)
