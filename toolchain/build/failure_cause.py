@@ -14,7 +14,7 @@ CAUSES = (
     Regex(r"FETCHCONTENT_FULLY_DISCONNECTED|Failed to (?:clone|checkout) repository"),
     Regex(r"CMake Error.*"),
     Regex(r"fatal error: .*|\berror: (?!subprocess-exited-with-error|legacy-install-failure|metadata-generation-failed).*"),
-    Regex(r"RuntimeError: .*|ModuleNotFoundError: .*|No such file or directory"),
+    Regex(r"\b[A-Z]\w*Error: .*|No such file or directory"),
 )
 MAX_READ = 8 * 1024 * 1024  # the tail of a huge log is enough
 
