@@ -67,6 +67,13 @@ def bench_bisect(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.bench_ccache_bisect", external=True)
 
 
+@nox.session(name="bench-ark", venv_backend="none")
+def bench_ark(session: nox.Session) -> None:
+    """The real ARK (from ../shared/mirrors): cold ark-cpu against a raw `pip wheel` of the same patched tree, the
+    previous ARK change with the same cache, a bisect against `git bisect run` (`-- --reduced` leaves oneDNN out)."""
+    session.run("python", "-m", "benchmarks.bench_ark", *session.posargs, external=True)
+
+
 @nox.session(venv_backend="none")
 def typecheck(session: nox.Session) -> None:
     """mypy over the package (configured in pyproject.toml)."""

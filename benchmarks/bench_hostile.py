@@ -17,7 +17,8 @@ from pathlib import Path
 from toolchain.errors import RecipeError
 from toolchain.recipe.load import load_recipe
 from toolchain.recipe.model import Component
-from toolchain.recipe.validate import _order, _Problems
+from toolchain.recipe.problems import _Problems
+from toolchain.recipe.validate import _order
 
 N = 10_000
 

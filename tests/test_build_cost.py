@@ -132,7 +132,8 @@ def test_jobs_are_capped_by_memory_then_cores_and_never_zero():
     d = decide(64 * GiB, 32)
     assert (d.jobs, d.source) == (8, "memory")
     assert d.env() == {
-        "MAX_JOBS": "8", "CMAKE_BUILD_PARALLEL_LEVEL": "8", "ARK_SYCL_TLA_JOBS": "8"}
+        "MAX_JOBS": "8", "CMAKE_BUILD_PARALLEL_LEVEL": "8", "ARK_SYCL_TLA_JOBS": "8",
+        "TOOLCHAIN_BUILD_CPUS": "8"}  # the build's cores (its affinity: builds that read sched_getaffinity)
     assert (decide(64 * GiB, 4).jobs, decide(64 * GiB, 4).source) == (4, "cores")
     assert decide(3 * GiB, 16).jobs == 1
     assert not decide(3 * GiB, 16).warning
@@ -152,7 +153,7 @@ def test_a_pin_wins_with_a_warning_when_it_exceeds_memory():
     assert d.jobs == 8
     assert "environment MAX_JOBS" in d.source
     assert d.warning
-    assert d.env() == {"CMAKE_BUILD_PARALLEL_LEVEL": "8", "ARK_SYCL_TLA_JOBS": "8"}
+    assert d.env() == {"CMAKE_BUILD_PARALLEL_LEVEL": "8", "ARK_SYCL_TLA_JOBS": "8", "TOOLCHAIN_BUILD_CPUS": "8"}
 
 
 def test_a_zero_job_count_in_the_users_environment_is_a_usage_error():

@@ -162,7 +162,8 @@ def test_ten_thousand_components_are_ordered_and_a_cycle_among_them_named_briefl
     (it scanned every pending component per step: 56 s to plan 10,000; `python -m benchmarks.bench_hostile`
     prints the figures side by side); a cycle through all of them names ten and counts the rest."""
     from toolchain.recipe.model import Component
-    from toolchain.recipe.validate import _order, _Problems
+    from toolchain.recipe.problems import _Problems
+    from toolchain.recipe.validate import _order
 
     n = 10_000
     comps = {f"c{i}": Component(name=f"c{i}", url="u", commit="a" * 40, after=(f"c{(i + 1) % n}",) if i + 1 < n

@@ -257,6 +257,21 @@ def _unreachable(address: str) -> str:
     return ""
 
 
+CPUS_VAR = "TOOLCHAIN_BUILD_CPUS"  # the tool's job count, as the cores the build may run on
+
+
+def pin_cpus(wanted: str) -> int:
+    """The build (this runner and what it starts) limited to the first N of the cores it may use, N = `wanted`:
+    a build that picks its own job count from its affinity (ARK's setup.py: `sched_getaffinity`) then picks the
+    tool's. Returns how many cores the build runs on (0 where the platform has no affinity)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return 0
+    allowed = sorted(os.sched_getaffinity(0))
+    if wanted.isdigit() and 0 < int(wanted) < len(allowed):
+        os.sched_setaffinity(0, allowed[:int(wanted)])
+    return len(os.sched_getaffinity(0))
+
+
 def build(result_path: str, argv: list[str]) -> int:
     """Run one component's build command inside the target, with the compiler cache chosen there; its exit code."""
     import subprocess
@@ -296,6 +311,7 @@ def build(result_path: str, argv: list[str]) -> int:
     statslog = os.path.join(shims, "stats.log") if ccache else ""
     if statslog:
         env["CCACHE_STATSLOG"] = statslog  # this build's own statistics, whatever else shares the cache
+    cpus = pin_cpus(env.pop(CPUS_VAR, ""))
     peak_file, dedicated = _own_cgroup()
     peak_before = _peak(peak_file) if dedicated else 0
     started = time.monotonic()
@@ -348,7 +364,7 @@ def build(result_path: str, argv: list[str]) -> int:
         "metrics": {"wall_seconds": round(wall, 3), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
                     # a build too short to be sampled still has its largest process's own peak
                     "peak_sampled_bytes": max(peak[0], usage.ru_maxrss * 1024), "sampled": kind[0],
-                    "peak_cgroup_bytes": cgroup_peak},
+                    "peak_cgroup_bytes": cgroup_peak, "cpus": cpus},
         "returncode": code,
     })
     return code if code >= 0 else 128 - code

@@ -129,7 +129,9 @@ class JobsDecision:
     def env(self) -> dict[str, str]:
         """The job variables the tool sets (those not pinned)."""
         pinned = dict(self.pinned)
-        return {v: str(self.jobs) for v in JOB_VARIABLES if v not in pinned}
+        # and the cores the build may use (build/intarget.py pins its affinity): what reaches a build that picks
+        # its own job count from sched_getaffinity (ARK's CPU half)
+        return {**{v: str(self.jobs) for v in JOB_VARIABLES if v not in pinned}, "TOOLCHAIN_BUILD_CPUS": str(self.jobs)}
 
 
 def per_job_memory(comp: Component, recipe_default: int = 0) -> tuple[int, str]:

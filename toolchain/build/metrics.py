@@ -32,6 +32,7 @@ class BuildMetrics:
     peak_memory_bytes: int = 0
     peak_memory_source: str = ""   # "cgroup" | "pss-sampler" | "rss-sampler" | ""
     peak_sampled_bytes: int = 0    # the sampler's figure, always recorded
+    cpus: int = field(default=0, metadata=meta(omit_default=True))  # the cores the build was pinned to (its affinity)
 
     def summary(self) -> str:
         """One line of the build's measurements: wall time, CPU time and peak memory."""
@@ -40,7 +41,8 @@ class BuildMetrics:
         if not self.wall_seconds:
             return ""
         return (f"{self.wall_seconds:.1f} s wall, {self.cpu_seconds:.1f} s CPU, peak "
-                f"{format_size(self.peak_memory_bytes)} ({self.peak_memory_source})")
+                f"{format_size(self.peak_memory_bytes)} ({self.peak_memory_source})"
+                + (f", on {self.cpus} core(s)" if self.cpus else ""))
 
 
 def measured_argv(python: str, runner: str, out: str, argv: Sequence[str]) -> list[str]:
@@ -99,7 +101,8 @@ def read_result(out_dir: Path) -> RunResult | None:
     m, c = data.get("metrics", {}), data.get("compiler_cache", {})
     cgroup, sampled = int(m.get("peak_cgroup_bytes", 0)), int(m.get("peak_sampled_bytes", 0))
     metrics = BuildMetrics(float(m.get("wall_seconds", 0.0)), float(m.get("cpu_seconds", 0.0)),
-                           cgroup or sampled, "cgroup" if cgroup else f"{m.get('sampled', 'rss')}-sampler", sampled)
+                           cgroup or sampled, "cgroup" if cgroup else f"{m.get('sampled', 'rss')}-sampler", sampled,
+                           int(m.get("cpus", 0)))
     return RunResult(metrics, from_data(CacheReport, c))  # the keys intarget.py writes: CacheReport's field names
 
 

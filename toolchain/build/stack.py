@@ -253,7 +253,12 @@ def ensure_sources(mirrors: Mirrors, plan: Plan, cp: ComponentPlan) -> None:
     """The component's commit and each of its FetchContent dependencies' in their mirrors (fetched if not)."""
     comp = cp.component
     where = f"{plan.recipe.path.name}: components.{comp.name}"
-    mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+    mirror = mirrors.ensure(comp.url, comp.commit, where=f"{where}.commit")
+    from toolchain.build.fetchcontent_check import check_declared
+    from toolchain.sources.cmake_declared import declared_at
+
+    # before anything is compiled: what the CMake files declare and the recipe does not pin stops the build
+    check_declared(comp, declared_at(mirror, comp.commit, comp.subdir), plan.recipe.path.name)
     for dep in comp.fetchcontent:
         mirrors.ensure(dep.url, dep.commit, where=f"{where}.fetchcontent {dep.name}")
 
@@ -382,6 +387,9 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
     """Build one component's wheel and store it in the cache: the entry stored."""
     from toolchain.build.buildreqs import check_build_requires, declared_requires
     from toolchain.build.built_against import probe_built_against
+    from toolchain.build.fetchcontent_pins import EXTRA as PINS_EXTRA
+    from toolchain.build.fetchcontent_pins import VAR as PINS_VAR
+    from toolchain.build.fetchcontent_pins import insteadof_env, needs_pins, write_pins
     from toolchain.build.frontend import backend_call, check_as_pip
     from toolchain.build.metrics import RUNNER, RUNNER_FILE, measured_argv, read_result
 
@@ -402,12 +410,22 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             from toolchain.target.parts import Extra
 
             extras = [*cc.extras(runtime), Extra(RUNNER, RUNNER_FILE)]
+            if needs_pins(comp):  # every CMake run of the build reads the pins, whoever starts it
+                seen_deps = runtime.workspace_paths(tree, out_tmp, deps)[2]
+                chained = (dict(cp.env).get(PINS_VAR) or plan.toolchain_env.as_dict().get(PINS_VAR)
+                           or os.environ.get(PINS_VAR) or "")
+                pins = write_pins(out_tmp.with_name(out_tmp.name + ".pins.cmake"), comp, seen_deps, chained)
+                stack.callback(pins.unlink, missing_ok=True)
+                extras.append(Extra(PINS_EXTRA, pins))
             ws = stack.enter_context(runtime.workspace(tree, out_tmp, deps, extras))
             src = f"{ws.src}/{comp.subdir}".rstrip("/") if comp.subdir else ws.src
             epoch = mirrors.commit_info(comp.url, comp.commit)["epoch"]
             basedir = os.path.commonpath([ws.src, ws.out, *ws.deps.values()])
             env = {**cc.env(ws.extras, basedir), **(cp.jobs.env() if cp.jobs else {}),
                    **build_env(plan, cp, src, ws.deps, epoch, options.deterministic)}
+            if PINS_EXTRA in ws.extras:
+                env[PINS_VAR] = ws.extras[PINS_EXTRA]
+                env.update(insteadof_env(mirrors.rewrites, env))
             python = plan.recipe.target.python
             argv = [_fill(a, python=python, src=src, out=ws.out) for a in comp.command]
             here = tree / comp.subdir if comp.subdir else tree
@@ -431,8 +449,11 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                 how = f" ({call.describe()}, unless the log says pip ran)" if call else ""
                 import shlex
 
+                from toolchain.build.failure_cause import failure_cause
+
+                cause = failure_cause(log)
                 raise BuildError(f"building {what} failed (exit {exc.returncode}): {shlex.join(redact_argv(argv))}"
-                                 f"{how}\n"
+                                 f"{how}\n" + (f"  cause (from the log): {redact_text(cause)}\n" if cause else "") +
                                  f"  log: {log}\n  last lines:\n" + "\n".join("    " + line for line in exc.tail.splitlines()),
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         result = read_result(out_tmp)
@@ -490,10 +511,14 @@ def build_env(plan: Plan, cp: ComponentPlan, src: str, deps: Mapping[str, str], 
     env: dict[str, str | None] = dict(merge_env({}, plan.toolchain_env.as_dict(), dict(cp.env)))
     env.update({k: None for k, v in plan.toolchain_env.diff if v is None})
     if deterministic:
-        from toolchain.build.determinism import deterministic_env
+        from toolchain.build.determinism import deterministic_env, prefix_map_flags
 
         for k, v in deterministic_env(src, cp.name, int(epoch)).items():
             env[k] = v if k not in ("CFLAGS", "CXXFLAGS") or not env.get(k) else f"{env[k]} {v}"
+        # the pinned FetchContent checkouts are compiled too (pybind11, xbyak, oneDNN): their paths mapped as well
+        dep_maps = [f for d in cp.component.fetchcontent for f in prefix_map_flags(deps[d.name], f"{cp.name}-{d.name}")]
+        for k in ("CFLAGS", "CXXFLAGS") if dep_maps else ():
+            env[k] = " ".join(filter(None, [env.get(k) or "", *dep_maps]))
     cmake_args = [f"-D{d.cmake_var}={deps[d.name]}" for d in cp.component.fetchcontent if not d.env]
     for d in cp.component.fetchcontent:
         if d.env:

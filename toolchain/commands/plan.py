@@ -39,6 +39,7 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     """The whole plan, even where it cannot be complete: a toolchain that cannot be captured here is shown
     "not captured: <why>", and each commit as the local mirror has it (describe, date, SOURCE_DATE_EPOCH)."""
     from toolchain.build import ccache
+    from toolchain.build.fetchcontent_check import declared_table
     from toolchain.build.plan import source_facts
     from toolchain.core.proc.runner import display
     from toolchain.sources.mirrors import Mirrors, parse_rewrites
@@ -73,6 +74,8 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
         entry.update({"describe": fact.describe, "date": fact.date, "source-date-epoch": fact.epoch,
                       "mirror": fact.missing or "has the commit"})
         entry["argv"], entry["build-env"] = exact_command(plan, comp, runtime, cache, fact.epoch)
+        if fact.describe:  # declared (at the commit, in the mirror) against pinned
+            entry["fetchcontent-declared"] = declared_table(comp.component, Mirrors(cache).path(comp.component.url))
     oneapi = plan.toolchain.oneapi_version or ("not captured" if plan.toolchain_missing else "none")
     table = plan_grid(f"plan for {recipe.name} ({plan.target.runtime}, python "
                       f"{plan.target.python_version or 'not probed'}, "
@@ -82,7 +85,11 @@ def cmd_plan(args: argparse.Namespace, ui: UI) -> CommandResult:
     lines = [f"[bold]{c['name']}[/] prebuilt {escape(_prebuilt_line(c['prebuilt']))}" if "prebuilt" in c else
              f"[bold]{c['name']}[/] cache key {c['cache-key'][:16] or '(needs the toolchain)'}"
              + (f" — {escape(c['mirror'])}" if not c["describe"] else "")
-             + f"\n  $ {escape(display(c['argv']))}" for c in data["components"]]
+             + f"\n  $ {escape(display(c['argv']))}"
+             + "".join(f"\n  FetchContent {escape(r['name'])}: {escape(r['status'])}"
+                       + (f" ({escape(r['detail'])})" if r["detail"] else "")
+                       + "".join(f"\n    {escape(d)}" for d in r["declared"])
+                       for r in c.get("fetchcontent-declared", ())) for c in data["components"]]
     lines += [f"recipe {escape(f.name)}: {escape(str(f.file))} ({escape(f.where)})" for f in recipe.found]
     lines += [swap_line(s) for s in recipe.swaps]
     if image is not None:

@@ -25,6 +25,7 @@ from toolchain.core.devices import PROFILES
 from toolchain.core.record import replace
 from toolchain.errors import UsageError
 from toolchain.lock import Lock, read_lock
+from toolchain.recipe.model import SuiteSpec
 from toolchain.smoke.cases import DEFAULT_CASES, PRESETS
 from toolchain.smoke.config import SmokeOptions
 from toolchain.smoke.session import SmokeInterrupted, SmokeOutcome, run_smoke
@@ -110,6 +111,9 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
         out = out or Path("smoke-reports") / datetime.now().strftime("%Y%m%d-%H%M%S")
     else:
         lock = read_lock(args.lock) if args.lock else None
+        suite = _suite_of(lock) if lock is not None and not opts.serve_cmd else None
+        if lock is not None and suite is not None:  # upstream's own tests, no server
+            return _suite_result(lock, suite, args, opts, ui)
     try:
         outcome = run_smoke(lock, out_dir=out, ui=ui, options=opts)
     except SmokeInterrupted as stopped:  # the server is stopped; report the partial run
@@ -180,3 +184,24 @@ def _result(outcome: SmokeOutcome) -> CommandResult:
                       "findings": [f.id for f in r.findings]} for r in outcome.runs],
             "ladder": ({"first_broken": ladder.first_broken or None, "how": ladder.how} if ladder else None)}
     return CommandResult(data=data, exit_code=outcome.exit_code, summary=summary, tables=tuple(tables))
+
+
+def _suite_of(lock: Lock) -> SuiteSpec | None:
+    from toolchain.recipe.validate import smoke_spec
+
+    return smoke_spec(lock.smoke, f"{lock.path} [smoke]").suite
+
+
+def _suite_result(lock: Lock, suite: SuiteSpec, args: argparse.Namespace, opts: SmokeOptions,
+                  ui: UI) -> CommandResult:
+    from toolchain.smoke.suite import run_suite
+
+    out = args.out or (lock.path.parent if lock.path else Path(".")) / "smoke" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    got = run_suite(lock, suite, out=out, cache_dir=options.cache_dir(args), python=opts.python,
+                    keep_venv=opts.keep_venv, ui=ui)
+    verdict = "[green]PASS[/]: " if got.passed else "[red]FAIL[/]: "
+    skips = "".join(f"\n  skipped {n}: {escape(reason)}" for reason, n in got.skipped.items())
+    return CommandResult({"ok": got.passed, "verdict": "pass" if got.passed else "fail", "counts": got.counts,
+                          "skipped": got.skipped, "reports": {"report": str(got.report), "junit": str(got.junit)}},
+                         0 if got.passed else 1,
+                         verdict + escape(got.summary) + skips + f"\nreports: {got.report}  {got.junit}")

@@ -181,6 +181,10 @@ class Component:
     command: tuple[str, ...] = field(default=DEFAULT_COMMAND, metadata=key(list))
     env: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
     fetchcontent: tuple[FetchContentDep, ...] = field(default=(), metadata=key(list))
+    # FetchContent names the sources declare but the recipe does not pin, each with its reason: never fetched by
+    # this configuration (offline stays on), or fetched by CMake itself (needs the network or a mirror rewrite)
+    fetchcontent_unused: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
+    fetchcontent_network: tuple[tuple[str, str], ...] = field(default=(), metadata=key(dict))
     built_against: tuple[str, ...] = field(default=(), metadata=key(list))  # distributions whose C++ ABI the compiled wheel depends on (torch)
     jobs: int = field(default=0, metadata=key(int))             # pinned compile jobs (0: sized by memory; recipe/buildspec.py)
     memory_per_job: int = field(default=0, metadata=key(str))   # bytes one compile job needs (0: the tool's default for it)
@@ -241,6 +245,17 @@ class TargetSpec:
 
 
 @record
+class SuiteSpec:
+    """`[smoke.suite]`: upstream's own tests run against the lock's installed wheels, with no server
+    (smoke/suite.py): the folder `dir` of `component`'s repository at its locked commit, the test files
+    `tests` in it (all of it when empty) and extra pytest `args`."""
+    component: str = field(default="", metadata=key(str))
+    dir: str = field(default="", metadata=key(str))
+    tests: tuple[str, ...] = field(default=(), metadata=key(list))
+    args: tuple[str, ...] = field(default=(), metadata=key(list))
+
+
+@record
 class SmokeSpec:
     """A recipe's `[smoke]` table, typed (recipe.validate checks it; smoke reads these fields). The lock keeps
     the table as written (`raw`, redacted) and smoke types it again with the same `validate.smoke_spec`."""
@@ -259,6 +274,7 @@ class SmokeSpec:
     ladder: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=key(list))  # None: the default steps
     ready_timeout: float = field(default=0.0, metadata=key(int))
     request_timeout: float = field(default=0.0, metadata=key(int))
+    suite: SuiteSpec | None = field(default=None, metadata=key(dict))  # upstream's tests instead of a server
     raw: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 

@@ -13,11 +13,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from toolchain.core import blobs
 from toolchain.core.devices import PROFILES
-from toolchain.core.fs import sha256_file
 from toolchain.core.names import did_you_mean
-from toolchain.core.redact import is_secret, redact_url
+from toolchain.core.redact import redact_url
 from toolchain.core.regex import HEX40, SHA256, SHA256_HEX, URL_CREDENTIALS, Regex
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
@@ -32,24 +30,23 @@ from toolchain.recipe.model import (
     INDEX_STRATEGIES,
     PREBUILT_KEYS,
     Component,
-    FetchContentDep,
-    InputFile,
     NativeSpec,
     Origin,
-    Patch,
     Prebuilt,
     Recipe,
     Recorded,
     ResolveSpec,
     SmokeSpec,
+    SuiteSpec,
     TargetSpec,
     ToolchainSpec,
 )
+from toolchain.recipe.problems import ENV_NAME, _Problems, _str
+from toolchain.recipe.validate_fetch import _fetchcontent, _unpinned
+from toolchain.recipe.validate_files import _inputs, _Kept, _patches
 
 PLACEHOLDERS = ("python", "src", "out")
 RUNTIMES = ("host", "podman", "docker")
-ENV_NAME = Regex(r"^[A-Za-z_][A-Za-z0-9_]*$")
-CMAKE_NAME = Regex(r"^[A-Za-z0-9_.+-]+$")
 NAME = Regex(r"^[a-z0-9][a-z0-9._-]*$")
 
 # each table's keys, from the model fields they fill (recipe/keys.py), and the keys that fill no field
@@ -61,8 +58,8 @@ TOOLCHAIN_KEYS = keys_of(ToolchainSpec)
 TARGET_KEYS = keys_of(TargetSpec)
 PINNED_IMAGE = Regex(rf"^[^\s@]+@sha256:{SHA256}$")
 COMPONENT_KEYS = keys_of(Component, extend_patches=list, drop=bool)
-FETCH_KEYS = keys_of(FetchContentDep)
 SMOKE_KEYS = keys_of(SmokeSpec)
+SUITE_KEYS = keys_of(SuiteSpec)
 
 
 class MissingFiles(RecipeError):
@@ -75,68 +72,6 @@ class MissingFiles(RecipeError):
         listed = [problems] if isinstance(problems, str) else list(problems)
         super().__init__(listed if len(listed) > 1 else [f"{self.heading}: {listed[0]}"], hint=hint)
         self.problems = listed
-
-
-class _Problems:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.items: list[str] = []
-        self.missing = 0  # of `items`: recorded files found nowhere (MissingFiles)
-
-    def add(self, key: str, message: str, *, file: Path | None = None) -> None:
-        """A problem with `key`, named against the recipe file that declared it (`file`, default: this)."""
-        self.items.append(f"{(file or self.path).name}: {key}: {message}")
-
-    def check_keys(self, table: dict[str, Any], allowed: Mapping[str, type], prefix: str, *,
-                   file: Path | None = None) -> None:
-        for key, value in table.items():
-            where = f"{prefix}{key}"
-            if key not in allowed:
-                self.add(where, "unknown key" + did_you_mean(key, list(allowed)) + " (remove it or fix the name)",
-                         file=file)
-                continue
-            want = allowed[key]
-            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
-            if not ok:
-                self.add(where, f"must be {_type_name(want)}, got {_type_name(type(value))} {value!r}", file=file)
-
-    def str_list(self, table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
-        value = table.get(key, [])
-        if not isinstance(value, list):
-            return ()
-        bad = [v for v in value if not isinstance(v, str)]
-        if bad:
-            self.add(where, f"must be a list of strings; quote {bad[0]!r}")
-            return ()
-        return tuple(value)
-
-    def env_table(self, table: Any, where: str, *, secrets: bool = False) -> tuple[tuple[str, str], ...]:
-        """`secrets`: a secret's name is allowed (a lock's table, whose values were redacted when written)."""
-        if not isinstance(table, dict):
-            return ()
-        out = []
-        for k, v in table.items():
-            if not ENV_NAME.match(k):
-                self.add(f"{where}.{k}", "not a valid environment variable name")
-            elif not isinstance(v, str):
-                self.add(f"{where}.{k}", f"environment values are strings; write {k} = \"{v}\"")
-            elif is_secret(k) and not secrets:
-                self.add(f"{where}.{k}", "looks like a secret; recipes are committed and recorded in locks — "
-                                         "export it in your environment instead")
-            else:
-                out.append((k, v))
-        return tuple(out)
-
-
-def _str(table: dict[str, Any], key: str, default: str = "") -> str:
-    """table[key] when it is a string (a wrong type is reported by check_keys), else `default`."""
-    value = table.get(key, default)
-    return value if isinstance(value, str) else default
-
-
-def _type_name(t: type) -> str:
-    return {str: "a string", list: "an array", dict: "a table", int: "an integer", bool: "true or false",
-            float: "a number"}.get(t, t.__name__)
 
 
 def validated(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path | Sequence[Path],
@@ -325,6 +260,8 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
         if isinstance(venv, str) and not ENV_NAME.match(venv):
             pr.add(f"{where}.version-env", "not a valid environment variable name")
         fetch = _fetchcontent(c.get("fetchcontent", []), pr, where)
+        unused = _unpinned(c.get("fetchcontent-unused", {}), pr, f"{where}.fetchcontent-unused", fetch)
+        network = _unpinned(c.get("fetchcontent-network", {}), pr, f"{where}.fetchcontent-network", fetch)
         cenv = pr.env_table(c.get("env", {}), f"{where}.env")
         buildspec.check_job_env(dict(cenv), f"{where}.env", pr.add)
         jobs, memory_per_job = buildspec.component_build(c, where, pr.add)
@@ -339,7 +276,8 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
             import_name=_str(c, "import"),
             install_args=pr.str_list(c, "install-args", f"{where}.install-args") if "install-args" in c
             else DEFAULT_INSTALL_ARGS,
-            command=command, env=cenv, fetchcontent=fetch, jobs=jobs, memory_per_job=memory_per_job,
+            command=command, env=cenv, fetchcontent=fetch, fetchcontent_unused=unused,
+            fetchcontent_network=network, jobs=jobs, memory_per_job=memory_per_job,
             built_against=_dist_names(pr, c, "built-against", f"{where}.built-against"),
             prebuilt_index=_prebuilt_index(c, pr, where),
             inputs=_inputs(pr.str_list(c, "inputs", f"{where}.inputs"), pr, f"{where}.inputs",
@@ -398,174 +336,6 @@ def _prebuilt_index(c: dict[str, Any], pr: _Problems, where: str) -> str:
         pr.add(f"{where}.prebuilt-index", "a URL with credentials would be recorded in the lock; "
                                           "put them in ~/.netrc instead")
     return index
-
-
-class _Kept:
-    """One component's files as a lock records them (`Recorded`): the copy the cache keeps of a file whose
-    recorded place is empty, or the problem naming it, its sha256 and every place looked."""
-
-    def __init__(self, recorded: Recorded | None, component: str) -> None:
-        self.recorded, self.component = recorded, component
-
-    def find(self, what: str, label: str, looked: Sequence[Path], pr: _Problems, where: str,
-             origin: Origin) -> Path | None:
-        """None (a problem added) unless the lock records `label` and the cache keeps a file of its hash."""
-        sha = self.recorded.sha256.get((self.component, label)) if self.recorded is not None else None
-        if sha is None or self.recorded is None:
-            pr.add(where, f"{what} {label} is not in " + ", ".join(map(str, looked)) + ", and the lock records "
-                          "no sha256 for it", file=origin.file)
-            return None
-        searched = self.candidates(label)
-        kept = next((c for c in searched if c.is_file() and sha256_file(c) == sha), None) \
-            or blobs.find(self.recorded.cache_dir, sha)
-        if kept is not None:
-            return kept
-        places = [*map(str, dict.fromkeys([*looked, *searched])),
-                  f"the cache ({blobs.blob_path(self.recorded.cache_dir, sha)})"
-                  if self.recorded.cache_dir is not None else "no cache"]
-        pr.add(where, f"{what} {label} (sha256 {sha}) is missing: looked in " + ", ".join(places), file=origin.file)
-        pr.missing += 1
-        return None
-
-    def candidates(self, label: str) -> list[Path]:
-        """Where a file recorded as `label` may be in the search folders: under its recorded path, and by its
-        name in the folder of this component's inputs (a bundle's inputs/<component>/)."""
-        name = Path(label).name
-        dirs = self.recorded.search if self.recorded is not None else ()
-        found = [d / label for d in dirs] + [d / "inputs" / self.component / name for d in dirs]
-        return list(dict.fromkeys(found))
-
-    @property
-    def active(self) -> bool:
-        return self.recorded is not None
-
-
-def _inputs(paths: Sequence[str], pr: _Problems, where: str, origin: Origin,
-            kept: _Kept | None = None) -> tuple[InputFile, ...]:
-    """Declared input files, relative to the recipe that names them (or absolute), each with its sha256."""
-    out = []
-    for i, rel in enumerate(paths):
-        path = Path(rel).expanduser()
-        path = path if path.is_absolute() else origin.dir / path
-        if not path.is_file():
-            if kept is not None and kept.active:
-                found = kept.find("input", rel, [path], pr, f"{where}[{i}]", origin)
-                if found is not None:
-                    out.append(InputFile(rel, sha256_file(found), found))
-                continue
-            pr.add(f"{where}[{i}]", f"{rel}: no such file (relative paths are to {origin.file.name})",
-                   file=origin.file)
-            continue
-        out.append(InputFile(rel, sha256_file(path), path.resolve()))
-    return tuple(out)
-
-
-PATCH_KEYS = keys_of(Patch)
-REMOTE_PATCH_KEYS = tuple(PATCH_KEYS)  # a pinned patch table needs every one
-
-
-def _patches(items: Any, pr: _Problems, where: str, origin: Origin, kept: _Kept | None = None, *,
-             numbered: bool = True) -> tuple[Patch, ...]:
-    if not isinstance(items, list):
-        return ()
-    out = []
-    for i, p in enumerate(items):
-        w = f"{where}[{i}]" if numbered else where
-        if isinstance(p, str):
-            local = _local_patch(p, origin, pr, w, kept)
-            if local is not None:
-                out.append(local)
-        elif isinstance(p, dict):
-            remote = _remote_patch(p, origin, pr, w)
-            if remote is not None:
-                out.append(remote)
-        else:
-            pr.add(w, f"entries are file names under patches/ or tables {{url, commit, path, sha256}}, got {p!r}",
-                   file=origin.file)
-    return tuple(out)
-
-
-def _local_patch(rel: str, origin: Origin, pr: _Problems, where: str, kept: _Kept | None = None) -> Patch | None:
-    """A file under the patches/ directory of the recipe that names it: no absolute path, no `..`, and no
-    symlink leading out of that directory."""
-    table = "a patch from anywhere else is a pinned table {url, commit, path, sha256}"
-    dirs = " or ".join(str(d) for d in origin.patches_dirs)
-    parts = PurePosixPath(rel).parts
-    if not rel.strip() or PurePosixPath(rel).is_absolute() or Path(rel).is_absolute() or "\\" in rel:
-        pr.add(where, f"patch {rel!r} is not a path relative to {dirs}; {table}", file=origin.file)
-        return None
-    if ".." in parts:
-        pr.add(where, f"patch {rel!r} leaves {dirs} ('..' is not allowed); {table}", file=origin.file)
-        return None
-    for pdir in origin.patches_dirs:
-        candidate = pdir / rel
-        if not (candidate.exists() or candidate.is_symlink()):
-            continue
-        real, root = candidate.resolve(), pdir.resolve()
-        if not real.is_relative_to(root):
-            pr.add(where, f"patch {rel!r} is a symlink to {real}, outside {pdir}; {table}", file=origin.file)
-        elif not real.is_file():
-            pr.add(where, f"patch {rel!r} in {pdir} is not a file", file=origin.file)
-        else:
-            return Patch(rel, sha256_file(real), file=real)
-        return None
-    if kept is not None and kept.active:  # a lock's recipe: the cache's copy of the recorded hash
-        found = kept.find("patch", rel, [d / rel for d in origin.patches_dirs], pr, where, origin)
-        return Patch(rel, sha256_file(found), file=found) if found is not None else None
-    pr.add(where, f"patch {rel!r} not found in {dirs} (paths are relative to patches/ beside "
-                  f"{origin.file.name}, or beside its recipes/ directory; {table})", file=origin.file)
-    return None
-
-
-def _remote_patch(p: dict[str, Any], origin: Origin, pr: _Problems, where: str) -> Patch | None:
-    pr.check_keys(p, PATCH_KEYS, f"{where}.", file=origin.file)
-    missing = [k for k in REMOTE_PATCH_KEYS if not isinstance(p.get(k), str) or not p.get(k)]
-    if missing:
-        pr.add(where, f"a patch from another repository needs url, commit, path and sha256; missing "
-                      f"{', '.join(missing)}", file=origin.file)
-        return None
-    ok = True
-    if not HEX40.match(p["commit"]):
-        pr.add(f"{where}.commit", f"must be a 40-hex commit id, got {p['commit']!r}", file=origin.file)
-        ok = False
-    if not SHA256_HEX.match(p["sha256"]):
-        pr.add(f"{where}.sha256", "must be the 64-hex sha256 of the patch file", file=origin.file)
-        ok = False
-    path = PurePosixPath(p["path"])
-    if path.is_absolute() or ".." in path.parts:
-        pr.add(f"{where}.path", f"must be a path inside that repository (relative, no '..'), got {p['path']!r}",
-               file=origin.file)
-        ok = False
-    return Patch(p["path"], p["sha256"], url=p["url"], commit=p["commit"]) if ok else None
-
-
-def _fetchcontent(items: Any, pr: _Problems, where: str) -> tuple[FetchContentDep, ...]:
-    if not isinstance(items, list):
-        return ()
-    out, seen = [], set()
-    for i, f in enumerate(items):
-        w = f"{where}.fetchcontent[{i}]"
-        if not isinstance(f, dict):
-            pr.add(w, "must be a table with name, url and commit")
-            continue
-        pr.check_keys(f, FETCH_KEYS, f"{w}.")
-        name, url, commit = f.get("name"), f.get("url"), f.get("commit")
-        if not isinstance(name, str) or not CMAKE_NAME.match(name or ""):
-            pr.add(f"{w}.name", "missing: the name used in FetchContent_Declare")
-        elif name.upper() in seen:
-            pr.add(f"{w}.name", f"{name!r} is declared twice")
-        else:
-            seen.add(name.upper())
-        if not isinstance(url, str) or not url:
-            pr.add(f"{w}.url", "missing: the repository to pre-fetch")
-        if not isinstance(commit, str) or not HEX40.match(commit):
-            pr.add(f"{w}.commit", f"must be a 40-hex commit id, got {commit!r}")
-        env = f.get("env", "")
-        if isinstance(env, str) and env and not ENV_NAME.match(env):
-            pr.add(f"{w}.env", "not a valid environment variable name")
-        if isinstance(name, str) and isinstance(url, str) and isinstance(commit, str):
-            out.append(FetchContentDep(name, url, commit, env if isinstance(env, str) else ""))
-    return tuple(out)
 
 
 MAX_SUGGESTIONS = 20  # "did you mean" for the first unknown names only: each compares against every name
@@ -645,7 +415,24 @@ def _smoke(s: Any, pr: _Problems, *, in_lock: bool = False) -> SmokeSpec:
                      repeat=num("repeat"),
                      ladder=tuple(_tables(ladder)) if isinstance(ladder, list) else None,
                      ready_timeout=float(num("ready-timeout")), request_timeout=float(num("request-timeout")),
-                     raw=dict(s))
+                     suite=_suite(s.get("suite"), pr), raw=dict(s))
+
+
+def _suite(s: Any, pr: _Problems) -> SuiteSpec | None:
+    if not isinstance(s, dict):
+        return None
+    pr.check_keys(s, SUITE_KEYS, "smoke.suite.")
+    where = "smoke.suite"
+    folder = _str(s, "dir")
+    for key, value in (("component", _str(s, "component")), ("dir", folder)):
+        if not value:
+            pr.add(f"{where}.{key}", "missing: the component whose tests run, and their folder in its repository")
+    tests = pr.str_list(s, "tests", f"{where}.tests")
+    for rel in (folder, *tests):
+        if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+            pr.add(where, f"{rel!r}: paths are relative, inside the repository")
+    return SuiteSpec(component=_str(s, "component"), dir=folder, tests=tests,
+                     args=pr.str_list(s, "args", f"{where}.args"))
 
 
 def _tables(value: object) -> list[dict[str, Any]]:
