@@ -20,7 +20,7 @@ from toolchain.bisect.lockdiff import bisect_locks
 from toolchain.bisect.report import LOG_NAME, BisectOutcome, Report, commit_outcome, lock_outcome
 from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
-from toolchain.build.cache import default_cache_dir
+from toolchain.build.cache import cache_root
 from toolchain.console import UI
 from toolchain.core.owned import OWNED_MARKER, claim
 from toolchain.core.record import record, replace
@@ -63,7 +63,7 @@ class BisectOptions:
     @property
     def cache(self) -> Path:
         """The cache directory the bisect uses: the one given, else the default cache."""
-        return self.cache_dir or default_cache_dir().resolve()
+        return self.cache_dir or cache_root().resolve()
 
 
 def run_bisect(ui: UI, state_path: Path, options: BisectOptions | None = None, *,

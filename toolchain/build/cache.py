@@ -34,7 +34,7 @@ from toolchain.core.fs import (
 from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import field, record, replace
 from toolchain.core.serial import meta
-from toolchain.core.trust import Untrusted, open_trusted, read_trusted, sealed, unseal
+from toolchain.core.trust import Untrusted, cache_for_run, open_trusted, read_trusted, sealed, unseal
 from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
@@ -46,6 +46,12 @@ def default_cache_dir() -> Path:
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "xpu-toolchain"
+
+
+def cache_root(given: Path | str | None = None) -> Path:
+    """The cache folder this run uses: `given`, else `default_cache_dir()`, when the trust rule accepts it,
+    else the run's private folder standing in for it (`core.trust.cache_for_run`, the one place that decides)."""
+    return cache_for_run(Path(given) if given else default_cache_dir())
 
 
 WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names them
@@ -245,40 +251,56 @@ def shared_folder_warnings(cache_dir: Path) -> list[str]:
     another user could write (core/trust.py's rule for folders, walked as ssh's StrictModes walks a path: owned
     by another user, or writable by others and not a sticky folder of this user's or root's, unless the cache
     is declared shared with that group; a link of another user's on the way) or is a symbolic link: one lstat
-    each. Nothing under such a folder is read (`core.trust.open_trusted` walks the same way): a cache whose root
-    fails is untrusted as a whole for the run; entries, records and probes are rebuilt or probed again and
-    replaced, never served; nothing is deleted through a link. The warning says so, and how to fix it."""
+    each. Nothing under such a folder is read (`core.trust.open_trusted` walks the same way). A run's cache whose
+    root or a folder directly in it fails is untrusted as a whole (`cache_root`): `cache_dir` is then the private
+    folder standing in for it, and the warning names the cache, why, that folder, and the fix. Nothing is deleted
+    through a link."""
     from toolchain.core import trust
 
-    trust.forget_folders()  # (a run's first look: what its owner changed since is seen)
+    stand_in = trust.stands_in_for(cache_dir)
+    if stand_in is not None:  # (decided at the run's first look: `cache_root`)
+        whole = ("nothing in it is read, run or written this run (not its git mirrors, source trees, compiler "
+                 "cache, work folder, wheel entries nor records): this run uses a private, empty cache instead, "
+                 f"{cache_dir} (yours alone, removed at exit: sources are fetched and wheels built again)")
+        return [_untrusted_warning(Path(stand_in[0]), [_short(stand_in[0], stand_in[1])], whole)]
+    kept = trust.first_look(cache_dir)  # (what `cache_root` just found, else a fresh look)
     found: list[str] = []
     root = os.path.abspath(cache_dir)
     try:
         root_why = trust.folder_problem(root)
-        children = [cache_dir / e.name for e in os.scandir(cache_dir)]
+        children = kept if kept is not None else trust.cache_children(cache_dir)
     except OSError:
         return []
     if root_why:
-        found.append(root_why.replace(f"{root} is ", "it is ", 1) if root_why.startswith(f"{root} is ") else root_why)
-    for path in sorted(children):
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
+        found.append(_short(root, root_why))
+    for name, st in children:
         if stat.S_ISLNK(st.st_mode):
-            found.append(f"{path.name} is a symbolic link (to {os.readlink(path)}): written through, nothing "
-                         "deleted there")
+            with contextlib.suppress(OSError):
+                found.append(f"{name} is a symbolic link (to {os.readlink(cache_dir / name)}): written through, "
+                             "nothing deleted there")
         elif stat.S_ISDIR(st.st_mode) and (why := trust.problem(st, folder=True)):
-            found.append(f"{path.name} is {why}")
+            found.append(f"{name} is {why}")
     if not found:
         return []
-    whole = "nothing in it is read this run" if root_why else "nothing in such a folder is read"
-    return [f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant, rename or swap files "
-            f"there: {whole} (wheel entries, native and closure records, remembered probes and file copies are "
-            "rebuilt or probed again instead, and replaced). Fix: make it and the folders above it yours alone "
+    what = "nothing in it is read this run" if root_why else "nothing in such a folder is read"
+    return [_untrusted_warning(cache_dir, found, f"{what} (wheel entries, native and closure records, remembered "
+                                                 "probes and file copies are rebuilt or probed again instead, and "
+                                                 "replaced)")]
+
+
+def _short(root: str, why: str) -> str:
+    return why.replace(f"{root} is ", "it is ", 1) if why.startswith(f"{root} is ") else why
+
+
+def _untrusted_warning(cache_dir: Path, found: list[str], whole: str) -> str:
+    """The one warning of a cache folder another user could write (`found`: why), `whole`: what is done instead."""
+    from toolchain.core.trust import SHARED_GROUP_ENV
+
+    return (f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant, rename or swap files "
+            f"there: {whole}. Fix: make it and the folders above it yours alone "
             f"(chmod -R go-w {cache_dir}; chown -R $USER), or declare it shared with one group ([cache] "
-            f"shared-group = or ${trust.SHARED_GROUP_ENV}); a cache a team shares is an OCI registry ([cache] "
-            "remote), whose entries are verified by digest"]
+            f"shared-group = or ${SHARED_GROUP_ENV}); a cache a team shares is an OCI registry ([cache] "
+            "remote), whose entries are verified by digest")
 
 
 UNTRUSTED = "entry.json is not trusted (core/trust.py)"

@@ -61,10 +61,11 @@ def _at_least_one(value: int | None, flag: str) -> int | None:
 
 
 def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Path:
-    """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain."""
-    from toolchain.build.cache import default_cache_dir
+    """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain; when the
+    trust rule refuses it, the run's private folder in its place (`build.cache.cache_root`)."""
+    from toolchain.build.cache import cache_root
 
-    path = _existing_dir_or_new(Path(value) if value else default_cache_dir(), flag)
+    path = _existing_dir_or_new(cache_root(value), flag)
     assert path is not None
     return path
 

@@ -317,14 +317,13 @@ def _shared_mirror(cache_dir: Path | None) -> Path:
 
 
 def _options(out_dir: Path, cache_dir: Path, args: argparse.Namespace, *, resolve: bool = True) -> BuildOptions:
-    from toolchain.build.cache import default_cache_dir
     from toolchain.build.ccache import DATA_DIR
     from toolchain.build.stack import BuildOptions
     from toolchain.sources.mirrors import parse_rewrites
 
     # The compiler cache is the user's, shared by both builds: the second one compiles from a warm cache, so a
     # cache that changed an output would show here as a difference.
-    shared = (args.cache_dir or default_cache_dir()).resolve() / DATA_DIR
+    shared = options.resolve_cache_dir(args.cache_dir) / DATA_DIR
     return BuildOptions(out_dir=out_dir, cache_dir=cache_dir, rewrites=parse_rewrites(args.mirror),
                         use_cache=False, fresh_sources=True, verbose=args.verbose, compiler_cache_dir=shared,
                         resolve=resolve, cache_warnings=False)  # (its scratch; handle() checks the user's cache)

@@ -13,8 +13,11 @@ records, remembered probes, kept file copies, bisect's unbuildable records), lik
   StrictModes makes): a folder of this user's or root's that no one else can write (a sticky one of this user's
   or root's, as /tmp, or one the declared shared group can write); a symbolic link on the way must be this
   user's or root's, and the folder it names is walked the same way. Whoever can write a folder on the way can
-  rename or swap the files in it, whoever owns them. A cache whose root fails is untrusted as a whole for the
-  run: nothing in it is read (`build/cache.shared_folder_warnings` says so once, with the fix).
+  rename or swap the files in it, whoever owns them. A cache whose root (or a folder directly in it) fails is
+  untrusted as a whole for the run, decided once, here (`cache_for_run`, which every cache path of the run goes through: mirrors, source
+  trees, ccache, work/, memo, kept files, repro and image folders): nothing in it is read, run or written; the
+  run uses a private fresh folder of its own instead (`build/cache.shared_folder_warnings` says so once, with
+  the fix).
 
 A record the cache serves (a remembered probe, a wheel entry's entry.json, a closure, a native record) also
 carries its own key and the sha256 of its content (`sealed`, `read_sealed`): a record renamed over another's,
@@ -29,6 +32,7 @@ out folder is handed to the user who ran it (`fs.give_to_invoking_user`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -157,6 +161,131 @@ def folder_problem(folder: str | os.PathLike[str], *, shared: bool = True) -> st
             why = f"{path} is {why}" if why else ""
     _FOLDERS[key] = why
     return why
+
+
+_STAND_INS: dict[str, tuple[str, str]] = {}  # a private cache folder -> (the untrusted cache it stands in for, why)
+_CHOSEN: dict[str, str] = {}  # an untrusted cache root (as named, absolute) -> the private folder standing in for it
+
+
+def cache_for_run(root: Path) -> Path:
+    """The folder this run uses as the cache `root`: `root` itself when it (or, absent, the nearest folder above
+    it) passes `folder_problem` and so does each folder directly in it (`git/`, `trees/`, `ccache/`, `work/`,
+    `memo/`...: a link there is the owner's own, warned of); otherwise a private, fresh folder standing in for it
+    for the whole run (made with mkdtemp: this user's, mode 0700, marked as the tool's and removed at exit
+    through `core.owned`), the same one each time `root` is asked for. Nothing under an untrusted cache is read,
+    run or written: every cache path derives from what this returns. A private folder passed back in is
+    returned as it is. One walk and one listing of the cache per run (`first_look` hands them on)."""
+    path = os.path.abspath(os.path.expanduser(root))
+    if path in _STAND_INS or path in _TRUSTED:
+        return Path(root)
+    if path in _CHOSEN:
+        return Path(_CHOSEN[path])
+    why, children = _cache_problem(path)
+    if why:
+        return _stand_in(path, why)
+    _TRUSTED.add(path)
+    _FRESH[path] = children
+    return Path(root)
+
+
+def _cache_problem(path: str) -> tuple[str, list[tuple[str, os.stat_result]]]:
+    """Why the cache `path` is not trusted as a whole ("" when it is: `cache_for_run`), and what lies in it."""
+    why = _root_problem(path)
+    if why:
+        return why, []
+    try:
+        children = cache_children(path)
+    except OSError as exc:
+        return f"{path} cannot be listed ({exc.strerror})", []
+    return next((f"{name} is {w}" for name, st in children
+                 if not stat.S_ISLNK(st.st_mode) and (w := problem(st, folder=True))), ""), children
+
+
+_TRUSTED: set[str] = set()  # cache roots `cache_for_run` found trusted this run
+_FRESH: dict[str, list[tuple[str, os.stat_result]]] = {}  # ... and what it found in them, not yet handed on
+
+
+def cache_children(root: str | os.PathLike[str]) -> list[tuple[str, os.stat_result]]:
+    """Each name directly in the cache `root` with its lstat (one listing); [] when `root` is absent."""
+    found = []
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            found.append((entry.name, entry.stat(follow_symlinks=False)))
+    return sorted(found)
+
+
+def first_look(root: Path) -> list[tuple[str, os.stat_result]] | None:
+    """Before the run's one look at the cache `root`: what `cache_for_run` just found in it (its folder verdicts
+    kept: a warm run walks it once), else None, the verdicts kept forgotten (what its owner changed is seen)."""
+    kept = _FRESH.pop(os.path.abspath(root), None)
+    if kept is None:
+        forget_folders()
+    return kept
+
+
+def _root_problem(path: str) -> str:
+    """folder_problem of the cache root, or of the nearest folder above it when it does not exist yet."""
+    while True:
+        try:
+            return folder_problem(path)
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return ""
+            path = parent
+
+
+def _stand_in(root: str, why: str) -> Path:
+    import atexit
+    import tempfile
+
+    from toolchain.core import owned
+
+    area = tempfile.mkdtemp(prefix="xpu-toolchain-cache-")  # (mode 0700, this user's)
+    problem_there = folder_problem(area)
+    if problem_there:
+        os.rmdir(area)
+        from toolchain.errors import UsageError
+
+        raise UsageError(f"cache folder {root} is not trusted ({why}), and the temporary folder for a private "
+                         f"cache is not either: {problem_there}",
+                         hint="set TMPDIR to a folder of yours that no one else can write, or fix the cache "
+                              f"folder (chmod -R go-w {root}; chown -R $USER)")
+    owned.mark(Path(area))
+    _STAND_INS[area], _CHOSEN[root] = (root, why), area
+    atexit.register(_remove_stand_in, area)
+    return Path(area)
+
+
+def _remove_stand_in(area: str) -> None:
+    from toolchain.core import owned
+    from toolchain.errors import UsageError
+
+    with contextlib.suppress(OSError, UsageError):  # (at exit: what cannot go stays in the temporary folder)
+        owned.remove_ours(Path(area), "the run's private cache folder")
+
+
+def stands_in_for(cache: Path) -> tuple[str, str] | None:
+    """(the untrusted cache root, why) when `cache` is a private folder `cache_for_run` gave in its place."""
+    return _STAND_INS.get(os.path.abspath(cache))
+
+
+def cache_for_recipe(cache: Path) -> Path:
+    """`cache` again once the run's recipe declared its shared group (`declare_shared_group`): the cache a
+    private folder stands in for when that group makes it trusted after all (`cache` otherwise)."""
+    stand_in = _STAND_INS.get(os.path.abspath(cache))
+    if stand_in is None or shared_group() is None:
+        return cache
+    root = stand_in[0]
+    forget_folders()
+    if _cache_problem(root)[0]:
+        return cache
+    del _CHOSEN[root]
+    return Path(root)
 
 
 @contextmanager

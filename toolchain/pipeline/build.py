@@ -18,7 +18,7 @@ from toolchain.core.owned import safe_name
 from toolchain.core.record import replace
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
-from toolchain.core.trust import declare_shared_group
+from toolchain.core.trust import cache_for_recipe, declare_shared_group
 from toolchain.errors import BuildError, TestFailed
 from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, read_lock, write_lock
 from toolchain.pipeline.audit import remembered_audit
@@ -70,6 +70,7 @@ def build_stack_components(recipe: Recipe, options: BuildOptions, ui: UI, *, exp
     check_out_dir_unless_building(options.out_dir)
     check_dir(options.cache_dir, "cache directory")
     declare_shared_group(recipe.cache.shared_group)
+    options = replace(options, cache_dir=cache_for_recipe(options.cache_dir))  # (its group may trust the cache)
     with holding_out_dir(options.out_dir, ui):  # one build at a time writes into `out`
         return _build_into(recipe, options, ui, runtime, remote, expect, closure)
 

@@ -164,7 +164,7 @@ def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, A
     path (each library the lock expects from the run host is looked up: present, or absent with the package that
     brings it); or missing. Smoke serves without oneAPI sourced, so setvars' library path does not count. Raises
     NativeABIError when one an extension module of a component loads is not there."""
-    from toolchain.build.cache import default_cache_dir
+    from toolchain.build.cache import cache_root
     from toolchain.resolve import native, verdicts
     from toolchain.resolve.closure import DEPS_DIR
     from toolchain.resolve.policy import policy_of_recipe_text
@@ -172,7 +172,7 @@ def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, A
     assert lock.path is not None
     built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}",
               "prebuilt" if c.prebuilt else "built") for c in lock.components]
-    audits = native.audit_wheels(built, lock.closure.dists if lock.closure else (), default_cache_dir(),
+    audits = native.audit_wheels(built, lock.closure.dists if lock.closure else (), cache_root(),
                                  lock.path.parent / DEPS_DIR, out / "install.log")
     report = verdicts.NativeReport()
     policy = policy_of_recipe_text(lock.recipe_text)
