@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spine_helpers import STANDIN, STANDIN_SETVARS, wheel_member
+from tests.spine_helpers import STANDIN, STANDIN_SETVARS, lock_and_record, wheel_member
 from tests.support.realstack import (
     ARK_DIST,
     ARK_PATCH,
@@ -133,7 +133,8 @@ def test_plan_resolves_every_component_exactly_as_the_build_does(realstack_built
 
 def test_cold_build_lock_records_the_stack(realstack_built):
     s, out = realstack_built.stack, realstack_built.out
-    lock = realstack_built.lock()
+    assert realstack_built.lock()["recipe"]["path"] == "recipes/stack.toml"  # (the lock: where its project has it)
+    lock = lock_and_record(out)  # (this machine's paths and what the run measured: the build record's part)
     assert lock["recipe"]["name"] == "stack"
     assert lock["recipe"]["path"] == str(s.stack)
     assert lock["recipe"]["sha256"] == hashlib.sha256(lock["recipe"]["text"].encode()).hexdigest()

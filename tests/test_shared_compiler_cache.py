@@ -57,8 +57,9 @@ def build(cli: Cli, recipe_path: Path, machine: Path, env: dict[str, str], *extr
 
 
 def lock_cache(machine: Path) -> dict:
-    lock = tomlkit.parse((machine / "out" / "stack.lock.toml").read_text()).unwrap()
-    (comp,) = [c for c in lock["components"] if c["name"] == "synthetic"]
+    """The compiler cache's report of the build: a measurement, kept in the build record beside the lock."""
+    record = tomlkit.parse((machine / "out" / "build-record.toml").read_text()).unwrap()
+    (comp,) = [c for c in record["components"] if c["name"] == "synthetic"]
     return comp["compiler-cache"]
 
 

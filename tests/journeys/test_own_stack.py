@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spine_helpers import GitRepo
+from tests.spine_helpers import GitRepo, lock_and_record
 from tests.support.realstack import ARK_PATCH, ENGINE_PATCH, STANDIN, read_toml, stack_recipe
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ def test_own_recipe_beside_its_patches_extends_a_team_stack(make_user, realstack
     built = cli.ok("build", "--recipe", "my-stack.toml", *cache, "--out", bad, "--json").json()
     ark_wheel = next(Path(c["path"]) for c in built["components"] if c["name"] == "ark")
     assert "realstack_ark/hello.py" in zipfile.ZipFile(ark_wheel).namelist()  # at ext/ark, where the build looks
-    lock = read_toml(bad / "stack.lock.toml")
+    lock = lock_and_record(bad)  # (where each key came from is this machine's path: the build record's part)
     assert lock["recipe"]["origins"]["toolchain.setvars"] == str(team / "recipes" / "stack.toml")
     assert next(c for c in lock["components"] if c["name"] == "engine")["patches"][0]["path"] == ENGINE_PATCH
 

@@ -162,13 +162,13 @@ def test_the_out_lock_edited_with_its_mtime_restored_is_written_again_warm_as_co
     path = out / "stack.lock.toml"
     st = path.stat()
     if edit == "host":
-        edited = text.replace("[host]\n", '[host]\nkernel-note = "planted"\n', 1).replace(
-            'memory-total = ', 'memory-total = 1', 1)
+        # (the box's facts are the build record's now: the lock's [target] is what a build probed of it)
+        edited = text.replace("[target]\n", '[target]\nkernel-note = "planted"\n', 1)
     elif edit == "native":
         edited = text.replace("[[native]]\n", '[[native]]\n', 1).replace('role = "built"', 'role = "prebuilt"', 1)
     elif edit == "dependency":  # the closure pins another file (a warm build used to take the out lock's closure)
         head, _, deps = text.partition("[[dependencies]]\n")
-        deps = deps.replace('url = "file://', 'url = "https://evil.example/', 1)
+        deps = deps.replace('url = "{demo}/', 'url = "https://evil.example/', 1)  # (the demo's, portable)
         edited = f"{head}[[dependencies]]\n{deps}"
     else:
         edited = "# planted\n" + text
