@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import GitRepo, lock_and_record
-from tests.support.realstack import ARK_PATCH, ENGINE_PATCH, STANDIN, read_toml, stack_recipe
+from tests.support.realstack import ARK_PATCH, ENGINE_PATCH, STANDIN, stack_recipe
 
 pytestmark = pytest.mark.slow
 
