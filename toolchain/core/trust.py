@@ -180,6 +180,8 @@ def cache_for_run(root: Path) -> Path:
         return Path(root)
     if path in _CHOSEN:
         return Path(_CHOSEN[path])
+    if os.path.lexists(path) and not os.path.isdir(path):
+        return Path(root)  # (not a folder at all: bad input, refused where the cache folder is checked, exit 2)
     why, children = _cache_problem(path)
     if why:
         return _stand_in(path, why)
