@@ -252,8 +252,15 @@ def test_plan_says_the_size_a_build_would_pull_as_the_registry_says_it(user, tmp
     import urllib.request
 
     digest_file = tmp_path / "digest"
-    subprocess.run(["podman", "push", "--tls-verify=false", "--digestfile", str(digest_file), podman_image,
+    # an image of its own to push (the test image plus a label): a push sets the pushed image's digest in podman,
+    # and the shared test image is pinned by its digest in tests running beside this one (tests/test_image.py)
+    (tmp_path / "Containerfile").write_text(f"FROM {podman_image}\nLABEL journey=pushed\n")
+    own = "localhost/journey-pushed:1"
+    subprocess.run(["podman", "build", "--pull=never", "-t", own, str(tmp_path)], check=True, capture_output=True,
+                   timeout=600)
+    subprocess.run(["podman", "push", "--tls-verify=false", "--digestfile", str(digest_file), own,
                     f"{registry.address}/journey/base:pushed"], check=True, capture_output=True, timeout=600)
+    subprocess.run(["podman", "rmi", own], capture_output=True, timeout=300)
     base = f"{registry.address}/journey/base@{digest_file.read_text().strip()}"
     request = urllib.request.Request(f"http://{registry.address}/v2/journey/base/manifests/{base.split('@')[1]}",
                                      headers={"Accept": "application/vnd.oci.image.manifest.v1+json, "
