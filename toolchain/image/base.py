@@ -158,11 +158,14 @@ def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) 
         digests, _, tags = got.stdout.strip().partition("|")
         names = {d.split("@", 1)[0] for d in json.loads(digests or "[]") or []} | \
             {t.rsplit(":", 1)[0] for t in json.loads(tags or "[]") or []}
-        if names and name not in names:
+        registry = name.split("/", 1)[0] if "/" in name else ""
+        pullable = ("." in registry or ":" in registry) and registry.split(":", 1)[0] != "localhost"
+        if names and name not in names and not pullable:  # (a registry's name is pulled: the same bytes, its name)
             raise UsageError(f"the base image {image}: {engine} holds {digest} as {', '.join(sorted(names))}, not as "
                              f"{name}", hint="name the base as the engine holds it (`podman images --digests` lists "
                                              "them), or tag it with that name first")
-        return
+        if not names or name in names:
+            return
     argv = [engine, "pull", *(["--tls-verify=false"] if insecure and engine == "podman" else []), image]
     with ui.status(f"pulling the base image {image}"):
         done = run(argv, env=engine_env(), log=log, capture=True, check=False, timeout=3600)
