@@ -149,8 +149,9 @@ def keep_base(image: str, cache_dir: Path, engine: str, ui: UI, *, insecure: boo
 
 def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) -> None:
     """`engine` holds the base `image` (NAME@sha256:...) under that name: pulled when it does not (podman over
-    plain HTTP when `insecure`). UsageError (exit 2) when it holds the digest under other names only (another
-    image's digest given with this name); BuildError naming the base when it cannot be pulled."""
+    plain HTTP when `insecure`). UsageError (exit 2) when it holds the digest under other names only and `image`
+    names no registry to pull it from (`localhost/...`: another image's digest given with this name); a registry's
+    name is pulled under that name; BuildError naming the base when it cannot be pulled."""
     name, digest = pinned(image, "the base image")
     got = run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}|{{json .RepoTags}}", image],
               env=engine_env(), capture=True, check=False, timeout=120)
