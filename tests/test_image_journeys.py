@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
 
 import pytest
 
@@ -216,8 +218,13 @@ def test_smoke_help_says_where_an_images_reports_go():
 @pytest.mark.slow
 @pytest.mark.container
 def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_base, tmp_path):  # noqa: F811
+    """Ctrl-C reaches the tool while its `docker load` has sent the whole archive and not yet ended, and the
+    daemon has loaded the image by itself: what a stop in that window leaves behind unless the tool removes it.
+    Held there deterministically: the client is stopped (SIGSTOP) as soon as it is seen and let run in slices,
+    each ended by a stop, until it has read its archive and closed it; a stopped process cannot exit, so the
+    window cannot pass unseen. The daemon then finishes the load while the client stays stopped; Ctrl-C; the
+    client is let go once the tool's stop signal is pending for it."""
     import os
-    import signal
     import subprocess
     import sys
     import time
@@ -231,51 +238,98 @@ def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_
                              "--tag", tag, "--base", test_base, "--cache-dir", tmp_path / "cache", "--load", "docker"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    client = 0
     try:
         deadline = time.monotonic() + 600
-        sent = False
-        while time.monotonic() < deadline and not sent and proc.poll() is None:
-            # its `docker load` (a child of its own) has read the whole archive: the daemon has what it loads
-            listed = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "docker load"], capture_output=True, text=True)
-            for pid in listed.stdout.split():
-                sent = sent or _read_whole_archive(int(pid))
-            time.sleep(0.01)
-        if not sent:  # (the daemon loaded it before its client's end of the archive could be seen)
-            proc.communicate(timeout=600)
-            pytest.skip("docker loaded the image before the stop could come between its upload and its end: the "
-                        "race is not reproducible on this machine")
+        while not client and time.monotonic() < deadline and proc.poll() is None:
+            listed = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "docker load"], capture_output=True,
+                                    text=True).stdout.split()
+            if listed:
+                client = int(listed[0])
+                os.kill(client, signal.SIGSTOP)
+            else:
+                time.sleep(0.005)
+        assert client, f"no `docker load` started: {proc.communicate(timeout=600)}"
+        read = 0.0  # (how much of the archive it read when last seen holding it open)
+        while _stopped(client) and read < 1.0:
+            now = _archive_read(client)
+            if now is None and read > 0:  # read and closed: the whole archive sent (Go's client closes it then)
+                break
+            read = now or 0.0
+            os.kill(client, signal.SIGCONT)  # a slice: longer while much is left, short near the end
+            time.sleep(0.02 if read < 0.5 else 0.002)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(client, signal.SIGSTOP)
+        assert _stopped(client), f"the client ended before it was seen to read its whole archive ({read:.0%})"
+        until = time.monotonic() + 300  # the daemon loads what it was sent, its client stopped before hearing so
+        while _engine("docker", "image", "inspect", tag, check=False).returncode != 0 and time.monotonic() < until:
+            time.sleep(0.2)
+        assert _engine("docker", "image", "inspect", tag, check=False).returncode == 0, "docker did not load it"
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        until = time.monotonic() + 60
+        while not _stop_pending(client) and time.monotonic() < until:  # (the tool stops its child in turn)
+            time.sleep(0.01)
+        os.kill(client, signal.SIGCONT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130, err
-        time.sleep(5)  # (what a daemon still loading would finish meanwhile)
         assert _engine("docker", "image", "inspect", tag, check=False).returncode != 0
         made = _engine("docker", "images", "-q", "--filter", "reference=localhost/i49-ctrlc").stdout.split()
         assert not made, made
     finally:
+        if client:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(client, signal.SIGCONT)
         if proc.poll() is None:
             proc.kill()
         _engine("docker", "rmi", tag, check=False)
 
 
-def _read_whole_archive(pid: int) -> bool:
-    """Whether process `pid` holds an image-*.tar open, read to its end (its fd's position is the file's size)."""
+def _status(pid: int, field: str) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith(field + ":")), "")
+    except OSError:
+        return ""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped by a signal (waited for a moment: SIGSTOP takes effect when it is next scheduled)."""
+    import time
+
+    for _ in range(1000):
+        state = _status(pid, "State")
+        if not state or state.startswith(("T", "Z", "X")):
+            return state.startswith("T")
+        time.sleep(0.001)
+    return False
+
+
+def _stop_pending(pid: int) -> bool:
+    """Whether a SIGINT or SIGTERM waits for `pid` (sent to it while it is stopped), or it is gone."""
+    bits = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    return not _status(pid, "State") or any(int(_status(pid, f) or "0", 16) & bits for f in ("ShdPnd", "SigPnd"))
+
+
+def _archive_read(pid: int) -> float | None:
+    """How much of the image-*.tar that process `pid` holds open it has read (its fd's position over the file's
+    size); None when it holds none."""
     import os
 
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return False
+        return None
     for fd in fds:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
             if "/image-" not in target or not target.endswith(".tar"):
                 continue
-            pos = int(open(f"/proc/{pid}/fdinfo/{fd}").read().split()[1])  # noqa: SIM115
-            return pos > 0 and pos == os.path.getsize(target)
-        except (OSError, ValueError, IndexError):
+            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
+                pos = int(info.read().split()[1])
+            return pos / os.path.getsize(target)
+        except (OSError, ValueError, IndexError, ZeroDivisionError):
             continue
-    return False
-
+    return None
 
 
 @pytest.mark.slow
