@@ -71,6 +71,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="with --lock: make the image of the lock again in a fresh cache and compare its digest with "
                         "REF (made by `toolchain image`; read from podman or docker, else its registry); a difference "
                         "names the first differing file of the layer (and diffoscope's report where installed)")
+    p.add_argument("--base", metavar="IMAGE@sha256:DIGEST",
+                   help="with --image: the base it was made over (the image names it by digest only; default: "
+                        "the lock's, its recipe's [image] base, or that digest under any name podman holds it)")
     p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
                    help="with --image: its registry speaks plain HTTP (--insecure: its older name)")
     p.add_argument("--no-diffoscope", action="store_true",
@@ -125,8 +128,13 @@ def _verify_image(args: argparse.Namespace, ui: UI) -> CommandResult:
     if not args.lock:
         raise UsageError("--image needs --lock LOCK: the lock (with its wheels beside it) the image is made again from")
     work = _work_dir(args.work_dir, "image", options.resolve_cache_dir(args.cache_dir) / WORK_ROOT)
-    found = verify_image(args.lock, args.image, work, ui, insecure=args.insecure,
-                         use_diffoscope=False if args.no_diffoscope else None)
+    try:
+        found = verify_image(args.lock, args.image, work, ui, insecure=args.insecure, base=args.base,
+                             use_diffoscope=False if args.no_diffoscope else None)
+    except UsageError:  # (bad input, e.g. a base it cannot find: nothing was made worth keeping)
+        if not args.keep:
+            remove_ours(work, "--work-dir")
+        raise
     kept = not found["ok"] and "layer" in found  # (the two layers, to compare); nothing else is worth keeping
     if not (kept or args.keep):
         remove_ours(work, "--work-dir")

@@ -178,6 +178,21 @@ def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) 
                          hint=f"check the base's name and digest; `{engine} login` for a private registry{plain}")
 
 
+def names_of(digest: str, engine: str) -> list[str]:
+    """Every NAME@`digest` under which `engine` holds an image of that manifest digest, a local name first (one
+    named on a registry would be read from there); [] when it holds none."""
+    if engine == "podman":
+        got = run([engine, "images", "--format", "json"], env=engine_env(), capture=True, check=False, timeout=120)
+        held = [str(d) for i in (json.loads(got.stdout or "[]") if got.returncode == 0 else [])
+                for d in i.get("RepoDigests") or []]
+    else:
+        got = run([engine, "images", "--digests", "--no-trunc", "--format", "{{.Repository}}@{{.Digest}}"],
+                  env=engine_env(), capture=True, check=False, timeout=120)
+        held = got.stdout.split() if got.returncode == 0 else []
+    names = {h.split("@", 1)[0] for h in held if h.endswith("@" + digest) and not h.startswith("<none>")}
+    return [f"{n}@{digest}" for n in sorted(names, key=lambda n: (split_name(n)[0] not in ("", "localhost"), n))]
+
+
 def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
     """The saved layout holds the pinned manifest, or is made to: an engine keeps every manifest an image had
     (pulled, pushed) and `save` writes its latest; podman keeps each under its digest in its image store, taken

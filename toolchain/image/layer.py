@@ -100,7 +100,7 @@ def compile_bytecode(staging: Path, interp: Interpreter, image: str, engine: str
         for src, k in keys.items():
             assert k is not None
             _pyc_of(src, tag).parent.mkdir(exist_ok=True)
-            _pyc_of(src, tag).write_bytes(k.read_bytes())
+            _link_or_copy(k, _pyc_of(src, tag))  # (the staging folder is only read, then removed)
         return done_text
     if before is not None:  # (the engine holds the base: `image.base.held`)
         before()
@@ -111,15 +111,26 @@ def compile_bytecode(staging: Path, interp: Interpreter, image: str, engine: str
             *(f"{STAGING}/{r}" for r in present)]
     done = run(argv, env=engine_env(), log=log, check=False, timeout=1800)
     if done.returncode != 0:
-        return (f"none: compileall in the base failed (exit {done.returncode}; log {log})")
+        return f"none: compileall in the base failed (exit {done.returncode})"  # (a label: no path of this machine)
     if kept is not None:
-        from toolchain.core.fs import atomic_write_bytes
-
         kept.mkdir(parents=True, exist_ok=True)
         for src, k in keys.items():
             if k is not None and _pyc_of(src, tag).is_file():
-                atomic_write_bytes(k, _pyc_of(src, tag).read_bytes())
+                _link_or_copy(_pyc_of(src, tag), k)
     return done_text
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """`dest` made the file `src` atomically: a hard link where the file system allows, else a copy."""
+    import shutil
+
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
 
 
 def _under(path: str, root: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
@@ -14,10 +15,12 @@ from toolchain.console import UI
 from toolchain.core.fs import sha256_bytes
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A, Image, assemble, rfc3339
-from toolchain.image.base import held, keep_base, pinned, read_interpreter
+from toolchain.image.base import Interpreter, held, keep_base, pinned, read_interpreter
 from toolchain.image.compat import check_wheels
-from toolchain.image.layer import LOCK_PATH, compile_bytecode, entries, stage, write_layer
+from toolchain.image.layer import LOCK_PATH, Layer, compile_bytecode, entries, stage, write_layer
 from toolchain.lock import Lock, read_lock, verify_wheels, wheel_problems
+
+BASE_DIGEST = "org.opencontainers.image.base.digest"  # the base, by digest only (`labels`)
 
 
 def base_of(lock: Lock, given: str | None) -> str:
@@ -95,10 +98,12 @@ def lock_wheels(lock: Lock, cache_dir: Path) -> list[Path]:
 
 def labels(lock: Lock, lock_bytes: bytes, base: str, epoch: int, bytecode: str) -> dict[str, str]:
     """The image's labels (config) and annotations (manifest): provenance a registry or `inspect` shows, and
-    the layer's bytecode (how it was compiled, or why there is none)."""
-    name, digest = pinned(base, "the base image")
-    out = {"org.opencontainers.image.created": rfc3339(epoch), "org.opencontainers.image.base.name": name,
-           "org.opencontainers.image.base.digest": digest, "org.opencontainers.image.title": lock.recipe_name,
+    the layer's bytecode (how it was compiled, or why there is none). The base is named by its digest only: the
+    name it was given under (one of any number the same bytes have: a tag alias, another repository) is the
+    user's, not the image's, and would give one base two image digests."""
+    digest = pinned(base, "the base image")[1]
+    out = {"org.opencontainers.image.created": rfc3339(epoch),
+           BASE_DIGEST: digest, "org.opencontainers.image.title": lock.recipe_name,
            A + "recipe": lock.recipe_name, A + "lock.sha256": sha256_bytes(lock_bytes),
            A + "lock.path": "/" + LOCK_PATH, A + "tool-version": __version__, A + "bytecode": bytecode}
     for c in lock.components:
@@ -110,27 +115,48 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
                python: str | None = None, insecure: bool = False, bytecode: bool = True) -> Image:
     """The image of the lock over its base (`engine` runs the base's interpreter: it holds it, or pulls it; a
     base named on a registry is read from it, over plain HTTP when `insecure`); its modules compiled to
-    bytecode by that interpreter unless not `bytecode` (a warning says when the base cannot)."""
-    from toolchain.release.bundle import stack_epoch
+    bytecode by that interpreter unless not `bytecode` (a warning says when the base cannot). The layer is
+    remembered (image/memo.py): a warm run reads the lock, the base's kept layout and the layer's blob, and
+    starts no container."""
+    from toolchain.image.memo import layer_identity, remembered_layer
 
     lock = read_lock(lock_path)
     assert lock.path is not None
     image = base_of(lock, base)
-    wheels = lock_wheels(lock, cache_dir)
-    names = sorted({str(canonicalize_name(parse_wheel_filename(w.name)[0])) for w in wheels})
+    files = [Path(f) for f in (*(d.file for d in (lock.closure.dists if lock.closure is not None else ())),
+                               *(c.wheel.file for c in lock.components))]  # (lock_wheels' order)
+    names = sorted({str(canonicalize_name(parse_wheel_filename(f.name)[0])) for f in files})
     def ensure() -> None:  # (before a container of the base starts: the engine holds it under that name)
         held(image, engine, ui, cache_dir / "images" / "logs" / "pull.log", insecure=insecure)
 
     # the base's interpreter: the one the lock names, by name (its build record's path is the build machine's)
-    interp = read_interpreter(image, engine, python or lock.target.python_by_name(), names, ui,
-                              memo_dir=cache_dir / "images" / "memo", before=ensure)
-    check_wheels(wheels, interp, lock.target.python_tag, lock.target.platform, image)
+    python = python or lock.target.python_by_name()
+    interp = read_interpreter(image, engine, python, names, ui, memo_dir=cache_dir / "images" / "memo", before=ensure)
+    check_wheels(files, interp, lock.target.python_tag, lock.target.platform, image)
     if interp.externally_managed:
         ui.warn(f"the base's {interp.executable} is externally managed (PEP 668: {interp.externally_managed}): the "
                 f"layer installs over its packages in {interp.scheme['purelib']}, as `pip install "
                 "--break-system-packages` would; a package the distribution installs there later may clash")
     kept = keep_base(image, cache_dir, engine, ui, insecure=insecure, platform=lock.target.platform or interp.platform)
     lock_bytes = lock.path.read_bytes()
+    layers = cache_dir / "images" / "layers"
+
+    def make() -> tuple[Layer, str, int]:
+        return _make_layer(lock, lock_bytes, cache_dir, interp, image, engine, ui, bytecode, ensure, layers)
+
+    layer, compiled, epoch = remembered_layer(
+        cache_dir / "images" / "memo", layer_identity(sha256_bytes(lock_bytes), kept.digest, interp, python, bytecode),
+        layers, make)
+    created_by = f"toolchain image (xpu-toolchain {__version__}): {lock.recipe_name}, {len(files)} wheels"
+    return assemble(kept, layer, labels(lock, lock_bytes, image, epoch, compiled), epoch, created_by)
+
+
+def _make_layer(lock: Lock, lock_bytes: bytes, cache_dir: Path, interp: Interpreter, image: str, engine: str, ui: UI,
+                bytecode: bool, ensure: Callable[[], None], layers: Path) -> tuple[Layer, str, int]:
+    """The layer written afresh, its blob kept under `layers` by digest: (the layer, its bytecode label, epoch)."""
+    from toolchain.release.bundle import stack_epoch
+
+    wheels = lock_wheels(lock, cache_dir)
     epoch = stack_epoch(lock, wheels[len(wheels) - len(lock.components):])  # (the built ones: lock_wheels' last)
     work = cache_dir / "images" / "work" / f"{os.getpid()}-{os.urandom(4).hex()}"
     try:
@@ -143,17 +169,15 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
                                             cache_dir / "images" / "logs" / "bytecode.log",
                                             kept=cache_dir / "images" / "bytecode", before=ensure)
             if compiled.startswith("none: compileall"):
-                ui.warn(f"the image has no bytecode: {compiled.removeprefix('none: ')}; each start compiles the "
-                        "stack's modules")
+                ui.warn(f"the image has no bytecode: {compiled.removeprefix('none: ')} (log "
+                        f"{cache_dir / 'images' / 'logs' / 'bytecode.log'}); each start compiles the stack's modules")
         with ui.status(f"writing the layer of {len(wheels)} wheels"):
             layer = write_layer(entries(work / "root", interp, lock_bytes), epoch, work / "layer.tar.gz")
-        final = cache_dir / "images" / "layers" / layer.digest.split(":", 1)[1]
+        final = layers / layer.digest.split(":", 1)[1]
         final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(layer.blob, final)
+        os.replace(layer.blob, final)  # (atomic: a run killed before leaves no blob, one after a whole one)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     from toolchain.core.record import replace
 
-    created_by = f"toolchain image (xpu-toolchain {__version__}): {lock.recipe_name}, {len(wheels)} wheels"
-    return assemble(kept, replace(layer, blob=final), labels(lock, lock_bytes, image, epoch, compiled), epoch,
-                    created_by)
+    return replace(layer, blob=final), compiled, epoch

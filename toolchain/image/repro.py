@@ -13,8 +13,9 @@ from typing import Any
 
 from toolchain.console import UI
 from toolchain.core.proc.runner import run
+from toolchain.errors import UsageError
 from toolchain.image.base import engine_env, registry_for
-from toolchain.image.make import make_image
+from toolchain.image.make import BASE_DIGEST, make_image
 from toolchain.image.provenance import Provenance, read_provenance
 
 
@@ -74,8 +75,9 @@ def _given_layer(ref: str, found: Provenance, dest: Path, engine: str, insecure:
 
 
 def verify_image(lock: Path, ref: str, work: Path, ui: UI, *, engine: str = "podman", insecure: bool = False,
-                 use_diffoscope: bool | None = None) -> dict[str, Any]:
-    """Rebuild the image of `lock` in a fresh cache under `work` and compare it with `ref`."""
+                 use_diffoscope: bool | None = None, base: str | None = None) -> dict[str, Any]:
+    """Rebuild the image of `lock` in a fresh cache under `work` and compare it with `ref`; its base is found by
+    the digest the image names (`base_for`)."""
     from toolchain.core.fs import sha256_file
     from toolchain.image.assemble import A
     from toolchain.lock import LOCK_NAME
@@ -88,12 +90,13 @@ def verify_image(lock: Path, ref: str, work: Path, ui: UI, *, engine: str = "pod
         return {"ok": False, "image": ref, "given": found.named, "rebuilt": "nothing (not made)",
                 "first-difference": f"the image carries another lock: its {A}lock.sha256 label says {said}, "
                                     f"{lock_file} hashes to {have}"}
-    base = f"{labels.get('org.opencontainers.image.base.name', '')}@{labels.get('org.opencontainers.image.base.digest', '')}"
+    over = base_for(lock_file, ref, labels.get(BASE_DIGEST, ""), base, engine)
     cache = work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
-    rebuilt = make_image(lock, cache, ui, base=None if _has_base(lock) else base, engine=engine, insecure=insecure)
+    rebuilt = make_image(lock, cache, ui, base=over, engine=engine, insecure=insecure)
     out: dict[str, Any] = {"ok": rebuilt.digest == found.digest, "image": ref, "given": found.digest,
-                           "rebuilt": rebuilt.digest, "layer": rebuilt.layer.digest}
+                           "rebuilt": rebuilt.digest, "layer": rebuilt.layer.digest,
+                           "base": f"{rebuilt.base.name}@{rebuilt.base.digest}"}
     if out["ok"]:
         return out
     held_by = found.where.rsplit("(", 1)[-1].rstrip(")") if found.where.endswith(")") else engine
@@ -108,7 +111,33 @@ def verify_image(lock: Path, ref: str, work: Path, ui: UI, *, engine: str = "pod
     return out
 
 
-def _has_base(lock: Path) -> bool:
+def base_for(lock: Path, ref: str, digest: str, given: str | None, engine: str) -> str | None:
+    """The base to make `ref` again over: the image names its base by digest only (image/make.py `labels`), so
+    the one the lock itself records (an overlay lock's: None), else `given` (--base NAME@DIGEST, checked
+    against that digest), else the lock's recipe's `[image] base` when it is that digest, else that digest under
+    any name `engine` holds it. UsageError (exit 2), saying what to pass, when none is."""
+    from toolchain.image.base import names_of, pinned
+    from toolchain.image.make import base_of
     from toolchain.lock import read_lock
 
-    return read_lock(lock).base is not None
+    read = read_lock(lock)
+    if read.base is not None:
+        return None
+    if given:
+        if pinned(given, "--base")[1] != digest and digest:
+            raise UsageError(f"--base {given} is not the base of {ref}, which was made over {digest}",
+                             hint=f"pass --base NAME@{digest}")
+        return given
+    if not digest:
+        raise UsageError(f"{ref} names no base digest (no {BASE_DIGEST} label): it was not made by `toolchain image`")
+    try:
+        recipe = base_of(read, None)
+    except UsageError:
+        recipe = ""
+    if recipe.endswith("@" + digest):
+        return recipe
+    held = names_of(digest, engine)
+    if held:
+        return held[0]
+    raise UsageError(f"{engine} holds no image {digest} (the base of {ref}, which names it by digest only): pass "
+                     f"--base NAME@{digest} (a registry's or a local name that holds it)")

@@ -1,0 +1,128 @@
+"""An image names its base by digest only (issue 49): the same base under two names, a podman tag alias or one
+image in two repositories of a registry, gives one image digest; the name given goes to the output, never into
+the image. `verify-repro --image` finds the base by that digest under any name podman holds it, or takes
+`--base NAME@DIGEST`; with neither it exits 2 saying what to pass. Real podman, a real registry."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.spine_helpers import Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
+from tests.support.debian_image import containers_env
+from tests.support.registry_fixtures import registry  # noqa: F401  (pytest fixture)
+from tests.test_image import _engine, _image, test_base  # noqa: F401  (the pinned Debian base: a fixture)
+
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+
+
+def _own_lock(demo_out: Path, where: Path) -> Path:
+    """The demo's lock and wheels with one comment of this test's own: an image digest no other test makes (tests
+    beside it in podman hold the demo's images; removing this one by id touches none of theirs). (A base podman
+    holds is saved from it, and podman keeps no gzip blob it loaded: `localhost/` bases are built by podman.)"""
+    shutil.copytree(demo_out, where)
+    lock = where / "stack.lock.toml"
+    lock.write_text(lock.read_text() + f"# {uuid.uuid4().hex}\n")
+    return lock
+
+
+def _small_blobs(oci: Path) -> bytes:
+    """Every blob of the layout but the layers (the config, the manifest) and index.json, concatenated."""
+    files = [oci / "index.json", *sorted((oci / "blobs" / "sha256").iterdir())]
+    return b"".join(f.read_bytes() for f in files if f.stat().st_size < 1 << 20 and f.read_bytes()[:1] == b"{")
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_one_base_under_two_podman_names_gives_one_image_and_verify_repro_finds_it_by_digest(
+        demo_build, test_base, tmp_path):  # noqa: F811
+    (tmp_path / "ctx").mkdir()  # a base of this test's own: the test image with a label (podman keeps its manifest)
+    (tmp_path / "ctx" / "Containerfile").write_text(f"FROM {test_base}\nLABEL i49.test={uuid.uuid4().hex}\n")
+    _engine("podman", "build", "--pull=never", "-q", "-t", "localhost/i49-own:1", str(tmp_path / "ctx"))
+    digest, ident = _engine("podman", "image", "inspect", "--format", "{{.Digest}} {{.Id}}",
+                            "localhost/i49-own:1").stdout.split()
+    _engine("podman", "tag", "localhost/i49-own:1", "localhost/i49-alias:1")
+    demo = demo_build.out / "stack.lock.toml"
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})
+    try:
+        a = _image(tmp_path, "a", demo, "--tag", "localhost/i49-top:1", "--base", f"localhost/i49-own@{digest}",
+                   "--oci-dir", tmp_path / "oci-a")
+        b = _image(tmp_path, "b", demo, "--tag", "localhost/i49-top:1", "--base", f"localhost/i49-alias@{digest}",
+                   "--oci-dir", tmp_path / "oci-b", "--load", "podman")
+        assert a["digest"] == b["digest"] and a["layer"] == b["layer"], (a, b)
+        assert (a["base"], b["base"]) == ("localhost/i49-own", "localhost/i49-alias")  # (the output: as given)
+        assert BASE_NAME_LABEL not in a["labels"] and a["labels"]["org.opencontainers.image.base.digest"] == digest
+        for oci in (tmp_path / "oci-a", tmp_path / "oci-b"):
+            text = _small_blobs(oci)
+            assert b"org.opencontainers.image.base.digest" in text  # (the config and manifest were read)
+            assert b"i49-own" not in text and b"i49-alias" not in text
+        # podman holds the base under the alias only: verify-repro finds it there by its digest
+        _engine("podman", "untag", "localhost/i49-own:1", "localhost/i49-own:1")
+        same = cli("verify-repro", "--lock", demo, "--image", "localhost/i49-top:1", "--json", timeout=900)
+        assert same.returncode == 0, str(same)
+        assert same.json()["base"] == f"localhost/i49-alias@{digest}" and same.json()["rebuilt"] == a["digest"]
+        # the lock comes back out of the image byte for byte
+        cli.ok("lock", "--image", "localhost/i49-top:1", "--out", tmp_path / "back", "--json")
+        assert (tmp_path / "back" / "stack.lock.toml").read_bytes() == demo.read_bytes()
+        # a --base of another digest: bad input, nothing made
+        other = cli("verify-repro", "--lock", demo, "--image", "localhost/i49-top:1", "--base", test_base, "--json",
+                    timeout=900)
+        assert other.returncode == 2, str(other)
+        assert f"is not the base of localhost/i49-top:1, which was made over {digest}" in other.json()["error"]
+        # no name holds that digest: exit 2, one line saying what to pass
+        _engine("podman", "untag", ident, "localhost/i49-alias:1")  # (kept, nameless)
+        assert not [n for i in json.loads(_engine("podman", "images", "--format", "json").stdout)
+                    for n in i.get("RepoDigests") or [] if n.endswith("@" + digest)]
+        gone = cli("verify-repro", "--lock", demo, "--image", "localhost/i49-top:1", "--json", timeout=900)
+        assert gone.returncode == 2, str(gone)
+        error = gone.json()["error"]
+        assert error == (f"podman holds no image {digest} (the base of localhost/i49-top:1, which names it by digest "
+                         f"only): pass --base NAME@{digest} (a registry's or a local name that holds it)"), error
+        assert not gone.json().get("hint")
+    finally:
+        _engine("podman", "rmi", "localhost/i49-top:1", check=False)
+        _engine("podman", "rmi", "-f", ident, check=False)
+
+
+def _copy_repository(reg, source: str, dest: str, digest: str) -> None:
+    """The manifest `digest` of `source` put into `dest` of the same registry, its blobs mounted (not sent):
+    one image in two repositories, as a second `push` of it would leave it."""
+    accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+    got = requests.get(f"{reg.url}/v2/{source}/manifests/{digest}", headers=accept, timeout=60)
+    got.raise_for_status()
+    manifest = got.json()
+    for d in [manifest["config"], *manifest["layers"]]:
+        mounted = requests.post(f"{reg.url}/v2/{dest}/blobs/uploads/", params={"mount": d["digest"], "from": source},
+                                timeout=60)
+        assert mounted.status_code == 201, (mounted.status_code, mounted.text)
+    put = requests.put(f"{reg.url}/v2/{dest}/manifests/1", data=got.content, timeout=60,
+                       headers={"Content-Type": got.headers["Content-Type"]})
+    assert put.status_code == 201 and put.headers["Docker-Content-Digest"] == digest, (put.status_code, put.text)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_one_base_in_two_repositories_of_a_registry_gives_one_image(demo_build, test_base, registry, tmp_path):  # noqa: F811
+    lock = _own_lock(demo_build.out, tmp_path / "own")
+    reg = registry.address
+    pushed = _image(tmp_path, "own", lock, "--tag", f"{reg}/i49/one:1", "--base", test_base, "--push",
+                    "--remote-insecure")
+    digest = pushed["digest"]
+    _copy_repository(registry, "i49/one", "i49/two", digest)
+    demo = demo_build.out / "stack.lock.toml"
+    try:
+        made = [_image(tmp_path, repo, demo, "--tag", "localhost/i49-reg:1", "--base", f"{reg}/i49/{repo}@{digest}",
+                       "--remote-insecure", "--oci-dir", tmp_path / f"oci-{repo}") for repo in ("one", "two")]
+        assert made[0]["digest"] == made[1]["digest"], made
+        assert [m["base"] for m in made] == [f"{reg}/i49/one", f"{reg}/i49/two"]
+        for repo in ("one", "two"):
+            text = _small_blobs(tmp_path / f"oci-{repo}")
+            assert b"org.opencontainers.image.base.digest" in text and b"i49/one" not in text and b"i49/two" not in text
+    finally:  # (podman pulled it to read its interpreter: this test's own image, by id)
+        _engine("podman", "rmi", "-f", pushed["config"][7:], check=False)
