@@ -15,8 +15,16 @@ bookworm image (tests/support/debian_image.py), made once.
 4. A container start importing the stack: `podman run --rm --read-only IMAGE python3 -c "import <every top-level
    module the layer installs>"`, the image with its .pyc (compiled by the base's Python) against the same lock's
    image made --no-bytecode; the import alone (timed inside the container) and the whole start.   goal: <= 0.5x
+   Twice: the demo's few small modules, and the demo lock with a real PyPI closure of some size in its layer
+   (sympy, mpmath and networkx wheels from PyPI through pip, kept under PYPI_CACHE: `import sympy, mpmath,
+   networkx`, some 750 modules), each round the two images side by side; and how many modules a start of each
+   compiles (`python3 -v` under PYTHONDONTWRITEBYTECODE: "code object from" a source, not a .pyc).
+5. `--only-oci-dir`: the image written as an OCI layout (--oci-dir, nothing loaded) against `podman build
+   --no-cache` of the same wheels over the same base, each round side by side: warm (the layer remembered),
+   and the layer made again (its memo entry removed: the wheels staged and the layer written; the .pyc kept).
+                                                                                          goal: <= 20%
 
-    python -m benchmarks.bench_image [--rounds 3] [--json] [--only-start]
+    python -m benchmarks.bench_image [--rounds 3] [--json] [--only-start] [--only-oci-dir]
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ WHEELHOUSE = ROOT / "toolchain" / "demo_src" / "wheelhouse"
 
 
 PYCACHE = Path(tempfile.gettempdir()) / "bench-image-pycache"
+PYPI_CACHE = Path(tempfile.gettempdir()) / "bench-image-pypi"  # the PyPI closure's wheels, fetched once
+PYPI_CLOSURE = ("sympy==1.13.3", "mpmath==1.3.0", "networkx==3.4.2")  # (pure-Python: one wheel each, any platform)
 
 
 def _env() -> dict[str, str]:
@@ -124,18 +134,32 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only-start", action="store_true", help="measure only the container start (4.)")
+    ap.add_argument("--only-oci-dir", action="store_true", help="measure only the image written as a layout (5.)")
     args = ap.parse_args()
     base = _base()
-    results: dict[str, Any] = {"base": base}
+    results: dict[str, Any] = {"base": base, "load": _load()}
     with tempfile.TemporaryDirectory(prefix="bench-image-") as tmp_name:
         tmp = Path(tmp_name)
         _run([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(tmp / "build-cache"),
               "--out", str(tmp / "out"), "--json"])
         lock = tmp / "out" / "stack.lock.toml"
-        results["start"] = start(lock, tmp, base, args.rounds)
-        if args.only_start:
-            _print_start(results["start"], args.rounds) if not args.json else print(json.dumps(results, indent=2))
+        if args.only_oci_dir:
+            results["oci-dir"] = oci_dir(lock, tmp, base, args.rounds)
+            results["load-after"] = _load()
+            _print_oci_dir(results, args.rounds) if not args.json else print(json.dumps(results, indent=2))
             return
+        results["start"] = start(lock, tmp, base, args.rounds)
+        results["start-pypi"] = start(with_pypi_closure(lock, tmp / "pypi-out", tmp / "cold-pypi"), tmp, base,
+                                      args.rounds, cache=tmp / "cold-pypi", modules=["sympy", "mpmath", "networkx"])
+        if args.only_start:
+            results["load-after"] = _load()
+            if args.json:
+                print(json.dumps(results, indent=2))
+            else:
+                _print_start(results["start"], args.rounds, "the demo")
+                _print_start(results["start-pypi"], args.rounds, "the demo with sympy, mpmath and networkx from PyPI")
+            return
+        results["oci-dir"] = oci_dir(lock, tmp, base, args.rounds)
         cold = [image(lock, tmp / f"cold-{i}", "localhost/bench-image:1", base, "--load", "podman")[0]
                 for i in range(args.rounds)]
         warm = [image(lock, tmp / "cold-0", "localhost/bench-image:1", base, "--load", "podman")[0]
@@ -174,15 +198,24 @@ def main() -> None:
               f"(median of {args.rounds}):")
         print(f"  toolchain image, warm cache   {v['warm-s']:7.2f} s   {v['warm-ratio']:6.1%} of podman build")
         print(f"  podman build --no-cache       {v['podman-build-s']:7.2f} s")
-    _print_start(results["start"], args.rounds)
+    _print_start(results["start"], args.rounds, "the demo")
+    _print_start(results["start-pypi"], args.rounds, "the demo with sympy, mpmath and networkx from PyPI")
+    _print_oci_dir(results, args.rounds)
+    results["load-after"] = _load()
+    print(f"load (uptime) before: {results['load']}; after: {results['load-after']}")
     print("push to a registry that holds the base and the stack's earlier image:")
     print(f"  first push (empty registry)   {p['first-bytes']:>12,} bytes")
     print(f"  next push                     {p['next-bytes']:>12,} bytes  (new layer {p['layer-bytes']:,} + config "
           f"{p['config-bytes']:,} = {p['layer-bytes'] + p['config-bytes']:,}; the whole image {p['image-bytes']:,})")
 
 
-START = ("import sys, time; t = time.perf_counter()\nfor m in sys.argv[1:]:\n try: __import__(m)\n"
-         " except Exception: pass\nprint(time.perf_counter() - t)")
+START = ("import sys, time; n = len(sys.modules); t = time.perf_counter()\nfor m in sys.argv[1:]:\n try: __import__(m)\n"
+         " except Exception: pass\nprint(time.perf_counter() - t, len(sys.modules) - n)")
+
+
+def _load() -> str:
+    """The machine's load averages (1, 5, 15 min), as `uptime` says them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _top_modules(oci: Path, layer: str) -> list[str]:
@@ -206,36 +239,127 @@ def _top_modules(oci: Path, layer: str) -> list[str]:
     return sorted(out)
 
 
-def start(lock: Path, tmp: Path, base: str, rounds: int) -> dict[str, Any]:
-    """The container start importing the stack, with the layer's .pyc and without (--no-bytecode): medians of
-    the import alone (inside) and of the whole `podman run` (outside)."""
+def with_pypi_closure(lock: Path, out: Path, cache: Path) -> Path:
+    """The demo lock and wheels with PYPI_CLOSURE added to its closure (`[[dependencies]]`, each wheel's PyPI URL
+    and sha256): the wheels fetched from PyPI by pip once into PYPI_CACHE, and put where `toolchain image`
+    looks for the closure's files in `cache` (so each run of the bench reads PyPI at most once)."""
+    import hashlib
+
+    PYPI_CACHE.mkdir(parents=True, exist_ok=True)
+    have = {w.name.split("-", 2)[0].lower() + "==" + w.name.split("-", 2)[1] for w in PYPI_CACHE.glob("*.whl")}
+    if not all(req in have for req in PYPI_CLOSURE):
+        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
+              "-d", str(PYPI_CACHE), *PYPI_CLOSURE])
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(lock.parent, out)
+    deps = cache / "images" / "deps"
+    deps.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for req in PYPI_CLOSURE:
+        name, version = req.split("==")
+        wheel = next(w for w in PYPI_CACHE.glob(f"{name}-{version}-*.whl"))
+        data = wheel.read_bytes()
+        shutil.copyfile(wheel, deps / wheel.name)
+        entries.append(f'\n[[dependencies]]\nname = "{name}"\nversion = "{version}"\nfile = "{wheel.name}"\n'
+                       f'url = "https://files.pythonhosted.org/packages/py3/{name[0]}/{name}/{wheel.name}"\n'
+                       f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data)}\n'
+                       f'index = "https://pypi.org/simple"\nrequired-by = ["demo-engine"]\n')
+    (out / lock.name).write_text(lock.read_text() + "".join(entries))
+    return out / lock.name
+
+
+def _compiled(tag: str, modules: list[str]) -> dict[str, int]:
+    """How many modules a start of `tag` importing `modules` compiles from source, in the layer and elsewhere
+    (`python3 -v`: "code object from <source>"; from a .pyc it names the .pyc, quoted), and how many it loads
+    from a .pyc; PYTHONDONTWRITEBYTECODE and a read-only root, so nothing is written."""
+    argv = ["podman", "run", "--rm", "--read-only", "--network=none", "-e", "PYTHONDONTWRITEBYTECODE=1", tag,
+            "python3", "-v", "-c", "import sys\nfor m in sys.argv[1:]:\n try: __import__(m)\n except Exception: pass",
+            *modules]
+    done = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=1800)
+    lines = [x[len("# code object from "):] for x in done.stderr.splitlines() if x.startswith("# code object from ")]
+    source = [x for x in lines if not x.startswith("'")]
+    return {"compiled-in-layer": sum("-packages/" in x for x in source),
+            "compiled-elsewhere": sum("-packages/" not in x for x in source), "from-pyc": len(lines) - len(source)}
+
+
+def start(lock: Path, tmp: Path, base: str, rounds: int, *, cache: Path | None = None,
+          modules: list[str] | None = None) -> dict[str, Any]:
+    """The container start importing the stack (`modules`, default every module the layer installs), with the
+    layer's .pyc and without (--no-bytecode), the two side by side in each round: medians of the import alone
+    (inside) and of the whole `podman run` (outside); and what a start of each compiles."""
     out: dict[str, Any] = {}
-    for kind, extra in (("pyc", ()), ("no-pyc", ("--no-bytecode",))):
+    kinds = (("pyc", ()), ("no-pyc", ("--no-bytecode",)))
+    argv: dict[str, list[str]] = {}
+    for kind, extra in kinds:
         tag = f"localhost/bench-image-start:{kind}"
-        _, made = image(lock, tmp / "cold-0", tag, base, "--load", "podman", "--oci-dir", str(tmp / f"oci-{kind}"),
-                        *extra)
-        modules = _top_modules(tmp / f"oci-{kind}", made["layer"]["digest"])
-        inside, whole = [], []
-        for _ in range(rounds + 1):  # (the first run warms the engine's caches: not counted)
-            seconds, said = _timed(["podman", "run", "--rm", "--read-only", "--network=none", tag, "python3", "-c",
-                                    START, *modules])
-            inside.append(float(said.strip().splitlines()[-1]))
-            whole.append(seconds)
-        out[kind] = {"import-s": statistics.median(inside[1:]), "start-s": statistics.median(whole[1:]),
-                     "modules": modules, "bytecode": made["bytecode"]}
-        _run(["podman", "rmi", "-f", tag])
+        _, made = image(lock, cache or tmp / "cold-0", tag, base, "--load", "podman", "--oci-dir",
+                        str(tmp / f"oci-{kind}"), *extra)
+        mods = modules or _top_modules(tmp / f"oci-{kind}", made["layer"]["digest"])
+        argv[kind] = ["podman", "run", "--rm", "--read-only", "--network=none", tag, "python3", "-c", START, *mods]
+        out[kind] = {"modules": mods, "bytecode": made["bytecode"], "inside": [], "whole": [],
+                     **_compiled(tag, mods)}
+    for i in range(rounds + 1):  # (the first round warms the engine's caches: not counted)
+        for kind, _ in kinds if i % 2 == 0 else reversed(kinds):
+            seconds, said = _timed(argv[kind])
+            took, imported = said.strip().splitlines()[-1].split()
+            out[kind]["imported"] = int(imported)
+            if i:
+                out[kind]["inside"].append(float(took))
+                out[kind]["whole"].append(seconds)
+    for kind, _ in kinds:
+        out[kind]["import-s"] = statistics.median(out[kind].pop("inside"))
+        out[kind]["start-s"] = statistics.median(out[kind].pop("whole"))
+        _run(["podman", "rmi", "-f", f"localhost/bench-image-start:{kind}"])
     out["import-ratio"] = out["pyc"]["import-s"] / out["no-pyc"]["import-s"]
     out["start-ratio"] = out["pyc"]["start-s"] / out["no-pyc"]["start-s"]
     return out
 
 
-def _print_start(s: dict[str, Any], rounds: int) -> None:
-    print(f"a container start importing the stack (its {len(s['pyc']['modules'])} modules), median of {rounds}:")
+def _print_start(s: dict[str, Any], rounds: int, what: str) -> None:
+    print(f"a container start importing {what} ({len(s['pyc']['modules'])} named, {s['pyc']['imported']} modules "
+          f"imported), median of {rounds}, side by side:")
     print(f"  import, with the layer's .pyc    {s['pyc']['import-s'] * 1000:8.1f} ms   {s['import-ratio']:5.2f}x   "
           "(goal <= 0.5x)")
     print(f"  import, --no-bytecode            {s['no-pyc']['import-s'] * 1000:8.1f} ms")
     print(f"  whole podman run, with .pyc      {s['pyc']['start-s']:8.3f} s    {s['start-ratio']:5.2f}x")
     print(f"  whole podman run, --no-bytecode  {s['no-pyc']['start-s']:8.3f} s")
+    for kind in ("pyc", "no-pyc"):
+        c = s[kind]
+        print(f"  modules compiled at a start ({kind}): {c['compiled-in-layer']} of the layer's, "
+              f"{c['compiled-elsewhere']} others; {c['from-pyc']} read from .pyc")
+
+
+def oci_dir(lock: Path, tmp: Path, base: str, rounds: int) -> dict[str, Any]:
+    """`toolchain image --oci-dir` (nothing loaded) against `podman build --no-cache` of the same wheels over the
+    same base, side by side in each round: warm (the layer remembered) and the layer made again (its memo entry
+    removed first, untimed; the base's layout, the interpreter's answer and the .pyc kept)."""
+    cache = tmp / "oci-cache"
+    image(lock, cache, "localhost/bench-image:1", base, "--oci-dir", str(tmp / "oci"))  # (the base read once)
+    memo = cache / "images" / "memo"
+    warm, again, built = [], [], []
+    for _ in range(rounds):
+        warm.append(image(lock, cache, "localhost/bench-image:1", base, "--oci-dir", str(tmp / "oci"))[0])
+        for entry in memo.glob("image-layer-*.json"):
+            entry.unlink()
+        again.append(image(lock, cache, "localhost/bench-image:1", base, "--oci-dir", str(tmp / "oci"))[0])
+        built.append(podman_build(lock, base, tmp / "ctx", "localhost/bench-image-dockerfile:1"))
+    _run(["podman", "rmi", "-f", "localhost/bench-image-dockerfile:1"])
+    out = {"warm-s": statistics.median(warm), "again-s": statistics.median(again),
+           "podman-build-s": statistics.median(built)}
+    out["warm-ratio"] = out["warm-s"] / out["podman-build-s"]
+    out["again-ratio"] = out["again-s"] / out["podman-build-s"]
+    return out
+
+
+def _print_oci_dir(results: dict[str, Any], rounds: int) -> None:
+    r = results["oci-dir"]
+    print(f"the demo's image written as an OCI layout (--oci-dir), median of {rounds}, side by side "
+          f"(load before {results['load']}):")
+    print(f"  warm (the layer remembered)   {r['warm-s']:7.3f} s   {r['warm-ratio']:6.1%} of podman build  "
+          "(goal <= 20%)")
+    print(f"  the layer made again          {r['again-s']:7.3f} s   {r['again-ratio']:6.1%} of podman build  "
+          "(the .pyc kept)")
+    print(f"  podman build --no-cache       {r['podman-build-s']:7.3f} s")
 
 
 def _over_vllm(tmp: Path, rounds: int) -> dict[str, Any]:
