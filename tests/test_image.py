@@ -412,6 +412,13 @@ def test_build_image_makes_the_same_image_as_toolchain_image_from_its_lock(test_
     assert r.returncode == 0, str(r)
     built = r.json()["image"]
     assert built["loaded"] == {"engine": "podman", "name": "localhost/i42-build:1"}
+    # the base under the name given is in the build record (never in the image), which reads back with the lock
+    record = tomlio.load_file(tmp_path / "out" / "build-record.toml")
+    assert record["image"] == {"name": "localhost/i42-build:1", "digest": built["digest"], "base": test_base}
+    assert test_base.split("@")[0] not in (tmp_path / "out" / "stack.lock.toml").read_text()
+    from toolchain.lock import read_lock
+
+    assert read_lock(tmp_path / "out" / "stack.lock.toml").components[0].build_seconds > 0  # (the record, read back)
     again = _image(tmp_path, "again", tmp_path / "out" / "stack.lock.toml", "--tag", "localhost/i42-build:1",
                    "--base", test_base)
     assert again["digest"] == built["digest"]

@@ -219,6 +219,15 @@ def read_record(lock_path: Path, lock_text_bytes: bytes) -> dict[str, Any]:
     return data if data.get("lock-sha256") == sha256_bytes(lock_text_bytes) else {}
 
 
+def add_to_record(lock_path: Path, key: str, table: dict[str, Any]) -> None:
+    """Put `table` under `key` in the build record beside the lock, when that record is the lock's own
+    (atomically; `with_record` reads back only the lock's fields, so a table of another kind stays the record's:
+    e.g. the image `build --image` made, with its base under the name given)."""
+    record = read_record(lock_path, lock_path.read_bytes())
+    if record:
+        atomic_write_text(lock_path.parent / RECORD_NAME, RECORD_HEADER + tomlio.dumps({**record, key: table}))
+
+
 def with_record(lock: Lock, record: dict[str, Any]) -> Lock:
     """`lock` with what its build record says put back (the lock's own values where it says nothing)."""
     if not record:

@@ -128,6 +128,12 @@ def _build(args: argparse.Namespace, ui: UI) -> CommandResult:
                                   load=args.image_load, push=False, insecure=False, oci_dir=None,
                                   cache_dir=args.cache_dir)
         data["image"], _, image = image_and_deliver(lock.path, made, ui)
+        from toolchain.image.make import BASE_DIGEST
+        from toolchain.lock import add_to_record
+
+        made_image = data["image"]  # (the base under the name given: the build record's, never the image's)
+        add_to_record(lock.path, "image", {"name": made_image["image"], "digest": made_image["digest"],
+                                           "base": f"{made_image['base']}@{made_image['labels'][BASE_DIGEST]}"})
     tables = (summary_grid(f"{recipe.name}: {lock.path}", lock, built),)
     summary = f"[green]lock:[/] {literal(str(lock.path))}" + (
         f"\n[green]bundle:[/] {literal(data['bundle'])}" if "bundle" in data else "") + (f"\n{image}" if image else "")
