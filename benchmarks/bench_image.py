@@ -126,6 +126,8 @@ def podman_build(lock: Path, base: str, ctx: Path, tag: str, python: str = "pyth
         f"FROM {base}\nCOPY wheels /wheels\nRUN {python} -m pip install --no-index --no-cache-dir --force-reinstall "
         "--no-deps --break-system-packages /wheels/*.whl\n")
     seconds, _ = _timed(["podman", "build", "--no-cache", "-q", "--network=none", "-t", tag, str(ctx)])
+    # (untimed: the image and the step images under it removed, or each round leaves two nameless ones behind)
+    subprocess.run(["podman", "rmi", "-f", tag], env=_env(), capture_output=True, timeout=300)
     return seconds
 
 
@@ -343,7 +345,6 @@ def oci_dir(lock: Path, tmp: Path, base: str, rounds: int) -> dict[str, Any]:
             entry.unlink()
         again.append(image(lock, cache, "localhost/bench-image:1", base, "--oci-dir", str(tmp / "oci"))[0])
         built.append(podman_build(lock, base, tmp / "ctx", "localhost/bench-image-dockerfile:1"))
-    _run(["podman", "rmi", "-f", "localhost/bench-image-dockerfile:1"])
     out = {"warm-s": statistics.median(warm), "again-s": statistics.median(again),
            "podman-build-s": statistics.median(built)}
     out["warm-ratio"] = out["warm-s"] / out["podman-build-s"]
