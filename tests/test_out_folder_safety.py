@@ -131,6 +131,71 @@ def test_an_out_wheel_another_uid_replaced_with_a_0666_copy_is_replaced(built):
     assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o644
 
 
+# ---- the build record: read back only when it is the user's own ---------------------------------------------
+
+READ_BACK = """
+import json, sys
+from pathlib import Path
+from toolchain.lock import read_lock, record_warnings
+lock = read_lock(Path(sys.argv[1]))
+print(json.dumps({"recipe-path": lock.recipe_path, "warnings": record_warnings()}))
+"""
+
+
+def read_back(ws, lock: Path) -> dict:
+    """What `read_lock` makes of `lock` and its record, in a process of its own (a FIFO must not hang it)."""
+    r = subprocess.run([sys.executable, "-c", READ_BACK, str(lock)], env=ws.env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("how", [pytest.param("replaced by another uid", marks=ROOT_ONLY),
+                                 pytest.param("written by another uid", marks=ROOT_ONLY),
+                                 "a fifo", "a symbolic link"])
+def test_a_build_record_that_is_not_yours_alone_is_ignored_with_one_warning(built, how):
+    """The build record names this machine's paths a rebuild uses (the recipe file among them). One another uid
+    replaced or wrote (an out folder, or a record, others can write), a FIFO (a plain open would hang) or a
+    symbolic link (to a record of the user's own, even) is not read: one warning names it and the fix, and the
+    build writes the user's own again (through no link)."""
+    out = built.root / "out"
+    record, lock = out / "build-record.toml", out / "stack.lock.toml"
+    text = record.read_text()
+    assert read_back(built, lock) == {"recipe-path": str(built.recipes / "r.toml"), "warnings": []}
+    planted = built.root / "planted.toml"
+    planted.write_text(text.replace(str(built.recipes / "r.toml"), "/planted/recipes/r.toml"))
+    assert planted.read_text() != text
+    os.chmod(planted, 0o644)
+    if how == "replaced by another uid":
+        open_to_all(out)
+        as_nobody("sh", "-c", f'cp "{planted}" "{out}/.r" && mv -f "{out}/.r" "{record}"')
+        assert record.stat().st_uid == NOBODY
+    elif how == "written by another uid":
+        os.chmod(record, 0o666)
+        for p in out.parents:
+            os.chmod(p, p.stat().st_mode | 0o001)
+        as_nobody("sh", "-c", f'cat "{planted}" > "{record}"')
+        assert record.read_text() == planted.read_text() and record.stat().st_uid == os.geteuid()
+    elif how == "a fifo":
+        record.unlink()
+        os.mkfifo(record)
+    else:
+        record.unlink()
+        record.symlink_to(planted)
+    found = read_back(built, lock)
+    assert found["recipe-path"] == "recipes/r.toml", found  # (the lock's own: nothing of the record)
+    (warning,) = found["warnings"]
+    assert f"{record} is not read" in warning and f"rm {record}" in warning, warning
+    r = built.build("r")
+    assert r.returncode == 0, str(r)
+    flat = " ".join(r.stderr.split())
+    assert flat.count(f"{record} is not read") == 1 and "build again" in flat, r.stderr
+    st = record.lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    assert planted.read_text() != text and "/planted/" in planted.read_text()  # (no link written through)
+    assert read_back(built, lock) == {"recipe-path": str(built.recipes / "r.toml"), "warnings": []}
+
+
 # ---- the out lock: in the out folder, and a wait that ends ------------------------------------------------
 
 HOLD = """

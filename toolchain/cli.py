@@ -148,9 +148,11 @@ def _main(args_list: list[str]) -> int:
                 raise UsageError("no command given", hint="see `toolchain --help` for the commands")
             handler: Callable[[argparse.Namespace, UI], CommandResult] = args.handler
             result = handler(args, ui)
+        _late_warnings(ui)
         ui.emit(result)
         return result.exit_code
     except ToolError as err:
+        _late_warnings(ui)
         _report(ui, err)
         return err.return_code
     except Interrupted as exc:
@@ -169,6 +171,14 @@ def _main(args_list: list[str]) -> int:
         return problem.return_code
     finally:  # the stop it noted is over: a later call in this process (a library caller, a test) is not
         STOPPING.clear()  # stopping, and talks to a registry again (sharing/transport.py refuses while it is set)
+
+
+def _late_warnings(ui: UI) -> None:
+    """What a layer without the console noted for the user: build records not read back (`lock.read_record`)."""
+    lock = sys.modules.get("toolchain.lock")  # (not imported by this run: nothing to say)
+    if lock is not None:
+        for warning in lock.record_warnings():
+            ui.warn(warning)
 
 
 def _build_parser_frozen(first: str | None) -> argparse.ArgumentParser:
