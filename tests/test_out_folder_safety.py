@@ -117,6 +117,38 @@ def test_a_fifo_at_the_setvars_log_does_not_hang_the_build(built):
     assert stat.S_ISREG(fifo.lstat().st_mode) and "setvars" in fifo.read_text()
 
 
+WARN_TO_LOG = """
+import sys
+from pathlib import Path
+from toolchain.bisect.builder import LoggedWarnings
+LoggedWarnings(Path(sys.argv[1]), quiet=True).warn("libfoo.so.1: no closure to check it against")
+"""
+
+
+@pytest.mark.parametrize("planted", [pytest.param("link", marks=ROOT_ONLY), "fifo"])
+def test_a_bisect_steps_warnings_log_is_never_written_through_a_link_nor_waited_on(tmp_path, planted):
+    """A deferred bisect step writes its warnings to `<bisect out>/<key>/logs/warnings.log`: a link another uid
+    put there (a folder others can write) or a FIFO is replaced by a file of the user's, never written through
+    nor waited on (a process of its own, bounded)."""
+    logs = tmp_path / "bisect" / "0123456789ab" / "logs"
+    logs.mkdir(parents=True)
+    log, victim = logs / "warnings.log", tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    if planted == "link":
+        open_to_all(logs)
+        os.chmod(victim, 0o666)
+        as_nobody("ln", "-s", str(victim), str(log))
+        assert log.is_symlink() and log.lstat().st_uid == NOBODY
+    else:
+        os.mkfifo(log)
+    r = subprocess.run([sys.executable, "-c", WARN_TO_LOG, str(log)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    st = log.lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid(), planted
+    assert log.read_text() == "warning: libfoo.so.1: no closure to check it against\n"
+    assert victim.read_text() == "keep me\n"
+
+
 @ROOT_ONLY
 def test_an_out_wheel_another_uid_replaced_with_a_0666_copy_is_replaced(built):
     out = built.root / "out"
