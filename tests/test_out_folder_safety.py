@@ -263,6 +263,32 @@ def test_builds_with_different_caches_into_one_out_take_turns(built):
     assert waited >= 2.0
 
 
+@ROOT_ONLY
+def test_another_user_holding_a_lock_of_the_cache_ends_the_wait_at_once(built):
+    """Every wait ends: a user who can read the cache's lock files (the folders are 755, the files 644) holds
+    each one (a real process of uid 65534, read-only opens); the next build that needs them (its wheel rebuilt:
+    the wheel cache's key lock, the source tree's lock) exits 2 at once naming the pid and uid, and waits for
+    none of them. A holder of the user's own is waited for as before (the out lock's tests)."""
+    cache = built.root / "cache"
+    locks = sorted(cache.rglob("*.lock"))
+    assert any(p.parent.name == "locks" for p in locks) and any(p.parent.name == "trees" for p in locks), locks
+    for p in built.root.parents:
+        os.chmod(p, p.stat().st_mode | 0o001)
+    holders = [hold_lock(p, 600, *AS_NOBODY) for p in locks]
+    try:
+        for entry in (cache / "wheels").glob("??"):
+            subprocess.run(["rm", "-rf", str(entry)], check=True)
+        r = built.build("r")  # (a hang here is the CLI's timeout: a failure)
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+    assert r.returncode == 2, str(r)
+    error = r.json()["error"]
+    assert "held by" in error and f"(uid {NOBODY})" in error and "does not wait" in error, error
+    assert any(f"pid {h.pid} (uid {NOBODY})" in error for h in holders), error
+
+
 def test_a_wait_for_the_out_lock_ends_after_its_bound_naming_the_holder(built):
     holder = hold_lock(built.root / "out" / OUT_LOCK, 60)
     try:

@@ -226,7 +226,16 @@ CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.ENOTDIR)
 
 
 def _environment_error(exc: OSError) -> ToolError | None:
-    """A full disk (exit 1) or a place that cannot be written (exit 2) as one line, not a traceback."""
+    """A full disk (exit 1), a place that cannot be written (exit 2) or a lock of the cache's another user holds
+    (exit 2: core/fs `file_lock` does not wait for them) as one line, not a traceback."""
+    from toolchain.core.fs import LockWait
+
+    if isinstance(exc, LockWait):
+        if not exc.foreign:
+            return ToolError(str(exc), hint="wait for it to finish, then run again")
+        return UsageError(f"{exc}: another user holds this lock of the tool's; the run does not wait for them",
+                          hint=f"ask them to stop it, or use a cache of your own (--cache-dir); a user who can "
+                               f"read {exc.path} can hold it (chmod o-rx on the cache folder prevents that)")
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno in NO_SPACE:
         return ToolError(f"no space left on the device{where}: {os.strerror(exc.errno)}",

@@ -86,7 +86,7 @@ def _gid(name: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _member(uid: int, gid: int) -> bool:
+def member(uid: int, gid: int) -> bool:
     """Whether user `uid` belongs to group `gid` (its primary group or a supplementary one)."""
     import grp
     import pwd
@@ -114,7 +114,7 @@ def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True) ->
     if group is not None and st.st_gid == group:
         if st.st_mode & 0o002:
             return f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-        if st.st_uid not in (me, 0) and not _member(st.st_uid, group):
+        if st.st_uid not in (me, 0) and not member(st.st_uid, group):
             return f"owned by uid {st.st_uid}, not of the shared group {group}"
         return ""
     if st.st_uid not in (me, 0):
