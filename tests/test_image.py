@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spine_helpers import Cli, isolated_env
+from tests.spine_helpers import Cli, DemoBuild, isolated_env
 from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
 from tests.support.debian_image import containers_env
 from tests.support.registry_fixtures import AUTH_PASSWORD, AUTH_USER
@@ -427,9 +428,8 @@ def test_build_image_makes_the_same_image_as_toolchain_image_from_its_lock(test_
     _engine("podman", "rmi", "localhost/i42-build:1", check=False)
 
 
-@pytest.mark.slow
-@pytest.mark.container
-def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo_build, test_base, tmp_path):
+def _bisect_setup(demo_build: DemoBuild, tmp_path: Path) -> tuple[Cli, Path]:
+    """A CLI over a copy of the demo build's cache, and a --test-cmd script: bad once `word_count` miscounts."""
     cache = tmp_path / "cache"
     shutil.copytree(demo_build.cache, cache, symlinks=True)
     test = tmp_path / "word-count.py"
@@ -437,7 +437,13 @@ def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo
                     "sys.path[:0] = glob.glob(os.path.join(os.environ['TOOLCHAIN_BISECT_WHEEL_DIR'], 'demo_engine-*.whl'))\n"
                     "from demo_engine.text import word_count\n"
                     "sys.exit(0 if word_count('two  words ') == 2 else 1)\n")
-    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "TOOLCHAIN_CACHE_DIR": str(cache)})
+    return Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "TOOLCHAIN_CACHE_DIR": str(cache)}), test
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo_build, test_base, tmp_path):
+    cli, test = _bisect_setup(demo_build, tmp_path)
     r = cli("bisect", "--recipe", "demo", "--component", "engine", "--good", "v0.3.1", "--bad", "v0.4.0",
             "--test-cmd", f"python3 {test}", "--out", tmp_path / "bisect", "--json", "--keep-images",
             "--image-base", test_base, timeout=1200)
@@ -454,6 +460,59 @@ def test_bisect_keep_images_loads_the_commit_it_names_as_an_image_that_runs(demo
                    "from demo_engine.text import word_count; print(word_count('two  words '))")
     assert good.stdout.strip() == "2"
     _engine("podman", "rmi", tag, doc["images"]["good"].split("@")[0], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_bisect_keep_images_never_moves_a_name_an_image_it_did_not_make_holds(demo_build, test_base, tmp_path):
+    """A bisect with --keep-images, then the same bisect again after an image the tool did not make (one this
+    test imports) took the bad end's name and the next one (NAME-2): the second run leaves both to it and
+    loads the bad end as NAME-3, saying so (a warning, and `images-renamed` in --json); the good end's name
+    still holds the tool's own earlier image, which is replaced."""
+    cli, test = _bisect_setup(demo_build, tmp_path)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "keep47.toml").write_text('extends = "demo"\n')  # (names of this test's own)
+
+    def bisect(out: str) -> dict:
+        r = cli("bisect", "--recipe", "keep47", "--component", "engine", "--good", "v0.3.1", "--bad", "v0.4.0",
+                "--test-cmd", f"python3 {test}", "--out", tmp_path / out, "--json", "--keep-images",
+                "--image-base", test_base, timeout=1200)
+        assert r.returncode == 0, str(r)
+        return {**r.json(), "stderr": " ".join(r.stderr.split())}
+
+    def image_id(name: str) -> str:
+        return _engine("podman", "image", "inspect", "--format", "{{.Id}}", name).stdout.strip()
+
+    foreign = f"localhost/keep-images-foreign-{os.getpid()}:1"
+    empty = tmp_path / "empty.tar"
+    with tarfile.open(empty, "w"):
+        pass
+    made: list[str] = []
+    try:
+        first = bisect("bisect-1")
+        good, bad = (first["images"][end].split("@")[0] for end in ("good", "bad"))
+        made += [image_id(good), image_id(bad)]
+        assert first["images-renamed"] == {} and bad.startswith("localhost/bisect-keep47:bad-"), first["images"]
+        _engine("podman", "import", str(empty), foreign)
+        made.append(image_id(foreign))
+        for name in (bad, f"{bad}-2"):
+            _engine("podman", "tag", foreign, name)  # (the user's own images under those names)
+        assert image_id(bad) == image_id(f"{bad}-2") == made[2]
+
+        second = bisect("bisect-2")
+        assert second["images"]["bad"].split("@") == [f"{bad}-3", first["images"]["bad"].split("@")[1]], second
+        assert second["images-renamed"] == {"bad": {"wanted": bad, "used": f"{bad}-3"}}, second
+        assert f"{bad} names an image toolchain did not make in podman" in second["stderr"], second["stderr"]
+        assert f"the bad image is {bad}-3" in second["stderr"], second["stderr"]
+        assert image_id(bad) == image_id(f"{bad}-2") == made[2]  # (left to the image that held them)
+        assert image_id(f"{bad}-3") == made[1]
+        assert second["images"]["good"] == first["images"]["good"] and image_id(good) == made[0]
+        run = _engine("podman", "run", "--rm", "--network=none", f"{bad}-3", "python3", "-c",
+                      "from demo_engine.text import word_count; print(word_count('two  words '))")
+        assert run.stdout.strip() != "2"  # the regression, under the name it took
+    finally:
+        for ident in made:
+            _engine("podman", "rmi", "-f", ident, check=False)
 
 
 @pytest.mark.slow

@@ -117,6 +117,38 @@ def test_a_fifo_at_the_setvars_log_does_not_hang_the_build(built):
     assert stat.S_ISREG(fifo.lstat().st_mode) and "setvars" in fifo.read_text()
 
 
+WARN_TO_LOG = """
+import sys
+from pathlib import Path
+from toolchain.bisect.builder import LoggedWarnings
+LoggedWarnings(Path(sys.argv[1]), quiet=True).warn("libfoo.so.1: no closure to check it against")
+"""
+
+
+@pytest.mark.parametrize("planted", [pytest.param("link", marks=ROOT_ONLY), "fifo"])
+def test_a_bisect_steps_warnings_log_is_never_written_through_a_link_nor_waited_on(tmp_path, planted):
+    """A deferred bisect step writes its warnings to `<bisect out>/<key>/logs/warnings.log`: a link another uid
+    put there (a folder others can write) or a FIFO is replaced by a file of the user's, never written through
+    nor waited on (a process of its own, bounded)."""
+    logs = tmp_path / "bisect" / "0123456789ab" / "logs"
+    logs.mkdir(parents=True)
+    log, victim = logs / "warnings.log", tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    if planted == "link":
+        open_to_all(logs)
+        os.chmod(victim, 0o666)
+        as_nobody("ln", "-s", str(victim), str(log))
+        assert log.is_symlink() and log.lstat().st_uid == NOBODY
+    else:
+        os.mkfifo(log)
+    r = subprocess.run([sys.executable, "-c", WARN_TO_LOG, str(log)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    st = log.lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid(), planted
+    assert log.read_text() == "warning: libfoo.so.1: no closure to check it against\n"
+    assert victim.read_text() == "keep me\n"
+
+
 @ROOT_ONLY
 def test_an_out_wheel_another_uid_replaced_with_a_0666_copy_is_replaced(built):
     out = built.root / "out"
@@ -129,6 +161,71 @@ def test_an_out_wheel_another_uid_replaced_with_a_0666_copy_is_replaced(built):
     assert "is not a file of yours that only you may write" in r.stderr and wheel.name in r.stderr, r.stderr
     st = wheel.stat()
     assert st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o644
+
+
+# ---- the build record: read back only when it is the user's own ---------------------------------------------
+
+READ_BACK = """
+import json, sys
+from pathlib import Path
+from toolchain.lock import read_lock, record_warnings
+lock = read_lock(Path(sys.argv[1]))
+print(json.dumps({"recipe-path": lock.recipe_path, "warnings": record_warnings()}))
+"""
+
+
+def read_back(ws, lock: Path) -> dict:
+    """What `read_lock` makes of `lock` and its record, in a process of its own (a FIFO must not hang it)."""
+    r = subprocess.run([sys.executable, "-c", READ_BACK, str(lock)], env=ws.env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("how", [pytest.param("replaced by another uid", marks=ROOT_ONLY),
+                                 pytest.param("written by another uid", marks=ROOT_ONLY),
+                                 "a fifo", "a symbolic link"])
+def test_a_build_record_that_is_not_yours_alone_is_ignored_with_one_warning(built, how):
+    """The build record names this machine's paths a rebuild uses (the recipe file among them). One another uid
+    replaced or wrote (an out folder, or a record, others can write), a FIFO (a plain open would hang) or a
+    symbolic link (to a record of the user's own, even) is not read: one warning names it and the fix, and the
+    build writes the user's own again (through no link)."""
+    out = built.root / "out"
+    record, lock = out / "build-record.toml", out / "stack.lock.toml"
+    text = record.read_text()
+    assert read_back(built, lock) == {"recipe-path": str(built.recipes / "r.toml"), "warnings": []}
+    planted = built.root / "planted.toml"
+    planted.write_text(text.replace(str(built.recipes / "r.toml"), "/planted/recipes/r.toml"))
+    assert planted.read_text() != text
+    os.chmod(planted, 0o644)
+    if how == "replaced by another uid":
+        open_to_all(out)
+        as_nobody("sh", "-c", f'cp "{planted}" "{out}/.r" && mv -f "{out}/.r" "{record}"')
+        assert record.stat().st_uid == NOBODY
+    elif how == "written by another uid":
+        os.chmod(record, 0o666)
+        for p in out.parents:
+            os.chmod(p, p.stat().st_mode | 0o001)
+        as_nobody("sh", "-c", f'cat "{planted}" > "{record}"')
+        assert record.read_text() == planted.read_text() and record.stat().st_uid == os.geteuid()
+    elif how == "a fifo":
+        record.unlink()
+        os.mkfifo(record)
+    else:
+        record.unlink()
+        record.symlink_to(planted)
+    found = read_back(built, lock)
+    assert found["recipe-path"] == "recipes/r.toml", found  # (the lock's own: nothing of the record)
+    (warning,) = found["warnings"]
+    assert f"{record} is not read" in warning and f"rm {record}" in warning, warning
+    r = built.build("r")
+    assert r.returncode == 0, str(r)
+    flat = " ".join(r.stderr.split())
+    assert flat.count(f"{record} is not read") == 1 and "build again" in flat, r.stderr
+    st = record.lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    assert planted.read_text() != text and "/planted/" in planted.read_text()  # (no link written through)
+    assert read_back(built, lock) == {"recipe-path": str(built.recipes / "r.toml"), "warnings": []}
 
 
 # ---- the out lock: in the out folder, and a wait that ends ------------------------------------------------
@@ -164,6 +261,32 @@ def test_builds_with_different_caches_into_one_out_take_turns(built):
     assert r.returncode == 0, str(r)
     assert f"waiting for another build into {built.root / 'out'}" in r.stderr, r.stderr
     assert waited >= 2.0
+
+
+@ROOT_ONLY
+def test_another_user_holding_a_lock_of_the_cache_ends_the_wait_at_once(built):
+    """Every wait ends: a user who can read the cache's lock files (the folders are 755, the files 644) holds
+    each one (a real process of uid 65534, read-only opens); the next build that needs them (its wheel rebuilt:
+    the wheel cache's key lock, the source tree's lock) exits 2 at once naming the pid and uid, and waits for
+    none of them. A holder of the user's own is waited for as before (the out lock's tests)."""
+    cache = built.root / "cache"
+    locks = sorted(cache.rglob("*.lock"))
+    assert any(p.parent.name == "locks" for p in locks) and any(p.parent.name == "trees" for p in locks), locks
+    for p in built.root.parents:
+        os.chmod(p, p.stat().st_mode | 0o001)
+    holders = [hold_lock(p, 600, *AS_NOBODY) for p in locks]
+    try:
+        for entry in (cache / "wheels").glob("??"):
+            subprocess.run(["rm", "-rf", str(entry)], check=True)
+        r = built.build("r")  # (a hang here is the CLI's timeout: a failure)
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+    assert r.returncode == 2, str(r)
+    error = r.json()["error"]
+    assert "held by" in error and f"(uid {NOBODY})" in error and "does not wait" in error, error
+    assert any(f"pid {h.pid} (uid {NOBODY})" in error for h in holders), error
 
 
 def test_a_wait_for_the_out_lock_ends_after_its_bound_naming_the_holder(built):

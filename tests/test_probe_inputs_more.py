@@ -310,6 +310,44 @@ def test_without_a_tracer_command_dot_is_still_seen_by_the_wrapper(tmp_path: Pat
     assert warm == cold and warm["LEVEL"] == "2222"
 
 
+def test_a_file_changed_while_setvars_is_sourced_is_probed_again(tmp_path: Path):
+    """A real process rewrites a file setvars sources (in place: its size and mtime put back) after the shell
+    read it and before the sourcing ended (setvars holds there until the rewrite is done: the race made
+    certain). That run's answer is the old text; the next one must answer the new text, not a memo recorded
+    with the rewritten file's stat (its ctime falls after sourcing began: racily clean, as git says)."""
+    files = tmp_path / "etc"
+    files.mkdir()
+    level, held, release = files / "level", tmp_path / "held", tmp_path / "release"
+    level.write_text("export LEVEL=1111\n")
+    os.utime(level, ns=(1_000_000_000, 1_000_000_000))
+    body = (f"source {level}\n"
+            f"if [ ! -e {held} ]; then : > {held}; while [ ! -e {release} ]; do sleep 0.05; done; fi")
+    recipe, _ = setvars_recipe(tmp_path, body)
+    time.sleep(0.2)  # (what the test made is older than the racy margin: only the rewrite is racy)
+    rewriter = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "level, held, release = map(Path, sys.argv[1:])\n"
+        "end = time.monotonic() + 120\n"
+        "while not held.exists() and time.monotonic() < end:\n"
+        "    time.sleep(0.02)\n"
+        "st = level.stat()\n"
+        "with open(level, 'r+b') as f:\n"
+        "    f.write(level.read_bytes().replace(b'1111', b'2222'))\n"
+        "os.utime(level, ns=(st.st_atime_ns, st.st_mtime_ns))\n"
+        "release.touch()\n"), str(level), str(held), str(release)])
+    memo = tmp_path / "memo"
+    rt = HostRuntime(recipe.target)  # type: ignore[attr-defined]
+    try:
+        first = capture_toolchain(recipe, rt, memo, rt.identity()).as_dict()  # type: ignore[arg-type]
+    finally:
+        assert rewriter.wait(timeout=150) == 0
+    assert first["LEVEL"] == "1111"  # (read before the rewrite)
+    assert level.stat().st_size == len("export LEVEL=1111\n") and level.stat().st_mtime_ns == 1_000_000_000
+    warm, cold = captured(recipe, memo)
+    assert warm == cold and warm["LEVEL"] == "2222"
+
+
 def test_the_shell_trace_reads_opens_stats_and_execs_not_writes(tmp_path: Path):
     trace = "\n".join([
         '101 openat(AT_FDCWD, "/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3',

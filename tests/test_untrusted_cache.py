@@ -6,11 +6,14 @@ own (`core.trust.cache_for_run`), removed at exit, and says so once. The other u
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import tempfile
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -187,3 +190,71 @@ def test_the_private_folder_is_one_per_cache_yours_alone_and_a_declared_group_ta
     finally:
         trust.declare_shared_group("")
         trust.forget_folders()
+
+
+def test_private_caches_killed_runs_left_are_removed_by_the_next_run_and_by_prune(cli: Cli, tmp_path: Path):
+    """A real build with an untrusted cache, killed with SIGKILL once its private cache exists (no atexit runs),
+    leaves that folder. The next run that needs a private cache removes it, and so does `cache prune` (after its
+    --dry-run named it); what is not the tool's own is left: a folder of that name without the tool's marker,
+    one of another uid (holding a copy of a dead run's owner record), one whose owner still runs."""
+    from toolchain.core.proc.owner import owner_token
+    from toolchain.core.trust import STAND_IN_OWNER, STAND_IN_PREFIX
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)
+    env = {"TMPDIR": str(tmp)}
+    cache = Path(cli.env["TOOLCHAIN_CACHE_DIR"])
+    cache.mkdir()
+    os.chmod(cache, 0o777)  # others can write it: every run uses a private cache instead
+
+    def stand_ins() -> set[Path]:
+        return {p.parent for p in tmp.glob(f"{STAND_IN_PREFIX}*/{STAND_IN_OWNER}")}
+
+    def killed_run() -> Path:
+        before = stand_ins()
+        proc = cli.start("build", "--recipe", "demo", "--out", tmp_path / "out", env=env)
+        try:
+            deadline = time.monotonic() + 120
+            while not (stand_ins() - before) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+        (left,) = stand_ins() - before
+        assert (left / ".toolchain-owned").is_file()  # (killed: nothing removed it)
+        return left
+
+    first = killed_run()
+    token = (first / STAND_IN_OWNER).read_text()
+    not_ours = tmp / f"{STAND_IN_PREFIX}notes"
+    not_ours.mkdir()
+    (not_ours / STAND_IN_OWNER).write_text(token)  # (a look-alike: no marker of the tool's)
+    theirs = tmp / f"{STAND_IN_PREFIX}theirs"
+    as_nobody("mkdir", "-m", "700", theirs)
+    for name in (STAND_IN_OWNER, ".toolchain-owned"):
+        (tmp_path / name).write_bytes((first / name).read_bytes())
+        as_nobody("cp", tmp_path / name, theirs / name)
+    live = tmp / f"{STAND_IN_PREFIX}live"
+    live.mkdir(mode=0o700)
+    (live / ".toolchain-owned").write_text("made by toolchain\n")
+    (live / STAND_IN_OWNER).write_text(owner_token() + "\n")  # (this test's process: it still runs)
+    others = {p: snapshot(p) for p in (not_ours, live)}
+
+    r = cli("plan", "--recipe", "demo", env=env)  # the next run that needs a private cache
+    assert r.returncode == 0, str(r)
+    assert not first.exists()
+    assert stand_ins() == {not_ours, theirs, live}  # (the plan's own private cache removed at its exit)
+
+    second = killed_run()
+    prune = ("cache", "prune", "--older-than", "3650d", "--cache-dir", tmp_path / "mine", "--json")
+    r = cli(*prune, "--dry-run", env=env)  # (a cache of the user's own: no private one, prune removes them)
+    assert r.returncode == 0, str(r)
+    assert json.loads(r.stdout)["private-caches-removed"] == [str(second)] and second.exists()
+    r = cli(*prune, env=env)
+    assert r.returncode == 0, str(r)
+    assert json.loads(r.stdout)["private-caches-removed"] == [str(second)], r.stdout
+    assert stand_ins() == {not_ours, theirs, live}
+    assert {p: snapshot(p) for p in (not_ours, live)} == others
+    assert os.lstat(theirs).st_uid == NOBODY and sorted(os.listdir(theirs)) == sorted([STAND_IN_OWNER, ".toolchain-owned"])

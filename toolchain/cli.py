@@ -148,9 +148,11 @@ def _main(args_list: list[str]) -> int:
                 raise UsageError("no command given", hint="see `toolchain --help` for the commands")
             handler: Callable[[argparse.Namespace, UI], CommandResult] = args.handler
             result = handler(args, ui)
+        _late_warnings(ui)
         ui.emit(result)
         return result.exit_code
     except ToolError as err:
+        _late_warnings(ui)
         _report(ui, err)
         return err.return_code
     except Interrupted as exc:
@@ -169,6 +171,14 @@ def _main(args_list: list[str]) -> int:
         return problem.return_code
     finally:  # the stop it noted is over: a later call in this process (a library caller, a test) is not
         STOPPING.clear()  # stopping, and talks to a registry again (sharing/transport.py refuses while it is set)
+
+
+def _late_warnings(ui: UI) -> None:
+    """What a layer without the console noted for the user: build records not read back (`lock.read_record`)."""
+    lock = sys.modules.get("toolchain.lock")  # (not imported by this run: nothing to say)
+    if lock is not None:
+        for warning in lock.record_warnings():
+            ui.warn(warning)
 
 
 def _build_parser_frozen(first: str | None) -> argparse.ArgumentParser:
@@ -216,7 +226,16 @@ CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.ENOTDIR)
 
 
 def _environment_error(exc: OSError) -> ToolError | None:
-    """A full disk (exit 1) or a place that cannot be written (exit 2) as one line, not a traceback."""
+    """A full disk (exit 1), a place that cannot be written (exit 2) or a lock of the cache's another user holds
+    (exit 2: core/fs `file_lock` does not wait for them) as one line, not a traceback."""
+    from toolchain.core.fs import LockWait
+
+    if isinstance(exc, LockWait):
+        if not exc.foreign:
+            return ToolError(str(exc), hint="wait for it to finish, then run again")
+        return UsageError(f"{exc}: another user holds this lock of the tool's; the run does not wait for them",
+                          hint=f"ask them to stop it, or use a cache of your own (--cache-dir); a user who can "
+                               f"read {exc.path} can hold it (chmod o-rx on the cache folder prevents that)")
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno in NO_SPACE:
         return ToolError(f"no space left on the device{where}: {os.strerror(exc.errno)}",

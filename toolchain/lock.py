@@ -6,6 +6,7 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -209,12 +210,44 @@ def record_dict(lock: Lock, lock_sha256: str) -> dict[str, Any]:
     return out
 
 
+_IGNORED_RECORDS: dict[str, str] = {}  # a build record not read back -> the warning (record_warnings), this run
+
+
 def read_record(lock_path: Path, lock_text_bytes: bytes) -> dict[str, Any]:
     """The build record beside a lock, when it is that lock's (its `lock-sha256` is the lock text's): {} when
-    there is none, or it is another lock's or unreadable (a lock copied or unpacked elsewhere has none)."""
+    there is none, or it is another lock's or unreadable (a lock copied or unpacked elsewhere has none). It
+    names this machine's paths a rebuild uses (the recipe files, setvars), so it is read only when it is a
+    regular file of the invoking user's or root's that no one else may write, opened without following a
+    final link and without blocking (a FIFO), checked on the descriptor; anything else is ignored, with one
+    warning naming it and the fix (`record_warnings`)."""
+    import errno
+
+    from toolchain.core.fs import NotRegular, invoking_user, open_regular
+
+    path, raw = lock_path.parent / RECORD_NAME, b""
     try:
-        data = tomlio.loads((lock_path.parent / RECORD_NAME).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomlio.TOMLDecodeError):
+        with open_regular(path) as (fh, st):
+            if st.st_uid not in (os.geteuid(), invoking_user()[0], 0):
+                why = f"it is owned by uid {st.st_uid}, not by you or root"
+            elif st.st_mode & 0o022:
+                why = f"other users may write it (mode {st.st_mode & 0o7777:o})"
+            else:
+                why, raw = "", fh.read()
+    except FileNotFoundError:
+        return {}
+    except NotRegular:
+        why = "it is not a regular file"
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else f"it cannot be read ({exc.strerror or exc})"
+    if why:
+        _IGNORED_RECORDS.setdefault(str(path), (
+            f"{path} is not read ({why}): the lock's timings and this machine's paths (recipe files, setvars) "
+            f"are left out; remove it (`rm {path}`) and build again to write your own, and keep "
+            f"{path.parent} writable by you alone (chmod go-w)"))
+        return {}
+    try:
+        data = tomlio.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomlio.TOMLDecodeError):
         return {}
     return data if data.get("lock-sha256") == sha256_bytes(lock_text_bytes) else {}
 
@@ -228,6 +261,13 @@ def add_to_record(lock_path: Path, key: str, table: dict[str, Any]) -> None:
         atomic_write_text(lock_path.parent / RECORD_NAME, RECORD_HEADER + tomlio.dumps({**record, key: table}))
 
 
+def record_warnings() -> list[str]:
+    """The warnings of build records `read_record` ignored since the last call (each path once a run)."""
+    found = [w for w in _IGNORED_RECORDS.values() if w]
+    _IGNORED_RECORDS.update(dict.fromkeys(_IGNORED_RECORDS, ""))  # (said: not again this run)
+    return found
+
+
 def with_record(lock: Lock, record: dict[str, Any]) -> Lock:
     """`lock` with what its build record says put back (the lock's own values where it says nothing)."""
     if not record:
@@ -236,9 +276,6 @@ def with_record(lock: Lock, record: dict[str, Any]) -> Lock:
     if out.closure is not None and isinstance(record.get("resolve"), dict):
         out = replace(out, closure=merged(out.closure, record["resolve"], kebab=True))
     return out
-
-
-
 
 
 def fetchcontent_table(dep: FetchContentDep) -> dict[str, str]:

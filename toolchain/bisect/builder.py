@@ -17,7 +17,7 @@ from toolchain.bisect.overlay_step import only_the_bisected
 from toolchain.build.stack import BuildOptions, BuiltComponent, WheelSource
 from toolchain.build.wheelmeta import wheel_meta
 from toolchain.console import UI
-from toolchain.core.fs import atomic_write_text, sha256_bytes
+from toolchain.core.fs import atomic_write_text, open_log, sha256_bytes
 from toolchain.core.proc.signals import STOPPING
 from toolchain.core.record import record, replace
 from toolchain.core.serial import from_data, to_table
@@ -147,9 +147,8 @@ class LoggedWarnings(UI):
         self.log = log
 
     def warn(self, message: str) -> None:
-        """Append the warning to the log."""
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("a", encoding="utf-8") as f:
+        """Append the warning to the log (`open_log`: a link or FIFO there is replaced, not written through)."""
+        with open_log(self.log) as f:
             f.write(f"warning: {message}\n")
 
 

@@ -307,7 +307,7 @@ def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | No
         return {"info": to_table(t.info), "diff": [list(kv) for kv in t.diff], "banner": t.banner,
                 "sourced": list(t.sourced)}, inputs
 
-    saved = remembered(memo_dir, "setvars", identity, compute)
+    saved = remembered(memo_dir, "setvars", identity, compute, racy=True)  # (a shell: no stat before it reads)
     return ToolchainEnv(from_data(ToolchainInfo, saved["info"]), tuple((str(k), v) for k, v in saved["diff"]),
                         saved["banner"], tuple(saved.get("sourced", ())))
 

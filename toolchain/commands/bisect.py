@@ -74,7 +74,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "bisect skipped for a failed build)")
     p.add_argument("--keep-images", action="store_true",
                    help="turn the last good and the first bad build into images (`toolchain image`), loaded into "
-                        "--image-load as localhost/bisect-RECIPE:good-SHA and :bad-SHA, so the commit named runs at once")
+                        "--image-load as localhost/bisect-RECIPE:good-SHA and :bad-SHA, so the commit named runs at once "
+                        "(a name an image toolchain did not make holds is left to it: NAME-2, NAME-3, ... is used and "
+                        "said)")
     p.add_argument("--image-base", metavar="IMAGE@sha256:DIGEST",
                    help="with --keep-images: the base for locks that record none (an overlay's base is its own)")
     p.add_argument("--image-load", choices=("podman", "docker"), default="podman",
@@ -99,30 +101,41 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
                          retry_unbuildable=args.retry_unbuildable)
     summary = outcome.summary
     if args.keep_images:
-        images = keep_images(outcome.data.get("locks", {}), args, ui)
+        images, renamed = keep_images(outcome.data.get("locks", {}), args, ui)
         outcome.data["images"] = images
-        summary += "".join(f"\n{end} image: {name}" for end, name in images.items())
+        outcome.data["images-renamed"] = renamed
+        summary += "".join(f"\n{end} image: {name}" + (f" ({renamed[end]['wanted']} is another image's)"
+                                                       if end in renamed else "") for end, name in images.items())
     return CommandResult(outcome.data, 0 if outcome.ok else 1, escape(summary), outcome.tables)
 
 
-def keep_images(locks: dict[str, str], args: argparse.Namespace, ui: UI) -> dict[str, str]:
-    """The image of each published end lock ("good", "bad"), loaded and tagged by the end and its commit."""
+def keep_images(locks: dict[str, str], args: argparse.Namespace, ui: UI
+                ) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """The image of each published end lock ("good", "bad"), loaded and tagged by the end and its commit; and
+    for each end whose name an image the tool did not make holds (never moved), the name it took instead
+    (NAME-2, NAME-3, ...: `deliver.name_of_ours`), said in a warning."""
     import re
 
     from toolchain.commands.image import image_and_deliver
+    from toolchain.image.deliver import name_of_ours
     from toolchain.lock import read_lock
 
-    images = {}
+    images, renamed = {}, {}
     for end, path in sorted(locks.items()):
         lock = read_lock(Path(path))
         changed = next((c for c in lock.components if c.name == args.component), None) if args.component else None
         mark = (changed.commit[:12] if changed is not None and changed.commit else lock.recipe_sha256[:12])
-        tag = f"localhost/bisect-{re.sub(r'[^a-z0-9]+', '-', lock.recipe_name.lower()).strip('-')}:{end}-{mark}"
+        wanted = f"localhost/bisect-{re.sub(r'[^a-z0-9]+', '-', lock.recipe_name.lower()).strip('-')}:{end}-{mark}"
+        tag = name_of_ours(args.image_load, wanted)
+        if tag != wanted:
+            renamed[end] = {"wanted": wanted, "used": tag}
+            ui.warn(f"{wanted} names an image toolchain did not make in {args.image_load}: left as it is; the "
+                    f"{end} image is {tag}")
         made = argparse.Namespace(tag=tag, base=args.image_base, python=None, engine="podman", load=args.image_load,
                                   push=False, insecure=False, oci_dir=None, cache_dir=args.cache_dir)
         data, _, _ = image_and_deliver(Path(path), made, ui)
         images[end] = f"{tag}@{data['digest']}"
-    return images
+    return images, renamed
 
 
 def new_options(args: argparse.Namespace) -> BisectOptions:

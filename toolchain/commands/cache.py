@@ -13,6 +13,8 @@ what is older and not among the N newest). `--dry-run` lists what would go and d
 that refuses deletes (HTTP 405) is exit 1 with what to change; a rule that is not understood is exit 2.
 Without --remote, `prune` evicts local entries (sharing/retention.py `prune_local`): `--keep-size 20GiB` keeps the
 newest up to that total, `--older-than` as above; a symbolic link in the cache is named and never followed.
+It also removes the private cache folders killed runs left in the temporary folder (core/trust.py
+`reap_stand_ins`: only this user's, marked by the tool, whose run has ended).
 """
 
 from __future__ import annotations
@@ -152,6 +154,9 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     older_than, keep_size = _rule(args.older_than, "--keep-size SIZE (e.g. 20GiB)", args.keep_size, parse_size,
                                   "--older-than 30d --keep-size 20GiB")
     cache_dir = _cache_dir(args)
+    from toolchain.core.trust import reap_stand_ins
+
+    left = [str(p) for p in reap_stand_ins(dry_run=args.dry_run)]  # (private caches of killed runs)
     done = prune_local(cache_dir, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run, warn=ui.warn)
     for link in done.refused:
         ui.warn(f"{link} is a symbolic link: not followed, nothing under it removed")
@@ -164,13 +169,15 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     data = {"ok": True, "where": str(cache_dir), "remote": False, "dry-run": args.dry_run,
             "older-than": args.older_than, "keep-size": args.keep_size, "removed": removed,
             "kept": [row(e, why) for e, gone, why in done.verdicts if not gone], "bytes-freed": done.freed,
-            "links-not-followed": list(done.refused)}
+            "links-not-followed": list(done.refused), "private-caches-removed": left}
     verb = "would remove" if args.dry_run else "removed"
     table = Grid(f"local wheel cache: {cache_dir}: {verb}", ("component", "size", "stored", "key", "why"),
                  tuple((r["component"], _size(r["size"]), r["stored"], r["key"][:16], r["why"]) for r in removed))
     total = len(done.verdicts)
     summary = (f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
-               + (f", {_size(done.freed)} freed" if done.freed else ""))
+               + (f", {_size(done.freed)} freed" if done.freed else "")
+               + (f"; {verb} {len(left)} private cache folder{'' if len(left) == 1 else 's'} of killed runs: "
+                  + ", ".join(left) if left else ""))
     return CommandResult(data, 0, summary, (table,) if removed else ())
 
 

@@ -249,12 +249,13 @@ def _same_file(fd: int, path: Path) -> bool:
 
 @contextlib.contextmanager
 def file_lock(path: Path, *, shared: bool = False, on_wait: Callable[[], None] | None = None,
-              timeout: float | None = None, owners: Collection[int] = ()) -> Iterator[None]:
+              timeout: float | None = None, owners: Collection[int] | None = None) -> Iterator[None]:
     """An advisory lock (flock) that the kernel releases when the holder dies, even by kill -9; `on_wait` is
     called (to say so) when another holder makes this one wait. `timeout`: the wait ends after it (LockWait);
     `owners`: a holder whose uid is not among them ends the wait at once (LockWait naming its pid and uid: a
-    user who can only read the file could otherwise hold it forever). A lock file removed while this one
-    waited (its holder cleaned up) is opened again: the lock is always the file at `path`."""
+    user who can only read the file could otherwise hold it forever); None: this user, the one who ran sudo,
+    root and the members of the cache's declared shared group (`lock_owner`). A lock file removed while this
+    one waited (its holder cleaned up) is opened again: the lock is always the file at `path`."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     while True:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -276,25 +277,32 @@ def file_lock(path: Path, *, shared: bool = False, on_wait: Callable[[], None] |
         os.close(fd)
 
 
+def lock_owner(uid: int) -> bool:
+    """Whether a lock of the tool's held by `uid` is waited for (`file_lock`'s default): this user's, the sudo
+    caller's, root's, or a member's of the cache's declared shared group (core/trust.py); uid -1 (a holder
+    whose owner cannot be read: it has just ended) too."""
+    if uid in (-1, 0, os.geteuid(), invoking_user()[0]):
+        return True
+    from toolchain.core import trust
+
+    group = trust.shared_group()
+    return group is not None and trust.member(uid, group)
+
+
 def _acquire(fd: int, path: Path, mode: int, on_wait: Callable[[], None] | None, timeout: float | None,
-             owners: Collection[int]) -> None:
+             owners: Collection[int] | None) -> None:
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
-    if timeout is None and not owners:
-        if on_wait is not None:
-            on_wait()
-        fcntl.flock(fd, mode)
-        return
     if on_wait is not None:
         on_wait()
     started = time.monotonic()
     delay = 0.05
     while True:
         holders = lock_holders(fd)
-        foreign = [h for h in holders if owners and h[1] not in owners]
+        foreign = [h for h in holders if (h[1] not in owners if owners is not None else not lock_owner(h[1]))]
         if foreign:
             raise LockWait(path, foreign, foreign=True, waited=time.monotonic() - started)
         if timeout is not None and time.monotonic() - started >= timeout:

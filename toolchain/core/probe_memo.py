@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,16 +37,22 @@ def stat_key(path: str | os.PathLike[str]) -> list[int] | None:
 
 Inputs = Iterable[str] | Mapping[str, list[int] | None]
 
+RACY_NS = 50_000_000  # git's racily-clean margin: a file system stamps a ctime from a clock that lags behind
+
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,
-               compute: Callable[[], tuple[T, Inputs | None]]) -> T:
+               compute: Callable[[], tuple[T, Inputs | None]], *, racy: bool = False) -> T:
     """`compute()` returns (value, every path it read the value from: its inputs, or a mapping of each to its
     `stat_key` taken before it was read: a file that changed while it was read is then a change at the next
     lookup, as git distrusts a racily clean entry; the others are stat'ed when compute returns); the value must come back
     from JSON as it went in (str, int, bool, lists and str-keyed dicts of those), since a remembered one is
     read from JSON. Inputs of None mean: use the value but do not remember it (e.g. it holds a secret). A
     remembered value is taken only from a file of this user's that no one else can write (`_read`), and only
-    while every input it records has the stat_key it had when the value was computed."""
+    while every input it records has the stat_key it had when the value was computed.
+
+    With `racy` (a probe that cannot stat its inputs before it reads them: a shell sourcing setvars), an input
+    whose ctime is at or after the moment `compute` started (less RACY_NS) may have changed after it was read,
+    as git distrusts a racily clean entry: the value is used but not remembered, and the next run probes again."""
     if memo_dir is None or identity is None:
         return compute()[0]
     path = _path(memo_dir, kind, identity)
@@ -56,11 +63,14 @@ def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None
             return found
     except (KeyError, TypeError, AttributeError):
         pass
+    started = time.time_ns()
     value, inputs = compute()
     if inputs is None:
         return value
     before = inputs if isinstance(inputs, Mapping) else {}
     recorded = {p: before[p] if p in before else stat_key(p) for p in sorted(set(inputs))}
+    if racy and any(s is not None and s[4] >= started - RACY_NS for s in recorded.values()):
+        return value  # (changed while the probe ran, or just before: not known to be what it read)
     atomic_write_text(path, sealed(path.stem, {"value": value, "inputs": recorded}, indent=None))
     return value
 

@@ -20,7 +20,9 @@ computed entries, the lock's `[resolve]`) uses these for its parts."""
 
 from __future__ import annotations
 
+import builtins
 import enum
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -248,17 +250,54 @@ _READING: dict[tuple[type, bool], tuple[dict[str, _Field], frozenset[str], tuple
 
 
 def _hints(cls: type) -> dict[str, Any]:
+    """The class's field types, evaluated (its annotations are strings: `from __future__ import annotations`);
+    a type imported for type checking only is `object` (its field reads with `load=`)."""
     hints = _HINTS.get(cls)
     if hints is None:
-        unknown: dict[str, Any] = {}
-        while hints is None:
-            try:
-                hints = _HINTS[cls] = typing.get_type_hints(cls, localns=unknown)
-            except NameError as exc:  # a type imported for type checking only: its field reads with `load=`
-                if not exc.name or exc.name in unknown:
-                    raise
-                unknown[exc.name] = object
+        own = vars(cls).get("__annotations__", {})
+        if any("__annotations__" in vars(base) for base in cls.__mro__[1:-1]):  # (inherited fields: typing's walk)
+            unknown: dict[str, Any] = {}
+            while hints is None:
+                try:
+                    hints = typing.get_type_hints(cls, localns=unknown)
+                except NameError as exc:
+                    if not exc.name or exc.name in unknown:
+                        raise
+                    unknown[exc.name] = object
+        else:
+            module = vars(sys.modules[cls.__module__])
+            hints = {name: _evaluated(a, module) if isinstance(a, str) else a for name, a in own.items()}
+        _HINTS[cls] = hints
     return hints
+
+
+_EVALUATED: dict[tuple[str, int], Any] = {}  # (an annotation's text, its module's namespace) -> the type
+
+
+def _evaluated(text: str, module: dict[str, Any]) -> Any:
+    """An annotation's text as a type, in its module's namespace: a plain name looked up (most fields: `str`,
+    `int`, a record), anything else evaluated once per module and text (as typing.get_type_hints does, without
+    compiling every field's text anew); a name the module lacks is `object`."""
+    if text.isidentifier():
+        found = module.get(text, _NOT_THERE)
+        return found if found is not _NOT_THERE else getattr(builtins, text, object)
+    key = (text, id(module))
+    if key in _EVALUATED:
+        return _EVALUATED[key]
+    unknown: dict[str, Any] = {}
+    while True:
+        try:
+            value = eval(text, module, unknown)  # (the package's own annotation text)
+            break
+        except NameError as exc:
+            if not exc.name or exc.name in unknown:
+                raise
+            unknown[exc.name] = object
+    _EVALUATED[key] = value
+    return value
+
+
+_NOT_THERE = object()
 
 
 def _value(hint: object, value: Any, kebab: bool) -> Any:

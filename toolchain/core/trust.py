@@ -86,7 +86,7 @@ def _gid(name: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _member(uid: int, gid: int) -> bool:
+def member(uid: int, gid: int) -> bool:
     """Whether user `uid` belongs to group `gid` (its primary group or a supplementary one)."""
     import grp
     import pwd
@@ -114,7 +114,7 @@ def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True) ->
     if group is not None and st.st_gid == group:
         if st.st_mode & 0o002:
             return f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-        if st.st_uid not in (me, 0) and not _member(st.st_uid, group):
+        if st.st_uid not in (me, 0) and not member(st.st_uid, group):
             return f"owned by uid {st.st_uid}, not of the shared group {group}"
         return ""
     if st.st_uid not in (me, 0):
@@ -241,13 +241,20 @@ def _root_problem(path: str) -> str:
             path = parent
 
 
+STAND_IN_PREFIX = "xpu-toolchain-cache-"  # a private cache's name in the temporary folder (mkdtemp)
+STAND_IN_OWNER = ".toolchain-stand-in"  # in it: core.proc.owner.owner_token() of the run that made it
+
+
 def _stand_in(root: str, why: str) -> Path:
     import atexit
     import tempfile
 
     from toolchain.core import owned
+    from toolchain.core.fs import atomic_write_text
+    from toolchain.core.proc.owner import owner_token
 
-    area = tempfile.mkdtemp(prefix="xpu-toolchain-cache-")  # (mode 0700, this user's)
+    reap_stand_ins()  # (what runs killed before their exit left)
+    area = tempfile.mkdtemp(prefix=STAND_IN_PREFIX)  # (mode 0700, this user's)
     problem_there = folder_problem(area)
     if problem_there:
         os.rmdir(area)
@@ -258,6 +265,7 @@ def _stand_in(root: str, why: str) -> Path:
                          hint="set TMPDIR to a folder of yours that no one else can write, or fix the cache "
                               f"folder (chmod -R go-w {root}; chown -R $USER)")
     owned.mark(Path(area))
+    atomic_write_text(Path(area) / STAND_IN_OWNER, owner_token() + "\n")  # (last: what reap_stand_ins needs)
     _STAND_INS[area], _CHOSEN[root] = (root, why), area
     atexit.register(_remove_stand_in, area)
     return Path(area)
@@ -269,6 +277,45 @@ def _remove_stand_in(area: str) -> None:
 
     with contextlib.suppress(OSError, UsageError):  # (at exit: what cannot go stays in the temporary folder)
         owned.remove_ours(Path(area), "the run's private cache folder")
+
+
+def reap_stand_ins(*, dry_run: bool = False) -> list[Path]:
+    """Remove the private caches (`cache_for_run`) that runs killed before their exit (SIGKILL: no atexit) left
+    in the temporary folder; what was removed (`dry_run`: what would be). Only a folder of this user's, named
+    as the tool names them, holding the tool's marker and an owner record of this user's (`STAND_IN_OWNER`,
+    read as the cache's records are) whose process has ended (`owner_gone`: the same boot, and that pid not the
+    process that started then). Never a folder without them, one of another uid, one whose owner still runs,
+    or one made on another boot (its owner is not known to be gone: the folder may be another machine's)."""
+    import tempfile
+
+    from toolchain.core import owned
+    from toolchain.core.proc.owner import owner_gone
+    from toolchain.errors import UsageError
+
+    tmp = tempfile.gettempdir()
+    try:
+        names = sorted(n for n in os.listdir(tmp) if n.startswith(STAND_IN_PREFIX))
+    except OSError:
+        return []
+    gone = []
+    for name in names:
+        area = Path(tmp) / name
+        try:
+            st = os.lstat(area)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            token = read_trusted(area / STAND_IN_OWNER).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            continue  # (no owner record of this user's: not known to be the tool's, or being made)
+        if not owner_gone(token) or owned.refusal(area):
+            continue
+        if not dry_run:
+            try:
+                owned.remove_ours(area, "a private cache a killed run left")
+            except (OSError, UsageError):
+                continue  # (not the tool's after all, or removed by another run at once)
+        gone.append(area)
+    return gone
 
 
 def stands_in_for(cache: Path) -> tuple[str, str] | None:

@@ -4,6 +4,7 @@ credentials: blobs the registry holds are not sent again, a base in another repo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -47,6 +48,28 @@ def parse_ref(ref: str) -> Ref:
     first, _, rest = name.partition("/")
     host = first if rest and ("." in first or ":" in first or first == "localhost") else ""
     return Ref(host, rest if host else name, tag)
+
+
+def name_of_ours(engine: str, tag: str) -> str:
+    """`tag` when `engine` holds no image under it, or one the tool made (its labels carry the lock it was made
+    from: an earlier image of the tool's may be replaced); else the first of TAG-2, TAG-3, ... that is so. A name
+    an image the tool did not make holds is never moved (`bisect --keep-images`)."""
+    from toolchain.image.assemble import A
+
+    for n in range(1, 100):
+        name = tag if n == 1 else f"{tag}-{n}"
+        r = run([engine, "image", "inspect", "--format", "{{json .Config.Labels}}", name], env=engine_env(),
+                capture=True, check=False, timeout=120)
+        if r.returncode != 0:
+            return name  # (no image holds it)
+        try:
+            labels = json.loads(r.stdout.strip() or "null")
+        except ValueError:
+            labels = None
+        if isinstance(labels, dict) and A + "lock.sha256" in labels:
+            return name
+    raise UsageError(f"{tag} and {tag}-2 ... {tag}-99 all name images toolchain did not make in {engine}",
+                     hint=f"remove or rename some of them ({engine} image ls {tag.rsplit(':', 1)[0]})")
 
 
 def oci_dir(dest: Path) -> Path:

@@ -87,6 +87,8 @@ def holding_out_dir(out: Path, ui: UI) -> Iterator[None]:
                 if made:
                     _drop_if_only_lock(out, made)
     except LockWait as exc:
+        if exc.path != out / OUT_LOCK:
+            raise  # (a lock of the cache's, waited for inside: the CLI says whose)
         who = ", ".join(f"pid {pid} (uid {uid})" for pid, uid in exc.holders) or "a process not named in /proc/locks"
         if exc.foreign:
             raise UsageError(f"output directory {out}: its lock {exc.path} is held by another user: {who}",

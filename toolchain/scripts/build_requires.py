@@ -14,7 +14,7 @@ import re
 import sys
 from collections.abc import Callable
 
-TABLE_RE = re.compile(r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]", re.S)
+TABLE_RE = r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]"  # (compiled where used: Python < 3.11 only)
 NAME_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
@@ -22,7 +22,7 @@ def declared(text: str) -> list[str]:
     try:
         import tomllib
     except ImportError:  # Python < 3.11: the requires list read by pattern
-        m = TABLE_RE.search(text)
+        m = re.search(TABLE_RE, text, re.S)
         return re.findall(r"[\"']([^\"']+)[\"']", m.group(1)) if m else []
     reqs = tomllib.loads(text).get("build-system", {}).get("requires", [])
     return [str(r) for r in reqs]
