@@ -677,7 +677,8 @@ def test_with_jobs_right_ends_checked_beside_the_steps_name_the_same_commit():
 
 class SlowCompletions(Deferring):
     """The first completion in the background lasts until a second one runs beside it (at most 10 s);
-    records the most background completions at once."""
+    records the most background completions at once. (With WaitsForACompletion: the first step's test waits
+    until one ended, so the bisect does not end before the background threads start.)"""
 
     def __init__(self, tester: Verdicts) -> None:
         super().__init__(tester)
@@ -703,8 +704,8 @@ def test_two_background_completions_run_at_once_and_a_named_end_waits_for_its_ru
     """The last good and the first bad so far are completed at once, in the background (one thread: the
     first would wait alone); when the bisect ends, an end whose completion is running is waited for: no key
     is completed twice."""
-    tester = Verdicts(41)
-    builder = SlowCompletions(tester)
+    tester = WaitsForACompletion(41)
+    builder = tester.builder = SlowCompletions(tester)
     result = Bisector(cands(65), builder, tester, jobs=1, check_ends=True).run()
     assert key(result.first_bad) == "c041"
     assert builder.most_ahead == 2
@@ -712,3 +713,49 @@ def test_two_background_completions_run_at_once_and_a_named_end_waits_for_its_ru
     assert len(keys) == len(set(keys)), keys
     assert result.good_build is not None and not result.good_build.deferred
     assert result.bad_build is not None and not result.bad_build.deferred
+
+
+def test_a_named_end_waits_for_the_running_completion_of_its_requirements(tmp_path: Path):
+    """SpineBuilder.complete: while the same requirements resolve for another key in the background, an end the
+    result names waits for it, then resolves (from the kept closure) after it, never beside it; a completion
+    ahead of the same requirements is not made at all."""
+    import zipfile
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toolchain.bisect.builder import SpineBuilder
+    from toolchain.console import UI
+
+    def wheel(name: str) -> Path:
+        path = tmp_path / f"{name}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"{name}-1.0.dist-info/METADATA",
+                       f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: packaging>=20\n")
+        return path
+
+    release = threading.Event()
+    calls: list[tuple[str, float, float]] = []  # key, started, ended (monotonic)
+
+    class Resolving(SpineBuilder):
+        def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
+            started = time.monotonic()
+            if key == "c001":
+                assert release.wait(30)
+            calls.append((key, started, time.monotonic()))
+            return BuildOutcome(True, lock_path=tmp_path / f"{key}.lock", wheels=(wheel("same"),))
+
+    builder = Resolving(lambda key: None, tmp_path / "steps", tmp_path / "cache", (), UI(quiet=True),  # type: ignore
+                        resolve_steps=False)
+    deferred = BuildOutcome(True, wheels=(wheel("same"),), deferred=True)
+    with ThreadPoolExecutor(2) as pool:
+        ahead = pool.submit(builder.complete, "c001", deferred, ahead=True)
+        while not builder._running:  # the background one is resolving
+            time.sleep(0.01)
+        assert builder.complete("c002", deferred, ahead=True) is deferred  # the same requirements: not made
+        named = pool.submit(builder.complete, "c003", deferred)
+        time.sleep(0.2)
+        assert not named.done()  # waits for c001's
+        release.set()
+        assert not ahead.result().deferred and not named.result().deferred
+    (first, _, ended), (second, started, _) = calls
+    assert (first, second) == ("c001", "c003") and started >= ended

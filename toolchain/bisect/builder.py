@@ -51,7 +51,8 @@ class SpineBuilder:
         self.derive, self.out_root, self.cache, self.rewrites, self.ui = derive, out_root, cache, tuple(rewrites), ui
         self.component = component  # the one whose commit changes (commit bisects)
         self.resolve, self.retry_unbuildable, self.resolve_steps = resolve, retry_unbuildable, resolve_steps
-        self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed ahead
+        self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed
+        self._running: dict[tuple[tuple[str, ...], ...], threading.Event] = {}  # and being completed: set when done
         self._lock = threading.Lock()
 
     def build(self, key: str) -> BuildOutcome:
@@ -68,16 +69,27 @@ class SpineBuilder:
         as it is: `resolve.closure_memo`; uv's cache serves what another requirement set fetched). A closure
         that does not resolve leaves the lock without one, saying why in `reason`; the verdict stands.
         `ahead` (in the background): nothing, `build` as it is, when a build with the same requirements was
-        completed or is being completed (its closure is kept then: completing this one later is quick)."""
+        completed or is being completed (its closure is kept then: completing this one later is quick); not
+        ahead (an end the result names): the completion of the same requirements running in another thread
+        is waited for, then its kept closure taken, not resolved a second time beside it."""
         if not build.deferred:
             return build
-        if ahead:
-            requirements = wheel_requirements(build.wheels)
-            with self._lock:
-                if requirements in self._completed:
-                    return build
-                self._completed.add(requirements)
-        done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
+        requirements = wheel_requirements(build.wheels)
+        with self._lock:
+            running = self._running.get(requirements)
+            if ahead and (running is not None or requirements in self._completed):
+                return build
+            mine = self._running.setdefault(requirements, threading.Event()) if running is None else None
+        if running is not None:  # the same requirements resolving in another thread: its closure, kept, serves
+            running.wait()
+        try:
+            done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
+        finally:
+            if mine is not None:
+                with self._lock:
+                    self._completed.add(requirements)
+                    del self._running[requirements]
+                mine.set()
         if not done.ok:
             return replace(build, reason=f"its closure was not resolved: {done.reason}")
         return replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)

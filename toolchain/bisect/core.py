@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from toolchain.bisect.model import (
     BisectHandler,
@@ -116,7 +117,10 @@ class Bisector:
         self._pool: ThreadPoolExecutor | None = None
         self._width = 0  # builds kept in flight (W): 0 until a compiled build measured how many cores one keeps busy
         self._completer = builder if isinstance(builder, Completer) else None
-        self._completing: dict[str, Future[BuildOutcome]] = {}
+        self._completing: dict[str, Future[BuildOutcome]] = {}  # claimed by a background job: running or done
+        self._jobs: list[Future[BuildOutcome | None]] = []  # background jobs, each to claim an end when it starts
+        self._claims = threading.Lock()
+        self._ending = False
         self._background: ThreadPoolExecutor | None = None
         self._resolve = [0.0, 0.0]  # seconds completing locks: all, and waited for
         self._resolve_lock = threading.Lock()  # (background completions add to it at once)
@@ -315,25 +319,43 @@ class Bisector:
 
     # ---- completing deferred builds (the locks the result may name) --------------------------------------
     def _complete_ahead(self) -> None:
-        """Take in the background completions that are done; start those of the current last good and first
-        bad candidates (the only tested ones the result may still name) where their build is deferred."""
+        """Take in the background completions that are done; have the current last good and first bad
+        candidates (the only tested ones the result may still name) completed where their build is deferred:
+        a job per end not yet claimed, each taking, when its thread is free, whichever end is named *then*
+        (an end named two steps ago may be named no longer; one of the same requirements is)."""
         self._harvest()
         if self._background is None:
             return
-        lo, hi = self.state.bounds()
-        for cand in (self.state.candidates[lo], self.state.candidates[hi]):
-            build = self.state.builds.get(cand.key)
-            if build is not None and build.ok and build.deferred and cand.key not in self._completing:
-                self._completing[cand.key] = self._background.submit(_at_nice, COMPLETE_NICE, self._complete_if_named,
-                                                                     cand.key)
+        with self._claims:
+            unclaimed = len(self._unclaimed())
+            self._jobs = [j for j in self._jobs if not j.done()]
+            queued = sum(1 for j in self._jobs if not j.running())
+            for _ in range(unclaimed - queued):
+                self._jobs.append(self._background.submit(_at_nice, COMPLETE_NICE, self._complete_named, ""))
 
-    def _complete_if_named(self, key: str) -> BuildOutcome:
-        """(A background thread) the completed build of `key`, unless the result can no longer name it by now."""
-        build = self.state.builds[key]
+    def _unclaimed(self) -> list[str]:
+        """The keys of the current ends whose build is deferred and whose completion nobody took yet."""
         lo, hi = self.state.bounds()
-        if key not in (self.state.candidates[lo].key, self.state.candidates[hi].key):
-            return build
-        return self._timed_complete(key, build, ahead=True)
+        keys = [self.state.candidates[i].key for i in (lo, hi)]
+        return [k for k in keys if k not in self._completing and (b := self.state.builds.get(k)) is not None
+                and b.ok and b.deferred]
+
+    def _complete_named(self, _: str) -> BuildOutcome | None:
+        """(A background thread) complete an end the result may name now, claiming it (None: none left)."""
+        with self._claims:
+            todo = [] if self._ending else self._unclaimed()
+            if not todo:
+                return None
+            key = todo[0]
+            future = self._completing[key] = Future[BuildOutcome]()
+            future.set_running_or_notify_cancel()
+        try:
+            done = self._timed_complete(key, self.state.builds[key], ahead=True)
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        future.set_result(done)
+        return done
 
     def _timed_complete(self, key: str, build: BuildOutcome, *, ahead: bool) -> BuildOutcome:
         assert self._completer is not None
@@ -345,21 +367,21 @@ class Bisector:
                 self._resolve[0] += time.monotonic() - started
 
     def _harvest(self) -> None:
-        done = {k: f.result() for k, f in self._completing.items() if f.done() and not f.cancelled()
-                and f.exception() is None and not f.result().deferred}
+        done = {k: f.result() for k, f in list(self._completing.items()) if f.done() and f.exception() is None
+                and not f.result().deferred}
         if done:
             self._save(replace(self.state, builds={**self.state.builds, **done}))
 
     def _complete_ends(self, keys: tuple[str, str]) -> tuple[BuildOutcome, BuildOutcome]:
-        """The builds of the ends the result names, completed (the background's, waited for, or done now: the
-        two at once), and saved."""
+        """The builds of the ends the result names, completed (the background's, waited for where it runs, or
+        done now: the two at once), and saved."""
         if self._completer is None:
             return self.state.builds[keys[0]], self.state.builds[keys[1]]
         started = time.monotonic()
-        for key in keys:  # not started yet: done here instead
-            future = self._completing.get(key)
-            if future is not None and future.cancel():
-                del self._completing[key]
+        with self._claims:  # no job claims anything now: what runs is waited for, the rest done here
+            self._ending = True
+            for job in self._jobs:
+                job.cancel()
         with ThreadPoolExecutor(1, thread_name_prefix="complete-end") as other:
             second = other.submit(self._complete_end, keys[1])
             builds = (self._complete_end(keys[0]), second.result())
@@ -473,6 +495,7 @@ class Bisector:
 
 
 _HEX = Regex(r"[0-9a-f]{7,}")
+_T = TypeVar("_T")
 
 
 class EndpointError(UsageError):
@@ -502,7 +525,7 @@ def _timed(build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
     return replace(outcome, seconds=time.monotonic() - started)
 
 
-def _at_nice(increment: int, build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
+def _at_nice(increment: int, build: Callable[[str], _T], key: str) -> _T:
     """`build(key)` in this (pool) thread at the bisect's nice value + `increment` (Linux: nice is per thread
     and a child starts with its thread's), the thread's own value restored after where allowed."""
     tid = threading.get_native_id()
