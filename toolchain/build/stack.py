@@ -53,6 +53,7 @@ class BuildOptions:
     verbose: bool = False
     remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remotecache.py)
     resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
+    resolve_cached_first: bool = False  # resolve from uv's cache of the indexes first (a bisect after its first)
     compiler_cache: bool = True  # False: --no-compiler-cache
     compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
     builds_at_once: int = 0      # compiles at once, at most (0: as the target's cores and memory allow)

@@ -24,10 +24,12 @@ RESOLVE_DIR = "resolve"  # under the cache directory: uv's cache
 
 
 def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str, Path, tuple[BuiltAgainst, ...]]],
-                  cache_dir: Path, log_dir: Path, ui: UI, *, refresh: bool = False) -> Closure:
+                  cache_dir: Path, log_dir: Path, ui: UI, *, refresh: bool = False,
+                  cached_first: bool = False) -> Closure:
     """The closure of `built` [(component, wheel, built-against)], checked against what each compiled component
     was built against. Resolved once per change: a closure kept under the same key (memo.py) is taken as it
-    is, with no resolver run and no network, unless `refresh`. Raises ResolveError, TransientError (network,
+    is, with no resolver run and no network, unless `refresh`. `cached_first`: from uv's cache of the indexes
+    first (uvpin.resolve_closure). Raises ResolveError, TransientError (network,
     full disk) or ABIMismatch (exit 1)."""
     started = time.monotonic()
     spec = recipe.resolve
@@ -55,7 +57,8 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
         where = redact_text(", ".join([*spec.indexes, *spec.find_links])) or "no index"
         with ui.status(f"resolving the runtime closure ({where})"):
             closure = resolve_closure(spec, target, [BuiltWheel(name, wheel) for name, wheel, _ in built],
-                                      resolve_cache, log_dir / "resolve.log", ui, refresh=refresh)
+                                      resolve_cache, log_dir / "resolve.log", ui, refresh=refresh,
+                                      cached_first=cached_first)
         _checked(closure, built, metas, ui, how=f"by {closure.resolver} in {time.monotonic() - started:.2f}s")
         memo.put(key, closure, inputs)  # only a closure that passed the check is kept
         return closure
