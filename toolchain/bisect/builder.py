@@ -4,7 +4,6 @@ that did not change come from the wheel cache."""
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
 import time
@@ -27,6 +26,7 @@ from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline.build import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
+from toolchain.resolve.run import IndexView
 from toolchain.sources.mirrors import Rewrite
 
 KILL_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM)
@@ -44,9 +44,9 @@ class SpineBuilder:
     the network, a full disk, a build stopped by a signal) is no finding on the candidate: it is raised, never
     remembered, and the bisect stops, to be resumed. `resolve` False: `build --no-resolve`. `resolve_steps`
     False (the test installs no closure): a step's build leaves the closure out (`deferred`), and `complete`
-    resolves it for the locks the bisect names, off the step's critical path. Once one of its resolutions has
-    asked the indexes, the others resolve from uv's cache of what they served first, online only where it
-    lacks something: one view of the indexes for the whole bisect (`BuildOptions.resolve_cached_first`)."""
+    resolves it for the locks the bisect names, off the step's critical path. Its resolutions share one view
+    of the indexes (`resolve.run.IndexView`): the first to ask them does alone, the others then resolve from
+    uv's cache of what they served, asking them only for what it lacks."""
 
     def __init__(self, derive: DeriveRecipe, out_root: Path, cache: Path, rewrites: Sequence[Rewrite],
                  ui: UI, *, component: str = "", resolve: bool = True, retry_unbuildable: bool = False,
@@ -56,7 +56,7 @@ class SpineBuilder:
         self.resolve, self.retry_unbuildable, self.resolve_steps = resolve, retry_unbuildable, resolve_steps
         self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed
         self._running: dict[tuple[tuple[str, ...], ...], threading.Event] = {}  # and being completed: set when done
-        self._index_seen = False  # a resolution of this bisect asked the indexes: the others start from uv's cache
+        self._index_view = IndexView()  # one view of the indexes for all the bisect's resolutions
         self._lock = threading.Lock()
 
     def build(self, key: str) -> BuildOutcome:
@@ -111,8 +111,7 @@ class SpineBuilder:
                                 reason=f"{known.reason} (remembered{known.since}: --retry-unbuildable, or delete "
                                        f"{memo}, builds it again)")
         options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose,
-                               resolve=resolve, resolve_cached_first=self._index_seen)
-        started = time.time()
+                               resolve=resolve, index_view=self._index_view)
         try:
             lock, built = build_stack_components(recipe, options, ui)
         except TransientError:
@@ -136,9 +135,6 @@ class SpineBuilder:
             return BuildOutcome(False, log=out / "logs", reason=first_line(err), tail=tail)
         if self.retry_unbuildable and remember:
             memo.unlink(missing_ok=True)
-        if resolve and not self._index_seen:  # uv ran (its log written now), not a closure kept from before
-            with contextlib.suppress(OSError):
-                self._index_seen = (out / "logs" / "resolve.log").stat().st_mtime >= started - 1
         sources = {b.source for b in built}  # the remote cache (build/remotecache.py) serves every step and build ahead
         source: BuildSource = ("compiled" if WheelSource.BUILT in sources
                                else "prebuilt" if WheelSource.PREBUILT in sources

@@ -149,7 +149,7 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
 
         closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
                                                        b.built_against) for b in built], options.cache_dir, logs, ui,
-                                 cached_first=options.resolve_cached_first)
+                                 view=options.index_view)
     lock = assemble_lock(plan, built, closure, base)
     # the box and the native audit, as a cold build finds them: each a remembered probe re-checking its inputs
     from toolchain.target.hostfacts import gather
