@@ -720,7 +720,6 @@ def test_a_named_end_waits_for_the_running_completion_of_its_requirements(tmp_pa
     result names waits for it, then resolves (from the kept closure) after it, never beside it; a completion
     ahead of the same requirements is not made at all."""
     import zipfile
-
     from concurrent.futures import ThreadPoolExecutor
 
     from toolchain.bisect.builder import SpineBuilder
