@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from zipfile import BadZipFile
 
 from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, BuildSource, first_line
@@ -78,7 +79,10 @@ class SpineBuilder:
         is waited for, then its kept closure taken, not resolved a second time beside it."""
         if not build.deferred:
             return build
-        requirements = wheel_requirements(build.wheels)
+        try:
+            requirements = wheel_requirements(build.wheels)
+        except (OSError, ValueError, StopIteration, BadZipFile):  # unreadable here: the build says why, sharing nothing
+            requirements = ((key,),)
         with self._lock:
             running = self._running.get(requirements)
             if ahead and (running is not None or requirements in self._completed):
