@@ -98,6 +98,10 @@ REQS = RealRange("reqs", "d74f4bcf98e128a1d05cd13957350217f54338a1", "24e4397690
                  "a00fcc60088fbabf19d3805927b809bf977830d9",  # remove numpy<2.0 limitation
                  NUMPY_BOUND_PY, 0.9)
 RANGES = (REAL, REQS)
+# ARK's FetchContent dependencies (auto_round_extension/ark/, from within item 9's range): the root's pip wheel
+# never configures ARK's CMake, so never fetches them
+ARK_FETCHCONTENT = ("pybind11", "dnnl", "sycl_tla", "xbyak")
+ARK_UNUSED = "ARK's (auto_round_extension/ark/), which the root pip wheel never configures"
 
 
 def real_builder(work: Path, mirror: Path, *, cache: Path | None = None, resolve_steps: bool = True) -> Any:
@@ -111,7 +115,9 @@ def real_builder(work: Path, mirror: Path, *, cache: Path | None = None, resolve
     text = "\n".join(['description = "bisect benchmark, real history"', "[toolchain]", 'setvars = ""', "[target]",
                       'runtime = "host"', f"python = {_toml(sys.executable)}", "[mirrors]",
                       f"{_toml(REAL_URL)} = {_toml(str(mirror.resolve()))}", "[components.auto-round]",
-                      f"url = {_toml(REAL_URL)}", f'commit = "{REAL.bad}"', ""])
+                      f"url = {_toml(REAL_URL)}", f'commit = "{REAL.bad}"',
+                      "[components.auto-round.fetchcontent-unused]",  # (build/fetchcontent_check.py, issue 50)
+                      *(f'{name} = "{ARK_UNUSED}"' for name in ARK_FETCHCONTENT), ""])
     path = work / "recipes" / "real.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

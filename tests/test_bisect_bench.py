@@ -49,3 +49,27 @@ def test_small_benchmark_run(tmp_path: Path):
     assert figures["builds_compiled"] >= figures["steps"]
     assert figures["git_steps"] >= 1
     assert figures["git_seconds"] > 0
+
+
+def test_the_real_range_recipe_builds_past_arks_fetchcontent(tmp_path: Path):
+    """Item 9's recipe (auto-round's root wheel, whose tree holds ARK's CMake files from within the range)
+    states ARK's FetchContent dependencies as unused: the build of the range's bad end passes the check of
+    build/fetchcontent_check.py and builds the wheel (a real pip build from a mirror of the real history)."""
+    from benchmarks.bench_bisect_real import REAL, real_builder
+    from tests.support import ark_mirrors
+    from toolchain.build.fetchcontent_check import rows
+    from toolchain.recipe.load import load_recipe
+    from toolchain.sources.cmake_declared import declared_at
+
+    bundle = ark_mirrors.BUNDLES / "intel+auto-round.bundle"
+    if not bundle.is_file():
+        pytest.fail(ark_mirrors.missing())
+    mirror = tmp_path / "auto-round.git"
+    run(["git", "clone", "-q", "--mirror", str(bundle), str(mirror)], capture=True)
+    builder = real_builder(tmp_path / "work", mirror, resolve_steps=False)
+    comp = load_recipe(str(tmp_path / "work" / "recipes" / "real.toml")).components[0]
+    statuses = {r.name: r.status for r in rows(comp, declared_at(mirror, REAL.bad))}
+    assert statuses == dict.fromkeys(("pybind11", "dnnl", "sycl_tla", "xbyak"), "unused"), statuses
+    built = builder.build(REAL.bad)
+    assert built.ok, built.reason
+    assert built.wheels and built.wheels[0].name.startswith("auto_round-")

@@ -553,9 +553,10 @@ def test_steps_left():
 
 def test_the_ends_and_the_first_midpoint_build_together_and_builds_ahead_run_nicer():
     """With --jobs 3 the two checked ends and the first midpoint are in flight at once (each build below waits
-    until all three started: a bisect that built them one after another would time out and fail); the
-    midpoint, which no step awaits yet, runs at AHEAD_NICE more than the bisect (its thread, so its processes),
-    the ends at the bisect's own priority; later builds ahead are niced too, a step's own build never."""
+    until all three started: a bisect that built them one after another would time out and fail); the ends,
+    checked beside the steps and awaited only when the bisect ends, run at AHEAD_NICE more than the bisect
+    (their threads, so their processes), the first step's midpoint at the bisect's own priority; later builds
+    ahead are niced too, a step's own build never."""
     from toolchain.bisect.core import AHEAD_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
@@ -576,10 +577,11 @@ def test_the_ends_and_the_first_midpoint_build_together_and_builds_ahead_run_nic
     assert key(result.first_bad) == "c005"
     assert together == [True, True, True]
     assert set(builder.calls[:3]) == trio
-    assert nice["c000"] == nice["c016"] == base
-    assert nice[f"c{first:03d}"] == min(19, base + AHEAD_NICE)
-    ahead = {k for kind, k in events.seen if kind == "prefetch"} & nice.keys() - {"c016"}  # started, not cancelled
-    awaited_here = set(builder.calls) - ahead - {"c016"}
+    assert nice["c000"] == nice["c016"] == min(19, base + AHEAD_NICE)
+    assert nice[f"c{first:03d}"] == base
+    ends = {"c000", "c016"}
+    ahead = {k for kind, k in events.seen if kind == "prefetch"} & nice.keys() - ends  # started, not cancelled
+    awaited_here = set(builder.calls) - ahead - ends
     assert ahead and all(nice[k] == min(19, base + AHEAD_NICE) for k in ahead)
     assert all(nice[k] == base for k in awaited_here)
 
@@ -591,3 +593,168 @@ def test_jobs_1_builds_no_midpoint_beside_the_ends():
     result = Bisector(cands(17), builder, Verdicts(5), events, jobs=1, check_ends=True).run()
     assert key(result.first_bad) == "c005"
     assert builder.most_at_once == 1 and not [e for e in events.seen if e[0] == "prefetch"]
+
+
+class WrongEnd(Verdicts):
+    """`wrong` ("good" or "bad") tests the other way. `wait`: that end's build (`during`) waits until a step
+    was tested, so its check ends after steps went on beside it (checked first, it would time out)."""
+
+    def __init__(self, first_bad: int, n: int, wrong: str, *, wait: bool) -> None:
+        super().__init__(first_bad)
+        self.ends = ("c000", f"c{n - 1:03d}")
+        self.end = self.ends[0] if wrong == "good" else self.ends[1]
+        self.wait = wait
+        self.stepped = threading.Event()
+
+    def during(self, key: str) -> None:
+        if self.wait and key == self.end:
+            assert self.stepped.wait(30), "no step was tested beside the end's check"
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        if cand.key == self.end:
+            self.calls.append(cand.key)
+            return TestOutcome(Verdict.BAD if cand.key == "c000" else Verdict.GOOD, "wrong on purpose")
+        outcome = super().test(cand, build)
+        if cand.key not in self.ends:
+            self.stepped.set()
+        return outcome
+
+
+@pytest.mark.parametrize("wrong", ["good", "bad"])
+def test_with_jobs_the_ends_are_checked_beside_the_steps_and_a_wrong_one_discards_them(tmp_path: Path, wrong):
+    """--jobs 3: the steps go on while the ends are checked (the wrong end's test waits for a step's: checked
+    first, it would time out); the wrong end still stops the bisect with exit 2's message, and the state saved
+    holds no step (their verdicts assumed that end right)."""
+    states: list[BisectState] = []
+    tester, events = WrongEnd(41, 65, wrong, wait=True), Events()
+    bisector = Bisector(cands(65), Builds(cores=1.0, during=tester.during), tester, events, jobs=3, idle=idle_reading(2.0),
+                        check_ends=True, persist=states.append)
+    with pytest.raises(UsageError) as caught:
+        bisector.run()
+    err = caught.value
+    assert err.return_code == 2 and getattr(err, "endpoint", "") == wrong
+    what = "c000 (commit 0) tests bad (wrong on purpose), not good" if wrong == "good" else \
+        "c064 (commit 64) tests good (wrong on purpose), not bad"
+    assert str(err).startswith(f"the {wrong} end {what}"), str(err)
+    assert [e for e in events.seen if e[0] == "step"], "steps went on beside the check"
+    assert states[-1].steps == () and set(states[-1].verdicts) == {"c000", "c064"}
+    assert [r.endpoint for r in states[-1].checks] in ([], ["bad" if wrong == "good" else "good"])
+
+
+@pytest.mark.parametrize("wrong", ["good", "bad"])
+def test_with_jobs_1_the_ends_are_checked_first(wrong):
+    tester, events = WrongEnd(41, 65, wrong, wait=False), Events()
+    with pytest.raises(UsageError, match=f"the {wrong} end c0"):
+        Bisector(cands(65), Builds(), tester, events, jobs=1, check_ends=True).run()
+    assert not [e for e in events.seen if e[0] == "step"]
+    assert set(tester.calls) <= {"c000", "c064"}
+
+
+def test_with_jobs_right_ends_checked_beside_the_steps_name_the_same_commit():
+    """Both checks are in the result (built beside the steps, one test at a time), and it names what a
+    --jobs 1 bisect names."""
+    tested: list[str] = []
+    running = threading.Lock()
+
+    class OneAtATime(Verdicts):
+        def test(self, cand, build):
+            assert running.acquire(blocking=False), "two tests at once"
+            try:
+                time.sleep(0.01)
+                tested.append(cand.key)
+                return super().test(cand, build)
+            finally:
+                running.release()
+
+    result = Bisector(cands(65), Builds(cores=1.0), OneAtATime(41), jobs=3, idle=idle_reading(2.0),
+                      check_ends=True).run()
+    assert key(result.first_bad) == "c041" and result.last_good.key == "c040"
+    assert sorted(r.endpoint for r in result.checks) == ["bad", "good"]
+    assert all(r.verdict is (Verdict.GOOD if r.endpoint == "good" else Verdict.BAD) for r in result.checks)
+    assert result.good_build is not None and result.bad_build is not None
+    assert {"c000", "c064"} <= set(tested)
+
+
+class SlowCompletions(Deferring):
+    """The first completion in the background lasts until a second one runs beside it (at most 10 s);
+    records the most background completions at once. (With WaitsForACompletion: the first step's test waits
+    until one ended, so the bisect does not end before the background threads start.)"""
+
+    def __init__(self, tester: Verdicts) -> None:
+        super().__init__(tester)
+        self.ahead_now = 0
+        self.most_ahead = 0
+
+    def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
+        with self.changed:
+            first = ahead and not self.completed and not self.most_ahead
+            self.ahead_now += ahead
+            self.most_ahead = max(self.most_ahead, self.ahead_now)
+            self.changed.notify_all()
+            if first:
+                self.changed.wait_for(lambda: self.ahead_now >= 2, 10)
+        try:
+            return super().complete(key, build, ahead=ahead)
+        finally:
+            with self.changed:
+                self.ahead_now -= ahead
+
+
+def test_two_background_completions_run_at_once_and_a_named_end_waits_for_its_running_one():
+    """The last good and the first bad so far are completed at once, in the background (one thread: the
+    first would wait alone); when the bisect ends, an end whose completion is running is waited for: no key
+    is completed twice."""
+    tester = WaitsForACompletion(41)
+    builder = tester.builder = SlowCompletions(tester)
+    result = Bisector(cands(65), builder, tester, jobs=1, check_ends=True).run()
+    assert key(result.first_bad) == "c041"
+    assert builder.most_ahead == 2
+    keys = [k for k, _, _ in builder.completed]
+    assert len(keys) == len(set(keys)), keys
+    assert result.good_build is not None and not result.good_build.deferred
+    assert result.bad_build is not None and not result.bad_build.deferred
+
+
+def test_a_named_end_waits_for_the_running_completion_of_its_requirements(tmp_path: Path):
+    """SpineBuilder.complete: while the same requirements resolve for another key in the background, an end the
+    result names waits for it, then resolves (from the kept closure) after it, never beside it; a completion
+    ahead of the same requirements is not made at all."""
+    import zipfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toolchain.bisect.builder import SpineBuilder
+    from toolchain.console import UI
+
+    def wheel(name: str) -> Path:
+        path = tmp_path / f"{name}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"{name}-1.0.dist-info/METADATA",
+                       f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\nRequires-Dist: packaging>=20\n")
+        return path
+
+    release = threading.Event()
+    calls: list[tuple[str, float, float]] = []  # key, started, ended (monotonic)
+
+    class Resolving(SpineBuilder):
+        def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
+            started = time.monotonic()
+            if key == "c001":
+                assert release.wait(30)
+            calls.append((key, started, time.monotonic()))
+            return BuildOutcome(True, lock_path=tmp_path / f"{key}.lock", wheels=(wheel("same"),))
+
+    builder = Resolving(lambda key: None, tmp_path / "steps", tmp_path / "cache", (), UI(quiet=True),  # type: ignore
+                        resolve_steps=False)
+    deferred = BuildOutcome(True, wheels=(wheel("same"),), deferred=True)
+    with ThreadPoolExecutor(2) as pool:
+        ahead = pool.submit(builder.complete, "c001", deferred, ahead=True)
+        while not builder._running:  # the background one is resolving
+            time.sleep(0.01)
+        assert builder.complete("c002", deferred, ahead=True) is deferred  # the same requirements: not made
+        named = pool.submit(builder.complete, "c003", deferred)
+        time.sleep(0.2)
+        assert not named.done()  # waits for c001's
+        release.set()
+        assert not ahead.result().deferred and not named.result().deferred
+    (first, _, ended), (second, started, _) = calls
+    assert (first, second) == ("c001", "c003") and started >= ended

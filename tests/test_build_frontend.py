@@ -29,10 +29,11 @@ def _wheel(ws, out: str) -> Path:
     return wheel
 
 
-@pytest.mark.parametrize("package", ["plainsetup", "tiny"])
+@pytest.mark.parametrize("package", ["plainsetup", "tiny", "legacysetup"])
 def test_the_default_command_builds_the_bytes_pip_wheel_builds(ws, make_repo, package):
-    """setuptools.build_meta, and an in-tree backend found through backend-path: built directly and by pip
-    (each into a cache of its own, from the same commit), the wheels are the same file."""
+    """setuptools.build_meta, an in-tree backend found through backend-path, and a setup.py whose pyproject.toml
+    has no [build-system] (pip's setuptools.build_meta:__legacy__): built directly and by pip (each into a cache
+    of its own, from the same commit), the wheels are the same file."""
     repo = make_repo(package, package)
     ws.recipe("r", recipe_data({package: component(repo)}))
     direct = ws.build("r", "direct", cache=ws.root / "cache-direct")
@@ -40,6 +41,8 @@ def test_the_default_command_builds_the_bytes_pip_wheel_builds(ws, make_repo, pa
     by_pip = ws.build("r", "pip", cache=ws.root / "cache-pip", env=FORCE_PIP)
     assert by_pip.returncode == 0, str(by_pip)
     assert DIRECT in _log(ws, "direct", package) and PIP_ITSELF not in _log(ws, "direct", package)
+    if package == "legacysetup":
+        assert "the PEP 517 backend setuptools.build_meta:__legacy__'s build_wheel" in _log(ws, "direct", package)
     assert f"{PIP_ITSELF}: PIP_NO_CLEAN is set" in _log(ws, "pip", package)
     assert "Successfully built" in _log(ws, "pip", package)  # pip's own words: pip ran
     assert _wheel(ws, "direct").name == _wheel(ws, "pip").name

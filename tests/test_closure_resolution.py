@@ -363,3 +363,40 @@ def test_builds_resolving_the_same_key_at_once_run_the_resolver_once(tmp_path):
         resolve_built(dataclasses.replace(recipe, resolve=ResolveSpec(indexes=(f"{alone.url}/simple",))), target,
                       [("app", wheel, ())], tmp_path / "cache-alone", tmp_path / "logs-alone", UI(quiet=True))
         assert asked == alone.count() > 0
+
+
+def test_one_view_of_the_index_resolves_from_what_it_served_and_asks_it_only_for_what_is_missing(tmp_path):
+    """Resolutions sharing an IndexView (a bisect's, bisect/builder.py): the first asks the index; another
+    requirement set whose packages uv's cache now holds resolves without one request to it, to the same pins;
+    one naming a package the cache lacks asks the index after all and resolves. Without the view, uv runs
+    online as ever."""
+    import dataclasses
+
+    from toolchain.console import UI
+    from toolchain.recipe.load import load_recipe
+    from toolchain.resolve.run import IndexView, resolve_built
+
+    simple_index(wheelhouse(tmp_path / "wheels"), tmp_path / "index")
+    target = TargetInfo(python_version="3.11.7", platform="linux_x86_64")
+    view = IndexView()
+    with CountingIndex(tmp_path / "index") as index:
+        recipe = dataclasses.replace(load_recipe(str(REPO / "recipes" / "demo.toml")),
+                                     resolve=ResolveSpec(indexes=(f"{index.url}/simple",)))
+
+        def resolve(name: str, requires: str, shared: IndexView | None = view):
+            wheel = _wheel_requiring(tmp_path / name, name, requires)
+            return resolve_built(recipe, target, [("app", wheel, ())], tmp_path / "cache", tmp_path / f"logs-{name}",
+                                 UI(quiet=True), view=shared)
+
+        first = resolve("first", "tomli")
+        asked = index.count()
+        assert asked > 0 and view.asked and [d.name for d in first.dists] == ["tomli"]
+        second = resolve("second", "tomli>=1")  # another key: resolved, from the cache
+        assert index.count() == asked
+        assert [(d.name, d.version, d.sha256) for d in second.dists] == [(d.name, d.version, d.sha256)
+                                                                         for d in first.dists]
+        assert "--offline" in (tmp_path / "logs-second" / "resolve.log").read_text()
+        third = resolve("third", "packaging")  # not in the cache: the index is asked
+        assert index.count() > asked and [d.name for d in third.dists] == ["packaging"]
+        resolve("fourth", "tomli>=0.1", None)  # no view: as ever, online
+        assert "--offline" not in (tmp_path / "logs-fourth" / "resolve.log").read_text().split("\n")[0]

@@ -426,3 +426,46 @@ def test_provided_by_oneapi_at_build_and_missing_where_smoke_serves_without_it(w
     assert "shipped by intel-sycl-rt 2026.x" in line
     report = json.loads((ws.root / "smoke" / "report.json").read_text())
     assert report["verdict"] == "fail" and "served" not in report  # stopped before serving
+
+
+def test_a_closures_file_lists_are_read_several_at_once_in_order(tmp_path):
+    """Wheels served on 127.0.0.1 with ranges, each request answered only once another one is in flight (or
+    after 5 s): read one after the other, none would ever be; each wheel's own libraries come back, in order."""
+    wheels = []
+    for i in range(6):
+        path = tmp_path / "served" / f"pkg{i}-1.0-py3-none-any.whl"
+        path.parent.mkdir(exist_ok=True)
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"pkg{i}/lib/libpkg{i}.so.1", b"\0")
+            z.writestr(f"pkg{i}/__init__.py", "")
+        wheels.append(path)
+    flight = threading.Condition()
+    state = {"now": 0, "most": 0}
+
+    class handler(_RangeHandler):
+        sent = 0
+
+        def do_GET(self):
+            self.path_served = tmp_path / "served" / self.path.lstrip("/")
+            with flight:
+                state["now"] += 1
+                state["most"] = max(state["most"], state["now"])
+                flight.notify_all()
+                flight.wait_for(lambda: state["now"] >= 2, 5)
+            try:
+                super().do_GET()
+            finally:
+                with flight:
+                    state["now"] -= 1
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        dists = [LockedDist(name=f"pkg{i}", version="1.0", file=w.name, url=f"{base}/{w.name}",
+                            sha256=sha256_file(w)) for i, w in enumerate(wheels)]
+        got = wheelfiles.libraries_of_all(dists, tmp_path / "cache", tmp_path / "deps", tmp_path / "log")
+    finally:
+        server.shutdown()
+    assert got == [(f"pkg{i}/lib/libpkg{i}.so.1",) for i in range(6)]
+    assert state["most"] >= 2

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from zipfile import BadZipFile
 
 from toolchain.bisect.commitwheels import with_commit_wheel
 from toolchain.bisect.core import BuildOutcome, BuildSource, first_line
@@ -26,6 +27,7 @@ from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline.build import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
+from toolchain.resolve.run import IndexView
 from toolchain.sources.mirrors import Rewrite
 
 KILL_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGKILL, signal.SIGTERM)
@@ -43,7 +45,9 @@ class SpineBuilder:
     the network, a full disk, a build stopped by a signal) is no finding on the candidate: it is raised, never
     remembered, and the bisect stops, to be resumed. `resolve` False: `build --no-resolve`. `resolve_steps`
     False (the test installs no closure): a step's build leaves the closure out (`deferred`), and `complete`
-    resolves it for the locks the bisect names, off the step's critical path."""
+    resolves it for the locks the bisect names, off the step's critical path. Its resolutions share one view
+    of the indexes (`resolve.run.IndexView`): the first to ask them does alone, the others then resolve from
+    uv's cache of what they served, asking them only for what it lacks."""
 
     def __init__(self, derive: DeriveRecipe, out_root: Path, cache: Path, rewrites: Sequence[Rewrite],
                  ui: UI, *, component: str = "", resolve: bool = True, retry_unbuildable: bool = False,
@@ -51,7 +55,9 @@ class SpineBuilder:
         self.derive, self.out_root, self.cache, self.rewrites, self.ui = derive, out_root, cache, tuple(rewrites), ui
         self.component = component  # the one whose commit changes (commit bisects)
         self.resolve, self.retry_unbuildable, self.resolve_steps = resolve, retry_unbuildable, resolve_steps
-        self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed ahead
+        self._completed: set[tuple[tuple[str, ...], ...]] = set()  # the requirements completed
+        self._running: dict[tuple[tuple[str, ...], ...], threading.Event] = {}  # and being completed: set when done
+        self._index_view = IndexView()  # one view of the indexes for all the bisect's resolutions
         self._lock = threading.Lock()
 
     def build(self, key: str) -> BuildOutcome:
@@ -68,16 +74,30 @@ class SpineBuilder:
         as it is: `resolve.closure_memo`; uv's cache serves what another requirement set fetched). A closure
         that does not resolve leaves the lock without one, saying why in `reason`; the verdict stands.
         `ahead` (in the background): nothing, `build` as it is, when a build with the same requirements was
-        completed or is being completed (its closure is kept then: completing this one later is quick)."""
+        completed or is being completed (its closure is kept then: completing this one later is quick); not
+        ahead (an end the result names): the completion of the same requirements running in another thread
+        is waited for, then its kept closure taken, not resolved a second time beside it."""
         if not build.deferred:
             return build
-        if ahead:
+        try:
             requirements = wheel_requirements(build.wheels)
-            with self._lock:
-                if requirements in self._completed:
-                    return build
-                self._completed.add(requirements)
-        done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
+        except (OSError, ValueError, StopIteration, BadZipFile):  # unreadable here: the build says why, sharing nothing
+            requirements = ((key,),)
+        with self._lock:
+            running = self._running.get(requirements)
+            if ahead and (running is not None or requirements in self._completed):
+                return build
+            mine = self._running.setdefault(requirements, threading.Event()) if running is None else None
+        if running is not None:  # the same requirements resolving in another thread: its closure, kept, serves
+            running.wait()
+        try:
+            done = self._build(key, resolve=True, remember=False)  # (the commit builds: no finding on it)
+        finally:
+            if mine is not None:
+                with self._lock:
+                    self._completed.add(requirements)
+                    del self._running[requirements]
+                mine.set()
         if not done.ok:
             return replace(build, reason=f"its closure was not resolved: {done.reason}")
         return replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)
@@ -95,7 +115,7 @@ class SpineBuilder:
                                 reason=f"{known.reason} (remembered{known.since}: --retry-unbuildable, or delete "
                                        f"{memo}, builds it again)")
         options = BuildOptions(out_dir=out, cache_dir=self.cache, rewrites=self.rewrites, verbose=ui.verbose,
-                               resolve=resolve)
+                               resolve=resolve, index_view=self._index_view)
         try:
             lock, built = build_stack_components(recipe, options, ui)
         except TransientError:

@@ -23,10 +23,16 @@ Building ahead (`jobs` > 1; the builder must be thread-safe for distinct keys), 
 Idle cores are the machine's less the other processes' load: the bisect's own builds, ahead or awaited, are
 its expected load, not another user's (`core.cpu.idle_cores` counts its live descendants as its own).
 
+Checking the given ends (`check_ends`) with `jobs` > 1: beside the steps, not before them. Each end is built
+(at AHEAD_NICE) and tested in a thread of its own while the steps go on, its test never beside a step's (one
+test at a time: a tester need not be thread-safe); a wrong end stops the bisect when its check ends, the steps
+made meanwhile discarded; the result waits for both checks. With `jobs` = 1 both are checked first.
+
 Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
-may still name (the last good and first bad so far) are completed in one background thread at COMPLETE_NICE,
-and when the bisect ends the two it names are completed if they are not yet (`Spent.resolve_waited`).
+may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE, the two
+at once (COMPLETING threads), and when the bisect ends the two it names are completed if they are not yet,
+waiting for a completion already running for one rather than starting another (`Spent.resolve_waited`).
 
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
 (the differences between two locks). How they are built and tested: `bisect.builder`, `bisect.testers`.
@@ -44,6 +50,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from toolchain.bisect.model import (
     BisectHandler,
@@ -72,6 +79,7 @@ __all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOut
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 AHEAD_NICE = 10  # how much nicer than the bisect a build ahead runs (its thread, so its processes): never the awaited one's rival
 COMPLETE_NICE = 15  # and a lock completed in the background (its closure resolved for a lock the result may name)
+COMPLETING = 2  # background completions at once: the last good and the first bad so far
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -82,7 +90,9 @@ class Bisector:
     (`core.cpu.idle_cores`), read when the bisect starts, then when a build ahead may start; it must not
     block. `jobs` = 1 builds nothing ahead. `builds`: builds already known (the ends' locks); `build_ends`:
     build the last good and first bad candidates if no step did (for their locks); `check_ends`: build and
-    test both given ends first, stopping (`EndpointError`) unless good tests good and bad tests bad."""
+    test both given ends, stopping (`EndpointError`) unless good tests good and bad tests bad: first, with
+    `jobs` = 1; beside the steps with `jobs` > 1 (built at AHEAD_NICE in threads of their own, tested one test
+    at a time with the steps'), a wrong end then discarding the steps made meanwhile."""
 
     def __init__(self, candidates: Sequence[Candidate], builder: Builder, tester: Tester,
                  handler: BisectHandler | None = None, *, state: BisectState | None = None,
@@ -107,9 +117,16 @@ class Bisector:
         self._pool: ThreadPoolExecutor | None = None
         self._width = 0  # builds kept in flight (W): 0 until a compiled build measured how many cores one keeps busy
         self._completer = builder if isinstance(builder, Completer) else None
-        self._completing: dict[str, Future[BuildOutcome]] = {}
+        self._completing: dict[str, Future[BuildOutcome]] = {}  # claimed by a background job: running or done
+        self._jobs: list[Future[BuildOutcome | None]] = []  # background jobs, each to claim an end when it starts
+        self._claims = threading.Lock()
+        self._ending = False
         self._background: ThreadPoolExecutor | None = None
         self._resolve = [0.0, 0.0]  # seconds completing locks: all, and waited for
+        self._resolve_lock = threading.Lock()  # (background completions add to it at once)
+        self._ends: dict[str, tuple[Candidate, Future[tuple[StepRecord, BuildOutcome]]]] = {}  # checked beside the steps
+        self._ends_pool: ThreadPoolExecutor | None = None
+        self._test_lock = threading.Lock()  # one test at a time: an end's (in its thread) and a step's
         self._end_wait = 0.0
         self._started = 0.0
 
@@ -119,8 +136,8 @@ class Bisector:
         # _spread and _prefetch keep the count; threads to spare for the step's own build and for builds ahead
         # that no step needs any more, finishing (threads start when needed)
         self._pool = ThreadPoolExecutor(2 * self.jobs, thread_name_prefix="prefetch") if self.jobs > 1 else None
-        if self._completer is not None:
-            self._background = ThreadPoolExecutor(1, thread_name_prefix="complete")
+        if self._completer is not None:  # the last good and the first bad so far, at once
+            self._background = ThreadPoolExecutor(COMPLETING, thread_name_prefix="complete")
         self._started = time.monotonic()
         clean = False
         try:
@@ -132,6 +149,8 @@ class Bisector:
                 self._check_ends()
             while (index := self.next_index()) is not None:
                 self._step(index)
+                self._checked_ends(wait=False)
+            self._checked_ends(wait=True)
             result = self._finish()
             clean = True
         except BaseException as exc:
@@ -140,6 +159,8 @@ class Bisector:
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=clean, cancel_futures=True)
+            if self._ends_pool is not None:
+                self._ends_pool.shutdown(wait=False, cancel_futures=True)
             if self._background is not None:  # a completion no lock of the result needs: left to end on its own
                 self._background.shutdown(wait=False, cancel_futures=True)
         self.handler.finished(result)
@@ -169,12 +190,15 @@ class Bisector:
         self._check_systematic_failure()
         self._complete_ahead()
 
-    def _try(self, cand: Candidate, while_testing: Callable[[], None] = lambda: None) -> StepRecord:
-        """Build and test `cand` (a failed build is a skip): its record, not yet numbered nor saved."""
+    def _try(self, cand: Candidate, while_testing: Callable[[], None] = lambda: None,
+             build_of: Callable[[str], BuildOutcome] | None = None) -> StepRecord:
+        """Build and test `cand` (a failed build is a skip): its record, not yet numbered nor saved. `build_of`:
+        how it is built, in a thread of its own (an end checked beside the steps: nothing said to the handler)."""
         prefetched = cand.key in self._futures
-        self.handler.building(cand)
+        if build_of is None:
+            self.handler.building(cand)
         started = time.monotonic()
-        build = self._build(cand.key)
+        build = (build_of or self._build)(cand.key)
         build_seconds = time.monotonic() - started
         test_seconds = 0.0
         if not build.ok:
@@ -182,10 +206,12 @@ class Bisector:
                                   tail=build.tail)
         else:
             while_testing()
-            self.handler.testing(cand)
-            started = time.monotonic()
-            tested = self.tester.test(cand, build)
-            test_seconds = time.monotonic() - started
+            if build_of is None:
+                self.handler.testing(cand)
+            with self._test_lock:
+                started = time.monotonic()
+                tested = self.tester.test(cand, build)
+                test_seconds = time.monotonic() - started
             outcome = TestOutcome(tested) if isinstance(tested, Verdict) else tested
         return StepRecord(number=0, key=cand.key, verdict=outcome.verdict, reason=outcome.reason,
                           build_failed=not build.ok, prefetched=prefetched, cached=build.cached, source=build.source,
@@ -193,26 +219,57 @@ class Bisector:
                           lock=_str(build.lock_path) or "", log=_str(outcome.log) or "", tail=outcome.tail)
 
     def _check_ends(self) -> None:
-        """Build and test the given ends before bisecting (cached builds cost nothing): good must test good and
-        bad must test bad, else `EndpointError` (exit 2) naming the end, its verdict and its test's last lines.
-        A passed check is saved, so a resumed bisect does not repeat it."""
+        """Build and test the given ends (cached builds cost nothing): good must test good and bad must test
+        bad, else `EndpointError` (exit 2) naming the end, its verdict and its test's last lines. A passed check
+        is saved, so a resumed bisect does not repeat it. `jobs` = 1: both here, before bisecting; else each in
+        a thread of its own, beside the steps (`_checked_ends` takes them in)."""
         cands = self.state.candidates
         done = {r.endpoint for r in self.state.checks}
         todo = [(name, c) for name, c in (("good", cands[0]), ("bad", cands[-1])) if name not in done]
-        bad_key = cands[-1].key
-        if self._pool is not None and len(todo) == 2 and self._known(bad_key) is None and bad_key not in self._futures:
-            self._start(cands[-1], ahead=False)  # the bad end builds beside the good one (awaited next)
-            mid = self.next_index()
-            if mid is not None and self.jobs >= 3 and self._known(cands[mid].key) is None:
-                self._start(cands[mid])  # the first midpoint beside them, niced: the ends cost no wall time
+        if self._pool is not None and todo:
+            self._ends_pool = ThreadPoolExecutor(len(todo), thread_name_prefix="check-end")
+            for name, cand in todo:
+                self._ends[name] = (cand, self._ends_pool.submit(self._check_beside, cand))
+            return
         for name, cand in todo:
-            record = replace(self._try(cand), endpoint=name)
-            expected = Verdict.GOOD if name == "good" else Verdict.BAD
-            self.handler.checked(record, self.state)
-            if record.verdict is not expected:
-                raise EndpointError(name, cand, record)
-            self._save(replace(self.state, checks=(*self.state.checks, record)))
-            self._complete_ahead()
+            self._take_check(name, cand, self._try(cand), None)
+
+    def _check_beside(self, cand: Candidate) -> tuple[StepRecord, BuildOutcome]:
+        """(An end's thread) its record and build: built at AHEAD_NICE (a step's build comes first; the ends are
+        needed when the bisect ends), tested when no step's test runs."""
+        built: list[BuildOutcome] = []
+
+        def build_of(key: str) -> BuildOutcome:
+            built.append(self._known(key) or _at_nice(AHEAD_NICE, functools.partial(_timed, self.builder.build), key))
+            return built[-1]
+
+        return self._try(cand, build_of=build_of), built[0]
+
+    def _checked_ends(self, *, wait: bool) -> None:
+        """Take in the ends checked beside the steps that are done (`wait`: all of them): a wrong one discards
+        the steps made meanwhile (from the state saved: they assumed it right) and stops (`EndpointError`)."""
+        for name, (cand, future) in list(self._ends.items()):
+            if not (wait or future.done()):
+                continue
+            record, build = future.result()  # (an error there, e.g. a test that cannot run: raised here)
+            del self._ends[name]
+            self._take_check(name, cand, record, build)
+
+    def _take_check(self, name: str, cand: Candidate, record: StepRecord, build: BuildOutcome | None) -> None:
+        record = replace(record, endpoint=name)
+        if build is not None and build.ok and self.state.builds.get(cand.key) != build:
+            self._measure(build)
+            self._save(replace(self.state, builds={**self.state.builds, cand.key: build}))
+        expected = Verdict.GOOD if name == "good" else Verdict.BAD
+        self.handler.checked(record, self.state)
+        if record.verdict is not expected:
+            if self.state.steps:  # made on a wrong end: none of their verdicts stands
+                ends = {c.key for c in (self.state.candidates[0], self.state.candidates[-1])}
+                self._save(replace(self.state, steps=(),
+                                   verdicts={k: v for k, v in self.state.verdicts.items() if k in ends}))
+            raise EndpointError(name, cand, record)
+        self._save(replace(self.state, checks=(*self.state.checks, record)))
+        self._complete_ahead()
 
     def _check_systematic_failure(self) -> None:
         """Stop when every build so far failed, the last SAME_FAILURES the same way (commit ids aside):
@@ -262,25 +319,43 @@ class Bisector:
 
     # ---- completing deferred builds (the locks the result may name) --------------------------------------
     def _complete_ahead(self) -> None:
-        """Take in the background completions that are done; start those of the current last good and first
-        bad candidates (the only tested ones the result may still name) where their build is deferred."""
+        """Take in the background completions that are done; have the current last good and first bad
+        candidates (the only tested ones the result may still name) completed where their build is deferred:
+        a job per end not yet claimed, each taking, when its thread is free, whichever end is named *then*
+        (an end named two steps ago may be named no longer; one of the same requirements is)."""
         self._harvest()
         if self._background is None:
             return
-        lo, hi = self.state.bounds()
-        for cand in (self.state.candidates[lo], self.state.candidates[hi]):
-            build = self.state.builds.get(cand.key)
-            if build is not None and build.ok and build.deferred and cand.key not in self._completing:
-                self._completing[cand.key] = self._background.submit(_at_nice, COMPLETE_NICE, self._complete_if_named,
-                                                                     cand.key)
+        with self._claims:
+            unclaimed = len(self._unclaimed())
+            self._jobs = [j for j in self._jobs if not j.done()]
+            queued = sum(1 for j in self._jobs if not j.running())
+            for _ in range(unclaimed - queued):
+                self._jobs.append(self._background.submit(_at_nice, COMPLETE_NICE, self._complete_named, ""))
 
-    def _complete_if_named(self, key: str) -> BuildOutcome:
-        """(A background thread) the completed build of `key`, unless the result can no longer name it by now."""
-        build = self.state.builds[key]
+    def _unclaimed(self) -> list[str]:
+        """The keys of the current ends whose build is deferred and whose completion nobody took yet."""
         lo, hi = self.state.bounds()
-        if key not in (self.state.candidates[lo].key, self.state.candidates[hi].key):
-            return build
-        return self._timed_complete(key, build, ahead=True)
+        keys = [self.state.candidates[i].key for i in (lo, hi)]
+        return [k for k in keys if k not in self._completing and (b := self.state.builds.get(k)) is not None
+                and b.ok and b.deferred]
+
+    def _complete_named(self, _: str) -> BuildOutcome | None:
+        """(A background thread) complete an end the result may name now, claiming it (None: none left)."""
+        with self._claims:
+            todo = [] if self._ending else self._unclaimed()
+            if not todo:
+                return None
+            key = todo[0]
+            future = self._completing[key] = Future[BuildOutcome]()
+            future.set_running_or_notify_cancel()
+        try:
+            done = self._timed_complete(key, self.state.builds[key], ahead=True)
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        future.set_result(done)
+        return done
 
     def _timed_complete(self, key: str, build: BuildOutcome, *, ahead: bool) -> BuildOutcome:
         assert self._completer is not None
@@ -288,24 +363,25 @@ class Bisector:
         try:
             return self._completer.complete(key, build, ahead=ahead)
         finally:
-            self._resolve[0] += time.monotonic() - started
+            with self._resolve_lock:
+                self._resolve[0] += time.monotonic() - started
 
     def _harvest(self) -> None:
-        done = {k: f.result() for k, f in self._completing.items() if f.done() and not f.cancelled()
-                and f.exception() is None and not f.result().deferred}
+        done = {k: f.result() for k, f in list(self._completing.items()) if f.done() and f.exception() is None
+                and not f.result().deferred}
         if done:
             self._save(replace(self.state, builds={**self.state.builds, **done}))
 
     def _complete_ends(self, keys: tuple[str, str]) -> tuple[BuildOutcome, BuildOutcome]:
-        """The builds of the ends the result names, completed (the background's, waited for, or done now: the
-        two at once), and saved."""
+        """The builds of the ends the result names, completed (the background's, waited for where it runs, or
+        done now: the two at once), and saved."""
         if self._completer is None:
             return self.state.builds[keys[0]], self.state.builds[keys[1]]
         started = time.monotonic()
-        for key in keys:  # not started yet: done here instead
-            future = self._completing.get(key)
-            if future is not None and future.cancel():
-                del self._completing[key]
+        with self._claims:  # no job claims anything now: what runs is waited for, the rest done here
+            self._ending = True
+            for job in self._jobs:
+                job.cancel()
         with ThreadPoolExecutor(1, thread_name_prefix="complete-end") as other:
             second = other.submit(self._complete_end, keys[1])
             builds = (self._complete_end(keys[0]), second.result())
@@ -419,6 +495,7 @@ class Bisector:
 
 
 _HEX = Regex(r"[0-9a-f]{7,}")
+_T = TypeVar("_T")
 
 
 class EndpointError(UsageError):
@@ -448,7 +525,7 @@ def _timed(build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
     return replace(outcome, seconds=time.monotonic() - started)
 
 
-def _at_nice(increment: int, build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
+def _at_nice(increment: int, build: Callable[[str], _T], key: str) -> _T:
     """`build(key)` in this (pool) thread at the bisect's nice value + `increment` (Linux: nice is per thread
     and a child starts with its thread's), the thread's own value restored after where allowed."""
     tid = threading.get_native_id()

@@ -4,7 +4,8 @@ one call to the build backend that pip makes, without pip.
 Of the ~1.8 s `pip wheel` takes on a small pure-Python project, the backend's build_wheel is ~0.6 s: the rest
 is pip starting (its imports, its configuration), a metadata call in one more interpreter, and a copy. The
 wheel comes from build_wheel either way, so where pip would make exactly that call (a source tree whose
-pyproject.toml has a [build-system] table, which pip builds through PEP 517; pip 21.3 or later in the
+pyproject.toml has a [build-system] table, or has none, which pip builds through PEP 517 all the same, by
+setuptools.build_meta:__legacy__; pip 21.3 or later in the
 target, which builds the tree where it is; no pip setting that it passes on), the in-target runner
 (build/intarget.py `pep517`) makes the call itself, as pyproject-hooks makes it for pip: the same
 interpreter, the same folder, the same backend and backend-path, the same PEP517_* variables, no config
@@ -24,7 +25,7 @@ from toolchain.core.record import record
 from toolchain.errors import BuildError
 from toolchain.recipe.model import DEFAULT_COMMAND
 
-LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # pip's backend for a [build-system] without build-backend
+LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # pip's backend where pyproject.toml names none (or has no table)
 
 
 @record
@@ -48,7 +49,7 @@ class BackendCall:
 def backend_call(command: Sequence[str], tree: Path) -> BackendCall | None:
     """The call pip would make to build `tree` (its host-side path) with `command`; None when `command` is not
     the default one, or pip would do otherwise or fail: no pyproject.toml (a setup.py build, by pip's version),
-    no [build-system] table (the same), a table pip refuses (no `requires` list of strings, a build-backend
+    a table pip refuses (no `requires` list of strings, a build-backend
     that is not a string, a backend-path outside the tree), or a file that does not parse."""
     if tuple(command) != DEFAULT_COMMAND:
         return None
@@ -56,6 +57,8 @@ def backend_call(command: Sequence[str], tree: Path) -> BackendCall | None:
         system = tomlio.load_file(Path(tree) / "pyproject.toml").get("build-system")
     except (OSError, UnicodeDecodeError, tomlio.TOMLDecodeError):
         return None
+    if system is None:  # pip's choice for a pyproject.toml without the table (pip's pyproject.py)
+        return BackendCall(LEGACY_BACKEND)
     if not isinstance(system, dict):
         return None
     requires, backend, paths = system.get("requires"), system.get("build-backend", LEGACY_BACKEND), \

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from toolchain.build.schedule import Budget
     from toolchain.console import UI
     from toolchain.recipe.model import Component
+    from toolchain.resolve.run import IndexView
     from toolchain.target.base import BuildRuntime
 
 
@@ -53,6 +54,7 @@ class BuildOptions:
     verbose: bool = False
     remote: RemoteRequest = RemoteRequest()  # --remote-cache/--push/--remote-insecure (build/remotecache.py)
     resolve: bool = True         # False (--no-resolve): the lock pins no runtime dependencies
+    index_view: IndexView | None = None  # resolutions sharing one view of the indexes (a bisect's: resolve/run.py)
     compiler_cache: bool = True  # False: --no-compiler-cache
     compiler_cache_dir: Path | None = None  # where ccache keeps its cache (default: <cache_dir>/ccache)
     builds_at_once: int = 0      # compiles at once, at most (0: as the target's cores and memory allow)

@@ -148,7 +148,8 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
         from toolchain.resolve.run import resolve_built
 
         closure = resolve_built(recipe, plan.target, [(b.plan.name, out / WHEELS_DIR / b.wheel.file,
-                                                       b.built_against) for b in built], options.cache_dir, logs, ui)
+                                                       b.built_against) for b in built], options.cache_dir, logs, ui,
+                                 view=options.index_view)
     lock = assemble_lock(plan, built, closure, base)
     # the box and the native audit, as a cold build finds them: each a remembered probe re-checking its inputs
     from toolchain.target.hostfacts import gather

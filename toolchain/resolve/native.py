@@ -112,10 +112,11 @@ def audit_wheels(built: Sequence[tuple[Path, str, str, str]], deps: Sequence[Loc
     audits = [audit_wheel(path, sha, cache_dir, dist=dist, role=role) for path, sha, dist, role in built]
     wheels = [d for d in deps if d.is_wheel]
     if not read_deps:
-        from toolchain.resolve.wheelfiles import libraries_of
+        from toolchain.resolve.wheelfiles import libraries_of_all
 
-        return audits + [WheelAudit(d.file, d.sha256, f"{d.name} {d.version}", "dependency",
-                                    libraries=libraries_of(d, cache_dir, deps_dir, log)) for d in wheels]
+        listed = libraries_of_all(wheels, cache_dir, deps_dir, log)
+        return audits + [WheelAudit(d.file, d.sha256, f"{d.name} {d.version}", "dependency", libraries=libraries)
+                         for d, libraries in zip(wheels, listed, strict=True)]
     todo = [d for d in wheels if _cached_objects(cache_dir / NATIVE_DIR / f"{d.sha256}.json") is None
             and not (d.local_path() and Path(d.local_path()).is_file()) and not (deps_dir / d.file).is_file()]
     if todo:

@@ -96,10 +96,12 @@ def uv_version(uv: str) -> str:
 
 
 def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[BuiltWheel], cache_dir: Path,
-                    log: Path, ui: UI | None = None, *, refresh: bool = False) -> Closure:
+                    log: Path, ui: UI | None = None, *, refresh: bool = False, cached_first: bool = False) -> Closure:
     """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component,
     TransientError for a network failure or a full disk. `refresh`: ask the indexes again (uv --refresh), not
-    uv's cache of what they served."""
+    uv's cache of what they served. `cached_first`: resolve from uv's cache of what the indexes served first
+    (uv --offline), asking them only where it cannot answer (a bisect after its first resolution: one view of
+    the index for all its locks, each without a revalidation per package, auto-round's ~70: 7-14 s vs 0.6 s)."""
     spec, recorded = _expanded(spec)
     recorded_links = tuple(recorded.values())  # as the recipe says ({demo}/... stays portable)
     python, platform = target_python(spec, target), target_platform(spec, target)
@@ -124,7 +126,7 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
             work = Path(tmp)
             try:
                 pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log,
-                                             refresh=refresh)
+                                             refresh=refresh, cached_first=cached_first and not refresh)
             except CommandTimeout as exc:
                 raise TransientError(f"{RESOLVING} failed: the resolver ran out of time after {exc.timeout:g}s",
                                      kind="network", hint=f"a slow or stalled index; run again (log: {log})") from None
@@ -198,13 +200,20 @@ def _argv(uv: str, spec: ResolveSpec, python: str, platform: str, cache_dir: Pat
 
 
 def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequence[BuiltWheel], work: Path,
-             cache_dir: Path, log: Path, *, refresh: bool = False) -> tuple[dict[str, Any], str]:
+             cache_dir: Path, log: Path, *, refresh: bool = False,
+             cached_first: bool = False) -> tuple[dict[str, Any], str]:
     reqs = work / "built.txt"
     reqs.write_text("".join(b.requirement() + "\n" for b in built))
     argv = [*_argv(uv, spec, python, platform, cache_dir), "--override", str(reqs), str(reqs)]
     out, annotated = work / "pylock.toml", work / "annotated.txt"
     first = [*argv, "--refresh"] if refresh else argv
-    run([*first, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    try:
+        run([*first, *(["--offline"] if cached_first else []), "--format", "pylock.toml", "-o", str(out)],
+            env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    except CommandFailed:
+        if not cached_first:
+            raise
+        run([*first, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
     # the same resolution again, for who asked for each pin: from what the first run just fetched, offline (a
     # warm index costs uv a revalidation per package, auto-round's 71: 1.2 s, offline 0.2 s); online only
     # where the cache cannot answer it
