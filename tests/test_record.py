@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import pickle
 from dataclasses import FrozenInstanceError, dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,64 @@ def test_a_keyword_only_record_takes_its_fields_by_name_alone():
         Kw("a", 1)
     with pytest.raises(FrozenInstanceError):
         a.size = 2
+
+
+_HALF_IMPORTED = r'''
+import importlib.util, sys, threading
+from toolchain.core import record as rec
+from toolchain.core.serial import to_data
+
+inside, go_on = threading.Event(), threading.Event()
+real = importlib.util.find_spec("dataclasses")
+
+class Slow:  # the real dataclasses module, its body run while another thread asks about records
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        inside.set()
+        go_on.wait(30)
+        real.loader.exec_module(module)
+
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        if name != "dataclasses":
+            return None
+        sys.meta_path.remove(self)
+        return importlib.util.spec_from_loader("dataclasses", Slow(), origin=real.origin)
+
+assert "dataclasses" not in sys.modules, "the test needs an interpreter that has not imported dataclasses"
+sys.meta_path.insert(0, Finder())
+importer = threading.Thread(target=__import__, args=("dataclasses",))
+importer.start()
+assert inside.wait(30)
+assert "dataclasses" in sys.modules  # half made: what another thread sees now
+
+@rec.record
+class Item:
+    name: str
+    size: int = 0
+
+item = Item("a", 2)
+print(rec.is_dataclass(item), rec.is_dataclass(object()), [f.name for f in rec.fields(item)], to_data(item))
+go_on.set()
+importer.join()
+import dataclasses
+@dataclasses.dataclass(frozen=True)
+class Theirs:
+    x: int = 1
+print(rec.is_dataclass(Theirs()), [f.name for f in rec.fields(Theirs())])
+'''
+
+
+def test_records_are_read_while_another_thread_is_still_importing_dataclasses(tmp_path):
+    """Two builds in threads: one asked whether a value is a dataclass while the other was importing `dataclasses`
+    (CI: "partially initialized module 'dataclasses' has no attribute 'is_dataclass'", a build's traceback)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "half.py"
+    script.write_text(_HALF_IMPORTED)
+    out = subprocess.run([sys.executable, "-S", str(script)], capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True False ['name', 'size'] {'name': 'a', 'size': 2}", "True ['x']"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any, TypeVar, dataclass_transform, overload
 
 T = TypeVar("T")
@@ -186,7 +187,7 @@ def _is_classvar(annotation: object) -> bool:
 
 def _spec(cls: type, name: str, annotation: object, kw_only: bool) -> Field:
     value = cls.__dict__.get(name, MISSING)
-    theirs = sys.modules.get("dataclasses")  # (a dataclasses.Field default was made by an imported dataclasses)
+    theirs = _dataclasses()  # (a dataclasses.Field default was made by an imported dataclasses)
     if isinstance(value, Field):
         spec = value
     elif theirs is not None and isinstance(value, theirs.Field):
@@ -264,6 +265,15 @@ def _make(cls: type[T], kw_only: bool) -> type[T]:
     return cls
 
 
+def _dataclasses() -> ModuleType | None:
+    """The `dataclasses` module where it is imported whole; None where it is not, or where another thread is still
+    importing it (a partially initialized module in `sys.modules`: no dataclass can have been made by it yet)."""
+    theirs = sys.modules.get("dataclasses")
+    if theirs is None or getattr(getattr(theirs, "__spec__", None), "_initializing", False):
+        return None
+    return theirs
+
+
 def _has_default(f: Field) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
@@ -273,7 +283,7 @@ def is_dataclass(obj: object) -> bool:
     importing it: a dataclass was made by an imported `dataclasses`)."""
     if hasattr(obj, "__record_specs__"):
         return True
-    theirs = sys.modules.get("dataclasses")
+    theirs = _dataclasses()
     return theirs is not None and theirs.is_dataclass(obj)
 
 
@@ -283,7 +293,7 @@ def fields(obj: object) -> tuple[Field, ...]:
     specs: tuple[Field, ...] | None = getattr(obj, "__record_specs__", None)
     if specs is not None:
         return specs
-    theirs = sys.modules.get("dataclasses")
+    theirs = _dataclasses()
     if theirs is not None and theirs.is_dataclass(obj):
         return tuple(_converted(f, theirs.MISSING) for f in theirs.fields(obj))
     raise TypeError(f"{obj!r} is neither a record nor a dataclass")
