@@ -49,7 +49,7 @@ def distinct_trees(repo: Path, cands: Sequence[Candidate], subdir: str) -> tuple
     query = "".join(f"{c.key}:{path}\n" if path else f"{c.key}^{{tree}}\n" for c in cands)
     out = git(["cat-file", "--batch-check=%(objectname)"], cwd=repo, stdin=query.encode()).stdout.splitlines()
     trees = [line.split()[0] if not line.endswith(" missing") else "" for line in out]
-    kept = [cands[0]] + [c for c, tree, before in zip(cands[1:], trees[1:], trees, strict=True) if tree != before]
+    kept = [cands[0]] + [c for c, tree, before in zip(cands[1:], trees[1:], trees[:-1], strict=True) if tree != before]
     if len(kept) == 1:
         where = f"{path}/" if path else "the repository's tree"
         raise UsageError(f"{where} is the same at --good {cands[0].short} and --bad {cands[-1].short}: no commit of "
