@@ -130,3 +130,73 @@ def test_a_failed_link_is_not_remembered(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode != 0 and "missing" in done.stderr
     assert not any((tmp_path / "links").glob("??/*"))
+
+
+# ---- through the tool: a package whose setup.py runs cmake itself, as ARK's does ---------------------------
+
+SETUP = '''\
+import os, shutil, subprocess
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Build(build_py):
+    def run(self):
+        super().run()
+        build = os.path.join(HERE, "build-cmake")
+        subprocess.check_call(["cmake", "-S", os.path.join(HERE, "native"), "-B", build, "-DCMAKE_BUILD_TYPE=Release"])
+        subprocess.check_call(["cmake", "--build", build])
+        shutil.copy(os.path.join(build, "liblinky.so"), os.path.join(self.build_lib, "linky", "liblinky.so"))
+
+
+class Binary(Distribution):
+    def has_ext_modules(self):
+        return True
+
+
+setup(name="linky", version="1.0", packages=["linky"], cmdclass={"build_py": Build}, distclass=Binary)
+'''
+NATIVE = """\
+cmake_minimum_required(VERSION 3.21)
+project(linky CXX)
+add_library(linky SHARED linky.cpp)
+target_compile_options(linky PRIVATE -flto)
+target_link_options(linky PRIVATE -flto)
+"""
+
+
+@pytest.fixture
+def linky(tmp_path):
+    from tests.spine_helpers import GitRepo
+
+    repo = GitRepo.create(tmp_path / "linky", tag=None)
+    first = repo.commit("linky", {
+        "pkg/setup.py": SETUP, "pkg/pyproject.toml": '[build-system]\nrequires = ["setuptools"]\n'
+        'build-backend = "setuptools.build_meta"\n', "pkg/linky/__init__.py": "", "pkg/native/CMakeLists.txt": NATIVE,
+        "pkg/native/linky.cpp": 'extern "C" int linky_value() { return 7; }\n'})
+    second = repo.commit("linky: python only", {"pkg/linky/__init__.py": "VALUE = 7\n"})
+    return repo, first, second
+
+
+def test_through_the_tool_an_unchanged_link_is_reused_and_the_wheel_is_the_same(linky, tmp_path):
+    from tests.spine_helpers import Workspace, component, recipe_data
+
+    repo, first, second = linky
+    ws = Workspace(tmp_path / "ws")
+    for name, commit in (("first", first), ("second", second)):
+        ws.recipe(name, recipe_data({"linky": component(repo, commit, subdir="pkg")}))
+    assert ws.build("first", "out-1", "--no-resolve").returncode == 0
+    cc = ws.record("out-1")["components"][0]["compiler-cache"]
+    assert cc["link-misses"] == 1 and cc.get("link-hits", 0) == 0, cc
+    done = ws.build("second", "out-2", "--no-resolve")
+    assert done.returncode == 0, done
+    cc = ws.record("out-2")["components"][0]["compiler-cache"]
+    assert cc["link-hits"] == 1 and cc.get("link-misses", 0) == 0 and cc["hits"] >= 1, cc
+    assert "links: 1 hits, 0 misses" in (ws.root / "out-2" / "logs" / "linky.log").read_text()
+    # the same commit built without any cache, elsewhere: the same wheel, byte for byte
+    plain = ws.build("second", "out-3", "--no-resolve", "--no-compiler-cache", cache=tmp_path / "other-cache")
+    assert plain.returncode == 0, plain
+    wheels = [next((ws.root / out / "wheels").glob("linky-*.whl")).read_bytes() for out in ("out-2", "out-3")]
+    assert wheels[0] == wheels[1]
