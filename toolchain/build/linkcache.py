@@ -288,6 +288,7 @@ def _restore(entry: bytes, output: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Run the link `argv` (DRIVER ARGS...) through the cache: its exit code (the link's, or 0 for a hit)."""
     if not argv:
         sys.stderr.write("usage: linkcache.py DRIVER ARGS...\n")
         return 2
