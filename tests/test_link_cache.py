@@ -200,3 +200,18 @@ def test_through_the_tool_an_unchanged_link_is_reused_and_the_wheel_is_the_same(
     assert plain.returncode == 0, plain
     wheels = [next((ws.root / out / "wheels").glob("linky-*.whl")).read_bytes() for out in ("out-2", "out-3")]
     assert wheels[0] == wheels[1]
+
+
+def test_a_cmake_configure_check_links_as_given(tmp_path):
+    """try_compile's folder and target names are random: such a link would never hit, so it is not stored."""
+    src = tmp_path / "build" / "CMakeFiles" / "CMakeScratch" / "TryCompile-abc123"
+    src.mkdir(parents=True)
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    subprocess.run(["c++", "-c", "main.cpp", "-o", "main.o"], cwd=src, check=True)
+    env = {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
+           "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+    subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", "cmTC_abc12"], cwd=src, env=env,
+                   check=True)
+    assert (src / "cmTC_abc12").is_file()
+    assert _words(tmp_path / "log") == ["skip"]
+    assert not any((tmp_path / "links").glob("??/*"))

@@ -15,7 +15,8 @@ again. Here the link's output is looked up by a key covering everything the link
     runs (ld, collect2, lto-wrapper, lto1, the LTO plugin) and of the C runtime's files and libraries it links
     by default; LIBRARY_PATH, COMPILER_PATH, GCC_EXEC_PREFIX, LD_RUN_PATH.
 A link this cannot key (a response file or input it cannot read, `--sysroot`, `-B`, a spec or plugin file,
-profile data, or a second output: a map file, split DWARF, saved temporaries) runs as given, uncached.
+profile data, or a second output: a map file, split DWARF, saved temporaries) runs as given, uncached; so
+does a CMake configure check's (try_compile: its folder and target names are random, it would never hit).
 
 The store: TOOLCHAIN_LINK_CACHE (a folder of the tool's cache; unset or empty: every link runs as given),
 `<key[:2]>/<key>` holding the output. Written to a temporary file, fsynced, renamed into place (kill -9 leaves
@@ -54,6 +55,7 @@ PROGRAMS = ("collect2", "ld", "lto-wrapper", "lto1", "liblto_plugin.so")
 RUNTIME = ("Scrt1.o", "crt1.o", "crti.o", "crtn.o", "crtbeginS.o", "crtendS.o", "crtbegin.o", "crtend.o",
            "libc.so", "libc.so.6", "libc_nonshared.a", "libm.so", "libm.so.6", "libgcc.a", "libgcc_s.so",
            "libgcc_s.so.1", "libstdc++.so", "libstdc++.so.6", "libatomic.so")
+TRY_COMPILE = ("/CMakeFiles/CMakeScratch/", "/CMakeFiles/CMakeTmp")  # where CMake's configure checks link
 BIG = 1 << 20  # files at least this large have their hash remembered by their stat
 
 
@@ -187,6 +189,8 @@ class Toolchain:
 
 def link_key(argv: list[str], cwd: str, env: dict[str, str], store: str) -> tuple[str, str]:
     """(the key of the link `argv` run in `cwd`, its output as given); Unkeyed when it cannot be keyed."""
+    if any(part in cwd for part in TRY_COMPILE):
+        raise Unkeyed("a CMake try_compile (its names are random: it never hits)")
     driver, args = argv[0], expand(argv[1:], cwd)
     for arg in args:
         if arg in NOT_LINKS:
