@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import GitRepo
-from toolchain.bisect.candidates import commit_url, git_candidates, resolve_commit
+from toolchain.bisect.candidates import commit_url, distinct_trees, git_candidates, resolve_commit
 from toolchain.bisect.core import (
     Bisector,
     BuildOutcome,
@@ -149,3 +149,56 @@ def test_bisect_inside_the_merged_branch(history, tmp_path: Path):
     assert result.first_bad is not None
     assert result.first_bad == Candidate(c["s2"], "side: fast path", result.first_bad.date)
     assert result.steps[0].verdict is Verdict.GOOD  # s1
+
+
+@pytest.fixture
+def monorepo(tmp_path: Path):
+    """A component in ext/ of a larger repository: most commits change the rest. ext/value.txt: 42 until x2
+    makes it 41 (the bug); a1..a4 change only other folders, x1 only ext/notes.txt, an empty commit e1."""
+    r = GitRepo.create(tmp_path / "mono", tag=None)
+    c = {"g": r.commit("initial", {"ext/value.txt": "42\n", "ext/notes.txt": "0\n", "lib/a.py": "0\n"})}
+    c["a1"] = r.commit("lib: one", {"lib/a.py": "1\n"})
+    c["x1"] = r.commit("ext: notes", {"ext/notes.txt": "1\n"})
+    c["a2"] = r.commit("lib: two", {"lib/a.py": "2\n"})
+    c["e1"] = r.commit("empty")
+    c["x2"] = r.commit("ext: the bug", {"ext/value.txt": "41\n"})
+    c["a3"] = r.commit("lib: three", {"lib/a.py": "3\n"})
+    c["a4"] = r.commit("docs", {"README": "x\n"})
+    return r, c
+
+
+class SubtreeBuilder(GitBuilder):
+    def build(self, key: str) -> BuildOutcome:
+        self.calls.append(key)
+        wheel = self.out / f"kern-{key[:12]}.whl"
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        wheel.write_text(run(["git", "-C", str(self.repo), "show", f"{key}:ext/value.txt"], capture=True).stdout)
+        return BuildOutcome(True, wheels=(wheel,), lock_path=self.out / "stack.lock.toml")
+
+
+def test_only_the_commits_that_change_the_subtree_are_candidates(monorepo, tmp_path: Path):
+    r, c = monorepo
+    every = git_candidates(r.path, c["g"], c["a4"])
+    assert len(every) == 8
+    got = distinct_trees(r.path, every, "ext")
+    # the good end, then each commit that changed ext/; the bad end a4 is x2's tree: x2 stands for it
+    assert [x.key for x in got] == [c["g"], c["x1"], c["x2"]]
+    assert got[-1].subject == "ext: the bug"
+    # the root: every commit that changes anything (the empty one builds what a2 built)
+    assert [x.key for x in distinct_trees(r.path, every, "")] == [c[k] for k in ("g", "a1", "x1", "a2", "x2", "a3",
+                                                                                  "a4")]
+    with pytest.raises(UsageError, match="ext/ is the same at --good") as err:
+        distinct_trees(r.path, git_candidates(r.path, c["x2"], c["a4"]), "ext")
+    assert "--every-commit" in (err.value.hint or "")
+    # bisected over its trees, the bug is found with fewer builds than over every commit, and is the same commit
+    script = tmp_path / "repro.py"
+    script.write_text(TEST_SCRIPT)
+    found = {}
+    for name, cands in (("every", every), ("trees", got)):
+        builder = SubtreeBuilder(r.path, tmp_path / name)
+        result = Bisector(cands, builder, CommandTester([sys.executable, str(script)], tmp_path / f"logs-{name}"),
+                          check_ends=True).run()
+        assert result.first_bad is not None
+        found[name] = (result.first_bad.key, len(builder.calls))
+    assert found["every"][0] == found["trees"][0] == c["x2"]
+    assert found["trees"][1] < found["every"][1], found

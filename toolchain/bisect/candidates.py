@@ -2,7 +2,13 @@
 a commit is missing), each with its subject, date, web URL and whether it is a merge.
 
 First parent: a merge is one candidate (the whole branch it brings in); a merge found first bad is bisected
-again along its branch (`--good M^1 --bad M`, which the result suggests)."""
+again along its branch (`--good M^1 --bad M`, which the result suggests).
+
+One tree, one candidate (`distinct_trees`): a component built from a subdirectory builds the same sources at
+every commit that leaves that subtree as it was (most commits of a monorepo), and the recipe (patches, pins,
+env) is the same for every step, so only the commits that change the subtree are candidates, and a verdict
+holds for the commits after it up to the next change. The bad end is then the commit that made its tree.
+A build that reads files outside its subtree (or the repository's history) needs `--every-commit`."""
 
 from __future__ import annotations
 
@@ -20,15 +26,37 @@ _FORMAT = "%H%x00%P%x00%s%x00%cI"
 
 
 def component_candidates(recipe: Recipe, url: str, good: str, bad: str, cache: Path,
-                         rewrites: Sequence[Rewrite] = (), *, pinned: str = "") -> tuple[Candidate, ...]:
+                         rewrites: Sequence[Rewrite] = (), *, pinned: str = "",
+                         subdir: str | None = None) -> tuple[Candidate, ...]:
     """First-parent commits good..bad of `url` from its mirror under `cache` (fetched when a commit is
-    missing; `recipe` says which URL rewrites apply, `rewrites` come after them)."""
+    missing; `recipe` says which URL rewrites apply, `rewrites` come after them). `subdir` (the component's,
+    "" for the root; None: every commit): only the commits that change that tree (`distinct_trees`)."""
     mirrors = Mirrors(cache, recipe_rewrites(recipe, cache) + tuple(rewrites))
     repo = mirrors.ensure(url, pinned or bad)
     for rev in (good, bad):
         if commit_id(repo, rev) is None:
             repo = mirrors.ensure(url, rev)
-    return git_candidates(repo, good, bad, url)
+    cands = git_candidates(repo, good, bad, url)
+    return cands if subdir is None else distinct_trees(repo, cands, subdir)
+
+
+def distinct_trees(repo: Path, cands: Sequence[Candidate], subdir: str) -> tuple[Candidate, ...]:
+    """`cands` (good first, bad last) without the commits whose `subdir` tree ("": the root's) is the one of the
+    commit before them: the good end, then each commit that changed the tree. The bad end is the commit that
+    made its tree (itself, or an earlier one with the same tree). A UsageError when good and bad have the
+    same tree: no commit of the range changed what is built."""
+    path = subdir.strip("/")
+    query = "".join(f"{c.key}:{path}\n" if path else f"{c.key}^{{tree}}\n" for c in cands)
+    out = git(["cat-file", "--batch-check=%(objectname)"], cwd=repo, stdin=query.encode()).stdout.splitlines()
+    trees = [line.split()[0] if not line.endswith(" missing") else "" for line in out]
+    kept = [cands[0]] + [c for c, tree, before in zip(cands[1:], trees[1:], trees[:-1], strict=True) if tree != before]
+    if len(kept) == 1:
+        where = f"{path}/" if path else "the repository's tree"
+        raise UsageError(f"{where} is the same at --good {cands[0].short} and --bad {cands[-1].short}: no commit of "
+                         "the range changes what the component builds from",
+                         hint="bisect another component, or --every-commit if its build reads files outside "
+                              "its subdirectory")
+    return tuple(kept)
 
 
 def git_candidates(repo: Path, good: str, bad: str, url: str = "") -> tuple[Candidate, ...]:

@@ -59,6 +59,7 @@ class BisectOptions:
     check_endpoints: bool = True          # build and test the given ends first (False: --no-check-endpoints)
     resolve: bool = True                  # False: --no-resolve (the steps' locks pin no runtime closure)
     test_needs_closure: bool = False      # --test-needs-closure: each step's lock pins its closure before the test
+    every_commit: bool = False            # --every-commit: not only the commits that change the component's tree
 
     @property
     def cache(self) -> Path:
@@ -170,7 +171,7 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
         opts = replace(opts, bad=comp.commit)
         state_file.update(context=to_table(opts))
     cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
-                                 pinned=comp.commit)
+                                 pinned=comp.commit, subdir=None if opts.every_commit else comp.subdir)
     builder = SpineBuilder(lambda sha: base.with_commit(comp.name, sha), opts.out / "steps", opts.cache,
                            opts.rewrites, ui, component=comp.name, resolve=opts.resolve, retry_unbuildable=retry,
                            resolve_steps=needs_closure(tester))
@@ -196,7 +197,8 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
                             resolve_steps=needs_closure(tester))
 
     def commits(component: str, url: str, good_sha: str, bad_sha: str) -> tuple[Candidate, ...]:
-        return component_candidates(base, url, good_sha, bad_sha, opts.cache, opts.rewrites)
+        subdir = None if opts.every_commit else base.component(component).subdir
+        return component_candidates(base, url, good_sha, bad_sha, opts.cache, opts.rewrites, subdir=subdir)
 
     result = bisect_locks(good, bad, make_builder, tester, commits, handler_for=report.phase,
                           state_file=state_file, jobs=opts.jobs, check_ends=opts.check_endpoints)

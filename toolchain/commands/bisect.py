@@ -7,7 +7,9 @@
 First both given ends are built and tested (cached builds cost nothing): good must test good and bad must
 test bad, else the bisect stops with exit 2 naming the end (--no-check-endpoints skips this). Each step then
 builds the stack with one candidate (a commit of the component, or the good lock with some of the
-differences to the bad one applied); components that did not change come from the wheel cache. Then the
+differences to the bad one applied); components that did not change come from the wheel cache. The
+candidates are the commits that change the component's subdirectory (its tree): the commits between them
+build the same sources and share their verdict (--every-commit: every first-parent commit). Then the
 step is tested: by the smoke regression set, or by a command.
 
 The test command's contract: exit 0 is good; 125 is skip (this one cannot be tested); 1-124 is bad; 126 or
@@ -69,6 +71,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "the last good and first bad locks; --test smoke always resolves each step's)")
     p.add_argument("--no-check-endpoints", action="store_true",
                    help="do not build and test the given good and bad ends before bisecting")
+    p.add_argument("--every-commit", action="store_true",
+                   help="every first-parent commit is a candidate (default: only those that change the component's "
+                        "subdirectory, or its tree: the others build the same sources); for a build that reads "
+                        "files outside its subdirectory or the repository's history")
     p.add_argument("--retry-unbuildable", action="store_true",
                    help="build again the candidates remembered as unbuildable (with --resume too: those this "
                         "bisect skipped for a failed build)")
@@ -153,7 +159,7 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
         recipes_dir=args.recipes_dir.resolve() if args.recipes_dir else None,
         patches_dir=tuple(d.resolve() for d in args.patches_dir or ()),
         check_endpoints=not args.no_check_endpoints, resolve=not args.no_resolve,
-        test_needs_closure=args.test_needs_closure)
+        test_needs_closure=args.test_needs_closure, every_commit=args.every_commit)
     by_commit = [f"--{n}" for n in ("recipe", "component", "good", "bad") if getattr(args, n)]
     if args.good_lock or args.bad_lock:
         if not (args.good_lock and args.bad_lock):
@@ -174,7 +180,7 @@ def new_options(args: argparse.Namespace) -> BisectOptions:
 def _check_resume(args: argparse.Namespace) -> None:
     given = [f"--{n.replace('_', '-')}" for n in ("recipe", "component", "good", "bad", "good_lock", "bad_lock",
                                                   "test", "test_cmd", "smoke_args", "no_check_endpoints",
-                                                  "no_resolve", "test_needs_closure") if getattr(args, n)]
+                                                  "no_resolve", "test_needs_closure", "every_commit") if getattr(args, n)]
     if given:
         raise UsageError(f"--resume continues the saved bisect; {', '.join(given)} cannot change it",
                          hint="drop them, or start a new bisect with another --state/--out")

@@ -1,0 +1,217 @@
+"""The link cache (toolchain/build/linkcache.py) on real links: a small CMake project written here, built with
+the host's compiler and `-flto` through CMake's linker launcher, in folders of its own, with ccache set as the
+tool sets it (toolchain/build/ccache.py): an `-flto` object records its compile options, paths included, so
+objects are the same bytes across trees when ccache gives them, as in the tool's builds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolchain.build.ccache import LINK_SCRIPT_FILE, find_ccache
+
+CCACHE = find_ccache()[0]
+pytestmark = pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("c++") and CCACHE),
+                                reason="needs cmake, c++ and ccache")
+
+CMAKELISTS = """\
+cmake_minimum_required(VERSION 3.21)
+project(tiny CXX)
+add_library(tiny SHARED tiny.cpp)
+add_executable(show show.cpp)
+target_link_libraries(show tiny)
+"""
+TINY = "int tiny_value() { return %d; }\n"
+SHOW = '#include <cstdio>\nint tiny_value();\nint main() { std::printf("%d\\n", tiny_value()); return 0; }\n'
+
+
+def _project(root: Path, value: int = 41) -> Path:
+    src = root / "src"
+    src.mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(CMAKELISTS)
+    (src / "tiny.cpp").write_text(TINY % value)
+    (src / "show.cpp").write_text(SHOW)
+    return src
+
+
+def _build(src: Path, links: Path | None, log: Path, ccache: bool = True) -> Path:
+    """Configure and build `src` in src/build (CXXFLAGS map the tree away, as the tool's builds do; ccache
+    in the test's folder, as build/ccache.py sets it, unless `ccache` is False)."""
+    build = src / "build"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CMAKE_", "TOOLCHAIN_", "CCACHE_"))}
+    env["CXXFLAGS"] = f"-O2 -flto -ffile-prefix-map={src}=/usr/src/tiny -fdebug-prefix-map={src}=/usr/src/tiny"
+    if ccache:
+        env.update(CMAKE_CXX_COMPILER_LAUNCHER=str(CCACHE), CCACHE_DIR=str(src.parents[1] / "ccache"),
+                   CCACHE_BASEDIR=str(src.parents[1]), CCACHE_NOHASHDIR="1", CCACHE_COMPILERCHECK="content")
+    else:
+        env["CCACHE_DISABLE"] = "1"
+    if links is not None:
+        env.update(CMAKE_CXX_LINKER_LAUNCHER=f"{sys.executable};{LINK_SCRIPT_FILE}", TOOLCHAIN_LINK_CACHE=str(links),
+                   TOOLCHAIN_LINK_STATSLOG=str(log))
+    for argv in (["cmake", "-S", str(src), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"],
+                 ["cmake", "--build", str(build)]):
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+    return build
+
+
+def _words(log: Path) -> list[str]:
+    return [line.split(" ", 1)[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_the_same_link_in_another_tree_is_reused_and_gives_the_same_bytes(tmp_path):
+    links = tmp_path / "links"
+    first = _build(_project(tmp_path / "a"), links, tmp_path / "a.log")
+    assert _words(tmp_path / "a.log").count("miss") == 2  # the library and the program, linked and remembered
+    second = _build(_project(tmp_path / "b"), links, tmp_path / "b.log")
+    plain = _build(_project(tmp_path / "c"), None, tmp_path / "c.log", ccache=False)  # no cache at all
+    # the library: the same link in another tree (its prefix maps hide the tree), reused, the same bytes as a
+    # build without any cache; the program's build RPATH names its tree (-Wl,-rpath,.../b/src/build), which
+    # reaches the output: linked again
+    assert [w for w in _words(tmp_path / "b.log") if w != "skip"] == ["hit", "miss"], (tmp_path / "b.log").read_text()
+    assert (first / "libtiny.so").read_bytes() == (second / "libtiny.so").read_bytes() == \
+        (plain / "libtiny.so").read_bytes()
+    assert (first / "show").read_bytes() != (second / "show").read_bytes()
+    shown = subprocess.run([str(second / "show")], capture_output=True, text=True, check=True)
+    assert shown.stdout == "41\n"
+    assert os.access(second / "libtiny.so", os.X_OK)
+
+
+def test_a_changed_object_links_again(tmp_path):
+    links = tmp_path / "links"
+    _build(_project(tmp_path / "a", 41), links, tmp_path / "a.log")
+    build = _build(_project(tmp_path / "b", 42), links, tmp_path / "b.log")
+    # the library's object changed: linked again; the program links against the new library: linked again
+    assert _words(tmp_path / "b.log").count("miss") == 2, (tmp_path / "b.log").read_text()
+    shown = subprocess.run([str(build / "show")], capture_output=True, text=True, check=True)
+    assert shown.stdout == "42\n"
+
+
+def test_an_entry_others_may_write_is_not_used(tmp_path):
+    links = tmp_path / "links"
+    _build(_project(tmp_path / "a"), links, tmp_path / "a.log")
+    entries = [p for p in links.glob("??/*") if p.is_file()]
+    assert len(entries) == 2
+    for entry in entries:
+        entry.write_bytes(b"planted")
+        entry.chmod(0o666)
+    build = _build(_project(tmp_path / "b"), links, tmp_path / "b.log")
+    assert "hit" not in _words(tmp_path / "b.log")
+    assert b"planted" not in (build / "libtiny.so").read_bytes()
+
+
+def test_a_link_with_a_second_output_runs_as_given(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    subprocess.run(["c++", "-c", "main.cpp", "-o", "main.o"], cwd=src, check=True)
+    env = {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
+           "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+    for _ in range(2):
+        subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", "main", "-Wl,-Map=main.map"],
+                       cwd=src, env=env, check=True)
+    assert _words(tmp_path / "log") == ["skip", "skip"]
+    assert (src / "main.map").is_file() and (src / "main").is_file()
+    assert not any((tmp_path / "links").glob("??/*"))
+
+
+def test_a_failed_link_is_not_remembered(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "main.cpp").write_text("int missing(); int main() { return missing(); }\n")
+    subprocess.run(["c++", "-c", "main.cpp", "-o", "main.o"], cwd=src, check=True)
+    env = {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
+           "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+    done = subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", "main"], cwd=src, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "missing" in done.stderr
+    assert not any((tmp_path / "links").glob("??/*"))
+
+
+# ---- through the tool: a package whose setup.py runs cmake itself, as ARK's does ---------------------------
+
+SETUP = '''\
+import os, shutil, subprocess
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Build(build_py):
+    def run(self):
+        super().run()
+        build = os.path.join(HERE, "build-cmake")
+        subprocess.check_call(["cmake", "-S", os.path.join(HERE, "native"), "-B", build, "-DCMAKE_BUILD_TYPE=Release"])
+        subprocess.check_call(["cmake", "--build", build])
+        shutil.copy(os.path.join(build, "liblinky.so"), os.path.join(self.build_lib, "linky", "liblinky.so"))
+
+
+class Binary(Distribution):
+    def has_ext_modules(self):
+        return True
+
+
+setup(name="linky", version="1.0", packages=["linky"], cmdclass={"build_py": Build}, distclass=Binary)
+'''
+NATIVE = """\
+cmake_minimum_required(VERSION 3.21)
+project(linky CXX)
+add_library(linky SHARED linky.cpp)
+target_compile_options(linky PRIVATE -flto)
+target_link_options(linky PRIVATE -flto)
+"""
+
+
+@pytest.fixture
+def linky(tmp_path):
+    from tests.spine_helpers import GitRepo
+
+    repo = GitRepo.create(tmp_path / "linky", tag=None)
+    first = repo.commit("linky", {
+        "pkg/setup.py": SETUP, "pkg/pyproject.toml": '[build-system]\nrequires = ["setuptools"]\n'
+        'build-backend = "setuptools.build_meta"\n', "pkg/linky/__init__.py": "", "pkg/native/CMakeLists.txt": NATIVE,
+        "pkg/native/linky.cpp": 'extern "C" int linky_value() { return 7; }\n'})
+    second = repo.commit("linky: python only", {"pkg/linky/__init__.py": "VALUE = 7\n"})
+    return repo, first, second
+
+
+def test_through_the_tool_an_unchanged_link_is_reused_and_the_wheel_is_the_same(linky, tmp_path):
+    from tests.spine_helpers import Workspace, component, recipe_data
+
+    repo, first, second = linky
+    ws = Workspace(tmp_path / "ws")
+    for name, commit in (("first", first), ("second", second)):
+        ws.recipe(name, recipe_data({"linky": component(repo, commit, subdir="pkg")}))
+    assert ws.build("first", "out-1", "--no-resolve").returncode == 0
+    cc = ws.record("out-1")["components"][0]["compiler-cache"]
+    assert cc["link-misses"] == 1 and cc.get("link-hits", 0) == 0, cc
+    done = ws.build("second", "out-2", "--no-resolve")
+    assert done.returncode == 0, done
+    cc = ws.record("out-2")["components"][0]["compiler-cache"]
+    assert cc["link-hits"] == 1 and cc.get("link-misses", 0) == 0 and cc["hits"] >= 1, cc
+    assert "links: 1 hits, 0 misses" in (ws.root / "out-2" / "logs" / "linky.log").read_text()
+    # the same commit built without any cache, elsewhere: the same wheel, byte for byte
+    plain = ws.build("second", "out-3", "--no-resolve", "--no-compiler-cache", cache=tmp_path / "other-cache")
+    assert plain.returncode == 0, plain
+    wheels = [next((ws.root / out / "wheels").glob("linky-*.whl")).read_bytes() for out in ("out-2", "out-3")]
+    assert wheels[0] == wheels[1]
+
+
+def test_a_cmake_configure_check_links_as_given(tmp_path):
+    """try_compile's folder and target names are random: such a link would never hit, so it is not stored."""
+    src = tmp_path / "build" / "CMakeFiles" / "CMakeScratch" / "TryCompile-abc123"
+    src.mkdir(parents=True)
+    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    subprocess.run(["c++", "-c", "main.cpp", "-o", "main.o"], cwd=src, check=True)
+    env = {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
+           "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+    subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", "cmTC_abc12"], cwd=src, env=env,
+                   check=True)
+    assert (src / "cmTC_abc12").is_file()
+    assert _words(tmp_path / "log") == ["skip"]
+    assert not any((tmp_path / "links").glob("??/*"))
