@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import GitRepo
-from toolchain.bisect.candidates import commit_url, distinct_trees, git_candidates, resolve_commit
+from toolchain.bisect.candidates import adjacent_good, commit_url, distinct_trees, git_candidates, resolve_commit
 from toolchain.bisect.core import (
     Bisector,
     BuildOutcome,
@@ -196,9 +196,11 @@ def test_only_the_commits_that_change_the_subtree_are_candidates(monorepo, tmp_p
     found = {}
     for name, cands in (("every", every), ("trees", got)):
         builder = SubtreeBuilder(r.path, tmp_path / name)
-        result = Bisector(cands, builder, CommandTester([sys.executable, str(script)], tmp_path / f"logs-{name}"),
-                          check_ends=True).run()
+        result = adjacent_good(Bisector(cands, builder, CommandTester([sys.executable, str(script)],
+                                                                      tmp_path / f"logs-{name}"),
+                                        check_ends=True).run(), every)
         assert result.first_bad is not None
-        found[name] = (result.first_bad.key, len(builder.calls))
-    assert found["every"][0] == found["trees"][0] == c["x2"]
-    assert found["trees"][1] < found["every"][1], found
+        found[name] = (result.first_bad.key, result.last_good.key, len(builder.calls))
+    # the same commit, and the same last good: the first bad's parent (e1, whose ext/ x1 made), as git names it
+    assert found["every"][:2] == found["trees"][:2] == (c["x2"], c["e1"]), found
+    assert found["trees"][2] < found["every"][2], found

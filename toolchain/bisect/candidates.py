@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from toolchain.bisect.core import Candidate
+from toolchain.bisect.model import BisectResult
 from toolchain.core.git import commit_id, git, is_ancestor
+from toolchain.core.record import replace
 from toolchain.errors import SourceError, UsageError
 from toolchain.recipe.load import Recipe
 from toolchain.sources.mirrors import Mirrors, Rewrite
@@ -57,6 +59,19 @@ def distinct_trees(repo: Path, cands: Sequence[Candidate], subdir: str) -> tuple
                          hint="bisect another component, or --every-commit if its build reads files outside "
                               "its subdirectory")
     return tuple(kept)
+
+
+def adjacent_good(result: BisectResult, everyone: Sequence[Candidate]) -> BisectResult:
+    """`result` of a bisect over `distinct_trees` with its last good the first bad's first parent, as `git bisect`
+    names it: the commits after the last good candidate up to that parent left its tree as it was (the same
+    sources, the same verdict; its build and lock are the last good candidate's)."""
+    keys = [c.key for c in everyone]
+    if result.first_bad is None or result.first_bad.key not in keys or result.last_good.key not in keys:
+        return result
+    parent = keys.index(result.first_bad.key) - 1
+    if parent <= keys.index(result.last_good.key):
+        return result
+    return replace(result, last_good=everyone[parent])
 
 
 def git_candidates(repo: Path, good: str, bad: str, url: str = "") -> tuple[Candidate, ...]:

@@ -98,15 +98,14 @@ class CommandTester:
 
 
 def step_wheel_dir(folder: Path, wheels: Sequence[Path]) -> Path:
-    """`folder` holding exactly `wheels` (hard links where the file system allows, else copies), made afresh."""
+    """`folder` holding exactly copies of `wheels`, made afresh. Copies, not hard links: a test may change what it
+    is given without changing the step's out wheels, and those keep one name each (a wheel with a second name is
+    not the tool's alone: the next completion into that out folder would warn and copy it from the cache again)."""
     tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     for wheel in wheels:
-        try:
-            os.link(wheel, tmp / wheel.name)
-        except OSError:
-            shutil.copy2(wheel, tmp / wheel.name)
+        shutil.copyfile(wheel, tmp / wheel.name)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder
