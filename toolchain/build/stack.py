@@ -380,6 +380,12 @@ def _compiler_cache(plan: Plan, options: BuildOptions, ui: UI) -> CompilerCache:
         except OSError as exc:  # a cache never fails a build
             ui.warn(f"compiling without a compiler cache: cannot create {cc.data_dir}: {exc.strerror or exc}")
             return replace(cc, enabled=False, why=f"off (cannot create {cc.data_dir})")
+        if cc.links_dir is not None:
+            try:
+                cc.links_dir.mkdir(parents=True, exist_ok=True)  # (a fresh container mounts it too)
+            except OSError as exc:  # nor does the link cache's
+                ui.warn(f"linking without the link cache: cannot create {cc.links_dir}: {exc.strerror or exc}")
+                return replace(cc, links_dir=None)
     return cc
 
 
