@@ -116,10 +116,14 @@ def _remote_names(dist: LockedDist, deps_dir: Path, log: Path) -> list[str]:
     return _names(_Sparse(total, start, tail))
 
 
+_FETCHING = threading.Lock()  # fetch_dists into one deps folder, with one log: one at a time (libraries_of_all)
+
+
 def _fetched_names(dist: LockedDist, deps_dir: Path, log: Path) -> list[str]:
     from toolchain.resolve.fetch import fetch_dists
 
-    got = fetch_dists([dist], deps_dir, log)
+    with _FETCHING:  # (two at once into the folder found each other's files missing: "do not match the lock")
+        got = fetch_dists([dist], deps_dir, log)
     return _names(got[dist.name])
 
 
