@@ -16,7 +16,7 @@ import pytest
 from tests.spine_helpers import Cli, Result, isolated_env
 from toolchain.build.cache import WheelCache, shared_folder_warnings
 from toolchain.build.entry import EntryMeta
-from toolchain.core import trust
+from toolchain.core import group, trust
 from toolchain.core.probe_memo import remembered
 
 NOBODY = 65534
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as 
 @pytest.fixture(autouse=True)
 def fresh_rule(monkeypatch, tmp_path: Path):
     """No shared group; no folder verdict kept from another test; the tmp folder searchable by uid 65534."""
-    monkeypatch.delenv(trust.SHARED_GROUP_ENV, raising=False)
-    trust.declare_shared_group("")
+    monkeypatch.delenv(group.SHARED_GROUP_ENV, raising=False)
+    group.declare_shared_group("")
     trust.forget_folders()
     for p in (tmp_path, *tmp_path.parents):
         os.chmod(p, p.stat().st_mode | 0o001)

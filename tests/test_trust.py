@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolchain.build.cache import shared_folder_warnings
-from toolchain.core import trust
+from toolchain.core import group, trust
 from toolchain.core.fs import read_regular
 
 NOBODY = 65534  # nobody:nogroup
@@ -35,11 +35,11 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_shared_group(monkeypatch):
-    monkeypatch.delenv(trust.SHARED_GROUP_ENV, raising=False)
-    trust.declare_shared_group("")
+    monkeypatch.delenv(group.SHARED_GROUP_ENV, raising=False)
+    group.declare_shared_group("")
     trust.forget_folders()
     yield
-    trust.declare_shared_group("")
+    group.declare_shared_group("")
 
 
 def written_by_nobody(path: Path, data: bytes) -> None:
@@ -96,7 +96,7 @@ def test_a_shared_group_trusts_its_members_files_writable_by_that_group_and_nobo
     os.chmod(teammate, 0o664)  # nobody:nogroup, group-writable
     with pytest.raises(trust.Untrusted):
         trust.read_trusted(teammate)
-    monkeypatch.setenv(trust.SHARED_GROUP_ENV, "nogroup")
+    monkeypatch.setenv(group.SHARED_GROUP_ENV, "nogroup")
     assert trust.read_trusted(teammate) == b"{}"  # a member of the shared group (its primary group)
     os.chmod(teammate, 0o666)
     with pytest.raises(trust.Untrusted, match="writable by other users"):
@@ -105,8 +105,8 @@ def test_a_shared_group_trusts_its_members_files_writable_by_that_group_and_nobo
     os.chown(teammate, NOBODY, 0)  # nobody's file of group root: not the shared group's
     with pytest.raises(trust.Untrusted, match=f"owned by uid {NOBODY}"):
         trust.read_trusted(teammate)
-    monkeypatch.delenv(trust.SHARED_GROUP_ENV)
-    trust.declare_shared_group(str(NOBODY))  # a recipe's [cache] shared-group, as a gid
+    monkeypatch.delenv(group.SHARED_GROUP_ENV)
+    group.declare_shared_group(str(NOBODY))  # a recipe's [cache] shared-group, as a gid
     os.chown(teammate, NOBODY, NOBODY)
     assert trust.read_trusted(teammate) == b"{}"
 
@@ -128,7 +128,7 @@ def test_one_warning_names_the_cache_folder_what_is_wrong_and_the_fix(folder: Pa
     os.chown(folder / "memo", 0, NOBODY)
     os.chmod(folder / "memo", 0o775)
     assert shared_folder_warnings(folder)  # group-writable, and no group declared
-    monkeypatch.setenv(trust.SHARED_GROUP_ENV, str(NOBODY))
+    monkeypatch.setenv(group.SHARED_GROUP_ENV, str(NOBODY))
     assert shared_folder_warnings(folder) == []  # writable by the declared group and nobody else
 
 

@@ -164,10 +164,10 @@ def commits_of_recipe() -> dict[str, str]:
 def test_the_private_folder_is_one_per_cache_yours_alone_and_a_declared_group_takes_the_cache_back(tmp_path: Path,
                                                                                                    monkeypatch):
     from toolchain.build.cache import shared_folder_warnings
-    from toolchain.core import trust
+    from toolchain.core import group, trust
 
-    monkeypatch.delenv(trust.SHARED_GROUP_ENV, raising=False)
-    trust.declare_shared_group("")
+    monkeypatch.delenv(group.SHARED_GROUP_ENV, raising=False)
+    group.declare_shared_group("")
     trust.forget_folders()
     mine = tmp_path / "mine"
     (mine / "git").mkdir(parents=True)
@@ -184,11 +184,11 @@ def test_the_private_folder_is_one_per_cache_yours_alone_and_a_declared_group_ta
     assert warning.startswith(f"cache folder {cache}: git is writable by other users (mode 775)"), warning
     assert f"private, empty cache instead, {private}" in warning
     assert trust.cache_for_recipe(private) == private  # no group declared
-    trust.declare_shared_group(str(NOBODY))  # the recipe's [cache] shared-group: that group may write git/
+    group.declare_shared_group(str(NOBODY))  # the recipe's [cache] shared-group: that group may write git/
     try:
         assert trust.cache_for_recipe(private) == cache
     finally:
-        trust.declare_shared_group("")
+        group.declare_shared_group("")
         trust.forget_folders()
 
 

@@ -294,7 +294,7 @@ def _short(root: str, why: str) -> str:
 
 def _untrusted_warning(cache_dir: Path, found: list[str], whole: str) -> str:
     """The one warning of a cache folder another user could write (`found`: why), `whole`: what is done instead."""
-    from toolchain.core.trust import SHARED_GROUP_ENV
+    from toolchain.core.group import SHARED_GROUP_ENV
 
     return (f"cache folder {cache_dir}: {'; '.join(found)}. Another user could plant, rename or swap files "
             f"there: {whole}. Fix: make it and the folders above it yours alone "

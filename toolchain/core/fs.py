@@ -283,10 +283,10 @@ def lock_owner(uid: int) -> bool:
     whose owner cannot be read: it has just ended) too."""
     if uid in (-1, 0, os.geteuid(), invoking_user()[0]):
         return True
-    from toolchain.core import trust
+    from toolchain.core import group
 
-    group = trust.shared_group()
-    return group is not None and trust.member(uid, group)
+    gid = group.shared_group()
+    return gid is not None and group.member(uid, gid)
 
 
 def _acquire(fd: int, path: Path, mode: int, on_wait: Callable[[], None] | None, timeout: float | None,

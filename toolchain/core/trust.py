@@ -33,7 +33,6 @@ out folder is handed to the user who ran it (`fs.give_to_invoking_user`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 import stat
@@ -43,20 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from toolchain.core.fs import NotRegular, open_regular
-
-SHARED_GROUP_ENV = "TOOLCHAIN_CACHE_SHARED_GROUP"
-
-_declared: list[str] = []  # the recipe's [cache] shared-group for this run (declare_shared_group)
+from toolchain.core.group import member, shared_group
 
 
 class Untrusted(OSError):
     """A file read from the cache or the out folder that the trust rule refuses (why: the message)."""
-
-
-def declare_shared_group(group: str) -> None:
-    """The run's recipe declares its cache shared with `group` (a name or a gid; "" declares nothing): the
-    environment's $TOOLCHAIN_CACHE_SHARED_GROUP, when set, wins."""
-    _declared[:] = [group] if group else []
 
 
 def keep_writes_private() -> None:
@@ -65,42 +55,6 @@ def keep_writes_private() -> None:
     A folder a group shares on purpose gets its group's write bit from its owner (`chmod g+w`, a setgid
     folder), not from this process's umask."""
     os.umask(os.umask(0o022) | 0o022)
-
-
-def shared_group() -> int | None:
-    """The gid the cache is declared shared with, or None (not shared, or a group that does not exist)."""
-    name = os.environ.get(SHARED_GROUP_ENV, "") or (_declared[0] if _declared else "")
-    return _gid(name) if name else None
-
-
-@functools.lru_cache(maxsize=8)
-def _gid(name: str) -> int | None:
-    if name.isdigit():
-        return int(name)
-    import grp
-
-    try:
-        return grp.getgrnam(name).gr_gid
-    except KeyError:
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def member(uid: int, gid: int) -> bool:
-    """Whether user `uid` belongs to group `gid` (its primary group or a supplementary one)."""
-    import grp
-    import pwd
-
-    try:
-        user = pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    if user.pw_gid == gid:
-        return True
-    try:
-        return user.pw_name in grp.getgrgid(gid).gr_mem
-    except KeyError:
-        return False
 
 
 def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True) -> str:

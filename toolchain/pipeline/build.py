@@ -14,11 +14,12 @@ from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
 from toolchain.core import blobs
 from toolchain.core.fs import give_to_invoking_user
+from toolchain.core.group import declare_shared_group
 from toolchain.core.owned import safe_name
 from toolchain.core.record import replace
 from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
-from toolchain.core.trust import cache_for_recipe, declare_shared_group
+from toolchain.core.trust import cache_for_recipe
 from toolchain.errors import BuildError, TestFailed
 from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, read_lock, write_lock
 from toolchain.pipeline.audit import remembered_audit
