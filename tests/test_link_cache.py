@@ -104,13 +104,18 @@ def test_an_entry_others_may_write_is_not_used(tmp_path):
     assert b"planted" not in (build / "libtiny.so").read_bytes()
 
 
-def test_a_link_with_a_second_output_runs_as_given(tmp_path):
+def _compiled(tmp_path: Path, source: str) -> tuple[Path, dict[str, str]]:
+    """`source` compiled to src/main.o, and the environment that links through the link cache under tmp_path."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "main.cpp").write_text("int main() { return 0; }\n")
+    (src / "main.cpp").write_text(source)
     subprocess.run(["c++", "-c", "main.cpp", "-o", "main.o"], cwd=src, check=True)
-    env = {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
-           "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+    return src, {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
+                 "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+
+
+def test_a_link_with_a_second_output_runs_as_given(tmp_path):
+    src, env = _compiled(tmp_path, "int main() { return 0; }\n")
     for _ in range(2):
         subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", "main", "-Wl,-Map=main.map"],
                        cwd=src, env=env, check=True)
@@ -120,12 +125,7 @@ def test_a_link_with_a_second_output_runs_as_given(tmp_path):
 
 
 def test_a_failed_link_is_not_remembered(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "main.cpp").write_text("int missing(); int main() { return missing(); }\n")
-    subprocess.run(["c++", "-c", "main.cpp", "-o", "main.o"], cwd=src, check=True)
-    env = {**os.environ, "TOOLCHAIN_LINK_CACHE": str(tmp_path / "links"),
-           "TOOLCHAIN_LINK_STATSLOG": str(tmp_path / "log")}
+    src, env = _compiled(tmp_path, "int missing(); int main() { return missing(); }\n")
     done = subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", "main"], cwd=src, env=env,
                           capture_output=True, text=True)
     assert done.returncode != 0 and "missing" in done.stderr
