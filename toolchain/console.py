@@ -214,6 +214,11 @@ class UI:
     def warn(self, message: str) -> None:
         """Show a warning on stderr, even when quiet; the message is printed literally (`[cache]` is text, not
         markup), as ERROR lines are."""
+        if self._err is None and not _stderr_terminal():  # (a log: the line as rich would write it, without rich)
+            with self._printing:
+                sys.stderr.write(f"warning: {escape_controls(message)}\n")
+                sys.stderr.flush()
+            return
         from rich.text import Text
 
         self.err.print(Text.assemble(("warning:", "yellow"), " ", message), soft_wrap=self.piped)
@@ -337,6 +342,20 @@ _CONTROL = Regex(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 (but tab and newline), 
 def escape_controls(text: str) -> str:
     """`text` with terminal control characters shown as escapes: `ESC[2J` prints as `\\x1b[2J`."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text) if _CONTROL.search(text) else text
+
+
+def _stderr_terminal() -> bool:
+    """Whether rich would take stderr for a terminal (TTY_COMPATIBLE, FORCE_COLOR, else isatty), decided
+    without importing rich."""
+    tty = os.environ.get("TTY_COMPATIBLE", "")
+    if tty in ("0", "1"):
+        return tty == "1"
+    if "FORCE_COLOR" in os.environ:
+        return os.environ["FORCE_COLOR"] != ""
+    try:
+        return sys.stderr.isatty()
+    except (ValueError, AttributeError):
+        return False
 
 
 def _console(*, stderr: bool) -> Console:

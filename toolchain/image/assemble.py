@@ -8,11 +8,9 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import functools
-import io
 import json
 import os
 import shutil
-import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -144,6 +142,9 @@ def write_thin_archive(image: Image, dest: Path, ref: str) -> Path:
     """An OCI archive (a tar of the layout) of what the image adds to its base: the layer, config, manifest and
     index, without the base's layers. An engine that already holds the base reuses those by digest; one that
     does not fails to load it (the caller falls back to the whole layout)."""
+    import io
+    import tarfile
+
     members = [("oci-layout", LAYOUT_VERSION), ("index.json", layout_index(image, ref, ref.rsplit(":", 1)[-1])),
                (f"blobs/sha256/{image.digest[7:]}", image.manifest),
                (f"blobs/sha256/{image.config_digest[7:]}", image.config)]

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,6 +115,8 @@ def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
             "Config": f"blobs/sha256/{image.config_digest.split(':', 1)[1]}", "RepoTags": [ref.name],
             "Layers": layers}]))
     archive = work / f"image-{os.getpid()}.tar"
+    import tarfile
+
     try:
         with tarfile.open(archive, "w") as tar:
             for path in sorted(layout.rglob("*")):

@@ -8,16 +8,17 @@ cover (pip's `--force-reinstall` uninstalls it first). The tar is assembled by h
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
-import tarfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from toolchain.core.record import record
 from toolchain.image.base import Interpreter
+
+if TYPE_CHECKING:
+    import gzip
 
 LOCK_PATH = "usr/share/toolchain/stack.lock.toml"  # the lock inside the image (`toolchain lock --image` reads it)
 WHITEOUT = ".wh."
@@ -207,6 +208,10 @@ class _Counted:
 def write_layer(items: Iterable[Entry], epoch: int, dest: Path) -> Layer:
     """The tar.gz of `items` at `dest` (its digest, size and diff_id): a pure function of the entries' paths,
     kinds, modes and bytes, and of `epoch`."""
+    import gzip
+    import io
+    import tarfile
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     count, wh = 0, []
     with open(dest, "wb") as raw:
@@ -233,8 +238,6 @@ def write_layer(items: Iterable[Entry], epoch: int, dest: Path) -> Layer:
                             tar.addfile(info, f)
                     else:
                         info.size = len(item.data)
-                        import io
-
                         tar.addfile(info, io.BytesIO(item.data))
         raw.flush()
         os.fsync(raw.fileno())

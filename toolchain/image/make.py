@@ -8,8 +8,6 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
-
 from toolchain import __version__
 from toolchain.console import UI
 from toolchain.core.fs import sha256_bytes
@@ -18,7 +16,7 @@ from toolchain.image.assemble import A, Image, assemble, rfc3339
 from toolchain.image.base import Interpreter, held, keep_base, pinned, read_interpreter
 from toolchain.image.compat import check_wheels
 from toolchain.image.layer import LOCK_PATH, Layer, compile_bytecode, entries, stage, write_layer
-from toolchain.lock import Lock, read_lock, verify_wheels, wheel_problems
+from toolchain.lock import Lock, read_lock, verify_wheels, wheel_name_version, wheel_problems
 
 BASE_DIGEST = "org.opencontainers.image.base.digest"  # the base, by digest only (`labels`)
 
@@ -125,14 +123,15 @@ def make_image(lock_path: Path, cache_dir: Path, ui: UI, *, base: str | None = N
     image = base_of(lock, base)
     files = [Path(f) for f in (*(d.file for d in (lock.closure.dists if lock.closure is not None else ())),
                                *(c.wheel.file for c in lock.components))]  # (lock_wheels' order)
-    names = sorted({str(canonicalize_name(parse_wheel_filename(f.name)[0])) for f in files})
+    names = sorted({wheel_name_version(f.name)[0] for f in files})
     def ensure() -> None:  # (before a container of the base starts: the engine holds it under that name)
         held(image, engine, ui, cache_dir / "images" / "logs" / "pull.log", insecure=insecure)
 
     # the base's interpreter: the one the lock names, by name (its build record's path is the build machine's)
     python = python or lock.target.python_by_name()
     interp = read_interpreter(image, engine, python, names, ui, memo_dir=cache_dir / "images" / "memo", before=ensure)
-    check_wheels(files, interp, lock.target.python_tag, lock.target.platform, image)
+    check_wheels(files, interp, lock.target.python_tag, lock.target.platform, image,
+                 memo_dir=cache_dir / "images" / "memo")
     if interp.externally_managed:
         ui.warn(f"the base's {interp.executable} is externally managed (PEP 668: {interp.externally_managed}): the "
                 f"layer installs over its packages in {interp.scheme['purelib']}, as `pip install "
