@@ -24,8 +24,7 @@ BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
 def _own_lock(demo_out: Path, where: Path) -> Path:
     """The demo's lock and wheels with one comment of this test's own: an image digest no other test makes (tests
-    beside it in podman hold the demo's images; removing this one by id touches none of theirs). (A base podman
-    holds is saved from it, and podman keeps no gzip blob it loaded: `localhost/` bases are built by podman.)"""
+    beside it in podman hold the demo's images; removing this one by id touches none of theirs)."""
     shutil.copytree(demo_out, where)
     lock = where / "stack.lock.toml"
     lock.write_text(lock.read_text() + f"# {uuid.uuid4().hex}\n")
@@ -126,3 +125,43 @@ def test_one_base_in_two_repositories_of_a_registry_gives_one_image(demo_build, 
             assert b"org.opencontainers.image.base.digest" in text and b"i49/one" not in text and b"i49/two" not in text
     finally:  # (podman pulled it to read its interpreter: this test's own image, by id)
         _engine("podman", "rmi", "-f", pushed["config"][7:], check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_an_image_loaded_into_podman_serves_as_a_localhost_base_with_the_digest_it_has_on_a_registry(
+        demo_build, test_base, registry, tmp_path):  # noqa: F811
+    """`--load podman` hands podman the layer gzipped; podman keeps it uncompressed and `podman save` cannot give
+    those bytes back. The tool's own layer is a pure function of its tar, so the base is read back by
+    compressing the saved tar as the tool does and checking the sha256 the manifest names: the image over
+    `localhost/NAME@DIGEST` is the one over the same digest on a registry, from any cache."""
+    lock = _own_lock(demo_build.out, tmp_path / "own")
+    reg = registry.address
+    under = _image(tmp_path, "under", lock, "--tag", "localhost/i49-under:1", "--base", test_base, "--load", "podman",
+                   "--oci-dir", tmp_path / "oci-under")
+    digest = under["digest"]
+    demo = demo_build.out / "stack.lock.toml"
+    try:
+        pushed = _image(tmp_path, "push", lock, "--tag", f"{reg}/i49/under:1", "--base", test_base, "--push",
+                        "--remote-insecure")
+        assert pushed["digest"] == digest
+        local = _image(tmp_path, "over", demo, "--tag", "localhost/i49-over:1", "--base",
+                       f"localhost/i49-under@{digest}", "--no-bytecode", "--oci-dir", tmp_path / "oci-over")
+        again = _image(tmp_path, "again", demo, "--tag", "localhost/i49-over:1", "--base",
+                       f"localhost/i49-under@{digest}", "--no-bytecode", "--oci-dir", tmp_path / "oci-again")
+        remote = _image(tmp_path, "remote", demo, "--tag", "localhost/i49-over:1", "--base",
+                        f"{reg}/i49/under@{digest}", "--no-bytecode", "--remote-insecure",
+                        "--oci-dir", tmp_path / "oci-remote")
+        assert local["digest"] == again["digest"] == remote["digest"], (local, again, remote)
+        blobs = tmp_path / "oci-over" / "blobs" / "sha256"
+        index = json.loads((tmp_path / "oci-over" / "index.json").read_text())
+        manifest = json.loads((blobs / index["manifests"][0]["digest"][7:]).read_text())
+        under_layers = json.loads((tmp_path / "oci-under" / "blobs" / "sha256" / digest[7:]).read_text())["layers"]
+        assert [d["digest"] for d in manifest["layers"][:-1]] == [d["digest"] for d in under_layers]
+        import hashlib
+
+        layer = under["layer"]["digest"]  # (the base's own layer, as the layout holds it: those very bytes)
+        assert hashlib.sha256((blobs / layer[7:]).read_bytes()).hexdigest() == layer[7:]
+    finally:
+        _engine("podman", "rmi", "-f", "localhost/i49-under:1", check=False)
+        _engine("podman", "rmi", "-f", pushed["config"][7:] if "pushed" in locals() else "none", check=False)

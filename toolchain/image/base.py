@@ -195,8 +195,9 @@ def names_of(digest: str, engine: str) -> list[str]:
 
 def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
     """The saved layout holds the pinned manifest, or is made to: an engine keeps every manifest an image had
-    (pulled, pushed) and `save` writes its latest; podman keeps each under its digest in its image store, taken
-    when its sha256 is the pinned digest and its config and layers are the saved ones. BuildError otherwise."""
+    (pulled, pushed, loaded) and `save` writes its latest; podman keeps each under its digest in its image store,
+    taken when its sha256 is the pinned digest and its config and layers are the saved ones (a gzip layer of the
+    tool's made again from the saved tar: `_regzip_ours`). BuildError otherwise."""
     index = json.loads((layout / "index.json").read_text())
     saved = index["manifests"][0]["digest"]
     blobs = layout / "blobs" / "sha256"
@@ -205,6 +206,7 @@ def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
     kept = _engine_manifest(image, digest, engine)
     if kept is not None:
         doc = json.loads(kept)
+        _regzip_ours(doc, json.loads((blobs / saved.split(":", 1)[1]).read_bytes()), blobs)
         named = [doc["config"]["digest"], *(d["digest"] for d in doc["layers"])]
         if all((blobs / d.split(":", 1)[1]).is_file() for d in named):
             atomic_write_bytes(blobs / digest.split(":", 1)[1], kept)
@@ -215,6 +217,26 @@ def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
     raise BuildError(f"{engine} saves {image} with manifest {saved}, not the pinned {digest}",
                      hint="pull the image by that digest again (`podman pull NAME@DIGEST`), or pin the digest the "
                           "engine holds")
+
+
+def _regzip_ours(doc: dict[str, Any], saved: dict[str, Any], blobs: Path) -> None:
+    """The gzip layers `doc` (the pinned manifest) names that the saved layout lacks, made from the saved tar at
+    the same place where that tar is the layer the config names (its diff_id): compressed as the tool compresses
+    its layer and kept only when its sha256 is the digest `doc` names (a layer the tool wrote, loaded into
+    podman: podman keeps the tar, `save` cannot give back the gzip). Others stay missing (`_check_saved` says)."""
+    from toolchain.image.gzipped import GZIP_TYPES, gzip_as_digest
+
+    config = blobs / str(doc["config"]["digest"]).split(":", 1)[1]
+    if not config.is_file() or len(saved.get("layers", [])) != len(doc["layers"]):
+        return
+    diff_ids = (json.loads(config.read_bytes()).get("rootfs") or {}).get("diff_ids") or []
+    for layer, tar, diff_id in zip(doc["layers"], saved["layers"], diff_ids, strict=False):
+        target = blobs / str(layer["digest"]).split(":", 1)[1]
+        plain = blobs / str(tar["digest"]).split(":", 1)[1]
+        if target.is_file() or layer.get("mediaType") not in GZIP_TYPES or tar["digest"] != diff_id \
+                or not plain.is_file():
+            continue
+        gzip_as_digest(plain, target, str(layer["digest"]))
 
 
 def _engine_manifest(image: str, digest: str, engine: str) -> bytes | None:

@@ -12,17 +12,13 @@ import hashlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
 
 from toolchain.core.record import record
 from toolchain.image.base import Interpreter
-
-if TYPE_CHECKING:
-    import gzip
+from toolchain.image.gzipped import Counted, gzip_writer
 
 LOCK_PATH = "usr/share/toolchain/stack.lock.toml"  # the lock inside the image (`toolchain lock --image` reads it)
 WHITEOUT = ".wh."
-GZIP_LEVEL = 6
 
 
 @record
@@ -184,40 +180,18 @@ def whiteouts(interp: Interpreter, written: set[str]) -> list[str]:
     return sorted(set(out))
 
 
-class _Counted:
-    """A write-through sink that hashes and counts what passes."""
-
-    def __init__(self, sink: BinaryIO | _Counted | gzip.GzipFile) -> None:
-        self.sink, self.sha, self.size = sink, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        """Hash, count and pass on `data`."""
-        self.sha.update(data)
-        self.size += len(data)
-        self.sink.write(data)
-        return len(data)
-
-    def tell(self) -> int:
-        """Bytes passed so far (tarfile asks where it starts)."""
-        return self.size
-
-    def flush(self) -> None:
-        """Nothing is buffered here."""
-
-
 def write_layer(items: Iterable[Entry], epoch: int, dest: Path) -> Layer:
     """The tar.gz of `items` at `dest` (its digest, size and diff_id): a pure function of the entries' paths,
     kinds, modes and bytes, and of `epoch`."""
-    import gzip
     import io
     import tarfile
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     count, wh = 0, []
     with open(dest, "wb") as raw:
-        packed = _Counted(raw)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=packed, compresslevel=GZIP_LEVEL, mtime=0) as gz:
-            plain = _Counted(gz)
+        packed = Counted(raw)
+        with gzip_writer(packed) as gz:  # type: ignore[arg-type]
+            plain = Counted(gz)
             with tarfile.open(fileobj=plain, mode="w", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
                 for item in items:
                     info = tarfile.TarInfo(item.path)

@@ -14,7 +14,8 @@ from typing import Any
 from toolchain import __version__
 from toolchain.core.fs import sha256_file
 from toolchain.image.base import Interpreter
-from toolchain.image.layer import GZIP_LEVEL, Layer
+from toolchain.image.gzipped import GZIP_LEVEL
+from toolchain.image.layer import Layer
 
 KIND = "image-layer"
 
