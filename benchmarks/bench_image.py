@@ -23,8 +23,11 @@ bookworm image (tests/support/debian_image.py), made once.
    --no-cache` of the same wheels over the same base, each round side by side: warm (the layer remembered),
    and the layer made again (its memo entry removed: the wheels staged and the layer written; the .pyc kept).
                                                                                           goal: <= 20%
+6. `--only-load`: `toolchain image --load podman` warm (the layer remembered; the image removed from podman
+   first, untimed) against `podman load` alone of the archive it hands podman, each round side by side.
+                                                                                          goal: within 2x
 
-    python -m benchmarks.bench_image [--rounds 3] [--json] [--only-start] [--only-oci-dir]
+    python -m benchmarks.bench_image [--rounds 3] [--json] [--only-start] [--only-oci-dir] [--only-load]
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only-start", action="store_true", help="measure only the container start (4.)")
     ap.add_argument("--only-oci-dir", action="store_true", help="measure only the image written as a layout (5.)")
+    ap.add_argument("--only-load", action="store_true", help="measure only --load podman against podman load (6.)")
     args = ap.parse_args()
     base = _base()
     results: dict[str, Any] = {"base": base, "load": _load()}
@@ -145,10 +149,19 @@ def main() -> None:
         _run([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(tmp / "build-cache"),
               "--out", str(tmp / "out"), "--json"])
         lock = tmp / "out" / "stack.lock.toml"
-        if args.only_oci_dir:
-            results["oci-dir"] = oci_dir(lock, tmp, base, args.rounds)
+        if args.only_oci_dir or args.only_load:
+            if args.only_oci_dir:
+                results["oci-dir"] = oci_dir(lock, tmp, base, args.rounds)
+            if args.only_load:
+                results["podman-load"] = loaded(lock, tmp, base, args.rounds)
             results["load-after"] = _load()
-            _print_oci_dir(results, args.rounds) if not args.json else print(json.dumps(results, indent=2))
+            if args.json:
+                print(json.dumps(results, indent=2))
+                return
+            if args.only_oci_dir:
+                _print_oci_dir(results, args.rounds)
+            if args.only_load:
+                _print_loaded(results, args.rounds)
             return
         results["start"] = start(lock, tmp, base, args.rounds)
         results["start-pypi"] = start(with_pypi_closure(lock, tmp / "pypi-out", tmp / "cold-pypi"), tmp, base,
@@ -361,6 +374,31 @@ def _print_oci_dir(results: dict[str, Any], rounds: int) -> None:
     print(f"  the layer made again          {r['again-s']:7.3f} s   {r['again-ratio']:6.1%} of podman build  "
           "(the .pyc kept)")
     print(f"  podman build --no-cache       {r['podman-build-s']:7.3f} s")
+
+
+def loaded(lock: Path, tmp: Path, base: str, rounds: int) -> dict[str, Any]:
+    """`toolchain image --load podman` warm against `podman load` alone of the archive it hands podman, side by
+    side in each round (the layout written once first, untimed: the base read, the layer remembered)."""
+    cache, tag = tmp / "load-cache", "localhost/bench-image:1"
+    image(lock, cache, tag, base, "--oci-dir", str(tmp / "oci-load"))
+    image(lock, cache, tag, base, "--load", "podman")  # (untimed: the engine's caches warmed)
+    tool, floor = [], []
+    for _ in range(rounds):
+        tool.append(image(lock, cache, tag, base, "--load", "podman")[0])
+        floor.append(podman_load_alone(tmp / "oci-load", tmp / "thin.tar", tag))
+    subprocess.run(["podman", "rmi", "-f", tag], env=_env(), capture_output=True, timeout=300)
+    out = {"tool-s": statistics.median(tool), "podman-load-s": statistics.median(floor)}
+    out["ratio"] = out["tool-s"] / out["podman-load-s"]
+    return out
+
+
+def _print_loaded(results: dict[str, Any], rounds: int) -> None:
+    r = results["podman-load"]
+    print(f"the demo's image loaded into podman, median of {rounds}, side by side (load before {results['load']}, "
+          f"after {results['load-after']}):")
+    print(f"  toolchain image --load podman {r['tool-s']:7.3f} s   {r['ratio']:5.2f}x podman load alone  "
+          "(goal within 2x)")
+    print(f"  podman load alone             {r['podman-load-s']:7.3f} s   (the same archive)")
 
 
 def _over_vllm(tmp: Path, rounds: int) -> dict[str, Any]:

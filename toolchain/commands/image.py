@@ -64,10 +64,13 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
     ref = parse_ref(args.tag)
     if args.oci_dir:
         oci_dir(args.oci_dir)  # refused before anything is made: a folder the tool did not make is never replaced
+    from toolchain.core import toml as tomlio
+
     cache = options.cache_dir(args)
-    image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
-                       insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]),
-                       bytecode=not getattr(args, "no_bytecode", False))
+    with tomlio.parses_remembered(cache / "memo"):  # (a warm image parses no TOML: the lock read back as JSON)
+        image = make_image(lock, cache, ui, base=args.base, engine=args.engine, python=args.python,
+                           insecure=args.insecure or plain_http((args.base or "").split("/", 1)[0]),
+                           bytecode=not getattr(args, "no_bytecode", False))
     data: dict[str, Any] = {"ok": True, "image": ref.name, "digest": image.digest, "config": image.config_digest,
                             "layer": {"digest": image.layer.digest, "size": image.layer.size,
                                       "diff-id": image.layer.diff_id, "entries": image.layer.entries,
