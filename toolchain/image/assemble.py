@@ -19,6 +19,7 @@ from toolchain.core.fs import atomic_write_bytes, sha256_bytes
 from toolchain.core.owned import check_ours, mark, replace_ours
 from toolchain.core.record import record
 from toolchain.image.base import BaseImage
+from toolchain.image.gzipped import HISTORY_COMMENT
 from toolchain.image.layer import Layer
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -85,7 +86,7 @@ def assemble(base: BaseImage, layer: Layer, labels: Mapping[str, str], epoch: in
     config.setdefault("rootfs", {"type": "layers", "diff_ids": []})
     config["rootfs"]["diff_ids"] = [*config["rootfs"].get("diff_ids", []), layer.diff_id]
     config["history"] = [*(config.get("history") or []),
-                         {"created": created, "created_by": created_by, "comment": "xpu-toolchain image"}]
+                         {"created": created, "created_by": created_by, "comment": HISTORY_COMMENT}]
     config_bytes = canonical_json(config)
     layers = [{"mediaType": TO_OCI.get(d["mediaType"], d["mediaType"]), "digest": d["digest"], "size": d["size"]}
               for d in base.manifest["layers"]]

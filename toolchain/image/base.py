@@ -221,21 +221,26 @@ def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
 
 def _regzip_ours(doc: dict[str, Any], saved: dict[str, Any], blobs: Path) -> None:
     """The gzip layers `doc` (the pinned manifest) names that the saved layout lacks, made from the saved tar at
-    the same place where that tar is the layer the config names (its diff_id): compressed as the tool compresses
-    its layer and kept only when its sha256 is the digest `doc` names (a layer the tool wrote, loaded into
-    podman: podman keeps the tar, `save` cannot give back the gzip). Others stay missing (`_check_saved` says)."""
-    from toolchain.image.gzipped import GZIP_TYPES, gzip_as_digest
+    the same place where that tar is the layer the config names (its diff_id) and the config's history says the
+    tool made it: compressed as the tool compresses its layer and kept only when its sha256 is the digest `doc`
+    names (podman keeps the tar of a layer it loaded, `save` cannot give back the gzip). Others stay missing
+    (`_check_saved` says so); another tool's gzip is never tried (a futile pass over a layer of any size)."""
+    from toolchain.image.gzipped import GZIP_TYPES, HISTORY_COMMENT, gzip_as_digest
 
     config = blobs / str(doc["config"]["digest"]).split(":", 1)[1]
     if not config.is_file() or len(saved.get("layers", [])) != len(doc["layers"]):
         return
-    diff_ids = (json.loads(config.read_bytes()).get("rootfs") or {}).get("diff_ids") or []
-    for layer, tar, diff_id in zip(doc["layers"], saved["layers"], diff_ids, strict=False):
+    conf = json.loads(config.read_bytes())
+    diff_ids = (conf.get("rootfs") or {}).get("diff_ids") or []
+    made = [h.get("comment") == HISTORY_COMMENT for h in conf.get("history") or [] if not h.get("empty_layer")]
+    count = len(doc["layers"])
+    made = [False] * (count - len(made)) + made[-count:]  # (from the newest: a base may lack history)
+    for layer, tar, diff_id, ours in zip(doc["layers"], saved["layers"], diff_ids, made, strict=False):
         target = blobs / str(layer["digest"]).split(":", 1)[1]
         plain = blobs / str(tar["digest"]).split(":", 1)[1]
-        if target.is_file() or layer.get("mediaType") not in GZIP_TYPES or tar["digest"] != diff_id \
+        if target.is_file() or not ours or layer.get("mediaType") not in GZIP_TYPES or tar["digest"] != diff_id \
                 or not plain.is_file():
-            continue
+            continue  # (a layer another tool compressed is not tried: its gzip is not ours to make again)
         gzip_as_digest(plain, target, str(layer["digest"]))
 
 

@@ -2,7 +2,7 @@
 pure function of its tar's bytes (for one zlib). The layer is written through it (image/layer.py), and a layer
 of the tool's that podman loaded is read back through it (image/base.py): podman keeps a layer uncompressed and
 `podman save` cannot give back the gzip it was handed, so the saved tar is compressed again and kept only when
-its sha256 is the digest the image's manifest names."""
+its sha256 is the digest the image's manifest names (a layer the config's history says the tool made)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import gzip
 
 GZIP_LEVEL = 6
+HISTORY_COMMENT = "xpu-toolchain image"  # the config's history entry of a layer the tool made
 GZIP_TYPES = ("application/vnd.oci.image.layer.v1.tar+gzip", "application/vnd.docker.image.rootfs.diff.tar.gzip")
 
 
