@@ -758,3 +758,94 @@ def test_a_named_end_waits_for_the_running_completion_of_its_requirements(tmp_pa
         assert not ahead.result().deferred and not named.result().deferred
     (first, _, ended), (second, started, _) = calls
     assert (first, second) == ("c001", "c003") and started >= ended
+
+
+def _may_lower_nice() -> bool:
+    """Whether this process may lower a thread's nice value again (root, CAP_SYS_NICE or RLIMIT_NICE)."""
+    out: list[bool] = []
+
+    def probe() -> None:
+        tid, base = threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, os.getpid())
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, base + 1))
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, base)
+            out.append(True)
+        except PermissionError:
+            out.append(False)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+NICE_UNTIL_RENICED = """\
+import os, sys, time
+start = os.nice(0)
+open(sys.argv[1], "w").close()
+deadline = time.monotonic() + 20
+while os.nice(0) == int(sys.argv[2]) and time.monotonic() < deadline:
+    time.sleep(0.02)
+print(start, os.nice(0))
+"""
+
+
+class NicedCompletions(Deferring):
+    """A completion in the background runs a real process that waits while its nice value is `niced` (20 s at
+    most), then says its nice value at its start and at its end, with its thread's after it."""
+
+    def __init__(self, tester: Verdicts, folder: Path, niced: int) -> None:
+        super().__init__(tester)
+        self.folder, self.niced = folder, niced
+        self.seen: list[tuple[int, int, int]] = []  # the child's nice at its start and end; its thread's after
+
+    def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
+        if ahead:
+            import subprocess
+            import sys
+
+            done = subprocess.run([sys.executable, "-c", NICE_UNTIL_RENICED, str(self.folder / key), str(self.niced)],
+                                  capture_output=True, text=True, check=True)
+            start, end = map(int, done.stdout.split())
+            with self.changed:
+                self.seen.append((start, end, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        return super().complete(key, build, ahead=ahead)
+
+
+class WaitsForANicedChild(Verdicts):
+    """The first step's test (after both ends') lasts until a background completion's process runs."""
+
+    folder: Path
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        if len(self.calls) == 2:
+            deadline = time.monotonic() + 30
+            while not any(self.folder.iterdir()) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return super().test(cand, build)
+
+
+@pytest.mark.skipif(not _may_lower_nice(), reason="lowering a nice value again is not allowed here")
+def test_when_the_result_waits_for_background_completions_they_run_at_the_bisects_priority(tmp_path: Path):
+    """A background completion runs at COMPLETE_NICE, its resolver too; once the bisect ends and waits for
+    the completions running, they and their processes go on at the bisect's own nice value (a starved
+    nicer one would hold the result up), and a completion's thread is back at it afterwards."""
+    from toolchain.bisect.core import COMPLETE_NICE
+
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    tester = WaitsForANicedChild(41)
+    tester.folder = tmp_path
+    niced = min(19, base + COMPLETE_NICE)
+    builder = tester.builder = NicedCompletions(tester, tmp_path, niced)  # type: ignore[attr-defined]
+    started = time.monotonic()
+    bisector = Bisector(cands(65), builder, tester, jobs=1, check_ends=True)
+    result = bisector.run()
+    bisector.wait_background()
+    assert key(result.first_bad) == "c041"
+    assert result.good_build is not None and not result.good_build.deferred
+    assert builder.seen, "no completion ran in the background"
+    assert any(start == niced for start, _, _ in builder.seen), builder.seen  # one ran niced, then was reniced
+    # (one started after it inherits its thread's, at the bisect's)
+    assert all(start in (niced, base) and end == base and thread == base for start, end, thread in builder.seen), \
+        builder.seen
+    assert time.monotonic() - started < 20  # none waited out its 20 s: each was reniced when the result waited

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import pytest
 
 from tests.spine_helpers import GitRepo
-from toolchain.bisect.candidates import git_candidates
+from toolchain.bisect.candidates import CommitRange, git_candidates
 from toolchain.bisect.core import BuildOutcome, Verdict
 from toolchain.bisect.lockdiff import (
     MISSING,
@@ -232,7 +232,7 @@ def test_lock_bisect_finds_the_commit_change_then_the_first_bad_commit(locks, ke
     built: list = []
     tester = Broken(r.path, c["k6"])
     result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", built).make, tester,
-                          lambda comp, url, g, b: git_candidates(r.path, g, b, url))
+                          lambda comp, url, g, b: every_commit(r.path, g, b, url))
     assert result.culprit is not None and result.commits is not None
     assert result.culprit.kind == "commit"
     assert result.culprit.component == "vllm-xpu-kernels"
@@ -259,6 +259,32 @@ def test_lock_bisect_finds_the_commit_change_then_the_first_bad_commit(locks, ke
     assert good_build.lock_path.name == "d3.json"  # the ends of phase 1 are its builds
 
 
+def every_commit(repo: Path, good: str, bad: str, url: str) -> CommitRange:
+    """Every first-parent commit of the range a candidate (as --every-commit)."""
+    cands = git_candidates(repo, good, bad, url)
+    return CommitRange(cands, cands)
+
+
+def test_lock_bisect_over_a_components_trees_names_the_first_bads_parent_last_good(locks, kernels, tmp_path: Path):
+    """The commit phase over candidates that leave out a commit keeping the component's tree as it was (k5,
+    as distinct_trees does): the first bad is the same, and its last good the first bad's parent, as
+    `git bisect` names it (not k4, the last good candidate)."""
+    good, bad = locks
+    r, c = kernels
+
+    def trees(comp: str, url: str, g: str, b: str) -> CommitRange:
+        everyone = git_candidates(r.path, g, b, url)
+        return CommitRange(tuple(x for x in everyone if x.key != c["k5"]), everyone)
+
+    tester = Broken(r.path, c["k6"])
+    result = bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, tester, trees)
+    commits = result.commits
+    assert commits is not None and commits.first_bad is not None
+    assert commits.first_bad.key == c["k6"]
+    assert c["k5"] not in tester.calls  # never a candidate
+    assert commits.last_good.key == c["k5"], commits.last_good
+
+
 def test_lock_bisect_finds_a_serve_env_change_without_a_commit_phase(locks, kernels, tmp_path: Path):
     good, bad = locks
     r, _ = kernels
@@ -277,7 +303,7 @@ def test_lock_bisect_resumes_in_the_commit_phase(locks, kernels, tmp_path: Path)
     good, bad = locks
     r, c = kernels
     sf = StateFile(tmp_path / "state.json")
-    commits = lambda comp, url, g, b: git_candidates(r.path, g, b, url)
+    commits = lambda comp, url, g, b: every_commit(r.path, g, b, url)
     first = Broken(r.path, c["k6"], interrupt_in="commits")
     with pytest.raises(KeyboardInterrupt):
         bisect_locks(good, bad, DataBuilder(tmp_path / "b", []).make, first, commits, state_file=sf)

@@ -18,7 +18,7 @@ from pathlib import Path
 from toolchain.bisect.core import Candidate
 from toolchain.bisect.model import BisectResult
 from toolchain.core.git import commit_id, git, is_ancestor
-from toolchain.core.record import replace
+from toolchain.core.record import record, replace
 from toolchain.errors import SourceError, UsageError
 from toolchain.recipe.load import Recipe
 from toolchain.sources.mirrors import Mirrors, Rewrite
@@ -27,19 +27,30 @@ from toolchain.sources.rewrites import recipe_rewrites
 _FORMAT = "%H%x00%P%x00%s%x00%cI"
 
 
+@record
+class CommitRange:
+    """A component's commits good..bad: the candidates a bisect tests (good first, bad last) and every
+    first-parent commit of the range (`everyone`: the same, or more when the candidates are its trees'),
+    which the result's last good is taken from (`adjacent_good`)."""
+    candidates: tuple[Candidate, ...]
+    everyone: tuple[Candidate, ...]
+
+
 def component_candidates(recipe: Recipe, url: str, good: str, bad: str, cache: Path,
                          rewrites: Sequence[Rewrite] = (), *, pinned: str = "",
-                         subdir: str | None = None) -> tuple[Candidate, ...]:
+                         subdir: str | None = None) -> CommitRange:
     """First-parent commits good..bad of `url` from its mirror under `cache` (fetched when a commit is
-    missing; `recipe` says which URL rewrites apply, `rewrites` come after them). `subdir` (the component's,
-    "" for the root; None: every commit): only the commits that change that tree (`distinct_trees`)."""
+    missing; `recipe` says which URL rewrites apply, `rewrites` come after them), from one walk of the
+    history: all of them (`everyone`, the commits the result may name) and the candidates. `subdir` (the
+    component's, "" for the root; None: every commit is a candidate): only the commits that change that tree
+    (`distinct_trees`)."""
     mirrors = Mirrors(cache, recipe_rewrites(recipe, cache) + tuple(rewrites))
     repo = mirrors.ensure(url, pinned or bad)
     for rev in (good, bad):
         if commit_id(repo, rev) is None:
             repo = mirrors.ensure(url, rev)
-    cands = git_candidates(repo, good, bad, url)
-    return cands if subdir is None else distinct_trees(repo, cands, subdir)
+    everyone = git_candidates(repo, good, bad, url)
+    return CommitRange(everyone if subdir is None else distinct_trees(repo, everyone, subdir), everyone)
 
 
 def distinct_trees(repo: Path, cands: Sequence[Candidate], subdir: str) -> tuple[Candidate, ...]:

@@ -67,7 +67,7 @@ from toolchain.bisect.model import (
     TestOutcome,
     Verdict,
 )
-from toolchain.core.cpu import idle_cores
+from toolchain.core.cpu import idle_cores, renice_descendants
 from toolchain.core.record import replace
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
@@ -119,6 +119,7 @@ class Bisector:
         self._completer = builder if isinstance(builder, Completer) else None
         self._completing: dict[str, Future[BuildOutcome]] = {}  # claimed by a background job: running or done
         self._jobs: list[Future[BuildOutcome | None]] = []  # background jobs, each to claim an end when it starts
+        self._completers: set[int] = set()  # the native ids of the threads completing one now
         self._claims = threading.Lock()
         self._ending = False
         self._background: ThreadPoolExecutor | None = None
@@ -349,11 +350,15 @@ class Bisector:
             key = todo[0]
             future = self._completing[key] = Future[BuildOutcome]()
             future.set_running_or_notify_cancel()
+            self._completers.add(threading.get_native_id())
         try:
             done = self._timed_complete(key, self.state.builds[key], ahead=True)
         except BaseException as exc:
             future.set_exception(exc)
             raise
+        finally:
+            with self._claims:
+                self._completers.discard(threading.get_native_id())
         future.set_result(done)
         return done
 
@@ -382,6 +387,7 @@ class Bisector:
             self._ending = True
             for job in self._jobs:
                 job.cancel()
+            _hurry(self._completers)
         with ThreadPoolExecutor(1, thread_name_prefix="complete-end") as other:
             second = other.submit(self._complete_end, keys[1])
             builds = (self._complete_end(keys[0]), second.result())
@@ -537,6 +543,20 @@ def _at_nice(increment: int, build: Callable[[str], _T], key: str) -> _T:
     finally:
         with contextlib.suppress(OSError):  # a pool thread is reused for an awaited build
             os.setpriority(os.PRIO_PROCESS, tid, base)
+
+
+def _hurry(threads: set[int]) -> None:
+    """The result waits for the completions running in the background `threads` now: they and the processes
+    they run (the resolver) go on at the bisect's nice value, no longer COMPLETE_NICE more, as its own step
+    would (the wait is the bisect's: a nicer one, starved by other work, would hold it up; where lowering a
+    nice value is not allowed, they keep theirs). A process they start later inherits its thread's."""
+    if not threads:
+        return
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    for tid in threads:
+        with contextlib.suppress(OSError):  # ended, or not allowed
+            os.setpriority(os.PRIO_PROCESS, tid, base)
+    renice_descendants(os.getpid(), min(19, base + COMPLETE_NICE), base)
 
 
 def resumable(error: BaseException) -> bool:

@@ -20,6 +20,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from toolchain.bisect.candidates import CommitRange, adjacent_good
 from toolchain.bisect.core import (
     BisectHandler,
     Bisector,
@@ -225,8 +226,9 @@ class LockBisectResult:
 MakeBuilder = Callable[[str, Callable[[str], dict[str, Any]], str], Builder]
 """(phase, key -> recipe table, the component whose commit changes or "") -> a builder for that phase."""
 
-CommitCandidates = Callable[[str, str, str, str], Sequence[Candidate]]
-"""(component, url, good commit, bad commit) -> the commit candidates (see bisect.candidates)."""
+CommitCandidates = Callable[[str, str, str, str], CommitRange]
+"""(component, url, good commit, bad commit) -> the commit candidates and every commit of the range
+(`bisect.candidates.component_candidates`)."""
 
 
 def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Tester,
@@ -236,7 +238,8 @@ def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Teste
     """Phase "changes": bisect the cumulative differences; phase "commits": bisect the culprit's commits.
     The two locks are the builds of the ends of phase "changes", and its ends those of phase "commits".
     `check_ends`: test the two locks first (good must test good, bad bad); phase "commits" needs no check,
-    its ends are phase "changes"'s last good and first bad, tested there."""
+    its ends are phase "changes"'s last good and first bad, tested there; its result's last good is the first
+    bad's parent (`adjacent_good`), as a commit bisect names it."""
     diffs = lock_differences(good, bad)
     notes = tuple(environment_notes(good, bad))
     if not diffs:
@@ -254,14 +257,15 @@ def bisect_locks(good: Lock, bad: Lock, make_builder: MakeBuilder, tester: Teste
     if culprit is not None and culprit.kind == "commit":
         before = prefix_data(base, diffs, diffs.index(culprit))
         url = before["components"][culprit.component].get("url", "")
-        ccands = tuple(commit_candidates(culprit.component, url, culprit.good, culprit.bad))
+        found = commit_candidates(culprit.component, url, culprit.good, culprit.bad)
+        ccands = found.candidates
 
         def commit_data(sha: str) -> dict[str, Any]:
             return Difference("commit", culprit.path, culprit.good, sha, culprit.component).apply(before)
 
         seeds = {k: b for k, b in ((ccands[0].key, changes.good_build), (ccands[-1].key, changes.bad_build)) if b}
-        commits = _run_phase("commits", ccands, make_builder("commits", commit_data, culprit.component), tester, handler_for,
-                             state_file, jobs, idle, seeds)
+        commits = adjacent_good(_run_phase("commits", ccands, make_builder("commits", commit_data, culprit.component),
+                                           tester, handler_for, state_file, jobs, idle, seeds), found.everyone)
     return LockBisectResult(diffs, notes, changes, culprit, possible, commits)
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from toolchain.bisect.builder import SpineBuilder, table_recipes
-from toolchain.bisect.candidates import adjacent_good, component_candidates
-from toolchain.bisect.core import Bisector, Builder, Candidate, Tester, first_line, resumable
+from toolchain.bisect.candidates import CommitRange, adjacent_good, component_candidates
+from toolchain.bisect.core import Bisector, Builder, Tester, first_line, resumable
 from toolchain.bisect.lockdiff import bisect_locks
 from toolchain.bisect.report import LOG_NAME, BisectOutcome, Report, commit_outcome, lock_outcome
 from toolchain.bisect.state import STATE_NAME, StateFile
@@ -170,16 +170,14 @@ def _bisect_commits(opts: BisectOptions, tester: Tester, report: Report, state_f
     if not opts.bad:  # the recipe's commit, kept: a resume must not follow a later `toolchain update`
         opts = replace(opts, bad=comp.commit)
         state_file.update(context=to_table(opts))
-    cands = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
-                                 pinned=comp.commit, subdir=None if opts.every_commit else comp.subdir)
-    everyone = cands if opts.every_commit else component_candidates(  # (the commits the result may name)
-        base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites, pinned=comp.commit)
+    commits = component_candidates(base, comp.url, opts.good, opts.bad, opts.cache, opts.rewrites,
+                                   pinned=comp.commit, subdir=None if opts.every_commit else comp.subdir)
     builder = SpineBuilder(lambda sha: base.with_commit(comp.name, sha), opts.out / "steps", opts.cache,
                            opts.rewrites, ui, component=comp.name, resolve=opts.resolve, retry_unbuildable=retry,
                            resolve_steps=needs_closure(tester))
-    result = Bisector(cands, builder, tester, report.phase("commits"), state=state_file.load("commits"),
+    result = Bisector(commits.candidates, builder, tester, report.phase("commits"), state=state_file.load("commits"),
                       persist=state_file.saver("commits"), jobs=opts.jobs, check_ends=opts.check_endpoints).run()
-    return commit_outcome(adjacent_good(result, everyone), comp.name, opts.out, state_file.path)
+    return commit_outcome(adjacent_good(result, commits.everyone), comp.name, opts.out, state_file.path)
 
 
 # ---- two locks -----------------------------------------------------------------------------------------
@@ -198,7 +196,7 @@ def _bisect_locks(opts: BisectOptions, tester: Tester, report: Report, state_fil
                             component=component, resolve=opts.resolve, retry_unbuildable=retry,
                             resolve_steps=needs_closure(tester))
 
-    def commits(component: str, url: str, good_sha: str, bad_sha: str) -> tuple[Candidate, ...]:
+    def commits(component: str, url: str, good_sha: str, bad_sha: str) -> CommitRange:
         subdir = None if opts.every_commit else base.component(component).subdir
         return component_candidates(base, url, good_sha, bad_sha, opts.cache, opts.rewrites, subdir=subdir)
 

@@ -70,12 +70,31 @@ def descendants_cpu(pid: int) -> float:
     """CPU seconds of the live descendants of `pid` (each one's own time and that of the children it waited
     for: utime + stime + cutime + cstime of /proc/PID/stat). Continuous with RUSAGE_CHILDREN: a child this
     process waits for moves its whole time there. 0.0 where /proc is missing."""
+    # utime stime cutime cstime (stat fields 14-17)
+    return sum(sum(int(x) for x in fields[11:15]) for _, fields in _descendants(pid)) / _TICK
+
+
+def renice_descendants(pid: int, nice: int, to: int) -> list[int]:
+    """Set the nice value of the live descendants of `pid` whose nice is `nice` to `to` (lowering it needs the
+    privilege to: where it is refused, the process keeps its own); the pids changed."""
+    changed = []
+    for child, fields in _descendants(pid):
+        if int(fields[16]) == nice:  # stat field 19: nice
+            with contextlib.suppress(OSError):  # gone, or not ours to renice
+                os.setpriority(os.PRIO_PROCESS, child, to)
+                changed.append(child)
+    return changed
+
+
+def _descendants(pid: int) -> list[tuple[int, list[bytes]]]:
+    """The live descendants of `pid`, each with the fields of its /proc/PID/stat after the command (field 3
+    on); none where /proc is missing."""
     children: dict[int, list[int]] = {}
-    times: dict[int, int] = {}
+    stats: dict[int, list[bytes]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0.0
+        return []
     for name in entries:
         if not name.isdigit():
             continue
@@ -86,13 +105,14 @@ def descendants_cpu(pid: int) -> float:
             continue  # gone since the listing, or not ours to read
         child = int(name)
         children.setdefault(int(fields[1]), []).append(child)  # fields[1]: the parent's pid
-        times[child] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime (stat fields 14-17)
-    total, todo = 0, list(children.get(pid, ()))
+        stats[child] = fields
+    found, todo = [], list(children.get(pid, ()))
     while todo:
         child = todo.pop()
-        total += times.get(child, 0)
+        if child in stats:
+            found.append((child, stats[child]))
         todo += children.get(child, ())
-    return total / _TICK
+    return found
 
 
 with contextlib.suppress(OSError, IndexError, ValueError):  # the first call measures from here

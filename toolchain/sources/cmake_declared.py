@@ -14,6 +14,7 @@ configuration reaches is what the recipe states (`fetchcontent-unused`, `fetchco
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
@@ -122,7 +123,31 @@ def declared_in_files(files: Mapping[str, str]) -> tuple[Declared, ...]:
 
 def declared_at(mirror: Path, commit: str, subdir: str = "") -> tuple[Declared, ...]:
     """The declarations of the CMake files under `subdir` of a bare mirror at `commit`: one `git grep` names
-    the files that mention FetchContent_Declare, one `git show` reads each."""
+    the files that mention FetchContent_Declare, one `git show` reads each. A full commit id's are read once
+    in this process (what it holds never changes): a build asks before it fetches and again before it
+    compiles, and a bisect asks at every step."""
+    key = (str(mirror), commit, subdir)
+    if _FULL_ID.fullmatch(commit):
+        with _READ_LOCK:
+            known = _READ.get(key)
+        if known is not None:
+            return known
+    found = _declared_at(mirror, commit, subdir)
+    if _FULL_ID.fullmatch(commit):
+        with _READ_LOCK:
+            if len(_READ) >= _READ_MAX:
+                _READ.pop(next(iter(_READ)))
+            _READ[key] = found
+    return found
+
+
+_FULL_ID = Regex(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_READ: dict[tuple[str, str, str], tuple[Declared, ...]] = {}  # (mirror, commit, subdir) -> its declarations
+_READ_LOCK = threading.Lock()
+_READ_MAX = 1024
+
+
+def _declared_at(mirror: Path, commit: str, subdir: str) -> tuple[Declared, ...]:
     done = git(["grep", "-l", "-i", "-z", "FetchContent_Declare", commit, "--", subdir or "."], git_dir=mirror,
                check=False)
     if done.returncode not in (0, 1):
