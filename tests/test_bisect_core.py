@@ -557,7 +557,7 @@ def test_the_ends_and_the_first_midpoint_build_together_and_builds_ahead_run_nic
     checked beside the steps and awaited only when the bisect ends, run at AHEAD_NICE more than the bisect
     (their threads, so their processes), the first step's midpoint at the bisect's own priority; later builds
     ahead are niced too, a step's own build never."""
-    from toolchain.bisect.core import AHEAD_NICE
+    from toolchain.bisect.priority import AHEAD_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
     nice: dict[str, int] = {}
@@ -830,7 +830,7 @@ def test_when_the_result_waits_for_background_completions_they_run_at_the_bisect
     """A background completion runs at COMPLETE_NICE, its resolver too; once the bisect ends and waits for
     the completions running, they and their processes go on at the bisect's own nice value (a starved
     nicer one would hold the result up), and a completion's thread is back at it afterwards."""
-    from toolchain.bisect.core import COMPLETE_NICE
+    from toolchain.bisect.priority import COMPLETE_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
     tester = WaitsForANicedChild(41)

@@ -42,16 +42,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
+from toolchain.bisect.midpoints import pick, splits, steps_left
 from toolchain.bisect.model import (
     BisectHandler,
     BisectResult,
@@ -67,7 +65,8 @@ from toolchain.bisect.model import (
     TestOutcome,
     Verdict,
 )
-from toolchain.core.cpu import idle_cores, renice_descendants
+from toolchain.bisect.priority import AHEAD_NICE, COMPLETE_NICE, at_nice, hurry
+from toolchain.core.cpu import idle_cores
 from toolchain.core.record import replace
 from toolchain.core.regex import Regex
 from toolchain.errors import BuildError, ToolError, TransientError, UsageError
@@ -77,8 +76,6 @@ __all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOut
            "first_line", "resumable", "steps_left"]
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
-AHEAD_NICE = 10  # how much nicer than the bisect a build ahead runs (its thread, so its processes): never the awaited one's rival
-COMPLETE_NICE = 15  # and a lock completed in the background (its closure resolved for a lock the result may name)
 COMPLETING = 2  # background completions at once: the last good and the first bad so far
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
@@ -176,7 +173,7 @@ class Bisector:
     def next_index(self) -> int | None:
         """The index of the untested candidate nearest the middle of the range; None when only skipped ones are left."""
         lo, hi = self.state.bounds()
-        return _pick(lo, hi, self.state.marks())
+        return pick(lo, hi, self.state.marks())
 
     def _step(self, index: int) -> None:
         cand = self.state.candidates[index]
@@ -241,7 +238,7 @@ class Bisector:
         built: list[BuildOutcome] = []
 
         def build_of(key: str) -> BuildOutcome:
-            built.append(self._known(key) or _at_nice(AHEAD_NICE, functools.partial(_timed, self.builder.build), key))
+            built.append(self._known(key) or at_nice(AHEAD_NICE, functools.partial(_timed, self.builder.build), key))
             return built[-1]
 
         return self._try(cand, build_of=build_of), built[0]
@@ -332,7 +329,7 @@ class Bisector:
             self._jobs = [j for j in self._jobs if not j.done()]
             queued = sum(1 for j in self._jobs if not j.running())
             for _ in range(unclaimed - queued):
-                self._jobs.append(self._background.submit(_at_nice, COMPLETE_NICE, self._complete_named, ""))
+                self._jobs.append(self._background.submit(at_nice, COMPLETE_NICE, self._complete_named, ""))
 
     def _unclaimed(self) -> list[str]:
         """The keys of the current ends whose build is deferred and whose completion nobody took yet."""
@@ -387,7 +384,7 @@ class Bisector:
             self._ending = True
             for job in self._jobs:
                 job.cancel()
-            _hurry(self._completers)
+            hurry(self._completers)
         with ThreadPoolExecutor(1, thread_name_prefix="complete-end") as other:
             second = other.submit(self._complete_end, keys[1])
             builds = (self._complete_end(keys[0]), second.result())
@@ -442,7 +439,7 @@ class Bisector:
         never takes a core from the build or test being waited for (children inherit a thread's nice value)."""
         assert self._pool is not None
         self.handler.prefetching(cand)
-        self._futures[cand.key] = self._pool.submit(_at_nice, AHEAD_NICE if ahead else 0,
+        self._futures[cand.key] = self._pool.submit(at_nice, AHEAD_NICE if ahead else 0,
                                                     functools.partial(_timed, self.builder.build), cand.key)
 
     def _measure(self, *outcomes: BuildOutcome) -> None:
@@ -469,7 +466,7 @@ class Bisector:
         points = {i for i in range(lo + 1, hi) if marks[i] is None
                   and (cands[i].key in self._futures or cands[i].key in self.state.builds)}
         running = sum(1 for i in points if not self._ready(cands[i].key)) + (cands[index].key not in self._futures)
-        for i in _splits(lo, hi, marks, points | {index}, self._width - running):
+        for i in splits(lo, hi, marks, points | {index}, self._width - running):
             self._start(cands[i])
 
     def _end_build(self, cand: Candidate) -> BuildOutcome:
@@ -484,7 +481,7 @@ class Bisector:
             return
         lo, hi = self.state.bounds()
         marks = self.state.marks()
-        nexts = [i for i in (_pick(index, hi, marks), _pick(lo, index, marks)) if i is not None]
+        nexts = [i for i in (pick(index, hi, marks), pick(lo, index, marks)) if i is not None]
         todo = [self.state.candidates[i] for i in nexts]
         todo = [c for c in todo if c.key not in self._futures and c.key not in self.state.builds]
         if not todo:
@@ -501,7 +498,6 @@ class Bisector:
 
 
 _HEX = Regex(r"[0-9a-f]{7,}")
-_T = TypeVar("_T")
 
 
 class EndpointError(UsageError):
@@ -531,34 +527,6 @@ def _timed(build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
     return replace(outcome, seconds=time.monotonic() - started)
 
 
-def _at_nice(increment: int, build: Callable[[str], _T], key: str) -> _T:
-    """`build(key)` in this (pool) thread at the bisect's nice value + `increment` (Linux: nice is per thread
-    and a child starts with its thread's), the thread's own value restored after where allowed."""
-    tid = threading.get_native_id()
-    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
-    with contextlib.suppress(OSError):  # no per-thread priority here: the build runs at the bisect's
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, base + increment))
-    try:
-        return build(key)
-    finally:
-        with contextlib.suppress(OSError):  # a pool thread is reused for an awaited build
-            os.setpriority(os.PRIO_PROCESS, tid, base)
-
-
-def _hurry(threads: set[int]) -> None:
-    """The result waits for the completions running in the background `threads` now: they and the processes
-    they run (the resolver) go on at the bisect's nice value, no longer COMPLETE_NICE more, as its own step
-    would (the wait is the bisect's: a nicer one, starved by other work, would hold it up; where lowering a
-    nice value is not allowed, they keep theirs). A process they start later inherits its thread's."""
-    if not threads:
-        return
-    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
-    for tid in threads:
-        with contextlib.suppress(OSError):  # ended, or not allowed
-            os.setpriority(os.PRIO_PROCESS, tid, base)
-    renice_descendants(os.getpid(), min(19, base + COMPLETE_NICE), base)
-
-
 def resumable(error: BaseException) -> bool:
     """Whether a bisect stopped by `error` can go on with `--resume`: a stop (Ctrl-C, a signal), a failure of
     the surroundings (`TransientError`), a build error of the machine; not a configuration error (exit 2, or
@@ -581,35 +549,6 @@ def _check_candidates(candidates: tuple[Candidate, ...]) -> None:
     if len(set(keys)) != len(keys):
         dup = next(k for k in keys if keys.count(k) > 1)
         raise UsageError(f"candidate {dup[:12]} appears twice in the range")
-
-
-def _pick(lo: int, hi: int, marks: Sequence[Verdict | None]) -> int | None:
-    """The untested index nearest the middle of (lo, hi); None when only skipped ones are left."""
-    untested = [i for i in range(lo + 1, hi) if marks[i] is None]
-    if not untested:
-        return None
-    mid = (lo + hi) / 2
-    return min(untested, key=lambda i: (abs(i - mid), i))
-
-
-def _splits(lo: int, hi: int, marks: Sequence[Verdict | None], points: set[int], count: int) -> list[int]:
-    """Up to `count` indices to build, one after the other the untested index nearest the middle of the largest
-    gap (the most untested indices strictly inside; ties: the lowest) between lo, `points` and hi."""
-    edges, new = sorted({lo, hi, *points}), []
-    for _ in range(count):
-        size, _lowest, a, b = max((sum(1 for i in range(a + 1, b) if marks[i] is None), -a, a, b)
-                                  for a, b in itertools.pairwise(edges))
-        index = _pick(a, b, marks) if size else None
-        if index is None:
-            break
-        new.append(index)
-        edges = sorted((*edges, index))
-    return new
-
-
-def steps_left(pending: int) -> int:
-    """Tests still needed, at most, to settle `pending` untested candidates (no skips)."""
-    return math.ceil(math.log2(pending + 1)) if pending > 0 else 0
 
 
 def first_line(err: BaseException | str) -> str:
