@@ -284,6 +284,105 @@ def _unreachable(address: str) -> str:
     return ""
 
 
+# ---- the build interpreter's link line ---------------------------------------------------------------------
+
+# The variables setuptools links extension modules with, each taken from the environment over the interpreter's
+# sysconfig (setuptools' unix compiler `configure_system`, before 72.2 `sysconfig.customize_compiler`): LDSHARED
+# (C, and before 72.2 C++ too) and LDCXXSHARED (C++, from 72.2). BLDSHARED is CPython's own build's: setuptools
+# never reads it from the environment, so it is not exported.
+LINK_VARS = ("LDSHARED", "LDCXXSHARED")
+RPATH_OPTIONS = ("-rpath", "--rpath", "-R")
+
+
+def _under(folder: str, prefixes: list[str]) -> bool:
+    return any(folder == p or folder.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def interpreter_prefixes() -> list[str]:
+    """The build interpreter's installation folders (its prefixes, links resolved), but `/` and `/usr`: a
+    system interpreter's prefix holds every system library."""
+    import sysconfig
+
+    found = [sysconfig.get_config_var("prefix"), sysconfig.get_config_var("exec_prefix"), sys.base_prefix,
+             sys.base_exec_prefix]
+    out = [os.path.normpath(p) for f in found if f for p in (f, os.path.realpath(f))]
+    return [p for p in dict.fromkeys(out) if p not in ("/", "/usr")]
+
+
+def without_rpath(value: str, prefixes: list[str]) -> str:
+    """`value` (a link command as sysconfig holds it) without its linker options `-rpath DIR`, `-rpath=DIR`,
+    `--rpath`, `-R DIR`, `-RDIR` whose folder is under `prefixes` (`-Wl,...` words and `-Xlinker` pairs, a
+    `-Wl,-rpath -Wl,DIR` pair too); every other word kept, `-L` and `-Wl,-rpath-link` among them."""
+    words = value.split()
+    ld: list[list[str]] = [w[4:].split(",") if w.startswith("-Wl,") else [] for w in words]
+    for i, w in enumerate(words[:-1]):
+        if w == "-Xlinker" and not ld[i + 1]:
+            ld[i + 1] = [words[i + 1]]
+    args = [(i, j) for i, parts in enumerate(ld) for j in range(len(parts))]
+    drop: set[tuple[int, int]] = set()
+    changed = False
+    for n, (i, j) in enumerate(args):
+        arg = ld[i][j]
+        opt, eq, rest = arg.partition("=")
+        if arg in RPATH_OPTIONS and n + 1 < len(args):
+            folder, at = ld[args[n + 1][0]][args[n + 1][1]], [(i, j), args[n + 1]]
+        elif eq and opt in RPATH_OPTIONS[:2]:
+            folder, at = rest, [(i, j)]
+        elif arg.startswith("-R") and len(arg) > 2:
+            folder, at = arg[2:], [(i, j)]
+        else:
+            continue
+        kept = [d for d in folder.split(":") if d and not _under(os.path.normpath(d), prefixes)]
+        if kept == [d for d in folder.split(":") if d]:
+            continue
+        changed = True
+        if kept:  # another folder beside the prefix's: it stays
+            k = at[-1]
+            ld[k[0]][k[1]] = (opt + "=" if eq else "") + ":".join(kept) if len(at) == 1 else ":".join(kept)
+        else:
+            drop.update(at)
+    if not changed:
+        return value
+    out = []
+    for i, w in enumerate(words):
+        if not ld[i]:
+            if not (w == "-Xlinker" and (i + 1, 0) in drop and not words[i + 1].startswith("-Wl,")):
+                out.append(w)
+            continue
+        rest_args = [a for j, a in enumerate(ld[i]) if (i, j) not in drop]
+        if rest_args:
+            out.append("-Wl," + ",".join(rest_args) if w.startswith("-Wl,") else rest_args[0])
+    return " ".join(out)
+
+
+def link_env(env: dict[str, str]) -> dict[str, str]:
+    """LDSHARED and LDCXXSHARED to export for the build: the interpreter's own without a RUNPATH into its prefix
+    (pyenv's, a shared build's, conda's: `-Wl,-rpath,<prefix>/lib`), where it holds one and neither the recipe
+    nor the user's environment sets the variable (theirs is used as set; the native audit then names such a
+    RUNPATH). Extension modules do not link libpython on Linux (CPython 3.8+, bpo-21536), so that RUNPATH names
+    nothing a module needs: in a wheel it only points into the build machine, and where the wheel runs it names
+    nothing, or another library, the loader searches first. Where CC is set, setuptools (from 60) starts its
+    LDSHARED with CC instead of sysconfig's CC, which an exported LDSHARED stops: the value exported does so too.
+    CMake builds (pybind11) do not read LDSHARED."""
+    import sysconfig
+
+    if not sys.platform.startswith("linux"):
+        return {}
+    prefixes, out = interpreter_prefixes(), {}
+    cc = sysconfig.get_config_var("CC") or ""
+    for var in LINK_VARS:
+        value = sysconfig.get_config_var(var) or ""
+        if var in env or not value:
+            continue
+        stripped = without_rpath(value, prefixes)
+        if stripped == value:
+            continue
+        if var == "LDSHARED" and "CC" in env and cc and stripped.startswith(cc):
+            stripped = env["CC"] + stripped[len(cc):]
+        out[var] = stripped
+    return out
+
+
 CPUS_VAR = "TOOLCHAIN_BUILD_CPUS"  # the tool's job count, as the cores the build may run on
 
 
@@ -339,6 +438,11 @@ def build(result_path: str, argv: list[str]) -> int:
     if statslog:
         env["CCACHE_STATSLOG"] = statslog  # this build's own statistics, whatever else shares the cache
     links = _link_cache(env, shims) if ccache else ""
+    derived = link_env(env)
+    for var, value in derived.items():
+        print(f"# toolchain: {var}={value} (the build interpreter's, without its RUNPATH into its prefix)",
+              flush=True)
+    env.update(derived)
     cpus = pin_cpus(env.pop(CPUS_VAR, ""))
     peak_file, dedicated = _own_cgroup()
     peak_before = _peak(peak_file) if dedicated else 0
