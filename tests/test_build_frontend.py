@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.spine_helpers import BACKEND, PACKAGES, component, recipe_data
-from toolchain.build.metrics import RUNNER_FILE
+from toolchain.build.frontend import PEP517_FILE
 
 DIRECT = "# toolchain: the command as pip runs it"
 PIP_ITSELF = "# toolchain: running the command as written, pip itself"
@@ -87,12 +87,12 @@ def _tiny_tree(tmp_path: Path) -> Path:
 
 
 def _pep517(src: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The runner's `pep517` on `src`, with a fallback that only says it ran (what it stands for: pip)."""
+    """build/pep517call.py on `src`, with a fallback that only says it ran (what it stands for: pip)."""
     out = src.parent / "out"
     out.mkdir(exist_ok=True)
     for old in out.glob("*.whl"):
         old.unlink()
-    argv = [sys.executable, str(RUNNER_FILE), "pep517", str(out), "tiny_backend", str(src), "--",
+    argv = [sys.executable, str(PEP517_FILE), str(out), "tiny_backend", str(src), "--",
             sys.executable, "-c", "print('FALLBACK RAN')"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     return subprocess.run(argv, cwd=src, env={**clean, "PIP_CONFIG_FILE": os.devnull, **env}, capture_output=True,

@@ -6,8 +6,8 @@ is pip starting (its imports, its configuration), a metadata call in one more in
 wheel comes from build_wheel either way, so where pip would make exactly that call (a source tree whose
 pyproject.toml has a [build-system] table, or has none, which pip builds through PEP 517 all the same, by
 setuptools.build_meta:__legacy__; pip 21.3 or later in the
-target, which builds the tree where it is; no pip setting that it passes on), the in-target runner
-(build/intarget.py `pep517`) makes the call itself, as pyproject-hooks makes it for pip: the same
+target, which builds the tree where it is; no pip setting that it passes on), a script in the target
+(build/pep517call.py, the in-target runner's build command) makes the call itself, as pyproject-hooks makes it for pip: the same
 interpreter, the same folder, the same backend and backend-path, the same PEP517_* variables, no config
 settings. Anywhere else, and for any other command, the command runs as written. The checks pip makes of
 the wheel it built (`check_as_pip`) are made here: a project whose Requires-Python excludes the target's
@@ -25,6 +25,8 @@ from toolchain.core.record import record
 from toolchain.errors import BuildError
 from toolchain.recipe.model import DEFAULT_COMMAND
 
+PEP517 = "pep517-call"  # the Extra name of the call's in-target script
+PEP517_FILE = Path(__file__).with_name("pep517call.py")
 LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # pip's backend where pyproject.toml names none (or has no table)
 
 
@@ -35,11 +37,11 @@ class BackendCall:
     backend: str
     backend_path: tuple[str, ...] = ()
 
-    def argv(self, python: str, runner: str, src: str, out: str, command: Sequence[str]) -> list[str]:
-        """The runner's argv (run in `src`, the tree's target-side path) that makes the call, or runs
-        `command` where pip would do more."""
+    def argv(self, python: str, script: str, src: str, out: str, command: Sequence[str]) -> list[str]:
+        """The argv of the call's script (`PEP517_FILE` at `script` in the target; run in `src`, the tree's
+        target-side path) that makes the call, or runs `command` where pip would do more."""
         paths = [posixpath.normpath(posixpath.join(src, p)) for p in self.backend_path]
-        return [python, runner, "pep517", out, self.backend, ":".join(paths), "--", *command]  # (Linux targets)
+        return [python, script, out, self.backend, ":".join(paths), "--", *command]  # (Linux targets)
 
     def describe(self) -> str:
         """How the wheel was built, for a log: the PEP 517 backend called directly."""

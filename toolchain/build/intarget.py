@@ -3,10 +3,8 @@ sent as `python -c SOURCE ...` (the package is not installed in a container).
 
     python -c SOURCE resources [ROOT]          print the raw memory/CPU readings (cgroup files, meminfo) as JSON
     python -c SOURCE build RESULT -- ARGV...   run ARGV through the compiler cache and measure it; write RESULT
-    python SOURCE pep517 OUT BACKEND BACKEND_PATH -- ARGV...
-                                               the recipe's default command (ARGV: `pip wheel --no-build-isolation
-                                               --no-deps SRC -w OUT`, run in SRC) as pip makes its one build call,
-                                               without pip; ARGV itself where pip would do more (`pep517` below)
+(the recipe's default command as pip makes its one build call, without pip: build/pep517call.py, run as
+ARGV of `build`)
 
 `build` reads its settings from the environment (set by toolchain.build.ccache):
   TOOLCHAIN_CCACHE            the ccache binary ("" or unset: no compiler cache)
@@ -39,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, TypedDict
+from typing import TypedDict
 
 COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "icx", "icpx")
 MIN_FREE = 256 * 1024 * 1024  # a cache directory with less room than this counts as full
@@ -284,6 +282,105 @@ def _unreachable(address: str) -> str:
     return ""
 
 
+# ---- the build interpreter's link line ---------------------------------------------------------------------
+
+# The variables setuptools links extension modules with, each taken from the environment over the interpreter's
+# sysconfig (setuptools' unix compiler `configure_system`, before 72.2 `sysconfig.customize_compiler`): LDSHARED
+# (C, and before 72.2 C++ too) and LDCXXSHARED (C++, from 72.2). BLDSHARED is CPython's own build's: setuptools
+# never reads it from the environment, so it is not exported.
+LINK_VARS = ("LDSHARED", "LDCXXSHARED")
+RPATH_OPTIONS = ("-rpath", "--rpath", "-R")
+
+
+def _under(folder: str, prefixes: list[str]) -> bool:
+    return any(folder == p or folder.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def interpreter_prefixes() -> list[str]:
+    """The build interpreter's installation folders (its prefixes, links resolved), but `/` and `/usr`: a
+    system interpreter's prefix holds every system library."""
+    import sysconfig
+
+    found = [sysconfig.get_config_var("prefix"), sysconfig.get_config_var("exec_prefix"), sys.base_prefix,
+             sys.base_exec_prefix]
+    out = [os.path.normpath(p) for f in found if f for p in (f, os.path.realpath(f))]
+    return [p for p in dict.fromkeys(out) if p not in ("/", "/usr")]
+
+
+def without_rpath(value: str, prefixes: list[str]) -> str:
+    """`value` (a link command as sysconfig holds it) without its linker options `-rpath DIR`, `-rpath=DIR`,
+    `--rpath`, `-R DIR`, `-RDIR` whose folder is under `prefixes` (`-Wl,...` words and `-Xlinker` pairs, a
+    `-Wl,-rpath -Wl,DIR` pair too); every other word kept, `-L` and `-Wl,-rpath-link` among them."""
+    words = value.split()
+    ld: list[list[str]] = [w[4:].split(",") if w.startswith("-Wl,") else [] for w in words]
+    for i, w in enumerate(words[:-1]):
+        if w == "-Xlinker" and not ld[i + 1]:
+            ld[i + 1] = [words[i + 1]]
+    args = [(i, j) for i, parts in enumerate(ld) for j in range(len(parts))]
+    drop: set[tuple[int, int]] = set()
+    changed = False
+    for n, (i, j) in enumerate(args):
+        arg = ld[i][j]
+        opt, eq, rest = arg.partition("=")
+        if arg in RPATH_OPTIONS and n + 1 < len(args):
+            folder, at = ld[args[n + 1][0]][args[n + 1][1]], [(i, j), args[n + 1]]
+        elif eq and opt in RPATH_OPTIONS[:2]:
+            folder, at = rest, [(i, j)]
+        elif arg.startswith("-R") and len(arg) > 2:
+            folder, at = arg[2:], [(i, j)]
+        else:
+            continue
+        kept = [d for d in folder.split(":") if d and not _under(os.path.normpath(d), prefixes)]
+        if kept == [d for d in folder.split(":") if d]:
+            continue
+        changed = True
+        if kept:  # another folder beside the prefix's: it stays
+            k = at[-1]
+            ld[k[0]][k[1]] = (opt + "=" if eq else "") + ":".join(kept) if len(at) == 1 else ":".join(kept)
+        else:
+            drop.update(at)
+    if not changed:
+        return value
+    out = []
+    for i, w in enumerate(words):
+        if not ld[i]:
+            if not (w == "-Xlinker" and (i + 1, 0) in drop and not words[i + 1].startswith("-Wl,")):
+                out.append(w)
+            continue
+        rest_args = [a for j, a in enumerate(ld[i]) if (i, j) not in drop]
+        if rest_args:
+            out.append("-Wl," + ",".join(rest_args) if w.startswith("-Wl,") else rest_args[0])
+    return " ".join(out)
+
+
+def link_env(env: dict[str, str]) -> dict[str, str]:
+    """LDSHARED and LDCXXSHARED to export for the build: the interpreter's own without a RUNPATH into its prefix
+    (pyenv's, a shared build's, conda's: `-Wl,-rpath,<prefix>/lib`), where it holds one and neither the recipe
+    nor the user's environment sets the variable (theirs is used as set; the native audit then names such a
+    RUNPATH). Extension modules do not link libpython on Linux (CPython 3.8+, bpo-21536), so that RUNPATH names
+    nothing a module needs: in a wheel it only points into the build machine, and where the wheel runs it names
+    nothing, or another library, the loader searches first. Where CC is set, setuptools (from 60) starts its
+    LDSHARED with CC instead of sysconfig's CC, which an exported LDSHARED stops: the value exported does so too.
+    CMake builds (pybind11) do not read LDSHARED."""
+    import sysconfig
+
+    if not sys.platform.startswith("linux"):
+        return {}
+    prefixes, out = interpreter_prefixes(), {}
+    cc = sysconfig.get_config_var("CC") or ""
+    for var in LINK_VARS:
+        value = sysconfig.get_config_var(var) or ""
+        if var in env or not value:
+            continue
+        stripped = without_rpath(value, prefixes)
+        if stripped == value:
+            continue
+        if var == "LDSHARED" and "CC" in env and cc and stripped.startswith(cc):
+            stripped = env["CC"] + stripped[len(cc):]
+        out[var] = stripped
+    return out
+
+
 CPUS_VAR = "TOOLCHAIN_BUILD_CPUS"  # the tool's job count, as the cores the build may run on
 
 
@@ -339,6 +436,11 @@ def build(result_path: str, argv: list[str]) -> int:
     if statslog:
         env["CCACHE_STATSLOG"] = statslog  # this build's own statistics, whatever else shares the cache
     links = _link_cache(env, shims) if ccache else ""
+    derived = link_env(env)
+    for var, value in derived.items():
+        print(f"# toolchain: {var}={value} (the build interpreter's, without its RUNPATH into its prefix)",
+              flush=True)
+    env.update(derived)
     cpus = pin_cpus(env.pop(CPUS_VAR, ""))
     peak_file, dedicated = _own_cgroup()
     peak_before = _peak(peak_file) if dedicated else 0
@@ -400,203 +502,6 @@ def build(result_path: str, argv: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
-# ---- the default command's one build call, without pip ------------------------------------------------
-
-PIP_IN_TREE = (21, 3)  # from pip 21.3 a directory is built where it is (before: copied to a temporary folder)
-# pip settings (PIP_<NAME> variables, pip.conf keys) that cannot change what `pip wheel --no-build-isolation
-# --no-deps DIR` builds: where an index is and how to reach it, pip's cache, its output. Any other one (such
-# as config-settings, build-option, use-pep517, require-virtualenv, only-binary, python) and pip runs itself.
-PIP_HARMLESS = frozenset((
-    "index-url", "extra-index-url", "no-index", "find-links", "trusted-host", "cert", "client-cert", "proxy",
-    "timeout", "default-timeout", "retries", "keyring-provider", "cache-dir", "no-cache-dir", "no-input",
-    "disable-pip-version-check", "progress-bar", "quiet", "verbose", "no-color", "root-user-action",
-    "break-system-packages", "no-warn-script-location", "no-build-isolation", "no-deps"))
-
-
-def _pip_name(name: str) -> str:
-    name = name.lower().replace("_", "-")
-    return name[2:] if name.startswith("--") else name
-
-
-def _pip_config_files(env: dict[str, str]) -> list[str]:
-    """Every file pip (21.3 and later) may read its configuration from (more than it reads, never fewer)."""
-    home = os.path.expanduser("~")
-    chosen = env.get("PIP_CONFIG_FILE")
-    files = [chosen] if chosen and chosen != os.devnull else []
-    if chosen == os.devnull:  # pip reads no configuration file then
-        return files
-    dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep)
-    files += [os.path.join(d, "pip", "pip.conf") for d in dirs if d] + ["/etc/pip.conf"]
-    files += [os.path.join(home, ".pip", "pip.conf"),
-              os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf"),
-              os.path.join(sys.prefix, "pip.conf")]
-    return files
-
-
-class PipSettings:
-    """What pip would do besides the backend's build_wheel call, read from the environment and pip.conf files:
-    `differs` says why it would do more or otherwise ("" when it would not); `constraints` are the lines of
-    its constraints files, (canonical name, line, file): pip checks the project it builds against those that
-    name it (`constraint_problem`)."""
-
-    def __init__(self, differs: str = "", constraints: tuple[tuple[str, str, str], ...] = ()) -> None:
-        self.differs, self.constraints = differs, constraints
-
-
-def _canonical(name: str) -> str:
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _constraint_lines(path: str, seen: set[str]) -> list[tuple[str, str, str]] | None:
-    """The lines of a pip constraints file, following its -r/-c lines, as (canonical name, line, file); None
-    when pip would read more into it than named versions (a URL or path, extras, an option line) or it cannot
-    be read."""
-    import re
-
-    path = os.path.abspath(path)
-    if path in seen:
-        return []
-    seen.add(path)
-    text = _read(path)
-    if text is None:
-        return None
-    lines: list[tuple[str, str, str]] = []
-    for line in re.sub(r"\\\n", " ", text).splitlines():
-        line = re.sub(r"(^|\s)#.*$", "", line).strip()
-        if not line:
-            continue
-        nested = re.match(r"^(?:-[rc]\s*|--(?:requirement|constraint)(?:\s+|=))(\S+)$", line)
-        if nested:
-            more = _constraint_lines(os.path.join(os.path.dirname(path), nested.group(1)), seen)
-            if more is None:
-                return None
-            lines += more
-            continue
-        named = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:[<>=!~;(]|$)", line)
-        if named is None:
-            return None
-        lines.append((_canonical(named.group(1)), line, path))
-    return lines
-
-
-def pip_settings(env: dict[str, str]) -> PipSettings:
-    """Whether `pip wheel --no-build-isolation --no-deps DIR` would do more here than call the backend's
-    build_wheel in DIR: no pip, a pip older than 21.3 (it builds a copy elsewhere), or a pip setting of the
-    environment or a pip.conf that pip passes on or acts on (constraints aside: `PipSettings.constraints`)."""
-    import configparser
-    import re
-
-    # found on sys.path by hand: asking the import system for pip makes setuptools' distutils shim stand aside
-    # in this process (_distutils_hack's spec_for_pip), and setuptools then fails to import
-    pip = next((os.path.join(d or ".", "pip") for d in sys.path
-                if os.path.isfile(os.path.join(d or ".", "pip", "__init__.py"))), "")
-    text = _read(os.path.join(pip, "__init__.py")) if pip else None
-    found = re.search(r"^__version__\s*=\s*['\"](\d+)\.(\d+)", text or "", re.M)
-    if found is None:
-        return PipSettings("no pip (or no version of it) found")
-    if (int(found.group(1)), int(found.group(2))) < PIP_IN_TREE:
-        return PipSettings(f"pip {found.group(1)}.{found.group(2)} builds a copy of the tree, not the tree")
-    files: list[str] = []
-    for key in sorted(env):
-        name = _pip_name(key[4:])
-        if not key.startswith("PIP_") or name in PIP_HARMLESS or name == "config-file":
-            continue
-        if name != "constraint":
-            return PipSettings(f"{key} is set")
-        files += env[key].split()
-    for path in _pip_config_files(env):
-        if not os.path.isfile(path):
-            continue
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read(path, encoding="utf-8")
-        except (configparser.Error, OSError, UnicodeDecodeError) as exc:
-            return PipSettings(f"{path} cannot be read ({exc.__class__.__name__})")
-        for section in ("global", "wheel"):
-            for name in parser.options(section) if parser.has_section(section) else ():
-                if _pip_name(name) == "constraint":
-                    files += parser.get(section, name).split()
-                elif _pip_name(name) not in PIP_HARMLESS:
-                    return PipSettings(f"{path} sets {name} in [{section}]")
-    constraints: list[tuple[str, str, str]] = []
-    for path in files:
-        lines = _constraint_lines(path, set())
-        if lines is None:
-            return PipSettings(f"the constraints file {path} holds more than named versions, or cannot be read")
-        constraints += lines
-    if constraints and not os.path.isfile(os.path.join(pip, "_vendor", "packaging", "requirements.py")):
-        return PipSettings("pip has constraints, and its packaging library is not where pip keeps it")
-    return PipSettings(constraints=tuple(constraints))
-
-
-def constraint_problem(constraints: tuple[tuple[str, str, str], ...], wheel: str) -> str:
-    """Why pip's constraints refuse the project `wheel` (a wheel file's name) is a build of, as pip checks a
-    directory it builds against them ("" when they do not): a constraint naming it (its markers true here)
-    that its version does not satisfy, or that pins a URL."""
-    name, version = wheel.split("-")[:2]
-    mine = [(line, path) for n, line, path in constraints if n == _canonical(name)]
-    if not mine:
-        return ""
-    from pip._vendor.packaging.requirements import (  # (pip present: pip_settings; the build is over)
-        InvalidRequirement,
-        Requirement,
-    )
-
-    for line, path in mine:
-        try:
-            req = Requirement(line)
-        except InvalidRequirement as exc:
-            return f"Invalid requirement: {line!r} ({path}): {exc}"
-        if req.marker is not None and not req.marker.evaluate():
-            continue
-        if req.url or not req.specifier.contains(version, prereleases=True):
-            return (f"Cannot build {name}=={version}: the constraint {line!r} in {path} excludes it "
-                    "(pip wheel refuses it so)")
-    return ""
-
-
-def pep517(out: str, backend: str, backend_path: str, argv: list[str]) -> int:
-    """What `pip wheel --no-build-isolation --no-deps SRC -w OUT` (`argv`, run in SRC) does to build, without
-    pip's own start (its imports, a metadata call in one more interpreter): pyproject-hooks' build_wheel call,
-    as pip makes it, in this interpreter. `backend_path`: the absolute `backend-path` folders (os.pathsep
-    between). Where pip would do more or otherwise (`pip_settings`), `argv` runs instead. A wheel that pip's
-    constraints refuse is removed and the build fails, as under pip. The checks pip makes of the wheel it
-    built are the tool's (toolchain.build.frontend)."""
-    settings = pip_settings(dict(os.environ))
-    if settings.differs:
-        print(f"# toolchain: running the command as written, pip itself: {settings.differs}", flush=True)
-        os.execvp(argv[0], argv)
-    print(f"# toolchain: the command as pip runs it: the PEP 517 backend {backend}'s build_wheel called in "
-          f"{os.getcwd()} (pip's build call; without pip's own start)", flush=True)
-    from importlib import import_module
-
-    del sys.path[0]  # this script's folder: pip's hook runs from a folder of its own
-    os.environ["PEP517_BUILD_BACKEND"] = backend  # as pyproject-hooks sets them for the backend
-    paths = backend_path.split(os.pathsep) if backend_path else []
-    if paths:
-        os.environ["PEP517_BACKEND_PATH"] = backend_path
-        sys.path[:0] = paths
-    module, _, attrs = backend.partition(":")
-    hooks: Any = import_module(module)
-    where = os.path.normcase(os.path.abspath(getattr(hooks, "__file__", None) or ""))
-    if paths and not any(os.path.commonprefix([where, folder]) == folder  # noqa: RUF071 (pyproject-hooks' test)
-                         for folder in (os.path.normcase(os.path.abspath(p)) for p in paths)):
-        sys.stderr.write(f"the build backend {backend} was not loaded from backend-path ({backend_path})\n")
-        return 1
-    for attr in filter(None, attrs.split(".")):
-        hooks = getattr(hooks, attr)
-    built = str(hooks.build_wheel(os.path.abspath(out), None, None))
-    problem = constraint_problem(settings.constraints, built)
-    if problem:
-        os.unlink(os.path.join(out, built))
-        sys.stderr.write(f"ERROR: {problem}\n")
-        return 1
-    print(f"# toolchain: the backend built {built}", flush=True)
-    return 0
-
-
 def _peak(peak_file: str) -> int:
     try:
         return int((_read(peak_file) or "0").strip())
@@ -626,9 +531,7 @@ def main(args: list[str]) -> int:
         return 0
     if len(args) >= 4 and args[0] == "build" and args[2] == "--":
         return build(args[1], args[3:])
-    if len(args) >= 6 and args[0] == "pep517" and args[4] == "--":
-        return pep517(args[1], args[2], args[3], args[5:])
-    sys.stderr.write("usage: resources [ROOT] | build RESULT -- ARGV... | pep517 OUT BACKEND BACKEND_PATH -- ARGV...\n")
+    sys.stderr.write("usage: resources [ROOT] | build RESULT -- ARGV...\n")
     return 2
 
 

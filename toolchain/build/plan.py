@@ -30,7 +30,8 @@ from toolchain.target.oneapi import IGNORED, ToolchainEnv, capture
 if TYPE_CHECKING:
     from toolchain.target.base import BuildRuntime
 
-KEY_VERSION = "2"  # bump when the build procedure changes in a way that changes wheels (2: describe abbrev 12)
+KEY_VERSION = "3"  # bump when the build procedure changes in a way that changes wheels (2: describe abbrev 12;
+#                    3: no RUNPATH into the build interpreter's prefix, build/intarget.py `link_env`)
 
 
 @record

@@ -398,7 +398,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
     from toolchain.build.fetchcontent_pins import EXTRA as PINS_EXTRA
     from toolchain.build.fetchcontent_pins import VAR as PINS_VAR
     from toolchain.build.fetchcontent_pins import insteadof_env, needs_pins, write_pins
-    from toolchain.build.frontend import backend_call, check_as_pip
+    from toolchain.build.frontend import PEP517, PEP517_FILE, backend_call, check_as_pip
     from toolchain.build.metrics import RUNNER, RUNNER_FILE, measured_argv, read_result
 
     comp = cp.component
@@ -417,7 +417,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                                                            log=log)) for d in comp.fetchcontent}
             from toolchain.target.parts import Extra
 
-            extras = [*cc.extras(runtime), Extra(RUNNER, RUNNER_FILE)]
+            extras = [*cc.extras(runtime), Extra(RUNNER, RUNNER_FILE), Extra(PEP517, PEP517_FILE)]
             if needs_pins(comp):  # every CMake run of the build reads the pins, whoever starts it
                 seen_deps = runtime.workspace_paths(tree, out_tmp, deps)[2]
                 chained = (dict(cp.env).get(PINS_VAR) or plan.toolchain_env.as_dict().get(PINS_VAR)
@@ -440,7 +440,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             check_build_requires(ws, python, src, what, log, tree=here, identity=runtime.identity())
             requires = declared_requires(here)  # (recorded: a build served from the cache checks them again)
             call = backend_call(comp.command, here)  # pip's one build call, without pip (build/frontend.py)
-            run_argv = call.argv(python, ws.extras[RUNNER], src, ws.out, argv) if call else argv
+            run_argv = call.argv(python, ws.extras[PEP517], src, ws.out, argv) if call else argv
             _log_decisions(log, cc, cp)
             if cp.jobs and cp.jobs.warning:
                 ui.warn(f"{comp.name}: {cp.jobs.warning}")

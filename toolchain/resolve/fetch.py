@@ -37,7 +37,7 @@ def locked_pip_env(env: Mapping[str, str], *, read_config: bool = True) -> dict[
     (PIP_CONFIG_FILE=os.devnull), every `PIP_*` variable removed but those of PIP_TRANSPORT, and (with
     `read_config`: the files are this machine's) the transport settings of the pip.conf files pip would have
     read, as `PIP_*` variables where the environment sets none."""
-    from toolchain.build.intarget import _pip_name
+    from toolchain.build.pep517call import _pip_name
 
     layer: dict[str, str | None] = {k: None for k in env if k.startswith("PIP_") and _pip_name(k[4:]) not in PIP_TRANSPORT}
     if read_config:
@@ -54,7 +54,7 @@ def _transport_settings(env: dict[str, str]) -> dict[str, str]:
     [install])."""
     import configparser
 
-    from toolchain.build.intarget import _pip_config_files, _pip_name
+    from toolchain.build.pep517call import _pip_config_files, _pip_name
 
     found: dict[str, str] = {}
     for path in _pip_config_files(env):

@@ -303,7 +303,9 @@ def raise_for(report: NativeReport, where: str, policy: Policy, log: Path | None
 def build_machine_paths(audits: Sequence[WheelAudit], prefixes: Sequence[str]) -> list[str]:
     """One line per shared object of a built wheel whose RUNPATH/RPATH names an absolute folder (not `$ORIGIN`):
     a path of the machine that built it, which names nothing, or another library, where the wheel runs. One
-    under `prefixes` (the build interpreter's prefix: pyenv's `LDSHARED` adds `-Wl,-rpath,<prefix>/lib`) says so."""
+    under `prefixes` (the build interpreter's prefix) says so: the build leaves the interpreter's own `LDSHARED`
+    rpath out (build/intarget.py `link_env`), so one there comes from an LDSHARED or LDFLAGS the recipe or the
+    user's environment sets, or from the build itself."""
     out = []
     for a in audits:
         if a.role != "built":
@@ -313,7 +315,8 @@ def build_machine_paths(audits: Sequence[WheelAudit], prefixes: Sequence[str]) -
                 if not d.startswith("/"):
                     continue
                 under = next((p for p in prefixes if p and (d == p or d.startswith(p.rstrip("/") + "/"))), "")
-                why = (f"the build interpreter's prefix {under} (its LDSHARED adds it, as pyenv's does)" if under
+                why = (f"the build interpreter's prefix {under} (from an LDSHARED or LDFLAGS the recipe or environment "
+                       "sets, or the build itself)" if under
                        else "a folder of the build machine")
                 out.append(f"{a.wheel}: {obj.path} has RUNPATH {d}, {why}: where the wheel runs it names nothing "
                            "or another library there; the loader looks there first")
