@@ -349,3 +349,44 @@ def test_prune_leaves_another_users_link(tmp_path):
     _age(entry, 40)
     done = _prune(tmp_path, "--older-than", "30d")
     assert done["link-cache"]["removed"] == 0 and entry.is_file()
+
+
+def test_the_link_cache_is_kept_within_the_compiler_caches_bound(tmp_path):
+    """keep_within: ccache's own max_size (its ccache.conf in the compiler cache's folder) bounds the link cache."""
+    from toolchain.build import ccache
+    from toolchain.build.linkprune import keep_within
+    from toolchain.recipe.buildspec import BuildSpec
+
+    src, env, links = _cached(tmp_path, "int main() { return 0; }\n")
+    for n, days in (("a", 3), ("b", 2), ("c", 1)):
+        _link(src, env, n)
+        new = [p for p in _entries(links).values() if time.time() - p.stat().st_mtime < 60]
+        _age(new[0], days)
+    size = (src / "a").stat().st_size
+    cc = ccache.choose(BuildSpec(), tmp_path / "cache")
+    assert cc.links_dir == links and cc.binary is not None
+    cc.data_dir.mkdir()
+    (cc.data_dir / "ccache.conf").write_text("max_size = 0\n")  # ccache's "no limit": nothing removed
+    assert keep_within(cc) is None and len(_entries(links)) == 3
+    (cc.data_dir / "ccache.conf").write_text(f"max_size = {(2 * size + size // 2) / 1000:.1f}k\n")
+    done = keep_within(cc)
+    assert done is not None and sum(gone for f, gone, _ in done.verdicts if f.kind == "link") == 1
+    left = sorted(_entries(links).values(), key=lambda p: p.stat().st_mtime)
+    assert [round((time.time() - p.stat().st_mtime) / DAY) for p in left] == [2, 1]
+
+
+def test_a_build_that_stores_a_link_keeps_the_link_cache_within_the_bound(linky, tmp_path):
+    from tests.spine_helpers import Workspace, component, recipe_data
+
+    repo, first, _ = linky
+    ws = Workspace(tmp_path / "ws")
+    ws.recipe("first", recipe_data({"linky": component(repo, first, subdir="pkg")}))
+    stale = ws.cache / "links" / "00" / ("00" * 32)  # a link no build used for a year
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * 100_000)
+    _age(stale, 365)
+    (ws.cache / "ccache").mkdir()
+    (ws.cache / "ccache" / "ccache.conf").write_text("max_size = 90k\n")  # less than the two together
+    assert ws.build("first", "out-1", "--no-resolve").returncode == 0
+    assert ws.record("out-1")["components"][0]["compiler-cache"]["link-misses"] == 1
+    assert not stale.exists() and len(_entries(ws.cache / "links")) == 1

@@ -12,6 +12,10 @@ skipped) and each file is removed by name within the folder so opened, after che
 listed. A file of another user (a cache shared with a group) is neither read by the link script nor removed
 here. Removing is one unlink: a build that already opened the entry reads it whole; one that looks it up
 after finds none and links for real (a miss, never a failure).
+
+Without a prune, a build that stored a new link keeps the link cache within the compiler cache's own bound
+(`keep_within`: ccache's `max_size`, 5 GiB unless its ccache.conf or CCACHE_MAXSIZE says otherwise; none when
+it is 0), the most recently used kept, as ccache keeps its own objects.
 """
 
 from __future__ import annotations
@@ -22,10 +26,13 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from toolchain.build.ccache import LINKS_DIR
 from toolchain.build.localprune import decide_local
 from toolchain.core.record import record
+
+if TYPE_CHECKING:
+    from toolchain.build.ccache import CompilerCache
 
 STAT_DIR = "stat"  # the remembered hashes of large inputs (linkcache.file_hash)
 STALE = 3600.0  # a temporary this old is a killed writer's: a link's output is written in seconds
@@ -130,17 +137,18 @@ def _remove(links: int, shown: str, f: LinkFile, refused: list[str]) -> bool:
         return True
 
 
-def prune_links(cache_dir: Path, *, older_than: float | None, keep_size: int | None,
+def prune_links(links_dir: Path, *, older_than: float | None, keep_size: int | None,
                 dry_run: bool) -> LinksPruned:
-    """Apply the local rule to the link cache under `cache_dir` (its own SIZE: the wheels are kept to theirs)."""
+    """Apply the local rule to the link cache `links_dir` (`<cache>/links`; its own SIZE: the wheels are kept to
+    theirs). The cache folder above it may be a symbolic link; the link cache's own folders may not."""
     refused: list[str] = []
-    shown, now = str(Path(cache_dir) / LINKS_DIR), time.time()
+    shown, now = str(links_dir), time.time()
     try:
-        cache = os.open(cache_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # (the cache folder may be a link)
+        cache = os.open(Path(links_dir).parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return LinksPruned((), (), 0, 0)
     try:
-        with _folder(cache, LINKS_DIR, refused, shown) as links:
+        with _folder(cache, Path(links_dir).name, refused, shown) as links:
             if links is None:
                 return LinksPruned((), tuple(refused), 0, 0)
             files, stale = _walk(links, shown, refused, now)
@@ -156,4 +164,27 @@ def prune_links(cache_dir: Path, *, older_than: float | None, keep_size: int | N
         os.close(cache)
 
 
-__all__ = ["STALE", "LinkFile", "LinksPruned", "prune_links"]
+def compiler_cache_bound(binary: Path, data_dir: Path) -> int | None:
+    """ccache's `max_size` for the cache in `data_dir`, in bytes (None: unbounded, or not known)."""
+    from toolchain.core.proc.runner import run
+    from toolchain.recipe.buildspec import parse_size
+
+    done = run([str(binary), "--get-config", "max_size"], env={**os.environ, "CCACHE_DIR": str(data_dir)},
+               capture=True, check=False, timeout=60)
+    try:
+        return parse_size(done.stdout.strip()) if done.returncode == 0 else None
+    except ValueError:
+        return None  # (0: ccache's "no limit")
+
+
+def keep_within(cc: CompilerCache) -> LinksPruned | None:
+    """Keep the link cache of `cc` within its compiler cache's bound (None: no link cache, or no bound)."""
+    if cc.links_dir is None or cc.binary is None:
+        return None
+    bound = compiler_cache_bound(cc.binary, cc.data_dir)
+    if bound is None:
+        return None
+    return prune_links(cc.links_dir, older_than=None, keep_size=bound, dry_run=False)
+
+
+__all__ = ["STALE", "LinkFile", "LinksPruned", "compiler_cache_bound", "keep_within", "prune_links"]

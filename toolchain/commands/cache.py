@@ -163,9 +163,10 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     done = prune_local(cache_dir, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run, warn=ui.warn)
     for link in done.refused:
         ui.warn(f"{link} is a symbolic link: not followed, nothing under it removed")
+    from toolchain.build.ccache import LINKS_DIR
     from toolchain.build.linkprune import prune_links
 
-    links = prune_links(cache_dir, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run)
+    links = prune_links(cache_dir / LINKS_DIR, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run)
     for folder in links.refused:
         ui.warn(f"{folder} is a symbolic link or not a folder of yours: not entered, nothing in it removed")
 
