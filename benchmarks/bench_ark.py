@@ -36,6 +36,7 @@ from typing import Any
 
 from tests.support import ark_mirrors
 from toolchain.core.proc.runner import run
+from toolchain.core.proc.signals import Interrupted, interruptible
 
 REPO = Path(__file__).resolve().parents[1]
 SUBDIR = "auto_round_extension/ark"
@@ -193,6 +194,18 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-ark-"))
     results: dict[str, Any] = {"reduced": args.reduced}
     try:
+        with interruptible():  # a stop signal (SIGTERM, Ctrl-C) stops the builds it runs, not only this process
+            _parts(args, parts, work, results)
+    except Interrupted as stop:
+        print(f"stopped by {stop.signame}; measured so far: {json.dumps(results)}", file=sys.stderr)
+        return stop.exit_code
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _parts(args: argparse.Namespace, parts: set[str], work: Path, results: dict[str, Any]) -> None:
+    try:
         mirrors = ark_mirrors.lay_out(work / "mirrors")
         if parts & {"cold", "adjacent"}:
             c = results["cold"] = cold(work, mirrors, args.reduced, raw_too=not args.no_raw)
@@ -215,9 +228,6 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"kept {work}")
-    if args.json:
-        print(json.dumps(results, indent=2))
-    return 0
 
 
 if __name__ == "__main__":
