@@ -13,7 +13,12 @@ git bundles in ../shared/mirrors laid out as mirrors (tests/support/ark_mirrors.
 The full CPU half compiles oneDNN (some 2,800 CPU-seconds on two idle cores): `--reduced` builds it with
 ARK_CPU_DNNL=0 (bestla, xbyak and pybind11 only; minutes), the configuration CI uses.
 
-    python -m benchmarks.bench_ark [--reduced] [--parts cold,adjacent,bisect] [--good SHA] [--bad SHA] [--json]
+    python -m benchmarks.bench_ark [--reduced] [--parts cold,adjacent,bisect] [--no-raw] [--good SHA] [--bad SHA]
+                                   [--json]
+
+Each build's CPU-seconds (its children's user + sys) are printed beside its wall time: on a shared machine the
+ratio by CPU is the figure to read. `--no-raw` skips the raw `pip wheel` of the cold part (the tool's cold build
+and the adjacent change alone: about half the CPU of the full configuration's run).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -30,6 +36,7 @@ from typing import Any
 
 from tests.support import ark_mirrors
 from toolchain.core.proc.runner import run
+from toolchain.core.proc.signals import Interrupted, interruptible
 
 REPO = Path(__file__).resolve().parents[1]
 SUBDIR = "auto_round_extension/ark"
@@ -79,11 +86,22 @@ def _recipe(work: Path, reduced: bool, commit: str = "") -> Path:
     return path
 
 
-def _tool(work: Path, mirrors: Path, cache: Path, *args: object) -> float:
-    started = time.monotonic()
-    run([sys.executable, "-m", "toolchain", *map(str, args), "--cache-dir", str(cache),
-         "--mirror", f"https://github.com/=file://{mirrors}/"], cwd=work, log=work / "bench.log")
-    return time.monotonic() - started
+def _cpu() -> float:
+    """CPU-seconds (user + sys) of every child process waited for so far, theirs included."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _timed(argv: list[str], **kwargs: Any) -> tuple[float, float]:
+    """Wall and CPU seconds of one command and everything it ran."""
+    cpu, started = _cpu(), time.monotonic()
+    run(argv, **kwargs)
+    return time.monotonic() - started, _cpu() - cpu
+
+
+def _tool(work: Path, mirrors: Path, cache: Path, *args: object) -> tuple[float, float]:
+    return _timed([sys.executable, "-m", "toolchain", *map(str, args), "--cache-dir", str(cache),
+                   "--mirror", f"https://github.com/=file://{mirrors}/"], cwd=work, log=work / "bench.log")
 
 
 def _commit_of(mirror: Path, rev: str) -> str:
@@ -108,27 +126,32 @@ def _raw_env(pins: Path, reduced: bool) -> dict[str, str]:
     return {**env, "ARK_CPU_DNNL": "0"} if reduced else env
 
 
-def cold(work: Path, mirrors: Path, reduced: bool) -> dict[str, Any]:
-    """The tool's cold build against the raw one, and then the adjacent change with the tool's cache."""
-    tool = _tool(work, mirrors, work / "cache", "build", "--recipe", _recipe(work, reduced), "--no-resolve",
-                 "--out", work / "out-cold")
+def cold(work: Path, mirrors: Path, reduced: bool, raw_too: bool = True) -> dict[str, Any]:
+    """The tool's cold build against the raw one (unless not `raw_too`)."""
+    tool, tool_cpu = _tool(work, mirrors, work / "cache", "build", "--recipe", _recipe(work, reduced),
+                           "--no-resolve", "--out", work / "out-cold")
+    result: dict[str, Any] = {"tool_cold_s": round(tool, 1), "tool_cold_cpu_s": round(tool_cpu, 1)}
+    if not raw_too:
+        return result
     tree, pins = _raw_tree(mirrors, work / "raw", ark_mirrors.ARK_COMMIT)
     run(["git", "apply", str(PATCH)], cwd=tree)
-    started = time.monotonic()
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", f"{tree}/{SUBDIR}",
-         "-w", str(work / "raw-out")], env=_raw_env(pins, reduced), log=work / "raw.log")
-    raw = time.monotonic() - started
-    return {"tool_cold_s": round(tool, 1), "raw_s": round(raw, 1), "ratio": round(tool / raw, 3), "target": 1.05}
+    raw, raw_cpu = _timed([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                           f"{tree}/{SUBDIR}", "-w", str(work / "raw-out")], env=_raw_env(pins, reduced),
+                          log=work / "raw.log")
+    return {**result, "raw_s": round(raw, 1), "raw_cpu_s": round(raw_cpu, 1), "ratio": round(tool / raw, 3),
+            "ratio_cpu": round(tool_cpu / raw_cpu, 3), "target": 1.05}
 
 
-def adjacent(work: Path, mirrors: Path, reduced: bool, cold_s: float) -> dict[str, Any]:
+def adjacent(work: Path, mirrors: Path, reduced: bool, cold: dict[str, Any]) -> dict[str, Any]:
     ark = mirrors / "intel" / "auto-round.git"
     changes = run(["git", "--git-dir", str(ark), "log", "--first-parent", "-2", "--format=%H",
                    ark_mirrors.ARK_COMMIT, "--", SUBDIR], capture=True).stdout.split()
     previous = changes[1]
-    took = _tool(work, mirrors, work / "cache", "build", "--recipe", _recipe(work, reduced, previous), "--no-resolve",
-                 "--out", work / "out-adjacent")
-    return {"commit": previous, "seconds": round(took, 1), "of_cold": round(took / cold_s, 3), "target": 0.15}
+    took, cpu = _tool(work, mirrors, work / "cache", "build", "--recipe", _recipe(work, reduced, previous),
+                      "--no-resolve", "--out", work / "out-adjacent")
+    return {"commit": previous, "seconds": round(took, 1), "cpu_s": round(cpu, 1),
+            "of_cold": round(took / cold["tool_cold_s"], 3), "of_cold_cpu": round(cpu / cold["tool_cold_cpu_s"], 3),
+            "target": 0.15}
 
 
 def bisect(work: Path, mirrors: Path, reduced: bool, good: str, bad: str) -> dict[str, Any]:
@@ -136,20 +159,21 @@ def bisect(work: Path, mirrors: Path, reduced: bool, good: str, bad: str) -> dic
     good, bad = _commit_of(ark, good), _commit_of(ark, bad)
     probe = work / "probe.py"
     probe.write_text(PROBE)
-    tool = _tool(work, mirrors, work / "bisect-cache", "bisect", "--recipe", _recipe(work, reduced, bad),
+    tool, tool_cpu = _tool(work, mirrors, work / "bisect-cache", "bisect", "--recipe", _recipe(work, reduced, bad),
                  "--component", "auto-round-lib", "--good", good, "--bad", bad, "--test-cmd",
                  f"{sys.executable} {probe}", "--no-resolve", "--out", work / "bisect-out", "--json")
     tree, pins = _raw_tree(mirrors, work / "raw-bisect", bad)
     step = work / "step.py"
     step.write_text(RAW_STEP)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _cpu()
     run(["git", "bisect", "start", bad, good], cwd=tree)
     done = run(["git", "bisect", "run", sys.executable, str(step), str(probe), str(PATCH)], cwd=tree,
                env=_raw_env(pins, reduced), capture=True, check=False)
-    raw = time.monotonic() - started
+    raw, raw_cpu = time.monotonic() - started, _cpu() - cpu
     found = next((line.split()[0] for line in done.stdout.splitlines() if "is the first bad commit" in line), "")
-    return {"good": good, "bad": bad, "tool_s": round(tool, 1), "git_bisect_run_s": round(raw, 1),
-            "ratio": round(tool / raw, 3), "target": 0.5, "git_found": found}
+    return {"good": good, "bad": bad, "tool_s": round(tool, 1), "tool_cpu_s": round(tool_cpu, 1),
+            "git_bisect_run_s": round(raw, 1), "git_bisect_run_cpu_s": round(raw_cpu, 1), "ratio": round(tool / raw, 3),
+            "ratio_cpu": round(tool_cpu / raw_cpu, 3), "target": 0.5, "git_found": found}
 
 
 def main(argv: list[str]) -> int:
@@ -158,6 +182,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--parts", default="cold,adjacent,bisect")
     p.add_argument("--good", default=GOOD)
     p.add_argument("--bad", default=BAD)
+    p.add_argument("--no-raw", action="store_true", help="skip the raw pip wheel of the cold part")
     p.add_argument("--json", action="store_true")
     p.add_argument("--keep", action="store_true")
     args = p.parse_args(argv)
@@ -169,29 +194,40 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-ark-"))
     results: dict[str, Any] = {"reduced": args.reduced}
     try:
+        with interruptible():  # a stop signal (SIGTERM, Ctrl-C) stops the builds it runs, not only this process
+            _parts(args, parts, work, results)
+    except Interrupted as stop:
+        print(f"stopped by {stop.signame}; measured so far: {json.dumps(results)}", file=sys.stderr)
+        return stop.exit_code
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+def _parts(args: argparse.Namespace, parts: set[str], work: Path, results: dict[str, Any]) -> None:
+    try:
         mirrors = ark_mirrors.lay_out(work / "mirrors")
         if parts & {"cold", "adjacent"}:
-            results["cold"] = cold(work, mirrors, args.reduced)
-            print(f"cold: toolchain {results['cold']['tool_cold_s']} s, raw pip wheel {results['cold']['raw_s']} s "
-                  f"-> {results['cold']['ratio']}x (target <= 1.05)", flush=True)
+            c = results["cold"] = cold(work, mirrors, args.reduced, raw_too=not args.no_raw)
+            print(f"cold: toolchain {c['tool_cold_s']} s ({c['tool_cold_cpu_s']} CPU-s)" + (
+                  f", raw pip wheel {c['raw_s']} s ({c['raw_cpu_s']} CPU-s) -> {c['ratio']}x wall, "
+                  f"{c['ratio_cpu']}x CPU (target <= 1.05)" if "raw_s" in c else ", raw side skipped"), flush=True)
         if "adjacent" in parts:
-            results["adjacent"] = adjacent(work, mirrors, args.reduced, results["cold"]["tool_cold_s"])
-            print(f"adjacent {results['adjacent']['commit'][:12]}: {results['adjacent']['seconds']} s = "
-                  f"{results['adjacent']['of_cold']} of cold (target <= 0.15)", flush=True)
+            a = results["adjacent"] = adjacent(work, mirrors, args.reduced, results["cold"])
+            print(f"adjacent {a['commit'][:12]}: {a['seconds']} s ({a['cpu_s']} CPU-s) = {a['of_cold']} of cold "
+                  f"wall, {a['of_cold_cpu']} by CPU (target <= 0.15)", flush=True)
         if "bisect" in parts:
             results["bisect"] = bisect(work, mirrors, args.reduced, args.good, args.bad)
             b = results["bisect"]
-            print(f"bisect {b['good'][:12]}..{b['bad'][:12]}: toolchain {b['tool_s']} s, git bisect run "
-                  f"{b['git_bisect_run_s']} s -> {b['ratio']}x (target <= 0.5); git found {b['git_found'][:12]}",
+            print(f"bisect {b['good'][:12]}..{b['bad'][:12]}: toolchain {b['tool_s']} s ({b['tool_cpu_s']} CPU-s), "
+                  f"git bisect run {b['git_bisect_run_s']} s ({b['git_bisect_run_cpu_s']} CPU-s) -> {b['ratio']}x "
+                  f"wall, {b['ratio_cpu']}x CPU (target <= 0.5); git found {b['git_found'][:12]}",
                   flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"kept {work}")
-    if args.json:
-        print(json.dumps(results, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +217,176 @@ def test_a_cmake_configure_check_links_as_given(tmp_path):
     assert (src / "cmTC_abc12").is_file()
     assert _words(tmp_path / "log") == ["skip"]
     assert not any((tmp_path / "links").glob("??/*"))
+
+
+# ---- `toolchain cache prune` on the link cache (build/linkprune.py) ----------------------------------------
+
+DAY = 86400.0
+
+
+def _link(src: Path, env: dict[str, str], output: str) -> None:
+    subprocess.run([sys.executable, str(LINK_SCRIPT_FILE), "c++", "main.o", "-o", output], cwd=src, env=env,
+                   check=True)
+
+
+def _entries(links: Path) -> dict[str, Path]:
+    """The link cache's remembered outputs, by key."""
+    return {p.name: p for p in links.glob("??/*") if p.is_file() and not p.name.startswith(".")}
+
+
+def _age(path: Path, days: float) -> None:
+    then = time.time() - days * DAY
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def _cached(tmp_path: Path, source: str) -> tuple[Path, dict[str, str], Path]:
+    """`_compiled`, its links remembered in the link cache of the tool's cache folder tmp_path/cache."""
+    src, env = _compiled(tmp_path, source)
+    links = tmp_path / "cache" / "links"
+    return src, {**env, "TOOLCHAIN_LINK_CACHE": str(links)}, links
+
+
+def _prune(tmp_path: Path, *args: object) -> dict[str, Any]:
+    from tests.spine_helpers import Cli, isolated_env
+
+    cache = tmp_path / "cache"
+    done = Cli(tmp_path, isolated_env(tmp_path / "home"))("cache", "prune", "--cache-dir", cache, "--json", *args)
+    assert done.returncode == 0, str(done)
+    assert done.json()["where"] == str(cache)
+    return done.json()
+
+
+def test_prune_removes_the_links_no_build_used_lately_and_a_hit_is_a_use(tmp_path):
+    src, env, links = _cached(tmp_path, "int main() { return 3; }\n")
+    _link(src, env, "used")
+    _link(src, env, "unused")
+    entries = _entries(links)
+    assert len(entries) == 2 and _words(tmp_path / "log") == ["miss", "miss"]
+    for entry in entries.values():
+        _age(entry, 40)
+    _link(src, env, "used")  # a hit: the entry's last use is now
+    assert _words(tmp_path / "log")[-1] == "hit"
+    used = next(p for p in entries.values() if time.time() - p.stat().st_mtime < DAY)
+    unused = next(p for p in entries.values() if p != used)
+    dry = _prune(tmp_path, "--older-than", "30d", "--dry-run")
+    assert dry["link-cache"]["removed"] == 1 and dry["link-cache"]["kept"] == 1 and dry["link-cache"]["bytes-freed"] == 0
+    assert unused.is_file() and used.is_file()
+    with open(unused, "rb") as reading:  # a build that opened the entry before the prune reads it whole
+        done = _prune(tmp_path, "--older-than", "30d")
+        assert reading.read() == (src / "unused").read_bytes()
+    assert done["link-cache"]["removed"] == 1 and done["link-cache"]["bytes-freed"] == (src / "unused").stat().st_size
+    assert not unused.exists() and used.is_file()
+    # the pruned link is linked for real again, remembered again, and runs
+    (src / "unused").unlink()
+    _link(src, env, "unused")
+    assert _words(tmp_path / "log")[-1] == "miss" and unused.is_file()
+    assert subprocess.run([str(src / "unused")], check=False).returncode == 3
+
+
+def test_prune_keeps_the_most_recently_used_links_within_a_size(tmp_path):
+    src, env, links = _cached(tmp_path, "int main() { return 0; }\n")
+    for n, days in (("a", 3), ("b", 2), ("c", 1)):
+        _link(src, env, n)
+        new = [p for p in _entries(links).values() if time.time() - p.stat().st_mtime < 60]
+        assert len(new) == 1
+        _age(new[0], days)
+    size = (src / "a").stat().st_size  # each output about as large (only the names differ)
+    done = _prune(tmp_path, "--keep-size", f"{2 * size + size // 2}")
+    assert done["link-cache"]["removed"] == 1 and done["link-cache"]["kept"] == 2
+    left = sorted(_entries(links).values(), key=lambda p: p.stat().st_mtime)
+    assert [round((time.time() - p.stat().st_mtime) / DAY) for p in left] == [2, 1]
+
+
+def test_prune_removes_only_what_the_link_script_made_and_follows_no_link(tmp_path):
+    src, env, links = _cached(tmp_path, "int main() { return 0; }\n")
+    _link(src, env, "main")
+    (entry,) = _entries(links).values()
+    _age(entry, 40)
+    fan = entry.parent
+    outside = tmp_path / "outside"
+    (outside / "ab").mkdir(parents=True)
+    planted = {
+        fan / "notes.txt": b"a user's file",  # not a name the script makes
+        fan / ("ab" + "0" * 62): b"in the wrong fan-out folder",
+        outside / "ab" / ("ab" + "1" * 62): b"another cache's entry",
+        fan / ".tmp-fresh": b"a link being stored right now",
+        fan / ".tmp-stale": b"left by a killed writer",
+    }
+    for path, data in planted.items():
+        path.write_bytes(data)
+        _age(path, 40)
+    _age(fan / ".tmp-fresh", 0)
+    (fan / ("cd" * 32)).symlink_to(outside / "ab" / ("ab" + "1" * 62))  # an entry's name: a link out
+    (links / "ab").symlink_to(outside / "ab", target_is_directory=True)  # a fan-out folder: a link out
+    os.link(fan / "notes.txt", fan / ("ef" * 32))  # a second name of a file: not the script's
+    done = _prune(tmp_path, "--older-than", "30d")
+    assert done["link-cache"]["removed"] == 1 and done["link-cache"]["temporaries-removed"] == 1
+    assert done["link-cache"]["not-entered"] == [str(links / "ab")]
+    assert not entry.exists() and not (fan / ".tmp-stale").exists()
+    for path, data in planted.items():
+        if path.name != ".tmp-stale":
+            assert path.read_bytes() == data, path
+    assert (fan / ("cd" * 32)).is_symlink() and (fan / ("ef" * 32)).is_file()
+    # the link cache's folder itself a link: not entered, nothing under it removed
+    _link(src, env, "main")  # (the same link: the same key, remembered again)
+    again = entry.relative_to(links)
+    _age(entry, 40)
+    links.rename(tmp_path / "real-links")
+    links.symlink_to(tmp_path / "real-links", target_is_directory=True)
+    done = _prune(tmp_path, "--older-than", "30d")
+    assert done["link-cache"] == {"removed": 0, "kept": 0, "hashes-removed": 0, "hashes-kept": 0, "bytes-freed": 0,
+                                  "temporaries-removed": 0, "not-entered": [str(links)]}
+    assert (tmp_path / "real-links" / again).is_file()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a file to another user: needs root")
+def test_prune_leaves_another_users_link(tmp_path):
+    src, env, links = _cached(tmp_path, "int main() { return 0; }\n")
+    _link(src, env, "main")
+    (entry,) = _entries(links).values()
+    _age(entry, 40)
+    os.chown(entry, 65534, 65534, follow_symlinks=False)
+    _age(entry, 40)
+    done = _prune(tmp_path, "--older-than", "30d")
+    assert done["link-cache"]["removed"] == 0 and entry.is_file()
+
+
+def test_the_link_cache_is_kept_within_the_compiler_caches_bound(tmp_path):
+    """keep_within: ccache's own max_size (its ccache.conf in the compiler cache's folder) bounds the link cache."""
+    from toolchain.build import ccache
+    from toolchain.build.linkprune import keep_within
+    from toolchain.recipe.buildspec import BuildSpec
+
+    src, env, links = _cached(tmp_path, "int main() { return 0; }\n")
+    for n, days in (("a", 3), ("b", 2), ("c", 1)):
+        _link(src, env, n)
+        new = [p for p in _entries(links).values() if time.time() - p.stat().st_mtime < 60]
+        _age(new[0], days)
+    size = (src / "a").stat().st_size
+    cc = ccache.choose(BuildSpec(), tmp_path / "cache")
+    assert cc.links_dir == links and cc.binary is not None
+    cc.data_dir.mkdir()
+    (cc.data_dir / "ccache.conf").write_text("max_size = 0\n")  # ccache's "no limit": nothing removed
+    assert keep_within(cc) is None and len(_entries(links)) == 3
+    (cc.data_dir / "ccache.conf").write_text(f"max_size = {(2 * size + size // 2) / 1000:.1f}k\n")
+    done = keep_within(cc)
+    assert done is not None and sum(gone for f, gone, _ in done.verdicts if f.kind == "link") == 1
+    left = sorted(_entries(links).values(), key=lambda p: p.stat().st_mtime)
+    assert [round((time.time() - p.stat().st_mtime) / DAY) for p in left] == [2, 1]
+
+
+def test_a_build_that_stores_a_link_keeps_the_link_cache_within_the_bound(linky, tmp_path):
+    from tests.spine_helpers import Workspace, component, recipe_data
+
+    repo, first, _ = linky
+    ws = Workspace(tmp_path / "ws")
+    ws.recipe("first", recipe_data({"linky": component(repo, first, subdir="pkg")}))
+    stale = ws.cache / "links" / "00" / ("00" * 32)  # a link no build used for a year
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"x" * 100_000)
+    _age(stale, 365)
+    (ws.cache / "ccache").mkdir()
+    (ws.cache / "ccache" / "ccache.conf").write_text("max_size = 90k\n")  # less than the two together
+    assert ws.build("first", "out-1", "--no-resolve").returncode == 0
+    assert ws.record("out-1")["components"][0]["compiler-cache"]["link-misses"] == 1
+    assert not stale.exists() and len(_entries(ws.cache / "links")) == 1

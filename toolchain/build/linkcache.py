@@ -22,7 +22,8 @@ The store: TOOLCHAIN_LINK_CACHE (a folder of the tool's cache; unset or empty: e
 `<key[:2]>/<key>` holding the output. Written to a temporary file, fsynced, renamed into place (kill -9 leaves
 a stray temporary, never a partial entry; concurrent builds write the same bytes); read only when it is a
 regular file of this user's that no one else may write (core/trust's rule for the cache), copied to a
-temporary file beside the output and renamed over it. Large files' hashes are remembered by their stat
+temporary file beside the output and renamed over it; a hit sets the entry's mtime, its last use, by which
+`toolchain cache prune` dates it (build/linkprune.py). Large files' hashes are remembered by their stat
 (`stat/`). Anything unexpected runs the link as given: the cache never fails a build. Each link appends
 "hit", "miss" or "skip WHY" to TOOLCHAIN_LINK_STATSLOG when set (intarget.py counts them for the build's
 report).
@@ -302,9 +303,12 @@ def main(argv: list[str]) -> int:
     if store:
         try:
             key, output = link_key(argv, cwd, env, store)
-            entry = _read_trusted(os.path.join(store, key[:2], key))
+            path = os.path.join(store, key[:2], key)
+            entry = _read_trusted(path)
             if entry is not None:
                 _restore(entry, os.path.join(cwd, output))
+                with contextlib.suppress(OSError):
+                    os.utime(path, follow_symlinks=False)  # its last use: what `cache prune` dates it by
                 _note(env, f"hit {output}")
                 return 0
         except Unkeyed as why:

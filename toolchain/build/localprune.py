@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from toolchain.core.record import record
 from toolchain.sharing.retention import age_text, size_text
@@ -75,12 +76,25 @@ def _folders(parent: Path, links: list[str]) -> list[Path]:
     return sorted(out)
 
 
-def decide_local(entries: Sequence[LocalEntry], now: float, older_than: float | None,
-                 keep_size: int | None) -> list[tuple[LocalEntry, bool, str]]:
-    """(entry, remove, why) for each of `entries` (newest first). `keep_size`: the newest entries are kept while
+class Kept(Protocol):
+    """What the local rule reads of an entry: its bytes and when it was stored (or last used)."""
+    @property
+    def size(self) -> int: ...
+    @property
+    def stored(self) -> float: ...
+
+
+E = TypeVar("E", bound=Kept)
+
+
+def decide_local(entries: Sequence[E], now: float, older_than: float | None,
+                 keep_size: int | None) -> list[tuple[E, bool, str]]:
+    """(entry, remove, why) for each of `entries` (newest first): the wheel cache's entries, the link cache's
+    files (linkprune.py). `keep_size`: the newest entries are kept while
     their total stays within it; `older_than`: what was stored before now - AGE goes. Both: an entry goes when
     it is older than AGE and beyond the size kept, as `--keep N` and `--older-than` combine remotely."""
-    out, total = [], 0
+    out: list[tuple[E, bool, str]] = []
+    total = 0
     for e in entries:
         total += e.size
         within = keep_size is not None and total <= keep_size
@@ -111,4 +125,4 @@ def prune_local(cache_dir: Path, *, older_than: float | None, keep_size: int | N
     return LocalPruned(tuple(verdicts), tuple(links), freed)
 
 
-__all__ = ["LocalEntry", "LocalPruned", "decide_local", "local_entries", "prune_local"]
+__all__ = ["Kept", "LocalEntry", "LocalPruned", "decide_local", "local_entries", "prune_local"]

@@ -466,6 +466,11 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
                                  hint="read the log; `toolchain plan` shows the exact env and command") from None
         result = read_result(out_tmp)
         report = cc.reported(result.cache, ui, what, runtime) if result else CacheReport()
+        if report.link_misses:  # new links stored: the link cache kept within the compiler cache's bound
+            from toolchain.build.linkprune import keep_within
+
+            with contextlib.suppress(OSError, CommandFailed):  # (a cache never fails a build)
+                keep_within(cc)
         metrics = result.metrics if result else BuildMetrics()
         _log_result(log, report, metrics)
         if cc.enabled and report.note:

@@ -11,8 +11,10 @@ the registry needs deletes enabled, and frees the blobs when its garbage collect
 each component's N newest, `--older-than 30d` removes, of the rest, what was stored before 30 days ago (both:
 what is older and not among the N newest). `--dry-run` lists what would go and deletes nothing. A registry
 that refuses deletes (HTTP 405) is exit 1 with what to change; a rule that is not understood is exit 2.
-Without --remote, `prune` evicts local entries (sharing/retention.py `prune_local`): `--keep-size 20GiB` keeps the
+Without --remote, `prune` evicts local entries (build/localprune.py `prune_local`): `--keep-size 20GiB` keeps the
 newest up to that total, `--older-than` as above; a symbolic link in the cache is named and never followed.
+The link cache (`<cache>/links`) is pruned by the same rule, kept to SIZE on its own, its files dated by their
+last use (build/linkprune.py `prune_links`).
 It also removes the private cache folders killed runs left in the temporary folder (core/trust.py
 `reap_stand_ins`: only this user's, marked by the tool, whose run has ended).
 """
@@ -56,7 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     prune.add_argument("--older-than", metavar="AGE", help="remove entries stored before now - AGE (30d, 12h, 2w)")
     prune.add_argument("--keep", type=int, metavar="N", help="keep the N newest entries of each component (remote)")
     prune.add_argument("--keep-size", metavar="SIZE", help="keep the newest local entries up to SIZE in all "
-                       "(10GiB, 500M); with --older-than an entry goes when it is older and beyond SIZE (local)")
+                       "(10GiB, 500M), and the link cache's most recently used up to SIZE too; with --older-than an "
+                       "entry goes when it is older and beyond SIZE (local)")
     prune.add_argument("--component", help="only this component's entries")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
     prune.set_defaults(handler=cmd_prune)
@@ -160,6 +163,12 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     done = prune_local(cache_dir, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run, warn=ui.warn)
     for link in done.refused:
         ui.warn(f"{link} is a symbolic link: not followed, nothing under it removed")
+    from toolchain.build.ccache import LINKS_DIR
+    from toolchain.build.linkprune import prune_links
+
+    links = prune_links(cache_dir / LINKS_DIR, older_than=older_than, keep_size=keep_size, dry_run=args.dry_run)
+    for folder in links.refused:
+        ui.warn(f"{folder} is a symbolic link or not a folder of yours: not entered, nothing in it removed")
 
     def row(entry: Any, why: str) -> dict[str, Any]:
         return {"key": entry.key, "component": entry.component, "wheel": entry.wheel, "size": entry.size,
@@ -169,13 +178,20 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     data = {"ok": True, "where": str(cache_dir), "remote": False, "dry-run": args.dry_run,
             "older-than": args.older_than, "keep-size": args.keep_size, "removed": removed,
             "kept": [row(e, why) for e, gone, why in done.verdicts if not gone], "bytes-freed": done.freed,
-            "links-not-followed": list(done.refused), "private-caches-removed": left}
+            "links-not-followed": list(done.refused), "private-caches-removed": left,
+            "link-cache": {**{f"{what}{verdict}": sum(gone == (verdict == "removed") for f, gone, _ in links.verdicts
+                                                      if f.kind == kind)
+                              for what, kind in (("", "link"), ("hashes-", "hash")) for verdict in ("removed", "kept")},
+                           "bytes-freed": links.freed, "temporaries-removed": links.temporaries,
+                           "not-entered": list(links.refused)}}
     verb = "would remove" if args.dry_run else "removed"
     table = Grid(f"local wheel cache: {cache_dir}: {verb}", ("component", "size", "stored", "key", "why"),
                  tuple((r["component"], _size(r["size"]), r["stored"], r["key"][:16], r["why"]) for r in removed))
     total = len(done.verdicts)
     summary = (f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
                + (f", {_size(done.freed)} freed" if done.freed else "")
+               + (f"; link cache: {verb} {data['link-cache']['removed']} of {sum(f.kind == 'link' for f, _, _ in links.verdicts)} links"
+                  + (f", {_size(links.freed)} freed" if links.freed else "") if links.verdicts else "")
                + (f"; {verb} {len(left)} private cache folder{'' if len(left) == 1 else 's'} of killed runs: "
                   + ", ".join(left) if left else ""))
     return CommandResult(data, 0, summary, (table,) if removed else ())
