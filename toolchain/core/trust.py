@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from toolchain.core.fs import NotRegular, open_regular
+from toolchain.core.fs import NotRegular, invoking_user, open_regular
 from toolchain.core.group import member, shared_group
 
 
@@ -57,12 +57,16 @@ def keep_writes_private() -> None:
     os.umask(os.umask(0o022) | 0o022)
 
 
-def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True) -> str:
+def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True, invoker: bool = False) -> str:
     """Why a file (or, with `folder`, a folder) of this stat is not trusted ("" when it is); without `shared`,
-    the declared shared group is no excuse (what is run, not read: a recipe)."""
+    the declared shared group is no excuse (what is run, not read: a recipe); with `invoker`, a file of the user
+    who ran sudo is theirs too (a file of the out folder, which a run under sudo hands to them: the build
+    record, `lock._record_bytes`)."""
     if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
         return "not a folder" if folder else "not a regular file"
     me, group = os.geteuid(), (shared_group() if shared else None)
+    if invoker and st.st_uid == invoking_user()[0]:
+        me = st.st_uid
     if folder and st.st_mode & stat.S_ISVTX and st.st_uid in (me, 0):
         return ""  # a sticky folder of this user's (or root's): others may add files, not replace ours
     if group is not None and st.st_gid == group:
