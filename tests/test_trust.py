@@ -164,3 +164,20 @@ def test_a_kept_file_copy_another_uid_owns_is_no_copy_and_is_kept_again(folder: 
     kept.unlink()
     os.mkfifo(kept)
     assert blobs.find(folder, sha) is None
+
+
+@pytest.mark.parametrize("indent", [None, 1, 2])
+def test_a_sealed_record_is_its_own_json_and_any_change_to_its_text_is_a_miss(indent):
+    """`sealed` text is one JSON document (the data, its key, the checksum last); `unseal` checks the checksum
+    on the bytes as read: any one character of the text changed, or the record asked for under another key,
+    is a miss; whitespace after it is not part of it."""
+    import json
+
+    data = {"value": {"info": {"oneapi_version": "2025.2.0"}, "n": [1, 2.5, None]}, "inputs": {"/a": [1, 2]}}
+    text = trust.sealed("setvars-1", data, indent=indent)
+    assert json.loads(text) == {**data, trust.RECORD_KEY: "setvars-1", trust.RECORD_SHA: json.loads(text)[trust.RECORD_SHA]}
+    assert trust.unseal(text, "setvars-1") == data == trust.unseal((text + "\n").encode(), "setvars-1")
+    assert trust.unseal(text, "setvars-2") is None
+    for i, ch in enumerate(text):
+        changed = text[:i] + ("0" if ch != "0" else "1") + text[i + 1:]
+        assert trust.unseal(changed, "setvars-1") is None, (i, changed)

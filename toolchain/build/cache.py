@@ -310,20 +310,26 @@ def read_meta(meta_file: Path) -> tuple[str, EntryMeta | None]:
     """entry.json, or why it cannot be used: it must be sealed (core/trust.py `sealed`) under its entry's key,
     the folder's name, with its content unchanged."""
     try:
-        raw = json.loads(read_trusted(meta_file).decode("utf-8"))
+        raw = read_trusted(meta_file)
     except FileNotFoundError:
         return "entry.json is missing", None
     except Untrusted:
         return UNTRUSTED, None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
         return f"entry.json is unreadable: {exc}", None
-    if not isinstance(raw, dict):
-        return "entry.json is not an object", None
-    problem = entry_problem(raw)
+    data = unseal(raw, meta_file.parent.name)
+    if data is None:  # (why not: read as JSON only on this way)
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return f"entry.json is unreadable: {exc}", None
+        if not isinstance(doc, dict):
+            return "entry.json is not an object", None
+        problem = entry_problem(doc)
+        return (f"entry.json {problem}" if problem else
+                "entry.json is not this key's record as stored (moved from another entry, edited, or written by "
+                "a version that did not record its key and checksum)"), None
+    problem = entry_problem(data)
     if problem:
         return f"entry.json {problem}", None
-    data = unseal(raw, meta_file.parent.name)
-    if data is None:
-        return ("entry.json is not this key's record as stored (moved from another entry, edited, or written by "
-                "a version that did not record its key and checksum)"), None
     return "", read_entry(data)

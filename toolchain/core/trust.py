@@ -20,8 +20,9 @@ records, remembered probes, kept file copies, bisect's unbuildable records), lik
   the fix).
 
 A record the cache serves (a remembered probe, a wheel entry's entry.json, a closure, a native record) also
-carries its own key and the sha256 of its content (`sealed`, `read_sealed`): a record renamed over another's,
-or edited, is a miss like a planted one.
+carries its own key and the sha256 of its content (`sealed`, `read_sealed`; the checksum, its last key, is that
+of the text before it, checked on the bytes read): a record renamed over another's, or edited, is a miss like a
+planted one.
 
 Anything else is `Untrusted` (an OSError): the caller treats it as a miss (re-probed, rebuilt, resolved again),
 never serves it. A cache other people can write to is shared through the OCI registry, where entries are
@@ -41,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from toolchain.core.fs import NotRegular, invoking_user, open_regular
+from toolchain.core.fs import NotRegular, invoking_user, open_regular, sha256_bytes
 from toolchain.core.group import member, shared_group
 
 
@@ -328,39 +329,46 @@ def read_json(path: Path) -> object:
         return None
 
 
-def _checksum(body: Mapping[str, object]) -> str:
-    import json
-
-    from toolchain.core.fs import sha256_bytes
-
-    return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record)
+RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record; RECORD_SHA last)
+_SEAL = f', "{RECORD_SHA}": "'.encode()  # between a sealed record's text and its checksum (then `"}`)
 
 
 def sealed(key: str, data: Mapping[str, object], *, indent: int | None = 1) -> str:
-    """The JSON text of a record the cache will serve under `key`: `data` with the key it is filed under and the
-    sha256 of its content (`read_sealed` checks both)."""
+    """The JSON text of a record the cache will serve under `key`: `data` with the key it is filed under and,
+    as its last key, the sha256 of the text before it (`unseal` checks both on the bytes read: no second
+    serialization of what it reads)."""
     import json
 
-    body = {**data, RECORD_KEY: key}
-    return json.dumps({**body, RECORD_SHA: _checksum(body)}, indent=indent, sort_keys=True)
+    text = json.dumps({**data, RECORD_KEY: key}, indent=indent, sort_keys=True)  # (ASCII: ensure_ascii)
+    head = text[:-1].rstrip()  # (without its closing brace)
+    return f'{head}{_SEAL.decode()}{sha256_bytes(head.encode())}"}}'
 
 
-def unseal(raw: object, key: str) -> dict[str, Any] | None:
-    """The record's data when it was `sealed` under `key` and is unchanged since (its checksum holds), else
-    None: a record renamed over another's, or edited, is a miss."""
-    if not isinstance(raw, dict) or raw.get(RECORD_KEY) != key:
+def unseal(raw: bytes | str, key: str) -> dict[str, Any] | None:
+    """The record's data when `raw` is the text `sealed` made under `key`, unchanged since (the sha256 of the
+    text before its checksum holds), else None: a record renamed over another's, or edited, is a miss."""
+    import json
+
+    body = (raw.encode() if isinstance(raw, str) else raw).rstrip()
+    at = body.rfind(_SEAL)
+    if at < 0 or len(body) != at + len(_SEAL) + 66 or not body.endswith(b'"}'):
         return None
-    body = {k: v for k, v in raw.items() if k != RECORD_SHA}
-    if raw.get(RECORD_SHA) != _checksum(body):
+    if body[at + len(_SEAL):-2] != sha256_bytes(body[:at]).encode():
         return None
-    del body[RECORD_KEY]
-    return body
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.pop(RECORD_KEY, None) != key:
+        return None
+    data.pop(RECORD_SHA, None)
+    return data
 
 
 def read_sealed(path: Path, key: str) -> dict[str, Any] | None:
     """The record in `path` when the rule trusts the file and it was `sealed` under `key` unchanged; None for a
     miss (absent, untrusted, not JSON, another key, edited)."""
-    return unseal(read_json(path), key)
+    try:
+        return unseal(read_trusted(path), key)
+    except OSError:
+        return None
