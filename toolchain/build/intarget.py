@@ -56,11 +56,9 @@ LIVE_EVERY = 2.0       # seconds between its updates
 
 # ---- resources ---------------------------------------------------------------------------------------
 
-class Readings(TypedDict):
-    """What `gather` prints: raw file texts keyed by path relative to the root, and the usable CPUs."""
-
-    files: dict[str, str]
-    cpus: int
+# What `gather` prints: raw file texts keyed by path relative to the root, and the usable CPUs. (The functional
+# form, with the types themselves: a class form's annotations are strings here, and TypedDict compiles each.)
+Readings = TypedDict("Readings", {"files": dict[str, str], "cpus": int})  # noqa: UP013
 
 
 def _read(path: str) -> str | None:
