@@ -181,3 +181,31 @@ def test_a_sealed_record_is_its_own_json_and_any_change_to_its_text_is_a_miss(in
     for i, ch in enumerate(text):
         changed = text[:i] + ("0" if ch != "0" else "1") + text[i + 1:]
         assert trust.unseal(changed, "setvars-1") is None, (i, changed)
+
+
+def test_what_is_read_is_kept_for_the_run_only_while_the_file_is_the_same_one_unchanged(folder: Path):
+    """`read_kept` checks the file as the rule says every time, and parses it again when it was changed in
+    place (same size, its mtime put back: its ctime tells), replaced (another inode), or written less than
+    RACY_NS before it was first read (not kept then: a change within the clock's lag would not show)."""
+    seen: list[bytes] = []
+
+    def parse(path: Path, raw: bytes) -> bytes:
+        seen.append(raw)
+        return raw
+
+    f = folder / "record.json"
+    f.write_bytes(b"one")
+    assert trust.read_kept(f, parse) == trust.read_kept(f, parse) == b"one" and len(seen) == 2  # (just written)
+    old = time.time_ns() - 2 * trust.RACY_NS
+    os.utime(f, ns=(old, old))
+    time.sleep(2 * trust.RACY_NS / 1e9)
+    st = f.stat()
+    assert trust.read_kept(f, parse) == b"one" and len(seen) == 3
+    assert trust.read_kept(f, parse) == b"one" and len(seen) == 3  # kept: the same file, unchanged
+    f.write_bytes(b"two")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
+    assert trust.read_kept(f, parse) == b"two" and len(seen) == 4
+    f.chmod(0o666)  # (and the rule is asked every time: a file others may write is refused, kept or not)
+    with pytest.raises(trust.Untrusted):
+        trust.read_kept(f, parse)

@@ -37,13 +37,16 @@ import contextlib
 import io
 import os
 import stat
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toolchain.core.fs import NotRegular, invoking_user, open_regular, sha256_bytes
 from toolchain.core.group import member, shared_group
+
+T = TypeVar("T")
 
 
 class Untrusted(OSError):
@@ -319,6 +322,30 @@ def read_trusted(path: Path) -> bytes:
         return fh.read()
 
 
+RACY_NS = 50_000_000  # git's racily-clean margin: a file system stamps a ctime from a clock that lags behind
+_KEPT: dict[tuple[str, Callable[[Path, bytes], Any]], tuple[tuple[int, ...], Any]] = {}  # (path, parse) -> (file, what)
+
+
+def read_kept(path: Path, parse: Callable[[Path, bytes], T]) -> T:
+    """`parse(path, read_trusted(path))`, the file checked as `read_trusted` checks it every time; what `parse` made of
+    it (a pure function of the bytes: give back nothing a caller may change) is kept for the run and given
+    again while the opened file is the same one unchanged (device, inode, size, mtime and ctime), its ctime
+    older than the first read less RACY_NS (as git trusts a racily clean entry: a file changed after the first
+    read has a later ctime). A warm build reads some records twice: a cache entry looked up, then taken."""
+    with open_trusted(path) as fh:
+        st = os.fstat(fh.fileno())
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept = _KEPT.get((str(path), parse))
+        if kept is not None and kept[0] == ident:
+            found: T = kept[1]
+            return found
+        raw = fh.read()
+    value = parse(path, raw)
+    if st.st_ctime_ns < time.time_ns() - RACY_NS:
+        _KEPT[(str(path), parse)] = (ident, value)
+    return value
+
+
 def read_json(path: Path) -> object:
     """The JSON document in `path` when the rule trusts it; None for a miss (absent, untrusted, not JSON)."""
     import json
@@ -347,13 +374,29 @@ def sealed(key: str, data: Mapping[str, object], *, indent: int | None = 1) -> s
 def unseal(raw: bytes | str, key: str) -> dict[str, Any] | None:
     """The record's data when `raw` is the text `sealed` made under `key`, unchanged since (the sha256 of the
     text before its checksum holds), else None: a record renamed over another's, or edited, is a miss."""
-    import json
+    return _data(_sealed_text(raw.encode() if isinstance(raw, str) else raw), key)
 
-    body = (raw.encode() if isinstance(raw, str) else raw).rstrip()
+
+def _sealed_text(raw: bytes) -> bytes | None:
+    """`raw` (its trailing white space left out) when the checksum at its end holds, else None."""
+    body = raw.rstrip()
     at = body.rfind(_SEAL)
     if at < 0 or len(body) != at + len(_SEAL) + 66 or not body.endswith(b'"}'):
         return None
     if body[at + len(_SEAL):-2] != sha256_bytes(body[:at]).encode():
+        return None
+    return body
+
+
+def _sealed_file(path: Path, raw: bytes) -> bytes | None:
+    return _sealed_text(raw)
+
+
+def _data(body: bytes | None, key: str) -> dict[str, Any] | None:
+    """The data of a sealed text whose checksum holds (`_sealed_text`) when it was sealed under `key`."""
+    import json
+
+    if body is None:
         return None
     try:
         data = json.loads(body)
@@ -367,8 +410,9 @@ def unseal(raw: bytes | str, key: str) -> dict[str, Any] | None:
 
 def read_sealed(path: Path, key: str) -> dict[str, Any] | None:
     """The record in `path` when the rule trusts the file and it was `sealed` under `key` unchanged; None for a
-    miss (absent, untrusted, not JSON, another key, edited)."""
+    miss (absent, untrusted, not JSON, another key, edited). Its checksum is checked once a run while the file
+    stays the same (`read_kept`); its JSON is read each time (the caller's to change)."""
     try:
-        return unseal(read_trusted(path), key)
+        return _data(read_kept(path, _sealed_file), key)
     except OSError:
         return None
