@@ -6,7 +6,6 @@ error."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -163,7 +162,7 @@ def local_entry(cache: Path, tmp: Path, key: str, component: str, days_ago: floa
     wheel.write_bytes(b"w" * size)
     entry = WheelCache(cache).put(key, wheel, EntryMeta(component=component))
     meta_file = entry.wheel.parent / "entry.json"
-    meta = trust.unseal(json.loads(meta_file.read_text()), key)
+    meta = trust.unseal(meta_file.read_bytes(), key)
     assert meta is not None
     meta["stored"] = time.time() - days_ago * DAY
     meta_file.write_text(trust.sealed(key, meta))  # (sealed again: an entry records its key and checksum)

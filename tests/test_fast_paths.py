@@ -335,6 +335,34 @@ def test_a_warm_no_op_starts_no_process_imports_no_writer_and_rewrites_nothing(w
     assert "'git'" in started.read_text()
 
 
+def test_a_warm_build_writes_again_a_lock_or_record_that_is_not_what_it_writes(ws, make_repo):
+    """A warm no-op keeps the lock when its bytes and its record's are what this build writes (compared by
+    digest: nothing parsed); otherwise the lock an earlier build left is read back, and what is not the build's
+    is written again: a lock with a comment added (the record beside it is then another lock's), a record
+    naming another recipe file. Each time the files end as the build writes them."""
+    repo = make_repo("tiny", "tiny")
+    ws.recipe("r", recipe_data({"tiny": component(repo)}))
+    assert ws.build("r").returncode == 0
+    assert ws.build("r").returncode == 0  # (the first warm build records the cache hit's measures)
+    out = ws.root / "out"
+    lock, record = out / "stack.lock.toml", out / "build-record.toml"
+    written = {p: p.read_bytes() for p in (lock, record)}
+    lock.write_bytes(written[lock] + b"# a note\n")
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    assert {p: p.read_bytes() for p in (lock, record)} == written
+    recipe_file = str(ws.recipes / "r.toml")
+    assert recipe_file.encode() in written[record]
+    record.write_bytes(written[record].replace(recipe_file.encode(), b"/elsewhere/recipes/r.toml"))
+    r = ws.build("r")
+    assert r.returncode == 0, str(r)
+    assert {p: p.read_bytes() for p in (lock, record)} == written
+    stamps = {p: p.stat().st_mtime_ns for p in (lock, record)}
+    r = ws.build("r")  # and then a no-op again: nothing written
+    assert r.returncode == 0 and "warning:" not in r.stderr, str(r)
+    assert {p: p.stat().st_mtime_ns for p in (lock, record)} == stamps
+
+
 def test_a_pyenv_shims_probe_is_remembered_until_what_chooses_its_interpreter_changes(tmp_path, monkeypatch):
     """A recipe's `python3` found as a pyenv shim (a script: a plain wrapper script is probed every time): the
     probe is remembered while the PYENV_* variables and PATH are the same and no .python-version (from PYENV_DIR

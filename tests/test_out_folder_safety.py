@@ -228,6 +228,41 @@ def test_a_build_record_that_is_not_yours_alone_is_ignored_with_one_warning(buil
     assert read_back(built, lock) == {"recipe-path": str(built.recipes / "r.toml"), "warnings": []}
 
 
+RULE = """
+import json, os, sys
+from pathlib import Path
+from toolchain.core.trust import problem
+from toolchain.lock import read_lock, record_warnings
+lock = Path(sys.argv[1])
+why = problem(os.stat(lock.with_name("build-record.toml")), shared=False, invoker=True)
+read = os.path.isabs(read_lock(lock).recipe_path)  # (the record's absolute path, else the lock's own)
+print(json.dumps({"problem": why, "read": read, "warnings": record_warnings()}))
+"""
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize("sudo", ["", str(NOBODY)])
+@pytest.mark.parametrize("case", ["yours", "group-writable", "uid 65534's"])
+def test_the_build_record_is_read_by_the_trust_rule_of_the_out_folders_files(built, case, sudo):
+    """`lock.read_record` asks core/trust's `problem` (with `invoker`: a file of sudo's caller is theirs), no
+    rule of its own: on a real file of the user's, one group-writable, and one uid 65534 wrote (setpriv), with and
+    without sudo's caller being uid 65534, the record is read back exactly when `problem` finds nothing in it."""
+    out = built.root / "out"
+    record, lock = out / "build-record.toml", out / "stack.lock.toml"
+    if case == "group-writable":
+        os.chmod(record, 0o664)
+    elif case == "uid 65534's":
+        open_to_all(out)
+        as_nobody("sh", "-c", f'cat "{record}" > "{out}/.r" && mv -f "{out}/.r" "{record}"')
+        assert record.stat().st_uid == NOBODY
+    env = {**built.env, "SUDO_UID": sudo, "SUDO_GID": sudo}
+    r = subprocess.run([sys.executable, "-c", RULE, str(lock)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout)
+    assert found["read"] == (found["problem"] == "") == (not found["warnings"]), found  # one rule: never two
+    assert found["read"] == (case == "yours" or (case == "uid 65534's" and sudo != "")), found
+
+
 # ---- the out lock: in the out folder, and a wait that ends ------------------------------------------------
 
 HOLD = """

@@ -118,7 +118,7 @@ def test_ark_rebuilt_over_a_base_image_is_locked_with_what_the_image_holds(stack
     # `toolchain lock` reads the image again
     (memo,) = (tmp_path / "cache" / "memo").glob("base-*.json")
     real = held["demo-kernels"]["record-sha256"]
-    held_data = trust.unseal(json.loads(memo.read_text()), memo.stem)  # (edited and sealed again: an edit alone
+    held_data = trust.unseal(memo.read_bytes(), memo.stem)  # (edited and sealed again: an edit alone
     assert held_data is not None                                     # is a miss, core/trust.py)
     memo.write_text(trust.sealed(memo.stem, json.loads(json.dumps(held_data).replace(real, "0" * 64))))
     cli.ok("build", "--recipe", recipe, "--out", tmp_path / "out", "--cache-dir", tmp_path / "cache")

@@ -164,3 +164,48 @@ def test_a_kept_file_copy_another_uid_owns_is_no_copy_and_is_kept_again(folder: 
     kept.unlink()
     os.mkfifo(kept)
     assert blobs.find(folder, sha) is None
+
+
+@pytest.mark.parametrize("indent", [None, 1, 2])
+def test_a_sealed_record_is_its_own_json_and_any_change_to_its_text_is_a_miss(indent):
+    """`sealed` text is one JSON document (the data, its key, the checksum last); `unseal` checks the checksum
+    on the bytes as read: any one character of the text changed, or the record asked for under another key,
+    is a miss; whitespace after it is not part of it."""
+    import json
+
+    data = {"value": {"info": {"oneapi_version": "2025.2.0"}, "n": [1, 2.5, None]}, "inputs": {"/a": [1, 2]}}
+    text = trust.sealed("setvars-1", data, indent=indent)
+    assert json.loads(text) == {**data, trust.RECORD_KEY: "setvars-1", trust.RECORD_SHA: json.loads(text)[trust.RECORD_SHA]}
+    assert trust.unseal(text, "setvars-1") == data == trust.unseal((text + "\n").encode(), "setvars-1")
+    assert trust.unseal(text, "setvars-2") is None
+    for i, ch in enumerate(text):
+        changed = text[:i] + ("0" if ch != "0" else "1") + text[i + 1:]
+        assert trust.unseal(changed, "setvars-1") is None, (i, changed)
+
+
+def test_what_is_read_is_kept_for_the_run_only_while_the_file_is_the_same_one_unchanged(folder: Path):
+    """`read_kept` checks the file as the rule says every time, and parses it again when it was changed in
+    place (same size, its mtime put back: its ctime tells), replaced (another inode), or written less than
+    RACY_NS before it was first read (not kept then: a change within the clock's lag would not show)."""
+    seen: list[bytes] = []
+
+    def parse(path: Path, raw: bytes) -> bytes:
+        seen.append(raw)
+        return raw
+
+    f = folder / "record.json"
+    f.write_bytes(b"one")
+    assert trust.read_kept(f, parse) == trust.read_kept(f, parse) == b"one" and len(seen) == 2  # (just written)
+    old = time.time_ns() - 2 * trust.RACY_NS
+    os.utime(f, ns=(old, old))
+    time.sleep(2 * trust.RACY_NS / 1e9)
+    st = f.stat()
+    assert trust.read_kept(f, parse) == b"one" and len(seen) == 3
+    assert trust.read_kept(f, parse) == b"one" and len(seen) == 3  # kept: the same file, unchanged
+    f.write_bytes(b"two")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
+    assert trust.read_kept(f, parse) == b"two" and len(seen) == 4
+    f.chmod(0o666)  # (and the rule is asked every time: a file others may write is refused, kept or not)
+    with pytest.raises(trust.Untrusted):
+        trust.read_kept(f, parse)

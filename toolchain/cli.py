@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import gc
 import importlib
 import os
@@ -57,6 +58,14 @@ def command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+@functools.cache
+def _help_width() -> int:
+    """The width argparse gives help text when it is not told one (the terminal's, less 2)."""
+    import shutil
+
+    return shutil.get_terminal_size().columns - 2
+
+
 def _closest(word: str, choices: Sequence[str]) -> str | None:
     import difflib
 
@@ -65,6 +74,11 @@ def _closest(word: str, choices: Sequence[str]) -> str | None:
 
 
 class _Parser(argparse.ArgumentParser):
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """argparse's, with the terminal's width asked once a run: argparse makes a formatter for every option
+        it adds (to check its metavar), and each asked the terminal again. (Every HelpFormatter takes `width`.)"""
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
     def error(self, message: str) -> NoReturn:  # usage errors: exit 2, no traceback
         import re
 

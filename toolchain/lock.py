@@ -6,7 +6,6 @@ A lock is read back into a frozen `Lock`; every recorded hash is checked before 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -215,41 +214,48 @@ _IGNORED_RECORDS: dict[str, str] = {}  # a build record not read back -> the war
 
 def read_record(lock_path: Path, lock_text_bytes: bytes) -> dict[str, Any]:
     """The build record beside a lock, when it is that lock's (its `lock-sha256` is the lock text's): {} when
-    there is none, or it is another lock's or unreadable (a lock copied or unpacked elsewhere has none). It
-    names this machine's paths a rebuild uses (the recipe files, setvars), so it is read only when it is a
-    regular file of the invoking user's or root's that no one else may write, opened without following a
-    final link and without blocking (a FIFO), checked on the descriptor; anything else is ignored, with one
-    warning naming it and the fix (`record_warnings`)."""
-    import errno
-
-    from toolchain.core.fs import NotRegular, invoking_user, open_regular
-
-    path, raw = lock_path.parent / RECORD_NAME, b""
-    try:
-        with open_regular(path) as (fh, st):
-            if st.st_uid not in (os.geteuid(), invoking_user()[0], 0):
-                why = f"it is owned by uid {st.st_uid}, not by you or root"
-            elif st.st_mode & 0o022:
-                why = f"other users may write it (mode {st.st_mode & 0o7777:o})"
-            else:
-                why, raw = "", fh.read()
-    except FileNotFoundError:
-        return {}
-    except NotRegular:
-        why = "it is not a regular file"
-    except OSError as exc:
-        why = "it is a symbolic link" if exc.errno == errno.ELOOP else f"it cannot be read ({exc.strerror or exc})"
-    if why:
-        _IGNORED_RECORDS.setdefault(str(path), (
-            f"{path} is not read ({why}): the lock's timings and this machine's paths (recipe files, setvars) "
-            f"are left out; remove it (`rm {path}`) and build again to write your own, and keep "
-            f"{path.parent} writable by you alone (chmod go-w)"))
+    there is none, or it is another lock's or unreadable (a lock copied or unpacked elsewhere has none). Read
+    only as `_record_bytes` allows (a file of yours alone: else one warning, `record_warnings`)."""
+    raw = _record_bytes(lock_path)
+    if raw is None:
         return {}
     try:
         data = tomlio.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomlio.TOMLDecodeError):
         return {}
     return data if data.get("lock-sha256") == sha256_bytes(lock_text_bytes) else {}
+
+
+def _record_bytes(lock_path: Path) -> bytes | None:
+    """The bytes of the build record beside a lock; None when there is none, or it is not read. It names this
+    machine's paths a rebuild uses (the recipe files, setvars), so it is read only when core/trust's rule for a
+    file of the out folder allows (`problem(invoker=True)`: a regular file of yours, root's or sudo's caller's
+    that no one else may write), opened without following a final link and without blocking (a FIFO), checked
+    on the descriptor; anything else is ignored, with one warning naming it and the fix (`record_warnings`)."""
+    import errno
+
+    from toolchain.core.fs import NotRegular, open_regular
+    from toolchain.core.trust import problem
+
+    path, raw = lock_path.parent / RECORD_NAME, b""
+    try:
+        with open_regular(path) as (fh, st):
+            why = problem(st, shared=False, invoker=True)
+            if not why:
+                raw = fh.read()
+    except FileNotFoundError:
+        return None
+    except NotRegular:
+        why = "not a regular file"
+    except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else f"not readable ({exc.strerror or exc})"
+    if why:
+        _IGNORED_RECORDS.setdefault(str(path), (
+            f"{path} is not read (it is {why}): the lock's timings and this machine's paths (recipe files, "
+            f"setvars) are left out; remove it (`rm {path}`) and build again to write your own, and keep "
+            f"{path.parent} writable by you alone (chmod go-w)"))
+        return None
+    return raw
 
 
 def add_to_record(lock_path: Path, key: str, table: dict[str, Any]) -> None:
@@ -300,8 +306,11 @@ def write_lock(lock: Lock, out_dir: Path, *, bundled_deps: bool = False, memo_di
         _text_sha256(to_dict(lock), memo_dir, text)
     atomic_write_text(out_dir / PYLOCK_NAME, pylock_text(lock, bundled_deps=bundled_deps))
     if record:
-        atomic_write_text(out_dir / RECORD_NAME, RECORD_HEADER + tomlio.dumps(
-            record_dict(lock, sha256_bytes(text.encode("utf-8")))))
+        kept = record_dict(lock, sha256_bytes(text.encode("utf-8")))
+        record_text = RECORD_HEADER + tomlio.dumps(kept)
+        atomic_write_text(out_dir / RECORD_NAME, record_text)
+        if memo_dir is not None:
+            _text_sha256(kept, memo_dir, record_text, header=RECORD_HEADER)
     else:
         (out_dir / RECORD_NAME).unlink(missing_ok=True)
     return path
@@ -328,26 +337,48 @@ def lock_file_says(path: Path, lock: Lock, memo_dir: Path | None = None) -> bool
     return sha256_bytes(found) == _text_sha256(to_dict(lock), memo_dir)
 
 
-def _text_sha256(data: dict[str, Any], memo_dir: Path, text: str | None = None) -> str:
-    """The sha256 of the lock text `data` is written as, remembered by `repr(data)` while the writer (tomli-w,
-    core/toml.py, this module) is the same file (`text`: the one just written)."""
+def out_files_say(path: Path, lock: Lock, memo_dir: Path) -> bool:
+    """Whether the lock at `path` and the build record beside it hold exactly the texts `write_lock` writes for
+    `lock` (the lock a regular file, read without following a link or blocking on a FIFO; the record only as
+    `_record_bytes` allows): then reading them back gives `lock`, and a warm no-op neither parses nor checks nor
+    writes them. Compared by digests remembered under `memo_dir` by the data written (`_text_sha256`)."""
+    from toolchain.core.fs import read_regular
+
+    try:
+        found = read_regular(path)
+    except OSError:
+        return False
+    digest = sha256_bytes(found)
+    if digest != _text_sha256(to_dict(lock), memo_dir):
+        return False
+    raw = _record_bytes(path)
+    return raw is not None and sha256_bytes(raw) == _text_sha256(record_dict(lock, digest), memo_dir,
+                                                                 header=RECORD_HEADER)
+
+
+def _text_sha256(data: dict[str, Any], memo_dir: Path, text: str | None = None, *,
+                 header: str = LOCK_HEADER) -> str:
+    """The sha256 of the text `data` is written as after `header` (a lock's; the build record's with
+    RECORD_HEADER), remembered by `repr(data)` while the writer (tomli-w, core/toml.py, this module) is the same
+    file (`text`: the one just written)."""
     import importlib.util
 
-    from toolchain.core.fs import sha256_bytes
     from toolchain.core.probe_memo import remembered
 
     spec = importlib.util.find_spec("tomli_w")
     writer = [spec.origin, tomlio.__file__, __file__] if spec and spec.origin else None
+    kind = "lock-text" if header == LOCK_HEADER else "record-text"
+    identity = {"data": sha256_bytes(repr(data).encode())}
 
     def compute() -> tuple[str, list[str] | None]:
-        made = text if text is not None else LOCK_HEADER + tomlio.dumps(data)
+        made = text if text is not None else header + tomlio.dumps(data)
         return sha256_bytes(made.encode("utf-8")), writer
 
     if text is not None:  # (just written: remember it, whatever an earlier record said)
         from toolchain.core.probe_memo import forget
 
-        forget(memo_dir, "lock-text", {"data": sha256_bytes(repr(data).encode())})
-    return remembered(memo_dir, "lock-text", {"data": sha256_bytes(repr(data).encode())}, compute)
+        forget(memo_dir, kind, identity)
+    return remembered(memo_dir, kind, identity, compute)
 
 
 def pylock_text(lock: Lock, *, bundled_deps: bool = False) -> str:

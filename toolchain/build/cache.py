@@ -34,7 +34,7 @@ from toolchain.core.fs import (
 from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import field, record, replace
 from toolchain.core.serial import meta
-from toolchain.core.trust import Untrusted, cache_for_run, open_trusted, read_trusted, sealed, unseal
+from toolchain.core.trust import Untrusted, cache_for_run, open_trusted, read_kept, sealed, unseal
 from toolchain.errors import BuildError
 
 CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
@@ -308,22 +308,33 @@ UNTRUSTED = "entry.json is not trusted (core/trust.py)"
 
 def read_meta(meta_file: Path) -> tuple[str, EntryMeta | None]:
     """entry.json, or why it cannot be used: it must be sealed (core/trust.py `sealed`) under its entry's key,
-    the folder's name, with its content unchanged."""
+    the folder's name, with its content unchanged. Checked as the cache's files are each time it is read; what
+    it holds is read once a run while it stays the same file (`read_kept`: an entry is looked up, then taken)."""
     try:
-        raw = json.loads(read_trusted(meta_file).decode("utf-8"))
+        return read_kept(meta_file, _meta)
     except FileNotFoundError:
         return "entry.json is missing", None
     except Untrusted:
         return UNTRUSTED, None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except OSError as exc:
         return f"entry.json is unreadable: {exc}", None
-    if not isinstance(raw, dict):
-        return "entry.json is not an object", None
-    problem = entry_problem(raw)
+
+
+def _meta(meta_file: Path, raw: bytes) -> tuple[str, EntryMeta | None]:
+    """What `read_meta` makes of the bytes of `meta_file`."""
+    data = unseal(raw, meta_file.parent.name)
+    if data is None:  # (why not: read as JSON only on this way)
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            return f"entry.json is unreadable: {exc}", None
+        if not isinstance(doc, dict):
+            return "entry.json is not an object", None
+        problem = entry_problem(doc)
+        return (f"entry.json {problem}" if problem else
+                "entry.json is not this key's record as stored (moved from another entry, edited, or written by "
+                "a version that did not record its key and checksum)"), None
+    problem = entry_problem(data)
     if problem:
         return f"entry.json {problem}", None
-    data = unseal(raw, meta_file.parent.name)
-    if data is None:
-        return ("entry.json is not this key's record as stored (moved from another entry, edited, or written by "
-                "a version that did not record its key and checksum)"), None
     return "", read_entry(data)

@@ -57,11 +57,9 @@ SAMPLE_FAST, SAMPLE_FAST_FOR, SAMPLE_SLOW = 0.2, 30.0, 1.0
 
 # ---- resources ---------------------------------------------------------------------------------------
 
-class Readings(TypedDict):
-    """What `gather` prints: raw file texts keyed by path relative to the root, and the usable CPUs."""
-
-    files: dict[str, str]
-    cpus: int
+# What `gather` prints: raw file texts keyed by path relative to the root, and the usable CPUs. (The functional
+# form, with the types themselves: a class form's annotations are strings here, and TypedDict compiles each.)
+Readings = TypedDict("Readings", {"files": dict[str, str], "cpus": int})  # noqa: UP013
 
 
 def _read(path: str) -> str | None:

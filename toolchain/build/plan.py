@@ -272,13 +272,11 @@ def _interpreter_files(ident: dict[str, object]) -> list[str]:
     return [str(ident["python"]), *([str(p) for p in wrapper] if isinstance(wrapper, list) else [])]
 
 
-class _SavedSetvars(TypedDict):
-    """What `capture_toolchain` remembers of a sourced setvars (JSON)."""
-
-    info: dict[str, Data]  # ToolchainInfo's fields
-    diff: list[list[str | None]]  # [name, value or None (unset)]
-    banner: str
-    sourced: list[str]  # every file setvars sourced
+# What `capture_toolchain` remembers of a sourced setvars (JSON): ToolchainInfo's fields, [name, value or None
+# (unset)] of each variable it changed, its banner, every file it sourced. (The functional form, with the
+# types themselves: a class form's annotations are strings here, and TypedDict compiles each one.)
+_SavedSetvars = TypedDict("_SavedSetvars", {  # noqa: UP013
+    "info": dict[str, Data], "diff": list[list[str | None]], "banner": str, "sourced": list[str]})
 
 
 def capture_toolchain(recipe: Recipe, runtime: BuildRuntime, memo_dir: Path | None, ident: dict[str, object] | None,

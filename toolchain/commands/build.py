@@ -16,7 +16,6 @@ from toolchain.core.serial import to_data, to_table
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import PYLOCK_NAME, Lock, LockedComponent, read_lock
 from toolchain.pipeline.build import build_stack_components
-from toolchain.pipeline.verify import recipe_from_lock
 from toolchain.recipe.load import Recipe, only_components
 from toolchain.release import BUNDLES_DIR
 from toolchain.sources.mirrors import parse_rewrites
@@ -75,6 +74,8 @@ def _build(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.from_lock:
         if args.recipe:
             raise UsageError("--from-lock and --recipe exclude each other", hint="the lock names its recipe")
+        from toolchain.pipeline.verify import recipe_from_lock  # (a rebuild from a lock only)
+
         old = read_lock(args.from_lock)
         recipe = recipe_from_lock(old, args.patches_dir, args.recipes_dir, options.cache_dir(args))  # the lock's parts agree, or exit 2
     else:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from toolchain.core.regex import COMMIT_ID, SHA256_HEX, Regex
+from toolchain.core.regex import COMMIT_ID, HEX_DIGITS, SHA256_HEX, Chars
 from toolchain.core.serial import Check
 
-_HEX = Regex(r"^[0-9a-f]{8,64}$")
+_HEX = Chars(HEX_DIGITS, lengths=range(8, 65))  # ^[0-9a-f]{8,64}\Z
 
 STR: Check = ("a string", lambda v: isinstance(v, str))
 NAME: Check = ("a non-empty string", lambda v: isinstance(v, str) and bool(v.strip()))

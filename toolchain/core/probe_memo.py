@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toolchain.core.fs import atomic_write_text, sha256_bytes, sha256_file
-from toolchain.core.trust import read_sealed, sealed
+from toolchain.core.trust import RACY_NS, read_sealed, sealed
 
 T = TypeVar("T")
 
@@ -37,7 +37,6 @@ def stat_key(path: str | os.PathLike[str]) -> list[int] | None:
 
 Inputs = Iterable[str] | Mapping[str, list[int] | None]
 
-RACY_NS = 50_000_000  # git's racily-clean margin: a file system stamps a ctime from a clock that lags behind
 
 
 def remembered(memo_dir: Path | None, kind: str, identity: dict[str, Any] | None,

@@ -22,7 +22,6 @@ Not supported (refused when the class is made): a record inheriting fields from 
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -70,19 +69,35 @@ def field(*, default: Any = MISSING, default_factory: Callable[[], Any] | Any = 
     return Field(default, default_factory, init, repr, hash, compare, metadata, kw_only)
 
 
+class _Plan:
+    """What a record's shared methods follow (the class's `__record__`, made once by `_make`): its fields, the
+    positional ones, each field's (name, default, default_factory, init), and the names compared, hashed and
+    shown."""
+
+    __slots__ = ("compare", "fields", "hash", "init", "positional", "post_init", "repr", "specs")
+
+    def __init__(self, specs: tuple[Field, ...], positional: tuple[str, ...], post_init: bool) -> None:
+        self.specs, self.positional, self.post_init = specs, positional, post_init
+        self.fields = frozenset(f.name for f in specs)
+        self.init = tuple((f.name, f.default, f.default_factory, f.init) for f in specs)
+        self.compare = tuple(f.name for f in specs if f.compare)
+        self.hash = tuple(f.name for f in specs if (f.compare if f.hash is None else f.hash))
+        self.repr = tuple(f.name for f in specs if f.repr)
+
+
 def _eq(self: Any, other: Any) -> Any:  # (bool, or NotImplemented for another class, as dataclasses answer)
     if other.__class__ is not self.__class__:
         return NotImplemented
-    names = self.__record_compare__
+    names = self.__record__.compare
     return tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
 
 
 def _hash(self: Any) -> int:
-    return hash(tuple(getattr(self, n) for n in self.__record_hash__))
+    return hash(tuple(getattr(self, n) for n in self.__record__.hash))
 
 
 def _repr(self: Any) -> str:
-    shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__record_repr__)
+    shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__record__.repr)
     return f"{self.__class__.__qualname__}({shown})"
 
 
@@ -93,7 +108,7 @@ def _frozen(message: str) -> Exception:
 
 
 def _setattr(self: Any, name: str, value: object) -> None:
-    if name in self.__dict__ or name not in self.__record_fields__:  # (__init__ sets each field once)
+    if name in self.__dict__ or name not in self.__record__.fields:  # (__init__ sets each field once)
         raise _frozen(f"cannot assign to field {name!r}")
     object.__setattr__(self, name, value)
 
@@ -104,7 +119,8 @@ def _delattr(self: Any, name: str) -> None:
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     cls = self.__class__
-    positional: tuple[str, ...] = cls.__record_positional__
+    plan: _Plan = cls.__record__
+    positional = plan.positional
     if len(args) > len(positional):
         raise TypeError(f"{cls.__qualname__}.__init__() takes {len(positional) + 1} positional arguments but "
                         f"{len(args) + 1} were given")
@@ -114,7 +130,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
         kwargs[name] = value
     given = self.__dict__
     missing = []
-    for name, default, factory, init in cls.__record_plan__:
+    for name, default, factory, init in plan.init:
         value = kwargs.pop(name, MISSING) if init else MISSING
         if value is MISSING:
             if default is not MISSING:
@@ -132,7 +148,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     if missing:
         raise TypeError(f"{cls.__qualname__}.__init__() missing {len(missing)} required argument(s): "
                         + ", ".join(repr(n) for n in missing))
-    if cls.__record_post_init__:
+    if plan.post_init:
         self.__post_init__()
 
 
@@ -147,7 +163,7 @@ class _DataclassView:
     def __get__(self, obj: object, owner: type) -> Any:
         import dataclasses
 
-        specs: tuple[Field, ...] = owner.__record_specs__  # type: ignore[attr-defined]
+        specs: tuple[Field, ...] = owner.__record__.specs  # type: ignore[attr-defined]
         ns: dict[str, Any] = {"__annotations__": {f.name: f.type for f in specs}, "__module__": owner.__module__}
         for f in specs:
             ns[f.name] = dataclasses.field(
@@ -185,26 +201,29 @@ def _is_classvar(annotation: object) -> bool:
     return annotation is typing.ClassVar or typing.get_origin(annotation) is typing.ClassVar
 
 
-def _spec(cls: type, name: str, annotation: object, kw_only: bool) -> Field:
+def _spec(cls: type, name: str, annotation: object, kw_only: bool, theirs: ModuleType | None) -> Field:
+    """The field `name` of `cls` (`theirs`: an imported dataclasses, whose `field()` may have made its default)."""
     value = cls.__dict__.get(name, MISSING)
-    theirs = _dataclasses()  # (a dataclasses.Field default was made by an imported dataclasses)
     if isinstance(value, Field):
         spec = value
     elif theirs is not None and isinstance(value, theirs.Field):
         spec = _converted(value, theirs.MISSING)
     else:
         spec = Field(default=value)
+        spec.name, spec.type, spec.kw_only = name, annotation, kw_only
+        if value is not MISSING and type(value).__hash__ is None:
+            raise ValueError(f"mutable default {type(value)} for field {name} is not allowed: use default_factory")
+        return spec  # (a plain default stays on the class as it is, as a dataclass leaves it)
     spec.name, spec.type = name, annotation
     if spec.kw_only is MISSING:
         spec.kw_only = kw_only
     if spec.default is not MISSING and type(spec.default).__hash__ is None:
         raise ValueError(f"mutable default {type(spec.default)} for field {name} is not allowed: "
                          "use default_factory")
-    if isinstance(value, Field) or (theirs is not None and isinstance(value, theirs.Field)):
-        if spec.default is MISSING:
-            delattr(cls, name)
-        else:
-            setattr(cls, name, spec.default)  # (as a dataclass leaves it: the default on the class)
+    if spec.default is MISSING:
+        delattr(cls, name)
+    else:
+        setattr(cls, name, spec.default)  # (as a dataclass leaves it: the default on the class)
     return spec
 
 
@@ -229,37 +248,37 @@ def record(cls: type[T] | None = None, /, *, kw_only: bool = False) -> type[T] |
     return _make(cls, kw_only)
 
 
+_SHARED = {"__dataclass_fields__": _DataclassView("__dataclass_fields__"),
+           "__dataclass_params__": _DataclassView("__dataclass_params__"),
+           "__init__": _init, "__eq__": _eq, "__hash__": _hash, "__repr__": _repr, "__setattr__": _setattr,
+           "__delattr__": _delattr}
+
+
 def _make(cls: type[T], kw_only: bool) -> type[T]:
     for base in cls.__mro__[1:]:
-        if "__record_specs__" in base.__dict__ or "__dataclass_fields__" in base.__dict__:
+        if "__record__" in base.__dict__ or "__dataclass_fields__" in base.__dict__:
             raise TypeError(f"{cls.__qualname__}: a record does not inherit fields (from {base.__qualname__})")
-    specs = []
+    theirs = _dataclasses()  # (a dataclasses.Field default was made by an imported dataclasses)
+    specs, positional, defaulted = [], [], False
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063 (no inspect)
-        if _is_classvar(annotation):
+        if isinstance(annotation, str):
+            if "ClassVar" in annotation and _is_classvar(annotation):
+                continue
+            if "InitVar" in annotation or "KW_ONLY" in annotation:
+                raise TypeError(f"{cls.__qualname__}.{name}: InitVar and KW_ONLY are not supported by @record")
+        elif _is_classvar(annotation):
             continue
-        if isinstance(annotation, str) and ("InitVar" in annotation or "KW_ONLY" in annotation):
-            raise TypeError(f"{cls.__qualname__}.{name}: InitVar and KW_ONLY are not supported by @record")
-        specs.append(_spec(cls, name, annotation, kw_only))
-    positional = tuple(f for f in specs if f.init and not f.kw_only)
-    for before, after in itertools.pairwise(positional):
-        if _has_default(before) and not _has_default(after):
-            raise TypeError(f"non-default argument {after.name!r} follows default argument")
-    shared: dict[str, object] = {
-        "__record_specs__": tuple(specs),
-        "__record_fields__": frozenset(f.name for f in specs),
-        "__record_positional__": tuple(f.name for f in positional),
-        "__record_plan__": tuple((f.name, f.default, f.default_factory, f.init) for f in specs),
-        "__record_post_init__": hasattr(cls, "__post_init__"),
-        "__record_compare__": tuple(f.name for f in specs if f.compare),
-        "__record_hash__": tuple(f.name for f in specs if (f.compare if f.hash is None else f.hash)),
-        "__record_repr__": tuple(f.name for f in specs if f.repr),
-        "__dataclass_fields__": _DataclassView("__dataclass_fields__"),
-        "__dataclass_params__": _DataclassView("__dataclass_params__"),
-        "__init__": _init, "__eq__": _eq, "__hash__": _hash, "__repr__": _repr, "__setattr__": _setattr,
-        "__delattr__": _delattr,
-    }
+        spec = _spec(cls, name, annotation, kw_only, theirs)
+        specs.append(spec)
+        if spec.init and not spec.kw_only:
+            if _has_default(spec):
+                defaulted = True
+            elif defaulted:
+                raise TypeError(f"non-default argument {name!r} follows default argument")
+            positional.append(name)
+    shared = {"__record__": _Plan(tuple(specs), tuple(positional), hasattr(cls, "__post_init__")), **_SHARED}
     if "__match_args__" not in cls.__dict__:
-        shared["__match_args__"] = tuple(f.name for f in positional)
+        shared["__match_args__"] = tuple(positional)
     for name, value in shared.items():
         setattr(cls, name, value)
     return cls
@@ -281,7 +300,7 @@ def _has_default(f: Field) -> bool:
 def is_dataclass(obj: object) -> bool:
     """Whether `obj` is a record or a dataclass, or the class of one (`dataclasses.is_dataclass` without
     importing it: a dataclass was made by an imported `dataclasses`)."""
-    if hasattr(obj, "__record_specs__"):
+    if hasattr(obj, "__record__"):
         return True
     theirs = _dataclasses()
     return theirs is not None and theirs.is_dataclass(obj)
@@ -290,9 +309,9 @@ def is_dataclass(obj: object) -> bool:
 def fields(obj: object) -> tuple[Field, ...]:
     """The fields of a record or dataclass, or of its class, in order (`dataclasses.fields` without importing
     it; a dataclass's as this module's `Field`s)."""
-    specs: tuple[Field, ...] | None = getattr(obj, "__record_specs__", None)
-    if specs is not None:
-        return specs
+    plan: _Plan | None = getattr(obj, "__record__", None)
+    if plan is not None:
+        return plan.specs
     theirs = _dataclasses()
     if theirs is not None and theirs.is_dataclass(obj):
         return tuple(_converted(f, theirs.MISSING) for f in theirs.fields(obj))

@@ -55,10 +55,24 @@ def redact_text(text: str, env: Mapping[str, str | None] | None = None) -> str:
 def redact_urls(text: str) -> str:
     """`scheme://user:password@` keeps the user and masks the password; `http(s)://userinfo@` (a token used
     as the user name) and `redis://password@` (ccache's form of a Redis password) mask all of it. `ssh://git@host` and scp-like `git@host:path` carry no secret."""
-    if "@" not in text or "://" not in text:  # (both patterns need both)
+    if not _userinfo_after_scheme(text):  # (what both patterns need: most texts have none)
         return text
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     return _HTTP_USER.sub(lambda m: f"{m.group(1)}{MASK}@" if m.group(2) != MASK else m.group(0), text)
+
+
+def _userinfo_after_scheme(text: str) -> bool:
+    """Whether an `@` follows a `://` before any `/` does: what `_URL_PASSWORD` and `_HTTP_USER` both need
+    to match (their userinfo holds no `/`). A warm build masks hundreds of texts, a few with an `@` elsewhere
+    (`URL @ commit`), and matching the patterns would compile them."""
+    at = text.find("://")
+    while at >= 0:
+        rest = text[at + 3:]
+        sign, slash = rest.find("@"), rest.find("/")
+        if sign >= 0 and (slash < 0 or sign < slash):
+            return True
+        at = text.find("://", at + 3)
+    return False
 
 
 def redact_url(url: str) -> str:

@@ -284,6 +284,9 @@ def _evaluated(text: str, module: dict[str, Any]) -> Any:
     key = (text, id(module))
     if key in _EVALUATED:
         return _EVALUATED[key]
+    if text.startswith("tuple[") and text.endswith(", ...]") and text[6:-6].isidentifier():  # most of the rest,
+        _EVALUATED[key] = types.GenericAlias(tuple, (_evaluated(text[6:-6], module), ...))  # as eval makes it
+        return _EVALUATED[key]
     unknown: dict[str, Any] = {}
     while True:
         try:

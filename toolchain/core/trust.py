@@ -20,8 +20,9 @@ records, remembered probes, kept file copies, bisect's unbuildable records), lik
   the fix).
 
 A record the cache serves (a remembered probe, a wheel entry's entry.json, a closure, a native record) also
-carries its own key and the sha256 of its content (`sealed`, `read_sealed`): a record renamed over another's,
-or edited, is a miss like a planted one.
+carries its own key and the sha256 of its content (`sealed`, `read_sealed`; the checksum, its last key, is that
+of the text before it, checked on the bytes read): a record renamed over another's, or edited, is a miss like a
+planted one.
 
 Anything else is `Untrusted` (an OSError): the caller treats it as a miss (re-probed, rebuilt, resolved again),
 never serves it. A cache other people can write to is shared through the OCI registry, where entries are
@@ -36,13 +37,16 @@ import contextlib
 import io
 import os
 import stat
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from toolchain.core.fs import NotRegular, open_regular
+from toolchain.core.fs import NotRegular, invoking_user, open_regular, sha256_bytes
 from toolchain.core.group import member, shared_group
+
+T = TypeVar("T")
 
 
 class Untrusted(OSError):
@@ -57,12 +61,16 @@ def keep_writes_private() -> None:
     os.umask(os.umask(0o022) | 0o022)
 
 
-def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True) -> str:
+def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True, invoker: bool = False) -> str:
     """Why a file (or, with `folder`, a folder) of this stat is not trusted ("" when it is); without `shared`,
-    the declared shared group is no excuse (what is run, not read: a recipe)."""
+    the declared shared group is no excuse (what is run, not read: a recipe); with `invoker`, a file of the user
+    who ran sudo is theirs too (a file of the out folder, which a run under sudo hands to them: the build
+    record, `lock._record_bytes`)."""
     if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
         return "not a folder" if folder else "not a regular file"
     me, group = os.geteuid(), (shared_group() if shared else None)
+    if invoker and st.st_uid == invoking_user()[0]:
+        me = st.st_uid
     if folder and st.st_mode & stat.S_ISVTX and st.st_uid in (me, 0):
         return ""  # a sticky folder of this user's (or root's): others may add files, not replace ours
     if group is not None and st.st_gid == group:
@@ -314,6 +322,30 @@ def read_trusted(path: Path) -> bytes:
         return fh.read()
 
 
+RACY_NS = 50_000_000  # git's racily-clean margin: a file system stamps a ctime from a clock that lags behind
+_KEPT: dict[tuple[str, Callable[[Path, bytes], Any]], tuple[tuple[int, ...], Any]] = {}  # (path, parse) -> (file, what)
+
+
+def read_kept(path: Path, parse: Callable[[Path, bytes], T]) -> T:
+    """`parse(path, read_trusted(path))`, the file checked as `read_trusted` checks it every time; what `parse` made of
+    it (a pure function of the bytes: give back nothing a caller may change) is kept for the run and given
+    again while the opened file is the same one unchanged (device, inode, size, mtime and ctime), its ctime
+    older than the first read less RACY_NS (as git trusts a racily clean entry: a file changed after the first
+    read has a later ctime). A warm build reads some records twice: a cache entry looked up, then taken."""
+    with open_trusted(path) as fh:
+        st = os.fstat(fh.fileno())
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        kept = _KEPT.get((str(path), parse))
+        if kept is not None and kept[0] == ident:
+            found: T = kept[1]
+            return found
+        raw = fh.read()
+    value = parse(path, raw)
+    if st.st_ctime_ns < time.time_ns() - RACY_NS:
+        _KEPT[(str(path), parse)] = (ident, value)
+    return value
+
+
 def read_json(path: Path) -> object:
     """The JSON document in `path` when the rule trusts it; None for a miss (absent, untrusted, not JSON)."""
     import json
@@ -324,39 +356,63 @@ def read_json(path: Path) -> object:
         return None
 
 
-def _checksum(body: Mapping[str, object]) -> str:
-    import json
-
-    from toolchain.core.fs import sha256_bytes
-
-    return sha256_bytes(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record)
+RECORD_KEY, RECORD_SHA = "sealed-key", "sealed-sha256"  # (top-level keys of a sealed record; RECORD_SHA last)
+_SEAL = f', "{RECORD_SHA}": "'.encode()  # between a sealed record's text and its checksum (then `"}`)
 
 
 def sealed(key: str, data: Mapping[str, object], *, indent: int | None = 1) -> str:
-    """The JSON text of a record the cache will serve under `key`: `data` with the key it is filed under and the
-    sha256 of its content (`read_sealed` checks both)."""
+    """The JSON text of a record the cache will serve under `key`: `data` with the key it is filed under and,
+    as its last key, the sha256 of the text before it (`unseal` checks both on the bytes read: no second
+    serialization of what it reads)."""
     import json
 
-    body = {**data, RECORD_KEY: key}
-    return json.dumps({**body, RECORD_SHA: _checksum(body)}, indent=indent, sort_keys=True)
+    text = json.dumps({**data, RECORD_KEY: key}, indent=indent, sort_keys=True)  # (ASCII: ensure_ascii)
+    head = text[:-1].rstrip()  # (without its closing brace)
+    return f'{head}{_SEAL.decode()}{sha256_bytes(head.encode())}"}}'
 
 
-def unseal(raw: object, key: str) -> dict[str, Any] | None:
-    """The record's data when it was `sealed` under `key` and is unchanged since (its checksum holds), else
-    None: a record renamed over another's, or edited, is a miss."""
-    if not isinstance(raw, dict) or raw.get(RECORD_KEY) != key:
+def unseal(raw: bytes | str, key: str) -> dict[str, Any] | None:
+    """The record's data when `raw` is the text `sealed` made under `key`, unchanged since (the sha256 of the
+    text before its checksum holds), else None: a record renamed over another's, or edited, is a miss."""
+    return _data(_sealed_text(raw.encode() if isinstance(raw, str) else raw), key)
+
+
+def _sealed_text(raw: bytes) -> bytes | None:
+    """`raw` (its trailing white space left out) when the checksum at its end holds, else None."""
+    body = raw.rstrip()
+    at = body.rfind(_SEAL)
+    if at < 0 or len(body) != at + len(_SEAL) + 66 or not body.endswith(b'"}'):
         return None
-    body = {k: v for k, v in raw.items() if k != RECORD_SHA}
-    if raw.get(RECORD_SHA) != _checksum(body):
+    if body[at + len(_SEAL):-2] != sha256_bytes(body[:at]).encode():
         return None
-    del body[RECORD_KEY]
     return body
+
+
+def _sealed_file(path: Path, raw: bytes) -> bytes | None:
+    return _sealed_text(raw)
+
+
+def _data(body: bytes | None, key: str) -> dict[str, Any] | None:
+    """The data of a sealed text whose checksum holds (`_sealed_text`) when it was sealed under `key`."""
+    import json
+
+    if body is None:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.pop(RECORD_KEY, None) != key:
+        return None
+    data.pop(RECORD_SHA, None)
+    return data
 
 
 def read_sealed(path: Path, key: str) -> dict[str, Any] | None:
     """The record in `path` when the rule trusts the file and it was `sealed` under `key` unchanged; None for a
-    miss (absent, untrusted, not JSON, another key, edited)."""
-    return unseal(read_json(path), key)
+    miss (absent, untrusted, not JSON, another key, edited). Its checksum is checked once a run while the file
+    stays the same (`read_kept`); its JSON is read each time (the caller's to change)."""
+    try:
+        return _data(read_kept(path, _sealed_file), key)
+    except OSError:
+        return None

@@ -21,7 +21,7 @@ from toolchain.core.regex import Regex
 from toolchain.core.serial import to_table
 from toolchain.core.trust import cache_for_recipe
 from toolchain.errors import BuildError, TestFailed
-from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, read_lock, write_lock
+from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, out_files_say, read_lock, write_lock
 from toolchain.pipeline.audit import remembered_audit
 from toolchain.pipeline.outdir import (
     check_dir,
@@ -35,7 +35,6 @@ from toolchain.pipeline.outdir import (
     undo_wheels,
     wheel_names,
 )
-from toolchain.pipeline.verify import rebuild_differences
 from toolchain.recipe.model import Recipe
 from toolchain.resolve.closure import Closure
 from toolchain.sources.mirrors import Mirrors
@@ -106,7 +105,6 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, runtime: Runtime,
                 base = read_base(runtime, plan.target, recipe.target.base, recipe.target.python,
                                  options.cache_dir / "memo")
         keep_files(plan, options.cache_dir)
-        previous = previous_lock(out / LOCK_NAME)  # read once: the build writes no lock before _finish
         plan = pin_prebuilts(plan, options.cache_dir, logs, ui, expect)
         rewrites = recipe_rewrites(recipe, options.cache_dir) + tuple(options.rewrites)
         mirrors = Mirrors(options.cache_dir, rewrites, log_dir=logs, ui=ui, refresh=options.fresh_sources)
@@ -122,7 +120,7 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, runtime: Runtime,
             undo_wheels(out, before, ours)
             raise
     try:
-        return _finish(recipe, options, ui, plan, built, ours, expect, base, previous, closure)
+        return _finish(recipe, options, ui, plan, built, ours, expect, base, closure)
     except TestFailed:
         raise  # a rebuild that differs from its lock: the rebuilt wheels stay to compare (the marker says so)
     except BaseException:
@@ -131,10 +129,10 @@ def _build_into(recipe: Recipe, options: BuildOptions, ui: UI, runtime: Runtime,
 
 
 def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: list[BuiltComponent], ours: set[str],
-            expect: Lock | None, base: BaseEnv | None, previous: Lock | None,
+            expect: Lock | None, base: BaseEnv | None,
             given: Closure | None = None) -> tuple[Lock, list[BuiltComponent]]:
-    """The closure, the check against `expect`, the locks and the marker, after every wheel is built
-    (`previous`: the lock an earlier build left in the out dir; `given`: the closure to record as it is)."""
+    """The closure, the check against `expect`, the locks and the marker, after every wheel is built (`given`:
+    the closure to record as it is)."""
     out, logs = options.out_dir, options.out_dir / "logs"
     path = out / LOCK_NAME
     closure = given  # recorded as given: nothing is resolved
@@ -159,6 +157,8 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
     lock = replace(lock, native=remembered_audit(lock, out, recipe, plan.toolchain_env,
                                                  options.cache_dir, ui))
     if expect is not None:
+        from toolchain.pipeline.verify import rebuild_differences  # (a rebuild from a lock only)
+
         differences = rebuild_differences(expect, lock)
         if differences:
             mark_out_dir(out, ours | {b.wheel.file for b in built},
@@ -169,11 +169,16 @@ def _finish(recipe: Recipe, options: BuildOptions, ui: UI, plan: Plan, built: li
                              hint=f"no lock was written; the rebuilt wheels are in {out / WHEELS_DIR}. The lock was "
                                   "edited, or this stack does not build reproducibly here (`toolchain verify-repro "
                                   "--lock` shows where the wheels differ)")
-    same = previous if previous is not None and previous == lock else None
-    if same is not None and not lock_file_says(path, lock, options.cache_dir / "memo"):  # equal as read back,
-        # not as written (a comment, an unknown key, a value read leniently edited, its mtime kept or not)
-        ui.warn(f"{path} is not the lock this build writes (edited or damaged): written again")
-        same = None
+    memo = options.cache_dir / "memo"
+    same: Lock | None = None
+    if out_files_say(path, lock, memo):  # the lock and its record, byte for byte what this build writes
+        same = replace(lock, path=path.resolve())
+    elif (previous := previous_lock(path)) is not None and previous == lock:  # (the lock an earlier build left)
+        same = previous
+        if not lock_file_says(path, lock, memo):  # equal as read back, not as written (a comment, an unknown
+            # key, a value read leniently edited, its mtime kept or not)
+            ui.warn(f"{path} is not the lock this build writes (edited or damaged): written again")
+            same = None
     pylock = pylock_sha256(out)
     if same is not None and not pylock_agrees(out, pylock):
         ui.warn(f"{out / 'pylock.toml'} does not agree with {path.name} (edited, damaged or missing): written "

@@ -9,9 +9,9 @@ from typing import Any
 
 from toolchain.core.names import did_you_mean
 from toolchain.core.redact import is_secret
-from toolchain.core.regex import Regex
+from toolchain.core.regex import ASCII_LETTERS, DIGITS, Chars
 
-ENV_NAME = Regex(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = Chars(ASCII_LETTERS + DIGITS + "_", first=ASCII_LETTERS + "_")  # ^[A-Za-z_][A-Za-z0-9_]*\Z
 
 
 class _Problems:

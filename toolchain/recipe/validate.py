@@ -16,7 +16,7 @@ from typing import Any
 from toolchain.core.devices import PROFILES
 from toolchain.core.names import did_you_mean
 from toolchain.core.redact import redact_url
-from toolchain.core.regex import HEX40, SHA256, SHA256_HEX, URL_CREDENTIALS, Regex
+from toolchain.core.regex import ASCII_LETTERS, DIGITS, HEX40, SHA256, SHA256_HEX, URL_CREDENTIALS, Chars, Regex
 from toolchain.errors import RecipeError
 from toolchain.recipe import buildspec
 from toolchain.recipe.cachespec import CACHE_KEYS, cache_spec
@@ -47,7 +47,8 @@ from toolchain.recipe.validate_files import _inputs, _Kept, _patches
 
 PLACEHOLDERS = ("python", "src", "out")
 RUNTIMES = ("host", "podman", "docker")
-NAME = Regex(r"^[a-z0-9][a-z0-9._-]*$")
+LOWER = "abcdefghijklmnopqrstuvwxyz"
+NAME = Chars(LOWER + DIGITS + "._-", first=LOWER + DIGITS)  # ^[a-z0-9][a-z0-9._-]*\Z
 
 # each table's keys, from the model fields they fill (recipe/keys.py), and the keys that fill no field
 TOP_KEYS = keys_of(Recipe, extends=str)
@@ -134,6 +135,18 @@ def validated(data: dict[str, Any], *, name: str, path: Path, patches_dir: Path 
                   target=target, env=env, mirrors=mirrors, components=components, smoke=smoke,
                   demo=bool(data.get("demo", False)), patches_dirs=dirs, data=data, origins=kept, cache=cache,
                   resolve=resolve, build=build, native=native, image_base=image_base)
+
+
+def _placeholders(arg: str) -> list[str]:
+    r"""What `re.findall(r"\{([^}]*)\}", arg)` finds: the text inside each `{...}` of a command's argument."""
+    found, start = [], arg.find("{")
+    while start >= 0:
+        end = arg.find("}", start + 1)
+        if end < 0:
+            break
+        found.append(arg[start + 1:end])
+        start = arg.find("{", end + 1)
+    return found
 
 
 def _null_bytes(value: Any, where: str) -> Iterator[str]:
@@ -252,7 +265,7 @@ def _components(comps: Any, pr: _Problems, own: Origin, declared: Mapping[str, O
         if c.get("command") == []:  # (a list with a non-string is reported by str_list, not as empty)
             pr.add(f"{where}.command", "must not be empty")
         for arg in command:
-            for ph in re.findall(r"\{([^}]*)\}", arg):
+            for ph in _placeholders(arg):
                 if ph not in PLACEHOLDERS:
                     pr.add(f"{where}.command", f"unknown placeholder {{{ph}}}{did_you_mean(ph, list(PLACEHOLDERS))}; "
                                                f"known: {', '.join('{'+p+'}' for p in PLACEHOLDERS)}")
@@ -450,10 +463,13 @@ def smoke_spec(table: Mapping[str, Any], where: str) -> SmokeSpec:
     return spec
 
 
+DIST_NAME = Chars(ASCII_LETTERS + DIGITS + "._-", first=ASCII_LETTERS + DIGITS, last=ASCII_LETTERS + DIGITS)
+
+
 def _dist_names(pr: _Problems, table: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     names = pr.str_list(table, key, where)
     for n in names:
-        if not re.match(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", n):
+        if not DIST_NAME.match(n):
             pr.add(where, f"{n!r} is not a distribution name (e.g. \"torch\")")
     return names
 

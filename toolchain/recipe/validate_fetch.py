@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolchain.core.regex import HEX40, Regex
+from toolchain.core.regex import ASCII_LETTERS, DIGITS, HEX40, Chars
 from toolchain.recipe.keys import keys_of
 from toolchain.recipe.model import FetchContentDep
 from toolchain.recipe.problems import ENV_NAME, _Problems
 
-CMAKE_NAME = Regex(r"^[A-Za-z0-9_.+-]+$")
+CMAKE_NAME = Chars(ASCII_LETTERS + DIGITS + "_.+-")  # ^[A-Za-z0-9_.+-]+\Z
 FETCH_KEYS = keys_of(FetchContentDep)
 
 

@@ -3,7 +3,6 @@ what `pylock.toml` lists after the built wheels (PEP 751 packages with the exact
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
@@ -19,7 +18,10 @@ from toolchain.core.serial import Data, from_data, meta, to_table
 def canonical_name(name: str) -> str:
     """PEP 503's normalized name (packaging's canonicalize_name, without importing packaging: its utils bring
     in the tags machinery, sysconfig and platform, tens of ms on every build that takes a kept closure)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    name = name.replace("_", "-").replace(".", "-")  # (re.sub(r"[-_.]+", "-", name) without a pattern to compile)
+    while "--" in name:
+        name = name.replace("--", "-")
+    return name.lower()
 
 
 DEPS_DIR = "wheels/deps"  # beside a lock: the fetched (or, in a bundle made --with-deps, bundled) dependency files

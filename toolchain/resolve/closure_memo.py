@@ -51,9 +51,9 @@ def target_platform(spec: ResolveSpec, target: TargetInfo) -> str:
     """uv's --python-platform: the recipe's, or the probed platform (linux_x86_64 → x86_64-manylinux_2_28)."""
     if spec.platform:
         return spec.platform
-    m = re.match(r"^linux_(\w+)$", target.platform or "")
-    if m:
-        return f"{m.group(1)}-manylinux_{DEFAULT_MANYLINUX}"
+    machine = (target.platform or "").removeprefix("linux_")
+    if machine != target.platform and machine.replace("_", "a").isalnum():  # ^linux_(\w+)\Z
+        return f"{machine}-manylinux_{DEFAULT_MANYLINUX}"
     import platform as _platform
 
     return f"{_platform.machine() or 'x86_64'}-manylinux_{DEFAULT_MANYLINUX}"

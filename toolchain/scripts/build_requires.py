@@ -15,7 +15,17 @@ import sys
 from collections.abc import Callable
 
 TABLE_RE = r"\[build-system\][^\[]*?requires\s*=\s*\[(.*?)\]"  # (compiled where used: Python < 3.11 only)
-NAME_RE = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _name(req: str) -> str:
+    r"""The distribution name `req` starts with, as `\s*([A-Za-z0-9][A-Za-z0-9._-]*)` reads it ("": none),
+    without a pattern to compile (a warm build reads a few, in process)."""
+    text = req.lstrip()
+    end = 0
+    while end < len(text) and text[end] in NAME_CHARS:
+        end += 1
+    return text[:end] if end and text[0] not in "._-" else ""
 
 
 def declared(text: str) -> list[str]:
@@ -30,7 +40,7 @@ def declared(text: str) -> list[str]:
 
 def names(reqs: list[str]) -> list[str]:
     """The distribution names `missing` reads a version of for `reqs`."""
-    found = [m.group(1) for r in reqs if ";" not in r and (m := NAME_RE.match(r))]
+    found = [n for r in reqs if ";" not in r and (n := _name(r))]
     return [*found, "setuptools"] if any(n.lower() == "wheel" for n in found) else found
 
 
@@ -38,14 +48,15 @@ def missing(reqs: list[str], version: Callable[[str], str | None]) -> list[str]:
     """The requirements of `reqs` not installed, by `version(name)` (None: not installed)."""
     out = []
     for req in reqs:
-        name = NAME_RE.match(req)
+        name = _name(req)
         if ";" in req or not name:
             continue
-        if name.group(1).lower() == "wheel":
-            parts = re.findall(r"\d+", version("setuptools") or "")[:2]
+        if name.lower() == "wheel":
+            found = version("setuptools") or ""
+            parts = "".join(c if c.isdecimal() else " " for c in found).split()[:2]  # (re.findall(r"\d+", found))
             if tuple(int(p) for p in parts) >= (70, 1):
                 continue  # setuptools 70.1 builds wheels itself (bdist_wheel): the wheel package is not imported
-        if version(name.group(1)) is None:
+        if version(name) is None:
             out.append(req)
     return out
 

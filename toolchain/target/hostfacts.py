@@ -86,13 +86,31 @@ def cards(root: Path) -> list[Card]:
     return find_cards(root)
 
 
+def _uc_files(dri: Path, name: str) -> list[Path]:
+    """`dri/*/gt*/uc/NAME` in order, as `sorted(dri.glob(...))` finds them, without the patterns a glob compiles."""
+    found = []
+    for card in _listed(dri):
+        for gt in _listed(dri / card):
+            if gt.startswith("gt") and (dri / card / gt / "uc" / name).exists():
+                found.append(dri / card / gt / "uc" / name)
+    return sorted(found)
+
+
+def _listed(folder: Path) -> list[str]:
+    """The names of the folders in `folder` ([] when it cannot be listed)."""
+    try:
+        return [e.name for e in os.scandir(folder) if e.is_dir()]
+    except OSError:
+        return []
+
+
 def firmware(root: Path) -> tuple[str, str]:
     """(GuC, HuC) versions from debugfs (xe: dri/N/gt0/uc, i915: dri/N/gt/uc); "" where not readable
     (debugfs is root-only on most boxes)."""
     found = []
     for name in ("guc_info", "huc_info"):
         version = ""
-        for f in sorted((root / "sys/kernel/debug/dri").glob(f"*/gt*/uc/{name}")):
+        for f in _uc_files(root / "sys/kernel/debug/dri", name):
             m = FW_VERSION.search(_read(f))
             if m:
                 version = m.group(1) or m.group(2)
