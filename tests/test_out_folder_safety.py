@@ -168,7 +168,8 @@ def test_an_out_wheel_another_uid_replaced_with_a_0666_copy_is_replaced(built):
 READ_BACK = """
 import json, sys
 from pathlib import Path
-from toolchain.lock import read_lock, record_warnings
+from toolchain.lock import read_lock
+from toolchain.lock.buildrecord import record_warnings
 lock = read_lock(Path(sys.argv[1]))
 print(json.dumps({"recipe-path": lock.recipe_path, "warnings": record_warnings()}))
 """
@@ -232,7 +233,8 @@ RULE = """
 import json, os, sys
 from pathlib import Path
 from toolchain.core.trust import problem
-from toolchain.lock import read_lock, record_warnings
+from toolchain.lock import read_lock
+from toolchain.lock.buildrecord import record_warnings
 lock = Path(sys.argv[1])
 why = problem(os.stat(lock.with_name("build-record.toml")), shared=False, invoker=True)
 read = os.path.isabs(read_lock(lock).recipe_path)  # (the record's absolute path, else the lock's own)
@@ -244,7 +246,7 @@ print(json.dumps({"problem": why, "read": read, "warnings": record_warnings()}))
 @pytest.mark.parametrize("sudo", ["", str(NOBODY)])
 @pytest.mark.parametrize("case", ["yours", "group-writable", "uid 65534's"])
 def test_the_build_record_is_read_by_the_trust_rule_of_the_out_folders_files(built, case, sudo):
-    """`lock.read_record` asks core/trust's `problem` (with `invoker`: a file of sudo's caller is theirs), no
+    """`lock.buildrecord.read_record` asks core/trust's `problem` (with `invoker`: a file of sudo's caller is theirs), no
     rule of its own: on a real file of the user's, one group-writable, and one uid 65534 wrote (setpriv), with and
     without sudo's caller being uid 65534, the record is read back exactly when `problem` finds nothing in it."""
     out = built.root / "out"

@@ -188,8 +188,8 @@ def _main(args_list: list[str]) -> int:
 
 
 def _late_warnings(ui: UI) -> None:
-    """What a layer without the console noted for the user: build records not read back (`lock.read_record`)."""
-    lock = sys.modules.get("toolchain.lock")  # (not imported by this run: nothing to say)
+    """What a layer without the console noted for the user: build records not read back (`lock.buildrecord.read_record`)."""
+    lock = sys.modules.get("toolchain.lock.buildrecord")  # (not imported by this run: nothing to say)
     said = getattr(lock, "record_warnings", None)  # (None too while a thread still imports it: nothing read yet)
     if said is not None:
         for warning in said():

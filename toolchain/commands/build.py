@@ -130,7 +130,7 @@ def _build(args: argparse.Namespace, ui: UI) -> CommandResult:
                                   cache_dir=args.cache_dir)
         data["image"], _, image = image_and_deliver(lock.path, made, ui)
         from toolchain.image.make import BASE_DIGEST
-        from toolchain.lock import add_to_record
+        from toolchain.lock.buildrecord import add_to_record
 
         made_image = data["image"]  # (the base under the name given: the build record's, never the image's)
         add_to_record(lock.path, "image", {"name": made_image["image"], "digest": made_image["digest"],

@@ -65,7 +65,7 @@ def problem(st: os.stat_result, *, folder: bool = False, shared: bool = True, in
     """Why a file (or, with `folder`, a folder) of this stat is not trusted ("" when it is); without `shared`,
     the declared shared group is no excuse (what is run, not read: a recipe); with `invoker`, a file of the user
     who ran sudo is theirs too (a file of the out folder, which a run under sudo hands to them: the build
-    record, `lock._record_bytes`)."""
+    record, `lock.buildrecord.record_bytes`)."""
     if not (stat.S_ISDIR(st.st_mode) if folder else stat.S_ISREG(st.st_mode)):
         return "not a folder" if folder else "not a regular file"
     me, group = os.geteuid(), (shared_group() if shared else None)

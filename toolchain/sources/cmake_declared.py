@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from toolchain.core.git import git
 from toolchain.core.proc.runner import CommandFailed
 from toolchain.core.record import record
-from toolchain.core.regex import Regex
+from toolchain.core.regex import COMMIT_ID, Regex
 
 _DECLARE = Regex(r"\bFetchContent_Declare\s*\(", re.IGNORECASE)
 _SET = Regex(r"\bset\s*\(\s*([A-Za-z0-9_.+-]+)\s+(\"[^\"]*\"|[^\s)]+)", re.IGNORECASE)
@@ -127,13 +127,13 @@ def declared_at(mirror: Path, commit: str, subdir: str = "") -> tuple[Declared, 
     in this process (what it holds never changes): a build asks before it fetches and again before it
     compiles, and a bisect asks at every step."""
     key = (str(mirror), commit, subdir)
-    if _FULL_ID.fullmatch(commit):
+    if COMMIT_ID.match(commit):
         with _READ_LOCK:
             known = _READ.get(key)
         if known is not None:
             return known
     found = _declared_at(mirror, commit, subdir)
-    if _FULL_ID.fullmatch(commit):
+    if COMMIT_ID.match(commit):
         with _READ_LOCK:
             if len(_READ) >= _READ_MAX:
                 _READ.pop(next(iter(_READ)))
@@ -141,7 +141,6 @@ def declared_at(mirror: Path, commit: str, subdir: str = "") -> tuple[Declared, 
     return found
 
 
-_FULL_ID = Regex(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _READ: dict[tuple[str, str, str], tuple[Declared, ...]] = {}  # (mirror, commit, subdir) -> its declarations
 _READ_LOCK = threading.Lock()
 _READ_MAX = 1024
