@@ -92,6 +92,12 @@ def file_hash(path: str, store: str) -> str:
     return digest
 
 
+def own(st: os.stat_result) -> bool:
+    """Whether a file or folder of this stat is one the link cache trusts: this user's, and no one else may
+    write it (what the script reads back here, and what `toolchain cache prune` may remove: build/linkprune.py)."""
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
 def _read_trusted(path: str) -> bytes | None:
     """The bytes of `path` when it is a regular file of this user's that no one else may write, else None."""
     try:
@@ -100,7 +106,7 @@ def _read_trusted(path: str) -> bytes | None:
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        if not stat.S_ISREG(st.st_mode) or not own(st):
             return None
         return f.read()
 
@@ -333,4 +339,4 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
-__all__ = ["ENV", "STATSLOG", "Unkeyed", "file_hash", "link_key", "main"]
+__all__ = ["ENV", "STATSLOG", "Unkeyed", "file_hash", "link_key", "main", "own"]

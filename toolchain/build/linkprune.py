@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from toolchain.build.linkcache import own
 from toolchain.build.localprune import decide_local
 from toolchain.core.record import record
 
@@ -66,8 +67,7 @@ def _key_name(name: str) -> bool:
 
 def _ours(st: os.stat_result) -> bool:
     """What the link script made is a regular file of this user's with one name that no one else may write."""
-    return (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1
-            and not st.st_mode & 0o022)
+    return stat.S_ISREG(st.st_mode) and own(st) and st.st_nlink == 1
 
 
 @contextlib.contextmanager
@@ -85,7 +85,7 @@ def _folder(parent: int | None, name: str, refused: list[str], shown: str) -> It
         return
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        if not own(st):
             refused.append(shown)
             yield None
         else:

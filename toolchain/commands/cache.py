@@ -25,11 +25,14 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult, Grid
 from toolchain.errors import UsageError
+
+if TYPE_CHECKING:
+    from toolchain.build.linkprune import LinksPruned
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,6 +148,14 @@ def _rule(older_than: str | None, keep_flag: str, keep: Any, parse_keep: Callabl
                          hint=f"toolchain cache prune {example} --dry-run") from None
 
 
+def _link_counts(links: LinksPruned) -> dict[str, int]:
+    """The link cache's verdicts counted for --json: `removed`/`kept` links, `hashes-removed`/`hashes-kept`."""
+    counts = dict.fromkeys(("removed", "kept", "hashes-removed", "hashes-kept"), 0)
+    for f, gone, _ in links.verdicts:
+        counts[("hashes-" if f.kind == "hash" else "") + ("removed" if gone else "kept")] += 1
+    return counts
+
+
 def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     """`cache prune` without --remote: the local wheel cache's entries by age and total size."""
     from toolchain.build.localprune import prune_local
@@ -179,18 +190,16 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
             "older-than": args.older_than, "keep-size": args.keep_size, "removed": removed,
             "kept": [row(e, why) for e, gone, why in done.verdicts if not gone], "bytes-freed": done.freed,
             "links-not-followed": list(done.refused), "private-caches-removed": left,
-            "link-cache": {**{f"{what}{verdict}": sum(gone == (verdict == "removed") for f, gone, _ in links.verdicts
-                                                      if f.kind == kind)
-                              for what, kind in (("", "link"), ("hashes-", "hash")) for verdict in ("removed", "kept")},
-                           "bytes-freed": links.freed, "temporaries-removed": links.temporaries,
-                           "not-entered": list(links.refused)}}
+            "link-cache": {**_link_counts(links), "bytes-freed": links.freed,
+                           "temporaries-removed": links.temporaries, "not-entered": list(links.refused)}}
     verb = "would remove" if args.dry_run else "removed"
     table = Grid(f"local wheel cache: {cache_dir}: {verb}", ("component", "size", "stored", "key", "why"),
                  tuple((r["component"], _size(r["size"]), r["stored"], r["key"][:16], r["why"]) for r in removed))
     total = len(done.verdicts)
     summary = (f"{verb} {len(removed)} of {total} entr{'y' if total == 1 else 'ies'}, kept {total - len(removed)}"
                + (f", {_size(done.freed)} freed" if done.freed else "")
-               + (f"; link cache: {verb} {data['link-cache']['removed']} of {sum(f.kind == 'link' for f, _, _ in links.verdicts)} links"
+               + (f"; link cache: {verb} {data['link-cache']['removed']} of "
+                  f"{data['link-cache']['removed'] + data['link-cache']['kept']} links"
                   + (f", {_size(links.freed)} freed" if links.freed else "") if links.verdicts else "")
                + (f"; {verb} {len(left)} private cache folder{'' if len(left) == 1 else 's'} of killed runs: "
                   + ", ".join(left) if left else ""))
