@@ -239,15 +239,25 @@ def lock_file_says(path: Path, lock: Lock, memo_dir: Path | None = None) -> bool
     without following a link or blocking on a FIFO): a lock edited in --out, whatever its mtime says, is not.
     With `memo_dir`, the text's sha256 is remembered there by the data it writes (a warm build imports no TOML
     writer)."""
-    from toolchain.core.fs import read_regular, sha256_bytes
+    from toolchain.core.fs import read_regular
 
+    if memo_dir is not None:
+        return _said_digest(path, lock, memo_dir) is not None
     try:
-        found = read_regular(path)
+        return read_regular(path) == lock_text(lock).encode("utf-8")
     except OSError:
         return False
-    if memo_dir is None:
-        return found == lock_text(lock).encode("utf-8")
-    return sha256_bytes(found) == _text_sha256(to_dict(lock), memo_dir)
+
+
+def _said_digest(path: Path, lock: Lock, memo_dir: Path) -> str | None:
+    """The sha256 of the file at `path` when it is exactly the text `write_lock` writes for `lock`, else None."""
+    from toolchain.core.fs import read_regular
+
+    try:
+        digest = sha256_bytes(read_regular(path))
+    except OSError:
+        return None
+    return digest if digest == _text_sha256(to_dict(lock), memo_dir) else None
 
 
 def out_files_say(path: Path, lock: Lock, memo_dir: Path) -> bool:
@@ -255,14 +265,8 @@ def out_files_say(path: Path, lock: Lock, memo_dir: Path) -> bool:
     `lock` (the lock a regular file, read without following a link or blocking on a FIFO; the record only as
     `record_bytes` allows): then reading them back gives `lock`, and a warm no-op neither parses nor checks nor
     writes them. Compared by digests remembered under `memo_dir` by the data written (`_text_sha256`)."""
-    from toolchain.core.fs import read_regular
-
-    try:
-        found = read_regular(path)
-    except OSError:
-        return False
-    digest = sha256_bytes(found)
-    if digest != _text_sha256(to_dict(lock), memo_dir):
+    digest = _said_digest(path, lock, memo_dir)
+    if digest is None:
         return False
     raw = record_bytes(path)
     return raw is not None and sha256_bytes(raw) == _text_sha256(record_dict(lock, digest), memo_dir,
