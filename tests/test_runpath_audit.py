@@ -109,16 +109,16 @@ def test_a_runpath_into_the_interpreters_prefix_is_named_and_origin_is_not(tmp_p
     assert build_machine_paths([dependency], ["/opt/py/3.11.7"]) == []  # (what the build made, not what it pinned)
 
 
-def _runpaths(out: Path) -> dict[str, tuple[str, ...]]:
+def _runpaths(out: Path, wheels: str = "demo_*.whl") -> dict[str, tuple[str, ...]]:
     """Each built shared object's RUNPATH/RPATH, read from the wheels beside the lock with the tool's ELF reader."""
     found = {}
-    for wheel in sorted((out / "wheels").glob("demo_*.whl")):
+    for wheel in sorted((out / "wheels").glob(wheels)):
         with zipfile.ZipFile(wheel) as z:
             for name in z.namelist():
                 if name.endswith(".so"):
                     with z.open(name) as f:
                         found[name] = read_elf(name, f).runpath
-    assert any("demo_kernels/_C" in n for n in found), found
+    assert found, f"no shared object in {out / 'wheels'}/{wheels}"
     return found
 
 
@@ -129,7 +129,9 @@ def _lock_runpaths(lock: dict) -> list[str]:
 def test_a_demo_build_carries_no_runpath_into_the_interpreters_prefix(demo_build):
     prefixes = interpreter_prefixes()
     ours = sysconfig.get_config_var("LDSHARED") or ""
-    for name, runpath in _runpaths(demo_build.out).items():
+    runpaths = _runpaths(demo_build.out)
+    assert any("demo_kernels/_C" in n for n in runpaths), runpaths
+    for name, runpath in runpaths.items():
         assert not [d for d in runpath if d.startswith("/")], (name, runpath)
     assert _lock_runpaths(demo_build.lock()) == []
     assert "has RUNPATH" not in demo_build.result.stderr, demo_build.result.stderr
@@ -139,6 +141,23 @@ def test_a_demo_build_carries_no_runpath_into_the_interpreters_prefix(demo_build
             "the kernels' build log does not say LDSHARED was derived"
     else:  # a Debian python: nothing to leave out (the real link lines above prove the filter)
         assert "# toolchain: LDSHARED=" not in logs
+
+
+@pytest.mark.slow
+def test_a_component_built_by_its_own_setup_py_command_carries_no_runpath_either(realstack_built):
+    """The realstack's kernels build with `command = ["{python}", "setup.py", "bdist_wheel", ...]`, not through
+    the PEP 517 call: the runner exports the derived LDSHARED for any command it starts."""
+    prefixes = interpreter_prefixes()
+    ours = sysconfig.get_config_var("LDSHARED") or ""
+    runpaths = _runpaths(realstack_built.out, "realstack_*.whl")
+    assert any("realstack_kernels/_C" in n for n in runpaths), runpaths
+    for name, runpath in runpaths.items():
+        assert not [d for d in runpath if d.startswith("/")], (name, runpath)
+    assert _lock_runpaths(realstack_built.lock()) == []
+    assert "has RUNPATH" not in realstack_built.result.stderr, realstack_built.result.stderr
+    log = (realstack_built.out / "logs" / "kernels.log").read_text(errors="replace")
+    if without_rpath(ours, prefixes) != ours:  # (pyenv's here)
+        assert f"# toolchain: LDSHARED={without_rpath(ours, prefixes)} (the build interpreter's" in log
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
