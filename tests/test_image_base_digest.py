@@ -165,3 +165,71 @@ def test_an_image_loaded_into_podman_serves_as_a_localhost_base_with_the_digest_
     finally:
         _engine("podman", "rmi", "-f", "localhost/i49-under:1", check=False)
         _engine("podman", "rmi", "-f", pushed["config"][7:] if "pushed" in locals() else "none", check=False)
+
+
+def _recompressed(oci: Path, name: str, archive: Path) -> tuple[str, str, str]:
+    """The tool's layout `oci` as an OCI archive named `name` whose own (last) layer is the same tar gzipped at
+    level 9 (as another zlib or version of the tool could have): its manifest's digest, the layer's digest in
+    it and the one the tool gives the same tar."""
+    import gzip
+    import hashlib
+    import tarfile
+
+    work = archive.with_suffix(".d")
+    shutil.copytree(oci, work)
+    blobs = work / "blobs" / "sha256"
+    index = json.loads((work / "index.json").read_text())
+    manifest = json.loads((blobs / index["manifests"][0]["digest"][7:]).read_text())
+    layer = manifest["layers"][-1]
+    ours = layer["digest"]
+    other = gzip.compress(gzip.decompress((blobs / ours[7:]).read_bytes()), compresslevel=9, mtime=0)
+    layer.update(digest="sha256:" + hashlib.sha256(other).hexdigest(), size=len(other))
+    assert layer["digest"] != ours, "level 9 gave the tool's own bytes: pick another compression"
+    (blobs / layer["digest"][7:]).write_bytes(other)
+    (blobs / ours[7:]).unlink()
+    body = json.dumps(manifest).encode()
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    (blobs / digest[7:]).write_bytes(body)
+    index["manifests"] = [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
+                           "size": len(body), "annotations": {"org.opencontainers.image.ref.name": name}}]
+    (work / "index.json").write_text(json.dumps(index))
+    with tarfile.open(archive, "w") as tar:
+        for item in sorted(work.rglob("*")):
+            tar.add(item, arcname=str(item.relative_to(work)), recursive=False)
+    return digest, layer["digest"], ours
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_loaded_base_whose_own_layer_was_compressed_otherwise_is_refused_naming_that_layer(
+        demo_build, test_base, tmp_path):  # noqa: F811
+    """A base podman holds whose layer of the tool's was gzipped otherwise than the tool gzips (another zlib or
+    version): `podman save` gives the tar, the tool's gzip of it is another digest, so the image over it is
+    refused (exit 1) naming that layer, the digest the tool's compression gives and what to do; nothing is
+    delivered and no base is kept in the cache."""
+    lock = _own_lock(demo_build.out, tmp_path / "own")
+    _image(tmp_path, "under", lock, "--tag", "localhost/i49-regz:1", "--base", test_base,
+           "--oci-dir", tmp_path / "oci-under")
+    digest, theirs, ours = _recompressed(tmp_path / "oci-under", "localhost/i49-regz:1", tmp_path / "regz.tar")
+    loaded = _engine("podman", "load", "-i", str(tmp_path / "regz.tar")).stdout
+    try:
+        assert "localhost/i49-regz:1" in loaded, loaded
+        assert _engine("podman", "image", "inspect", "--format", "{{.Digest}}", "localhost/i49-regz:1"
+                       ).stdout.strip() == digest
+        cwd = tmp_path / "cwd-over"
+        cwd.mkdir()
+        r = Cli(cwd, {**isolated_env(cwd), **containers_env()})(
+            "image", "--lock", demo_build.out / "stack.lock.toml", "--tag", "localhost/i49-regz-over:1",
+            "--base", f"localhost/i49-regz@{digest}", "--oci-dir", tmp_path / "oci-over",
+            "--cache-dir", tmp_path / "cache-over", timeout=1200)
+        assert r.returncode == 1, str(r)
+        assert "Traceback" not in r.stderr
+        assert f"podman holds localhost/i49-regz@{digest}, but cannot give back" in r.stderr, r.stderr
+        assert f"{theirs}: its tar compressed as this tool compresses a layer is {ours}" in r.stderr, r.stderr
+        assert "TIP: name the base on a registry that holds that digest" in r.stderr, r.stderr
+        assert not (tmp_path / "oci-over").exists()
+        kept = tmp_path / "cache-over" / "images" / "base"
+        assert not kept.exists() or not [p for p in kept.iterdir() if not p.name.startswith(".")], \
+            sorted(kept.iterdir())
+    finally:
+        _engine("podman", "rmi", "-f", "localhost/i49-regz:1", check=False)

@@ -206,30 +206,41 @@ def _check_saved(layout: Path, image: str, digest: str, engine: str) -> None:
     kept = _engine_manifest(image, digest, engine)
     if kept is not None:
         doc = json.loads(kept)
-        _regzip_ours(doc, json.loads((blobs / saved.split(":", 1)[1]).read_bytes()), blobs)
+        why = _regzip_ours(doc, json.loads((blobs / saved.split(":", 1)[1]).read_bytes()), blobs)
         named = [doc["config"]["digest"], *(d["digest"] for d in doc["layers"])]
-        if all((blobs / d.split(":", 1)[1]).is_file() for d in named):
+        missing = [d for d in named if not (blobs / d.split(":", 1)[1]).is_file()]
+        if not missing:
             atomic_write_bytes(blobs / digest.split(":", 1)[1], kept)
             index["manifests"][0] = {**index["manifests"][0], "digest": digest, "size": len(kept)}
             atomic_write_bytes(layout / "index.json", json.dumps(index).encode())
             return
+        shutil.rmtree(layout, ignore_errors=True)
+        said = "; ".join(f"{d}: {why.get(d, 'not in what it saves')}" for d in missing)
+        raise BuildError(f"{engine} holds {image}, but cannot give back every blob its manifest names ({engine} "
+                         f"keeps a loaded layer as a tar, `{engine} save` gives the tar, not the gzip the "
+                         f"manifest names): {said}",
+                         hint="name the base on a registry that holds that digest (the same image, its layers "
+                              "read from there), or make the base with `toolchain image --load podman`, whose "
+                              "layer is made again from podman's tar")
     shutil.rmtree(layout, ignore_errors=True)
     raise BuildError(f"{engine} saves {image} with manifest {saved}, not the pinned {digest}",
                      hint="pull the image by that digest again (`podman pull NAME@DIGEST`), or pin the digest the "
                           "engine holds")
 
 
-def _regzip_ours(doc: dict[str, Any], saved: dict[str, Any], blobs: Path) -> None:
+def _regzip_ours(doc: dict[str, Any], saved: dict[str, Any], blobs: Path) -> dict[str, str]:
     """The gzip layers `doc` (the pinned manifest) names that the saved layout lacks, made from the saved tar at
     the same place where that tar is the layer the config names (its diff_id) and the config's history says the
     tool made it: compressed as the tool compresses its layer and kept only when its sha256 is the digest `doc`
     names (podman keeps the tar of a layer it loaded, `save` cannot give back the gzip). Others stay missing
-    (`_check_saved` says so); another tool's gzip is never tried (a futile pass over a layer of any size)."""
+    (`_check_saved` says so, with the reason returned for each, by its digest); another tool's gzip is never
+    tried (a futile pass over a layer of any size)."""
     from toolchain.image.gzipped import GZIP_TYPES, HISTORY_COMMENT, gzip_as_digest
 
     config = blobs / str(doc["config"]["digest"]).split(":", 1)[1]
     if not config.is_file() or len(saved.get("layers", [])) != len(doc["layers"]):
-        return
+        return {}
+    why: dict[str, str] = {}
     conf = json.loads(config.read_bytes())
     diff_ids = (conf.get("rootfs") or {}).get("diff_ids") or []
     made = [h.get("comment") == HISTORY_COMMENT for h in conf.get("history") or [] if not h.get("empty_layer")]
@@ -238,10 +249,19 @@ def _regzip_ours(doc: dict[str, Any], saved: dict[str, Any], blobs: Path) -> Non
     for layer, tar, diff_id, ours in zip(doc["layers"], saved["layers"], diff_ids, made, strict=False):
         target = blobs / str(layer["digest"]).split(":", 1)[1]
         plain = blobs / str(tar["digest"]).split(":", 1)[1]
-        if target.is_file() or not ours or layer.get("mediaType") not in GZIP_TYPES or tar["digest"] != diff_id \
-                or not plain.is_file():
-            continue  # (a layer another tool compressed is not tried: its gzip is not ours to make again)
-        gzip_as_digest(plain, target, str(layer["digest"]))
+        if target.is_file():
+            continue
+        if not ours or layer.get("mediaType") not in GZIP_TYPES:  # (not tried: its gzip is not ours to make again)
+            why[layer["digest"]] = "a layer another tool compressed, whose gzip only that tool can make again"
+            continue
+        if tar["digest"] != diff_id or not plain.is_file():
+            why[layer["digest"]] = "the tar the engine saves at its place is not the layer the config names"
+            continue
+        got = gzip_as_digest(plain, target, str(layer["digest"]))
+        if got != layer["digest"]:
+            why[layer["digest"]] = (f"its tar compressed as this tool compresses a layer is {got}: it was "
+                                    "compressed otherwise (another tool's version or zlib)")
+    return why
 
 
 def _engine_manifest(image: str, digest: str, engine: str) -> bytes | None:

@@ -47,9 +47,10 @@ def gzip_writer(sink: IO[bytes]) -> gzip.GzipFile:
     return gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=GZIP_LEVEL, mtime=0)
 
 
-def gzip_as_digest(plain: Path, dest: Path, digest: str) -> bool:
+def gzip_as_digest(plain: Path, dest: Path, digest: str) -> str:
     """`plain` (a tar) compressed as the tool does into `dest` when the result's sha256 is `digest` (written
-    atomically); whether it was. Nothing is left at `dest` otherwise."""
+    atomically); the digest the compression gave (`digest` when it was kept). Nothing is left at `dest`
+    otherwise."""
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
         with open(plain, "rb") as src, open(tmp, "wb") as raw:
@@ -57,9 +58,9 @@ def gzip_as_digest(plain: Path, dest: Path, digest: str) -> bool:
             with gzip_writer(packed) as gz:  # type: ignore[arg-type]
                 while chunk := src.read(1 << 20):
                     gz.write(chunk)
-        if "sha256:" + packed.sha.hexdigest() != digest:
-            return False
-        os.replace(tmp, dest)
-        return True
+        made = "sha256:" + packed.sha.hexdigest()
+        if made == digest:
+            os.replace(tmp, dest)
+        return made
     finally:
         tmp.unlink(missing_ok=True)
