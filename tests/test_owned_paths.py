@@ -234,3 +234,40 @@ def test_oci_dir_over_a_users_notes_as_root_deletes_nothing(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "exit=2" in r.stdout and "/home/u/notes" in r.stdout and "was not written by toolchain" in r.stdout
     assert r.stdout.rstrip().endswith("mine"), r.stdout
+
+
+_KEY = "ab" + "1" * 62  # a name in the link cache's shape: 64 hex digits, in the fan-out folder of its first two
+_PLANTED = (f"/links/ab/{_KEY}", f"/links/stat/{'cd' * 32}", f"/wheels/ab/{_KEY}/entry.json")
+
+
+def _plant(root: str) -> list[str]:
+    """Files in the cache's shape under `root`, 40 days old, that the tool did not make (another store's)."""
+    out = []
+    for path in _PLANTED:
+        path = root.rstrip("/") + path
+        out += [f"mkdir -p {shlex.quote(os.path.dirname(path))}", f"echo theirs > {shlex.quote(path)}",
+                f"touch -d '40 days ago' {shlex.quote(path)}"]
+    return out
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize(("folder", "why", "prepare"), [
+    ("/", "it is the root folder", ""),  # (nothing else at / : the trust rule alone would take it)
+    ("/home/u", "it is a home folder", ""),
+    ("/srv/c", "is not trusted (notes.txt is not a folder)", "echo mine > /srv/c/notes.txt"),
+    ("/srv/c", "is not trusted (links is writable by other users", "chmod 777 /srv/c/links"),
+])
+def test_cache_prune_of_the_root_a_home_or_an_untrusted_folder_prunes_nothing(folder, why, prepare, tmp_path):
+    """`cache prune --cache-dir /` (a home folder, a folder the trust rule refuses): exit 2 naming the folder and
+    why, nothing pruned there, not even what has the link cache's shape (its stale links and hashes), and no
+    private cache pruned in its place as if it were the one named."""
+    script = "\n".join([
+        "set -e", "mkdir -p /home/u/work /srv/c", *_plant(folder), *([prepare] if prepare else []),
+        _tool("cache", "prune", "--cache-dir", folder, "--older-than", "30d", "--keep-size", "1"),
+        *(f"test -f {shlex.quote(folder.rstrip('/') + p)}" for p in _PLANTED),
+        "ls /usr/bin >/dev/null && echo INTACT"])
+    r = in_throwaway_root(script, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "exit=2" in r.stdout and '"exit_code": 2' in r.stdout, r.stdout + r.stderr
+    assert why in r.stdout and f"cache folder {folder}" in r.stdout and "nothing was pruned" in r.stdout, r.stdout
+    assert r.stdout.rstrip().endswith("INTACT"), r.stdout

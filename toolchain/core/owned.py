@@ -67,12 +67,14 @@ def owners() -> set[int]:
     return {os.geteuid(), invoking_user()[0]}
 
 
-def _protected(path: Path) -> str:
-    """Why `path` (an existing folder) is never removed or replaced as a whole: "" when it may be."""
+def protected(path: Path, *, mounts: bool = True, current: bool = True) -> str:
+    """Why `path` (an existing folder) is never removed or replaced as a whole: "" when it may be. Without
+    `mounts` and `current`, a mount point and the current folder (or one above it) are not reasons: for a
+    folder the tool prunes within, never as a whole (a cache on a disk of its own, a prune run from in it)."""
     real = os.path.realpath(path)
     if real == "/":
         return "it is the root folder"
-    if os.path.ismount(real):
+    if mounts and os.path.ismount(real):
         return "it is a mount point"
     homes = {os.path.realpath(os.path.expanduser("~"))}
     with contextlib.suppress(KeyError, ImportError):
@@ -81,6 +83,8 @@ def _protected(path: Path) -> str:
         homes.add(os.path.realpath(pwd.getpwuid(invoking_user()[0]).pw_dir))
     if real in homes:
         return "it is a home folder"
+    if not current:
+        return ""
     with contextlib.suppress(OSError):
         cwd = os.path.realpath(os.getcwd())
         if cwd == real or cwd.startswith(real.rstrip("/") + "/"):
@@ -102,7 +106,7 @@ def refusal(path: Path, markers: Sequence[str] = (OWNED_MARKER,), *, removing: b
     if not stat.S_ISDIR(st.st_mode):
         return "it is not a folder"
     if removing:
-        why = _protected(path)
+        why = protected(path)
         if why:
             return why
     mine = owners()
@@ -182,5 +186,5 @@ def replace_ours(tmp: Path, dest: Path, what: str, markers: Sequence[str] = (OWN
     return dest
 
 
-__all__ = ["MARKER_TEXT", "OWNED_MARKER", "CorruptRecord", "check_ours", "claim", "mark", "owners", "refusal", "remove_ours",
+__all__ = ["MARKER_TEXT", "OWNED_MARKER", "CorruptRecord", "check_ours", "claim", "mark", "owners", "protected", "refusal", "remove_ours",
            "replace_ours", "safe_name", "safe_relpath", "safe_under"]
