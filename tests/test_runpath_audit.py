@@ -4,6 +4,8 @@ lock carry none; an LDSHARED the recipe sets is used as set, and the native audi
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,8 @@ import pytest
 import tomlkit
 
 from tests.spine_helpers import REPO_ROOT, STANDIN_SETVARS, Cli, isolated_env
+from tests.support.container_fixtures import podman_image  # noqa: F401  (pytest fixture)
+from tests.support.debian_image import containers_env
 from toolchain.build.intarget import interpreter_prefixes, link_env, without_rpath
 from toolchain.resolve.native import WheelAudit, read_elf
 from toolchain.resolve.verdicts import build_machine_paths
@@ -158,6 +162,36 @@ def test_a_component_built_by_its_own_setup_py_command_carries_no_runpath_either
     log = (realstack_built.out / "logs" / "kernels.log").read_text(errors="replace")
     if without_rpath(ours, prefixes) != ours:  # (pyenv's here)
         assert f"# toolchain: LDSHARED={without_rpath(ours, prefixes)} (the build interpreter's" in log
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_a_container_build_with_an_interpreter_that_adds_an_rpath_carries_none(podman_image, tmp_path):  # noqa: F811
+    """In a container whose target interpreter is this one (its venv and prefix mounted read-only at the same
+    paths: pyenv's here, whose LDSHARED adds `-Wl,-rpath,<prefix>/lib`), the runner in the container derives
+    LDSHARED as on the host: the shared objects and the lock carry no RUNPATH."""
+    prefixes = interpreter_prefixes()
+    ours = sysconfig.get_config_var("LDSHARED") or ""
+    if without_rpath(ours, prefixes) == ours:
+        pytest.skip("this interpreter's LDSHARED adds no rpath: nothing to leave out (a pyenv build has one)")
+    rdir = tmp_path / "recipes"
+    rdir.mkdir()
+    mounts = [f"--volume={d}:{d}:ro" for d in sorted({sys.prefix, sys.base_prefix})]
+    (rdir / "inpod.toml").write_text(
+        f'extends = "{REPO_ROOT / "recipes" / "demo.toml"}"\n[toolchain]\n'
+        f'setvars = "{os.path.relpath(STANDIN_SETVARS, rdir)}"\n'  # (brought into the container by the runtime)
+        f'[target]\nruntime = "podman"\nimage = "{podman_image}"\npython = "{sys.executable}"\n'
+        f"run-args = {json.dumps(mounts)}\n")
+    r = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env()})(
+        "build", "--recipe", rdir / "inpod.toml", "--cache-dir", tmp_path / "cache", "--out", tmp_path / "out")
+    assert r.returncode == 0, r
+    runpaths = _runpaths(tmp_path / "out")
+    assert any("demo_kernels/_C" in n for n in runpaths), runpaths
+    for name, runpath in runpaths.items():
+        assert not [d for d in runpath if d.startswith("/")], (name, runpath)
+    assert _lock_runpaths(tomlkit.parse((tmp_path / "out" / "stack.lock.toml").read_text()).unwrap()) == []
+    log = (tmp_path / "out" / "logs" / "kernels.log").read_text(errors="replace")
+    assert f"# toolchain: LDSHARED={without_rpath(ours, prefixes)} (the build interpreter's" in log, log[-2000:]
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
