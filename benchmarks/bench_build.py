@@ -25,8 +25,12 @@
    made with `git fast-import`): vLLM has tens of thousands of commits, and there a fresh clone pays for
    the history while a checkout from the mirror borrows it (`--shared`).
 
+5. the warm no-op of other cases, side by side with the demo's and a bare start (`--component C`, repeatable:
+   a partial build of the demo; `--realstack`: the test suite's realstack recipe, three components from local
+   repositories).                                                goal: <= 3x the bare start
+
     python -m benchmarks.bench_build [--rounds 3] [--runs 10] [--skip-cold] [--skip-compiled] [--skip-checkout]
-                                     [--skip-resolve]
+                                     [--skip-resolve] [--component C ...] [--realstack]
 """
 
 from __future__ import annotations
@@ -249,6 +253,36 @@ def warm_and_bare(cache: Path, out: Path, env: dict[str, str], runs: int) -> Non
         print("  " + line)
 
 
+def warm_cases(base: Path, cache: Path, out: Path, env: dict[str, str], runs: int, components: Sequence[str],
+               realstack: bool) -> None:
+    """The warm no-op of other cases than the one the goal was tuned on, side by side with the demo's full one
+    and a bare start: `--component C` of the demo (a partial build into its own --out), and the realstack
+    (tests/support/realstack.py: three components from local git repositories, FetchContent pins, a
+    subdirectory package, patches, a recipe of the user's own outside the shipped ones; built cold once here)."""
+    cases: dict[str, Any] = {"demo, full": lambda: toolchain_build(cache, out, env)}
+    for comp in components:
+        where = base / f"out-{comp}"
+        warm_up(cache, where, env, "--component", comp)
+        cases[f"demo --component {comp}"] = lambda where=where, comp=comp: toolchain_build(
+            cache, where, env, "--component", comp)
+    if realstack:
+        from tests.support.realstack import make_realstack
+
+        recipe = str(make_realstack(base / "realstack").stack)
+        rs_cache, rs_out = base / "realstack-cache", base / "realstack-out"
+        toolchain_build(rs_cache, rs_out, env, recipe=recipe)  # (cold)
+        warm_up(rs_cache, rs_out, env, recipe=recipe)
+        cases["realstack"] = lambda: toolchain_build(rs_cache, rs_out, env, recipe=recipe)
+    cases["bare"] = lambda: run_timed([sys.executable, "-c", "pass"], env=env)
+    samples = side_by_side(cases, runs)
+    bare = samples.pop("bare")
+    print(f"warm no-op of other cases, {runs} runs each, interleaved: median (range); ratio to a bare start")
+    for name, s in samples.items():
+        print(f"  {name:<32} {s.describe()}   wall {ratio(s.median, bare.median)}   cpu "
+              f"{ratio(s.cpu_median, bare.cpu_median)}   (goal <= 3x)")
+    print(f"  {'python -c pass':<32} {bare.describe()}")
+
+
 def resolution(base: Path, cache: Path, out: Path, env: dict[str, str], rounds: int) -> None:
     """Resolve once per change: a recipe whose closure comes from a PEP 503 index served on 127.0.0.1 (the
     demo's dependencies), built once with the index up; then, with the index stopped and every proxy dead
@@ -366,6 +400,10 @@ def main() -> int:
     ap.add_argument("--skip-checkout", action="store_true")
     ap.add_argument("--skip-compiled", action="store_true", help="no cold build of the synthetic compiled component")
     ap.add_argument("--skip-resolve", action="store_true")
+    ap.add_argument("--component", action="append", default=[], metavar="C",
+                    help="also the warm no-op of `--component C` of the demo (repeatable), side by side")
+    ap.add_argument("--realstack", action="store_true",
+                    help="also the warm no-op of the realstack recipe (tests/support/realstack.py), side by side")
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="toolchain-bench-"))
     env = installed_like_env(base / "pycache")
@@ -380,6 +418,8 @@ def main() -> int:
             if not args.skip_compiled:
                 cold_compiled(base, env, max(2, args.rounds - 1))
         warm_and_bare(cache, out, env, args.runs)
+        if args.component or args.realstack:
+            warm_cases(base, cache, out, env, args.runs, args.component, args.realstack)
         if not args.skip_resolve:
             resolution(base, cache, out, env, max(args.rounds, 5))
         if not args.skip_checkout:
