@@ -271,3 +271,18 @@ def test_cache_prune_of_the_root_a_home_or_an_untrusted_folder_prunes_nothing(fo
     assert "exit=2" in r.stdout and '"exit_code": 2' in r.stdout, r.stdout + r.stderr
     assert why in r.stdout and f"cache folder {folder}" in r.stdout and "nothing was pruned" in r.stdout, r.stdout
     assert r.stdout.rstrip().endswith("INTACT"), r.stdout
+
+
+def test_cache_ls_of_an_untrusted_folder_says_so_and_lists_no_private_cache_in_its_place(tmp_path):
+    """`cache ls` of a cache the trust rule refuses: exit 2 naming it and why (it listed the run's private, empty
+    cache in its place: "0 entries" of a folder in /tmp), and one of the user's own lists what it holds."""
+    cache = tmp_path / "cache"
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "notes.txt").write_text("mine\n")
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    r = cli("cache", "ls", "--cache-dir", cache, "--json")
+    assert r.returncode == 2, str(r)
+    assert r.json()["error"] == f"cache folder {cache} is not trusted (notes.txt is not a folder): nothing was listed"
+    (cache / "notes.txt").unlink()
+    r = cli("cache", "ls", "--cache-dir", cache, "--json")
+    assert r.returncode == 0 and r.json()["where"] == str(cache) and r.json()["entries"] == [], str(r)

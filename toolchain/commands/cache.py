@@ -79,8 +79,9 @@ def cmd_ls(args: argparse.Namespace, ui: UI) -> CommandResult:
     if args.remote is None:
         if args.remote_insecure or args.recipe:
             raise UsageError("--remote-insecure and --recipe go with --remote")
-        rows = local_entries(_cache_dir(args), args.component or "", ui.warn)
-        where = str(_cache_dir(args))
+        cache_dir = _local_cache(args, "listed")
+        rows = local_entries(cache_dir, args.component or "", ui.warn)
+        where = str(cache_dir)
     else:
         from toolchain.sharing.registry import Registry
 
@@ -167,7 +168,7 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
                               "--keep-size 20GiB --dry-run")
     older_than, keep_size = _rule(args.older_than, "--keep-size SIZE (e.g. 20GiB)", args.keep_size, parse_size,
                                   "--older-than 30d --keep-size 20GiB")
-    cache_dir = _pruned_cache(args)
+    cache_dir = _local_cache(args, "pruned")
     from toolchain.core.trust import reap_stand_ins
 
     left = [str(p) for p in reap_stand_ins(dry_run=args.dry_run)]  # (private caches of killed runs)
@@ -206,17 +207,18 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
     return CommandResult(data, 0, summary, (table,) if removed else ())
 
 
-def _pruned_cache(args: argparse.Namespace) -> Path:
-    """The cache `cache prune` prunes: refused (exit 2, nothing touched) when it is the root or a home folder
-    (what lies there in the cache's shape is not known to be the tool's) or the trust rule refuses it (the run's
-    private, empty cache stands in for it: pruning that would say nothing of the cache named)."""
+def _local_cache(args: argparse.Namespace, verb: str) -> Path:
+    """The local cache `cache ls` lists or `cache prune` prunes (`verb`: "listed", "pruned"): refused (exit 2,
+    nothing read or touched) when the trust rule refuses it (the run's private, empty cache stands in for it:
+    listing or pruning that would say nothing of the cache named), and a prune when it is the root or a home
+    folder (what lies there in the cache's shape is not known to be the tool's)."""
     from toolchain.core.owned import protected
     from toolchain.core.trust import stands_in_for
 
     cache_dir = _cache_dir(args)  # (resolved as the option is: the private folder when the cache is untrusted)
     untrusted = stands_in_for(cache_dir)
     named = Path(untrusted[0]) if untrusted is not None else cache_dir
-    why = protected(named, mounts=False, current=False) if named.is_dir() else ""
+    why = protected(named, mounts=False, current=False) if verb == "pruned" and named.is_dir() else ""
     if why:
         raise UsageError(f"cache folder {named}: {why}; nothing was pruned",
                          hint="a cache is a folder of its own: pass --cache-dir the folder your builds use "
@@ -224,7 +226,7 @@ def _pruned_cache(args: argparse.Namespace) -> Path:
     if untrusted is not None:
         from toolchain.core.group import SHARED_GROUP_ENV
 
-        raise UsageError(f"cache folder {untrusted[0]} is not trusted ({untrusted[1]}): nothing was pruned",
+        raise UsageError(f"cache folder {untrusted[0]} is not trusted ({untrusted[1]}): nothing was {verb}",
                          hint="a cache holds only the tool's folders, yours alone: move anything else out of it "
                               f"and `chmod -R go-w {untrusted[0]}; chown -R $USER {untrusted[0]}`, or declare it "
                               f"shared with one group (${SHARED_GROUP_ENV})")
