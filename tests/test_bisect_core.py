@@ -590,6 +590,35 @@ def test_the_first_midpoint_builds_alone_then_the_ends_together_and_builds_ahead
     assert all(nice[k] == base for k in awaited_here)
 
 
+def test_an_end_check_the_result_waits_for_goes_on_at_the_bisects_nice_value():
+    """The steps are done and only the bad end's check is left: its build (and what it runs) is no longer
+    AHEAD_NICE more than the bisect, where other work would starve it, but at the bisect's own value."""
+    from toolchain.bisect.priority import AHEAD_NICE
+
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    ahead = min(19, base + AHEAD_NICE)
+    if ahead == base or os.geteuid() != 0:
+        pytest.skip("needs a nice value to raise and the right to lower it again")
+    seen: list[tuple[int, int, int]] = []  # (nice at the start, nice later, steps tested then)
+    tester = Verdicts(5)
+
+    def during(key: str) -> None:
+        if key != "c016":
+            return
+        tid = threading.get_native_id()
+        started = os.getpriority(os.PRIO_PROCESS, tid)
+        deadline = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, tid) != base and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append((started, os.getpriority(os.PRIO_PROCESS, tid), len(tester.calls)))
+
+    result = Bisector(cands(17), Builds(during=during, cores=1.0), tester, jobs=2, idle=lambda: 2.0,
+                      check_ends=True).run()
+    assert key(result.first_bad) == "c005"
+    steps = len(result.steps)
+    assert seen == [(ahead, base, steps + 1)]  # every step tested, and the good end (c000), before
+
+
 def test_jobs_1_builds_no_midpoint_beside_the_ends():
     """--jobs 1: the ends one after the other, nothing ahead, every build at the bisect's priority."""
     builder = Builds(cores=1.0)

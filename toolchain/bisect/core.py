@@ -28,7 +28,8 @@ step's build is done (what they share with it is in the compiler cache then: sta
 all again). Each end is built (at AHEAD_NICE) and tested in a thread of its own while the steps go on, its test
 never beside a step's (one test at a time: a tester need not be thread-safe); a wrong end stops the bisect when
 its check ends, the steps made meanwhile discarded; the result waits for both checks. With `jobs` = 1 both are
-checked first.
+checked first. When only the ends' checks are left, the bisect waits for them: they go on at its own
+nice value (`priority.hurry`), no longer starved at AHEAD_NICE behind other work.
 
 Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
@@ -127,6 +128,7 @@ class Bisector:
         self._ends: dict[str, tuple[Candidate, Future[tuple[StepRecord, BuildOutcome]]]] = {}  # checked beside the steps
         self._ends_pool: ThreadPoolExecutor | None = None
         self._ends_todo: list[tuple[str, Candidate]] = []  # to check beside the steps once a build is done
+        self._checkers: set[int] = set()  # the native ids of the threads checking an end now
         self._test_lock = threading.Lock()  # one test at a time: an end's (in its thread) and a step's
         self._end_wait = 0.0
         self._started = 0.0
@@ -255,18 +257,27 @@ class Bisector:
         """(An end's thread) its record and build: built at AHEAD_NICE (a step's build comes first; the ends are
         needed when the bisect ends), tested when no step's test runs."""
         built: list[BuildOutcome] = []
+        with self._claims:
+            self._checkers.add(threading.get_native_id())
 
         def build_of(key: str) -> BuildOutcome:
             built.append(self._known(key) or at_nice(AHEAD_NICE, functools.partial(_timed, self.builder.build), key))
             return built[-1]
 
-        return self._try(cand, build_of=build_of), built[0]
+        try:
+            return self._try(cand, build_of=build_of), built[0]
+        finally:
+            with self._claims:
+                self._checkers.discard(threading.get_native_id())
 
     def _checked_ends(self, *, wait: bool) -> None:
         """Take in the ends checked beside the steps that are done (`wait`: all of them, started now if they
         were not yet): a wrong one discards the steps made meanwhile (from the state saved: they assumed it
         right) and stops (`EndpointError`)."""
         self._start_ends(now=wait)
+        if wait and self._ends:  # the result waits for them now: at the bisect's own nice value, as a step
+            with self._claims:
+                hurry(self._checkers, AHEAD_NICE)
         for name, (cand, future) in list(self._ends.items()):
             if not (wait or future.done()):
                 continue
