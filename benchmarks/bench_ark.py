@@ -8,7 +8,9 @@ git bundles in ../shared/mirrors laid out as mirrors (tests/support/ark_mirrors.
    <= 15% of cold;
 3. bisect: `toolchain bisect` over real ARK history with the compiler cache (the test: does the CPU module
    export ARK_CPU_SDPA_ROUTE_SCALAR, which "Migrate cpu sdpa from NS flash attn" (7402af8) added) against `git
-   bisect run` building each step the raw way without a cache: target <= 0.5.
+   bisect run` building each step the raw way without a cache: target <= 0.5. Printed beside it: each build
+   the tool made (its CPU-seconds, its compiler and link caches' hits and misses, from its build log), the
+   tool's CPU-seconds outside them, and how many builds `git bisect run` made.
 
 The full CPU half compiles oneDNN (some 2,800 CPU-seconds on two idle cores): `--reduced` builds it with
 ARK_CPU_DNNL=0 (bestla, xbyak and pybind11 only; minutes), the configuration CI uses.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import sys
@@ -40,6 +43,7 @@ from toolchain.core.proc.signals import Interrupted, interruptible
 
 REPO = Path(__file__).resolve().parents[1]
 SUBDIR = "auto_round_extension/ark"
+COMPONENT = "auto-round-lib"
 PATCH = REPO / "patches" / "ark" / "0001-setup-ARK_BUILD_XPU-switch.patch"
 DEPS = {"pybind11": "pybind/pybind11", "xbyak": "herumi/xbyak", "dnnl": "uxlfoundation/oneDNN"}
 GOOD, BAD = "5ce9733", "2ea60e5"  # around 7402af8, which added the CPU SDPA routes (37 first-parent commits)
@@ -162,6 +166,7 @@ def bisect(work: Path, mirrors: Path, reduced: bool, good: str, bad: str) -> dic
     tool, tool_cpu = _tool(work, mirrors, work / "bisect-cache", "bisect", "--recipe", _recipe(work, reduced, bad),
                  "--component", "auto-round-lib", "--good", good, "--bad", bad, "--test-cmd",
                  f"{sys.executable} {probe}", "--no-resolve", "--out", work / "bisect-out", "--json")
+    builds = _step_builds(work / "bisect-out")
     tree, pins = _raw_tree(mirrors, work / "raw-bisect", bad)
     step = work / "step.py"
     step.write_text(RAW_STEP)
@@ -171,9 +176,33 @@ def bisect(work: Path, mirrors: Path, reduced: bool, good: str, bad: str) -> dic
                env=_raw_env(pins, reduced), capture=True, check=False)
     raw, raw_cpu = time.monotonic() - started, _cpu() - cpu
     found = next((line.split()[0] for line in done.stdout.splitlines() if "is the first bad commit" in line), "")
+    said = run(["git", "bisect", "log"], cwd=tree, capture=True).stdout.splitlines()
+    git_builds = sum(1 for line in said if line.split()[:3] in (["git", "bisect", w] for w in ("good", "bad", "skip")))
+    built_cpu = sum(b["cpu_s"] for b in builds.values())
     return {"good": good, "bad": bad, "tool_s": round(tool, 1), "tool_cpu_s": round(tool_cpu, 1),
+            "tool_builds": builds, "tool_builds_cpu_s": round(built_cpu, 1),
+            "tool_own_cpu_s": round(tool_cpu - built_cpu, 1), "git_builds": git_builds,
             "git_bisect_run_s": round(raw, 1), "git_bisect_run_cpu_s": round(raw_cpu, 1), "ratio": round(tool / raw, 3),
             "ratio_cpu": round(tool_cpu / raw_cpu, 3), "target": 0.5, "git_found": found}
+
+
+def _step_builds(out: Path) -> dict[str, dict[str, float]]:
+    """Each commit the tool built: its build's wall and CPU seconds and its compiler cache's hits and misses
+    (and the link cache's), as its build log's closing lines say them."""
+    found: dict[str, dict[str, float]] = {}
+    for log in sorted(out.glob(f"steps/*/logs/{COMPONENT}.log")):
+        figures: dict[str, float] = {}
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("# build cost: "):
+                words = line.split()
+                figures.update(wall_s=float(words[3]), cpu_s=float(words[6]))
+            elif line.startswith("# compiler cache: ccache "):  # "N hits[ (M from X)], N misses[; links: ...]"
+                pairs = re.findall(r"(\d+) hits(?: \([^)]*\))?, (\d+) misses", line)
+                for prefix, (hits, misses) in zip(("", "link_"), pairs, strict=False):
+                    figures.update({f"{prefix}hits": int(hits), f"{prefix}misses": int(misses)})
+        if "cpu_s" in figures:
+            found[log.parents[1].name] = figures
+    return found
 
 
 def main(argv: list[str]) -> int:
@@ -221,8 +250,13 @@ def _parts(args: argparse.Namespace, parts: set[str], work: Path, results: dict[
             b = results["bisect"]
             print(f"bisect {b['good'][:12]}..{b['bad'][:12]}: toolchain {b['tool_s']} s ({b['tool_cpu_s']} CPU-s), "
                   f"git bisect run {b['git_bisect_run_s']} s ({b['git_bisect_run_cpu_s']} CPU-s) -> {b['ratio']}x "
-                  f"wall, {b['ratio_cpu']}x CPU (target <= 0.5); git found {b['git_found'][:12]}",
-                  flush=True)
+                  f"wall, {b['ratio_cpu']}x CPU (target <= 0.5); git found {b['git_found'][:12]}", flush=True)
+            print(f"  toolchain: {len(b['tool_builds'])} builds, {b['tool_builds_cpu_s']} CPU-s in them, "
+                  f"{b['tool_own_cpu_s']} CPU-s besides; git bisect run: {b['git_builds']} builds", flush=True)
+            for commit, f in b["tool_builds"].items():
+                print(f"  {commit}: {f['wall_s']} s ({f['cpu_s']} CPU-s), ccache {f.get('hits', 0)} hits "
+                      f"{f.get('misses', 0)} misses, links {f.get('link_hits', 0)} hits {f.get('link_misses', 0)} "
+                      "misses", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

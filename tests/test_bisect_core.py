@@ -551,39 +551,72 @@ def test_steps_left():
     assert [steps_left(n) for n in (0, 1, 2, 3, 4, 7, 8, 200)] == [0, 1, 2, 2, 3, 3, 4, 8]
 
 
-def test_the_ends_and_the_first_midpoint_build_together_and_builds_ahead_run_nicer():
-    """With --jobs 3 the two checked ends and the first midpoint are in flight at once (each build below waits
-    until all three started: a bisect that built them one after another would time out and fail); the ends,
-    checked beside the steps and awaited only when the bisect ends, run at AHEAD_NICE more than the bisect
-    (their threads, so their processes), the first step's midpoint at the bisect's own priority; later builds
-    ahead are niced too, a step's own build never."""
+def test_the_first_midpoint_builds_alone_then_the_ends_together_and_builds_ahead_run_nicer():
+    """With --jobs 3 the first step's midpoint builds alone (the compiler cache is empty: an end built beside it
+    would compile all it shares with it again), then the two checked ends are in flight at once (each waits
+    until both started: ends checked one after the other would time out and fail); the ends, checked beside
+    the steps and awaited only when the bisect ends, run at AHEAD_NICE more than the bisect (their threads, so
+    their processes), the first step's midpoint at the bisect's own priority; later builds ahead are niced
+    too, a step's own build never."""
     from toolchain.bisect.priority import AHEAD_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
     nice: dict[str, int] = {}
     together: list[bool] = []
+    alone: list[int] = []
     first = Bisector(cands(17), Builds(), Verdicts(5)).next_index()
     assert first is not None
-    trio = {"c000", "c016", f"c{first:03d}"}
+    ends = {"c000", "c016"}
 
     def during(key: str) -> None:
         nice[key] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        if key in trio:
-            together.append(builder.wait_for(trio, timeout=20))
+        if key == f"c{first:03d}":
+            time.sleep(0.3)  # (an end started with it would be in flight by now)
+            alone.append(builder.building)
+        if key in ends:
+            together.append(builder.wait_for(ends, timeout=20))
 
     builder = Builds(during=during, cores=1.0)
     events = Events()
     result = Bisector(cands(17), builder, Verdicts(5), events, jobs=3, idle=lambda: 2.0, check_ends=True).run()
     assert key(result.first_bad) == "c005"
-    assert together == [True, True, True]
-    assert set(builder.calls[:3]) == trio
+    assert builder.calls[0] == f"c{first:03d}" and alone == [1]
+    assert together == [True, True]
     assert nice["c000"] == nice["c016"] == min(19, base + AHEAD_NICE)
     assert nice[f"c{first:03d}"] == base
-    ends = {"c000", "c016"}
     ahead = {k for kind, k in events.seen if kind == "prefetch"} & nice.keys() - ends  # started, not cancelled
     awaited_here = set(builder.calls) - ahead - ends
     assert ahead and all(nice[k] == min(19, base + AHEAD_NICE) for k in ahead)
     assert all(nice[k] == base for k in awaited_here)
+
+
+def test_an_end_check_the_result_waits_for_goes_on_at_the_bisects_nice_value():
+    """The steps are done and only the bad end's check is left: its build (and what it runs) is no longer
+    AHEAD_NICE more than the bisect, where other work would starve it, but at the bisect's own value."""
+    from toolchain.bisect.priority import AHEAD_NICE
+
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    ahead = min(19, base + AHEAD_NICE)
+    if ahead == base or os.geteuid() != 0:
+        pytest.skip("needs a nice value to raise and the right to lower it again")
+    seen: list[tuple[int, int, int]] = []  # (nice at the start, nice later, steps tested then)
+    tester = Verdicts(5)
+
+    def during(key: str) -> None:
+        if key != "c016":
+            return
+        tid = threading.get_native_id()
+        started = os.getpriority(os.PRIO_PROCESS, tid)
+        deadline = time.monotonic() + 20
+        while os.getpriority(os.PRIO_PROCESS, tid) != base and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen.append((started, os.getpriority(os.PRIO_PROCESS, tid), len(tester.calls)))
+
+    result = Bisector(cands(17), Builds(during=during, cores=1.0), tester, jobs=2, idle=lambda: 2.0,
+                      check_ends=True).run()
+    assert key(result.first_bad) == "c005"
+    steps = len(result.steps)
+    assert seen == [(ahead, base, steps + 1)]  # every step tested, and the good end (c000), before
 
 
 def test_jobs_1_builds_no_midpoint_beside_the_ends():

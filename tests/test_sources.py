@@ -271,6 +271,54 @@ def test_a_reuse_moves_untracked_and_ignored_output_out_of_the_tree_and_deletes_
     assert not list(trees.root.glob(f"{TRASH}*"))  # this reuse's output and the stale folder: deleted
 
 
+def test_readers_of_a_tree_hold_it_at_once_and_a_user_who_builds_in_it_waits_for_them(tmp_path, make_repo):
+    """A FetchContent source tree (`read=True`) is read by every build of a bisect at once: a second reader gets
+    it while the first holds it (they used to wait for each other's whole build); a use that builds in the tree
+    (exclusive) waits until no reader holds it; a reader that finds what a build left cleans it away alone first
+    (the readers never see it); a tree not yet made is prepared by the first reader."""
+    from toolchain.sources.trees import SourceTrees
+
+    repo = make_repo("tiny", "tiny")
+    mirrors = Mirrors(tmp_path / "cache")
+    mirrors.ensure(repo.url, repo.head())
+    trees = SourceTrees(tmp_path / "cache", mirrors)
+    events: list[str] = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with trees.tree(repo.url, repo.head(), read=True) as tree:
+            assert (tree / ".git").exists()
+            events.append("first in")
+            first_in.set()
+            release.wait(30)
+            events.append("first out")
+
+    def builder() -> None:
+        with trees.tree(repo.url, repo.head()):
+            events.append("builder in")
+
+    held = threading.Thread(target=reader)
+    held.start()  # prepares the tree (it is not made yet), then reads it under the shared lock
+    assert first_in.wait(60)
+    with trees.tree(repo.url, repo.head(), read=True) as tree:  # beside the first reader, not after it
+        events.append("second in")
+        waiting = threading.Thread(target=builder)
+        waiting.start()
+        time.sleep(0.5)
+        assert "builder in" not in events  # the builder waits for the readers
+    release.set()
+    held.join(30)
+    waiting.join(30)
+    assert events.index("second in") < events.index("first out") < events.index("builder in")
+    trees.settled()
+    (tree / "build").mkdir()
+    (tree / "build" / "left.o").write_text("what a build left\n")
+    with trees.tree(repo.url, repo.head(), read=True) as again:
+        assert again == tree
+        assert not (tree / "build").exists()
+    trees.settled()
+
+
 def test_a_patched_tree_is_reused_while_its_index_holds_what_the_patches_staged(ws, make_repo):
     """A patch series that edits, adds and deletes files: the first use after preparing checks the index
     against what was staged (by object names), later uses compare the recorded status; an index moved away

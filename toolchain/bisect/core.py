@@ -23,10 +23,13 @@ Building ahead (`jobs` > 1; the builder must be thread-safe for distinct keys), 
 Idle cores are the machine's less the other processes' load: the bisect's own builds, ahead or awaited, are
 its expected load, not another user's (`core.cpu.idle_cores` counts its live descendants as its own).
 
-Checking the given ends (`check_ends`) with `jobs` > 1: beside the steps, not before them. Each end is built
-(at AHEAD_NICE) and tested in a thread of its own while the steps go on, its test never beside a step's (one
-test at a time: a tester need not be thread-safe); a wrong end stops the bisect when its check ends, the steps
-made meanwhile discarded; the result waits for both checks. With `jobs` = 1 both are checked first.
+Checking the given ends (`check_ends`) with `jobs` > 1: beside the steps, not before them, from when the first
+step's build is done (what they share with it is in the compiler cache then: started with it, each compiled it
+all again). Each end is built (at AHEAD_NICE) and tested in a thread of its own while the steps go on, its test
+never beside a step's (one test at a time: a tester need not be thread-safe); a wrong end stops the bisect when
+its check ends, the steps made meanwhile discarded; the result waits for both checks. With `jobs` = 1 both are
+checked first. When only the ends' checks are left, the bisect waits for them: they go on at its own
+nice value (`priority.hurry`), no longer starved at AHEAD_NICE behind other work.
 
 Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
@@ -124,6 +127,8 @@ class Bisector:
         self._resolve_lock = threading.Lock()  # (background completions add to it at once)
         self._ends: dict[str, tuple[Candidate, Future[tuple[StepRecord, BuildOutcome]]]] = {}  # checked beside the steps
         self._ends_pool: ThreadPoolExecutor | None = None
+        self._ends_todo: list[tuple[str, Candidate]] = []  # to check beside the steps once a build is done
+        self._checkers: set[int] = set()  # the native ids of the threads checking an end now
         self._test_lock = threading.Lock()  # one test at a time: an end's (in its thread) and a step's
         self._end_wait = 0.0
         self._started = 0.0
@@ -179,7 +184,7 @@ class Bisector:
         cand = self.state.candidates[index]
         if self._width > 1 and not self._ready(cand.key):
             self._spread(index)
-        record = self._try(cand, lambda: self._prefetch(index))
+        record = self._try(cand, functools.partial(self._while_testing, index))
         verdict, reason = record.verdict, record.reason
         state = replace(self.state, verdicts={**self.state.verdicts, cand.key: (verdict, reason)})
         record = replace(record, number=len(state.steps) + 1, remaining=state.pending())
@@ -187,6 +192,11 @@ class Bisector:
         (self.handler.skip if verdict is Verdict.SKIP else self.handler.step)(record, self.state)
         self._check_systematic_failure()
         self._complete_ahead()
+
+    def _while_testing(self, index: int) -> None:
+        """While the test of the step at `index` runs (its build done): the ends' checks, the builds ahead."""
+        self._start_ends()
+        self._prefetch(index)
 
     def _try(self, cand: Candidate, while_testing: Callable[[], None] = lambda: None,
              build_of: Callable[[str], BuildOutcome] | None = None) -> StepRecord:
@@ -225,27 +235,49 @@ class Bisector:
         done = {r.endpoint for r in self.state.checks}
         todo = [(name, c) for name, c in (("good", cands[0]), ("bad", cands[-1])) if name not in done]
         if self._pool is not None and todo:
-            self._ends_pool = ThreadPoolExecutor(len(todo), thread_name_prefix="check-end")
-            for name, cand in todo:
-                self._ends[name] = (cand, self._ends_pool.submit(self._check_beside, cand))
+            self._ends_todo = todo
+            self._start_ends()
             return
         for name, cand in todo:
             self._take_check(name, cand, self._try(cand), None)
+
+    def _start_ends(self, *, now: bool = False) -> None:
+        """Start the ends' checks beside the steps once a build is done (`now`: at once): the first step's
+        build fills the compiler cache alone, and the ends' builds then take from it what they share with it
+        (started beside it, each compiled everything it shares from scratch: a cold build's CPU two more times,
+        a oneDNN's thousands of CPU-seconds)."""
+        if not self._ends_todo or not (now or self.state.steps or any(b.ok for b in self.state.builds.values())):
+            return
+        todo, self._ends_todo = self._ends_todo, []
+        self._ends_pool = ThreadPoolExecutor(len(todo), thread_name_prefix="check-end")
+        for name, cand in todo:
+            self._ends[name] = (cand, self._ends_pool.submit(self._check_beside, cand))
 
     def _check_beside(self, cand: Candidate) -> tuple[StepRecord, BuildOutcome]:
         """(An end's thread) its record and build: built at AHEAD_NICE (a step's build comes first; the ends are
         needed when the bisect ends), tested when no step's test runs."""
         built: list[BuildOutcome] = []
+        with self._claims:
+            self._checkers.add(threading.get_native_id())
 
         def build_of(key: str) -> BuildOutcome:
             built.append(self._known(key) or at_nice(AHEAD_NICE, functools.partial(_timed, self.builder.build), key))
             return built[-1]
 
-        return self._try(cand, build_of=build_of), built[0]
+        try:
+            return self._try(cand, build_of=build_of), built[0]
+        finally:
+            with self._claims:
+                self._checkers.discard(threading.get_native_id())
 
     def _checked_ends(self, *, wait: bool) -> None:
-        """Take in the ends checked beside the steps that are done (`wait`: all of them): a wrong one discards
-        the steps made meanwhile (from the state saved: they assumed it right) and stops (`EndpointError`)."""
+        """Take in the ends checked beside the steps that are done (`wait`: all of them, started now if they
+        were not yet): a wrong one discards the steps made meanwhile (from the state saved: they assumed it
+        right) and stops (`EndpointError`)."""
+        self._start_ends(now=wait)
+        if wait and self._ends:  # the result waits for them now: at the bisect's own nice value, as a step
+            with self._claims:
+                hurry(self._checkers, AHEAD_NICE)
         for name, (cand, future) in list(self._ends.items()):
             if not (wait or future.done()):
                 continue

@@ -32,15 +32,16 @@ def at_nice(increment: int, build: Callable[[str], _T], key: str) -> _T:
             os.setpriority(os.PRIO_PROCESS, tid, base)
 
 
-def hurry(threads: set[int]) -> None:
-    """The result waits for the completions running in the background `threads` now: they and the processes
-    they run (the resolver) go on at the bisect's nice value, no longer COMPLETE_NICE more, as its own step
-    would (the wait is the bisect's: a nicer one, starved by other work, would hold it up; where lowering a
-    nice value is not allowed, they keep theirs). A process they start later inherits its thread's."""
+def hurry(threads: set[int], increment: int = COMPLETE_NICE) -> None:
+    """The result waits for the work running in the background `threads` now (completions; the ends' checks,
+    `increment` AHEAD_NICE): they and the processes they run (the resolver, a build) go on at the bisect's
+    nice value, no longer `increment` more, as its own step would (the wait is the bisect's: a nicer one,
+    starved by other work, would hold it up; where lowering a nice value is not allowed, they keep theirs). A
+    process they start later inherits its thread's."""
     if not threads:
         return
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
     for tid in threads:
         with contextlib.suppress(OSError):  # ended, or not allowed
             os.setpriority(os.PRIO_PROCESS, tid, base)
-    renice_descendants(os.getpid(), min(19, base + COMPLETE_NICE), base)
+    renice_descendants(os.getpid(), min(19, base + increment), base)

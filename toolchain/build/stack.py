@@ -414,7 +414,7 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             tree = stack.enter_context(trees.tree(comp.url, comp.commit, cp.patches, subdir=comp.subdir,
                                                   what=what, log=log, fresh=options.fresh_sources))
             deps = {d.name: stack.enter_context(trees.tree(d.url, d.commit, what=f"{d.name}@{d.commit[:12]}",
-                                                           log=log)) for d in comp.fetchcontent}
+                                                           log=log, read=True)) for d in comp.fetchcontent}
             from toolchain.target.parts import Extra
 
             extras = [*cc.extras(runtime), Extra(RUNNER, RUNNER_FILE), Extra(PEP517, PEP517_FILE)]

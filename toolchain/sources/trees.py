@@ -25,6 +25,7 @@ from toolchain.sources.patches import apply_series, materialize
 
 # What a prepared tree is besides its commit and patches: trees made before a change here are not reused.
 TREE_FORMAT = f"abbrev={DESCRIBE_ABBREV}"
+READ_TRIES = 3  # a reader's tries to find the tree ready under the shared lock (then it holds it alone)
 
 
 class SourceTrees:
@@ -42,12 +43,25 @@ class SourceTrees:
 
     @contextlib.contextmanager
     def tree(self, url: str, commit: str, patches: tuple[Patch, ...] = (), *, subdir: str = "",
-             what: str = "", log: Path | None = None, fresh: bool = False) -> Iterator[Path]:
-        """The checked-out, patched tree of `url` at `commit`, made once and kept while the block uses it."""
+             what: str = "", log: Path | None = None, fresh: bool = False, read: bool = False) -> Iterator[Path]:
+        """The checked-out, patched tree of `url` at `commit`, made once and kept while the block uses it.
+        `read`: the block only reads it (a FetchContent source: its build goes to the build's own folder), so
+        it holds the tree's lock shared, beside every other reader (the builds of a bisect, each a commit of
+        the component, all read the same dependency trees: an exclusive hold made each wait for the others'
+        whole builds); a tree to prepare or to clean of what a build left is made ready under the exclusive
+        lock first, then read under the shared one."""
         key = self.key(commit, patches, subdir)
         path = self.root / key
         state = self.root / f"{key}.state"
         lock = self.root / f"{key}.lock"
+        for _ in range(READ_TRIES if read and not fresh else 0):
+            with file_lock(lock, shared=True):
+                if self._usable(path, state, commit, discard=False):
+                    yield path
+                    return
+            with file_lock(lock):  # not ready (or a build left something in it): readied alone, then read
+                if not self._usable(path, state, commit):
+                    self._prepare(url, commit, patches, subdir, what, path, state, log)
         with file_lock(lock):
             prepared = fresh or not self._usable(path, state, commit)
             if prepared:
@@ -83,7 +97,9 @@ class SourceTrees:
             for thread in threads:
                 thread.join()
 
-    def _usable(self, path: Path, state: Path, commit: str) -> bool:
+    def _usable(self, path: Path, state: Path, commit: str, *, discard: bool = True) -> bool:
+        """Whether the tree at `path` is `commit`'s as prepared; what git does not track in it is moved out
+        (`discard`), else (a reader's check, under the shared lock) makes it not usable as it is."""
         if not (path / ".git").exists() or not state.is_file():
             return False
         expected = json.loads(state.read_text())
@@ -105,7 +121,9 @@ class SourceTrees:
             return False
         else:  # (not recorded when prepared: the status after a checkout re-reads every file written in the
             # same second as the index, which would cost every first checkout a second read)
-            atomic_write_text(state, json.dumps({**expected, "status": tracked}))
+            atomic_write_text(state, json.dumps({**expected, "status": tracked}))  # (readers write the same)
+        if extra and not discard:
+            return False
         self._discard(path, extra)
         return True
 
