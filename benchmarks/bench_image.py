@@ -26,6 +26,10 @@ bookworm image (tests/support/debian_image.py), made once.
 6. `--only-load`: `toolchain image --load podman` warm (the layer remembered; the image removed from podman
    first, untimed) against `podman load` alone of the archive it hands podman, each round side by side.
                                                                                           goal: within 2x
+   The tool runs under this interpreter (`sys.executable -m toolchain`, the source tree first on PYTHONPATH):
+   the output says how that interpreter has the tool installed. An editable install (a developer's venv)
+   imports its finder at every start, some ms a wheel install (a user's) does not pay: run the bench from a
+   venv with the wheel installed (`pip install .`, not -e) for the figure a user sees.
 
     python -m benchmarks.bench_image [--rounds 3] [--json] [--only-start] [--only-oci-dir] [--only-load]
 """
@@ -143,7 +147,7 @@ def main() -> None:
     ap.add_argument("--only-load", action="store_true", help="measure only --load podman against podman load (6.)")
     args = ap.parse_args()
     base = _base()
-    results: dict[str, Any] = {"base": base, "load": _load()}
+    results: dict[str, Any] = {"base": base, "load": _load(), "tool-install": install_kind()}
     with tempfile.TemporaryDirectory(prefix="bench-image-") as tmp_name:
         tmp = Path(tmp_name)
         _run([sys.executable, "-m", "toolchain", "build", "--recipe", "demo", "--cache-dir", str(tmp / "build-cache"),
@@ -226,6 +230,21 @@ def main() -> None:
 
 START = ("import sys, time; n = len(sys.modules); t = time.perf_counter()\nfor m in sys.argv[1:]:\n try: __import__(m)\n"
          " except Exception: pass\nprint(time.perf_counter() - t, len(sys.modules) - n)")
+
+
+def install_kind() -> str:
+    """How this interpreter has the tool installed in its site-packages: "editable" (a .pth file there sets up
+    setuptools' finder at every start), "wheel" (installed files; nothing at start), or "none" (the source tree
+    on PYTHONPATH only). (Not importlib.metadata's first answer: the tree's own xpu_toolchain.egg-info, on
+    sys.path when the bench runs from the tree, would shadow the installed one.)"""
+    import site
+
+    for folder in site.getsitepackages():
+        for info in Path(folder).glob("xpu_toolchain-*.dist-info"):
+            direct = info / "direct_url.json"
+            editable = direct.is_file() and json.loads(direct.read_text()).get("dir_info", {}).get("editable")
+            return "editable" if editable else "wheel"
+    return "none"
 
 
 def _load() -> str:
@@ -399,6 +418,12 @@ def _print_loaded(results: dict[str, Any], rounds: int) -> None:
     print(f"  toolchain image --load podman {r['tool-s']:7.3f} s   {r['ratio']:5.2f}x podman load alone  "
           "(goal within 2x)")
     print(f"  podman load alone             {r['podman-load-s']:7.3f} s   (the same archive)")
+    print(f"  the tool's own share          {(r['tool-s'] - r['podman-load-s']) * 1000:7.1f} ms  (its interpreter "
+          f"has the tool installed: {results['tool-install']}{WHY_INSTALL.get(results['tool-install'], '')})")
+
+
+WHY_INSTALL = {"editable": ": its finder costs each start some ms a user's wheel install does not",
+               "none": ": the source tree on PYTHONPATH only"}
 
 
 def _over_vllm(tmp: Path, rounds: int) -> dict[str, Any]:

@@ -124,7 +124,8 @@ def steps_using(job, action: str) -> list[dict]:
 
 
 def test_caches_are_the_directories_the_tool_uses(workflow, tmp_path):
-    from toolchain.build.cache import CACHE_ENV, WheelCache
+    from toolchain.build.cache import WheelCache
+    from toolchain.core.trust import CACHE_ENV
     from toolchain.sources.mirrors import Mirrors
 
     assert CACHE_ENV in workflow["env"]

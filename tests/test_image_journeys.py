@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -225,30 +228,15 @@ def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_
     window cannot pass unseen. The daemon then finishes the load while the client stays stopped; Ctrl-C; the
     client is let go once the tool's stop signal is pending for it."""
     import os
-    import subprocess
-    import sys
     import time
 
     from tests.test_image import _engine
 
     tag = "localhost/i49-ctrlc:1"
-    _engine("docker", "rmi", tag, check=False)
-    env = {**isolated_env(tmp_path), **containers_env()}
-    proc = subprocess.Popen([sys.executable, "-m", "toolchain", "image", "--lock", demo_build.out / "stack.lock.toml",
-                             "--tag", tag, "--base", test_base, "--cache-dir", tmp_path / "cache", "--load", "docker"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _image_loading("docker", tag, demo_build.out / "stack.lock.toml", test_base, tmp_path)
     client = 0
     try:
-        deadline = time.monotonic() + 600
-        while not client and time.monotonic() < deadline and proc.poll() is None:
-            listed = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "docker load"], capture_output=True,
-                                    text=True).stdout.split()
-            if listed:
-                client = int(listed[0])
-                os.kill(client, signal.SIGSTOP)
-            else:
-                time.sleep(0.005)
+        client = _child(proc, "docker load", 600, then=lambda pid: os.kill(pid, signal.SIGSTOP))
         assert client, f"no `docker load` started: {proc.communicate(timeout=600)}"
         read = 0.0  # (how much of the archive it read when last seen holding it open)
         while _stopped(client) and read < 1.0:
@@ -282,6 +270,69 @@ def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_
         if proc.poll() is None:
             proc.kill()
         _engine("docker", "rmi", tag, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_ctrl_c_while_the_image_is_made_stops_the_podman_load_started_beside_it(demo_build, test_base, tmp_path):  # noqa: F811
+    """`--load podman` starts `podman load` (reading its archive from a pipe) before the image is made, so that
+    podman's own start overlaps the making. Ctrl-C while the image is still being made (a new cache: the base
+    saved, the modules compiled in a container, seconds): exit 130, the podman it started ended and reaped
+    (none left running once the tool has exited), no image under the tag, no archive left in the cache."""
+    import os
+
+    from tests.test_image import _engine
+
+    tag = "localhost/i49-ctrlc-podman:1"
+    proc = _image_loading("podman", tag, demo_build.out / "stack.lock.toml", test_base, tmp_path)
+    try:
+        loader = _child(proc, "podman load", 300)
+        assert loader, f"no `podman load` started beside the making: {proc.communicate(timeout=600)}"
+        assert not (tmp_path / "cache" / "images" / "layers").is_dir() or \
+            not list((tmp_path / "cache" / "images" / "layers").iterdir()), "the layer was made before podman started"
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "interrupted" in err, err
+        assert not Path(f"/proc/{loader}").exists(), "the podman load the tool started outlived it"
+        assert _engine("podman", "image", "inspect", tag, check=False).returncode != 0
+        work = tmp_path / "cache" / "images" / "work"
+        assert not work.is_dir() or not [p for p in work.iterdir() if p.suffix == ".tar"], list(work.iterdir())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _engine("podman", "rmi", tag, check=False)
+
+
+def _image_loading(engine: str, tag: str, lock: Path, base: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """`toolchain image --load ENGINE` of `lock` started (in a session of its own, as a shell's foreground job
+    leads its group), with a cache of its own under `tmp_path`; nothing under `tag` in `engine` first."""
+    import sys
+
+    from tests.test_image import _engine
+
+    _engine(engine, "rmi", tag, check=False)
+    return subprocess.Popen([sys.executable, "-m", "toolchain", "image", "--lock", lock, "--tag", tag, "--base", base,
+                             "--cache-dir", tmp_path / "cache", "--load", engine], cwd=tmp_path,
+                            env={**isolated_env(tmp_path), **containers_env()}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _child(proc: subprocess.Popen[str], command: str, seconds: float,
+           then: Callable[[int], None] = lambda pid: None) -> int:
+    """The pid of the first child of `proc` whose command line holds `command` (`then` called with it as soon
+    as it is seen), looked for every 5 ms for `seconds`; 0 when none appeared (or `proc` ended)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        listed = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", command], capture_output=True,
+                                text=True).stdout.split()
+        if listed:
+            then(int(listed[0]))
+            return int(listed[0])
+        time.sleep(0.005)
+    return 0
 
 
 def _status(pid: int, field: str) -> str:

@@ -20,11 +20,11 @@ from toolchain.bisect.lockdiff import bisect_locks
 from toolchain.bisect.report import LOG_NAME, BisectOutcome, Report, commit_outcome, lock_outcome
 from toolchain.bisect.state import STATE_NAME, StateFile
 from toolchain.bisect.testers import CommandTester, SmokeTester
-from toolchain.build.cache import cache_root
 from toolchain.console import UI
 from toolchain.core.owned import OWNED_MARKER, claim
 from toolchain.core.record import record, replace
 from toolchain.core.serial import from_data, to_table
+from toolchain.core.trust import cache_root
 from toolchain.errors import UsageError
 from toolchain.lock import read_lock
 from toolchain.pipeline.verify import recipe_from_lock

@@ -34,25 +34,8 @@ from toolchain.core.fs import (
 from toolchain.core.probe_memo import file_sha256
 from toolchain.core.record import field, record, replace
 from toolchain.core.serial import meta
-from toolchain.core.trust import Untrusted, cache_for_run, open_trusted, read_kept, sealed, unseal
+from toolchain.core.trust import Untrusted, open_trusted, read_kept, sealed, unseal
 from toolchain.errors import BuildError
-
-CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
-
-
-def default_cache_dir() -> Path:
-    """The tool's cache folder when no --cache-dir is given: $TOOLCHAIN_CACHE_DIR, else the XDG cache's."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xpu-toolchain"
-
-
-def cache_root(given: Path | str | None = None) -> Path:
-    """The cache folder this run uses: `given`, else `default_cache_dir()`, when the trust rule accepts it,
-    else the run's private folder standing in for it (`core.trust.cache_for_run`, the one place that decides)."""
-    return cache_for_run(Path(given) if given else default_cache_dir())
-
 
 WHEELS_DIR = "wheels"  # under an out dir: the built wheels, as the lock names them
 
@@ -252,18 +235,18 @@ def shared_folder_warnings(cache_dir: Path) -> list[str]:
     by another user, or writable by others and not a sticky folder of this user's or root's, unless the cache
     is declared shared with that group; a link of another user's on the way) or is a symbolic link: one lstat
     each. Nothing under such a folder is read (`core.trust.open_trusted` walks the same way). A run's cache whose
-    root or a folder directly in it fails is untrusted as a whole (`cache_root`): `cache_dir` is then the private
+    root or a folder directly in it fails is untrusted as a whole (`core.trust.cache_root`): `cache_dir` is then the private
     folder standing in for it, and the warning names the cache, why, that folder, and the fix. Nothing is deleted
     through a link."""
     from toolchain.core import trust
 
     stand_in = trust.stands_in_for(cache_dir)
-    if stand_in is not None:  # (decided at the run's first look: `cache_root`)
+    if stand_in is not None:  # (decided at the run's first look: `core.trust.cache_root`)
         whole = ("nothing in it is read, run or written this run (not its git mirrors, source trees, compiler "
                  "cache, work folder, wheel entries nor records): this run uses a private, empty cache instead, "
                  f"{cache_dir} (yours alone, removed at exit: sources are fetched and wheels built again)")
         return [_untrusted_warning(Path(stand_in[0]), [_short(stand_in[0], stand_in[1])], whole)]
-    kept = trust.first_look(cache_dir)  # (what `cache_root` just found, else a fresh look)
+    kept = trust.first_look(cache_dir)  # (what `core.trust.cache_root` just found, else a fresh look)
     found: list[str] = []
     root = os.path.abspath(cache_dir)
     try:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolchain.commands import options
 from toolchain.console import UI, CommandResult
+
+if TYPE_CHECKING:
+    from toolchain.image.deliver import PodmanLoad, Ref
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,15 +59,26 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dict[str, Any], int, str]:
     """Make the image of `lock` and deliver it where `args` say; (the --json document, exit code, summary)."""
-    from toolchain.image.assemble import A
-    from toolchain.image.base import plain_http
-    from toolchain.image.deliver import load, oci_dir, parse_ref, push, to_oci_dir
-    from toolchain.image.make import make_image
+    from toolchain.image.deliver import PodmanLoad, oci_dir, parse_ref
 
     ref = parse_ref(args.tag)
     if args.oci_dir:
         oci_dir(args.oci_dir)  # refused before anything is made: a folder the tool did not make is never replaced
+    early = PodmanLoad() if args.load == "podman" else None  # (podman starts while the image is made)
+    try:
+        return _image_and_deliver(lock, args, ui, ref, early)
+    finally:
+        if early is not None:
+            early.close()  # (not fed, the image not made: podman read an empty archive and loaded nothing)
+
+
+def _image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI, ref: Ref,
+                       early: PodmanLoad | None) -> tuple[dict[str, Any], int, str]:
     from toolchain.core import toml as tomlio
+    from toolchain.image.assemble import A
+    from toolchain.image.base import plain_http
+    from toolchain.image.deliver import load, push, to_oci_dir
+    from toolchain.image.make import make_image
 
     cache = options.cache_dir(args)
     with tomlio.parses_remembered(cache / "memo"):  # (a warm image parses no TOML: the lock read back as JSON)
@@ -82,7 +96,7 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
         data["oci-dir"] = str(to_oci_dir(image, args.oci_dir, ref))
     if args.load:
         with ui.status(f"loading {ref.name} into {args.load}"):
-            data["loaded"] = {"engine": args.load, "name": load(image, args.load, ref, work)}
+            data["loaded"] = {"engine": args.load, "name": load(image, args.load, ref, work, early)}
     if args.push:
         with ui.status(f"pushing {ref.name}"):
             pushed, sent = push(image, ref, work, insecure=args.insecure or plain_http(ref.host))

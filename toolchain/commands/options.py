@@ -45,7 +45,7 @@ def _existing_dir_or_new(value: Path | None, flag: str) -> Path | None:
     """A directory that exists or can be made: not a file, nor under one."""
     if value is None:
         return None
-    from toolchain.pipeline.outdir import check_dir
+    from toolchain.core.fs import check_dir
 
     path = Path(value).expanduser().resolve()
     check_dir(path, flag, writable=False)
@@ -62,8 +62,8 @@ def _at_least_one(value: int | None, flag: str) -> int | None:
 
 def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Path:
     """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain; when the
-    trust rule refuses it, the run's private folder in its place (`build.cache.cache_root`)."""
-    from toolchain.build.cache import cache_root
+    trust rule refuses it, the run's private folder in its place (`core.trust.cache_root`)."""
+    from toolchain.core.trust import cache_root
 
     path = _existing_dir_or_new(cache_root(value), flag)
     assert path is not None

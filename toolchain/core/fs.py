@@ -13,6 +13,8 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from toolchain.errors import UsageError
+
 try:  # the interpreter's own sha256 for short texts: a warm build hashes only those, and loads no OpenSSL
     from _sha256 import sha256 as _short_sha256  # type: ignore[import-not-found,unused-ignore]  # (3.11)
 except ImportError:  # pragma: no cover  (Python 3.12 and later; hashlib's where neither is built)
@@ -204,6 +206,28 @@ def publish_dir(tmp_dir: Path, final: Path) -> bool:
             shutil.rmtree(tmp_dir, ignore_errors=True)
             return False
         raise
+
+
+def check_dir(path: Path, what: str, *, writable: bool = True) -> None:
+    """`path` is, or can be made as, a directory (this process can write, when `writable`): else a usage
+    error (exit 2) naming `what` (a flag, or what the directory is for)."""
+    for p in (path, *path.parents):
+        if not p.exists():
+            continue
+        if not p.is_dir():
+            raise UsageError(f"{what} {path}: {p} is a file, not a directory", hint=f"pass a directory as {what}")
+        if writable and not os.access(p, os.W_OK | os.X_OK):
+            why = "read-only file system" if _read_only(p) else "permission denied"
+            raise UsageError(f"{what} {path}: cannot write {p} ({why})",
+                             hint="pass a directory on a file system you can write to")
+        return
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 class LockWait(OSError):

@@ -129,6 +129,23 @@ _STAND_INS: dict[str, tuple[str, str]] = {}  # a private cache folder -> (the un
 _CHOSEN: dict[str, str] = {}  # an untrusted cache root (as named, absolute) -> the private folder standing in for it
 
 
+CACHE_ENV = "TOOLCHAIN_CACHE_DIR"
+
+
+def default_cache_dir() -> Path:
+    """The tool's cache folder when no --cache-dir is given: $TOOLCHAIN_CACHE_DIR, else the XDG cache's."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xpu-toolchain"
+
+
+def cache_root(given: Path | str | None = None) -> Path:
+    """The cache folder this run uses: `given`, else `default_cache_dir()`, when the trust rule accepts it,
+    else the run's private folder standing in for it (`cache_for_run`, the one place that decides)."""
+    return cache_for_run(Path(given) if given else default_cache_dir())
+
+
 def cache_for_run(root: Path) -> Path:
     """The folder this run uses as the cache `root`: `root` itself when it (or, absent, the nearest folder above
     it) passes `folder_problem` and so does each folder directly in it (`git/`, `trees/`, `ccache/`, `work/`,

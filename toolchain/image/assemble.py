@@ -5,15 +5,14 @@ function of the base, the layer and the labels."""
 
 from __future__ import annotations
 
-import copy
-import datetime as dt
 import functools
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from toolchain.core.fs import atomic_write_bytes, sha256_bytes
 from toolchain.core.owned import check_ours, mark, replace_ours
@@ -42,7 +41,7 @@ def canonical_json(doc: Any) -> bytes:
 
 def rfc3339(epoch: int) -> str:
     """The epoch as OCI's `created` (UTC, seconds)."""
-    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 @record
@@ -77,7 +76,7 @@ class Image:
 
 def assemble(base: BaseImage, layer: Layer, labels: Mapping[str, str], epoch: int, created_by: str) -> Image:
     """Config and manifest of the base plus `layer`, labelled."""
-    config = copy.deepcopy(base.config)
+    config = json.loads(canonical_json(base.config))  # (a copy: the base's JSON, changed here)
     created = rfc3339(epoch)
     config["created"] = created
     inner = config.setdefault("config", {}) or {}
@@ -139,25 +138,22 @@ def write_layout(image: Image, dest: Path, ref: str, tag: str, *, what: str = "-
         raise
 
 
-def write_thin_archive(image: Image, dest: Path, ref: str) -> Path:
-    """An OCI archive (a tar of the layout) of what the image adds to its base: the layer, config, manifest and
-    index, without the base's layers. An engine that already holds the base reuses those by digest; one that
-    does not fails to load it (the caller falls back to the whole layout)."""
+def write_thin_archive(image: Image, out: BinaryIO, ref: str) -> None:
+    """An OCI archive (a tar of the layout) of what the image adds to its base, streamed to `out`: the layer,
+    config and manifest, then oci-layout and index.json (last: an archive cut short names no image), without
+    the base's layers. An engine that already holds the base reuses those by digest; one that does not fails
+    to load it (the caller falls back to the whole layout)."""
     import io
     import tarfile
 
-    members = [("oci-layout", LAYOUT_VERSION), ("index.json", layout_index(image, ref, ref.rsplit(":", 1)[-1])),
-               (f"blobs/sha256/{image.digest[7:]}", image.manifest),
-               (f"blobs/sha256/{image.config_digest[7:]}", image.config)]
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo(f"blobs/sha256/{image.layer.digest[7:]}")
         info.size, info.mode = image.layer.size, 0o644
         with image.layer.blob.open("rb") as layer:
             tar.addfile(info, layer)
-    os.replace(tmp, dest)
-    return dest
+        for name, data in ((f"blobs/sha256/{image.config_digest[7:]}", image.config),
+                           (f"blobs/sha256/{image.digest[7:]}", image.manifest), ("oci-layout", LAYOUT_VERSION),
+                           ("index.json", layout_index(image, ref, ref.rsplit(":", 1)[-1]))):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))

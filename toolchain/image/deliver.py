@@ -1,23 +1,28 @@
 """Where an image goes: an OCI image layout on disk (--oci-dir), the local engine (--load podman|docker: an
-OCI archive it loads, then tagged), or a registry (--push, with the remote wheel cache's client and
-credentials: blobs the registry holds are not sent again, a base in another repository of it is mounted)."""
+OCI archive it loads, then tagged; podman's `load` started before the image is made, `PodmanLoad`), or a
+registry (--push, with the remote wheel cache's client and credentials: blobs the registry holds are not sent
+again, a base in another repository of it is mounted)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from toolchain.core.owned import check_ours
-from toolchain.core.proc.runner import run
+from toolchain.core.proc.runner import Completed, run
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
 from toolchain.errors import UsageError
-from toolchain.image.assemble import Image, canonical_json, write_layout, write_thin_archive
 from toolchain.image.base import engine_env, registry_for
+
+if TYPE_CHECKING:  # (imported where used: `PodmanLoad` starts podman before the image's modules are read)
+    from toolchain.image.assemble import Image
 
 ENGINES = ("podman", "docker")
 NAME = Regex(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
@@ -81,18 +86,23 @@ def oci_dir(dest: Path) -> Path:
 
 def to_oci_dir(image: Image, dest: Path, ref: Ref) -> Path:
     """The image as an OCI image layout at `dest` (replaced when the tool made it: `oci_dir`)."""
+    from toolchain.image.assemble import write_layout
+
     return write_layout(image, oci_dir(dest), ref.name, ref.tag)
 
 
-def load(image: Image, engine: str, ref: Ref, work: Path) -> str:
+def load(image: Image, engine: str, ref: Ref, work: Path, started: PodmanLoad | None = None) -> str:
     """Load the image into `engine` and tag it `ref`; the name it has there. podman is first given an OCI archive
-    of what the image adds (one process: it names the image from the archive and reuses the base's layers it
-    holds); without the base, it loads the whole OCI layout folder. docker loads an archive of the layout."""
+    of what the image adds, through a pipe (one process, `started` before the image was made, else now: it
+    names the image from the archive and reuses the base's layers it holds); without the base, it loads the
+    whole OCI layout folder. docker loads an archive of the layout."""
+    from toolchain.image.assemble import canonical_json, write_layout
+
     if engine not in ENGINES:
         raise UsageError(f"--load {engine!r}: the engine is podman or docker")
-    work.mkdir(parents=True, exist_ok=True)
-    if engine == "podman" and _podman_thin(image, ref, work):
+    if engine == "podman" and (started or PodmanLoad()).feed(image, ref):
         return ref.name
+    work.mkdir(parents=True, exist_ok=True)
     layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
     if engine == "podman":
         try:
@@ -157,16 +167,50 @@ def _unload(engine: str, ident: str, name: str, log: Path) -> None:
             time.sleep(0.5)  # (none yet: the daemon is still loading, or dropped the cut stream)
 
 
-def _podman_thin(image: Image, ref: Ref, work: Path) -> bool:
-    """Load an OCI archive of the image without its base's layers into podman, named `ref` by the archive's
-    index; whether podman took it (it refuses when it lacks a base layer: nothing is stored then)."""
-    archive = write_thin_archive(image, work / f"thin-{os.getpid()}.tar", ref.name)
-    try:
-        done = run(["podman", "load", "-q", "-i", str(archive)], env=engine_env(), capture=True, check=False,
-                   timeout=3600)
-    finally:
-        archive.unlink(missing_ok=True)
-    return done.returncode == 0 and ref.name in done.stdout
+class PodmanLoad:
+    """`podman load` of an OCI archive read from a pipe, started before the image is made: podman's own start
+    (its runtime and storage read before it reads its input: a third of a small load's time) runs while the
+    tool makes the image, and the archive is written into the pipe as podman reads it (the tool writes none on
+    disk). `feed` writes it (the blobs first, index.json last: a stream cut short names no image) and says
+    whether podman took it. Never fed (the image was not made: an error, Ctrl-C), `close` ends the stream empty:
+    podman loads nothing and exits; a stop signal stops it as every child (core/proc). Not loaded for any
+    reason (its hour ran out while the image was made, say), `load` loads the whole layout instead."""
+
+    def __init__(self) -> None:
+        import threading
+
+        read, write = os.pipe()  # (not inherited: only podman is given the read end)
+        self._out = os.fdopen(write, "wb")
+        self._done: list[Completed] = []
+
+        def wait() -> None:
+            try:
+                self._done.append(run(["podman", "load", "-q"], env=engine_env(), capture=True, check=False,
+                                      timeout=3600, stdin=read))
+            except Exception:  # (timed out, say: not loaded; the layout is loaded instead, with its errors)
+                pass
+            finally:
+                os.close(read)  # (podman gone: a write into the pipe fails at once, not when it is full)
+
+        self._thread = threading.Thread(target=wait, name="podman-load", daemon=True)
+        self._thread.start()
+
+    def feed(self, image: Image, ref: Ref) -> bool:
+        """The archive of what `image` adds to its base, named `ref`, written to podman; whether podman loaded
+        it under that name (it refuses it when it lacks a base layer: nothing is stored then)."""
+        from toolchain.image.assemble import write_thin_archive
+
+        with contextlib.suppress(BrokenPipeError):  # (podman ended before it read it all: not loaded)
+            write_thin_archive(image, self._out, ref.name)
+        self.close()
+        done = self._done[0] if self._done else None
+        return done is not None and done.returncode == 0 and ref.name in done.stdout
+
+    def close(self) -> None:
+        """The stream ended (empty when never fed) and podman waited for."""
+        with contextlib.suppress(BrokenPipeError):
+            self._out.close()
+        self._thread.join()
 
 
 def push(image: Image, ref: Ref, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> tuple[str, int]:

@@ -13,7 +13,7 @@ from toolchain.build.remoteopen import open_remote
 from toolchain.build.stack import BuildOptions, BuiltComponent, build_plan
 from toolchain.console import UI
 from toolchain.core import blobs
-from toolchain.core.fs import give_to_invoking_user
+from toolchain.core.fs import check_dir, give_to_invoking_user
 from toolchain.core.group import declare_shared_group
 from toolchain.core.owned import safe_name
 from toolchain.core.record import replace
@@ -24,7 +24,6 @@ from toolchain.errors import BuildError, TestFailed
 from toolchain.lock import LOCK_NAME, Lock, assemble_lock, lock_file_says, out_files_say, read_lock, write_lock
 from toolchain.pipeline.audit import remembered_audit
 from toolchain.pipeline.outdir import (
-    check_dir,
     check_out_dir,
     check_out_dir_unless_building,
     holding_out_dir,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from toolchain.build.cache import WHEELS_DIR
 from toolchain.console import UI
-from toolchain.core.fs import LockWait, atomic_write_text, file_lock, read_regular, sha256_bytes
+from toolchain.core.fs import LockWait, atomic_write_text, check_dir, file_lock, read_regular, sha256_bytes
 from toolchain.core.owned import CorruptRecord, owners, refusal, safe_name
 from toolchain.errors import BuildError, UsageError
 from toolchain.lock import LOCK_NAME, Lock, read_lock
@@ -214,28 +214,6 @@ def mark_out_dir(out: Path, wheels: set[str], *, incomplete: str = "", pylock: s
     if current == text:
         return  # a warm no-op writes nothing
     atomic_write_text(out / OUT_MARKER, text)
-
-
-def check_dir(path: Path, what: str, *, writable: bool = True) -> None:
-    """`path` is, or can be made as, a directory (this process can write, when `writable`): else a usage
-    error (exit 2) naming `what` (a flag, or what the directory is for)."""
-    for p in (path, *path.parents):
-        if not p.exists():
-            continue
-        if not p.is_dir():
-            raise UsageError(f"{what} {path}: {p} is a file, not a directory", hint=f"pass a directory as {what}")
-        if writable and not os.access(p, os.W_OK | os.X_OK):
-            why = "read-only file system" if _read_only(p) else "permission denied"
-            raise UsageError(f"{what} {path}: cannot write {p} ({why})",
-                             hint="pass a directory on a file system you can write to")
-        return
-
-
-def _read_only(path: Path) -> bool:
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def previous_lock(path: Path) -> Lock | None:

@@ -164,7 +164,7 @@ def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, A
     path (each library the lock expects from the run host is looked up: present, or absent with the package that
     brings it); or missing. Smoke serves without oneAPI sourced, so setvars' library path does not count. Raises
     NativeABIError when one an extension module of a component loads is not there."""
-    from toolchain.build.cache import cache_root
+    from toolchain.core.trust import cache_root
     from toolchain.resolve import native, verdicts
     from toolchain.resolve.closure import DEPS_DIR
     from toolchain.resolve.policy import policy_of_recipe_text

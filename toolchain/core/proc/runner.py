@@ -119,14 +119,15 @@ def merge_env(base: Mapping[str, str], *layers: Mapping[str, str | None]) -> dic
 
 def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,
         log: Path | None = None, check: bool = True, capture: bool = False, verbose: bool = False,
-        timeout: float | None = None, stdin: bytes | None = None, success_codes: Sequence[int] = (0,),
+        timeout: float | None = None, stdin: bytes | int | None = None, success_codes: Sequence[int] = (0,),
         hint: str | None = None) -> Completed:
     """Run `argv`. `env` is the complete environment (None: inherit os.environ).
 
     capture=True returns stdout/stderr as text (for short queries such as git rev-parse); otherwise the
     merged output is streamed into `log` (and to the terminal when `verbose`). Secrets are masked in logs.
     The command runs in a session (and process group) of its own, tracked until it ends (see CHILDREN): a stop
-    signal reaches it through the tool, never past it.
+    signal reaches it through the tool, never past it. `stdin`: bytes written to it, or a file descriptor it
+    reads (the read end of a pipe another thread writes: the caller closes it once this returns).
     """
     argv = checked_argv(argv, "run")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
@@ -176,14 +177,14 @@ class _NotStarted(Exception):
 
 
 def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_file: IO[str] | None, capture: bool,
-           verbose: bool, timeout: float | None, stdin: bytes | None) -> tuple[int, str, str, str, bool]:
+           verbose: bool, timeout: float | None, stdin: bytes | int | None) -> tuple[int, str, str, str, bool]:
     """(exit code, stdout, stderr, output tail, timed out)."""
     import subprocess
 
     try:
         proc = subprocess.Popen(
             argv, env=env, cwd=cwd,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if isinstance(stdin, bytes) else subprocess.DEVNULL if stdin is None else stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE if capture else subprocess.STDOUT,
             start_new_session=True,
@@ -197,7 +198,7 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
     try:
         if capture:
             try:
-                out_b, err_b = proc.communicate(stdin, timeout=timeout)
+                out_b, err_b = proc.communicate(stdin if isinstance(stdin, bytes) else None, timeout=timeout)
                 timed_out = False
             except subprocess.TimeoutExpired:
                 _stop(proc)
@@ -214,7 +215,7 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
         tail: list[str] = []
         reader = threading.Thread(target=_pump, args=(proc, env, log_file, verbose, tail), daemon=True)
         reader.start()
-        if stdin is not None:
+        if isinstance(stdin, bytes):
             assert proc.stdin is not None
             proc.stdin.write(stdin)
             proc.stdin.close()
