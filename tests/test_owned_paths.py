@@ -269,7 +269,33 @@ def test_cache_prune_of_the_root_a_home_or_an_untrusted_folder_prunes_nothing(fo
     r = in_throwaway_root(script, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "exit=2" in r.stdout and '"exit_code": 2' in r.stdout, r.stdout + r.stderr
-    assert why in r.stdout and f"cache folder {folder}" in r.stdout and "nothing was pruned" in r.stdout, r.stdout
+    assert why in r.stdout and f"cache folder {folder}" in r.stdout and "nothing was" in r.stdout, r.stdout
+    assert "pruned" in r.stdout.split("nothing was", 1)[1], r.stdout
+    assert r.stdout.rstrip().endswith("INTACT"), r.stdout
+
+
+@ROOT_ONLY
+@pytest.mark.parametrize(("command", "how"), [
+    (["build", "--recipe", "demo", "--cache-dir", "/"], ""),
+    (["build", "--recipe", "demo", "--cache-dir", "/home/u"], ""),
+    (["build", "--recipe", "demo"], "TOOLCHAIN_CACHE_DIR=/"),  # (the default, from the environment)
+    (["cache", "ls", "--cache-dir", "/"], ""),
+    (["plan", "--recipe", "demo", "--cache-dir", "/"], ""),
+])
+def test_no_command_uses_the_root_or_a_home_folder_as_its_cache(command, how, tmp_path):
+    """`build --cache-dir /` made the cache's folders (git/, trees/, wheels/, work/...) in / and read what lay
+    there in their shape: every command now refuses the root or a home folder as its cache (exit 2, naming it),
+    before anything is made there."""
+    tool = _tool(*command)
+    if how:
+        tool = tool.replace("TOOLCHAIN_CACHE_DIR=/tmp/cache", how)
+    script = "\n".join([
+        "set -e", "mkdir -p /home/u/work", "ls -A / | sort > /tmp/before.txt", "ls -A /home/u | sort > /tmp/before-home.txt",
+        tool, "ls -A / | sort | diff /tmp/before.txt - && ls -A /home/u | sort | diff /tmp/before-home.txt - && echo INTACT"])
+    r = in_throwaway_root(script, tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "exit=2" in r.stdout and '"exit_code": 2' in r.stdout, r.stdout + r.stderr
+    assert "never a cache" in r.stdout and ("it is the root folder" in r.stdout or "it is a home folder" in r.stdout)
     assert r.stdout.rstrip().endswith("INTACT"), r.stdout
 
 

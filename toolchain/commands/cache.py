@@ -210,19 +210,12 @@ def _prune_local(args: argparse.Namespace, ui: UI) -> CommandResult:
 def _local_cache(args: argparse.Namespace, verb: str) -> Path:
     """The local cache `cache ls` lists or `cache prune` prunes (`verb`: "listed", "pruned"): refused (exit 2,
     nothing read or touched) when the trust rule refuses it (the run's private, empty cache stands in for it:
-    listing or pruning that would say nothing of the cache named), and a prune when it is the root or a home
-    folder (what lies there in the cache's shape is not known to be the tool's)."""
-    from toolchain.core.owned import protected
+    listing or pruning that would say nothing of the cache named). The root or a home folder is refused for
+    every command where the option is resolved (`options.resolve_cache_dir`)."""
     from toolchain.core.trust import stands_in_for
 
     cache_dir = _cache_dir(args)  # (resolved as the option is: the private folder when the cache is untrusted)
     untrusted = stands_in_for(cache_dir)
-    named = Path(untrusted[0]) if untrusted is not None else cache_dir
-    why = protected(named, mounts=False, current=False) if verb == "pruned" and named.is_dir() else ""
-    if why:
-        raise UsageError(f"cache folder {named}: {why}; nothing was pruned",
-                         hint="a cache is a folder of its own: pass --cache-dir the folder your builds use "
-                              "(default ~/.cache/xpu-toolchain)")
     if untrusted is not None:
         from toolchain.core.group import SHARED_GROUP_ENV
 

@@ -63,8 +63,17 @@ def _at_least_one(value: int | None, flag: str) -> int | None:
 def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Path:
     """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain; when the
     trust rule refuses it, the run's private folder in its place (`core.trust.cache_root`)."""
-    from toolchain.core.trust import cache_root
+    from toolchain.core.owned import protected
+    from toolchain.core.trust import cache_root, default_cache_dir
 
+    named = Path(value).expanduser() if value else default_cache_dir()
+    why = protected(named, mounts=False, current=False)
+    if why:  # (what lies there in a cache's shape is not known to be the tool's: never written, pruned or read)
+        from toolchain.errors import UsageError
+
+        raise UsageError(f"cache folder {named}: {why}, never a cache; nothing was read, written or pruned there",
+                         hint=f"a cache is a folder of its own: pass {flag} the folder your builds use "
+                              "(default ~/.cache/xpu-toolchain), or a new one")
     path = _existing_dir_or_new(cache_root(value), flag)
     assert path is not None
     return path
