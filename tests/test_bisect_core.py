@@ -813,23 +813,26 @@ class NicedCompletions(Deferring):
 
 
 class WaitsForANicedChild(Verdicts):
-    """The first step's test (after both ends') lasts until a background completion's process runs."""
+    """The first step's test (after both ends') lasts until a background completion's process runs, the
+    second's until three have (the ends' two, then one for an end the first step moved)."""
 
     folder: Path
 
     def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
-        if len(self.calls) == 2:
+        if len(self.calls) in (2, 3):
             deadline = time.monotonic() + 30
-            while not any(self.folder.iterdir()) and time.monotonic() < deadline:
+            while len(list(self.folder.iterdir())) < (1 if len(self.calls) == 2 else 3) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.01)
         return super().test(cand, build)
 
 
 @pytest.mark.skipif(not _may_lower_nice(), reason="lowering a nice value again is not allowed here")
 def test_when_the_result_waits_for_background_completions_they_run_at_the_bisects_priority(tmp_path: Path):
-    """A background completion runs at COMPLETE_NICE, its resolver too; once the bisect ends and waits for
-    the completions running, they and their processes go on at the bisect's own nice value (a starved
-    nicer one would hold the result up), and a completion's thread is back at it afterwards."""
+    """A background completion runs at COMPLETE_NICE, its resolver too, but for the first (it fills the caches
+    the others need: at the bisect's own nice value); once the bisect ends and waits for the completions
+    running, they and their processes go on at the bisect's own nice value (a starved nicer one would hold the
+    result up), and a completion's thread is back at it afterwards."""
     from toolchain.bisect.priority import COMPLETE_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
@@ -844,6 +847,7 @@ def test_when_the_result_waits_for_background_completions_they_run_at_the_bisect
     assert key(result.first_bad) == "c041"
     assert result.good_build is not None and not result.good_build.deferred
     assert builder.seen, "no completion ran in the background"
+    assert builder.seen[0][0] == base, builder.seen  # the first, at the bisect's
     assert any(start == niced for start, _, _ in builder.seen), builder.seen  # one ran niced, then was reniced
     # (one started after it inherits its thread's, at the bisect's)
     assert all(start in (niced, base) and end == base and thread == base for start, end, thread in builder.seen), \

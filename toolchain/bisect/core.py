@@ -30,8 +30,9 @@ made meanwhile discarded; the result waits for both checks. With `jobs` = 1 both
 
 Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
-may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE, the two
-at once (COMPLETING threads), and when the bisect ends the two it names are completed if they are not yet,
+may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE (the
+first at the bisect's own nice value: it fills the caches the later ones and the result need), the two at once
+(COMPLETING threads), and when the bisect ends the two it names are completed if they are not yet,
 waiting for a completion already running for one rather than starting another (`Spent.resolve_waited`).
 
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
@@ -117,6 +118,7 @@ class Bisector:
         self._completing: dict[str, Future[BuildOutcome]] = {}  # claimed by a background job: running or done
         self._jobs: list[Future[BuildOutcome | None]] = []  # background jobs, each to claim an end when it starts
         self._completers: set[int] = set()  # the native ids of the threads completing one now
+        self._filled = False  # a background completion ended: the caches it fills are filled
         self._claims = threading.Lock()
         self._ending = False
         self._background: ThreadPoolExecutor | None = None
@@ -329,7 +331,7 @@ class Bisector:
             self._jobs = [j for j in self._jobs if not j.done()]
             queued = sum(1 for j in self._jobs if not j.running())
             for _ in range(unclaimed - queued):
-                self._jobs.append(self._background.submit(at_nice, COMPLETE_NICE, self._complete_named, ""))
+                self._jobs.append(self._background.submit(self._complete_job))
 
     def _unclaimed(self) -> list[str]:
         """The keys of the current ends whose build is deferred and whose completion nobody took yet."""
@@ -337,6 +339,13 @@ class Bisector:
         keys = [self.state.candidates[i].key for i in (lo, hi)]
         return [k for k in keys if k not in self._completing and (b := self.state.builds.get(k)) is not None
                 and b.ok and b.deferred]
+
+    def _complete_job(self) -> BuildOutcome | None:
+        """(A background job) `_complete_named` at COMPLETE_NICE, but at the bisect's own nice value while no
+        completion of this run has ended: the first fills the caches every later one and the result need (the
+        index's answers, metadata built from sdists, the closure's file lists: seconds of network and CPU);
+        niced 15, it starved beside the steps' builds and the result waited for the rest of it."""
+        return at_nice(COMPLETE_NICE if self._filled else 0, self._complete_named, "")
 
     def _complete_named(self, _: str) -> BuildOutcome | None:
         """(A background thread) complete an end the result may name now, claiming it (None: none left)."""
@@ -356,6 +365,7 @@ class Bisector:
         finally:
             with self._claims:
                 self._completers.discard(threading.get_native_id())
+        self._filled = True
         future.set_result(done)
         return done
 
