@@ -198,7 +198,7 @@ def _stored_by_default() -> None:
         initialize(self)
         self.compression = "stored"
 
-    bdist_wheel.initialize_options = initialize_options  # type: ignore[method-assign]
+    bdist_wheel.initialize_options = initialize_options
 
 
 def pep517(out: str, backend: str, backend_path: str, argv: list[str], *, stored: bool = False) -> int:
