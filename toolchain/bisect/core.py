@@ -32,7 +32,8 @@ Off the critical path: a builder that defers work a step's verdict does not need
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
 may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE (the
 first at the bisect's own nice value: it fills the caches the later ones and the result need), the two at once
-(COMPLETING threads), and when the bisect ends the two it names are completed if they are not yet,
+(COMPLETING threads), with NEAR_STEPS tests left at most the builds ahead between them too (as they are done:
+one of them is named but for a skip), and when the bisect ends the two it names are completed if they are not yet,
 waiting for a completion already running for one rather than starting another (`Spent.resolve_waited`).
 
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
@@ -78,6 +79,7 @@ __all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOut
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 COMPLETING = 2  # background completions at once: the last good and the first bad so far
+NEAR_STEPS = 2  # tests left at most when the builds ahead between the ends are completed too (as they are done)
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -320,9 +322,10 @@ class Bisector:
     # ---- completing deferred builds (the locks the result may name) --------------------------------------
     def _complete_ahead(self) -> None:
         """Take in the background completions that are done; have the current last good and first bad
-        candidates (the only tested ones the result may still name) completed where their build is deferred:
-        a job per end not yet claimed, each taking, when its thread is free, whichever end is named *then*
-        (an end named two steps ago may be named no longer; one of the same requirements is)."""
+        candidates (the only tested ones the result may still name) completed where their build is deferred,
+        and near the end the builds ahead between them (`_unclaimed`): a job per build not yet claimed, each
+        taking, when its thread is free, whichever the result may name *then* (an end named two steps ago may
+        be named no longer; one of the same requirements is)."""
         self._harvest()
         if self._background is None:
             return
@@ -334,11 +337,25 @@ class Bisector:
                 self._jobs.append(self._background.submit(self._complete_job))
 
     def _unclaimed(self) -> list[str]:
-        """The keys of the current ends whose build is deferred and whose completion nobody took yet."""
+        """The keys of the builds the result may name whose build is deferred and whose completion nobody took
+        yet: the current ends', then, once at most NEAR_STEPS tests are left, the builds ahead done for the
+        candidates between them (one of them is the first bad or its good parent but for a skip; completed
+        when its build is there, not after the last step)."""
         lo, hi = self.state.bounds()
-        keys = [self.state.candidates[i].key for i in (lo, hi)]
-        return [k for k in keys if k not in self._completing and (b := self.state.builds.get(k)) is not None
-                and b.ok and b.deferred]
+        cands = self.state.candidates
+        near = range(lo + 1, hi) if steps_left(self.state.pending()) <= NEAR_STEPS else range(0)
+        keys = [cands[i].key for i in (lo, hi, *near)]
+        return [k for k in keys if k not in self._completing and self._deferred(k) is not None]
+
+    def _deferred(self, key: str) -> BuildOutcome | None:
+        """The deferred build of `key` to complete: a tested candidate's (the state's), or a build ahead's that
+        is done; None when there is none, it failed or it is whole."""
+        build = self.state.builds.get(key)
+        future = self._futures.get(key)
+        if build is None and future is not None and future.done() and not future.cancelled() \
+                and future.exception() is None:
+            build = future.result()
+        return build if build is not None and build.ok and build.deferred else None
 
     def _complete_job(self) -> BuildOutcome | None:
         """(A background job) `_complete_named` at COMPLETE_NICE, but at the bisect's own nice value while no
@@ -354,11 +371,13 @@ class Bisector:
             if not todo:
                 return None
             key = todo[0]
+            build = self._deferred(key)
+            assert build is not None
             future = self._completing[key] = Future[BuildOutcome]()
             future.set_running_or_notify_cancel()
             self._completers.add(threading.get_native_id())
         try:
-            done = self._timed_complete(key, self.state.builds[key], ahead=True)
+            done = self._timed_complete(key, build, ahead=True)
         except BaseException as exc:
             future.set_exception(exc)
             raise
