@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_bisect import BuildCommandClock, SubprocessClock, _timed, raw_wheel
+from benchmarks.bench_bisect import BuildCommandClock, SubprocessClock, _cpu, _timed, raw_wheel
 from benchmarks.measure import Sample, profile_call, side_by_side
 from toolchain.bisect.candidates import git_candidates
 from toolchain.bisect.core import Bisector, BisectResult
@@ -132,36 +132,37 @@ def _toml(text: str) -> str:
     return json.dumps(text)
 
 
-def real_git_bisect_run(mirror: Path, work: Path, test: Path, rng: RealRange = REAL) -> tuple[str, int, float]:
+def real_git_bisect_run(mirror: Path, work: Path, test: Path, rng: RealRange = REAL) -> tuple[str, int, float, float]:
     """A clean `git bisect run` of the range: `git clean -fdx`, `pip wheel --no-build-isolation --no-deps`,
-    the same test."""
+    the same test. (first bad, steps, wall seconds, CPU seconds)"""
     clone = work / "git-baseline"
     shutil.rmtree(clone, ignore_errors=True)
     run(["git", "clone", "-q", "--no-checkout", str(mirror), str(clone)], capture=True)
     step = work / "git_step.py"
     step.write_text(GIT_STEP_PY)
     git = ["git", "-C", str(clone), "-c", "user.name=bench", "-c", "user.email=bench@example.org"]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _cpu()
     run([*git, "bisect", "start", "--first-parent", rng.bad, rng.good], capture=True)
     done = run([*git, "bisect", "run", sys.executable, str(step), str(clone), str(test)], capture=True, check=False)
-    seconds = time.monotonic() - started
+    seconds, cpu = time.monotonic() - started, _cpu() - cpu
     found = re.search(r"^([0-9a-f]{40}) is the first bad commit", done.stdout, re.M)
-    return found.group(1) if found else "", done.stdout.count("running "), seconds
+    return found.group(1) if found else "", done.stdout.count("running "), seconds, cpu
 
 
 def tool_bisect(rng: RealRange, mirror: Path, work: Path, test: Path, *,
-                cache: Path | None = None) -> tuple[BisectResult, float]:
+                cache: Path | None = None) -> tuple[BisectResult, float, float]:
     """A bisect of the range by the tool (as `toolchain bisect --test-cmd` runs it, both ends checked): its
-    result and wall seconds (a completion left in the background after it is waited for, not timed)."""
+    result, wall seconds (a completion left in the background after it is waited for, not timed) and CPU
+    seconds (this process's and its children's, that completion's included)."""
     cands = git_candidates(mirror, rng.good, rng.bad, url=REAL_URL)
     tester = CommandTester([sys.executable, str(test)], work / "test-logs")
     bisector = Bisector(cands, real_builder(work, mirror, cache=cache, resolve_steps=tester.needs_closure), tester,
                         jobs=DEFAULT_JOBS, check_ends=True)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _cpu()
     result = bisector.run()
     seconds = time.monotonic() - started
     bisector.wait_background()
-    return result, seconds
+    return result, seconds, _cpu() - cpu
 
 
 def _steps(result: BisectResult) -> list[str]:
@@ -186,20 +187,24 @@ def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 
     checks: dict[str, bool] = {}
     t_tool: dict[str, list[float]] = {rng.name: [] for rng in ranges}
     t_git: dict[str, list[float]] = {rng.name: [] for rng in ranges}
+    cpu_tool: dict[str, list[float]] = {rng.name: [] for rng in ranges}
+    cpu_git: dict[str, list[float]] = {rng.name: [] for rng in ranges}
     last: dict[str, BisectResult] = {}
     for r in range(rounds):
         for rng in ranges:  # side by side: each range's tool bisect, then its git bisect run
             name = rng.name
-            result, seconds = tool_bisect(rng, mirror, work / f"{name}-cold{r}", tests[name])
+            result, seconds, cpu = tool_bisect(rng, mirror, work / f"{name}-cold{r}", tests[name])
             t_tool[name].append(seconds)
+            cpu_tool[name].append(cpu)
             last[name] = result
             checks[f"{name}_found"] = checks.get(f"{name}_found", True) and result.first_bad is not None \
                 and result.first_bad.key == rng.first_bad and len(result.checks) == 2
             figures.setdefault(f"{name}_builds_compiled", []).append(result.builds_compiled)
             figures.setdefault(f"{name}_spent", []).append(result.spent.line())
             if baseline:
-                git_first_bad, git_steps, git_seconds = real_git_bisect_run(mirror, work, tests[name], rng)
+                git_first_bad, git_steps, git_seconds, git_cpu = real_git_bisect_run(mirror, work, tests[name], rng)
                 t_git[name].append(git_seconds)
+                cpu_git[name].append(git_cpu)
                 figures[f"{name}_git_steps"] = git_steps
                 checks[f"{name}_git_agrees"] = checks.get(f"{name}_git_agrees", True) and git_first_bad == rng.first_bad
     figures["real_load_at_end"] = round(os.getloadavg()[0], 2)
@@ -208,17 +213,21 @@ def run_real_benchmark(work: Path, *, mirror: Path = REAL_MIRROR, rounds: int = 
         commits = len(git_candidates(mirror, rng.good, rng.bad, url=REAL_URL)) - 1
         figures.update({f"{name}_commits": commits, f"{name}_steps": len(result.steps),
                         f"{name}_tool_seconds": [round(t, 2) for t in t_tool[name]],
+                        f"{name}_tool_cpu_seconds": [round(t, 2) for t in cpu_tool[name]],
                         f"{name}_last_bisect": _steps(result)})
         if baseline:
             tool, git = statistics.median(t_tool[name]), statistics.median(t_git[name])
             figures.update({f"{name}_git_seconds": [round(t, 2) for t in t_git[name]],
-                            f"{name}_time_ratio": round(tool / git, 3)})
+                            f"{name}_git_cpu_seconds": [round(t, 2) for t in cpu_git[name]],
+                            f"{name}_time_ratio": round(tool / git, 3),
+                            f"{name}_cpu_ratio": round(statistics.median(cpu_tool[name])
+                                                       / statistics.median(cpu_git[name]), 3)})
             checks[f"{name}_within_{rng.goal}x_git"] = tool <= rng.goal * git
         locks = [b for b in (result.good_build, result.bad_build) if b is not None]
         checks[f"{name}_named_locks_pin_closures"] = len(locks) == 2 and all(
             b.ok and not b.deferred and "[[dependencies]]" in Path(str(b.lock_path)).read_text() for b in locks)
     if REQS in ranges:  # the same bisect again: the last round's cache, a new out folder
-        again, seconds = tool_bisect(REQS, mirror, work / "reqs-rerun", tests["reqs"],
+        again, seconds, _ = tool_bisect(REQS, mirror, work / "reqs-rerun", tests["reqs"],
                                      cache=work / f"reqs-cold{rounds - 1}" / "cache")
         figures.update(reqs_rerun_seconds=round(seconds, 2), reqs_rerun_builds_compiled=again.builds_compiled,
                        reqs_rerun_spent=again.spent.line())

@@ -536,6 +536,69 @@ def test_deferred_builds_are_completed_for_the_ends_the_result_may_name_and_the_
     assert result.spent.test >= 0 and result.spent.wall >= result.spent.wait >= 0 and result.spent.compile == 0
 
 
+class DeferringAhead(Deferring):
+    """Deferring, built ahead too (a measured core a build): records each completion's key, whether in the
+    background, and whether its candidate was tested by then."""
+
+    def __init__(self, tester: Verdicts) -> None:
+        super().__init__(tester)
+        self.cores = 1.0
+        self.untested: list[str] = []  # completed before their candidate was tested
+
+    def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
+        assert build.deferred
+        with self.changed:
+            if key not in self.tester.calls:
+                self.untested.append(key)
+            self.completed.append((key, ahead, len(self.tester.calls)))
+            self.changed.notify_all()
+        return replace(build, deferred=False)
+
+
+class WaitsNearTheEnd(Verdicts):
+    """Each test first waits for every build started (what the bisect completes after it is there); with two
+    tests left at most and a build of a candidate between the ends (this one too) done by the last test, waits
+    (5 s at most) for a completion of a build not yet tested (`expected`)."""
+
+    builder: DeferringAhead
+    bisector: Bisector
+    done_before: frozenset[str] = frozenset()
+    expected = False
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        futures = self.bisector._futures
+        deadline = time.monotonic() + 5
+        while not all(f.done() for f in list(futures.values())) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        state = self.bisector.state
+        lo, hi = state.bounds()
+        between = {c.key for c in state.candidates[lo + 1:hi]} - set(self.calls)
+        if 0 < state.pending() <= 3 and between & self.done_before:
+            self.expected = True
+            with self.builder.changed:
+                self.builder.changed.wait_for(lambda: self.builder.untested, 5)
+        self.done_before = frozenset(futures)
+        return super().test(cand, build)
+
+
+@pytest.mark.parametrize("first_bad", [5, 41])  # (with 63 no build ahead lies there)
+def test_near_the_end_the_builds_ahead_between_the_ends_are_completed_before_they_are_tested(first_bad):
+    """With two tests left at most, a build ahead between the ends (the first bad or its good parent but for
+    a skip) is completed in the background as soon as it is there, before its candidate is tested; the result
+    is the same and the two builds it names are whole."""
+    tester = WaitsNearTheEnd(first_bad)
+    builder = tester.builder = DeferringAhead(tester)
+    bisector = tester.bisector = Bisector(cands(65), builder, tester, jobs=3, idle=lambda: 2.0)
+    result = bisector.run()
+    bisector.wait_background()
+    assert key(result.first_bad) == f"c{first_bad:03d}" and key(result.last_good) == f"c{first_bad - 1:03d}"
+    assert result.good_build is not None and not result.good_build.deferred
+    assert result.bad_build is not None and not result.bad_build.deferred
+    assert tester.expected and builder.untested, builder.completed
+    # each one completed before its test lay between the ends then, two tests from the end at most
+    assert all(abs(int(k[1:]) - first_bad) <= 3 for k in builder.untested), builder.untested
+
+
 def test_state_file_errors(tmp_path: Path):
     bad = tmp_path / "x.json"
     bad.write_text("not json")
@@ -846,23 +909,26 @@ class NicedCompletions(Deferring):
 
 
 class WaitsForANicedChild(Verdicts):
-    """The first step's test (after both ends') lasts until a background completion's process runs."""
+    """The first step's test (after both ends') lasts until a background completion's process runs, the
+    second's until three have (the ends' two, then one for an end the first step moved)."""
 
     folder: Path
 
     def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
-        if len(self.calls) == 2:
+        if len(self.calls) in (2, 3):
             deadline = time.monotonic() + 30
-            while not any(self.folder.iterdir()) and time.monotonic() < deadline:
+            while len(list(self.folder.iterdir())) < (1 if len(self.calls) == 2 else 3) \
+                    and time.monotonic() < deadline:
                 time.sleep(0.01)
         return super().test(cand, build)
 
 
 @pytest.mark.skipif(not _may_lower_nice(), reason="lowering a nice value again is not allowed here")
 def test_when_the_result_waits_for_background_completions_they_run_at_the_bisects_priority(tmp_path: Path):
-    """A background completion runs at COMPLETE_NICE, its resolver too; once the bisect ends and waits for
-    the completions running, they and their processes go on at the bisect's own nice value (a starved
-    nicer one would hold the result up), and a completion's thread is back at it afterwards."""
+    """A background completion runs at COMPLETE_NICE, its resolver too, but for the first (it fills the caches
+    the others need: at the bisect's own nice value); once the bisect ends and waits for the completions
+    running, they and their processes go on at the bisect's own nice value (a starved nicer one would hold the
+    result up), and a completion's thread is back at it afterwards."""
     from toolchain.bisect.priority import COMPLETE_NICE
 
     base = os.getpriority(os.PRIO_PROCESS, os.getpid())
@@ -877,6 +943,7 @@ def test_when_the_result_waits_for_background_completions_they_run_at_the_bisect
     assert key(result.first_bad) == "c041"
     assert result.good_build is not None and not result.good_build.deferred
     assert builder.seen, "no completion ran in the background"
+    assert builder.seen[0][0] == base, builder.seen  # the first, at the bisect's
     assert any(start == niced for start, _, _ in builder.seen), builder.seen  # one ran niced, then was reniced
     # (one started after it inherits its thread's, at the bisect's)
     assert all(start in (niced, base) and end == base and thread == base for start, end, thread in builder.seen), \

@@ -142,3 +142,32 @@ def test_pip_constraints_on_the_project_are_checked_as_pip_checks_them(tmp_path)
     nested.write_text("tiny @ file:///elsewhere\n")  # more than a named version: pip decides
     done = _pep517(src, {"PIP_CONSTRAINT": str(constraints)})
     assert "FALLBACK RAN" in done.stdout and "holds more than named versions" in done.stdout
+
+
+@pytest.mark.parametrize("project", ["default", "says-deflated"])
+def test_setuptools_writes_the_wheel_uncompressed_when_the_tool_normalizes_it(tmp_path, project):
+    """`--stored` (the tool normalizes the wheel after, compressing each entry): setuptools' bdist_wheel
+    writes it uncompressed, unless the project's setup.cfg chooses its compression; without it, deflated."""
+    import shutil
+    import zipfile
+
+    src = tmp_path / "legacysetup"
+    shutil.copytree(PACKAGES / "legacysetup", src)
+    if project == "says-deflated":
+        (src / "setup.cfg").write_text("[bdist_wheel]\ncompression = deflated\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    methods = {}
+    for stored in (True, False):
+        out = tmp_path / f"out-{stored}"
+        out.mkdir()
+        argv = [sys.executable, str(PEP517_FILE), *(["--stored"] if stored else []), str(out),
+                "setuptools.build_meta:__legacy__", "", "--", sys.executable, "-c", "print('FALLBACK RAN')"]
+        done = subprocess.run(argv, cwd=src, env={**clean, "PIP_CONFIG_FILE": os.devnull}, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and "FALLBACK RAN" not in done.stdout, done.stderr
+        shutil.rmtree(src / "build", ignore_errors=True)
+        (wheel,) = out.glob("*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            methods[stored] = {i.compress_type for i in z.infolist() if not i.is_dir()}
+    assert methods[False] == {zipfile.ZIP_DEFLATED}
+    assert methods[True] == ({zipfile.ZIP_STORED} if project == "default" else {zipfile.ZIP_DEFLATED})

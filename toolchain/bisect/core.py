@@ -33,8 +33,10 @@ nice value (`priority.hurry`), no longer starved at AHEAD_NICE behind other work
 
 Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
-may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE, the two
-at once (COMPLETING threads), and when the bisect ends the two it names are completed if they are not yet,
+may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE (the
+first at the bisect's own nice value: it fills the caches the later ones and the result need), the two at once
+(COMPLETING threads), with NEAR_STEPS tests left at most the builds ahead between them too (as they are done:
+one of them is named but for a skip), and when the bisect ends the two it names are completed if they are not yet,
 waiting for a completion already running for one rather than starting another (`Spent.resolve_waited`).
 
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
@@ -80,6 +82,7 @@ __all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOut
 
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 COMPLETING = 2  # background completions at once: the last good and the first bad so far
+NEAR_STEPS = 2  # tests left at most when the builds ahead between the ends are completed too (as they are done)
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -120,6 +123,7 @@ class Bisector:
         self._completing: dict[str, Future[BuildOutcome]] = {}  # claimed by a background job: running or done
         self._jobs: list[Future[BuildOutcome | None]] = []  # background jobs, each to claim an end when it starts
         self._completers: set[int] = set()  # the native ids of the threads completing one now
+        self._filled = False  # a background completion ended: the caches it fills are filled
         self._claims = threading.Lock()
         self._ending = False
         self._background: ThreadPoolExecutor | None = None
@@ -350,9 +354,10 @@ class Bisector:
     # ---- completing deferred builds (the locks the result may name) --------------------------------------
     def _complete_ahead(self) -> None:
         """Take in the background completions that are done; have the current last good and first bad
-        candidates (the only tested ones the result may still name) completed where their build is deferred:
-        a job per end not yet claimed, each taking, when its thread is free, whichever end is named *then*
-        (an end named two steps ago may be named no longer; one of the same requirements is)."""
+        candidates (the only tested ones the result may still name) completed where their build is deferred,
+        and near the end the builds ahead between them (`_unclaimed`): a job per build not yet claimed, each
+        taking, when its thread is free, whichever the result may name *then* (an end named two steps ago may
+        be named no longer; one of the same requirements is)."""
         self._harvest()
         if self._background is None:
             return
@@ -361,14 +366,35 @@ class Bisector:
             self._jobs = [j for j in self._jobs if not j.done()]
             queued = sum(1 for j in self._jobs if not j.running())
             for _ in range(unclaimed - queued):
-                self._jobs.append(self._background.submit(at_nice, COMPLETE_NICE, self._complete_named, ""))
+                self._jobs.append(self._background.submit(self._complete_job))
 
     def _unclaimed(self) -> list[str]:
-        """The keys of the current ends whose build is deferred and whose completion nobody took yet."""
+        """The keys of the builds the result may name whose build is deferred and whose completion nobody took
+        yet: the current ends', then, once at most NEAR_STEPS tests are left, the builds ahead done for the
+        candidates between them (one of them is the first bad or its good parent but for a skip; completed
+        when its build is there, not after the last step)."""
         lo, hi = self.state.bounds()
-        keys = [self.state.candidates[i].key for i in (lo, hi)]
-        return [k for k in keys if k not in self._completing and (b := self.state.builds.get(k)) is not None
-                and b.ok and b.deferred]
+        cands = self.state.candidates
+        near = range(lo + 1, hi) if steps_left(self.state.pending()) <= NEAR_STEPS else range(0)
+        keys = [cands[i].key for i in (lo, hi, *near)]
+        return [k for k in keys if k not in self._completing and self._deferred(k) is not None]
+
+    def _deferred(self, key: str) -> BuildOutcome | None:
+        """The deferred build of `key` to complete: a tested candidate's (the state's), or a build ahead's that
+        is done; None when there is none, it failed or it is whole."""
+        build = self.state.builds.get(key)
+        future = self._futures.get(key)
+        if build is None and future is not None and future.done() and not future.cancelled() \
+                and future.exception() is None:
+            build = future.result()
+        return build if build is not None and build.ok and build.deferred else None
+
+    def _complete_job(self) -> BuildOutcome | None:
+        """(A background job) `_complete_named` at COMPLETE_NICE, but at the bisect's own nice value while no
+        completion of this run has ended: the first fills the caches every later one and the result need (the
+        index's answers, metadata built from sdists, the closure's file lists: seconds of network and CPU);
+        niced 15, it starved beside the steps' builds and the result waited for the rest of it."""
+        return at_nice(COMPLETE_NICE if self._filled else 0, self._complete_named, "")
 
     def _complete_named(self, _: str) -> BuildOutcome | None:
         """(A background thread) complete an end the result may name now, claiming it (None: none left)."""
@@ -377,17 +403,20 @@ class Bisector:
             if not todo:
                 return None
             key = todo[0]
+            build = self._deferred(key)
+            assert build is not None
             future = self._completing[key] = Future[BuildOutcome]()
             future.set_running_or_notify_cancel()
             self._completers.add(threading.get_native_id())
         try:
-            done = self._timed_complete(key, self.state.builds[key], ahead=True)
+            done = self._timed_complete(key, build, ahead=True)
         except BaseException as exc:
             future.set_exception(exc)
             raise
         finally:
             with self._claims:
                 self._completers.discard(threading.get_native_id())
+        self._filled = True
         future.set_result(done)
         return done
 

@@ -9,8 +9,9 @@ setuptools.build_meta:__legacy__; pip 21.3 or later in the
 target, which builds the tree where it is; no pip setting that it passes on), a script in the target
 (build/pep517call.py, the in-target runner's build command) makes the call itself, as pyproject-hooks makes it for pip: the same
 interpreter, the same folder, the same backend and backend-path, the same PEP517_* variables, no config
-settings. Anywhere else, and for any other command, the command runs as written. The checks pip makes of
-the wheel it built (`check_as_pip`) are made here: a project whose Requires-Python excludes the target's
+settings (but for setuptools' bdist_wheel writing the wheel uncompressed where the tool normalizes it after,
+which compresses every entry again: the same bytes once normalized). Anywhere else, and for any other
+command, the command runs as written. The checks pip makes of the wheel it built (`check_as_pip`) are made here: a project whose Requires-Python excludes the target's
 Python, or whose wheel's name or version disagrees with its metadata, fails as under pip.
 """
 
@@ -37,11 +38,14 @@ class BackendCall:
     backend: str
     backend_path: tuple[str, ...] = ()
 
-    def argv(self, python: str, script: str, src: str, out: str, command: Sequence[str]) -> list[str]:
+    def argv(self, python: str, script: str, src: str, out: str, command: Sequence[str], *,
+             stored: bool = False) -> list[str]:
         """The argv of the call's script (`PEP517_FILE` at `script` in the target; run in `src`, the tree's
-        target-side path) that makes the call, or runs `command` where pip would do more."""
+        target-side path) that makes the call, or runs `command` where pip would do more. `stored`: the wheel
+        is normalized after (compressed then), so setuptools writes it uncompressed."""
         paths = [posixpath.normpath(posixpath.join(src, p)) for p in self.backend_path]
-        return [python, script, out, self.backend, ":".join(paths), "--", *command]  # (Linux targets)
+        return [python, script, *(["--stored"] if stored else []), out, self.backend, ":".join(paths), "--",
+                *command]  # (Linux targets)
 
     def describe(self) -> str:
         """How the wheel was built, for a log: the PEP 517 backend called directly."""

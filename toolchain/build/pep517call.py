@@ -2,9 +2,10 @@
 its one build call, without pip: what runs INSIDE the target as a file (stdlib only, like intarget.py, which
 runs it as the build's ARGV):
 
-    python pep517call.py OUT BACKEND BACKEND_PATH -- ARGV...
+    python pep517call.py [--stored] OUT BACKEND BACKEND_PATH -- ARGV...
 
-calls the PEP 517 backend's build_wheel in this interpreter; runs ARGV itself where pip would do more or
+calls the PEP 517 backend's build_wheel in this interpreter (`--stored`: setuptools writes the wheel
+uncompressed, as the tool normalizes it after); runs ARGV itself where pip would do more or
 otherwise (`pip_settings`). The checks pip makes of the wheel it built are the tool's (toolchain.build.frontend).
 """
 
@@ -179,11 +180,33 @@ def constraint_problem(constraints: tuple[tuple[str, str, str], ...], wheel: str
     return ""
 
 
-def pep517(out: str, backend: str, backend_path: str, argv: list[str]) -> int:
+def _stored_by_default() -> None:
+    """setuptools' bdist_wheel writes the wheel uncompressed unless the project says otherwise (its
+    `compression` option, from setup.cfg or the command line, still wins): the tool normalizes every wheel it
+    builds (build/wheelnorm.py), which writes each entry compressed again, an unchanged file of a bisect's
+    next commit from what it kept; the backend compressing every file was work thrown away (~0.09 s of
+    auto-round's ~0.45 s build). Another backend, or a setuptools without its own bdist_wheel: as it is."""
+    if "setuptools" not in sys.modules:
+        return
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel
+    except ImportError:
+        return
+    initialize = bdist_wheel.initialize_options
+
+    def initialize_options(self: Any) -> None:
+        initialize(self)
+        self.compression = "stored"
+
+    bdist_wheel.initialize_options = initialize_options
+
+
+def pep517(out: str, backend: str, backend_path: str, argv: list[str], *, stored: bool = False) -> int:
     """What `pip wheel --no-build-isolation --no-deps SRC -w OUT` (`argv`, run in SRC) does to build, without
     pip's own start (its imports, a metadata call in one more interpreter): pyproject-hooks' build_wheel call,
     as pip makes it, in this interpreter. `backend_path`: the absolute `backend-path` folders (os.pathsep
-    between). Where pip would do more or otherwise (`pip_settings`), `argv` runs instead. A wheel that pip's
+    between). `stored`: the tool normalizes the wheel (compressing it), so setuptools writes it uncompressed
+    (`_stored_by_default`). Where pip would do more or otherwise (`pip_settings`), `argv` runs instead. A wheel that pip's
     constraints refuse is removed and the build fails, as under pip. The checks pip makes of the wheel it
     built are the tool's (toolchain.build.frontend)."""
     settings = pip_settings(dict(os.environ))
@@ -209,6 +232,8 @@ def pep517(out: str, backend: str, backend_path: str, argv: list[str]) -> int:
         return 1
     for attr in filter(None, attrs.split(".")):
         hooks = getattr(hooks, attr)
+    if stored:
+        _stored_by_default()
     built = str(hooks.build_wheel(os.path.abspath(out), None, None))
     problem = constraint_problem(settings.constraints, built)
     if problem:
@@ -220,10 +245,12 @@ def pep517(out: str, backend: str, backend_path: str, argv: list[str]) -> int:
 
 
 def main(args: list[str]) -> int:
-    """`OUT BACKEND BACKEND_PATH -- ARGV...`: the backend's build call (or ARGV); its exit code."""
+    """`[--stored] OUT BACKEND BACKEND_PATH -- ARGV...`: the backend's build call (or ARGV); its exit code."""
+    stored = args[:1] == ["--stored"]
+    args = args[1:] if stored else args
     if len(args) >= 5 and args[3] == "--":
-        return pep517(args[0], args[1], args[2], args[4:])
-    sys.stderr.write("usage: OUT BACKEND BACKEND_PATH -- ARGV...\n")
+        return pep517(args[0], args[1], args[2], args[4:], stored=stored)
+    sys.stderr.write("usage: [--stored] OUT BACKEND BACKEND_PATH -- ARGV...\n")
     return 2
 
 

@@ -440,7 +440,8 @@ def _build_into_cache(plan: Plan, cp: ComponentPlan, runtime: BuildRuntime, mirr
             check_build_requires(ws, python, src, what, log, tree=here, identity=runtime.identity())
             requires = declared_requires(here)  # (recorded: a build served from the cache checks them again)
             call = backend_call(comp.command, here)  # pip's one build call, without pip (build/frontend.py)
-            run_argv = call.argv(python, ws.extras[PEP517], src, ws.out, argv) if call else argv
+            run_argv = call.argv(python, ws.extras[PEP517], src, ws.out, argv, stored=options.deterministic) \
+                if call else argv
             _log_decisions(log, cc, cp)
             if cp.jobs and cp.jobs.warning:
                 ui.warn(f"{comp.name}: {cp.jobs.warning}")
