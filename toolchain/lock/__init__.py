@@ -25,12 +25,10 @@ from toolchain.core.serial import Check, Data, from_data, meta, rounded, schema,
 from toolchain.errors import RecipeError, TestFailed
 from toolchain.lock.buildrecord import RECORD_HEADER, read_record, record_bytes, record_dict, with_record
 from toolchain.lock.buildrecord import RECORD_NAME as RECORD_NAME
-from toolchain.recipe.load import recorded_origins
 from toolchain.recipe.model import FetchContentDep, InputFile, Patch
 from toolchain.resolve.closure import Closure, LockedDist, canonical_name, pylock_entry
 from toolchain.resolve.native import WheelAudit
 from toolchain.sources.mirrors import DESCRIBE_RULE
-from toolchain.sources.patches import applied_at
 from toolchain.target.facts import TargetInfo, ToolchainInfo
 
 if TYPE_CHECKING:
@@ -569,6 +567,9 @@ def assemble_lock(plan: Plan, built: list[BuiltComponent], closure: Closure | No
     """The lock of a plan's built components (install order). Secrets are masked in everything it records
     (URL credentials, secret-named assignments in commands, in the recipe text too; the recipe's sha256 is
     then that of the masked text, which is what a rebuild from the lock reads back)."""
+    from toolchain.recipe.load import recorded_origins  # (here: a lock read, an image made, never loads recipes)
+    from toolchain.sources.patches import applied_at
+
     comps = []
     for b in built:
         c = b.plan.component

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 from toolchain.console import UI
 from toolchain.core.lazy import lazy_exports
 from toolchain.errors import UsageError
-from toolchain.recipe.load import TargetSpec
-from toolchain.target.host import HostRuntime
+from toolchain.recipe.model import TargetSpec
 
 if TYPE_CHECKING:
     from toolchain.target.base import Interpreter, Runtime
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from toolchain.target.container.presence import ImageState
     from toolchain.target.doctor import Finding
     from toolchain.target.facts import TargetInfo
+    from toolchain.target.host import HostRuntime
     from toolchain.target.parts import Serving
 
 __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Interpreter", "Runtime", "Serving",
@@ -33,6 +33,8 @@ __all__ = ["ExecContainerRuntime", "FreshContainerRuntime", "HostRuntime", "Inte
 def make_runtime(spec: TargetSpec, ui: UI | None = None, *, serving: Serving | None = None) -> Runtime:
     """The runtime a target spec names: the host, a fresh container per build, or exec into a running one."""
     if not in_container(spec):
+        from toolchain.target.host import HostRuntime
+
         return HostRuntime(spec)
     from toolchain.target.container import ExecContainerRuntime, FreshContainerRuntime
 
@@ -103,6 +105,6 @@ def entry_findings(spec: TargetSpec, ui: UI) -> tuple[list[Finding], bool]:
 
 
 # (Interpreter, Runtime: smoke's; a build that compiles nothing creates neither class)
-_LAZY = {"ExecContainerRuntime": "container", "FreshContainerRuntime": "container", "Interpreter": "base",
+_LAZY = {"ExecContainerRuntime": "container", "FreshContainerRuntime": "container", "HostRuntime": "host", "Interpreter": "base",
          "Runtime": "base", "Serving": "parts"}
 __getattr__ = lazy_exports(__name__, _LAZY)
