@@ -772,39 +772,59 @@ def test_with_jobs_right_ends_checked_beside_the_steps_name_the_same_commit():
 
 
 class SlowCompletions(Deferring):
-    """The first completion in the background lasts until a second one runs beside it (at most 10 s);
-    records the most background completions at once. (With WaitsForACompletion: the first step's test waits
-    until one ended, so the bisect does not end before the background threads start.)"""
+    """Background completions that each wait (at most `wait` s) for another to run beside them: records the
+    most at once while the first was running and after it ended. (With WaitsForACompletion: the first step's
+    test waits until one ended, so the bisect does not end before the background threads start.)"""
 
-    def __init__(self, tester: Verdicts) -> None:
+    def __init__(self, tester: Verdicts, wait: float = 2.0) -> None:
         super().__init__(tester)
+        self.wait = wait
         self.ahead_now = 0
-        self.most_ahead = 0
+        self.most_during_first = 0
+        self.most_after_first = 0
+        self.first_ended = False
 
     def complete(self, key: str, build: BuildOutcome, *, ahead: bool = False) -> BuildOutcome:
         with self.changed:
-            first = ahead and not self.completed and not self.most_ahead
             self.ahead_now += ahead
-            self.most_ahead = max(self.most_ahead, self.ahead_now)
+            if self.first_ended:
+                self.most_after_first = max(self.most_after_first, self.ahead_now)
+            else:
+                self.most_during_first = max(self.most_during_first, self.ahead_now)
             self.changed.notify_all()
-            if first:
-                self.changed.wait_for(lambda: self.ahead_now >= 2, 10)
+            if ahead:
+                self.changed.wait_for(lambda: self.ahead_now >= 2, self.wait)
         try:
             return super().complete(key, build, ahead=ahead)
         finally:
             with self.changed:
                 self.ahead_now -= ahead
+                self.first_ended = self.first_ended or ahead
+                self.changed.notify_all()
 
 
-def test_two_background_completions_run_at_once_and_a_named_end_waits_for_its_running_one():
-    """The last good and the first bad so far are completed at once, in the background (one thread: the
-    first would wait alone); when the bisect ends, an end whose completion is running is waited for: no key
-    is completed twice."""
-    tester = WaitsForACompletion(41)
+class WaitsForTwoAtOnce(WaitsForACompletion):
+    """Besides: the second step's test lasts until two completions ran at once after the first (at most 10 s)."""
+
+    builder: SlowCompletions
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        if len(self.calls) == 3:
+            with self.builder.changed:
+                self.builder.changed.wait_for(lambda: self.builder.most_after_first >= 2, 10)
+        return super().test(cand, build)
+
+
+def test_the_first_background_completion_runs_alone_then_two_at_once_and_a_named_end_waits_for_its_running_one():
+    """The first completion in the background runs alone (it fills the caches: two on empty caches each asked
+    the index for everything); after it, the last good and the first bad so far are completed at once; when the
+    bisect ends, an end whose completion is running is waited for: no key is completed twice."""
+    tester = WaitsForTwoAtOnce(41)
     builder = tester.builder = SlowCompletions(tester)
     result = Bisector(cands(65), builder, tester, jobs=1, check_ends=True).run()
     assert key(result.first_bad) == "c041"
-    assert builder.most_ahead == 2
+    assert builder.most_during_first == 1
+    assert builder.most_after_first == 2
     keys = [k for k, _, _ in builder.completed]
     assert len(keys) == len(set(keys)), keys
     assert result.good_build is not None and not result.good_build.deferred

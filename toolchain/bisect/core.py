@@ -128,6 +128,7 @@ class Bisector:
         self._ending = False
         self._background: ThreadPoolExecutor | None = None
         self._resolve = [0.0, 0.0]  # seconds completing locks: all, and waited for
+        self._first_fill = threading.Lock()  # (held by the completion that runs while none has ended)
         self._resolve_lock = threading.Lock()  # (background completions add to it at once)
         self._ends: dict[str, tuple[Candidate, Future[tuple[StepRecord, BuildOutcome]]]] = {}  # checked beside the steps
         self._ends_pool: ThreadPoolExecutor | None = None
@@ -393,8 +394,14 @@ class Bisector:
         """(A background job) `_complete_named` at COMPLETE_NICE, but at the bisect's own nice value while no
         completion of this run has ended: the first fills the caches every later one and the result need (the
         index's answers, metadata built from sdists, the closure's file lists: seconds of network and CPU);
-        niced 15, it starved beside the steps' builds and the result waited for the rest of it."""
-        return at_nice(COMPLETE_NICE if self._filled else 0, self._complete_named, "")
+        niced 15, it starved beside the steps' builds and the result waited for the rest of it. Until one has
+        ended, one runs at a time: two started on empty caches each asked the index for every package and built
+        the same sdists' metadata (twice the resolve's CPU beside the steps' builds)."""
+        if not self._filled:
+            with self._first_fill:
+                if not self._filled:
+                    return at_nice(0, self._complete_named, "")
+        return at_nice(COMPLETE_NICE, self._complete_named, "")
 
     def _complete_named(self, _: str) -> BuildOutcome | None:
         """(A background thread) complete an end the result may name now, claiming it (None: none left)."""
