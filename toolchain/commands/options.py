@@ -64,7 +64,7 @@ def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Pa
     """The cache directory: the one given, else $TOOLCHAIN_CACHE_DIR, else ~/.cache/xpu-toolchain; when the
     trust rule refuses it, the run's private folder in its place (`core.trust.cache_root`)."""
     from toolchain.core.owned import protected
-    from toolchain.core.trust import cache_root, default_cache_dir
+    from toolchain.core.trust import cache_for_run, default_cache_dir
 
     named = Path(value).expanduser() if value else default_cache_dir()
     why = protected(named, mounts=False, current=False)
@@ -74,7 +74,7 @@ def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Pa
         raise UsageError(f"cache folder {named}: {why}, never a cache; nothing was read, written or pruned there",
                          hint=f"a cache is a folder of its own: pass {flag} the folder your builds use "
                               "(default ~/.cache/xpu-toolchain), or a new one")
-    path = _existing_dir_or_new(cache_root(value), flag)
+    path = _existing_dir_or_new(cache_for_run(named), flag)  # (core.trust.cache_root of the folder named)
     assert path is not None
     return path
 
