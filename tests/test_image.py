@@ -400,8 +400,26 @@ def test_verify_repro_image_rebuilds_the_digest_and_names_the_first_differing_fi
     (other / "stack.lock.toml").write_text((other / "stack.lock.toml").read_text() + "# shipped\n")
     differs = cli("verify-repro", "--lock", other / "stack.lock.toml", "--image", "localhost/i42-vr:1", "--json",
                   timeout=900)
-    assert differs.returncode == 1 and "carries another lock" in differs.json()["first-difference"], str(differs)
+    assert differs.returncode == 1 and "carries another lock" in differs.json().get("first-difference", ""), \
+        str(differs)
     _engine("podman", "rmi", "localhost/i42-vr:1", "localhost/i42-vr:2", check=False)
+
+
+@pytest.mark.container
+def test_an_engine_that_fails_otherwise_than_for_want_of_the_image_is_named_not_taken_for_not_holding_it(tmp_path):
+    """`lock --image` reads a local engine first: podman failing for another reason (here its storage, a real
+    podman given a storage.conf with a driver it has not) stops the run naming podman's command and message;
+    the registry is not asked in its place (where `localhost` fails again, hiding the cause)."""
+    conf = tmp_path / "storage.conf"
+    conf.write_text(f'[storage]\ndriver = "nosuchdriver"\ngraphroot = "{tmp_path / "graph"}"\n'
+                    f'runroot = "{tmp_path / "run"}"\n')
+    cli = Cli(tmp_path, {**isolated_env(tmp_path), **containers_env(), "CONTAINERS_STORAGE_CONF": str(conf)})
+    r = cli("lock", "--image", "localhost/i42-unread:1", "--out", tmp_path / "back", "--json")
+    assert r.returncode == 1, str(r)
+    error = r.json()["error"]
+    assert "podman image inspect localhost/i42-unread:1" in error and "driver not supported" in error, error
+    assert "registry" not in error, error
+    assert not (tmp_path / "back").exists()
 
 
 @pytest.mark.slow

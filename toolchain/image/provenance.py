@@ -8,14 +8,16 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.proc.runner import run
+from toolchain.core.proc.runner import CommandFailed, run
 from toolchain.core.record import record
+from toolchain.core.regex import Regex
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A
 from toolchain.image.base import engine_env, registry_for
@@ -23,6 +25,9 @@ from toolchain.image.deliver import ENGINES, parse_ref
 from toolchain.image.layer import LOCK_PATH
 
 MAX_LOCK = 64 << 20
+# what podman ("image not known") and docker ("No such image") say of an image they do not hold, and docker's
+# client when no daemon answers (it holds nothing that can be read)
+NOT_HELD = Regex(r"image not known|no such image|cannot connect to the docker daemon", re.I)
 
 
 @record
@@ -62,7 +67,13 @@ def from_engine(ref: str, engine: str, work: Path) -> Provenance | None:
     env = engine_env()
     got = run([engine, "image", "inspect", ref], env=env, capture=True, check=False, timeout=120)
     if got.returncode != 0:
-        return None
+        if NOT_HELD.search(got.stderr) or not got.started:
+            return None
+        # (another failure — podman's storage unreadable, say — is not "not held": the registry is not asked
+        # in its place, where the name fails again for another reason and this cause is lost)
+        raise CommandFailed(got.argv, got.returncode, None, got.stderr,
+                            hint=f"`{engine} image inspect {ref}` failed otherwise than for want of the image: "
+                                 f"see {engine}'s message above and try again")
     doc = json.loads(got.stdout)[0]
     labels = (doc.get("Config") or {}).get("Labels") or doc.get("Labels") or {}
     digest = str(doc.get("Digest") or next(iter(doc.get("RepoDigests") or []), "").partition("@")[2])
