@@ -202,6 +202,6 @@ def _suite_result(lock: Lock, suite: SuiteSpec, args: argparse.Namespace, opts: 
     verdict = "[green]PASS[/]: " if got.passed else "[red]FAIL[/]: "
     skips = "".join(f"\n  skipped {n}: {escape(reason)}" for reason, n in got.skipped.items())
     return CommandResult({"ok": got.passed, "verdict": "pass" if got.passed else "fail", "counts": got.counts,
-                          "skipped": got.skipped, "reports": {"report": str(got.report), "junit": str(got.junit)}},
+                          "skipped": got.skipped, "flaky": list(got.flaky), "reports": {"report": str(got.report), "junit": str(got.junit)}},
                          0 if got.passed else 1,
                          verdict + escape(got.summary) + skips + f"\nreports: {got.report}  {got.junit}")

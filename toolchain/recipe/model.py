@@ -248,11 +248,13 @@ class TargetSpec:
 class SuiteSpec:
     """`[smoke.suite]`: upstream's own tests run against the lock's installed wheels, with no server
     (smoke/suite.py): the folder `dir` of `component`'s repository at its locked commit, the test files
-    `tests` in it (all of it when empty) and extra pytest `args`."""
+    `tests` in it (all of it when empty) and extra pytest `args`; a test that failed is run again up to `reruns`
+    times, and one that then passes is reported flaky, never passed."""
     component: str = field(default="", metadata=key(str))
     dir: str = field(default="", metadata=key(str))
     tests: tuple[str, ...] = field(default=(), metadata=key(list))
     args: tuple[str, ...] = field(default=(), metadata=key(list))
+    reruns: int = field(default=0, metadata=key(int))
 
 
 @record

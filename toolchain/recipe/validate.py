@@ -61,6 +61,7 @@ PINNED_IMAGE = Regex(rf"^[^\s@]+@sha256:{SHA256}$")
 COMPONENT_KEYS = keys_of(Component, extend_patches=list, drop=bool)
 SMOKE_KEYS = keys_of(SmokeSpec)
 SUITE_KEYS = keys_of(SuiteSpec)
+MAX_RERUNS = 3  # [smoke.suite] reruns: more hides a test that fails more often than it passes
 
 
 class MissingFiles(RecipeError):
@@ -444,8 +445,12 @@ def _suite(s: Any, pr: _Problems) -> SuiteSpec | None:
     for rel in (folder, *tests):
         if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
             pr.add(where, f"{rel!r}: paths are relative, inside the repository")
+    reruns = s.get("reruns", 0)
+    if not isinstance(reruns, int) or isinstance(reruns, bool) or not 0 <= reruns <= MAX_RERUNS:
+        pr.add(f"{where}.reruns", f"{reruns!r}: how often a failed test runs again, 0 to {MAX_RERUNS}")
+        reruns = 0
     return SuiteSpec(component=_str(s, "component"), dir=folder, tests=tests,
-                     args=pr.str_list(s, "args", f"{where}.args"))
+                     args=pr.str_list(s, "args", f"{where}.args"), reruns=reruns)
 
 
 def _tables(value: object) -> list[dict[str, Any]]:

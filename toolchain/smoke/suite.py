@@ -38,6 +38,7 @@ class SuiteOutcome:
     passed: bool
     counts: dict[str, int]
     skipped: dict[str, int]   # reason -> how many tests were skipped for it
+    flaky: tuple[str, ...]    # tests that failed, then passed when run again ([smoke.suite] reruns)
     report: Path
     junit: Path
     summary: str
@@ -68,31 +69,41 @@ def run_suite(lock: Lock, suite: SuiteSpec, *, out: Path, cache_dir: Path, pytho
         tests = _tests_from_mirror(lock, comp.url, comp.commit, suite.dir, out / "tests", cache_dir, log)
         junit = out / "suite.junit.xml"
         ui.step(f"running upstream's tests: {suite.dir} at {comp.commit[:12]} (pytest)")
-        done = run([py, "-m", "pytest", "-p", "no:cacheprovider", "-rs", f"--junitxml={junit}", *suite.args,
-                    *(suite.tests or (".",))], cwd=tests, log=log, check=False,
-                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": None, "PYTHONHOME": None},
-                   timeout=6 * 3600)
-        if not junit.is_file():
-            raise TestFailed(f"pytest wrote no JUnit report (exit {done.returncode}); log: {log}",
-                             hint=f"is pytest installed in {base}? (`{base} -m pip install pytest`)")
-        counts, skipped = _read_junit(junit)
+        # (pytest's cache, outside the test folder, only so that a rerun can ask for the last failed: --lf)
+        pytest = [py, "-m", "pytest", "-o", f"cache_dir={out / 'pytest-cache'}", "-rs", *suite.args]
+        shutil.rmtree(out / "pytest-cache", ignore_errors=True)
+        outcomes = _pytest([*pytest, f"--junitxml={junit}", *(suite.tests or (".",))], junit, tests, log, base)
+        flaky: list[str] = []
+        for n in range(1, suite.reruns + 1):
+            failing = [name for name, got in outcomes.items() if got in ("failed", "errors")]
+            if not failing:
+                break
+            ui.step(f"running the {len(failing)} failed test(s) again ({n} of {suite.reruns}): a pass then is flaky")
+            rerun = out / f"suite.rerun{n}.junit.xml"
+            again = _pytest([*pytest, "--lf", f"--junitxml={rerun}", *(suite.tests or (".",))], rerun, tests, log, base)
+            for name in failing:
+                if again.get(name) == "passed":
+                    outcomes[name] = "flaky"
+                    flaky.append(name)
+        counts, skipped = _counted(outcomes)
     finally:
         if not keep_venv:
             shutil.rmtree(venv, ignore_errors=True)
     passed = counts["passed"] > 0 and counts["failed"] == 0 and counts["errors"] == 0
     summary = (f"{counts['passed']} passed, {counts['failed']} failed, {counts['errors']} errors, "
-               f"{counts['skipped']} skipped" + (" (nothing ran)" if not counts["passed"] else ""))
+               f"{counts['skipped']} skipped" + (" (nothing ran)" if not counts["passed"] else "")
+               + (f", {len(flaky)} flaky (failed, then passed when run again: {', '.join(flaky)})" if flaky else ""))
     rep: dict[str, Any] = {
         "tool": "toolchain smoke", "tool_version": __version__, "lock": str(lock.path), "recipe": lock.recipe_name,
         "suite": {"component": comp.name, "commit": comp.commit, "dir": suite.dir, "tests": list(suite.tests),
-                  "args": list(suite.args)},
+                  "args": list(suite.args), "reruns": suite.reruns},
         "python": base, "installed": [lock.wheel_path(c).name for c in lock.components],
-        "unlocked": lock.closure is None, "counts": counts, "skipped": skipped,
+        "unlocked": lock.closure is None, "counts": counts, "skipped": skipped, "flaky": flaky,
         "verdict": "pass" if passed else "fail", "exit_code": 0 if passed else 1, "junit": str(junit),
         "log": str(log), "seconds": round(time.monotonic() - started, 3)}
     report = out / "suite.json"
     atomic_write_text(report, json.dumps(rep, indent=2, sort_keys=True) + "\n")
-    return SuiteOutcome(passed, counts, skipped, report, junit, summary)
+    return SuiteOutcome(passed, counts, skipped, tuple(flaky), report, junit, summary)
 
 
 def _tests_from_mirror(lock: Lock, url: str, commit: str, folder: str, dest: Path, cache_dir: Path,
@@ -115,20 +126,42 @@ def _tests_from_mirror(lock: Lock, url: str, commit: str, folder: str, dest: Pat
     return dest / folder
 
 
-def _read_junit(path: Path) -> tuple[dict[str, int], dict[str, int]]:
-    """(passed / failed / errors / skipped counts, skip reason -> count) of a pytest JUnit file."""
-    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
-    reasons: Counter[str] = Counter()
+def _pytest(argv: list[str], junit: Path, cwd: Path, log: Path, base: str) -> dict[str, str]:
+    """Run pytest (`argv` writes JUnit to `junit`); each test's outcome (`_read_junit`)."""
+    done = run(argv, cwd=cwd, log=log, check=False, timeout=6 * 3600,
+               env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": None, "PYTHONHOME": None})
+    if not junit.is_file():
+        raise TestFailed(f"pytest wrote no JUnit report (exit {done.returncode}); log: {log}",
+                         hint=f"is pytest installed in {base}? (`{base} -m pip install pytest`)")
+    return _read_junit(junit)
+
+
+def _read_junit(path: Path) -> dict[str, str]:
+    """Each test case of a pytest JUnit file ("classname::name"), with its outcome: passed, failed, errors, or
+    "skipped: REASON"."""
+    got: dict[str, str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
         if (skip := case.find("skipped")) is not None:
-            counts["skipped"] += 1
-            reasons[(skip.get("message") or "").strip() or "(no reason given)"] += 1
+            got[name] = "skipped: " + ((skip.get("message") or "").strip() or "(no reason given)")
         elif case.find("failure") is not None:
-            counts["failed"] += 1
+            got[name] = "failed"
         elif case.find("error") is not None:
-            counts["errors"] += 1
+            got[name] = "errors"
         else:
-            counts["passed"] += 1
+            got[name] = "passed"
+    return got
+
+
+def _counted(outcomes: dict[str, str]) -> tuple[dict[str, int], dict[str, int]]:
+    """(passed / failed / errors / skipped / flaky counts, skip reason -> count) of the tests' outcomes."""
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "flaky": 0}
+    reasons: Counter[str] = Counter()
+    for outcome in outcomes.values():
+        kind, _, reason = outcome.partition(": ")
+        counts[kind] += 1
+        if kind == "skipped":
+            reasons[reason] += 1
     return counts, dict(reasons.most_common())
 
 
