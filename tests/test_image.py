@@ -97,6 +97,26 @@ def test_demo_lock_image_is_reproducible_runs_in_podman_and_docker_and_carries_i
     _engine("docker", "rmi", "localhost/i42-demo:a", check=False)
 
 
+def _podman_of_its_own(tmp_path: Path) -> dict[str, str]:
+    """The environment of a podman whose every folder is under `tmp_path`: its storage, and its engine's own
+    (tmp_dir, the volumes, the network configs), so that its `system reset` removes nothing of the machine's
+    podman. (With the storage alone given, `system reset` removed /run/libpod, the engine's folder every podman
+    on the machine shares: a podman starting beside it failed with "creating runtime status file: open
+    /run/libpod/alive: no such file or directory".)"""
+    storage = tmp_path / "storage.conf"
+    storage.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{tmp_path / "graph"}"\n'
+                       f'runroot = "{tmp_path / "run"}"\n')
+    conf = tmp_path / "containers.conf"
+    shared = containers_env().get("CONTAINERS_CONF", "")
+    engine = (f'tmp_dir = "{tmp_path / "libpod"}"\nvolume_path = "{tmp_path / "volumes"}"\n'
+              f'static_dir = "{tmp_path / "graph" / "libpod"}"\n')
+    text = Path(shared).read_text() if shared and Path(shared).is_file() else ""
+    for table, keys in (("[engine]\n", engine), ("[network]\n", f'network_config_dir = "{tmp_path / "networks"}"\n')):
+        text = text.replace(table, table + keys, 1) if table in text else f"{text}\n{table}{keys}"
+    conf.write_text(text)
+    return {**containers_env(), "CONTAINERS_STORAGE_CONF": str(storage), "CONTAINERS_CONF": str(conf)}
+
+
 @pytest.mark.slow
 @pytest.mark.container
 def test_podman_without_the_base_is_given_the_whole_layout_and_names_the_image_alone(demo_build, test_base, tmp_path):
@@ -105,10 +125,7 @@ def test_podman_without_the_base_is_given_the_whole_layout_and_names_the_image_a
     one name, and it runs."""
     lock = demo_build.out / "stack.lock.toml"
     first = _image(tmp_path, "a", lock, "--tag", "localhost/i42-thin:1", "--base", test_base, "--load", "podman")
-    storage = tmp_path / "storage.conf"
-    storage.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{tmp_path / "graph"}"\n'
-                       f'runroot = "{tmp_path / "run"}"\n')
-    empty = {**containers_env(), "CONTAINERS_STORAGE_CONF": str(storage)}
+    empty = _podman_of_its_own(tmp_path)
 
     def in_empty(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["podman", *args], env=empty, capture_output=True, text=True, timeout=600,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from toolchain.console import UI
 from toolchain.core.fs import atomic_write_bytes, publish_dir, sha256_bytes, sha256_file
 from toolchain.core.owned import CorruptRecord, safe_under
-from toolchain.core.proc.runner import run
+from toolchain.core.proc.runner import CommandFailed, run
 from toolchain.core.record import record
 from toolchain.core.regex import SHA256, SHA256_HEX, Regex
 from toolchain.errors import BuildError, UsageError
@@ -118,6 +119,26 @@ def engine_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+# what podman ("image not known") and docker ("No such image") say of an image they do not hold, and docker's
+# client when no daemon answers (it holds nothing that can be read)
+NOT_HELD = Regex(r"image not known|no such image|cannot connect to the docker daemon", re.I)
+
+
+def inspected(engine: str, ref: str, fmt: str = "") -> str | None:
+    """What `ENGINE image inspect [--format FMT] REF` prints; None when the engine does not hold `ref` (or is not
+    installed). Any other failure (podman's storage unreadable, say) is not "not held": CommandFailed naming the
+    command and the engine's message, so that no caller asks a registry in its place or takes the name for free."""
+    got = run([engine, "image", "inspect", *(["--format", fmt] if fmt else []), ref], env=engine_env(),
+              capture=True, check=False, timeout=120)
+    if got.returncode == 0:
+        return got.stdout
+    if not got.started or NOT_HELD.search(got.stderr):
+        return None
+    raise CommandFailed(got.argv, got.returncode, None, got.stderr,
+                        hint=f"`{engine} image inspect {ref}` failed otherwise than for want of the image: see "
+                             f"{engine}'s message above and try again")
+
+
 def keep_base(image: str, cache_dir: Path, engine: str, ui: UI, *, insecure: bool = False,
               platform: str = "linux_x86_64") -> BaseImage:
     """The base as an OCI layout under `<cache>/images/base/<digest>`: a base named on a registry is read from
@@ -153,10 +174,9 @@ def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) 
     names no registry to pull it from (`localhost/...`: another image's digest given with this name); a registry's
     name is pulled under that name; BuildError naming the base when it cannot be pulled."""
     name, digest = pinned(image, "the base image")
-    got = run([engine, "image", "inspect", "--format", "{{json .RepoDigests}}|{{json .RepoTags}}", image],
-              env=engine_env(), capture=True, check=False, timeout=120)
-    if got.returncode == 0:
-        digests, _, tags = got.stdout.strip().partition("|")
+    got = inspected(engine, image, "{{json .RepoDigests}}|{{json .RepoTags}}")
+    if got is not None:
+        digests, _, tags = got.strip().partition("|")
         names = {d.split("@", 1)[0] for d in json.loads(digests or "[]") or []} | \
             {t.rsplit(":", 1)[0] for t in json.loads(tags or "[]") or []}
         registry = name.split("/", 1)[0] if "/" in name else ""

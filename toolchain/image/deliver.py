@@ -19,7 +19,7 @@ from toolchain.core.proc.runner import Completed, run
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
 from toolchain.errors import UsageError
-from toolchain.image.base import engine_env, registry_for
+from toolchain.image.base import engine_env, inspected, registry_for
 
 if TYPE_CHECKING:  # (imported where used: `PodmanLoad` starts podman before the image's modules are read)
     from toolchain.image.assemble import Image
@@ -62,12 +62,11 @@ def name_of_ours(engine: str, tag: str) -> str:
 
     for n in range(1, 100):
         name = tag if n == 1 else f"{tag}-{n}"
-        r = run([engine, "image", "inspect", "--format", "{{json .Config.Labels}}", name], env=engine_env(),
-                capture=True, check=False, timeout=120)
-        if r.returncode != 0:
+        got = inspected(engine, name, "{{json .Config.Labels}}")
+        if got is None:
             return name  # (no image holds it)
         try:
-            labels = json.loads(r.stdout.strip() or "null")
+            labels = json.loads(got.strip() or "null")
         except ValueError:
             labels = None
         if isinstance(labels, dict) and A + "lock.sha256" in labels:

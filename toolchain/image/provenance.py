@@ -8,26 +8,21 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
 
 from toolchain.core.fs import sha256_bytes
-from toolchain.core.proc.runner import CommandFailed, run
+from toolchain.core.proc.runner import run
 from toolchain.core.record import record
-from toolchain.core.regex import Regex
 from toolchain.errors import TestFailed, UsageError
 from toolchain.image.assemble import A
-from toolchain.image.base import engine_env, registry_for
+from toolchain.image.base import engine_env, inspected, registry_for
 from toolchain.image.deliver import ENGINES, parse_ref
 from toolchain.image.layer import LOCK_PATH
 
 MAX_LOCK = 64 << 20
-# what podman ("image not known") and docker ("No such image") say of an image they do not hold, and docker's
-# client when no daemon answers (it holds nothing that can be read)
-NOT_HELD = Regex(r"image not known|no such image|cannot connect to the docker daemon", re.I)
 
 
 @record
@@ -65,16 +60,10 @@ def _checked(where: str, digest: str, labels: dict[str, str], lock: bytes, image
 def from_engine(ref: str, engine: str, work: Path) -> Provenance | None:
     """The provenance of `ref` held by the local `engine`; None when it does not hold it."""
     env = engine_env()
-    got = run([engine, "image", "inspect", ref], env=env, capture=True, check=False, timeout=120)
-    if got.returncode != 0:
-        if NOT_HELD.search(got.stderr) or not got.started:
-            return None
-        # (another failure — podman's storage unreadable, say — is not "not held": the registry is not asked
-        # in its place, where the name fails again for another reason and this cause is lost)
-        raise CommandFailed(got.argv, got.returncode, None, got.stderr,
-                            hint=f"`{engine} image inspect {ref}` failed otherwise than for want of the image: "
-                                 f"see {engine}'s message above and try again")
-    doc = json.loads(got.stdout)[0]
+    got = inspected(engine, ref)
+    if got is None:
+        return None
+    doc = json.loads(got)[0]
     labels = (doc.get("Config") or {}).get("Labels") or doc.get("Labels") or {}
     digest = str(doc.get("Digest") or next(iter(doc.get("RepoDigests") or []), "").partition("@")[2])
     created = run([engine, "create", ref], env=env, capture=True, timeout=300).stdout.strip().splitlines()[-1]
