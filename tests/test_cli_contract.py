@@ -64,6 +64,36 @@ def test_shared_options_have_one_help_text_across_commands(cli_anywhere):
             assert f"--cache-dir DIR {shared['--cache-dir DIR']}" in text, (name, text)
 
 
+def test_a_commands_help_names_only_options_it_takes():
+    """Every `--option` a command's help names (its description and each option's text) is one that command (or
+    one of its subcommands) takes: another command's option is named with it, in backticks (`build --from-lock`),
+    so that no help sends a reader to an option the command refuses (verify-repro's --patches-dir named
+    `--from-lock`, image's and smoke's --cache-dir promised mirrors and source trees they do not hold)."""
+    import re
+
+    from toolchain.cli import build_parser
+
+    def subparsers(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        return next((dict(a.choices) for a in p._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+    def flags(p: argparse.ArgumentParser) -> set[str]:
+        return {s for a in p._actions for s in a.option_strings} | {s for q in subparsers(p).values() for s in flags(q)}
+
+    top = build_parser()
+    wrong = []
+    for name, parser in subparsers(top).items():
+        takes = flags(parser) | {s for a in top._actions for s in a.option_strings}
+        for where, text in [("description", parser.description or ""), *((a.option_strings[0], a.help or "")
+                                                                          for a in parser._actions if a.option_strings)]:
+            bare = re.sub(r'`[^`]*`|"[^"]*"', "", text)  # (another command's line, or an example, quoted)
+            wrong += [f"{name} {where}: {flag}" for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", bare)
+                      if flag not in takes]
+    assert not wrong, wrong
+    for name, holds in (("image", "the base's layout and the image's layer"), ("smoke", "native audits")):
+        cache = next(a.help or "" for a in subparsers(top)[name]._actions if "--cache-dir" in a.option_strings)
+        assert holds in cache and "source trees" not in cache, (name, cache)
+
+
 @pytest.fixture
 def cli_anywhere(tmp_path):
     from tests.spine_helpers import Cli, isolated_env

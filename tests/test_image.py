@@ -172,6 +172,13 @@ def test_overlay_lock_image_replaces_the_base_distribution_reproducibly(stack_im
     second = _image(tmp_path, "b", lock, "--tag", "localhost/i42-overlay:b")
     assert first["digest"] == second["digest"], (first, second)
     assert first["base"] == stack_image.split("@")[0]
+    # streamed into `podman load` over a base other than the demo's: podman holds it under the digest printed,
+    # and verify-repro makes it again from the lock alone to that digest
+    held = _podman("image", "inspect", "--format", "{{.Digest}}", "localhost/i42-overlay:a")
+    assert held == first["digest"], (held, first["digest"])
+    vr = cli("verify-repro", "--lock", lock, "--image", "localhost/i42-overlay:a", "--work-dir", tmp_path / "vr",
+             "--cache-dir", tmp_path / "cache", "--json", timeout=1200)
+    assert vr.returncode == 0 and vr.json()["ok"] and vr.json()["given"] == first["digest"], str(vr)
     # what pip installed into the base's venv beside the old ARK's files (its REQUESTED, direct_url.json)
     # is whited out: --force-reinstall uninstalls it first
     old = _podman("run", "--rm", "--network=none", stack_image, "sh", "-c",

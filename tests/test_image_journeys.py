@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -220,60 +221,131 @@ def test_smoke_help_says_where_an_images_reports_go():
 
 @pytest.mark.slow
 @pytest.mark.container
-def test_ctrl_c_during_a_docker_load_leaves_no_image_in_docker(demo_build, test_base, tmp_path):  # noqa: F811
-    """Ctrl-C reaches the tool while its `docker load` has sent the whole archive and not yet ended, and the
-    daemon has loaded the image by itself: what a stop in that window leaves behind unless the tool removes it.
-    Held there deterministically: the client is stopped (SIGSTOP) as soon as it is seen and let run in slices,
-    each ended by a stop, until it has read its archive and closed it; a stopped process cannot exit, so the
-    window cannot pass unseen. The daemon then finishes the load while the client stays stopped; Ctrl-C; the
-    client is let go once the tool's stop signal is pending for it."""
+def test_ctrl_c_during_a_docker_load_leaves_docker_as_it_was(demo_build, test_base, tmp_path):  # noqa: F811
+    """docker's load reads the image from a pipe. Ctrl-C once its client has sent the whole archive (the tool
+    wrote it and closed the pipe; the client read and sent it all) while the daemon loads it: the daemon
+    finishes that load whatever happens to its client, so the tool waits for the client to say so and removes
+    the image: exit 130, the client ended before the tool did, docker holds no image by that id or tag (none
+    can appear later). Held there deterministically: the client is stopped (SIGSTOP) as soon as it is seen and
+    let run in slices, each ended by a stop, until it has closed its input. Then an image docker already holds
+    (loaded under the tag first): Ctrl-C while the client is still being fed cuts the archive short, and docker
+    keeps the image as it was, its tag too (it was removed by id with the load it stopped)."""
     import os
-    import time
 
-    from tests.test_image import _engine
+    from tests.test_image import _engine, _image
 
     tag = "localhost/i49-ctrlc:1"
-    proc = _image_loading("docker", tag, demo_build.out / "stack.lock.toml", test_base, tmp_path)
+    lock = demo_build.out / "stack.lock.toml"
+    ident = _image(tmp_path, "id", lock, "--tag", tag, "--base", test_base)["config"]  # (an OCI layout: its id)
+    _engine("docker", "rmi", ident, check=False)  # (left by a run stopped part way: its images go with it)
+    assert _engine("docker", "image", "inspect", ident, check=False).returncode != 0, "docker holds it already"
+    proc = _image_loading("docker", tag, lock, test_base, tmp_path)
     client = 0
     try:
         client = _child(proc, "docker load", 600, then=lambda pid: os.kill(pid, signal.SIGSTOP))
         assert client, f"no `docker load` started: {proc.communicate(timeout=600)}"
-        read = 0.0  # (how much of the archive it read when last seen holding it open)
-        while _stopped(client) and read < 1.0:
-            now = _archive_read(client)
-            if now is None and read > 0:  # read and closed: the whole archive sent (Go's client closes it then)
-                break
-            read = now or 0.0
-            os.kill(client, signal.SIGCONT)  # a slice: longer while much is left, short near the end
-            time.sleep(0.02 if read < 0.5 else 0.002)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(client, signal.SIGSTOP)
-        assert _stopped(client), f"the client ended before it was seen to read its whole archive ({read:.0%})"
-        until = time.monotonic() + 300  # the daemon loads what it was sent, its client stopped before hearing so
-        while _engine("docker", "image", "inspect", tag, check=False).returncode != 0 and time.monotonic() < until:
-            time.sleep(0.2)
-        assert _engine("docker", "image", "inspect", tag, check=False).returncode == 0, "docker did not load it"
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
-        until = time.monotonic() + 60
-        while not _stop_pending(client) and time.monotonic() < until:  # (the tool stops its child in turn)
+        while not _fed_whole(client):
+            os.kill(client, signal.SIGCONT)  # a slice
             time.sleep(0.01)
-        os.kill(client, signal.SIGCONT)
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 130, err
+            os.kill(client, signal.SIGSTOP)
+            assert _stopped(client), "the client ended before it was seen to read its whole archive"
+        _ctrl_c(proc, client)
+        assert _engine("docker", "image", "inspect", ident, check=False).returncode != 0, "the load was not undone"
         assert _engine("docker", "image", "inspect", tag, check=False).returncode != 0
-        made = _engine("docker", "images", "-q", "--filter", "reference=localhost/i49-ctrlc").stdout.split()
-        assert not made, made
+        work = tmp_path / "cache" / "images" / "work"
+        assert not [p for p in work.iterdir() if p.is_dir()], list(work.iterdir())  # (the client's temp folder)
+        # an image docker holds already, under the tag: a stopped load of it leaves it there
+        held = _image(tmp_path, "held", lock, "--tag", tag, "--base", test_base, "--load", "docker")
+        assert held["config"] == ident
+        proc = _image_loading("docker", tag, lock, test_base, tmp_path, remove=False)
+        client = _child(proc, "docker load", 600, then=lambda pid: os.kill(pid, signal.SIGSTOP))
+        assert client, f"no `docker load` started: {proc.communicate(timeout=600)}"
+        _ctrl_c(proc, client)
+        got = _engine("docker", "image", "inspect", "--format", "{{.Id}}", tag, check=False)
+        assert got.stdout.strip() == ident, got.stdout + got.stderr
     finally:
+        _let_go(proc, client)
         if client:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(client, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.kill()
+            until = time.monotonic() + 600  # (its load is not stopped: what it loads is then removed)
+            while Path(f"/proc/{client}").exists() and time.monotonic() < until:
+                time.sleep(0.1)
         _engine("docker", "rmi", tag, check=False)
+        _engine("docker", "rmi", ident, check=False)
 
 
 @pytest.mark.slow
 @pytest.mark.container
+def test_ctrl_c_while_podman_reads_the_image_leaves_nothing_behind(demo_build, test_base, tmp_path):  # noqa: F811
+    """Ctrl-C while `podman load` is part way through the archive it reads from the pipe (held there: podman
+    stopped as soon as it is seen and let run in slices until it has copied some of the archive into its
+    temporary file and the tool is blocked writing the rest): exit 130, podman ends by itself (the stream cut
+    short: it names no image) before the tool does, no image under the tag, and its temporary copy of the
+    archive is gone (SIGTERM left it in /var/tmp, a file per stopped load)."""
+    import os
+
+    from tests.test_image import _engine
+
+    tag = "localhost/i49-ctrlc-feed:1"
+    proc = _image_loading("podman", tag, demo_build.out / "stack.lock.toml", test_base, tmp_path)
+    loader = 0
+    try:
+        loader = _child(proc, "podman load", 300, then=lambda pid: os.kill(pid, signal.SIGSTOP))
+        assert loader, f"no `podman load` started: {proc.communicate(timeout=600)}"
+        copy, until = "", time.monotonic() + 600
+        while not (_writing_blocked(proc) and (copy := copy or _temp_copy(loader)) and os.path.getsize(copy)):
+            assert time.monotonic() < until and proc.poll() is None, proc.communicate(timeout=600)
+            os.kill(loader, signal.SIGCONT)  # a slice as short as can be: a read or two of the pipe at most
+            os.kill(loader, signal.SIGSTOP)
+            assert _stopped(loader), f"podman ended before it was seen part way: {proc.communicate(timeout=600)}"
+        _ctrl_c(proc, loader)
+        assert not os.path.exists(copy), f"podman's copy of the archive was left: {copy}"
+        assert _engine("podman", "image", "inspect", tag, check=False).returncode != 0
+    finally:
+        _let_go(proc, loader)
+        _engine("podman", "rmi", tag, check=False)
+
+
+def _ctrl_c(proc: subprocess.Popen[str], child: int) -> None:
+    """Ctrl-C (SIGINT to the whole foreground group, as a terminal sends it) to the tool, its stopped `child` let
+    go: the tool exits 130, and `child` has ended before it did."""
+    import os
+
+    os.killpg(proc.pid, signal.SIGINT)
+    os.kill(child, signal.SIGCONT)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, err
+    assert not Path(f"/proc/{child}").exists(), f"the tool's {_command(child)} outlived it"
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ").strip() or str(pid)
+    except OSError:
+        return str(pid)
+
+
+def _let_go(proc: subprocess.Popen[str], child: int) -> None:
+    """After a test: its stopped `child` let run, the tool killed if it still runs."""
+    import os
+
+    if child:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGCONT)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _fed_whole(client: int) -> bool:
+    """Whether docker's client `client` (stopped) has sent the whole archive it read from its input: Go's HTTP
+    client closes a request's body (its stdin, the pipe the tool writes) once it has sent all of it, which it
+    reaches only when the tool has written the archive whole and closed its end."""
+    import os
+
+    return os.path.isdir(f"/proc/{client}/fd") and not os.path.lexists(f"/proc/{client}/fd/0")
+
+
 def test_ctrl_c_while_the_image_is_made_stops_the_podman_load_started_beside_it(demo_build, test_base, tmp_path):  # noqa: F811
     """`--load podman` starts `podman load` (reading its archive from a pipe) before the image is made, so that
     podman's own start overlaps the making. Ctrl-C while the image is still being made (a new cache: the base
@@ -304,14 +376,17 @@ def test_ctrl_c_while_the_image_is_made_stops_the_podman_load_started_beside_it(
         _engine("podman", "rmi", tag, check=False)
 
 
-def _image_loading(engine: str, tag: str, lock: Path, base: str, tmp_path: Path) -> subprocess.Popen[str]:
+def _image_loading(engine: str, tag: str, lock: Path, base: str, tmp_path: Path,
+                   remove: bool = True) -> subprocess.Popen[str]:
     """`toolchain image --load ENGINE` of `lock` started (in a session of its own, as a shell's foreground job
-    leads its group), with a cache of its own under `tmp_path`; nothing under `tag` in `engine` first."""
+    leads its group), with a cache of its own under `tmp_path`; nothing under `tag` in `engine` first (unless
+    not `remove`)."""
     import sys
 
     from tests.test_image import _engine
 
-    _engine(engine, "rmi", tag, check=False)
+    if remove:
+        _engine(engine, "rmi", tag, check=False)
     return subprocess.Popen([sys.executable, "-m", "toolchain", "image", "--lock", lock, "--tag", tag, "--base", base,
                              "--cache-dir", tmp_path / "cache", "--load", engine], cwd=tmp_path,
                             env={**isolated_env(tmp_path), **containers_env()}, stdout=subprocess.PIPE,
@@ -335,6 +410,37 @@ def _child(proc: subprocess.Popen[str], command: str, seconds: float,
     return 0
 
 
+def _writing_blocked(proc: subprocess.Popen[str]) -> bool:
+    """Whether the tool's main thread waits to write into a full pipe (its kernel wait channel "pipe_write", or
+    "anon_pipe_write"), looked at for a moment: while its reader is stopped, it comes to that or to the end of
+    what it writes."""
+    for _ in range(2000):
+        try:
+            with open(f"/proc/{proc.pid}/wchan") as f:
+                if "pipe_write" in f.read():
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.001)
+    return False
+
+
+def _temp_copy(pid: int) -> str:
+    """The file `podman load` (process `pid`) copies the archive it reads from its input into ("" when none)."""
+    import os
+
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return ""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if os.path.basename(target).startswith("podman") and os.path.isfile(target):
+                return target
+    return ""
+
+
 def _status(pid: int, field: str) -> str:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -353,34 +459,6 @@ def _stopped(pid: int) -> bool:
             return state.startswith("T")
         time.sleep(0.001)
     return False
-
-
-def _stop_pending(pid: int) -> bool:
-    """Whether a SIGINT or SIGTERM waits for `pid` (sent to it while it is stopped), or it is gone."""
-    bits = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
-    return not _status(pid, "State") or any(int(_status(pid, f) or "0", 16) & bits for f in ("ShdPnd", "SigPnd"))
-
-
-def _archive_read(pid: int) -> float | None:
-    """How much of the image-*.tar that process `pid` holds open it has read (its fd's position over the file's
-    size); None when it holds none."""
-    import os
-
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if "/image-" not in target or not target.endswith(".tar"):
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as info:
-                pos = int(info.read().split()[1])
-            return pos / os.path.getsize(target)
-        except (OSError, ValueError, IndexError, ZeroDivisionError):
-            continue
-    return None
 
 
 @pytest.mark.slow

@@ -418,8 +418,10 @@ def test_provided_by_oneapi_at_build_and_missing_where_smoke_serves_without_it(w
                                  "compilers": audit["objects"][0]["compilers"]}]
     assert audit["host-provides"] == ["libc.so.6"]
     r = ws.cli("smoke", "--lock", ws.root / "out", "--skip-device-check", "--serve-cmd", fault_cmd("healthy"),
-               "--cases", "math", "--out", ws.root / "smoke", "--json")
+               "--cases", "math", "--out", ws.root / "smoke", "--cache-dir", tmp_path / "smoke-cache", "--json")
     assert r.returncode == 1, str(r)
+    sha = ws.lock()["components"][0]["wheel"]["sha256"]  # its audit kept in the --cache-dir given (not the default)
+    assert (tmp_path / "smoke-cache" / "native" / f"{sha}.json").is_file(), list((tmp_path / "smoke-cache").rglob("*"))
     err = r.json()
     assert err["kind"] == "NativeABIError", str(r)
     line = next(x for x in err["error"].splitlines() if "libsycl.so.9: missing; needed by 1 file in needy 1.0" in x)

@@ -256,13 +256,17 @@ def _plant(root: str) -> list[str]:
     ("/home/u", "it is a home folder", ""),
     ("/srv/c", "is not trusted (notes.txt is not a folder)", "echo mine > /srv/c/notes.txt"),
     ("/srv/c", "is not trusted (links is writable by other users", "chmod 777 /srv/c/links"),
+    ("/home/u/work/c", "(a link to /): it is the root folder", "ln -s / /home/u/work/c"),
+    ("/home/u/work/c", "(a link to /home/u): it is a home folder", "ln -s /home/u /home/u/work/c"),
 ])
 def test_cache_prune_of_the_root_a_home_or_an_untrusted_folder_prunes_nothing(folder, why, prepare, tmp_path):
-    """`cache prune --cache-dir /` (a home folder, a folder the trust rule refuses): exit 2 naming the folder and
-    why, nothing pruned there, not even what has the link cache's shape (its stale links and hashes), and no
-    private cache pruned in its place as if it were the one named."""
+    """`cache prune --cache-dir /` (a home folder, a folder the trust rule refuses, a link to / or to a home
+    folder): exit 2 naming the folder and why, nothing pruned there, not even what has the link cache's shape
+    (its stale links and hashes), and no private cache pruned in its place as if it were the one named."""
+    link = prepare.startswith("ln -s ")  # (made before the cache's shape is planted through it)
     script = "\n".join([
-        "set -e", "mkdir -p /home/u/work /srv/c", *_plant(folder), *([prepare] if prepare else []),
+        "set -e", "mkdir -p /home/u/work /srv/c", *([prepare] if link else []), *_plant(folder),
+        *([prepare] if prepare and not link else []),
         _tool("cache", "prune", "--cache-dir", folder, "--older-than", "30d", "--keep-size", "1"),
         *(f"test -f {shlex.quote(folder.rstrip('/') + p)}" for p in _PLANTED),
         "ls /usr/bin >/dev/null && echo INTACT"])
@@ -275,28 +279,59 @@ def test_cache_prune_of_the_root_a_home_or_an_untrusted_folder_prunes_nothing(fo
 
 
 @ROOT_ONLY
-@pytest.mark.parametrize(("command", "how"), [
-    (["build", "--recipe", "demo", "--cache-dir", "/"], ""),
-    (["build", "--recipe", "demo", "--cache-dir", "/home/u"], ""),
-    (["build", "--recipe", "demo"], "TOOLCHAIN_CACHE_DIR=/"),  # (the default, from the environment)
-    (["cache", "ls", "--cache-dir", "/"], ""),
-    (["plan", "--recipe", "demo", "--cache-dir", "/"], ""),
+@pytest.mark.parametrize(("command", "how", "link"), [
+    (["build", "--recipe", "demo", "--cache-dir", "/"], "", ""),
+    (["build", "--recipe", "demo", "--cache-dir", "/home/u"], "", ""),
+    (["build", "--recipe", "demo"], "TOOLCHAIN_CACHE_DIR=/", ""),  # (the default, from the environment)
+    (["cache", "ls", "--cache-dir", "/"], "", ""),
+    (["plan", "--recipe", "demo", "--cache-dir", "/"], "", ""),
+    # a link to the root or to a home folder, given or in the environment, as the folder itself
+    (["build", "--recipe", "demo", "--cache-dir", "/home/u/work/c"], "", "/"),
+    (["build", "--recipe", "demo", "--cache-dir", "/home/u/work/c"], "", "/home/u"),
+    (["build", "--recipe", "demo"], "TOOLCHAIN_CACHE_DIR=/home/u/work/c", "/"),
+    (["plan", "--recipe", "demo"], "TOOLCHAIN_CACHE_DIR=/home/u/work/c", "/home/u"),
+    (["build", "--recipe", "demo", "--cache-dir", "c"], "", "../../.."),  # (relative, from the current folder)
+    (["cache", "ls", "--cache-dir", "/home/u/work/c"], "", "/home/u"),
+    (["cache", "ls"], "TOOLCHAIN_CACHE_DIR=/home/u/work/c", "/"),
 ])
-def test_no_command_uses_the_root_or_a_home_folder_as_its_cache(command, how, tmp_path):
+def test_no_command_uses_the_root_or_a_home_folder_as_its_cache(command, how, link, tmp_path):
     """`build --cache-dir /` made the cache's folders (git/, trees/, wheels/, work/...) in / and read what lay
     there in their shape: every command now refuses the root or a home folder as its cache (exit 2, naming it),
-    before anything is made there."""
+    before anything is made there; a link to one of them (--cache-dir or $TOOLCHAIN_CACHE_DIR) too, named with
+    where it leads."""
     tool = _tool(*command)
     if how:
         tool = tool.replace("TOOLCHAIN_CACHE_DIR=/tmp/cache", how)
     script = "\n".join([
-        "set -e", "mkdir -p /home/u/work", "ls -A / | sort > /tmp/before.txt", "ls -A /home/u | sort > /tmp/before-home.txt",
+        "set -e", "mkdir -p /home/u/work", *([f"ln -s {link} /home/u/work/c"] if link else []),
+        "ls -A / | sort > /tmp/before.txt", "ls -A /home/u | sort > /tmp/before-home.txt",
         tool, "ls -A / | sort | diff /tmp/before.txt - && ls -A /home/u | sort | diff /tmp/before-home.txt - && echo INTACT"])
     r = in_throwaway_root(script, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "exit=2" in r.stdout and '"exit_code": 2' in r.stdout, r.stdout + r.stderr
     assert "never a cache" in r.stdout and ("it is the root folder" in r.stdout or "it is a home folder" in r.stdout)
+    if link:
+        target = "/" if link.startswith("..") else link
+        assert f"c (a link to {target}): it is" in r.stdout, r.stdout
     assert r.stdout.rstrip().endswith("INTACT"), r.stdout
+
+
+def test_a_cache_folder_given_as_a_link_to_an_ordinary_folder_is_used(tmp_path):
+    """A link to a folder of the user's (given, or in $TOOLCHAIN_CACHE_DIR) is a cache like the folder: it is
+    listed and pruned, and what a command writes goes into the folder it leads to."""
+    real = tmp_path / "disk" / "cache"
+    real.mkdir(parents=True)
+    link = tmp_path / "c"
+    link.symlink_to(real)
+    cli = Cli(tmp_path, isolated_env(tmp_path / "home"))
+    for args, env in ((("--cache-dir", link), {}), ((), {"TOOLCHAIN_CACHE_DIR": str(link)})):
+        r = cli("cache", "ls", *args, "--json", env=env)
+        assert r.returncode == 0 and r.json()["entries"] == [], str(r)
+        r = cli("cache", "prune", *args, "--older-than", "30d", "--json", env=env)
+        assert r.returncode == 0, str(r)
+    r = cli("build", "--recipe", "demo", "--cache-dir", link, "--out", tmp_path / "out", "--json")
+    assert r.returncode == 0, str(r)
+    assert link.is_symlink() and (real / "wheels").is_dir(), "the build's wheels are not in the folder linked to"
 
 
 def test_cache_ls_of_an_untrusted_folder_says_so_and_lists_no_private_cache_in_its_place(tmp_path):

@@ -12,7 +12,7 @@ from toolchain.commands import options
 from toolchain.console import UI, CommandResult
 
 if TYPE_CHECKING:
-    from toolchain.image.deliver import PodmanLoad, Ref
+    from toolchain.image.deliver import PipedLoad, Ref
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +23,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "same digest anywhere. The lock is inside at /usr/share/toolchain/stack.lock.toml.")
     p.add_argument("--lock", type=Path, required=True, metavar="LOCK", help="the stack.lock.toml to install")
     add_image_options(p)
-    options.add(p, "cache-dir")
+    options.add(p, "cache-dir", help={"cache-dir": "where the lock's wheels are taken from when they are not beside "
+                                                   "it (the cache of the build that made them), and where the base's "
+                                                   "layout and the image's layer are kept (default: "
+                                                   "$TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)"})
     p.set_defaults(handler=handle)
 
 
@@ -35,13 +38,17 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
                    help="the base image for a lock that records none (an overlay lock's base is its own)")
     p.add_argument("--python", metavar="PATH", help="the base's interpreter (default: the lock's [target] python)")
     p.add_argument("--engine", choices=("podman", "docker"), default="podman",
-                   help="the engine that reads the base image (default podman)")
-    p.add_argument("--load", choices=("podman", "docker"), help="load the image into this local engine")
+                   help="the engine that holds (or pulls) the base image and runs its interpreter, to read it and "
+                        "compile the layer's modules (default podman)")
+    p.add_argument("--load", choices=("podman", "docker"),
+                   help="load the image into this local engine, named --tag")
     p.add_argument("--push", action="store_true", help="push the image to the registry its tag names")
     p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
                    help="the registries of the base and of --push speak plain HTTP (a trusted private one; "
                         "--insecure: its older name)")
-    p.add_argument("--oci-dir", type=Path, metavar="DIR", help="write the image as an OCI image layout here")
+    p.add_argument("--oci-dir", type=Path, metavar="DIR",
+                   help="write the image as an OCI image layout here (a new or empty folder, or one toolchain "
+                        "wrote, which is replaced)")
     p.add_argument("--no-bytecode", action="store_true",
                    help="leave the layer's modules uncompiled (default: .pyc compiled by the base's Python, "
                         "unchecked-hash, so a container start compiles nothing)")
@@ -59,12 +66,13 @@ def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
 
 def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dict[str, Any], int, str]:
     """Make the image of `lock` and deliver it where `args` say; (the --json document, exit code, summary)."""
-    from toolchain.image.deliver import PodmanLoad, oci_dir, parse_ref
+    from toolchain.image.deliver import PipedLoad, oci_dir, parse_ref
 
     ref = parse_ref(args.tag)
     if args.oci_dir:
         oci_dir(args.oci_dir)  # refused before anything is made: a folder the tool did not make is never replaced
-    early = PodmanLoad() if args.load == "podman" else None  # (podman starts while the image is made)
+    early = PipedLoad("podman", options.cache_dir(args) / "images" / "work") if args.load == "podman" else None
+    # (podman starts while the image is made)
     try:
         return _image_and_deliver(lock, args, ui, ref, early)
     finally:
@@ -73,7 +81,7 @@ def image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI) -> tuple[dic
 
 
 def _image_and_deliver(lock: Path, args: argparse.Namespace, ui: UI, ref: Ref,
-                       early: PodmanLoad | None) -> tuple[dict[str, Any], int, str]:
+                       early: PipedLoad | None) -> tuple[dict[str, Any], int, str]:
     from toolchain.core import toml as tomlio
     from toolchain.image.assemble import A
     from toolchain.image.base import plain_http

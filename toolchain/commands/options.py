@@ -69,9 +69,13 @@ def resolve_cache_dir(value: Path | str | None, flag: str = "--cache-dir") -> Pa
     named = Path(value).expanduser() if value else default_cache_dir()
     why = protected(named, mounts=False, current=False)
     if why:  # (what lies there in a cache's shape is not known to be the tool's: never written, pruned or read)
+        import os
+
         from toolchain.errors import UsageError
 
-        raise UsageError(f"cache folder {named}: {why}, never a cache; nothing was read, written or pruned there",
+        real = os.path.realpath(named)  # (a link, or a path through one: named as given, and where it leads)
+        shown = f"{named} (a link to {real})" if real != os.path.abspath(named) else str(named)
+        raise UsageError(f"cache folder {shown}: {why}, never a cache; nothing was read, written or pruned there",
                          hint=f"a cache is a folder of its own: pass {flag} the folder your builds use "
                               "(default ~/.cache/xpu-toolchain), or a new one")
     path = _existing_dir_or_new(cache_for_run(named), flag)  # (core.trust.cache_root of the folder named)
@@ -94,12 +98,13 @@ SHARED: dict[str, Option] = {o.flag.lstrip("-"): o for o in (
     Option("recipe", ("--recipe",), f"a recipe name (your recipes, then the shipped ones) or a path to a .toml "
                                     f"file (default: {DEFAULT_RECIPE})"),
     Option("recipes_dir", ("--recipes-dir",),
-           "your recipes: a name (--recipe, extends) is looked up beside the recipe naming it, then here, then in "
-           "the shipped recipes (default: $TOOLCHAIN_RECIPES_DIR, else ./recipes)", {"type": Path, "metavar": "DIR"}),
+           "your recipes: a recipe's name (given, or in `extends`) is looked up beside the recipe naming it, then "
+           "here, then in the shipped recipes (default: $TOOLCHAIN_RECIPES_DIR, else ./recipes)", {"type": Path, "metavar": "DIR"}),
     Option("patches_dir", ("--patches-dir",),
            "a folder of patches searched first (then patches/ beside the recipe, else beside its recipes/, and "
-           "the folders inherited patches come from: none is removed); with --from-lock, where patches and input "
-           "files moved to (searched by their recorded names and sha256). Repeatable: searched in the order given",
+           "the folders inherited patches come from: none is removed); for a recipe read from a lock (`build "
+           "--from-lock`, a lock given), where its patches and input files moved to (searched by their recorded "
+           "names and sha256). Repeatable: searched in the order given",
            {"type": Path, "metavar": "DIR", "action": "append"}),
     Option("cache_dir", ("--cache-dir",),
            "mirrors, source trees and wheels (default: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)",

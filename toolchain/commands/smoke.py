@@ -44,7 +44,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="with --image: an argument for the engine's `run` (a mount, a device); repeatable")
     options.add(p, "out", help={"out": "report directory (default: <lock dir>/smoke/<time>; with --image, "
                                        "./smoke-reports/<time>)"})
-    options.add(p, "cache-dir")
+    options.add(p, "cache-dir", help={"cache-dir": "the cache whose source mirror a [smoke.suite] lock's tests "
+                                                   "come from, and where the wheels' native audits (and, with "
+                                                   "--image, the lock read from it, for the run) are kept (default: "
+                                                   "$TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain)"})
     add_options(p)
     p.set_defaults(handler=handle)
 
@@ -64,15 +67,17 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensor-parallel-size", type=int, metavar="N", help="cards to serve on (default: [smoke])")
     p.add_argument("--cases", metavar="A,B,...", help=f"cases to run, comma-separated (default: {','.join(DEFAULT_CASES)}; "
                    f"built in: {', '.join(PRESETS)}; recipes add more)")
-    p.add_argument("--ready-timeout", type=float, metavar="S", help="seconds to wait for readiness (default 1800)")
-    p.add_argument("--request-timeout", type=float, metavar="S", help="seconds per request (default 600)")
+    p.add_argument("--ready-timeout", type=float, metavar="SECONDS",
+                   help="seconds to wait for readiness (default 1800)")
+    p.add_argument("--request-timeout", type=float, metavar="SECONDS", help="seconds per request (default 600)")
     p.add_argument("--no-install", action="store_true", help="serve from an existing environment (see --python)")
     p.add_argument("--python", help="interpreter the fresh venv is made from (default: the lock's); "
                    "with --no-install, the environment to serve from")
-    p.add_argument("--venv", type=Path, help="where the fresh venv goes (default: <out>/venv; removed at the end)")
+    p.add_argument("--venv", type=Path, metavar="DIR",
+                   help="where the fresh venv goes (default: <out>/venv; removed at the end)")
     p.add_argument("--keep-venv", action="store_true", help="keep the fresh venv after the run (it can be gigabytes)")
     p.add_argument("--allow-unlocked-deps", action="store_true",
-                   help="a lock without a resolved closure (--no-resolve, older locks): install its wheels' "
+                   help="a lock without a resolved closure (`build --no-resolve`, older locks): install its wheels' "
                         "dependencies from the index, unpinned; the report marks the run unlocked (default: an "
                         "error; `toolchain lock --lock LOCK` pins them)")
 
@@ -102,23 +107,37 @@ def parse_options(argv: Sequence[str]) -> SmokeOptions:
 
 
 def handle(args: argparse.Namespace, ui: UI) -> CommandResult:
-    opts, out = options_from(args), args.out
+    opts, out = replace(options_from(args), cache_dir=options.cache_dir(args)), args.out
     lock: Lock | None = None
     if args.image:
         if args.lock:
             raise UsageError("give --lock or --image, not both", hint="--image reads the lock the image carries")
-        lock, opts = _image_lock(args, opts, ui)
-        out = out or Path("smoke-reports") / datetime.now().strftime("%Y%m%d-%H%M%S")
+        try:
+            lock, opts = _image_lock(args, opts, ui)
+            return _smoked(lock, out or Path("smoke-reports") / datetime.now().strftime("%Y%m%d-%H%M%S"), opts, ui)
+        finally:  # (the lock read from the image was for this run)
+            import shutil
+
+            shutil.rmtree(_image_work(args), ignore_errors=True)
     else:
         lock = read_lock(args.lock) if args.lock else None
         suite = _suite_of(lock) if lock is not None and not opts.serve_cmd else None
         if lock is not None and suite is not None:  # upstream's own tests, no server
             return _suite_result(lock, suite, args, opts, ui)
+    return _smoked(lock, out, opts, ui)
+
+
+def _smoked(lock: Lock | None, out: Path | None, opts: SmokeOptions, ui: UI) -> CommandResult:
     try:
         outcome = run_smoke(lock, out_dir=out, ui=ui, options=opts)
     except SmokeInterrupted as stopped:  # the server is stopped; report the partial run
         outcome = stopped.outcome
     return _result(outcome)
+
+
+def _image_work(args: argparse.Namespace) -> Path:
+    """Where `--image`'s lock is read to, for the run."""
+    return options.cache_dir(args) / "images" / "work" / f"smoke-{os.getpid()}"
 
 
 def _image_lock(args: argparse.Namespace, opts: SmokeOptions, ui: UI) -> tuple[Lock, SmokeOptions]:
@@ -128,7 +147,7 @@ def _image_lock(args: argparse.Namespace, opts: SmokeOptions, ui: UI) -> tuple[L
     from toolchain.image.provenance import from_engine
     from toolchain.target.container.engine import image_repo
 
-    work = options.cache_dir(args) / "images" / "work" / f"smoke-{os.getpid()}"
+    work = _image_work(args)
     with ui.status(f"reading the lock {args.image} carries"):
         found = from_engine(args.image, args.image_engine, work)
     if found is None:

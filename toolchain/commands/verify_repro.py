@@ -8,7 +8,7 @@
 
 Then the last build's wheels and the lock's resolved closure (--lock: the published lock's; the rebuild does
 not resolve again) are installed together into a fresh venv the way smoke installs them: every file with its
-sha256 required, --no-index --no-deps, then `pip check` — a dependency the lock does not pin is an error.
+sha256 required, `--no-index --no-deps`, then `pip check` — a dependency the lock does not pin is an error.
 
 Exit 0 when every wheel is identical and the install check passes; 1 with the differing wheels, the files
 inside them and a content diff, or the install check's error. The build directories are kept on a failure
@@ -64,9 +64,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help=f"where the builds go (default: a new directory under <cache dir>/{WORK_ROOT}/, so "
                         "nothing is written where it runs, e.g. in a bundle's directory)")
     options.add(p, "cache-dir", "mirror", help={
-        "cache-dir": "take sources from this cache directory's mirror (default: the build cache, as for "
-                     "`toolchain build`); source trees and wheels are always made afresh per build"})
-    p.add_argument("--keep", action="store_true", help="keep the build directories even when reproducible")
+        "cache-dir": "the build cache (default: $TOOLCHAIN_CACHE_DIR or ~/.cache/xpu-toolchain, as for `toolchain "
+                     "build`): the builds take their sources from its mirror and share its compiler cache (source "
+                     "trees and wheels are always made afresh per build); --work-dir's default is under it"})
+    p.add_argument("--keep", action="store_true",
+                   help="keep the build directories (with --image: the image made again, and its cache) even when "
+                        "reproducible")
     p.add_argument("--image", metavar="REF",
                    help="with --lock: make the image of the lock again in a fresh cache and compare its digest with "
                         "REF (made by `toolchain image`; read from podman or docker, else its registry); a difference "
@@ -75,7 +78,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="with --image: the base it was made over (the image names it by digest only; default: "
                         "the lock's, its recipe's [image] base, or that digest under any name podman holds it)")
     p.add_argument("--remote-insecure", "--insecure", dest="insecure", action="store_true",
-                   help="with --image: its registry speaks plain HTTP (--insecure: its older name)")
+                   help="with --image: its registry and the base's speak plain HTTP (a trusted private one; "
+                        "--insecure: its older name)")
     p.add_argument("--no-diffoscope", action="store_true",
                    help="use the built-in per-file comparison even when diffoscope is installed")
     p.set_defaults(handler=handle)

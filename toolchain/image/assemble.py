@@ -157,3 +157,33 @@ def write_thin_archive(image: Image, out: BinaryIO, ref: str) -> None:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
+
+
+def write_docker_archive(image: Image, out: BinaryIO) -> None:
+    """The whole image as `docker load` reads it, streamed to `out`: every blob (the base's layers too, each
+    once), then manifest.json (last: an archive cut short names no image, and docker loads nothing from it). It
+    names no tag: the image is tagged once it is loaded (a stopped load moves no name)."""
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        written: set[str] = set()
+        for digest, size, source in image.blobs():
+            name = f"blobs/sha256/{digest.split(':', 1)[1]}"
+            if name in written:
+                continue
+            written.add(name)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = size, 0o644
+            where = source()
+            if isinstance(where, bytes):
+                tar.addfile(info, io.BytesIO(where))
+            else:
+                with where.open("rb") as blob:
+                    tar.addfile(info, blob)
+        blobs = image.blobs()
+        manifest = canonical_json([{"Config": f"blobs/sha256/{image.config_digest.split(':', 1)[1]}", "RepoTags": [],
+                                    "Layers": [f"blobs/sha256/{d.split(':', 1)[1]}" for d, _, _ in blobs[:-1]]}])
+        info = tarfile.TarInfo("manifest.json")
+        info.size, info.mode = len(manifest), 0o644
+        tar.addfile(info, io.BytesIO(manifest))

@@ -1,5 +1,5 @@
 """Where an image goes: an OCI image layout on disk (--oci-dir), the local engine (--load podman|docker: an
-OCI archive it loads, then tagged; podman's `load` started before the image is made, `PodmanLoad`), or a
+archive it reads from a pipe, `PipedLoad`; podman's `load` started before the image is made), or a
 registry (--push, with the remote wheel cache's client and credentials: blobs the registry holds are not sent
 again, a base in another repository of it is mounted)."""
 
@@ -12,16 +12,16 @@ import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from toolchain.core.owned import check_ours
 from toolchain.core.proc.runner import Completed, run
 from toolchain.core.record import record
 from toolchain.core.regex import Regex
-from toolchain.errors import UsageError
+from toolchain.errors import BuildError, UsageError
 from toolchain.image.base import engine_env, inspected, registry_for
 
-if TYPE_CHECKING:  # (imported where used: `PodmanLoad` starts podman before the image's modules are read)
+if TYPE_CHECKING:  # (imported where used: `PipedLoad` starts podman before the image's modules are read)
     from toolchain.image.assemble import Image
 
 ENGINES = ("podman", "docker")
@@ -90,126 +90,121 @@ def to_oci_dir(image: Image, dest: Path, ref: Ref) -> Path:
     return write_layout(image, oci_dir(dest), ref.name, ref.tag)
 
 
-def load(image: Image, engine: str, ref: Ref, work: Path, started: PodmanLoad | None = None) -> str:
-    """Load the image into `engine` and tag it `ref`; the name it has there. podman is first given an OCI archive
-    of what the image adds, through a pipe (one process, `started` before the image was made, else now: it
-    names the image from the archive and reuses the base's layers it holds); without the base, it loads the
-    whole OCI layout folder. docker loads an archive of the layout."""
-    from toolchain.image.assemble import canonical_json, write_layout
-
+def load(image: Image, engine: str, ref: Ref, work: Path, started: PipedLoad | None = None) -> str:
+    """Load the image into `engine` and tag it `ref`; the name it has there. Each engine reads an archive from a
+    pipe, written as it reads it (none on disk): podman (`started` before the image was made, else now) one of
+    what the image adds, named, which it loads reusing the base's layers it holds; without the base, it loads
+    the whole OCI layout folder. docker one of the whole image, unnamed, then tagged (`_docker_load`)."""
     if engine not in ENGINES:
         raise UsageError(f"--load {engine!r}: the engine is podman or docker")
-    if engine == "podman" and (started or PodmanLoad()).feed(image, ref):
-        return ref.name
+    if engine == "docker":
+        return _docker_load(image, ref, work)
+    from toolchain.image.assemble import write_layout, write_thin_archive
+
+    loader = started or PipedLoad("podman", work)
+    done = loader.feed(lambda out: write_thin_archive(image, out, ref.name))
+    if done is not None and done.returncode == 0 and ref.name in done.stdout:
+        return ref.name  # (else podman lacks a base layer and stored nothing)
     work.mkdir(parents=True, exist_ok=True)
     layout = write_layout(image, work / f"layout-{os.getpid()}", ref.name, ref.tag)
-    if engine == "podman":
-        try:
-            # three podman processes: load the layout folder (the base's layers it holds are not read again),
-            # tag it, and drop the name podman gave it after the folder (it says which)
-            loaded = run([engine, "load", "-q", "-i", str(layout)], env=engine_env(), capture=True,
-                         timeout=3600).stdout
-            ident = image.config_digest[7:]
-            run([engine, "tag", ident, ref.name], env=engine_env(), capture=True, timeout=120)
-            for name in re.findall(r"^Loaded image\(?s?\)?: (.+)$", loaded, re.M):
-                for one in name.split(","):
-                    if str(layout).lower() in one and one.strip() != ref.name:
-                        run([engine, "untag", ident, one.strip()], env=engine_env(), capture=True, timeout=120)
-        finally:
-            shutil.rmtree(layout, ignore_errors=True)
-        return ref.name
-    if engine == "docker":  # docker's image store loads an archive by its manifest.json (docker save writes both)
-        layers = [f"blobs/sha256/{d.split(':', 1)[1]}" for d, _, _ in image.blobs()[:-1]]
-        (layout / "manifest.json").write_bytes(canonical_json([{
-            "Config": f"blobs/sha256/{image.config_digest.split(':', 1)[1]}", "RepoTags": [ref.name],
-            "Layers": layers}]))
-    archive = work / f"image-{os.getpid()}.tar"
-    import tarfile
-
     try:
-        with tarfile.open(archive, "w") as tar:
-            for path in sorted(layout.rglob("*")):
-                tar.add(path, arcname=path.relative_to(layout).as_posix(), recursive=False)
-        log = work / "load.log"
-        try:
-            run([engine, "load", "-i", str(archive)], env=engine_env(), log=log, timeout=3600)
-            run([engine, "tag", image.config_digest if engine == "docker" else image.config_digest[7:], ref.name],
-                env=engine_env(), log=log, timeout=120)
-        except KeyboardInterrupt:  # (a stop signal: the daemon may finish the load it was handed; undone)
-            _unload(engine, image.config_digest, ref.name, log)
-            raise
+        # three podman processes: load the layout folder (the base's layers it holds are not read again),
+        # tag it, and drop the name podman gave it after the folder (it says which)
+        loaded = run(["podman", "load", "-q", "-i", str(layout)], env=engine_env(), capture=True,
+                     timeout=3600).stdout
+        ident = image.config_digest[7:]
+        run(["podman", "tag", ident, ref.name], env=engine_env(), capture=True, timeout=120)
+        for name in re.findall(r"^Loaded image\(?s?\)?: (.+)$", loaded, re.M):
+            for one in name.split(","):
+                if str(layout).lower() in one and one.strip() != ref.name:
+                    run(["podman", "untag", ident, one.strip()], env=engine_env(), capture=True, timeout=120)
     finally:
-        archive.unlink(missing_ok=True)
         shutil.rmtree(layout, ignore_errors=True)
     return ref.name
 
 
-UNLOAD_WAIT = 15.0  # seconds a daemon is given to finish (or drop) a load whose client was stopped
+def _docker_load(image: Image, ref: Ref, work: Path) -> str:
+    """docker's load of the whole image through a pipe (its manifest.json last, no name in it), then `docker tag`.
+    Stopped (Ctrl-C) before the archive is whole: it is cut short, docker finds no manifest.json in it and loads
+    nothing. Stopped after: docker loads it (its client is not stopped, and tells when it has); the image is then
+    removed again unless docker held it before, so a stopped load leaves docker as it was."""
+    from toolchain.image.assemble import write_docker_archive
+
+    ident = image.config_digest
+    held = inspected("docker", ident, "{{.Id}}") is not None  # (docker could not say: stops here, nothing removed)
+    loader = PipedLoad("docker", work)
+    log = work / "load.log"
+    try:
+        done = loader.feed(lambda out: write_docker_archive(image, out))
+        if done is None or done.returncode != 0:
+            raise BuildError(f"docker load of {ref.name} failed"
+                             + (f": {(done.stderr or done.stdout).strip()}" if done is not None else ""),
+                             hint="is the docker daemon running and reachable ($DOCKER_HOST)?")
+        run(["docker", "tag", ident, ref.name], env=engine_env(), log=log, timeout=120)
+    except KeyboardInterrupt:
+        from toolchain.target.container.engine import NoSigint
+
+        with NoSigint():  # (Ctrl-C again meanwhile: the clean-up finishes)
+            done = loader.close()  # (cut short when not whole; docker's client ends by itself either way)
+            if not held and done is not None and done.returncode == 0:
+                run(["docker", "image", "rm", "-f", ident], env=engine_env(), log=log, check=False, timeout=300)
+        raise
+    return ref.name
 
 
-def _unload(engine: str, ident: str, name: str, log: Path) -> None:
-    """After a stop during `ENGINE load`: the daemon may still finish loading what it was sent (its client is
-    gone, its work is not); the image it makes, by id, is removed as soon as it is there, so a stopped load
-    leaves nothing. Ctrl-C again meanwhile is ignored (`NoSigint`): the clean-up finishes."""
-    import time
+class PipedLoad:
+    """`ENGINE load` of an archive read from a pipe, started before the archive is written (podman: before the
+    image is made, so that its own start, its runtime and storage read before it reads its input, a third of a
+    small load's time, runs while the tool makes the image); the archive is written into the pipe as the engine
+    reads it (the tool writes none on disk), its index last (podman's index.json, docker's manifest.json): a
+    stream cut short names no image, and the engine loads nothing from it. A stop signal does not reach the
+    engine's client (`run(stop_signal=0)`): its input is ended instead (`close`), cut short when not whole, and
+    it ends by itself, having removed what it read (it keeps it in a temporary file; SIGTERM left that behind),
+    before the tool exits. Its temporary files go in a folder of the tool's under `work`, removed when it ends
+    (even when killed). Not loaded for any reason (podman's hour ran out while the image was made, say), `load`
+    loads the whole layout instead."""
 
-    from toolchain.target.container.engine import NoSigint
-
-    with NoSigint():
-        deadline = time.monotonic() + UNLOAD_WAIT
-        while time.monotonic() < deadline:
-            held = run([engine, "image", "inspect", "--format", "{{.Id}}", ident], env=engine_env(), capture=True,
-                       check=False, timeout=60)
-            if held.returncode == 0:
-                run([engine, "image", "rm", "-f", ident], env=engine_env(), log=log, check=False, timeout=300)
-                return
-            time.sleep(0.5)  # (none yet: the daemon is still loading, or dropped the cut stream)
-
-
-class PodmanLoad:
-    """`podman load` of an OCI archive read from a pipe, started before the image is made: podman's own start
-    (its runtime and storage read before it reads its input: a third of a small load's time) runs while the
-    tool makes the image, and the archive is written into the pipe as podman reads it (the tool writes none on
-    disk). `feed` writes it (the blobs first, index.json last: a stream cut short names no image) and says
-    whether podman took it. Never fed (the image was not made: an error, Ctrl-C), `close` ends the stream empty:
-    podman loads nothing and exits; a stop signal stops it as every child (core/proc). Not loaded for any
-    reason (its hour ran out while the image was made, say), `load` loads the whole layout instead."""
-
-    def __init__(self) -> None:
+    def __init__(self, engine: str, work: Path) -> None:
+        import tempfile
         import threading
 
-        read, write = os.pipe()  # (not inherited: only podman is given the read end)
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f"{engine}-load-", dir=work)
+        read, write = os.pipe()  # (not inherited: only the engine is given the read end)
         self._out = os.fdopen(write, "wb")
         self._done: list[Completed] = []
+        self._ended = threading.Event()
 
         def wait() -> None:
             try:
-                self._done.append(run(["podman", "load", "-q"], env=engine_env(), capture=True, check=False,
-                                      timeout=3600, stdin=read))
-            except Exception:  # (timed out, say: not loaded; the layout is loaded instead, with its errors)
+                self._done.append(run([engine, "load", "-q"], env={**engine_env(), "TMPDIR": tmp}, capture=True,
+                                      check=False, timeout=3600, stdin=read, stop_signal=0))
+            except Exception:  # (timed out, say: not loaded; podman is given the layout instead, docker fails)
                 pass
             finally:
-                os.close(read)  # (podman gone: a write into the pipe fails at once, not when it is full)
+                os.close(read)  # (the engine gone: a write into the pipe fails at once, not when it is full)
+                shutil.rmtree(tmp, ignore_errors=True)
+                self._ended.set()
 
-        self._thread = threading.Thread(target=wait, name="podman-load", daemon=True)
+        self._thread = threading.Thread(target=wait, name=f"{engine}-load", daemon=True)
         self._thread.start()
 
-    def feed(self, image: Image, ref: Ref) -> bool:
-        """The archive of what `image` adds to its base, named `ref`, written to podman; whether podman loaded
-        it under that name (it refuses it when it lacks a base layer: nothing is stored then)."""
-        from toolchain.image.assemble import write_thin_archive
+    def feed(self, write: Callable[[BinaryIO], None]) -> Completed | None:
+        """The archive written into the pipe by `write`, the stream ended, the engine waited for: how its `load`
+        ended (None: it did not run). A stop meanwhile ends the stream where it was (the caller's `close`)."""
+        with contextlib.suppress(BrokenPipeError):  # (the engine ended before it read it all: not loaded)
+            write(self._out)
+        return self.close()
 
-        with contextlib.suppress(BrokenPipeError):  # (podman ended before it read it all: not loaded)
-            write_thin_archive(image, self._out, ref.name)
-        self.close()
-        done = self._done[0] if self._done else None
-        return done is not None and done.returncode == 0 and ref.name in done.stdout
-
-    def close(self) -> None:
-        """The stream ended (empty when never fed) and podman waited for."""
+    def close(self) -> Completed | None:
+        """The stream ended (empty when never fed, cut short when a stop came while it was written) and the
+        engine waited for: how its `load` ended (None: it did not run)."""
         with contextlib.suppress(BrokenPipeError):
             self._out.close()
-        self._thread.join()
+        # (an Event, not Thread.join: a join a Ctrl-C interrupts marks the thread ended while it runs on, and
+        # every later join returns at once, CPython's bpo-45274 fix)
+        self._ended.wait()
+        return self._done[0] if self._done else None
 
 
 def push(image: Image, ref: Ref, work: Path, *, insecure: bool = False, timeout: float = 60.0) -> tuple[str, int]:

@@ -52,6 +52,7 @@ class SmokeOptions:
     image: str = ""                    # serve from this image (NAME@sha256:..., made by `toolchain image`) as it is
     image_engine: str = "podman"
     run_args: tuple[str, ...] = ()     # the engine's run arguments for that image's container
+    cache_dir: Path | None = None      # --cache-dir: where the native audits are kept (None: the default cache)
 
 
 def _case_names(specs: Sequence[cases_mod.CaseSpec]) -> Data:

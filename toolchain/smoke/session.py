@@ -147,7 +147,7 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         ui.info(f"device: {rep['device']['message']}")
         py = _prepare(lock, opts, py, base_python, staged, out, ui, rep)
         if lock is not None and staged is not None and (lock.closure is not None or lock.base is not None):
-            rep["native"] = _native_check(lock, py, out, ui)
+            rep["native"] = _native_check(lock, py, out, ui, opts.cache_dir)
         rep["served"] = served(config.serve_argv, py, rep.get("install"))
         if rep["served"]["note"]:
             ui.warn(rep["served"]["note"])
@@ -157,13 +157,14 @@ def _smoke(lock: Lock | None, opts: SmokeOptions, config: SmokeConfig, py: Inter
         return ladder
 
 
-def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, Any]:
+def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI, cache_dir: Path | None = None) -> dict[str, Any]:
     """Before serving: every shared object of every installed wheel (the closure's too: they are fetched anyway)
     gets a verdict on each soname it needs, where the stack runs (toolchain.resolve.verdicts, at="run"):
     provided by the lock or, over a base image, a distribution its interpreter installed; on the target's loader
     path (each library the lock expects from the run host is looked up: present, or absent with the package that
     brings it); or missing. Smoke serves without oneAPI sourced, so setvars' library path does not count. Raises
-    NativeABIError when one an extension module of a component loads is not there."""
+    NativeABIError when one an extension module of a component loads is not there. The audits are kept in
+    `cache_dir` (smoke's --cache-dir; None: the default cache)."""
     from toolchain.core.trust import cache_root
     from toolchain.resolve import native, verdicts
     from toolchain.resolve.closure import DEPS_DIR
@@ -172,7 +173,7 @@ def _native_check(lock: Lock, py: Interpreter, out: Path, ui: UI) -> dict[str, A
     assert lock.path is not None
     built = [(lock.wheel_path(c), c.wheel.sha256, f"{c.dist or c.name} {c.version}",
               "prebuilt" if c.prebuilt else "built") for c in lock.components]
-    audits = native.audit_wheels(built, lock.closure.dists if lock.closure else (), cache_root(),
+    audits = native.audit_wheels(built, lock.closure.dists if lock.closure else (), cache_dir or cache_root(),
                                  lock.path.parent / DEPS_DIR, out / "install.log")
     report = verdicts.NativeReport()
     policy = policy_of_recipe_text(lock.recipe_text)

@@ -27,7 +27,8 @@ class Child:
     def __init__(self, proc: subprocess.Popen[bytes], first: int = signal.SIGTERM) -> None:
         self.proc = proc
         self.pid = proc.pid
-        self.first = first  # what a stop signal sends it first (a server: SIGINT, its graceful shutdown)
+        self.first = first  # what a stop signal sends it first (a server: SIGINT, its graceful shutdown; 0: none,
+        # it ends by itself once the one who started it has ended its input: `Children.terminate`)
         self.sent: set[int] = set()
         self.cgroup = cgroup_for(proc.pid)
 
@@ -106,8 +107,10 @@ class Children:
             return list(self._live.values())
 
     def terminate(self) -> list[Child]:
-        """SIGTERM to every child now (safe in a signal handler: no waiting); returns them."""
-        children = self.live()
+        """SIGTERM to every child now (safe in a signal handler: no waiting); returns them. Not to one started
+        with no stop signal (`first` 0: an engine's load read from a pipe, which the tool ends by cutting its
+        input short, so that it loads nothing and removes what it read; SIGTERM would leave its files behind)."""
+        children = [c for c in self.live() if c.first]
         for child in children:
             child.signal(child.first)
         return children
@@ -116,7 +119,7 @@ class Children:
         """Stop every child (SIGTERM, or SIGINT to a server) and wait until none is left: SIGKILL to what is
         left after `grace` seconds, or after SERVER_GRACE for a server, whose graceful shutdown (forwarded into
         a container by its supervisor, an engine exec away) takes longer than a compiler's end."""
-        children = self.live()
+        children = [c for c in self.live() if c.first]  # (`terminate`: one with no stop signal ends by itself)
         for child in children:
             if child.first not in child.sent:  # (not twice: a second SIGINT cuts a server's shutdown short)
                 child.signal(child.first)

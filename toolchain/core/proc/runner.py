@@ -120,7 +120,7 @@ def merge_env(base: Mapping[str, str], *layers: Mapping[str, str | None]) -> dic
 def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd: str | Path | None = None,
         log: Path | None = None, check: bool = True, capture: bool = False, verbose: bool = False,
         timeout: float | None = None, stdin: bytes | int | None = None, success_codes: Sequence[int] = (0,),
-        hint: str | None = None) -> Completed:
+        hint: str | None = None, stop_signal: int = signal.SIGTERM) -> Completed:
     """Run `argv`. `env` is the complete environment (None: inherit os.environ).
 
     capture=True returns stdout/stderr as text (for short queries such as git rev-parse); otherwise the
@@ -128,6 +128,8 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     The command runs in a session (and process group) of its own, tracked until it ends (see CHILDREN): a stop
     signal reaches it through the tool, never past it. `stdin`: bytes written to it, or a file descriptor it
     reads (the read end of a pipe another thread writes: the caller closes it once this returns).
+    `stop_signal`: what a stop signal sends it first (0: nothing, it is left to end by itself: a load read from
+    a pipe, ended by ending its input, `image/deliver.py`).
     """
     argv = checked_argv(argv, "run")
     full_env = merge_env(os.environ, {}) if env is None else merge_env({}, env)
@@ -144,7 +146,7 @@ def run(argv: Sequence[str], *, env: Mapping[str, str | None] | None = None, cwd
     try:
         try:
             code, out, err, tail, timed_out = _popen(argv, full_env, cwd, log_file, capture, verbose, timeout,
-                                                     stdin)
+                                                     stdin, stop_signal)
         except _NotStarted as exc:
             if log_file is not None:
                 log_file.write(exc.reason + "\n")
@@ -177,7 +179,8 @@ class _NotStarted(Exception):
 
 
 def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_file: IO[str] | None, capture: bool,
-           verbose: bool, timeout: float | None, stdin: bytes | int | None) -> tuple[int, str, str, str, bool]:
+           verbose: bool, timeout: float | None, stdin: bytes | int | None,
+           stop_signal: int = signal.SIGTERM) -> tuple[int, str, str, str, bool]:
     """(exit code, stdout, stderr, output tail, timed out)."""
     import subprocess
 
@@ -194,7 +197,7 @@ def _popen(argv: list[str], env: dict[str, str], cwd: str | Path | None, log_fil
                           f"install {argv[0]!r} or put it on PATH") from None
     except PermissionError as exc:
         raise _NotStarted(126, f"{argv[0]}: {exc.strerror}", None) from None
-    child = CHILDREN.add(proc)
+    child = CHILDREN.add(proc, stop_signal)
     try:
         if capture:
             try:
