@@ -831,6 +831,29 @@ def test_the_first_background_completion_runs_alone_then_two_at_once_and_a_named
     assert result.bad_build is not None and not result.bad_build.deferred
 
 
+class FillsEarly(SlowCompletions):
+    """SlowCompletions whose completer says, once the first completion runs, that it asked the indexes (its
+    resolution did: `caches_filled`, as SpineBuilder's index view says), while that one goes on."""
+
+    def caches_filled(self) -> bool:
+        with self.changed:
+            return self.ahead_now > 0 or self.first_ended
+
+
+def test_the_other_completions_start_once_the_first_asked_the_indexes_not_once_it_ended():
+    """The first background completion runs alone only until the completer's caches are filled (its resolution
+    asked the indexes: the others resolve from what they served, while it reads its closure's file lists): a
+    second then runs beside it; the result is the same, no key completed twice."""
+    tester = WaitsForTwoAtOnce(41)
+    builder = tester.builder = FillsEarly(tester)
+    result = Bisector(cands(65), builder, tester, jobs=1, check_ends=True).run()
+    assert key(result.first_bad) == "c041"
+    assert builder.most_during_first == 2, builder.completed
+    keys = [k for k, _, _ in builder.completed]
+    assert len(keys) == len(set(keys)), keys
+    assert result.good_build is not None and not result.good_build.deferred
+
+
 def test_a_named_end_waits_for_the_running_completion_of_its_requirements(tmp_path: Path):
     """SpineBuilder.complete: while the same requirements resolve for another key in the background, an end the
     result names waits for it, then resolves (from the kept closure) after it, never beside it; a completion

@@ -102,6 +102,11 @@ class SpineBuilder:
             return replace(build, reason=f"its closure was not resolved: {done.reason}")
         return replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)
 
+    def caches_filled(self) -> bool:
+        """Whether a resolution of this bisect asked the indexes: the others now resolve from uv's cache of what
+        they served (`resolve.run.IndexView`), not beside it (`Bisector` starts them then)."""
+        return self._index_view.asked
+
     def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
         out = self.out_root / key[:12]
         ui = self.ui if threading.current_thread() is threading.main_thread() else UI(quiet=True)
