@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -96,12 +96,15 @@ def uv_version(uv: str) -> str:
 
 
 def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[BuiltWheel], cache_dir: Path,
-                    log: Path, ui: UI | None = None, *, refresh: bool = False, cached_first: bool = False) -> Closure:
+                    log: Path, ui: UI | None = None, *, refresh: bool = False, cached_first: bool = False,
+                    asked: Callable[[], None] | None = None) -> Closure:
     """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component,
     TransientError for a network failure or a full disk. `refresh`: ask the indexes again (uv --refresh), not
     uv's cache of what they served. `cached_first`: resolve from uv's cache of what the indexes served first
     (uv --offline), asking them only where it cannot answer (a bisect after its first resolution: one view of
-    the index for all its locks, each without a revalidation per package, auto-round's ~70: 7-14 s vs 0.6 s)."""
+    the index for all its locks, each without a revalidation per package, auto-round's ~70: 7-14 s vs 0.6 s).
+    `asked`: called once uv's cache holds what the indexes served for it (the closure resolved; before the
+    second pass that says who asked for each pin): the other locks may resolve from it then."""
     spec, recorded = _expanded(spec)
     recorded_links = tuple(recorded.values())  # as the recipe says ({demo}/... stays portable)
     python, platform = target_python(spec, target), target_platform(spec, target)
@@ -126,7 +129,8 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
             work = Path(tmp)
             try:
                 pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log,
-                                             refresh=refresh, cached_first=cached_first and not refresh)
+                                             refresh=refresh, cached_first=cached_first and not refresh,
+                                             asked=asked)
             except CommandTimeout as exc:
                 raise TransientError(f"{RESOLVING} failed: the resolver ran out of time after {exc.timeout:g}s",
                                      kind="network", hint=f"a slow or stalled index; run again (log: {log})") from None
@@ -201,7 +205,7 @@ def _argv(uv: str, spec: ResolveSpec, python: str, platform: str, cache_dir: Pat
 
 def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequence[BuiltWheel], work: Path,
              cache_dir: Path, log: Path, *, refresh: bool = False,
-             cached_first: bool = False) -> tuple[dict[str, Any], str]:
+             cached_first: bool = False, asked: Callable[[], None] | None = None) -> tuple[dict[str, Any], str]:
     reqs = work / "built.txt"
     reqs.write_text("".join(b.requirement() + "\n" for b in built))
     argv = [*_argv(uv, spec, python, platform, cache_dir), "--override", str(reqs), str(reqs)]
@@ -216,6 +220,8 @@ def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequ
         if not _offline_after_fetching(exc.tail, _argv(uv, spec, python, platform, cache_dir),
                                        [*first, "--offline", "--format", "pylock.toml", "-o", str(out)], work, log):
             run([*first, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    if asked is not None:
+        asked()
     # the same resolution again, for who asked for each pin: from what the first run just fetched, offline (a
     # warm index costs uv a revalidation per package, auto-round's 71: 1.2 s, offline 0.2 s); online only
     # where the cache cannot answer it
