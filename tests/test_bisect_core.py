@@ -771,6 +771,38 @@ def test_with_jobs_right_ends_checked_beside_the_steps_name_the_same_commit():
     assert {"c000", "c064"} <= set(tested)
 
 
+class WaitsForItsOwnCompletion(Verdicts):
+    """The last step's test (one candidate left between the ends) lasts until its own build was completed (10 s
+    at most)."""
+
+    builder: DeferringAhead
+    bisector: Bisector
+    seen = False
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        if self.bisector.state.pending() == 1 and len(self.calls) > 2:
+            with self.builder.changed:
+                self.seen = self.builder.changed.wait_for(
+                    lambda: any(k == cand.key for k, _, _ in self.builder.completed), 10)
+        return super().test(cand, build)
+
+
+def test_the_last_steps_build_is_completed_beside_its_test_as_an_end_the_result_names():
+    """With one candidate left, its build is completed while it is tested (the result names it either way),
+    in full (not `ahead`: a closure kept for the same requirements is taken, not left for the result to wait on)."""
+    tester = WaitsForItsOwnCompletion(41)
+    builder = tester.builder = DeferringAhead(tester)
+    bisector = tester.bisector = Bisector(cands(65), builder, tester, jobs=1, check_ends=True)
+    result = bisector.run()
+    bisector.wait_background()
+    assert key(result.first_bad) == "c041"
+    assert tester.seen, builder.completed
+    last = result.steps[-1].key
+    assert (last, False) in {(k, ahead) for k, ahead, _ in builder.completed}, builder.completed
+    assert result.good_build is not None and not result.good_build.deferred
+    assert result.bad_build is not None and not result.bad_build.deferred
+
+
 class SlowCompletions(Deferring):
     """Background completions that each wait (at most `wait` s) for another to run beside them: records the
     most at once while the first was running and after it ended. (With WaitsForACompletion: the first step's
