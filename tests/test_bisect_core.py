@@ -1024,3 +1024,25 @@ def test_when_the_result_waits_for_background_completions_they_run_at_the_bisect
     assert all(start in (niced, base) and end == base and thread == base for start, end, thread in builder.seen), \
         builder.seen
     assert time.monotonic() - started < 20  # none waited out its 20 s: each was reniced when the result waited
+
+
+def test_requirements_only_an_extra_asks_for_do_not_make_another_closure(tmp_path: Path):
+    """Two builds whose wheels differ only in what an extra asks for (`numba; extra == "cpu"`) have the same
+    requirements for a bisect's completions (the resolver leaves those lines out: one resolution, not two at
+    once); a real requirement, a marker that is not just the extra, or another wheel of the set asking for that
+    extra, and they differ."""
+    from tests.support.native_wheels import write_wheel
+    from toolchain.bisect.builder import wheel_requirements
+
+    def reqs(folder: str, *requires: str, other: tuple[str, ...] = ()) -> tuple[tuple[str, ...], ...]:
+        wheels = [write_wheel(tmp_path / folder, "app", "1.0", {"app/__init__.py": b""}, requires=requires)]
+        if other:
+            wheels.append(write_wheel(tmp_path / folder, "user", "1.0", {"user/__init__.py": b""}, requires=other))
+        return wheel_requirements(wheels)
+
+    base = reqs("a", "numpy<2", 'tbb; extra == "cpu"')
+    assert reqs("b", "numpy<2", 'tbb; extra == "cpu"', 'numba; extra == "cpu"') == base
+    assert reqs("c", "numpy<2", 'tbb; extra == "cpu"', "numba") != base
+    assert reqs("d", "numpy<2", 'tbb; extra == "cpu"', 'numba; extra == "cpu" or python_version < "3.9"') != base
+    with_user = reqs("e", "numpy<2", 'tbb; extra == "cpu"', other=("app[cpu]",))
+    assert reqs("f", "numpy<2", 'tbb; extra == "cpu"', 'numba; extra == "cpu"', other=("app[cpu]",)) != with_user
