@@ -771,6 +771,38 @@ def test_with_jobs_right_ends_checked_beside_the_steps_name_the_same_commit():
     assert {"c000", "c064"} <= set(tested)
 
 
+class WaitsForItsOwnCompletion(Verdicts):
+    """The last step's test (one candidate left between the ends) lasts until its own build was completed (10 s
+    at most)."""
+
+    builder: DeferringAhead
+    bisector: Bisector
+    seen = False
+
+    def test(self, cand: Candidate, build: BuildOutcome) -> TestOutcome:
+        if self.bisector.state.pending() == 1 and len(self.calls) > 2:
+            with self.builder.changed:
+                self.seen = self.builder.changed.wait_for(
+                    lambda: any(k == cand.key for k, _, _ in self.builder.completed), 10)
+        return super().test(cand, build)
+
+
+def test_the_last_steps_build_is_completed_beside_its_test_as_an_end_the_result_names():
+    """With one candidate left, its build is completed while it is tested (the result names it either way),
+    in full (not `ahead`: a closure kept for the same requirements is taken, not left for the result to wait on)."""
+    tester = WaitsForItsOwnCompletion(41)
+    builder = tester.builder = DeferringAhead(tester)
+    bisector = tester.bisector = Bisector(cands(65), builder, tester, jobs=1, check_ends=True)
+    result = bisector.run()
+    bisector.wait_background()
+    assert key(result.first_bad) == "c041"
+    assert tester.seen, builder.completed
+    last = result.steps[-1].key
+    assert (last, False) in {(k, ahead) for k, ahead, _ in builder.completed}, builder.completed
+    assert result.good_build is not None and not result.good_build.deferred
+    assert result.bad_build is not None and not result.bad_build.deferred
+
+
 class SlowCompletions(Deferring):
     """Background completions that each wait (at most `wait` s) for another to run beside them: records the
     most at once while the first was running and after it ended. (With WaitsForACompletion: the first step's
@@ -829,6 +861,29 @@ def test_the_first_background_completion_runs_alone_then_two_at_once_and_a_named
     assert len(keys) == len(set(keys)), keys
     assert result.good_build is not None and not result.good_build.deferred
     assert result.bad_build is not None and not result.bad_build.deferred
+
+
+class FillsEarly(SlowCompletions):
+    """SlowCompletions whose completer says, once the first completion runs, that it asked the indexes (its
+    resolution did: `caches_filled`, as SpineBuilder's index view says), while that one goes on."""
+
+    def caches_filled(self) -> bool:
+        with self.changed:
+            return self.ahead_now > 0 or self.first_ended
+
+
+def test_the_other_completions_start_once_the_first_asked_the_indexes_not_once_it_ended():
+    """The first background completion runs alone only until the completer's caches are filled (its resolution
+    asked the indexes: the others resolve from what they served, while it reads its closure's file lists): a
+    second then runs beside it; the result is the same, no key completed twice."""
+    tester = WaitsForTwoAtOnce(41)
+    builder = tester.builder = FillsEarly(tester)
+    result = Bisector(cands(65), builder, tester, jobs=1, check_ends=True).run()
+    assert key(result.first_bad) == "c041"
+    assert builder.most_during_first == 2, builder.completed
+    keys = [k for k, _, _ in builder.completed]
+    assert len(keys) == len(set(keys)), keys
+    assert result.good_build is not None and not result.good_build.deferred
 
 
 def test_a_named_end_waits_for_the_running_completion_of_its_requirements(tmp_path: Path):
@@ -969,3 +1024,25 @@ def test_when_the_result_waits_for_background_completions_they_run_at_the_bisect
     assert all(start in (niced, base) and end == base and thread == base for start, end, thread in builder.seen), \
         builder.seen
     assert time.monotonic() - started < 20  # none waited out its 20 s: each was reniced when the result waited
+
+
+def test_requirements_only_an_extra_asks_for_do_not_make_another_closure(tmp_path: Path):
+    """Two builds whose wheels differ only in what an extra asks for (`numba; extra == "cpu"`) have the same
+    requirements for a bisect's completions (the resolver leaves those lines out: one resolution, not two at
+    once); a real requirement, a marker that is not just the extra, or another wheel of the set asking for that
+    extra, and they differ."""
+    from tests.support.native_wheels import write_wheel
+    from toolchain.bisect.builder import wheel_requirements
+
+    def reqs(folder: str, *requires: str, other: tuple[str, ...] = ()) -> tuple[tuple[str, ...], ...]:
+        wheels = [write_wheel(tmp_path / folder, "app", "1.0", {"app/__init__.py": b""}, requires=requires)]
+        if other:
+            wheels.append(write_wheel(tmp_path / folder, "user", "1.0", {"user/__init__.py": b""}, requires=other))
+        return wheel_requirements(wheels)
+
+    base = reqs("a", "numpy<2", 'tbb; extra == "cpu"')
+    assert reqs("b", "numpy<2", 'tbb; extra == "cpu"', 'numba; extra == "cpu"') == base
+    assert reqs("c", "numpy<2", 'tbb; extra == "cpu"', "numba") != base
+    assert reqs("d", "numpy<2", 'tbb; extra == "cpu"', 'numba; extra == "cpu" or python_version < "3.9"') != base
+    with_user = reqs("e", "numpy<2", 'tbb; extra == "cpu"', other=("app[cpu]",))
+    assert reqs("f", "numpy<2", 'tbb; extra == "cpu"', 'numba; extra == "cpu"', other=("app[cpu]",)) != with_user

@@ -27,6 +27,7 @@ from toolchain.errors import BuildError, SourceError, ToolError, TransientError
 from toolchain.pipeline.build import build_stack_components
 from toolchain.recipe.load import with_data
 from toolchain.recipe.model import Recipe
+from toolchain.resolve.closure_memo import resolution_requires
 from toolchain.resolve.run import IndexView
 from toolchain.sources.mirrors import Rewrite
 
@@ -101,6 +102,11 @@ class SpineBuilder:
         if not done.ok:
             return replace(build, reason=f"its closure was not resolved: {done.reason}")
         return replace(build, lock_path=done.lock_path, wheels=done.wheels, deferred=False)
+
+    def caches_filled(self) -> bool:
+        """Whether a resolution of this bisect asked the indexes: the others now resolve from uv's cache of what
+        they served (`resolve.run.IndexView`), not beside it (`Bisector` starts them then)."""
+        return self._index_view.asked
 
     def _build(self, key: str, *, resolve: bool, remember: bool = True) -> BuildOutcome:
         out = self.out_root / key[:12]
@@ -210,9 +216,10 @@ class Unbuildable:
 
 
 def wheel_requirements(wheels: Sequence[Path]) -> tuple[tuple[str, ...], ...]:
-    """What a closure depends on of each wheel: its name, Requires-Python and Requires-Dist lines."""
+    """What a closure depends on of each wheel: its name, Requires-Python and Requires-Dist lines as the resolver
+    takes them (`resolve.closure_memo.resolution_requires`: not those only an unrequested extra asks for)."""
     metas = [wheel_meta(w) for w in wheels]
-    return tuple((m.name, m.requires_python, *m.requires_dist) for m in metas)
+    return tuple((m.name, m.requires_python, *lines) for m, lines in zip(metas, resolution_requires(metas), strict=True))
 
 
 def unbuildable_memo(cache: Path, recipe: Recipe) -> Path:

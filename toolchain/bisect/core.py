@@ -34,10 +34,12 @@ nice value (`priority.hurry`), no longer starved at AHEAD_NICE behind other work
 Off the critical path: a builder that defers work a step's verdict does not need (a `Completer`: the runtime
 closure, when the test does not install it) marks the build `deferred`; after every step the locks the result
 may still name (the last good and first bad so far) are completed in the background at COMPLETE_NICE (the
-first at the bisect's own nice value: it fills the caches the later ones and the result need), the two at once
-(COMPLETING threads), with NEAR_STEPS tests left at most the builds ahead between them too (as they are done:
-one of them is named but for a skip), and when the bisect ends the two it names are completed if they are not yet,
-waiting for a completion already running for one rather than starting another (`Spent.resolve_waited`).
+first at the bisect's own nice value: it fills the caches the later ones and the result need; the others wait
+until its resolution asked the indexes), the two at once (COMPLETING threads), with NEAR_STEPS tests left at
+most the builds ahead between them too and the step's own while it is tested (as they are done: one of them is
+named but for a skip), then at the bisect's own nice value (the result is about to wait for them), and when the
+bisect ends the two it names are completed if they are not yet, waiting for a completion already running for
+one rather than starting another (`Spent.resolve_waited`).
 
 Where candidates come from: `bisect.candidates` (a component's first-parent commits) and `bisect.lockdiff`
 (the differences between two locks). How they are built and tested: `bisect.builder`, `bisect.testers`.
@@ -83,6 +85,7 @@ __all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOut
 IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may fall and still count as one
 COMPLETING = 2  # background completions at once: the last good and the first bad so far
 NEAR_STEPS = 2  # tests left at most when the builds ahead between the ends are completed too (as they are done)
+FILL_POLL = 0.05  # seconds: how often a completion waiting for the first one looks whether it may start
 SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
@@ -128,7 +131,9 @@ class Bisector:
         self._ending = False
         self._background: ThreadPoolExecutor | None = None
         self._resolve = [0.0, 0.0]  # seconds completing locks: all, and waited for
-        self._first_fill = threading.Lock()  # (held by the completion that runs while none has ended)
+        self._near = False  # at most NEAR_STEPS tests left: completions run at the bisect's own nice value
+        self._filling = False  # a completion runs while none has ended (the others wait: `_complete_job`)
+        self._caches_filled: Callable[[], bool] = getattr(builder, "caches_filled", lambda: False)
         self._resolve_lock = threading.Lock()  # (background completions add to it at once)
         self._ends: dict[str, tuple[Candidate, Future[tuple[StepRecord, BuildOutcome]]]] = {}  # checked beside the steps
         self._ends_pool: ThreadPoolExecutor | None = None
@@ -199,9 +204,12 @@ class Bisector:
         self._complete_ahead()
 
     def _while_testing(self, index: int) -> None:
-        """While the test of the step at `index` runs (its build done): the ends' checks, the builds ahead."""
+        """While the test of the step at `index` runs (its build done): the ends' checks, the builds ahead and,
+        near the end, the completion of its build (the result names it unless a skip hides it: started
+        beside its test, not after it)."""
         self._start_ends()
         self._prefetch(index)
+        self._complete_ahead()
 
     def _try(self, cand: Candidate, while_testing: Callable[[], None] = lambda: None,
              build_of: Callable[[str], BuildOutcome] | None = None) -> StepRecord:
@@ -363,6 +371,9 @@ class Bisector:
         if self._background is None:
             return
         with self._claims:
+            if not self._near and steps_left(self.state.pending()) <= NEAR_STEPS:  # those running are needed soon
+                self._near = True
+                hurry(self._completers)
             unclaimed = len(self._unclaimed())
             self._jobs = [j for j in self._jobs if not j.done()]
             queued = sum(1 for j in self._jobs if not j.running())
@@ -394,14 +405,22 @@ class Bisector:
         """(A background job) `_complete_named` at COMPLETE_NICE, but at the bisect's own nice value while no
         completion of this run has ended: the first fills the caches every later one and the result need (the
         index's answers, metadata built from sdists, the closure's file lists: seconds of network and CPU);
-        niced 15, it starved beside the steps' builds and the result waited for the rest of it. Until one has
-        ended, one runs at a time: two started on empty caches each asked the index for every package and built
-        the same sdists' metadata (twice the resolve's CPU beside the steps' builds)."""
-        if not self._filled:
-            with self._first_fill:
-                if not self._filled:
+        niced 15, it starved beside the steps' builds and the result waited for the rest of it. Until it has
+        ended, or the completer says its resolution asked the indexes (`caches_filled`: the others resolve
+        from what they served, while the first reads its closure's file lists), one runs at a time: two
+        started on empty caches each asked the index for every package and built the same sdists' metadata
+        (twice the resolve's CPU beside the steps' builds). Once at most NEAR_STEPS tests are left, at the
+        bisect's own nice value too: what it completes is about to be named, and the result would wait for it."""
+        while not self._filled and not self._caches_filled():
+            with self._claims:
+                first, self._filling = not self._filling, True
+            if first:
+                try:
                     return at_nice(0, self._complete_named, "")
-        return at_nice(COMPLETE_NICE, self._complete_named, "")
+                finally:
+                    self._filling = False  # (a first that claimed nothing: the next one is first)
+            time.sleep(FILL_POLL)
+        return at_nice(0 if self._near else COMPLETE_NICE, self._complete_named, "")
 
     def _complete_named(self, _: str) -> BuildOutcome | None:
         """(A background thread) complete an end the result may name now, claiming it (None: none left)."""
@@ -416,7 +435,7 @@ class Bisector:
             future.set_running_or_notify_cancel()
             self._completers.add(threading.get_native_id())
         try:
-            done = self._timed_complete(key, build, ahead=True)
+            done = self._timed_complete(key, build, ahead=not self._certain(key))
         except BaseException as exc:
             future.set_exception(exc)
             raise
@@ -426,6 +445,15 @@ class Bisector:
         self._filled = True
         future.set_result(done)
         return done
+
+    def _certain(self, key: str) -> bool:
+        """Whether the result names `key` whatever the verdicts left: the only untested candidate between the
+        ends (its test running). Its completion then takes a closure another completion kept for the same
+        requirements (`Completer.complete`, not `ahead`): the result would otherwise wait for that."""
+        lo, hi = self.state.bounds()
+        marks = self.state.marks()
+        left = [i for i in range(lo + 1, hi) if marks[i] is None]
+        return len(left) == 1 and self.state.candidates[left[0]].key == key
 
     def _timed_complete(self, key: str, build: BuildOutcome, *, ahead: bool) -> BuildOutcome:
         assert self._completer is not None

@@ -1,7 +1,8 @@
 """Resolve once per change: a resolved closure is kept under a key made of what determines it, and a build,
 rebuild or bisect step whose key is kept resolves nothing and needs no network.
 
-The key is each built wheel's metadata (name, Requires-Dist, Requires-Python, and its version where another
+The key is each built wheel's metadata (name, Requires-Dist but for the lines only an unrequested extra asks
+for, Requires-Python, and its version where another
 built wheel requires it; never the wheel's own hash, so a bisect step that changed no requirement reuses the
 previous closure), the recipe's [resolve] settings (with the file names in a local find-links folder), and
 the target's Python version and platform.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from toolchain.build.wheelmeta import WheelMeta
 from toolchain.core.fs import atomic_write_text, sha256_bytes
-from toolchain.core.regex import SHA256_HEX
+from toolchain.core.regex import SHA256_HEX, Regex
 from toolchain.core.serial import to_data
 from toolchain.core.trust import read_sealed, sealed
 from toolchain.recipe.model import ResolveSpec
@@ -102,6 +103,28 @@ def _required_names(built: Sequence[tuple[str, WheelMeta]]) -> set[str]:
     return names
 
 
+_EXTRA_ONLY = Regex(r"""\s*extra\s*==\s*(?:"[^"]*"|'[^']*')\s*""")  # a marker that holds for one extra alone
+_HEAD = Regex(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[)?")  # a requirement's name, and whether it asks for extras
+
+
+def resolution_requires(built: Sequence[WheelMeta]) -> list[list[str]]:
+    """Each built wheel's Requires-Dist lines as the resolver takes them: without those only an extra asks for
+    (`numba; extra == "cpu"`: the built wheels are asked for without extras), unless a built wheel asks for an
+    extra of it or the line names a built wheel (its note on an unmet version). Two commits whose wheels differ
+    only there (auto-round's `cpu` extra lost numba) have one closure, resolved once."""
+    names = {canonical_name(m.name) for m in built}
+    asked = {canonical_name(h.group(1)) for m in built for h in map(_HEAD.match, m.requires_dist) if h and h.group(2)}
+
+    def kept(meta: WheelMeta, line: str) -> bool:
+        head, sep, marker = line.partition(";")
+        if not sep or _EXTRA_ONLY.fullmatch(marker) is None or canonical_name(meta.name) in asked:
+            return True
+        name = _HEAD.match(head)
+        return name is None or canonical_name(name.group(1)) in names
+
+    return [[line for line in m.requires_dist if kept(m, line)] for m in built]
+
+
 def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str, WheelMeta]]) -> str:
     """The sha256 of what determines the closure of `built` [(component, metadata)] (lock order). A built
     wheel's version is part of it only where another built wheel's requirement names it: the resolver is
@@ -109,12 +132,13 @@ def closure_key(spec: ResolveSpec, target: TargetInfo, built: Sequence[tuple[str
     requirements of one built wheel on another (a version that bumps at every commit, as setuptools-scm's
     do, would otherwise resolve every bisect step again)."""
     required = _required_names(built)
+    requires = resolution_requires([m for _, m in built])
     data = {"format": FORMAT,
             "local-files": {link: _local_files(link) for link in spec.find_links},
             "wheels": [{"component": comp, "name": m.name,
                         "version": m.version if canonical_name(m.name) in required else "",
-                        "requires-dist": list(m.requires_dist), "requires-python": m.requires_python}
-                       for comp, m in built],
+                        "requires-dist": lines, "requires-python": m.requires_python}
+                       for (comp, m), lines in zip(built, requires, strict=True)],
             "resolve": {"indexes": list(spec.indexes), "find-links": list(spec.find_links),
                         "index-strategy": spec.index_strategy, "platform": spec.platform,
                         "python-version": spec.python_version},

@@ -59,7 +59,8 @@ def resolve_built(recipe: Recipe, target: TargetInfo, built: Sequence[tuple[str,
         def resolve(cached_first: bool) -> Closure:
             return resolve_closure(spec, target, [BuiltWheel(name, wheel) for name, wheel, _ in built],
                                    resolve_cache, log_dir / "resolve.log", ui, refresh=refresh,
-                                   cached_first=cached_first)
+                                   cached_first=cached_first,
+                                   asked=view.mark_asked if view is not None and not cached_first else None)
 
         with ui.status(f"resolving the runtime closure ({where})"):
             closure = view.resolve(resolve) if view is not None and not refresh else resolve(False)
@@ -77,6 +78,10 @@ class IndexView:
     def __init__(self) -> None:
         self._asking = threading.Lock()
         self.asked = False  # a resolution of this view asked the indexes
+
+    def mark_asked(self) -> None:
+        """(The first resolution, once uv's cache holds what the indexes served it: before its second pass.)"""
+        self.asked = True
 
     def resolve(self, resolve: Callable[[bool], Closure]) -> Closure:
         """`resolve(cached_first)`: the first call's False, held alone; then True."""

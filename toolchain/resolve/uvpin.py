@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -96,12 +96,15 @@ def uv_version(uv: str) -> str:
 
 
 def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[BuiltWheel], cache_dir: Path,
-                    log: Path, ui: UI | None = None, *, refresh: bool = False, cached_first: bool = False) -> Closure:
+                    log: Path, ui: UI | None = None, *, refresh: bool = False, cached_first: bool = False,
+                    asked: Callable[[], None] | None = None) -> Closure:
     """The pinned closure of `built` (lock order). Raises ResolveError naming the requirement and the component,
     TransientError for a network failure or a full disk. `refresh`: ask the indexes again (uv --refresh), not
     uv's cache of what they served. `cached_first`: resolve from uv's cache of what the indexes served first
     (uv --offline), asking them only where it cannot answer (a bisect after its first resolution: one view of
-    the index for all its locks, each without a revalidation per package, auto-round's ~70: 7-14 s vs 0.6 s)."""
+    the index for all its locks, each without a revalidation per package, auto-round's ~70: 7-14 s vs 0.6 s).
+    `asked`: called once uv's cache holds what the indexes served for it (the closure resolved; before the
+    second pass that says who asked for each pin): the other locks may resolve from it then."""
     spec, recorded = _expanded(spec)
     recorded_links = tuple(recorded.values())  # as the recipe says ({demo}/... stays portable)
     python, platform = target_python(spec, target), target_platform(spec, target)
@@ -126,7 +129,8 @@ def resolve_closure(spec: ResolveSpec, target: TargetInfo, built: Sequence[Built
             work = Path(tmp)
             try:
                 pylock, annotated = _compile(uv, spec, python, platform, built, work, cache_dir, log,
-                                             refresh=refresh, cached_first=cached_first and not refresh)
+                                             refresh=refresh, cached_first=cached_first and not refresh,
+                                             asked=asked)
             except CommandTimeout as exc:
                 raise TransientError(f"{RESOLVING} failed: the resolver ran out of time after {exc.timeout:g}s",
                                      kind="network", hint=f"a slow or stalled index; run again (log: {log})") from None
@@ -201,7 +205,7 @@ def _argv(uv: str, spec: ResolveSpec, python: str, platform: str, cache_dir: Pat
 
 def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequence[BuiltWheel], work: Path,
              cache_dir: Path, log: Path, *, refresh: bool = False,
-             cached_first: bool = False) -> tuple[dict[str, Any], str]:
+             cached_first: bool = False, asked: Callable[[], None] | None = None) -> tuple[dict[str, Any], str]:
     reqs = work / "built.txt"
     reqs.write_text("".join(b.requirement() + "\n" for b in built))
     argv = [*_argv(uv, spec, python, platform, cache_dir), "--override", str(reqs), str(reqs)]
@@ -210,10 +214,14 @@ def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequ
     try:
         run([*first, *(["--offline"] if cached_first else []), "--format", "pylock.toml", "-o", str(out)],
             env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
-    except CommandFailed:
+    except CommandFailed as exc:
         if not cached_first:
             raise
-        run([*first, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+        if not _offline_after_fetching(exc.tail, _argv(uv, spec, python, platform, cache_dir),
+                                       [*first, "--offline", "--format", "pylock.toml", "-o", str(out)], work, log):
+            run([*first, "--format", "pylock.toml", "-o", str(out)], env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+    if asked is not None:
+        asked()
     # the same resolution again, for who asked for each pin: from what the first run just fetched, offline (a
     # warm index costs uv a revalidation per package, auto-round's 71: 1.2 s, offline 0.2 s); online only
     # where the cache cannot answer it
@@ -223,6 +231,63 @@ def _compile(uv: str, spec: ResolveSpec, python: str, platform: str, built: Sequ
     except CommandFailed:
         run(notes, env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
     return tomlio.load_file(out), annotated.read_text()
+
+
+OFFLINE_ROUNDS = 4  # fetches of what an offline resolution lacked before one online resolution asks for everything
+# what uv --offline says it lacks: versions it has no metadata of, packages it never saw
+_UNAVAILABLE = Regex(r"(?:all versions of )?(\S+) needs? to be downloaded from a registry")
+_UNAVAILABLE_ALL = Regex(r"all of:\n((?:[ \t]+\S+\n)+)[ \t]+need to be downloaded from a registry")
+_NOT_CACHED = Regex(r"(\S+) was not found in the cache")
+
+
+def _offline_after_fetching(failure: str, base: list[str], offline: list[str], work: Path, log: Path) -> bool:
+    """Whether the offline resolution `offline` succeeded once uv's cache got what `failure` (its output) says
+    it lacked, asked of the indexes alone with their dependencies (`missing`): a bisect's numpy<2 after a
+    numpy 2 closure needs numpy 1.26's metadata, then older pandas' and datasets': ~1 s each, where an online
+    resolution revalidates every package of the closure and builds its sdists' metadata again (auto-round's
+    ~120: 3-4 s of CPU, as much as the first). False (the caller resolves online): uv named nothing to fetch,
+    named what was fetched already, a fetch failed, or OFFLINE_ROUNDS fetches were not enough."""
+    asked: set[str] = set()
+    for _ in range(OFFLINE_ROUNDS):
+        wanted = missing(failure)
+        if not wanted or set(wanted) <= asked:
+            return False
+        asked.update(wanted)
+        reqs = work / "missing.txt"
+        groups = [wanted] if len(wanted) == 1 else [wanted, *([r] for r in wanted)]
+        for group in groups:  # all at once; if they do not resolve together, one by one
+            reqs.write_text("".join(f"{r}\n" for r in group))
+            try:
+                run([*base, str(reqs), "-o", str(work / "fetched.txt")], env=_uv_env(), log=log,
+                    timeout=RESOLVE_TIMEOUT)
+            except CommandFailed:
+                if len(group) == 1:
+                    return False
+                continue
+            if group is wanted:
+                break
+        try:
+            run(offline, env=_uv_env(), log=log, timeout=RESOLVE_TIMEOUT)
+            return True
+        except CommandFailed as exc:
+            failure = exc.tail
+    return False
+
+
+def missing(failure: str) -> list[str]:
+    """What uv --offline's `failure` says its cache lacks, as requirements to fetch, one per package (the
+    highest range uv names of it: it lists them lowest first), sorted: `numpy<=1.26.4,>=1.17.0` for "numpy>=
+    1.17.0,<=1.26.4 needs to be downloaded from a registry", `numba` for "numba was not found in the cache"."""
+    texts = [*_UNAVAILABLE.findall(failure), *_NOT_CACHED.findall(failure)]
+    texts += [line for block in _UNAVAILABLE_ALL.findall(failure) for line in block.split()]
+    found: dict[str, str] = {}
+    for text in texts:
+        try:
+            req = Requirement(text.strip(".,:"))
+        except InvalidRequirement:
+            continue
+        found[str(canonicalize_name(req.name))] = f"{canonicalize_name(req.name)}{req.specifier}"
+    return sorted(found.values())
 
 
 def _annotations(text: str) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
