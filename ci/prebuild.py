@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 
 def component(plan: dict, name: str) -> dict:
@@ -18,14 +19,19 @@ def component(plan: dict, name: str) -> dict:
     raise SystemExit(f"no component {name!r} in the plan (components: {', '.join(c['name'] for c in plan['components'])})")
 
 
+def read(path: str) -> dict:
+    """A JSON document the toolchain wrote (its file closed once read)."""
+    return json.loads(Path(path).read_text())
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["component"] and len(argv) == 3:
-        comp = component(json.load(open(argv[1])), argv[2])
+        comp = component(read(argv[1]), argv[2])
         print(comp["url"], comp["ref"] or "main", comp["commit"])
         return 0
     if argv[:1] == ["known"] and len(argv) == 4:
-        key = component(json.load(open(argv[1])), argv[3])["cache-key"]
-        return 0 if key in {e["key"] for e in json.load(open(argv[2]))["entries"]} else 1
+        key = component(read(argv[1]), argv[3])["cache-key"]
+        return 0 if key in {e["key"] for e in read(argv[2])["entries"]} else 1
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -54,7 +54,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 from toolchain.bisect.midpoints import pick, splits, steps_left
 from toolchain.bisect.model import (
@@ -73,10 +72,10 @@ from toolchain.bisect.model import (
     Verdict,
 )
 from toolchain.bisect.priority import AHEAD_NICE, COMPLETE_NICE, at_nice, hurry
+from toolchain.bisect.stops import EndpointError, check_candidates, first_line, resumable, systematic_failure
 from toolchain.core.cpu import idle_cores
 from toolchain.core.record import replace
-from toolchain.core.regex import Regex
-from toolchain.errors import BuildError, ToolError, TransientError, UsageError
+from toolchain.errors import UsageError
 
 __all__ = ["BisectHandler", "BisectResult", "BisectState", "Bisector", "BuildOutcome", "BuildSource", "Builder",
            "Candidate", "Completer", "EndpointError", "Spent", "StepRecord", "TestOutcome", "Tester", "Verdict",
@@ -86,7 +85,6 @@ IDLE_SLACK = 0.2  # of a core: how far short of a whole idle core a reading may 
 COMPLETING = 2  # background completions at once: the last good and the first bad so far
 NEAR_STEPS = 2  # tests left at most when the builds ahead between the ends are completed too (as they are done)
 FILL_POLL = 0.05  # seconds: how often a completion waiting for the first one looks whether it may start
-SAME_FAILURES = 3  # this many builds in a row failing the same way, and none built yet: the recipe is wrong
 
 
 class Bisector:
@@ -106,7 +104,7 @@ class Bisector:
                  idle: Callable[[], float] | None = None, build_ends: bool = True,
                  builds: Mapping[str, BuildOutcome] | None = None, check_ends: bool = False) -> None:
         candidates = tuple(candidates)
-        _check_candidates(candidates)
+        check_candidates(candidates)
         if state is not None and [c.key for c in state.candidates] != [c.key for c in candidates]:
             raise UsageError("the saved bisect state is for a different range of candidates",
                              hint="start a new bisect with another --state file, or resume with the saved options")
@@ -237,7 +235,7 @@ class Bisector:
         return StepRecord(number=0, key=cand.key, verdict=outcome.verdict, reason=outcome.reason,
                           build_failed=not build.ok, prefetched=prefetched, cached=build.cached, source=build.source,
                           build_seconds=build_seconds, test_seconds=test_seconds,
-                          lock=_str(build.lock_path) or "", log=_str(outcome.log) or "", tail=outcome.tail)
+                          lock=str(build.lock_path or ""), log=str(outcome.log or ""), tail=outcome.tail)
 
     def _check_ends(self) -> None:
         """Build and test the given ends (cached builds cost nothing): good must test good and bad must test
@@ -315,19 +313,14 @@ class Bisector:
         self._complete_ahead()
 
     def _check_systematic_failure(self) -> None:
-        """Stop when every build so far failed, the last SAME_FAILURES the same way (commit ids aside):
-        that is the recipe or the machine, not the commits. The phase starts over when resumed."""
-        steps = self.state.steps
-        if len(steps) < SAME_FAILURES or not all(s.build_failed for s in steps):
-            return
-        if len({_HEX.sub("<id>", s.reason) for s in steps[-SAME_FAILURES:]}) != 1:
-            return
-        cands = self.state.candidates
-        self._save(BisectState.start(cands, {c.key: self.state.builds[c.key] for c in (cands[0], cands[-1])
-                                             if c.key in self.state.builds}))
-        raise BuildError(f"the first {len(steps)} builds all failed the same way: {steps[-1].reason}",
-                         hint="that is the recipe or the build machine, not the commits: make the stack build "
-                              "at the good commit (`toolchain build`), then resume; the bisect starts over")
+        """Stop (`stops.systematic_failure`) when every build so far failed the same way; the phase starts over
+        when resumed."""
+        stop = systematic_failure(self.state.steps)
+        if stop is not None:
+            cands = self.state.candidates
+            self._save(BisectState.start(cands, {c.key: self.state.builds[c.key] for c in (cands[0], cands[-1])
+                                                 if c.key in self.state.builds}))
+            raise stop
 
     def _finish(self) -> BisectResult:
         lo, hi = self.state.bounds()
@@ -593,65 +586,9 @@ class Bisector:
             self.persist(state)
 
 
-_HEX = Regex(r"[0-9a-f]{7,}")
-
-
-class EndpointError(UsageError):
-    """A given end does not test as given: good must test good, bad must test bad (a build that fails is a
-    skip). Exit 2, final: the range or the test is wrong, so bisecting it would name a wrong commit."""
-
-    final = True
-
-    def __init__(self, name: str, cand: Candidate, record: StepRecord) -> None:
-        other = "bad" if name == "good" else "good"
-        what = (f"does not build ({record.reason.removeprefix('build failed: ')})" if record.build_failed
-                else f"tests {record.verdict.value} ({record.reason}), not {name}")
-        lines = "\n".join("    " + line for line in record.tail.splitlines())
-        super().__init__(f"the {name} end {_describe(cand)} {what}" + (f"\n  log: {record.log}" if record.log else "")
-                         + (f"\n  last lines:\n{lines}" if lines else ""),
-                         hint=(f"make the stack build at {cand.short} or give another --{name}" if record.build_failed
-                               else f"give a --{name} that tests {name}, or a test that tells the two apart (it "
-                                    f"exits 0 on good, 1 on {other.replace('good', 'bad')})")
-                              + "; --no-check-endpoints skips this check if you know better")
-        self.endpoint, self.candidate, self.record = name, cand, record
-
 
 def _timed(build: Callable[[str], BuildOutcome], key: str) -> BuildOutcome:
     """`build(key)` with its wall seconds."""
     started = time.monotonic()
     outcome = build(key)
     return replace(outcome, seconds=time.monotonic() - started)
-
-
-def resumable(error: BaseException) -> bool:
-    """Whether a bisect stopped by `error` can go on with `--resume`: a stop (Ctrl-C, a signal), a failure of
-    the surroundings (`TransientError`), a build error of the machine; not a configuration error (exit 2, or
-    a ToolError marked `final`), which the same options would meet again."""
-    if isinstance(error, TransientError) or not isinstance(error, ToolError):
-        return True
-    return not getattr(error, "final", error.return_code == 2)
-
-
-def _describe(cand: Candidate) -> str:
-    return f"{cand.short} ({cand.subject})" if cand.subject else cand.short
-
-
-def _check_candidates(candidates: tuple[Candidate, ...]) -> None:
-    if len(candidates) < 2 or candidates[0].key == candidates[-1].key:
-        key = candidates[0].key if candidates else "?"
-        raise UsageError(f"nothing to bisect: good and bad are the same ({key[:12]})",
-                         hint="pass a --good that is older than --bad")
-    keys = [c.key for c in candidates]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
-        raise UsageError(f"candidate {dup[:12]} appears twice in the range")
-
-
-def first_line(err: BaseException | str) -> str:
-    """An error's first line: what a step's reason, a log line or a skip shows."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
-def _str(p: Path | None) -> str | None:
-    return None if p is None else str(p)
