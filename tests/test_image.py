@@ -222,6 +222,9 @@ def test_push_with_auth_then_over_a_base_the_registry_holds_only_the_new_blobs_t
     # over a base the registry holds (that image, named by digest there): its manifest and config are read from
     # the registry, no layer of it comes down, and only the new layer and the config go up (the base's are mounted)
     base = f"{reg}/stack/first@{first['digest']}"
+    # not in podman under that name: the tool pulls it (to read its interpreter) with the credentials it was
+    # given (TOOLCHAIN_REGISTRY_USERNAME/PASSWORD), through an auth file of its own, not podman's login
+    _engine("podman", "rmi", ref, check=False)
     r = cli("image", "--lock", lock, "--base", base, "--cache-dir", tmp_path / "cache2", "--push", "--json",
             "--tag", f"{reg}/stack/second:1", timeout=1200)
     assert r.returncode == 0, str(r)

@@ -5,11 +5,12 @@ and its interpreter's facts, read in a container of it (toolchain/scripts/image_
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,14 +189,35 @@ def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) 
         if not names or name in names:
             return
     argv = [engine, "pull", *(["--tls-verify=false"] if insecure and engine == "podman" else []), image]
-    with ui.status(f"pulling the base image {image}"):
-        done = run(argv, env=engine_env(), log=log, capture=True, check=False, timeout=3600)
+    with ui.status(f"pulling the base image {image}"), _pull_auth(name, engine) as auth:
+        done = run([*argv[:2], *auth, *argv[2:]], env=engine_env(), log=log, capture=True, check=False, timeout=3600)
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
         plain = ("; a registry that speaks plain HTTP: pass --remote-insecure" if engine == "podman" else
                  "; docker reads a plain-HTTP registry only when its daemon lists it in insecure-registries")
         raise BuildError(f"the base image {image} is not in {engine} and cannot be pulled: {why[-1]}",
                          hint=f"check the base's name and digest; `{engine} login` for a private registry{plain}")
+
+
+@contextlib.contextmanager
+def _pull_auth(name: str, engine: str) -> Iterator[list[str]]:
+    """podman's `--authfile FILE` for pulling `name` with the credentials the tool's own registry client takes
+    from TOOLCHAIN_REGISTRY_USERNAME/PASSWORD (a file of podman's auth.json form, readable by this user alone,
+    removed after: the password never on a command line); [] otherwise (podman reads its own login files)."""
+    from toolchain.sharing.auth import ENV_PASSWORD, ENV_USERNAME
+
+    host, _ = split_name(name)
+    user, password = os.environ.get(ENV_USERNAME, ""), os.environ.get(ENV_PASSWORD, "")
+    if engine != "podman" or not host or not user or not password:
+        yield []
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolchain-auth-") as folder:  # (mode 0700)
+        auth = Path(folder) / "auth.json"
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        auth.write_text(json.dumps({"auths": {host: {"auth": token}}}))
+        yield ["--authfile", str(auth)]
 
 
 def names_of(digest: str, engine: str) -> list[str]:
