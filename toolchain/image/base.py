@@ -188,9 +188,10 @@ def held(image: str, engine: str, ui: UI, log: Path, *, insecure: bool = False) 
                                              "them), or tag it with that name first")
         if not names or name in names:
             return
-    argv = [engine, "pull", *(["--tls-verify=false"] if insecure and engine == "podman" else []), image]
+    plain_http = ["--tls-verify=false"] if insecure and engine == "podman" else []
     with ui.status(f"pulling the base image {image}"), _pull_auth(name, engine) as auth:
-        done = run([*argv[:2], *auth, *argv[2:]], env=engine_env(), log=log, capture=True, check=False, timeout=3600)
+        done = run([engine, "pull", *plain_http, *auth, image], env=engine_env(), log=log, capture=True, check=False,
+                   timeout=3600)
     if done.returncode != 0:
         why = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
         plain = ("; a registry that speaks plain HTTP: pass --remote-insecure" if engine == "podman" else

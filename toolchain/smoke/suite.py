@@ -71,20 +71,18 @@ def run_suite(lock: Lock, suite: SuiteSpec, *, out: Path, cache_dir: Path, pytho
         ui.step(f"running upstream's tests: {suite.dir} at {comp.commit[:12]} (pytest)")
         # (pytest's cache, outside the test folder, only so that a rerun can ask for the last failed: --lf)
         pytest = [py, "-m", "pytest", "-o", f"cache_dir={out / 'pytest-cache'}", "-rs", *suite.args]
+        selected = suite.tests or (".",)
         shutil.rmtree(out / "pytest-cache", ignore_errors=True)
-        outcomes = _pytest([*pytest, f"--junitxml={junit}", *(suite.tests or (".",))], junit, tests, log, base)
-        flaky: list[str] = []
+        outcomes = _pytest([*pytest, f"--junitxml={junit}", *selected], junit, tests, log, base)
         for n in range(1, suite.reruns + 1):
             failing = [name for name, got in outcomes.items() if got in ("failed", "errors")]
             if not failing:
                 break
             ui.step(f"running the {len(failing)} failed test(s) again ({n} of {suite.reruns}): a pass then is flaky")
             rerun = out / f"suite.rerun{n}.junit.xml"
-            again = _pytest([*pytest, "--lf", f"--junitxml={rerun}", *(suite.tests or (".",))], rerun, tests, log, base)
-            for name in failing:
-                if again.get(name) == "passed":
-                    outcomes[name] = "flaky"
-                    flaky.append(name)
+            again = _pytest([*pytest, "--lf", f"--junitxml={rerun}", *selected], rerun, tests, log, base)
+            outcomes.update({name: "flaky" for name in failing if again.get(name) == "passed"})
+        flaky = [name for name, got in outcomes.items() if got == "flaky"]
         counts, skipped = _counted(outcomes)
     finally:
         if not keep_venv:
